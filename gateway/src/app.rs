@@ -1,0 +1,245 @@
+//! Assembling the gateway: registry, watchers, gRPC and admin listeners, and
+//! an orderly drain. `main.rs` and the tests start it through [`start`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rollout_proto::v1alpha1::InitializeRequest;
+use rollout_proto::v1alpha1::rollout_plugin_service_server::RolloutPluginServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tonic::metadata::MetadataMap;
+
+use crate::hooks::HookRequest;
+use crate::registry::{Registry, SourceInfo};
+use crate::server::{self, ServerSettings};
+use crate::service::GatewayService;
+use crate::upstream::ChannelSettings;
+use crate::{admin, watch as file_watch};
+
+/// Everything the gateway is started with.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Registry files (`--config`, repeatable).
+    pub configs: Vec<PathBuf>,
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    /// Largest gRPC message accepted or sent, both towards the controller and plugins.
+    pub max_message_bytes: usize,
+    /// How long SIGTERM waits for in-flight calls.
+    pub drain_timeout: Duration,
+    /// How often files are read again in case a change event was missed.
+    pub poll_interval: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            configs: vec![PathBuf::from("/var/run/config/work/config.yaml")],
+            listen: SocketAddr::from(([127, 0, 0, 1], 10843)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 10844)),
+            max_message_bytes: 16 * 1024 * 1024,
+            drain_timeout: Duration::from_secs(10),
+            poll_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A registry file is invalid (the binary exits 64).
+    #[error("invalid registry: {}", .0.join("; "))]
+    Config(Vec<String>),
+    #[error("cannot listen on {addr} ({flag}): {source}")]
+    Bind {
+        flag: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A started gateway.
+#[derive(Debug)]
+pub struct Running {
+    pub grpc_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub registry: Arc<Registry>,
+    stop: watch::Sender<bool>,
+    grpc: JoinHandle<()>,
+    admin: JoinHandle<()>,
+    watcher: JoinHandle<()>,
+}
+
+impl Running {
+    /// Drains: readiness goes to 503, no new connections are accepted, calls in
+    /// flight finish (up to the drain timeout); then every task stops.
+    pub async fn shutdown(self) {
+        self.registry.set_draining();
+        let _ = self.stop.send(true);
+        let _ = self.grpc.await;
+        self.watcher.abort();
+        let _ = self.admin.await;
+    }
+}
+
+/// Loads the registry files, binds both listeners and starts serving.
+///
+/// A missing or empty file is not fatal (the gateway waits for it, not
+/// ready); an invalid one is ([`StartError::Config`]).
+pub async fn start(options: Options) -> Result<Running, StartError> {
+    let registry = Arc::new(Registry::new(
+        options
+            .configs
+            .iter()
+            .map(|p| SourceInfo {
+                label: p.display().to_string(),
+            })
+            .collect(),
+        ChannelSettings {
+            max_message_bytes: options.max_message_bytes,
+            ..ChannelSettings::default()
+        },
+    ));
+
+    let mut problems = Vec::new();
+    for (i, path) in options.configs.iter().enumerate() {
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                if let Err(e) = registry.apply(i, &text) {
+                    problems.push(e.to_string());
+                }
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "registry file not readable; waiting for it");
+                registry.source_failed(i, format!("cannot read: {e}"));
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(StartError::Config(problems));
+    }
+
+    let grpc_listener =
+        TcpListener::bind(options.listen)
+            .await
+            .map_err(|source| StartError::Bind {
+                flag: "--listen",
+                addr: options.listen,
+                source,
+            })?;
+    let admin_listener = TcpListener::bind(options.admin_listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            flag: "--admin-listen",
+            addr: options.admin_listen,
+            source,
+        })?;
+    let grpc_addr = grpc_listener
+        .local_addr()
+        .map_err(|source| StartError::Bind {
+            flag: "--listen",
+            addr: options.listen,
+            source,
+        })?;
+    let admin_addr = admin_listener
+        .local_addr()
+        .map_err(|source| StartError::Bind {
+            flag: "--admin-listen",
+            addr: options.admin_listen,
+            source,
+        })?;
+
+    initialize_fresh(&registry);
+    let watcher = {
+        let r = registry.clone();
+        file_watch::spawn(
+            registry.clone(),
+            options.configs.clone(),
+            options.poll_interval,
+            move || initialize_fresh(&r),
+        )
+    };
+
+    let (stop, stopped) = watch::channel(false);
+    let service = RolloutPluginServiceServer::new(GatewayService::new(registry.clone()))
+        .max_decoding_message_size(options.max_message_bytes)
+        .max_encoding_message_size(options.max_message_bytes);
+    let grpc = tokio::spawn(server::serve(
+        grpc_listener,
+        service,
+        ServerSettings {
+            drain_timeout: options.drain_timeout,
+            ..ServerSettings::default()
+        },
+        wait_for(stopped.clone()),
+    ));
+    let admin = {
+        let router = admin::router(registry.clone());
+        let stopped = stopped.clone();
+        tokio::spawn(async move {
+            if let Err(error) = axum::serve(admin_listener, router)
+                .with_graceful_shutdown(wait_for(stopped))
+                .await
+            {
+                tracing::error!(%error, "admin server failed");
+            }
+        })
+    };
+    Ok(Running {
+        grpc_addr,
+        admin_addr,
+        registry,
+        stop,
+        grpc,
+        admin,
+        watcher,
+    })
+}
+
+async fn wait_for(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|s| *s).await;
+}
+
+/// Sends the gateway's own Initialize to each plugin the latest reloads added,
+/// to learn which hooks it implements. Best effort: a plugin that is not up
+/// yet is learned from the controller's Initialize, or skipped on UNIMPLEMENTED.
+fn initialize_fresh(registry: &Registry) {
+    for (hub, upstream) in registry.take_fresh_upstreams() {
+        let weak = Arc::downgrade(&upstream);
+        drop(upstream);
+        tokio::spawn(async move {
+            let mut wait = Duration::from_millis(500);
+            for attempt in 1..=3 {
+                let Some(upstream) = weak.upgrade() else {
+                    return;
+                };
+                let request = HookRequest::Initialize(InitializeRequest {
+                    controller_version: concat!("rollout-gateway/", env!("CARGO_PKG_VERSION"))
+                        .to_string(),
+                    hub_name: hub.clone().unwrap_or_default(),
+                });
+                let deadline = Instant::now() + Duration::from_secs(5);
+                match upstream.call(request, deadline, &MetadataMap::new()).await {
+                    Ok(_) => {
+                        tracing::debug!(endpoint = %upstream.key().endpoint, hooks = ?upstream.known_hooks(), "plugin initialized");
+                        return;
+                    }
+                    Err(status) => {
+                        tracing::debug!(endpoint = %upstream.key().endpoint, attempt, code = ?status.code(), message = status.message(), "gateway's own Initialize failed");
+                        if status.code() == tonic::Code::Unimplemented {
+                            return;
+                        }
+                    }
+                }
+                drop(upstream);
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+        });
+    }
+}

@@ -1,0 +1,1083 @@
+//! The plugin registry file, `config.yaml` (CONTRACT §3).
+//!
+//! Parsing happens in two steps, in the manner of vector's config: serde reads
+//! the YAML into lenient raw types (durations and codes as strings, unknown
+//! keys collected), then [`validate`] turns them into a typed [`Config`],
+//! reporting every problem at once as a list of [`Problem`]s, each naming the
+//! place in the file. Nothing here touches the network or the file system
+//! beyond what the caller passes in.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::time::Duration;
+
+use base64::Engine as _;
+use rollout_policies::policy::MAX_TIMEOUT;
+use rollout_policies::{BreakerPolicy, BudgetPolicy, FailurePolicy, Policy, RetryPolicy};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use tonic::Code;
+
+/// One problem found in a registry file: where, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// A path into the file, such as `plugins[2] (smoke-test).timeout`.
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// A registry file that cannot be used: every problem found in it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        write!(f, "{n} problem{}: ", if n == 1 { "" } else { "s" })?;
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ConfigError {
+    fn one(path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            problems: vec![Problem {
+                path: path.into(),
+                message: message.into(),
+            }],
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Raw types: what serde reads. Leaves are lenient so validation can name them.
+// ---------------------------------------------------------------------------
+
+/// `config.yaml` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawConfig {
+    pub hub: Option<String>,
+    pub client_certificate: Option<RawClientCertificate>,
+    pub defaults: Option<RawPolicy>,
+    #[serde(default)]
+    pub plugins: Vec<RawPlugin>,
+    #[serde(default)]
+    pub pipelines: Vec<RawPipeline>,
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, IgnoredAny>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawClientCertificate {
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, IgnoredAny>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawCaCertificate {
+    pub ca_bundle: Option<String>,
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, IgnoredAny>,
+}
+
+/// The policy fields shared by `defaults` and each plugin.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawPolicy {
+    pub timeout: Option<String>,
+    pub failure_policy: Option<String>,
+    pub retry: Option<RawRetry>,
+    pub retry_budget: Option<RawBudget>,
+    pub circuit_breaker: Option<RawBreaker>,
+    pub max_concurrent_calls: Option<i64>,
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, IgnoredAny>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawRetry {
+    pub max_attempts: Option<i64>,
+    pub initial_backoff: Option<String>,
+    pub max_backoff: Option<String>,
+    pub backoff_multiplier: Option<f64>,
+    pub retryable_status_codes: Option<Vec<String>>,
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, IgnoredAny>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawBudget {
+    pub ratio: Option<f64>,
+    pub min_per_second: Option<i64>,
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, IgnoredAny>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawBreaker {
+    pub consecutive_failures: Option<i64>,
+    pub open_for: Option<String>,
+    pub max_open_for: Option<String>,
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, IgnoredAny>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawPlugin {
+    pub name: Option<String>,
+    pub endpoint: Option<String>,
+    pub ca_certificate: Option<RawCaCertificate>,
+    pub insecure: Option<bool>,
+    pub hubs: Option<Vec<String>>,
+    // The policy fields sit on the plugin itself (CONTRACT §3), so they are
+    // flattened in; their unknown-key map also collects the plugin's.
+    #[serde(flatten)]
+    pub policy: RawPolicy,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawPipeline {
+    pub name: Option<String>,
+    pub plugins: Option<Vec<String>>,
+    #[serde(flatten)]
+    pub unknown: BTreeMap<String, IgnoredAny>,
+}
+
+// ---------------------------------------------------------------------------
+// Typed config: what the gateway uses.
+// ---------------------------------------------------------------------------
+
+/// A validated registry file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Every name in this file belongs to this hub (central mode); `None` = shared.
+    pub hub: Option<String>,
+    pub client_certificate: Option<ClientCertificate>,
+    pub plugins: Vec<PluginConfig>,
+    pub pipelines: Vec<PipelineConfig>,
+}
+
+/// The gateway's own identity towards plugins (mTLS), as file paths.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClientCertificate {
+    pub cert_file: String,
+    pub key_file: String,
+}
+
+/// How the gateway reaches a plugin.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// Plaintext HTTP/2 (h2c); only when `insecure: true` is set explicitly.
+    Plaintext,
+    /// TLS, verifying the plugin's certificate against this CA bundle (PEM) alone.
+    Tls { ca_bundle_pem: Vec<u8> },
+}
+
+impl fmt::Debug for Transport {
+    // Never print certificate bodies (they are not secret, but they are noise
+    // in logs, and the same rule then holds for everything TLS).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Transport::Plaintext => f.write_str("Plaintext"),
+            Transport::Tls { ca_bundle_pem } => {
+                write!(f, "Tls {{ ca_bundle: {} bytes }}", ca_bundle_pem.len())
+            }
+        }
+    }
+}
+
+/// A plugin's `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// One registered plugin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginConfig {
+    pub name: String,
+    pub endpoint: Endpoint,
+    pub transport: Transport,
+    pub policy: Policy,
+    /// Hubs allowed to call it (central mode); `None` = every hub.
+    pub hubs: Option<Vec<String>>,
+}
+
+/// An ordered list of plugins behind one name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineConfig {
+    pub name: String,
+    pub plugins: Vec<String>,
+}
+
+/// Parses and validates one registry file on its own. A hub-scoped file's
+/// pipelines may also name shared plugins of other files: the registry checks
+/// those when it combines the files.
+pub fn parse(text: &str) -> Result<Config, ConfigError> {
+    let raw: RawConfig = serde_saphyr::from_str(text)
+        .map_err(|e| ConfigError::one("", format!("not a valid registry file: {e}")))?;
+    validate(raw)
+}
+
+/// Whether a registry file's text holds nothing (an editor or a plain rewrite
+/// may leave one for a moment; it never replaces a loaded registry).
+pub fn is_blank(text: &str) -> bool {
+    text.lines()
+        .map(str::trim)
+        .all(|l| l.is_empty() || l.starts_with('#') || l == "---")
+}
+
+/// Turns raw types into a [`Config`], collecting every problem.
+pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+    let mut p = Problems::default();
+    p.unknown("", &raw.unknown);
+
+    let hub = raw.hub.and_then(|h| {
+        p.check_name("hub", &h);
+        (!h.is_empty()).then_some(h)
+    });
+
+    let client_certificate = raw.client_certificate.and_then(|c| {
+        p.unknown("clientCertificate", &c.unknown);
+        let cert = c.cert_file.unwrap_or_default();
+        let key = c.key_file.unwrap_or_default();
+        if cert.is_empty() {
+            p.push("clientCertificate.certFile", "is required");
+        }
+        if key.is_empty() {
+            p.push("clientCertificate.keyFile", "is required");
+        }
+        (!cert.is_empty() && !key.is_empty()).then_some(ClientCertificate {
+            cert_file: cert,
+            key_file: key,
+        })
+    });
+
+    let defaults_raw = raw.defaults.unwrap_or_default();
+    let defaults = p.policy("defaults", &defaults_raw, &Policy::default());
+
+    // Names are checked for clashes whether or not the rest of the entry is
+    // valid, so a duplicate is reported even next to other problems.
+    let mut names: HashSet<String> = HashSet::new();
+    let mut plugin_names: HashSet<String> = HashSet::new();
+    let mut plugins = Vec::with_capacity(raw.plugins.len());
+    for (i, rp) in raw.plugins.into_iter().enumerate() {
+        let name = rp.name.clone().unwrap_or_default();
+        let at = if name.is_empty() {
+            format!("plugins[{i}]")
+        } else {
+            format!("plugins[{i}] ({name})")
+        };
+        if !name.is_empty() && !names.insert(name.clone()) {
+            p.push(format!("{at}.name"), format!("\"{name}\" is defined twice"));
+        }
+        plugin_names.insert(name);
+        if let Some(plugin) = p.plugin(&at, rp, &defaults) {
+            plugins.push(plugin);
+        }
+    }
+
+    let mut pipelines = Vec::with_capacity(raw.pipelines.len());
+    let mut raw_pipelines = Vec::with_capacity(raw.pipelines.len());
+    let mut pipeline_names: HashSet<String> = HashSet::new();
+    for (i, rp) in raw.pipelines.into_iter().enumerate() {
+        let name = rp.name.clone().unwrap_or_default();
+        let at = if name.is_empty() {
+            format!("pipelines[{i}]")
+        } else {
+            format!("pipelines[{i}] ({name})")
+        };
+        p.unknown(&at, &rp.unknown);
+        if name.is_empty() {
+            p.push(format!("{at}.name"), "is required");
+            continue;
+        }
+        p.check_name(&format!("{at}.name"), &name);
+        if !names.insert(name.clone()) {
+            p.push(
+                format!("{at}.name"),
+                format!("\"{name}\" is already the name of a plugin or pipeline"),
+            );
+        } else {
+            pipeline_names.insert(name.clone());
+        }
+        raw_pipelines.push((at, name, rp.plugins.unwrap_or_default()));
+    }
+    for (at, name, members) in raw_pipelines {
+        if members.is_empty() {
+            p.push(format!("{at}.plugins"), "lists no plugin");
+        }
+        let mut seen = HashSet::new();
+        for (j, member) in members.iter().enumerate() {
+            if !seen.insert(member.as_str()) {
+                p.push(
+                    format!("{at}.plugins[{j}]"),
+                    format!("\"{member}\" is listed twice"),
+                );
+            } else if pipeline_names.contains(member) {
+                p.push(
+                    format!("{at}.plugins[{j}]"),
+                    format!("\"{member}\" is a pipeline; a pipeline may only list plugins"),
+                );
+            } else if !plugin_names.contains(member) && hub.is_none() {
+                // A hub-scoped file may also name shared plugins of other
+                // files: the registry checks those when it combines the files.
+                p.push(
+                    format!("{at}.plugins[{j}]"),
+                    format!("\"{member}\" is not a plugin defined in this file"),
+                );
+            }
+        }
+        pipelines.push(PipelineConfig {
+            name,
+            plugins: members,
+        });
+    }
+
+    p.finish(Config {
+        hub,
+        client_certificate,
+        plugins,
+        pipelines,
+    })
+}
+
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    fn finish<T>(self, value: T) -> Result<T, ConfigError> {
+        if self.0.is_empty() {
+            Ok(value)
+        } else {
+            Err(ConfigError { problems: self.0 })
+        }
+    }
+
+    fn unknown(&mut self, at: &str, unknown: &BTreeMap<String, IgnoredAny>) {
+        for key in unknown.keys() {
+            let path = if at.is_empty() {
+                key.clone()
+            } else {
+                format!("{at}.{key}")
+            };
+            self.push(path, "unknown field");
+        }
+    }
+
+    /// Names go into gRPC metadata and Kubernetes fields: DNS-1123 subdomains.
+    fn check_name(&mut self, at: &str, name: &str) {
+        if let Err(why) = check_dns_subdomain(name) {
+            self.push(at, format!("\"{name}\" {why}"));
+        }
+    }
+
+    fn duration(&mut self, at: String, text: &Option<String>, default: Duration) -> Duration {
+        match text {
+            None => default,
+            Some(t) => match parse_duration(t) {
+                Ok(d) => d,
+                Err(why) => {
+                    self.push(at, format!("\"{t}\" is not a duration ({why})"));
+                    default
+                }
+            },
+        }
+    }
+
+    fn positive_int(
+        &mut self,
+        at: String,
+        value: Option<i64>,
+        default: u32,
+        min: i64,
+        max: i64,
+    ) -> u32 {
+        match value {
+            None => default,
+            Some(v) if (min..=max).contains(&v) => v as u32,
+            Some(v) => {
+                self.push(at, format!("{v} is out of range ({min} to {max})"));
+                default
+            }
+        }
+    }
+
+    /// Validates a policy block over `base` (field-by-field override).
+    fn policy(&mut self, at: &str, raw: &RawPolicy, base: &Policy) -> Policy {
+        let join = |field: &str| {
+            if at.is_empty() {
+                field.to_string()
+            } else {
+                format!("{at}.{field}")
+            }
+        };
+        let timeout = self.duration(join("timeout"), &raw.timeout, base.timeout);
+        if raw.timeout.is_some() && (timeout.is_zero() || timeout > MAX_TIMEOUT) {
+            self.push(
+                join("timeout"),
+                format!("must be more than 0 and at most {}s", MAX_TIMEOUT.as_secs()),
+            );
+        }
+        let failure_policy = match raw.failure_policy.as_deref() {
+            None => base.failure_policy,
+            Some("Fail") => FailurePolicy::Fail,
+            Some("Ignore") => FailurePolicy::Ignore,
+            Some(other) => {
+                self.push(
+                    join("failurePolicy"),
+                    format!("\"{other}\" is not Fail or Ignore"),
+                );
+                base.failure_policy
+            }
+        };
+
+        let r = raw.retry.clone().unwrap_or_default();
+        if raw.retry.is_some() {
+            self.unknown(&join("retry"), &r.unknown);
+        }
+        let retry = RetryPolicy {
+            max_attempts: self.positive_int(
+                join("retry.maxAttempts"),
+                r.max_attempts,
+                base.retry.max_attempts,
+                1,
+                10,
+            ),
+            initial_backoff: self.duration(
+                join("retry.initialBackoff"),
+                &r.initial_backoff,
+                base.retry.initial_backoff,
+            ),
+            max_backoff: self.duration(
+                join("retry.maxBackoff"),
+                &r.max_backoff,
+                base.retry.max_backoff,
+            ),
+            backoff_multiplier: match r.backoff_multiplier {
+                None => base.retry.backoff_multiplier,
+                Some(m) if m.is_finite() && (1.0..=100.0).contains(&m) => m,
+                Some(m) => {
+                    self.push(
+                        join("retry.backoffMultiplier"),
+                        format!("{m} is out of range (1 to 100)"),
+                    );
+                    base.retry.backoff_multiplier
+                }
+            },
+            retryable_codes: match &r.retryable_status_codes {
+                None => base.retry.retryable_codes.clone(),
+                Some(codes) => codes
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, c)| match parse_code(c) {
+                        Some(code) if code != Code::Ok => Some(code),
+                        _ => {
+                            self.push(
+                                join(&format!("retry.retryableStatusCodes[{i}]")),
+                                format!(
+                                    "\"{c}\" is not a gRPC status code name such as UNAVAILABLE"
+                                ),
+                            );
+                            None
+                        }
+                    })
+                    .collect(),
+            },
+        };
+        if retry.initial_backoff.is_zero() {
+            self.push(join("retry.initialBackoff"), "must be more than 0");
+        }
+        if retry.max_backoff < retry.initial_backoff {
+            self.push(join("retry.maxBackoff"), "must be at least initialBackoff");
+        }
+
+        let b = raw.retry_budget.clone().unwrap_or_default();
+        if raw.retry_budget.is_some() {
+            self.unknown(&join("retryBudget"), &b.unknown);
+        }
+        let retry_budget = BudgetPolicy {
+            ratio: match b.ratio {
+                None => base.retry_budget.ratio,
+                Some(r) if r.is_finite() && (0.0..=1000.0).contains(&r) => r,
+                Some(r) => {
+                    self.push(
+                        join("retryBudget.ratio"),
+                        format!("{r} is out of range (0 to 1000)"),
+                    );
+                    base.retry_budget.ratio
+                }
+            },
+            min_per_second: self.positive_int(
+                join("retryBudget.minPerSecond"),
+                b.min_per_second,
+                base.retry_budget.min_per_second,
+                0,
+                1_000_000,
+            ),
+        };
+
+        let c = raw.circuit_breaker.clone().unwrap_or_default();
+        if raw.circuit_breaker.is_some() {
+            self.unknown(&join("circuitBreaker"), &c.unknown);
+        }
+        let circuit_breaker = BreakerPolicy {
+            consecutive_failures: self.positive_int(
+                join("circuitBreaker.consecutiveFailures"),
+                c.consecutive_failures,
+                base.circuit_breaker.consecutive_failures,
+                1,
+                1_000_000,
+            ),
+            open_for: self.duration(
+                join("circuitBreaker.openFor"),
+                &c.open_for,
+                base.circuit_breaker.open_for,
+            ),
+            max_open_for: self.duration(
+                join("circuitBreaker.maxOpenFor"),
+                &c.max_open_for,
+                base.circuit_breaker.max_open_for,
+            ),
+        };
+        if circuit_breaker.open_for.is_zero() {
+            self.push(join("circuitBreaker.openFor"), "must be more than 0");
+        }
+        if circuit_breaker.max_open_for < circuit_breaker.open_for {
+            self.push(
+                join("circuitBreaker.maxOpenFor"),
+                "must be at least openFor",
+            );
+        }
+
+        let max_concurrent_calls = self.positive_int(
+            join("maxConcurrentCalls"),
+            raw.max_concurrent_calls,
+            base.max_concurrent_calls as u32,
+            1,
+            100_000,
+        ) as usize;
+
+        Policy {
+            timeout,
+            failure_policy,
+            retry,
+            retry_budget,
+            circuit_breaker,
+            max_concurrent_calls,
+        }
+    }
+
+    fn plugin(&mut self, at: &str, raw: RawPlugin, defaults: &Policy) -> Option<PluginConfig> {
+        // The flattened policy block also collected the plugin's unknown keys.
+        self.unknown(at, &raw.policy.unknown);
+        let name = raw.name.unwrap_or_default();
+        if name.is_empty() {
+            self.push(format!("{at}.name"), "is required");
+        } else {
+            self.check_name(&format!("{at}.name"), &name);
+        }
+        let endpoint = match raw.endpoint.as_deref() {
+            None | Some("") => {
+                self.push(format!("{at}.endpoint"), "is required");
+                None
+            }
+            Some(e) => match parse_endpoint(e) {
+                Ok(ep) => Some(ep),
+                Err(why) => {
+                    self.push(format!("{at}.endpoint"), format!("\"{e}\" {why}"));
+                    None
+                }
+            },
+        };
+        let insecure = raw.insecure.unwrap_or(false);
+        let transport = match (raw.ca_certificate, insecure) {
+            (Some(_), true) => {
+                self.push(
+                    format!("{at}.insecure"),
+                    "insecure: true and caCertificate exclude each other",
+                );
+                None
+            }
+            (None, true) => Some(Transport::Plaintext),
+            (None, false) => {
+                self.push(
+                    format!("{at}.caCertificate"),
+                    "is required (or set insecure: true explicitly for plaintext)",
+                );
+                None
+            }
+            (Some(ca), false) => {
+                self.unknown(&format!("{at}.caCertificate"), &ca.unknown);
+                match decode_ca_bundle(ca.ca_bundle.as_deref().unwrap_or_default()) {
+                    Ok(pem) => Some(Transport::Tls { ca_bundle_pem: pem }),
+                    Err(why) => {
+                        self.push(format!("{at}.caCertificate.caBundle"), why);
+                        None
+                    }
+                }
+            }
+        };
+        let policy = self.policy(at, &raw.policy, defaults);
+        let hubs = raw.hubs.inspect(|hubs| {
+            if hubs.is_empty() {
+                self.push(
+                    format!("{at}.hubs"),
+                    "is empty: no hub could call the plugin (leave it out to allow every hub)",
+                );
+            }
+            for (i, h) in hubs.iter().enumerate() {
+                self.check_name(&format!("{at}.hubs[{i}]"), h);
+            }
+        });
+        Some(PluginConfig {
+            name,
+            endpoint: endpoint?,
+            transport: transport?,
+            policy,
+            hubs,
+        })
+    }
+}
+
+/// Parses a Go/Kubernetes-style duration: `500ms`, `10s`, `2m`, `1h30m`, `1.5s`.
+/// Units: ns, us (µs), ms, s, m, h. A bare `0` is zero.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let s = text.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err("empty".into());
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("missing unit after \"{rest}\" (use ms, s, m or h)"))?;
+        if num_len == 0 {
+            return Err(format!("expected a number at \"{rest}\""));
+        }
+        let number: f64 = rest[..num_len]
+            .parse()
+            .map_err(|_| format!("bad number \"{}\"", &rest[..num_len]))?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            other => return Err(format!("unknown unit \"{other}\" (use ms, s, m or h)")),
+        };
+        total += number * scale;
+        rest = &rest[unit_len..];
+    }
+    if !total.is_finite() || total > 1e9 {
+        return Err("too large".into());
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+/// Formats a duration the way the config spells it (`500ms`, `10s`, `2m`).
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(60_000) && ms > 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+/// Parses a gRPC status code name (`UNAVAILABLE`, case-insensitive) or number.
+pub fn parse_code(text: &str) -> Option<Code> {
+    if let Ok(n) = text.parse::<i32>() {
+        return (0..=16).contains(&n).then(|| Code::from_i32(n));
+    }
+    let code = match text.to_ascii_uppercase().as_str() {
+        "OK" => Code::Ok,
+        "CANCELLED" => Code::Cancelled,
+        "UNKNOWN" => Code::Unknown,
+        "INVALID_ARGUMENT" => Code::InvalidArgument,
+        "DEADLINE_EXCEEDED" => Code::DeadlineExceeded,
+        "NOT_FOUND" => Code::NotFound,
+        "ALREADY_EXISTS" => Code::AlreadyExists,
+        "PERMISSION_DENIED" => Code::PermissionDenied,
+        "RESOURCE_EXHAUSTED" => Code::ResourceExhausted,
+        "FAILED_PRECONDITION" => Code::FailedPrecondition,
+        "ABORTED" => Code::Aborted,
+        "OUT_OF_RANGE" => Code::OutOfRange,
+        "UNIMPLEMENTED" => Code::Unimplemented,
+        "INTERNAL" => Code::Internal,
+        "UNAVAILABLE" => Code::Unavailable,
+        "DATA_LOSS" => Code::DataLoss,
+        "UNAUTHENTICATED" => Code::Unauthenticated,
+        _ => return None,
+    };
+    Some(code)
+}
+
+/// `host:port`, `[v6]:port`. No scheme: the transport comes from
+/// `caCertificate` / `insecure`.
+pub fn parse_endpoint(text: &str) -> Result<Endpoint, String> {
+    if text.contains("://") {
+        return Err(
+            "must be host:port without a scheme (TLS is chosen by caCertificate or insecure)"
+                .into(),
+        );
+    }
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (h, p) = rest.split_once("]:").ok_or("is not [ipv6]:port")?;
+        (h, p)
+    } else {
+        text.rsplit_once(':').ok_or("is not host:port")?
+    };
+    if host.is_empty() {
+        return Err("has no host".into());
+    }
+    if host.contains(|c: char| c.is_whitespace() || c == '/' || c == '@') {
+        return Err("has an invalid host".into());
+    }
+    let port: u16 = port.parse().map_err(|_| "has an invalid port")?;
+    if port == 0 {
+        return Err("has port 0".into());
+    }
+    Ok(Endpoint {
+        host: host.to_string(),
+        port,
+    })
+}
+
+/// Decodes the design's `caBundle` (base64 of a PEM bundle) and checks that it
+/// holds at least one certificate.
+fn decode_ca_bundle(b64: &str) -> Result<Vec<u8>, String> {
+    if b64.trim().is_empty() {
+        return Err("is required".into());
+    }
+    let cleaned: String = b64.chars().filter(|c| !c.is_whitespace()).collect();
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(cleaned.as_bytes())
+        .map_err(|e| format!("is not base64: {e}"))?;
+    let text =
+        std::str::from_utf8(&pem).map_err(|_| "does not decode to a PEM bundle".to_string())?;
+    if !text.contains("-----BEGIN CERTIFICATE-----") {
+        return Err("does not decode to a PEM bundle holding a CERTIFICATE".into());
+    }
+    Ok(pem)
+}
+
+/// DNS-1123 subdomain: lowercase alphanumerics, `-` and `.`, at most 253
+/// characters, starting and ending with an alphanumeric.
+pub fn check_dns_subdomain(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("is empty");
+    }
+    if name.len() > 253 {
+        return Err("is longer than 253 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    {
+        return Err("may hold only lowercase letters, digits, '-' and '.'");
+    }
+    let first = name.as_bytes()[0];
+    let last = name.as_bytes()[name.len() - 1];
+    if !first.is_ascii_alphanumeric() || !last.is_ascii_alphanumeric() {
+        return Err("must start and end with a letter or digit");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+    fn b64(s: &str) -> String {
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    #[test]
+    fn the_designs_configmap_format_is_valid_as_it_stands() {
+        let text = format!(
+            "plugins:\n  - name: my-rollout-1\n    endpoint: my-rollout.my-namespace:10843\n    caCertificate:\n      caBundle: \"{}\"\n",
+            b64(CA_PEM)
+        );
+        let cfg = parse(&text).expect("valid");
+        assert_eq!(cfg.plugins.len(), 1);
+        let p = &cfg.plugins[0];
+        assert_eq!(p.endpoint.to_string(), "my-rollout.my-namespace:10843");
+        assert!(matches!(p.transport, Transport::Tls { .. }));
+        assert_eq!(p.policy, Policy::default());
+    }
+
+    #[test]
+    fn the_contracts_full_example_is_valid_and_overrides_field_by_field() {
+        let text = r#"
+hub: hub-a
+clientCertificate:
+  certFile: /var/run/secrets/gateway/tls.crt
+  keyFile: /var/run/secrets/gateway/tls.key
+defaults:
+  timeout: 30s
+  failurePolicy: Fail
+  retry:
+    maxAttempts: 3
+    initialBackoff: 100ms
+    maxBackoff: 2s
+    backoffMultiplier: 2
+    retryableStatusCodes: [UNAVAILABLE]
+  retryBudget:
+    ratio: 0.2
+    minPerSecond: 10
+  circuitBreaker:
+    consecutiveFailures: 5
+    openFor: 10s
+    maxOpenFor: 5m
+plugins:
+  - name: smoke-test
+    endpoint: 127.0.0.1:7001
+    insecure: true
+    timeout: 5s
+    failurePolicy: Ignore
+    retry:
+      maxAttempts: 2
+    hubs: [hub-a, hub-b]
+  - name: traffic-weights
+    endpoint: 127.0.0.1:7002
+    insecure: true
+pipelines:
+  - name: safe-canary
+    plugins: [traffic-weights, smoke-test]
+"#;
+        let cfg = parse(text).expect("valid");
+        assert_eq!(cfg.hub.as_deref(), Some("hub-a"));
+        let smoke = &cfg.plugins[0];
+        assert_eq!(smoke.policy.timeout, Duration::from_secs(5));
+        assert_eq!(smoke.policy.failure_policy, FailurePolicy::Ignore);
+        assert_eq!(smoke.policy.retry.max_attempts, 2);
+        // Not overridden: inherited from defaults.
+        assert_eq!(smoke.policy.retry.max_backoff, Duration::from_secs(2));
+        assert_eq!(
+            smoke.policy.circuit_breaker.max_open_for,
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            smoke.hubs.as_deref(),
+            Some(&["hub-a".to_string(), "hub-b".to_string()][..])
+        );
+        assert_eq!(
+            cfg.pipelines[0].plugins,
+            vec!["traffic-weights", "smoke-test"]
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let text = r#"
+plugins:
+  - name: a
+    endpoint: nohost
+    insecure: true
+    timeout: 45s
+  - name: b
+    endpoint: 127.0.0.1:1
+  - name: a
+    endpoint: 127.0.0.1:2
+    insecure: true
+    failurePolicy: Maybe
+    retry:
+      maxAttempts: 0
+      retryableStatusCodes: [UNAVAILBLE]
+    circuitBreaker:
+      openFor: 10x
+  - name: Bad_Name
+    endpoint: http://x:1
+    insecure: true
+    colour: blue
+pipelines:
+  - name: p
+    plugins: [a, ghost, p2]
+  - name: p2
+    plugins: []
+  - name: a
+    plugins: [a]
+"#;
+        let err = parse(text).expect_err("invalid");
+        let all = err.to_string();
+        for needle in [
+            "plugins[0] (a).endpoint: \"nohost\" is not host:port",
+            "plugins[0] (a).timeout: must be more than 0 and at most 30s",
+            "plugins[1] (b).caCertificate: is required",
+            "plugins[2] (a).name: \"a\" is defined twice",
+            "plugins[2] (a).failurePolicy: \"Maybe\" is not Fail or Ignore",
+            "plugins[2] (a).retry.maxAttempts: 0 is out of range",
+            "plugins[2] (a).retry.retryableStatusCodes[0]: \"UNAVAILBLE\"",
+            "plugins[2] (a).circuitBreaker.openFor: \"10x\" is not a duration",
+            "plugins[3] (Bad_Name).name: \"Bad_Name\" may hold only",
+            "plugins[3] (Bad_Name).endpoint: \"http://x:1\" must be host:port without a scheme",
+            "plugins[3] (Bad_Name).colour: unknown field",
+            "pipelines[0] (p).plugins[1]: \"ghost\" is not a plugin defined in this file",
+            "pipelines[0] (p).plugins[2]: \"p2\" is a pipeline",
+            "pipelines[1] (p2).plugins: lists no plugin",
+            "pipelines[2] (a).name: \"a\" is already the name of a plugin or pipeline",
+        ] {
+            assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+        }
+        // A member that is a pipeline is reported once, as a pipeline.
+        assert!(!all.contains("\"p2\" is not a plugin defined"), "{all}");
+        assert_eq!(err.problems.len(), 15, "{all}");
+    }
+
+    #[test]
+    fn ca_bundle_must_be_base64_pem() {
+        let text = "plugins:\n  - name: a\n    endpoint: h:1\n    caCertificate:\n      caBundle: \"!!!\"\n";
+        assert!(
+            parse(text)
+                .expect_err("bad")
+                .to_string()
+                .contains("is not base64")
+        );
+        let text = format!(
+            "plugins:\n  - name: a\n    endpoint: h:1\n    caCertificate:\n      caBundle: \"{}\"\n",
+            b64("hello")
+        );
+        assert!(
+            parse(&text)
+                .expect_err("bad")
+                .to_string()
+                .contains("PEM bundle")
+        );
+        let text = format!(
+            "plugins:\n  - name: a\n    endpoint: h:1\n    insecure: true\n    caCertificate:\n      caBundle: \"{}\"\n",
+            b64(CA_PEM)
+        );
+        assert!(
+            parse(&text)
+                .expect_err("bad")
+                .to_string()
+                .contains("exclude each other")
+        );
+    }
+
+    #[test]
+    fn yaml_syntax_errors_are_reported() {
+        let err = parse("plugins: [\n  - name: a").expect_err("bad yaml");
+        assert!(
+            err.to_string().contains("not a valid registry file"),
+            "{err}"
+        );
+        let err = parse("plugins:\n  - name: [1, 2]\n").expect_err("bad type");
+        assert!(
+            err.to_string().contains("not a valid registry file"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn durations_parse_go_style() {
+        let table = [
+            ("500ms", Some(Duration::from_millis(500))),
+            ("10s", Some(Duration::from_secs(10))),
+            ("2m", Some(Duration::from_secs(120))),
+            ("1h30m", Some(Duration::from_secs(5400))),
+            ("1.5s", Some(Duration::from_millis(1500))),
+            ("250us", Some(Duration::from_micros(250))),
+            ("0", Some(Duration::ZERO)),
+            ("10", None),
+            ("10x", None),
+            ("", None),
+            ("ms", None),
+            ("-1s", None),
+        ];
+        for (text, want) in table {
+            assert_eq!(parse_duration(text).ok(), want, "{text}");
+        }
+        assert_eq!(format_duration(Duration::from_millis(500)), "500ms");
+        assert_eq!(format_duration(Duration::from_secs(10)), "10s");
+        assert_eq!(format_duration(Duration::from_secs(300)), "5m");
+    }
+
+    #[test]
+    fn endpoints_parse() {
+        assert_eq!(
+            parse_endpoint("a.b:10843").map(|e| e.to_string()),
+            Ok("a.b:10843".into())
+        );
+        assert_eq!(parse_endpoint("[::1]:80").map(|e| e.host), Ok("::1".into()));
+        assert!(parse_endpoint("a:0").is_err());
+        assert!(parse_endpoint("a:99999").is_err());
+        assert!(parse_endpoint(":80").is_err());
+    }
+
+    #[test]
+    fn blank_files_are_recognised() {
+        assert!(is_blank(""));
+        assert!(is_blank("\n  \n# only a comment\n---\n"));
+        assert!(!is_blank("plugins: []"));
+    }
+
+    #[test]
+    fn codes_parse_by_name_or_number() {
+        assert_eq!(parse_code("unavailable"), Some(Code::Unavailable));
+        assert_eq!(parse_code("14"), Some(Code::Unavailable));
+        assert_eq!(parse_code("NOPE"), None);
+        assert_eq!(parse_code("17"), None);
+    }
+}

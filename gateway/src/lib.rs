@@ -1,0 +1,25 @@
+//! `rollout-gateway`: the one local gRPC endpoint the ManifestWorkReplicaSet
+//! controller talks to, which routes each rollout hook to the plugins behind
+//! a name.
+//!
+//! The pieces, in the order a call meets them: [`server`] accepts HTTP/2
+//! connections; [`service`] reads the target name and the caller's deadline;
+//! [`registry`] resolves the name in the current snapshot (hot-reloaded from
+//! [`config`] files by [`watch`]); [`router`] calls the plugins through their
+//! [`upstream`] connections (one, a concurrent fan-out, or the ordered mutate
+//! chain checked by [`manifest`]) and merges the answers; [`error`] is the one
+//! place that turns failures into gRPC statuses. [`admin`] serves health and
+//! debug endpoints; [`app`] assembles everything.
+
+pub mod admin;
+pub mod app;
+pub mod config;
+pub mod error;
+pub mod hooks;
+pub mod manifest;
+pub mod registry;
+pub mod router;
+pub mod server;
+pub mod service;
+pub mod upstream;
+pub mod watch;

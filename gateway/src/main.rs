@@ -1,0 +1,134 @@
+//! `rollout-gateway`: parses flags, starts the gateway, prints the listening
+//! line, and drains on SIGTERM or SIGINT. Everything else is in the library.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use rollout_gateway::app::{self, Options, StartError};
+use tokio::signal::unix::{SignalKind, signal};
+
+/// The local gRPC gateway between the ManifestWorkReplicaSet controller and its rollout plugins.
+#[derive(Debug, Parser)]
+#[command(name = "rollout-gateway", version, about)]
+struct Flags {
+    /// A registry file; repeatable (central mode: one per hub). Reloaded on change.
+    #[arg(
+        long = "config",
+        env = "ROLLOUT_GATEWAY_CONFIG",
+        value_delimiter = ',',
+        default_value = "/var/run/config/work/config.yaml"
+    )]
+    configs: Vec<PathBuf>,
+    /// gRPC address for the controller.
+    #[arg(
+        long,
+        env = "ROLLOUT_GATEWAY_LISTEN",
+        default_value = "127.0.0.1:10843"
+    )]
+    listen: SocketAddr,
+    /// HTTP admin address (/healthz, /readyz, /debug/plugins).
+    #[arg(
+        long,
+        env = "ROLLOUT_GATEWAY_ADMIN_LISTEN",
+        default_value = "127.0.0.1:10844"
+    )]
+    admin_listen: SocketAddr,
+    /// Largest gRPC message accepted or sent.
+    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    max_message_bytes: usize,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Exit status for a bad start-up configuration (sysexits' EX_USAGE, as the
+/// contract fixes it).
+const EXIT_BAD_CONFIG: u8 = 64;
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    init_logging(flags.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(error) => {
+            eprintln!("rollout-gateway: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(flags))
+}
+
+async fn run(flags: Flags) -> ExitCode {
+    // Signal handlers first: a SIGTERM right after the listening line must drain.
+    let (mut term, mut int) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("rollout-gateway: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = Options {
+        configs: flags.configs,
+        listen: flags.listen,
+        admin_listen: flags.admin_listen,
+        max_message_bytes: flags.max_message_bytes,
+        ..Options::default()
+    };
+    let running = match app::start(options).await {
+        Ok(r) => r,
+        Err(StartError::Config(problems)) => {
+            eprintln!("rollout-gateway: invalid plugin registry:");
+            for p in problems {
+                eprintln!("  {p}");
+            }
+            return ExitCode::from(EXIT_BAD_CONFIG);
+        }
+        Err(error) => {
+            eprintln!("rollout-gateway: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "rollout-gateway listening grpc={} admin={}",
+            running.grpc_addr, running.admin_addr
+        );
+        let _ = out.flush();
+    }
+    tracing::info!(grpc = %running.grpc_addr, admin = %running.admin_addr, "listening");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: draining"),
+        _ = int.recv() => tracing::info!("SIGINT: draining"),
+    }
+    running.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

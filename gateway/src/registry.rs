@@ -1,0 +1,608 @@
+//! The plugin registry: an immutable [`Snapshot`] behind an `ArcSwap`.
+//!
+//! Each registry source (a `--config` file, later a watched ConfigMap) holds
+//! its last valid [`Config`]. A change to a source is parsed and validated on
+//! its own, then every source is combined into a new snapshot (hub scopes,
+//! name clashes across files, pipelines naming shared plugins) and stored in
+//! one atomic swap. A change that fails keeps the previous snapshot, and is
+//! recorded for `/debug/plugins` and counted. Calls load the snapshot once and
+//! finish on it, whatever reloads happen meanwhile.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use arc_swap::ArcSwapOption;
+use rollout_policies::Policy;
+
+use crate::config::{
+    self, ClientCertificate, Config, ConfigError, Endpoint, PipelineConfig, Problem,
+};
+use crate::upstream::{ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
+
+/// A registered plugin, as one snapshot sees it.
+#[derive(Debug)]
+pub struct Plugin {
+    pub name: String,
+    /// The hub whose file defines it; `None` = shared.
+    pub hub: Option<String>,
+    pub endpoint: Endpoint,
+    pub policy: Policy,
+    pub hubs: Option<Vec<String>>,
+    pub upstream: Arc<Upstream>,
+}
+
+impl Plugin {
+    /// Whether `caller` (the calling hub, `None` when the caller has no hub
+    /// identity) may call this plugin.
+    pub fn allows(&self, caller: Option<&str>) -> bool {
+        match (&self.hubs, caller) {
+            (None, _) => true,
+            (Some(hubs), Some(c)) => hubs.iter().any(|h| h == c),
+            (Some(_), None) => false,
+        }
+    }
+}
+
+/// What a name in the registry stands for.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Plugin(Arc<Plugin>),
+    /// An ordered list of plugins.
+    Pipeline {
+        name: String,
+        members: Vec<Arc<Plugin>>,
+    },
+}
+
+impl Target {
+    /// The members, in order (one for a plugin).
+    pub fn members(&self) -> &[Arc<Plugin>] {
+        match self {
+            Target::Plugin(p) => std::slice::from_ref(p),
+            Target::Pipeline { members, .. } => members,
+        }
+    }
+
+    pub fn is_pipeline(&self) -> bool {
+        matches!(self, Target::Pipeline { .. })
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Target::Plugin(p) => &p.name,
+            Target::Pipeline { name, .. } => name,
+        }
+    }
+}
+
+/// Why a name could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolveError {
+    NotFound {
+        name: String,
+        hub: Option<String>,
+    },
+    /// The caller's hub may not call `plugin` (the target or a member of it).
+    PermissionDenied {
+        name: String,
+        plugin: String,
+        hub: Option<String>,
+    },
+}
+
+/// One immutable view of the registry.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub generation: u64,
+    /// Scope (hub, or `None` for shared) → name → target.
+    scopes: HashMap<Option<String>, HashMap<String, Target>>,
+    /// Every plugin, in file order, for listing.
+    pub plugins: Vec<Arc<Plugin>>,
+    /// Every pipeline with its scope, for listing.
+    pub pipelines: Vec<(Option<String>, PipelineConfig)>,
+}
+
+impl Snapshot {
+    /// Resolves `name` for a caller: in the caller's hub scope first, then the
+    /// shared one; then checks that the caller's hub may call every plugin
+    /// behind the name.
+    pub fn resolve(&self, caller: Option<&str>, name: &str) -> Result<&Target, ResolveError> {
+        let own = caller.and_then(|hub| {
+            self.scopes
+                .get(&Some(hub.to_string()))
+                .and_then(|s| s.get(name))
+        });
+        let target = own
+            .or_else(|| self.scopes.get(&None).and_then(|s| s.get(name)))
+            .ok_or_else(|| ResolveError::NotFound {
+                name: name.to_string(),
+                hub: caller.map(str::to_string),
+            })?;
+        if let Some(denied) = target.members().iter().find(|p| !p.allows(caller)) {
+            return Err(ResolveError::PermissionDenied {
+                name: name.to_string(),
+                plugin: denied.name.clone(),
+                hub: caller.map(str::to_string),
+            });
+        }
+        Ok(target)
+    }
+}
+
+/// Where a source's text came from, for messages and listings.
+#[derive(Debug, Clone)]
+pub struct SourceInfo {
+    pub label: String,
+}
+
+#[derive(Debug, Default)]
+struct SourceState {
+    label: String,
+    /// The last valid config of this source.
+    config: Option<Config>,
+    /// The text last applied (valid or not), to ignore events that changed nothing.
+    last_text: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    sources: Vec<SourceState>,
+    last_error: Option<String>,
+}
+
+/// What became of a change to a source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// A new snapshot was stored with this generation.
+    Loaded(u64),
+    /// The text is the same as last time: nothing to do.
+    Unchanged,
+    /// The text is blank: it never replaces a loaded registry.
+    Blank,
+}
+
+/// A change that was rejected: the previous snapshot stays.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{source_label}: {error}")]
+pub struct ReloadError {
+    pub source_label: String,
+    pub error: ConfigError,
+}
+
+/// The registry shared by the gRPC service, the admin endpoints and the watchers.
+#[derive(Debug)]
+pub struct Registry {
+    current: ArcSwapOption<Snapshot>,
+    inner: Mutex<Inner>,
+    generation: AtomicU64,
+    reload_success: AtomicU64,
+    reload_failure: AtomicU64,
+    draining: AtomicBool,
+    settings: ChannelSettings,
+    /// Upstreams created by the last reload, whose own Initialize is pending.
+    fresh: Mutex<Vec<(Option<String>, Arc<Upstream>)>>,
+}
+
+impl Registry {
+    /// A registry with one slot per source, nothing loaded.
+    pub fn new(sources: Vec<SourceInfo>, settings: ChannelSettings) -> Registry {
+        Registry {
+            current: ArcSwapOption::empty(),
+            inner: Mutex::new(Inner {
+                sources: sources
+                    .into_iter()
+                    .map(|s| SourceState {
+                        label: s.label,
+                        ..Default::default()
+                    })
+                    .collect(),
+                last_error: None,
+            }),
+            generation: AtomicU64::new(0),
+            reload_success: AtomicU64::new(0),
+            reload_failure: AtomicU64::new(0),
+            draining: AtomicBool::new(false),
+            settings,
+            fresh: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The current snapshot, `None` until a valid registry has been loaded.
+    pub fn load(&self) -> Option<Arc<Snapshot>> {
+        self.current.load_full()
+    }
+
+    /// Ready: a registry is loaded and the gateway is not draining.
+    pub fn is_ready(&self) -> bool {
+        self.current.load().is_some() && !self.draining.load(Ordering::Relaxed)
+    }
+
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// The last rejected change, until a later change loads.
+    pub fn last_error(&self) -> Option<String> {
+        self.lock().last_error.clone()
+    }
+
+    /// Counts of successful and failed reloads.
+    pub fn reload_counts(&self) -> (u64, u64) {
+        (
+            self.reload_success.load(Ordering::Relaxed),
+            self.reload_failure.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The labels of the sources.
+    pub fn source_labels(&self) -> Vec<String> {
+        self.lock()
+            .sources
+            .iter()
+            .map(|s| s.label.clone())
+            .collect()
+    }
+
+    /// The upstreams created by the reloads since the last call (the gateway
+    /// sends each its own Initialize to learn its hooks).
+    pub fn take_fresh_upstreams(&self) -> Vec<(Option<String>, Arc<Upstream>)> {
+        std::mem::take(&mut *self.fresh.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves consistent data (every update
+        // is a whole assignment), so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records that a source could not be read (missing file, API error).
+    pub fn source_failed(&self, source: usize, message: String) {
+        let mut inner = self.lock();
+        let label = inner
+            .sources
+            .get(source)
+            .map(|s| s.label.clone())
+            .unwrap_or_default();
+        inner.last_error = Some(format!("{label}: {message}"));
+        // Reading it again later must apply even identical text.
+        if let Some(s) = inner.sources.get_mut(source) {
+            s.last_text = None;
+        }
+        self.reload_failure.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Applies new text for `source`: parse, validate, combine with the other
+    /// sources, store. On error the previous snapshot stays.
+    pub fn apply(&self, source: usize, text: &str) -> Result<Applied, ReloadError> {
+        let mut inner = self.lock();
+        let label = inner
+            .sources
+            .get(source)
+            .map(|s| s.label.clone())
+            .unwrap_or_default();
+        if inner
+            .sources
+            .get(source)
+            .and_then(|s| s.last_text.as_deref())
+            == Some(text)
+        {
+            return Ok(Applied::Unchanged);
+        }
+        if config::is_blank(text) {
+            return Ok(Applied::Blank);
+        }
+        if let Some(s) = inner.sources.get_mut(source) {
+            s.last_text = Some(text.to_string());
+        }
+        let result = config::parse(text).and_then(|cfg| {
+            let mut configs: Vec<Option<&Config>> =
+                inner.sources.iter().map(|s| s.config.as_ref()).collect();
+            configs[source] = Some(&cfg);
+            let snapshot = self.build(&configs, &inner.sources)?;
+            Ok((cfg, snapshot))
+        });
+        match result {
+            Ok((cfg, (snapshot, fresh))) => {
+                inner.sources[source].config = Some(cfg);
+                inner.last_error = None;
+                let generation = snapshot.generation;
+                self.current.store(Some(Arc::new(snapshot)));
+                self.fresh
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(fresh);
+                self.reload_success.fetch_add(1, Ordering::Relaxed);
+                Ok(Applied::Loaded(generation))
+            }
+            Err(error) => {
+                let err = ReloadError {
+                    source_label: label,
+                    error,
+                };
+                inner.last_error = Some(err.to_string());
+                self.reload_failure.fetch_add(1, Ordering::Relaxed);
+                Err(err)
+            }
+        }
+    }
+
+    /// Combines the sources' configs into a snapshot, reusing the upstream of
+    /// every plugin whose endpoint and TLS settings did not change.
+    #[allow(clippy::type_complexity)]
+    fn build(
+        &self,
+        configs: &[Option<&Config>],
+        sources: &[SourceState],
+    ) -> Result<(Snapshot, Vec<(Option<String>, Arc<Upstream>)>), ConfigError> {
+        let previous = self.current.load_full();
+        let mut problems = Vec::new();
+        let mut scopes: HashMap<Option<String>, HashMap<String, Target>> = HashMap::new();
+        let mut plugins = Vec::new();
+        let mut fresh = Vec::new();
+
+        // Plugins first, so pipelines of any file can name them.
+        for (si, cfg) in configs.iter().enumerate() {
+            let Some(cfg) = cfg else { continue };
+            let label = &sources[si].label;
+            let identity = match &cfg.client_certificate {
+                None => None,
+                Some(cc) => match read_identity(cc) {
+                    Ok(id) => Some(id),
+                    Err(message) => {
+                        problems.push(Problem {
+                            path: format!("{label}: clientCertificate"),
+                            message,
+                        });
+                        continue;
+                    }
+                },
+            };
+            let scope = scopes.entry(cfg.hub.clone()).or_default();
+            for (pi, pc) in cfg.plugins.iter().enumerate() {
+                let at = format!("{label}: plugins[{pi}] ({})", pc.name);
+                if scope.contains_key(&pc.name) {
+                    problems.push(Problem {
+                        path: at,
+                        message: format!(
+                            "\"{}\" is already defined by another file for the same hub",
+                            pc.name
+                        ),
+                    });
+                    continue;
+                }
+                let key = UpstreamKey {
+                    endpoint: pc.endpoint.clone(),
+                    transport: pc.transport.clone(),
+                    client_identity: identity.clone(),
+                };
+                let kept = previous.as_ref().and_then(|snap| {
+                    snap.scopes
+                        .get(&cfg.hub)
+                        .and_then(|s| s.get(&pc.name))
+                        .and_then(|t| match t {
+                            Target::Plugin(p) if *p.upstream.key() == key => {
+                                Some(p.upstream.clone())
+                            }
+                            _ => None,
+                        })
+                });
+                let upstream = match kept {
+                    Some(u) => u,
+                    None => match Upstream::new(key, &self.settings) {
+                        Ok(u) => {
+                            let u = Arc::new(u);
+                            fresh.push((cfg.hub.clone(), u.clone()));
+                            u
+                        }
+                        Err(e) => {
+                            problems.push(Problem {
+                                path: at,
+                                message: e.to_string(),
+                            });
+                            continue;
+                        }
+                    },
+                };
+                let plugin = Arc::new(Plugin {
+                    name: pc.name.clone(),
+                    hub: cfg.hub.clone(),
+                    endpoint: pc.endpoint.clone(),
+                    policy: pc.policy.clone(),
+                    hubs: pc.hubs.clone(),
+                    upstream,
+                });
+                scope.insert(pc.name.clone(), Target::Plugin(plugin.clone()));
+                plugins.push(plugin);
+            }
+        }
+
+        let mut pipelines = Vec::new();
+        let mut resolved_pipelines = Vec::new();
+        for (si, cfg) in configs.iter().enumerate() {
+            let Some(cfg) = cfg else { continue };
+            let label = &sources[si].label;
+            for (pi, pl) in cfg.pipelines.iter().enumerate() {
+                let at = format!("{label}: pipelines[{pi}] ({})", pl.name);
+                let mut members = Vec::with_capacity(pl.plugins.len());
+                for (mi, member) in pl.plugins.iter().enumerate() {
+                    let own = scopes.get(&cfg.hub).and_then(|s| s.get(member));
+                    let found = own.or_else(|| {
+                        cfg.hub
+                            .as_ref()
+                            .and_then(|_| scopes.get(&None).and_then(|s| s.get(member)))
+                    });
+                    match found {
+                        Some(Target::Plugin(p)) => members.push(p.clone()),
+                        _ => problems.push(Problem {
+                            path: format!("{at}.plugins[{mi}]"),
+                            message: match &cfg.hub {
+                                Some(h) => format!(
+                                    "\"{member}\" is not a plugin of hub {h} or a shared plugin"
+                                ),
+                                None => format!("\"{member}\" is not a shared plugin"),
+                            },
+                        }),
+                    }
+                }
+                resolved_pipelines.push((cfg.hub.clone(), pl.name.clone(), members, at));
+                pipelines.push((cfg.hub.clone(), pl.clone()));
+            }
+        }
+        for (hub, name, members, at) in resolved_pipelines {
+            let scope = scopes.entry(hub).or_default();
+            if scope.contains_key(&name) {
+                problems.push(Problem {
+                    path: at,
+                    message: format!(
+                        "\"{name}\" is already defined by another file for the same hub"
+                    ),
+                });
+                continue;
+            }
+            scope.insert(name.clone(), Target::Pipeline { name, members });
+        }
+
+        if !problems.is_empty() {
+            return Err(ConfigError { problems });
+        }
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        Ok((
+            Snapshot {
+                generation,
+                scopes,
+                plugins,
+                pipelines,
+            },
+            fresh,
+        ))
+    }
+}
+
+fn read_identity(cc: &ClientCertificate) -> Result<ClientIdentity, String> {
+    let cert_pem = std::fs::read(&cc.cert_file)
+        .map_err(|e| format!("cannot read certFile {}: {e}", cc.cert_file))?;
+    let key_pem = std::fs::read(&cc.key_file)
+        .map_err(|e| format!("cannot read keyFile {}: {e}", cc.key_file))?;
+    Ok(ClientIdentity { cert_pem, key_pem })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry(n: usize) -> Registry {
+        Registry::new(
+            (0..n)
+                .map(|i| SourceInfo {
+                    label: format!("file{i}"),
+                })
+                .collect(),
+            ChannelSettings::default(),
+        )
+    }
+
+    const SHARED: &str = "plugins:\n  - name: a\n    endpoint: 127.0.0.1:7001\n    insecure: true\n  - name: b\n    endpoint: 127.0.0.1:7002\n    insecure: true\n    hubs: [hub-b]\n";
+    const HUB_A: &str = "hub: hub-a\nplugins:\n  - name: mine\n    endpoint: 127.0.0.1:7003\n    insecure: true\npipelines:\n  - name: p\n    plugins: [mine, a]\n";
+
+    #[tokio::test]
+    async fn hub_scopes_resolve_own_first_then_shared() {
+        let r = registry(2);
+        r.apply(0, SHARED).expect("shared");
+        r.apply(1, HUB_A).expect("hub-a");
+        let snap = r.load().expect("loaded");
+        assert_eq!(snap.generation, 2);
+        assert!(matches!(
+            snap.resolve(Some("hub-a"), "mine"),
+            Ok(Target::Plugin(_))
+        ));
+        assert_eq!(
+            snap.resolve(Some("hub-a"), "p").map(|t| t.members().len()),
+            Ok(2)
+        );
+        assert!(snap.resolve(Some("hub-a"), "a").is_ok());
+        assert_eq!(
+            snap.resolve(Some("hub-b"), "mine").map(|_| ()),
+            Err(ResolveError::NotFound {
+                name: "mine".into(),
+                hub: Some("hub-b".into())
+            })
+        );
+        assert!(matches!(
+            snap.resolve(Some("hub-a"), "b"),
+            Err(ResolveError::PermissionDenied { .. })
+        ));
+        assert!(snap.resolve(Some("hub-b"), "b").is_ok());
+        // No hub identity: only shared names, and `hubs:` plugins are denied.
+        assert!(matches!(
+            snap.resolve(None, "mine"),
+            Err(ResolveError::NotFound { .. })
+        ));
+        assert!(matches!(
+            snap.resolve(None, "b"),
+            Err(ResolveError::PermissionDenied { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_bad_change_keeps_the_previous_snapshot_and_is_recorded() {
+        let r = registry(1);
+        r.apply(0, SHARED).expect("ok");
+        let before = r.load().expect("loaded");
+        let err = r
+            .apply(0, "plugins:\n  - name: a\n    endpoint: x\n")
+            .expect_err("bad");
+        assert!(err.to_string().starts_with("file0: "), "{err}");
+        assert!(Arc::ptr_eq(&before, &r.load().expect("still loaded")));
+        assert!(r.last_error().is_some());
+        assert_eq!(r.reload_counts(), (1, 1));
+        // Blank text never replaces a registry; identical text is a no-op.
+        assert_eq!(r.apply(0, "\n").ok(), Some(Applied::Blank));
+        assert_eq!(r.apply(0, SHARED).ok(), Some(Applied::Loaded(2)));
+        assert_eq!(r.apply(0, SHARED).ok(), Some(Applied::Unchanged));
+        assert!(r.last_error().is_none());
+    }
+
+    #[tokio::test]
+    async fn unchanged_endpoints_keep_their_upstream() {
+        let r = registry(1);
+        r.apply(0, SHARED).expect("ok");
+        let s1 = r.load().expect("loaded");
+        let changed = SHARED.replace("127.0.0.1:7002", "127.0.0.1:7009");
+        r.apply(0, &changed).expect("ok");
+        let s2 = r.load().expect("loaded");
+        let up = |s: &Snapshot, n: &str| match s.resolve(Some("hub-b"), n) {
+            Ok(Target::Plugin(p)) => p.upstream.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert!(Arc::ptr_eq(&up(&s1, "a"), &up(&s2, "a")));
+        assert!(!Arc::ptr_eq(&up(&s1, "b"), &up(&s2, "b")));
+    }
+
+    #[tokio::test]
+    async fn clashes_across_files_and_unknown_members_are_rejected() {
+        let r = registry(2);
+        r.apply(0, SHARED).expect("ok");
+        let err = r.apply(1, SHARED).expect_err("clash");
+        assert!(
+            err.to_string().contains("already defined by another file"),
+            "{err}"
+        );
+        let err = r
+            .apply(
+                1,
+                "hub: hub-a\npipelines:\n  - name: p\n    plugins: [ghost]\n",
+            )
+            .expect_err("unknown member");
+        assert!(
+            err.to_string()
+                .contains("\"ghost\" is not a plugin of hub hub-a or a shared plugin"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,297 @@
+//! Routing one hook call to its target: a single plugin, a concurrent fan-out
+//! over a pipeline's members (Initialize, BeginRollout, ProgressRollout,
+//! ValidateRolloutCompletion), or the ordered MutateManifestWork chain.
+//!
+//! Each member call is bounded by the sooner of the caller's deadline and the
+//! member's own `timeout`. A member that does not implement the hook is not
+//! called (or, answering UNIMPLEMENTED, is skipped); a member that fails is
+//! dropped (failure policy `Ignore`) or fails the call (`Fail`). The answers
+//! are merged by `rollout_policies::merge`.
+
+use bytes::Bytes;
+use futures::future::join_all;
+use rollout_policies::FailurePolicy;
+use rollout_policies::merge::{self, Failure, Member, Merged, Outcome};
+use rollout_proto::v1alpha1::{
+    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, RolloutPluginRequest,
+    ValidateCompletionRequest, ValidateResponse,
+};
+use serde_json::Value;
+use tokio::time::Instant;
+use tonic::metadata::MetadataMap;
+use tonic::{Code, Status};
+
+use crate::error::GatewayError;
+use crate::hooks::{HookKind, HookRequest, HookResponse};
+use crate::manifest;
+use crate::registry::{Plugin, Target};
+
+/// What every member call of one gateway call shares.
+#[derive(Debug)]
+pub struct CallContext<'a> {
+    pub target: &'a Target,
+    /// The caller's deadline (`grpc-timeout`), if it sent one.
+    pub deadline: Option<Instant>,
+    /// Caller metadata forwarded to each plugin (trace context).
+    pub forward: &'a MetadataMap,
+}
+
+/// The result of a mutate chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mutated {
+    /// The final ManifestWork; empty when no member answered with one ("unchanged").
+    pub manifest_work: Bytes,
+    /// Members that changed the object (as a JSON value), in order.
+    pub mutated_by: Vec<String>,
+    pub failed_open: Vec<String>,
+}
+
+impl CallContext<'_> {
+    /// Calls one member and classifies its answer.
+    async fn call(&self, plugin: &Plugin, request: HookRequest) -> Outcome<HookResponse> {
+        let kind = request.kind();
+        if plugin.upstream.skips(kind) {
+            return Outcome::Skipped;
+        }
+        let own = Instant::now() + plugin.policy.timeout;
+        let deadline = match self.deadline {
+            Some(d) if d < own => d,
+            _ => own,
+        };
+        match plugin.upstream.call(request, deadline, self.forward).await {
+            Ok(answer) => Outcome::Answered(answer),
+            Err(status) if status.code() == Code::Unimplemented => Outcome::Skipped,
+            Err(status) => classify_failure(plugin, failure(&status)),
+        }
+    }
+
+    /// Sends the same request to every member concurrently; results in member order.
+    async fn fan_out(&self, request: HookRequest) -> Vec<Member<HookResponse>> {
+        let members = self.target.members();
+        if let [only] = members {
+            let outcome = self.call(only, request).await;
+            return vec![Member {
+                name: only.name.clone(),
+                outcome,
+            }];
+        }
+        let calls = members.iter().map(|p| {
+            let request = request.clone();
+            async move {
+                Member {
+                    name: p.name.clone(),
+                    outcome: self.call(p, request).await,
+                }
+            }
+        });
+        join_all(calls).await
+    }
+
+    /// Initialize: every member; learns each member's hooks on the way.
+    pub async fn initialize(
+        &self,
+        request: InitializeRequest,
+    ) -> Result<Merged<InitializeResponse>, GatewayError> {
+        let members = self.fan_out(HookRequest::Initialize(request)).await;
+        let members = narrow(members, |r| match r {
+            HookResponse::Initialize(i) => Some(i),
+            _ => None,
+        });
+        Ok(merge::merge_initialize(
+            self.target.name(),
+            !self.target.is_pipeline(),
+            members,
+        )?)
+    }
+
+    /// BeginRollout or ProgressRollout.
+    pub async fn ack(
+        &self,
+        kind: HookKind,
+        request: RolloutPluginRequest,
+    ) -> Result<Merged<()>, GatewayError> {
+        let request = match kind {
+            HookKind::BeginRollout => HookRequest::BeginRollout(request),
+            _ => HookRequest::ProgressRollout(request),
+        };
+        let members = self.fan_out(request).await;
+        let members = narrow(members, |r| match r {
+            HookResponse::Empty => Some(()),
+            _ => None,
+        });
+        Ok(merge::merge_ack(members)?)
+    }
+
+    /// ValidateRolloutCompletion.
+    pub async fn validate(
+        &self,
+        request: ValidateCompletionRequest,
+    ) -> Result<Merged<ValidateResponse>, GatewayError> {
+        let members = self
+            .fan_out(HookRequest::ValidateRolloutCompletion(request))
+            .await;
+        let members = narrow(members, |r| match r {
+            HookResponse::ValidateRolloutCompletion(v) => Some(v),
+            _ => None,
+        });
+        Ok(merge::merge_validate(!self.target.is_pipeline(), members)?)
+    }
+
+    /// MutateManifestWork: members one after another, each receiving the
+    /// previous output. Returns the failed-open members with the error too.
+    pub async fn mutate(
+        &self,
+        request: MutateManifestWorkRequest,
+    ) -> Result<Mutated, (GatewayError, Vec<String>)> {
+        let MutateManifestWorkRequest {
+            rollout,
+            manifest_work,
+        } = request;
+        let mut current = manifest_work;
+        // The parsed form of `current`, once some member changed the bytes.
+        let mut current_value: Option<Value> = None;
+        let mut answered = false;
+        let mut mutated_by = Vec::new();
+        let mut failed_open = Vec::new();
+
+        for plugin in self.target.members() {
+            let step = HookRequest::MutateManifestWork(MutateManifestWorkRequest {
+                rollout: rollout.clone(),
+                manifest_work: current.clone(),
+            });
+            let outcome = match self.call(plugin, step).await {
+                Outcome::Answered(HookResponse::MutateManifestWork(answer)) => {
+                    let output = answer.manifest_work;
+                    if output.is_empty() {
+                        continue;
+                    }
+                    answered = true;
+                    // The common case, a plugin that changed nothing and echoed
+                    // its input: no JSON parsing at all.
+                    if output == current {
+                        continue;
+                    }
+                    match check_mutation(&current, &mut current_value, &output) {
+                        Ok((value, changed)) => {
+                            if changed {
+                                mutated_by.push(plugin.name.clone());
+                            }
+                            current = output;
+                            current_value = Some(value);
+                            continue;
+                        }
+                        Err(CheckError::BadInput(why)) => {
+                            return Err((
+                                GatewayError::InvalidRequest(format!(
+                                    "the ManifestWork to mutate {why}"
+                                )),
+                                failed_open,
+                            ));
+                        }
+                        Err(CheckError::BadAnswer(f)) => classify_failure(plugin, f),
+                    }
+                }
+                Outcome::Answered(_) => classify_failure(plugin, wrong_answer()),
+                other => other,
+            };
+            match outcome {
+                Outcome::Skipped | Outcome::Answered(_) => {}
+                Outcome::FailedOpen(_) => failed_open.push(plugin.name.clone()),
+                Outcome::Failed(f) => {
+                    return Err((
+                        GatewayError::plugin(&plugin.name, f.code, &f.message),
+                        failed_open,
+                    ));
+                }
+            }
+        }
+        Ok(Mutated {
+            manifest_work: if answered { current } else { Bytes::new() },
+            mutated_by,
+            failed_open,
+        })
+    }
+}
+
+enum CheckError {
+    /// The caller's own ManifestWork is unusable.
+    BadInput(String),
+    /// The member's answer breaks the contract.
+    BadAnswer(Failure),
+}
+
+/// Checks a member's changed bytes: a JSON object keeping the identity fields.
+/// Returns the parsed output and whether it differs from the input as a value.
+fn check_mutation(
+    input: &Bytes,
+    input_value: &mut Option<Value>,
+    output: &Bytes,
+) -> Result<(Value, bool), CheckError> {
+    let out = manifest::parse_object(output).map_err(|why| {
+        CheckError::BadAnswer(Failure {
+            code: Code::Internal,
+            message: format!("returned a ManifestWork that {why}"),
+        })
+    })?;
+    let input_value = match input_value {
+        Some(v) => v,
+        None => input_value.insert(manifest::parse_object(input).map_err(CheckError::BadInput)?),
+    };
+    if let Some((field, before, after)) = manifest::identity_change(input_value, &out) {
+        return Err(CheckError::BadAnswer(Failure {
+            code: Code::Internal,
+            message: format!(
+                "returned a ManifestWork that changes {field} from {before} to {after}"
+            ),
+        }));
+    }
+    let changed = *input_value != out;
+    Ok((out, changed))
+}
+
+fn failure(status: &Status) -> Failure {
+    Failure {
+        code: status.code(),
+        message: status.message().to_string(),
+    }
+}
+
+fn wrong_answer() -> Failure {
+    Failure {
+        code: Code::Internal,
+        message: "answered with the wrong message type".into(),
+    }
+}
+
+fn classify_failure<T>(plugin: &Plugin, f: Failure) -> Outcome<T> {
+    match plugin.policy.failure_policy {
+        FailurePolicy::Ignore => {
+            tracing::warn!(plugin = %plugin.name, code = ?f.code, message = %f.message, "plugin failed; skipped (failurePolicy: Ignore)");
+            Outcome::FailedOpen(f)
+        }
+        FailurePolicy::Fail => Outcome::Failed(f),
+    }
+}
+
+/// Narrows the generic answers to one hook's type (a wrong type is the
+/// member's failure, which cannot happen with a well-behaved client).
+fn narrow<T>(
+    members: Vec<Member<HookResponse>>,
+    pick: impl Fn(HookResponse) -> Option<T>,
+) -> Vec<Member<T>> {
+    members
+        .into_iter()
+        .map(|m| Member {
+            outcome: match m.outcome {
+                Outcome::Answered(r) => match pick(r) {
+                    Some(v) => Outcome::Answered(v),
+                    None => Outcome::Failed(wrong_answer()),
+                },
+                Outcome::Skipped => Outcome::Skipped,
+                Outcome::FailedOpen(f) => Outcome::FailedOpen(f),
+                Outcome::Failed(f) => Outcome::Failed(f),
+            },
+            name: m.name,
+        })
+        .collect()
+}

@@ -1,0 +1,189 @@
+//! The gRPC listener: a hyper HTTP/2 accept loop around the gateway service.
+//!
+//! The gateway runs its own loop rather than tonic's `Server` for three
+//! reasons: an expired `grpc-timeout` must answer DEADLINE_EXCEEDED (tonic's
+//! server layer answers CANCELLED), central mode needs the peer certificate of
+//! each connection to know the calling hub, and draining on SIGTERM must wait
+//! for in-flight calls for a bounded time. A bad connection (garbage bytes, a
+//! failed handshake) only ends that connection.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+use http_body::{Body, Frame, SizeHint};
+use hyper::server::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use rollout_proto::v1alpha1::rollout_plugin_service_server::RolloutPluginServiceServer;
+use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY};
+use tokio::net::TcpListener;
+use tower::ServiceBuilder;
+
+use crate::service::GatewayService;
+
+/// HTTP/2 settings of the gRPC listener.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// How long a drain waits for in-flight calls before closing connections.
+    pub drain_timeout: Duration,
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            drain_timeout: Duration::from_secs(10),
+            max_concurrent_streams: 1024,
+        }
+    }
+}
+
+/// Serves `service` on `listener` until `shutdown` resolves, then stops
+/// accepting, lets in-flight calls finish (up to the drain timeout) and returns.
+pub async fn serve(
+    listener: TcpListener,
+    service: RolloutPluginServiceServer<GatewayService>,
+    settings: ServerSettings,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(settings.max_concurrent_streams)
+        // Large windows so a 64 KiB ManifestWork arrives without waiting for a
+        // WINDOW_UPDATE round trip, and multi-MiB ones stream.
+        .initial_stream_window_size(4 * 1024 * 1024)
+        .initial_connection_window_size(8 * 1024 * 1024)
+        .max_frame_size(64 * 1024)
+        .max_header_list_size(64 * 1024)
+        .keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(10));
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off briefly
+                    // rather than spin.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let svc = ServiceBuilder::new()
+            // Hook metadata travels in the trailers, after the answer.
+            .map_response(metadata_to_trailers)
+            .service(service.clone());
+        let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(error) = conn.await {
+                tracing::debug!(%peer, %error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!(connections = graceful.count(), "draining");
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("drained"),
+        () = tokio::time::sleep(settings.drain_timeout) => {
+            tracing::warn!(timeout_secs = settings.drain_timeout.as_secs(), "drain timed out; closing the remaining connections");
+        }
+    }
+}
+
+const TRAILER_KEYS: [&str; 2] = [MUTATED_BY_METADATA_KEY, FAILED_OPEN_METADATA_KEY];
+
+/// Moves the hook metadata from the response headers into the trailers, and
+/// answers an over-large message with RESOURCE_EXHAUSTED (tonic says
+/// OUT_OF_RANGE; gRPC peers expect RESOURCE_EXHAUSTED).
+fn metadata_to_trailers<B>(response: http::Response<B>) -> http::Response<WithTrailers<B>> {
+    let (mut parts, body) = response.into_parts();
+    // A trailers-only answer (an error) carries grpc-status in its headers:
+    // the metadata is already where trailers are.
+    let trailers_only = parts.headers.contains_key("grpc-status");
+    if trailers_only {
+        fix_too_large(&mut parts.headers);
+        return http::Response::from_parts(
+            parts,
+            WithTrailers {
+                inner: body,
+                extra: None,
+            },
+        );
+    }
+    let mut extra = HeaderMap::new();
+    for key in TRAILER_KEYS {
+        if let Some(v) = parts.headers.remove(key) {
+            extra.insert(key, v);
+        }
+    }
+    let extra = (!extra.is_empty()).then_some(extra);
+    http::Response::from_parts(parts, WithTrailers { inner: body, extra })
+}
+
+fn fix_too_large(headers: &mut HeaderMap) {
+    let out_of_range = headers.get("grpc-status").is_some_and(|v| v == "11");
+    let too_large = headers
+        .get("grpc-message")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|m| {
+            m.contains("message%20length%20too%20large") || m.contains("message length too large")
+        });
+    if out_of_range && too_large {
+        headers.insert("grpc-status", HeaderValue::from_static("8"));
+    }
+}
+
+/// A response body that adds headers to the trailers frame.
+#[derive(Debug)]
+pub struct WithTrailers<B> {
+    inner: B,
+    extra: Option<HeaderMap>,
+}
+
+impl<B> Body for WithTrailers<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) if frame.is_trailers() => {
+                let mut trailers = frame.into_trailers().unwrap_or_default();
+                fix_too_large(&mut trailers);
+                if let Some(extra) = self.extra.take() {
+                    trailers.extend(extra);
+                }
+                Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+            }
+            Poll::Ready(None) => {
+                Poll::Ready(self.extra.take().map(|extra| Ok(Frame::trailers(extra))))
+            }
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.extra.is_none() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
