@@ -9,6 +9,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -17,11 +19,11 @@ use http::{HeaderMap, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use rollout_proto::v1alpha1::rollout_plugin_service_server::RolloutPluginServiceServer;
 use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY};
 use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
 use tower::ServiceBuilder;
 
 use crate::service::GatewayService;
@@ -45,6 +47,11 @@ impl Default for ServerSettings {
 
 /// Serves `service` on `listener` until `shutdown` resolves, then stops
 /// accepting, lets in-flight calls finish (up to the drain timeout) and returns.
+///
+/// On drain, a connection that has carried a request gets a GOAWAY and ends
+/// when its calls are done; one that never carried a request (still in the
+/// HTTP/2 handshake, or a peer that connected and said nothing) is closed at
+/// once, so a silent peer cannot hold the drain for its whole timeout.
 pub async fn serve(
     listener: TcpListener,
     service: RolloutPluginServiceServer<GatewayService>,
@@ -63,7 +70,9 @@ pub async fn serve(
         .max_header_list_size(64 * 1024)
         .keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(10));
-    let graceful = GracefulShutdown::new();
+    let (draining_tx, draining) = watch::channel(false);
+    // Each connection task holds a sender; the drain is over when all are gone.
+    let (alive, mut all_closed) = mpsc::channel::<()>(1);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -80,22 +89,45 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let svc = ServiceBuilder::new()
-            // Hook metadata travels in the trailers, after the answer.
-            .map_response(metadata_to_trailers)
-            .service(service.clone());
+        let used = Arc::new(AtomicBool::new(false));
+        let svc = {
+            let used = used.clone();
+            ServiceBuilder::new()
+                // Hook metadata travels in the trailers, after the answer.
+                .map_response(metadata_to_trailers)
+                .map_request(move |req: http::Request<hyper::body::Incoming>| {
+                    used.store(true, Ordering::Relaxed);
+                    req
+                })
+                .service(service.clone())
+        };
         let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc));
-        let conn = graceful.watch(conn);
+        let mut draining = draining.clone();
+        let alive = alive.clone();
         tokio::spawn(async move {
-            if let Err(error) = conn.await {
+            let _alive = alive;
+            let mut conn = std::pin::pin!(conn);
+            let result = tokio::select! {
+                result = conn.as_mut() => result,
+                () = async { let _ = draining.wait_for(|d| *d).await; } => {
+                    if !used.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(error) = result {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
         });
     }
     drop(listener);
-    tracing::info!(connections = graceful.count(), "draining");
+    drop(alive);
+    let _ = draining_tx.send(true);
+    tracing::info!("draining");
     tokio::select! {
-        () = graceful.shutdown() => tracing::info!("drained"),
+        _ = all_closed.recv() => tracing::info!("drained"),
         () = tokio::time::sleep(settings.drain_timeout) => {
             tracing::warn!(timeout_secs = settings.drain_timeout.as_secs(), "drain timed out; closing the remaining connections");
         }

@@ -1,0 +1,178 @@
+//! The `rollout-gateway` binary as a process: the listening line, exit 64 on
+//! a bad registry, and SIGTERM draining calls in flight.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rollout-gateway");
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sigterm(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Starts the binary on port 0 and reads its listening line.
+fn spawn(config: &std::path::Path) -> (Proc, SocketAddr, SocketAddr) {
+    let mut child = Command::new(BIN)
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // rollout-gateway listening grpc=ADDR admin=ADDR
+    let mut grpc = None;
+    let mut admin = None;
+    assert!(line.starts_with("rollout-gateway listening "), "{line:?}");
+    for word in line.split_whitespace() {
+        if let Some(a) = word.strip_prefix("grpc=") {
+            grpc = Some(a.parse().unwrap());
+        }
+        if let Some(a) = word.strip_prefix("admin=") {
+            admin = Some(a.parse().unwrap());
+        }
+    }
+    (Proc(child), grpc.expect("grpc="), admin.expect("admin="))
+}
+
+#[tokio::test]
+async fn prints_the_bound_addresses_and_drains_on_sigterm() {
+    let slow = plugin(Behaviour::new("slow")).await;
+    slow.set(|b| b.delay = Duration::from_millis(800));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(
+        &path,
+        format!("plugins:\n{}", insecure_plugin("slow", &slow, "")),
+    )
+    .unwrap();
+    let (mut proc_, grpc, admin) = spawn(&path);
+    assert_ne!(grpc.port(), 0);
+    assert_eq!(http_get(admin, "/healthz").await.0, 200);
+    assert_eq!(http_get(admin, "/readyz").await.0, 200);
+
+    let mut c = client(grpc).await;
+    let call = tokio::spawn(async move { c.begin_rollout(to("slow", rollout("c1"))).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t = Instant::now();
+    sigterm(&proc_.0);
+    // The call in flight finishes; then the process exits 0.
+    call.await
+        .unwrap()
+        .expect("the call in flight completes during the drain");
+    let status = tokio::task::spawn_blocking(move || proc_.0.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // New connections are refused once it is gone.
+    assert!(tokio::net::TcpStream::connect(grpc).await.is_err());
+}
+
+#[tokio::test]
+async fn a_silent_connection_does_not_hold_the_drain() {
+    let p = plugin(Behaviour::new("p")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, format!("plugins:\n{}", insecure_plugin("p", &p, ""))).unwrap();
+    let (mut proc_, grpc, _) = spawn(&path);
+    let _silent = tokio::net::TcpStream::connect(grpc).await.unwrap();
+    let mut c = client(grpc).await;
+    c.begin_rollout(to("p", rollout("c1"))).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t = Instant::now();
+    sigterm(&proc_.0);
+    let status = tokio::task::spawn_blocking(move || proc_.0.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success());
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "drain took {:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn a_bad_start_up_config_exits_64_listing_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(
+        &path,
+        "plugins:\n  - name: a\n    endpoint: nohost\n    insecure: true\n  - name: b\n    endpoint: h:1\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "--config",
+            path.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("plugins[0] (a).endpoint"), "{stderr}");
+    assert!(stderr.contains("plugins[1] (b).caCertificate"), "{stderr}");
+    assert!(out.stdout.is_empty(), "no listening line on failure");
+}
+
+#[test]
+fn a_taken_port_fails_with_a_message_naming_the_flag() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "plugins: []\n").unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "--config",
+            path.to_str().unwrap(),
+            "--listen",
+            &addr,
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--listen") && stderr.contains(&addr),
+        "{stderr}"
+    );
+}
