@@ -1,0 +1,70 @@
+//! `echo-plugin`: a do-nothing rollout plugin, the upstream of every
+//! benchmark. It serves `RolloutPluginService` (plaintext HTTP/2) on
+//! `--listen`, prints `echo-plugin listening grpc=ADDR` once bound, and exits
+//! 0 after draining on SIGTERM or SIGINT.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+
+use anyhow::Context as _;
+use clap::Parser;
+use rollout_bench::echo::{self, EchoMode};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+
+/// A RolloutPluginService that answers every hook at once.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// gRPC address; port 0 picks a free one.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// MutateManifestWork answer: the work as received, or empty ("unchanged").
+    #[arg(long, value_enum, default_value_t = EchoMode::Echo)]
+    mode: EchoMode,
+    /// Runtime threads. 1 (the default) runs a single-threaded runtime: the
+    /// plugin does no work, so one thread keeps up and leaves the other cores
+    /// to what is being measured.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let runtime = if args.threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(args.threads)
+            .enable_all()
+            .build()
+    }
+    .context("cannot start the runtime")?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let address = listener.local_addr().context("no local address")?;
+    // Signal handlers first, so a SIGTERM right after the line is printed
+    // still drains instead of killing.
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "echo-plugin listening grpc={address}").context("cannot write to stdout")?;
+    stdout.flush().context("cannot write to stdout")?;
+    drop(stdout);
+    echo::serve(listener, args.mode, shutdown)
+        .await
+        .context("the server failed")
+}

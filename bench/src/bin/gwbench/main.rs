@@ -1,0 +1,628 @@
+//! `gwbench`: the gateway benchmark. It starts an echo plugin, the gateway
+//! (with a registry of `--registered` plugins) and nginx (a plain gRPC proxy
+//! for scale) in front of it, runs `hookbench` against the three targets,
+//! alternating them within every round, and reports medians over the rounds
+//! with the latency, throughput and CPU the gateway adds, plus its memory.
+//! The full results go to a JSON file, a Markdown table to stdout, progress
+//! to stderr.
+
+mod processes;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, anyhow, bail};
+use clap::Parser;
+use rollout_bench::compare::config::{
+    NginxSettings, gateway_config_yaml, nginx_config, parse_nginx_version,
+};
+use rollout_bench::compare::procfs;
+use rollout_bench::compare::summary::{
+    BenchResults, Environment, MemoryReport, RoundRecord, Settings, cpu_micros_per_call, markdown,
+    summarize,
+};
+use rollout_bench::compare::{DEFAULT_SCENARIOS, Scenario, TargetKind};
+use rollout_bench::load::{Hook, Report};
+use rollout_bench::units::parse_duration;
+use tokio::process::Command;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::processes::{ChildGuard, wait_for_http_ok, wait_for_port};
+
+/// How long a process may take to print its address or become ready.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Compare an echo plugin called directly, through rollout-gateway and through nginx.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Scenarios `c{CONCURRENCY}-{SIZE}`, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_SCENARIOS.iter().map(|s| s.to_string()))]
+    scenarios: Vec<String>,
+    /// Rounds; each runs every scenario against every target.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Measured time per hookbench run.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Warm-up per hookbench run.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    warmup: Duration,
+    /// The hook to call.
+    #[arg(long, value_enum, default_value_t = Hook::Mutate)]
+    hook: Hook,
+    /// HTTP/2 connections per hookbench run.
+    #[arg(long, default_value_t = 1)]
+    connections: usize,
+    /// grpc-timeout of every call.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Plugins in the gateway's registry: `echo` plus padding entries at the same endpoint.
+    #[arg(long, default_value_t = 100)]
+    registered: usize,
+    /// Runtime threads of hookbench.
+    #[arg(long, default_value_t = 1)]
+    hookbench_threads: usize,
+    /// Runtime threads of the echo plugin.
+    #[arg(long, default_value_t = 1)]
+    plugin_threads: usize,
+    /// RUST_LOG of the gateway during the run.
+    #[arg(long, default_value = "warn")]
+    gateway_log: String,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "bench/results/latest.json")]
+    out: PathBuf,
+    /// Directory of echo-plugin, rollout-gateway and hookbench (default: this executable's).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// The echo-plugin binary (default: in --bin-dir).
+    #[arg(long)]
+    echo_plugin: Option<PathBuf>,
+    /// The rollout-gateway binary (default: in --bin-dir).
+    #[arg(long)]
+    gateway: Option<PathBuf>,
+    /// The hookbench binary (default: in --bin-dir).
+    #[arg(long)]
+    hookbench: Option<PathBuf>,
+    /// The nginx binary (default: `nginx` on PATH or in /usr/sbin).
+    #[arg(long)]
+    nginx: Option<PathBuf>,
+    /// Leave nginx out.
+    #[arg(long)]
+    no_nginx: bool,
+    /// When nginx is missing, install it with `apt-get install -y nginx-light`.
+    #[arg(long)]
+    install_nginx: bool,
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    // Orchestration only: one thread is plenty and stays out of the way.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("gwbench: cannot start the runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run_until_signal(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("gwbench: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the benchmark; on SIGINT or SIGTERM the run is dropped, which stops
+/// every child process through its guard.
+async fn run_until_signal(args: Args) -> anyhow::Result<()> {
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    tokio::select! {
+        result = run(args) => result,
+        _ = interrupt.recv() => Err(anyhow!("interrupted; child processes stopped")),
+        _ = terminate.recv() => Err(anyhow!("terminated; child processes stopped")),
+    }
+}
+
+/// The binaries and settings of one run.
+struct Plan {
+    args: Args,
+    scenarios: Vec<Scenario>,
+    echo_plugin: PathBuf,
+    gateway: PathBuf,
+    hookbench: PathBuf,
+    nginx: Result<PathBuf, String>,
+}
+
+impl Plan {
+    fn new(args: Args) -> anyhow::Result<Self> {
+        let scenarios = args
+            .scenarios
+            .iter()
+            .map(|name| Scenario::parse(name))
+            .collect::<Result<Vec<_>, _>>()?;
+        if scenarios.is_empty() || args.rounds == 0 {
+            bail!("nothing to run: give at least one scenario and one round");
+        }
+        let bin_dir = match &args.bin_dir {
+            Some(dir) => dir.clone(),
+            None => std::env::current_exe()
+                .context("cannot find this executable")?
+                .parent()
+                .context("this executable has no directory")?
+                .to_owned(),
+        };
+        let binary = |flag: &Option<PathBuf>, name: &str| -> anyhow::Result<PathBuf> {
+            let path = flag.clone().unwrap_or_else(|| bin_dir.join(name));
+            if !path.is_file() {
+                bail!(
+                    "{name} not found at {}: build it with `cargo build --release --workspace` \
+                     (or point --{} at it)",
+                    path.display(),
+                    if name == "rollout-gateway" {
+                        "gateway"
+                    } else {
+                        name
+                    }
+                );
+            }
+            Ok(path)
+        };
+        let echo_plugin = binary(&args.echo_plugin, "echo-plugin")?;
+        let gateway = binary(&args.gateway, "rollout-gateway")?;
+        let hookbench = binary(&args.hookbench, "hookbench")?;
+        let nginx = find_nginx(&args);
+        Ok(Self {
+            args,
+            scenarios,
+            echo_plugin,
+            gateway,
+            hookbench,
+            nginx,
+        })
+    }
+}
+
+/// The nginx binary, or why there is none.
+fn find_nginx(args: &Args) -> Result<PathBuf, String> {
+    if args.no_nginx {
+        return Err("--no-nginx".to_owned());
+    }
+    if let Some(path) = &args.nginx {
+        return if path.is_file() {
+            Ok(path.clone())
+        } else {
+            Err(format!("{} does not exist", path.display()))
+        };
+    }
+    let search = || {
+        std::env::var_os("PATH")
+            .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .chain(["/usr/sbin", "/usr/local/sbin", "/usr/local/nginx/sbin"].map(PathBuf::from))
+            .map(|dir| dir.join("nginx"))
+            .find(|path| path.is_file())
+    };
+    if let Some(path) = search() {
+        return Ok(path);
+    }
+    if args.install_nginx {
+        eprintln!("gwbench: nginx not found; running `apt-get install -y nginx-light`");
+        let installed = std::process::Command::new("apt-get")
+            .args(["install", "-y", "nginx-light"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        if let (true, Some(path)) = (installed, search()) {
+            return Ok(path);
+        }
+        return Err("`apt-get install -y nginx-light` failed".to_owned());
+    }
+    Err("nginx not found on PATH; install it (`apt-get install -y nginx-light`) or pass --install-nginx".to_owned())
+}
+
+/// A target of the load: where it is and which processes serve it.
+struct Target {
+    kind: TargetKind,
+    url: String,
+    /// The proxy's processes, for CPU time (none for direct).
+    proxy_pids: Vec<u32>,
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let plan = Plan::new(args)?;
+    let args = &plan.args;
+    let started_at_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs());
+    let ticks_per_second = procfs::clock_ticks_per_second();
+    let temp = tempfile::Builder::new()
+        .prefix("gwbench-")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    // nginx's workers drop root to `nobody`, and must still reach their
+    // temporary directories inside this one.
+    set_world_readable(temp.path())?;
+
+    // 1. The echo plugin.
+    let mut command = Command::new(&plan.echo_plugin);
+    command.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--threads",
+        &args.plugin_threads.to_string(),
+    ]);
+    let (mut plugin, stdout) =
+        ChildGuard::spawn("echo-plugin", command, &temp.path().join("echo-plugin.log"))?;
+    let line = plugin
+        .wait_for_line(stdout, "echo-plugin listening", START_TIMEOUT)
+        .await?;
+    let plugin_address: SocketAddr = field(&line, "grpc")?
+        .parse()
+        .with_context(|| format!("bad address in {line:?}"))?;
+    let plugin_pid = plugin.pid()?;
+    eprintln!("gwbench: echo-plugin listening on {plugin_address}");
+
+    // 2. The gateway, with the padded registry.
+    let config = temp.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        gateway_config_yaml(plugin_address, args.registered),
+    )
+    .with_context(|| format!("cannot write {}", config.display()))?;
+    let mut command = Command::new(&plan.gateway);
+    command
+        .arg("--config")
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .env("RUST_LOG", &args.gateway_log)
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    let (mut gateway, stdout) =
+        ChildGuard::spawn("rollout-gateway", command, &temp.path().join("gateway.log"))?;
+    let line = gateway
+        .wait_for_line(stdout, "rollout-gateway listening", START_TIMEOUT)
+        .await?;
+    let gateway_address = field(&line, "grpc")?;
+    let admin_address = field(&line, "admin")?;
+    wait_for_http_ok(&mut gateway, &admin_address, "/readyz", START_TIMEOUT).await?;
+    let gateway_pid = gateway.pid()?;
+    let mut memory = MemoryReport {
+        gateway_idle: Some(
+            procfs::read_memory(gateway_pid).context("cannot read the gateway's memory")?,
+        ),
+        ..MemoryReport::default()
+    };
+    eprintln!(
+        "gwbench: rollout-gateway ready on {gateway_address} ({} plugins registered, admin {admin_address})",
+        args.registered
+    );
+
+    // 3. nginx, unless skipped.
+    let mut nginx_version = None;
+    let mut nginx_skipped = None;
+    let mut nginx = None;
+    match &plan.nginx {
+        Err(reason) => {
+            eprintln!("gwbench: nginx is skipped: {reason}");
+            nginx_skipped = Some(reason.clone());
+        }
+        Ok(binary) => {
+            let (guard, address, version) =
+                start_nginx(binary, temp.path(), plugin_address).await?;
+            let pids = procfs::process_group(guard.pid()?)?;
+            memory.nginx_idle = Some(procfs::memory(&pids));
+            memory.nginx_processes = Some(pids.len());
+            eprintln!(
+                "gwbench: {version} proxying on {address} ({} processes)",
+                pids.len()
+            );
+            nginx_version = Some(version);
+            nginx = Some((guard, address));
+        }
+    }
+
+    let mut targets = vec![
+        Target {
+            kind: TargetKind::Direct,
+            url: format!("http://{plugin_address}"),
+            proxy_pids: Vec::new(),
+        },
+        Target {
+            kind: TargetKind::Gateway,
+            url: format!("http://{gateway_address}"),
+            proxy_pids: vec![gateway_pid],
+        },
+    ];
+    if let Some((guard, address)) = &nginx {
+        targets.push(Target {
+            kind: TargetKind::Nginx,
+            url: format!("http://{address}"),
+            proxy_pids: procfs::process_group(guard.pid()?)?,
+        });
+    }
+
+    // 4. The rounds.
+    let runs = args.rounds * plan.scenarios.len() * targets.len();
+    let estimate = (args.duration + args.warmup).as_secs_f64() * runs as f64;
+    eprintln!("gwbench: {runs} runs, about {:.0} s", estimate.ceil());
+    let mut records = Vec::with_capacity(runs);
+    for round in 1..=args.rounds {
+        for scenario in &plan.scenarios {
+            // Rotate the order every round so no target always runs first
+            // (after a pause) or last (on a warmer machine).
+            let offset = (round - 1) % targets.len();
+            for index in 0..targets.len() {
+                let target = &targets[(offset + index) % targets.len()];
+                plugin.ensure_running()?;
+                gateway.ensure_running()?;
+                if let Some((guard, _)) = &mut nginx {
+                    guard.ensure_running()?;
+                }
+                eprint!(
+                    "round {round}/{} {} {} ... ",
+                    args.rounds, scenario.name, target.kind
+                );
+                let record =
+                    run_round(&plan, round, scenario, target, plugin_pid, ticks_per_second).await?;
+                let latency = &record.report.latency_micros;
+                let cpu = record
+                    .proxy_cpu_micros_per_call
+                    .map_or(String::new(), |cpu| format!(", proxy CPU {cpu:.1} µs/call"));
+                eprintln!(
+                    "p50 {:.1} µs, p99 {:.1} µs, {:.0} calls/s{cpu}{}",
+                    latency.p50,
+                    latency.p99,
+                    record.report.throughput_rps,
+                    if record.report.errors > 0 {
+                        format!(
+                            ", {} ERRORS: {:?}",
+                            record.report.errors, record.report.error_samples
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
+                records.push(record);
+            }
+        }
+    }
+
+    // 5. Memory after the runs, then the results.
+    memory.gateway_after_runs = Some(procfs::read_memory(gateway_pid)?);
+    memory.plugin_after_runs = Some(procfs::read_memory(plugin_pid)?);
+    if let Some(target) = targets.iter().find(|t| t.kind == TargetKind::Nginx) {
+        memory.nginx_after_runs = Some(procfs::memory(&target.proxy_pids));
+    }
+    let target_kinds: Vec<TargetKind> = targets.iter().map(|t| t.kind).collect();
+    let results = BenchResults {
+        settings: Settings {
+            hook: args.hook,
+            rounds: args.rounds,
+            duration_seconds: args.duration.as_secs_f64(),
+            warmup_seconds: args.warmup.as_secs_f64(),
+            connections: args.connections,
+            registered_plugins: args.registered,
+            scenarios: plan.scenarios.clone(),
+            targets: target_kinds.clone(),
+        },
+        environment: Environment {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            clock_ticks_per_second: ticks_per_second,
+            nginx_version,
+            nginx_skipped,
+            started_at_unix,
+        },
+        summary: summarize(&plan.scenarios, &target_kinds, &records),
+        memory,
+        rounds: records,
+    };
+    write_results(&args.out, &results)?;
+    print!("{}", markdown(&results));
+    eprintln!("gwbench: results written to {}", args.out.display());
+    // Stop nginx, then the gateway, then the plugin.
+    drop(nginx);
+    drop(gateway);
+    drop(plugin);
+    Ok(())
+}
+
+/// One hookbench run against one target, with the CPU time the target's
+/// processes and the plugin spent on it.
+async fn run_round(
+    plan: &Plan,
+    round: usize,
+    scenario: &Scenario,
+    target: &Target,
+    plugin_pid: u32,
+    ticks_per_second: u64,
+) -> anyhow::Result<RoundRecord> {
+    let args = &plan.args;
+    let mut command = Command::new(&plan.hookbench);
+    command
+        .args(["--target", &target.url])
+        .args(["--hook", args.hook.as_str()])
+        .args(["--concurrency", &scenario.concurrency.to_string()])
+        .args(["--connections", &args.connections.to_string()])
+        .args(["--work-bytes", &scenario.work_bytes.to_string()])
+        .args(["--duration", &seconds(args.duration)])
+        .args(["--warmup", &seconds(args.warmup)])
+        .args(["--timeout", &seconds(args.timeout)])
+        .args(["--threads", &args.hookbench_threads.to_string()])
+        .arg("--json");
+    if target.kind == TargetKind::Gateway {
+        command.args(["--plugin", "echo"]);
+    }
+
+    let proxy_before = procfs::cpu_ticks(&target.proxy_pids);
+    let plugin_before = procfs::cpu_ticks(&[plugin_pid]);
+    let output = processes::output(command)
+        .await
+        .context("cannot run hookbench")?;
+    let proxy_ticks = procfs::cpu_ticks(&target.proxy_pids).saturating_sub(proxy_before);
+    let plugin_ticks = procfs::cpu_ticks(&[plugin_pid]).saturating_sub(plugin_before);
+
+    // hookbench prints its report even when every call failed (and exits 1).
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report: Report = serde_json::from_str(stdout.trim()).with_context(|| {
+        format!(
+            "hookbench against {} ({}) gave no report ({}): {}",
+            target.kind,
+            target.url,
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )
+    })?;
+    // The ticks cover the warm-up as well, so divide by every call made.
+    let calls = report.requests + report.warmup_requests;
+    Ok(RoundRecord {
+        round,
+        scenario: scenario.name.clone(),
+        target: target.kind,
+        proxy_cpu_micros_per_call: if target.proxy_pids.is_empty() {
+            None
+        } else {
+            cpu_micros_per_call(proxy_ticks, ticks_per_second, calls)
+        },
+        plugin_cpu_micros_per_call: cpu_micros_per_call(plugin_ticks, ticks_per_second, calls),
+        report,
+    })
+}
+
+/// Starts nginx as a gRPC proxy to `upstream`; returns its guard, address and version.
+async fn start_nginx(
+    binary: &Path,
+    temp: &Path,
+    upstream: SocketAddr,
+) -> anyhow::Result<(ChildGuard, SocketAddr, String)> {
+    let version_output = std::process::Command::new(binary)
+        .arg("-v")
+        .output()
+        .with_context(|| format!("cannot run {} -v", binary.display()))?;
+    // `nginx -v` writes to stderr.
+    let version_text = String::from_utf8_lossy(&version_output.stderr)
+        .trim()
+        .to_owned();
+    let version = version_text
+        .strip_prefix("nginx version: ")
+        .unwrap_or(&version_text)
+        .to_owned();
+
+    let prefix = temp.join("nginx");
+    std::fs::create_dir_all(&prefix)
+        .with_context(|| format!("cannot create {}", prefix.display()))?;
+    set_world_readable(&prefix)?;
+    let listen = free_port()?;
+    let conf = prefix.join("nginx.conf");
+    let settings = NginxSettings {
+        prefix: &prefix,
+        listen,
+        upstream,
+        version: parse_nginx_version(&version_text),
+    };
+    std::fs::write(&conf, nginx_config(&settings))
+        .with_context(|| format!("cannot write {}", conf.display()))?;
+
+    let mut command = Command::new(binary);
+    command.arg("-p").arg(&prefix).arg("-c").arg(&conf);
+    let (mut guard, _stdout) = ChildGuard::spawn("nginx", command, &prefix.join("stderr.log"))?;
+    wait_for_port(&mut guard, &listen.to_string(), START_TIMEOUT)
+        .await
+        .map_err(|error| {
+            anyhow!(
+                "{error:#}{}",
+                processes::log_tail(&prefix.join("error.log"))
+            )
+        })
+        .context("nginx did not start (pass --no-nginx to leave it out)")?;
+    // The workers start after the master binds; wait for them so the idle
+    // memory reading includes them.
+    let master = guard.pid()?;
+    for _ in 0..100 {
+        if !procfs::children(master)?.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok((guard, listen, version))
+}
+
+/// A port that is free now (nginx cannot be told to pick one itself).
+fn free_port() -> anyhow::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
+    Ok(listener.local_addr()?)
+}
+
+/// `KEY=VALUE` out of a `… listening grpc=ADDR admin=ADDR` line.
+fn field(line: &str, key: &str) -> anyhow::Result<String> {
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
+        .map(str::to_owned)
+        .with_context(|| format!("no {key}=ADDR in {line:?}"))
+}
+
+/// A duration as hookbench reads it (`3s`, `0.5s`).
+fn seconds(duration: Duration) -> String {
+    format!("{}s", duration.as_secs_f64())
+}
+
+fn set_world_readable(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("cannot set the permissions of {}", dir.display()))
+}
+
+fn write_results(path: &Path, results: &BenchResults) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let json = serde_json::to_string_pretty(results).context("cannot serialize the results")?;
+    std::fs::write(path, json + "\n").with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use rollout_bench::compare::procfs::Memory;
+
+    use super::*;
+
+    #[test]
+    fn address_fields() {
+        let line = "rollout-gateway listening grpc=127.0.0.1:4000 admin=127.0.0.1:4001";
+        assert_eq!(field(line, "grpc").expect("present"), "127.0.0.1:4000");
+        assert_eq!(field(line, "admin").expect("present"), "127.0.0.1:4001");
+        assert!(field("echo-plugin listening", "grpc").is_err());
+    }
+
+    #[test]
+    fn durations_for_hookbench() {
+        assert_eq!(seconds(Duration::from_secs(3)), "3s");
+        assert_eq!(seconds(Duration::from_millis(500)), "0.5s");
+        assert_eq!(
+            parse_duration(&seconds(Duration::from_millis(1250))),
+            Ok(Duration::from_millis(1250))
+        );
+    }
+
+    #[test]
+    fn memory_is_summed() {
+        let a = Memory {
+            rss_kib: 1,
+            hwm_kib: 2,
+        };
+        assert_eq!(
+            a + a,
+            Memory {
+                rss_kib: 2,
+                hwm_kib: 4
+            }
+        );
+    }
+}
