@@ -7,12 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rollout_proto::v1alpha1::InitializeRequest;
-use rollout_proto::v1alpha1::rollout_plugin_service_server::RolloutPluginServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tonic::metadata::MetadataMap;
 
 use crate::hooks::HookRequest;
 use crate::registry::{Registry, SourceInfo};
@@ -166,9 +164,7 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
     };
 
     let (stop, stopped) = watch::channel(false);
-    let service = RolloutPluginServiceServer::new(GatewayService::new(registry.clone()))
-        .max_decoding_message_size(options.max_message_bytes)
-        .max_encoding_message_size(options.max_message_bytes);
+    let service = GatewayService::new(registry.clone(), options.max_message_bytes);
     let grpc = tokio::spawn(server::serve(
         grpc_listener,
         service,
@@ -224,7 +220,10 @@ fn initialize_fresh(registry: &Registry) {
                     hub_name: hub.clone().unwrap_or_default(),
                 });
                 let deadline = Instant::now() + Duration::from_secs(5);
-                match upstream.call(request, deadline, &MetadataMap::new()).await {
+                match upstream
+                    .call(request, deadline, &http::HeaderMap::new())
+                    .await
+                {
                     Ok(_) => {
                         tracing::debug!(endpoint = %upstream.key().endpoint, hooks = ?upstream.known_hooks(), "plugin initialized");
                         return;

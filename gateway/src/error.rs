@@ -119,12 +119,6 @@ impl GatewayError {
     }
 }
 
-impl From<GatewayError> for Status {
-    fn from(e: GatewayError) -> Status {
-        e.into_status(&[])
-    }
-}
-
 /// `plugin "NAME": message` (re-exported for callers that build messages).
 pub fn plugin_message(plugin: &str, message: &str) -> String {
     prefixed(plugin, message)

@@ -3,7 +3,8 @@
 //! a name.
 //!
 //! The pieces, in the order a call meets them: [`server`] accepts HTTP/2
-//! connections; [`service`] reads the target name and the caller's deadline;
+//! connections; [`service`] reads the target name and the caller's deadline
+//! and decodes the message ([`grpc`] is the wire format);
 //! [`registry`] resolves the name in the current snapshot (hot-reloaded from
 //! [`config`] files by [`watch`]); [`router`] calls the plugins through their
 //! [`upstream`] connections (one, a concurrent fan-out, or the ordered mutate
@@ -15,6 +16,7 @@ pub mod admin;
 pub mod app;
 pub mod config;
 pub mod error;
+pub mod grpc;
 pub mod hooks;
 pub mod manifest;
 pub mod registry;

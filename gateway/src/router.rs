@@ -10,6 +10,7 @@
 
 use bytes::Bytes;
 use futures::future::join_all;
+use http::HeaderMap;
 use rollout_policies::FailurePolicy;
 use rollout_policies::merge::{self, Failure, Member, Merged, Outcome};
 use rollout_proto::v1alpha1::{
@@ -18,7 +19,6 @@ use rollout_proto::v1alpha1::{
 };
 use serde_json::Value;
 use tokio::time::Instant;
-use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
 use crate::error::GatewayError;
@@ -32,8 +32,8 @@ pub struct CallContext<'a> {
     pub target: &'a Target,
     /// The caller's deadline (`grpc-timeout`), if it sent one.
     pub deadline: Option<Instant>,
-    /// Caller metadata forwarded to each plugin (trace context).
-    pub forward: &'a MetadataMap,
+    /// Caller headers forwarded to each plugin (trace context).
+    pub forward: &'a HeaderMap,
 }
 
 /// The result of a mutate chain.

@@ -4,24 +4,18 @@
 //! reasons: an expired `grpc-timeout` must answer DEADLINE_EXCEEDED (tonic's
 //! server layer answers CANCELLED), central mode needs the peer certificate of
 //! each connection to know the calling hub, and draining on SIGTERM must wait
-//! for in-flight calls for a bounded time. A bad connection (garbage bytes, a
+//! for in-flight calls for a bounded time. The service speaks gRPC's framing
+//! itself ([`crate::grpc`]), so an answer leaves in one write. A bad connection (garbage bytes, a
 //! failed handshake) only ends that connection.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderMap, HeaderValue};
-use http_body::{Body, Frame, SizeHint};
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use rollout_proto::v1alpha1::rollout_plugin_service_server::RolloutPluginServiceServer;
-use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tower::ServiceBuilder;
@@ -54,7 +48,7 @@ impl Default for ServerSettings {
 /// once, so a silent peer cannot hold the drain for its whole timeout.
 pub async fn serve(
     listener: TcpListener,
-    service: RolloutPluginServiceServer<GatewayService>,
+    service: GatewayService,
     settings: ServerSettings,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -93,8 +87,6 @@ pub async fn serve(
         let svc = {
             let used = used.clone();
             ServiceBuilder::new()
-                // Hook metadata travels in the trailers, after the answer.
-                .map_response(metadata_to_trailers)
                 .map_request(move |req: http::Request<hyper::body::Incoming>| {
                     used.store(true, Ordering::Relaxed);
                     req
@@ -131,91 +123,5 @@ pub async fn serve(
         () = tokio::time::sleep(settings.drain_timeout) => {
             tracing::warn!(timeout_secs = settings.drain_timeout.as_secs(), "drain timed out; closing the remaining connections");
         }
-    }
-}
-
-const TRAILER_KEYS: [&str; 2] = [MUTATED_BY_METADATA_KEY, FAILED_OPEN_METADATA_KEY];
-
-/// Moves the hook metadata from the response headers into the trailers, and
-/// answers an over-large message with RESOURCE_EXHAUSTED (tonic says
-/// OUT_OF_RANGE; gRPC peers expect RESOURCE_EXHAUSTED).
-fn metadata_to_trailers<B>(response: http::Response<B>) -> http::Response<WithTrailers<B>> {
-    let (mut parts, body) = response.into_parts();
-    // A trailers-only answer (an error) carries grpc-status in its headers:
-    // the metadata is already where trailers are.
-    let trailers_only = parts.headers.contains_key("grpc-status");
-    if trailers_only {
-        fix_too_large(&mut parts.headers);
-        return http::Response::from_parts(
-            parts,
-            WithTrailers {
-                inner: body,
-                extra: None,
-            },
-        );
-    }
-    let mut extra = HeaderMap::new();
-    for key in TRAILER_KEYS {
-        if let Some(v) = parts.headers.remove(key) {
-            extra.insert(key, v);
-        }
-    }
-    let extra = (!extra.is_empty()).then_some(extra);
-    http::Response::from_parts(parts, WithTrailers { inner: body, extra })
-}
-
-fn fix_too_large(headers: &mut HeaderMap) {
-    let out_of_range = headers.get("grpc-status").is_some_and(|v| v == "11");
-    let too_large = headers
-        .get("grpc-message")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|m| {
-            m.contains("message%20length%20too%20large") || m.contains("message length too large")
-        });
-    if out_of_range && too_large {
-        headers.insert("grpc-status", HeaderValue::from_static("8"));
-    }
-}
-
-/// A response body that adds headers to the trailers frame.
-#[derive(Debug)]
-pub struct WithTrailers<B> {
-    inner: B,
-    extra: Option<HeaderMap>,
-}
-
-impl<B> Body for WithTrailers<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) if frame.is_trailers() => {
-                let mut trailers = frame.into_trailers().unwrap_or_default();
-                fix_too_large(&mut trailers);
-                if let Some(extra) = self.extra.take() {
-                    trailers.extend(extra);
-                }
-                Poll::Ready(Some(Ok(Frame::trailers(trailers))))
-            }
-            Poll::Ready(None) => {
-                Poll::Ready(self.extra.take().map(|extra| Ok(Frame::trailers(extra))))
-            }
-            other => other,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.extra.is_none() && self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }

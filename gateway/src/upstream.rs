@@ -1,22 +1,29 @@
-//! One plugin as the gateway reaches it: an HTTP/2 channel (plaintext or TLS
-//! with the plugin's own CA bundle), and what the gateway has learned of the
-//! hooks it implements.
+//! One plugin as the gateway reaches it: an HTTP/2 connection (plaintext, or
+//! TLS trusting the plugin's own CA bundle alone), and what the gateway has
+//! learned of the hooks it implements. Calls are framed by [`crate::grpc`]
+//! and handed to hyper whole, so a request leaves in one write.
 //!
 //! An [`Upstream`] outlives registry reloads for as long as its
 //! [`UpstreamKey`] (endpoint and TLS settings) does not change, so the
 //! connection, and the knowledge gathered on it, is kept.
 
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
-use rollout_proto::v1alpha1::{Hook, InitializeResponse};
-use tokio::time::Instant;
-use tonic::metadata::MetadataMap;
-use tonic::transport::{
-    Certificate, Channel, ClientTlsConfig, Endpoint as TonicEndpoint, Identity,
+use http::{HeaderMap, HeaderValue};
+use hyper::client::conn::http2::{self, SendRequest};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rollout_proto::v1alpha1::{
+    Hook, InitializeResponse, MutateManifestWorkResponse, ValidateResponse,
 };
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tonic::{Code, Status};
+
+use crate::grpc::{self, UnaryBody};
 
 use crate::config::{Endpoint, Transport};
 use crate::hooks::{HookKind, HookRequest, HookResponse};
@@ -49,7 +56,7 @@ impl std::fmt::Debug for ClientIdentity {
     }
 }
 
-/// Settings shared by every upstream channel.
+/// Settings shared by every upstream connection.
 #[derive(Debug, Clone)]
 pub struct ChannelSettings {
     /// Largest message sent to or accepted from a plugin.
@@ -69,13 +76,27 @@ impl Default for ChannelSettings {
 /// Bit set in [`Upstream::hooks`] once an `InitializeResponse` has been seen.
 const HOOKS_KNOWN: u8 = 1 << 7;
 
-/// A connection to one plugin.
-#[derive(Debug)]
+/// A connection to one plugin: one HTTP/2 connection, dialled on first use
+/// and again whenever it has closed, shared by every call.
 pub struct Upstream {
     key: UpstreamKey,
-    client: RolloutPluginServiceClient<Channel>,
+    settings: ChannelSettings,
+    /// `http://host:port` or `https://host:port`, the prefix of every call's URI.
+    base_uri: String,
+    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    sender: Mutex<Option<SendRequest<UnaryBody>>>,
+    /// Held while dialling, so concurrent calls share one new connection.
+    dialling: tokio::sync::Mutex<()>,
     /// `HOOKS_KNOWN` plus one bit per implemented `Hook` (bit = enum value).
     hooks: AtomicU8,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("endpoint", &self.key.endpoint.to_string())
+            .finish_non_exhaustive()
+    }
 }
 
 /// An upstream could not be set up (bad TLS material).
@@ -84,42 +105,32 @@ pub struct Upstream {
 pub struct UpstreamError(String);
 
 impl Upstream {
-    /// Sets up a lazily connected channel: nothing is dialled until the first call.
+    /// Prepares the upstream; nothing is dialled until the first call.
     pub fn new(key: UpstreamKey, settings: &ChannelSettings) -> Result<Upstream, UpstreamError> {
-        let scheme = match key.transport {
-            Transport::Plaintext => "http",
-            Transport::Tls { .. } => "https",
-        };
-        let uri = format!("{scheme}://{}", key.endpoint);
-        let mut endpoint = TonicEndpoint::from_shared(uri.clone())
-            .map_err(|e| UpstreamError(format!("invalid endpoint {uri}: {e}")))?
-            .connect_timeout(settings.connect_timeout)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_timeout(Duration::from_secs(10))
-            // Large windows: a 64 KiB ManifestWork must not wait for a
-            // WINDOW_UPDATE round trip, and 16 MiB ones should stream.
-            .initial_stream_window_size(Some(4 * 1024 * 1024))
-            .initial_connection_window_size(Some(8 * 1024 * 1024));
-        if let Transport::Tls { ca_bundle_pem } = &key.transport {
-            // Only the plugin's own CA bundle is trusted, never system roots.
-            let mut tls = ClientTlsConfig::new()
-                .ca_certificate(Certificate::from_pem(ca_bundle_pem))
-                .domain_name(key.endpoint.host.clone());
-            if let Some(id) = &key.client_identity {
-                tls = tls.identity(Identity::from_pem(&id.cert_pem, &id.key_pem));
+        let tls = match &key.transport {
+            Transport::Plaintext => None,
+            Transport::Tls { ca_bundle_pem } => {
+                let config =
+                    tls_config(ca_bundle_pem, key.client_identity.as_ref()).map_err(|e| {
+                        UpstreamError(format!("TLS settings for {}: {e}", key.endpoint))
+                    })?;
+                let name = ServerName::try_from(key.endpoint.host.clone()).map_err(|e| {
+                    UpstreamError(format!(
+                        "{} is not a valid TLS server name: {e}",
+                        key.endpoint.host
+                    ))
+                })?;
+                Some((Arc::new(config), name))
             }
-            endpoint = endpoint
-                .tls_config(tls)
-                .map_err(|e| UpstreamError(format!("TLS settings for {}: {e}", key.endpoint)))?;
-        }
-        let channel = endpoint.connect_lazy();
-        let client = RolloutPluginServiceClient::new(channel)
-            .max_decoding_message_size(settings.max_message_bytes)
-            .max_encoding_message_size(settings.max_message_bytes);
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
         Ok(Upstream {
+            base_uri: format!("{scheme}://{}", key.endpoint),
             key,
-            client,
+            settings: settings.clone(),
+            tls,
+            sender: Mutex::new(None),
+            dialling: tokio::sync::Mutex::new(()),
             hooks: AtomicU8::new(0),
         })
     }
@@ -177,15 +188,16 @@ impl Upstream {
 
     /// One call to the plugin, bounded by `deadline`, whose remaining time is
     /// sent on as the plugin's `grpc-timeout`. `forward` holds the caller's
-    /// metadata to pass on (trace context).
+    /// headers to pass on (trace context).
     ///
     /// Errors: the plugin's own status; DEADLINE_EXCEEDED when the deadline
-    /// passes first; UNAVAILABLE when the plugin cannot be reached.
+    /// passes first; UNAVAILABLE when the plugin cannot be reached (the
+    /// message says why: connection refused, TLS certificate verification…).
     pub async fn call(
         &self,
         request: HookRequest,
         deadline: Instant,
-        forward: &MetadataMap,
+        forward: &HeaderMap,
     ) -> Result<HookResponse, Status> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
@@ -193,29 +205,33 @@ impl Upstream {
                 "deadline exceeded before the call",
             ));
         }
-        let mut client = self.client.clone();
-        let call = async move {
-            match request {
-                HookRequest::Initialize(m) => client
-                    .initialize(outgoing(m, remaining, forward))
+        let call = async {
+            match &request {
+                HookRequest::Initialize(m) => self
+                    .unary::<_, InitializeResponse>("Initialize", m, deadline, forward)
                     .await
-                    .map(|r| HookResponse::Initialize(r.into_inner())),
-                HookRequest::BeginRollout(m) => client
-                    .begin_rollout(outgoing(m, remaining, forward))
+                    .map(HookResponse::Initialize),
+                HookRequest::BeginRollout(m) => self
+                    .unary::<_, ()>("BeginRollout", m, deadline, forward)
                     .await
-                    .map(|_| HookResponse::Empty),
-                HookRequest::ProgressRollout(m) => client
-                    .progress_rollout(outgoing(m, remaining, forward))
+                    .map(|()| HookResponse::Empty),
+                HookRequest::ProgressRollout(m) => self
+                    .unary::<_, ()>("ProgressRollout", m, deadline, forward)
                     .await
-                    .map(|_| HookResponse::Empty),
-                HookRequest::ValidateRolloutCompletion(m) => client
-                    .validate_rollout_completion(outgoing(m, remaining, forward))
+                    .map(|()| HookResponse::Empty),
+                HookRequest::ValidateRolloutCompletion(m) => self
+                    .unary::<_, ValidateResponse>("ValidateRolloutCompletion", m, deadline, forward)
                     .await
-                    .map(|r| HookResponse::ValidateRolloutCompletion(r.into_inner())),
-                HookRequest::MutateManifestWork(m) => client
-                    .mutate_manifest_work(outgoing(m, remaining, forward))
+                    .map(HookResponse::ValidateRolloutCompletion),
+                HookRequest::MutateManifestWork(m) => self
+                    .unary::<_, MutateManifestWorkResponse>(
+                        "MutateManifestWork",
+                        m,
+                        deadline,
+                        forward,
+                    )
                     .await
-                    .map(|r| HookResponse::MutateManifestWork(r.into_inner())),
+                    .map(HookResponse::MutateManifestWork),
             }
         };
         match tokio::time::timeout_at(deadline, call).await {
@@ -232,22 +248,209 @@ impl Upstream {
             ))),
         }
     }
-}
 
-/// Builds the outgoing request: the remaining time as `grpc-timeout`, and the
-/// forwarded caller metadata.
-fn outgoing<T>(message: T, remaining: Duration, forward: &MetadataMap) -> tonic::Request<T> {
-    let mut req = tonic::Request::new(message);
-    req.set_timeout(remaining);
-    if !forward.is_empty() {
-        let md = req.metadata_mut();
-        for kv in forward.iter() {
-            if let tonic::metadata::KeyAndValueRef::Ascii(k, v) = kv {
-                md.insert(k.clone(), v.clone());
+    async fn unary<Req: prost::Message, Resp: prost::Message + Default>(
+        &self,
+        method: &str,
+        message: &Req,
+        deadline: Instant,
+        forward: &HeaderMap,
+    ) -> Result<Resp, Status> {
+        let mut sender = self.sender(deadline).await?;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let mut request = http::Request::new(UnaryBody::new(Some(grpc::encode(message)), None));
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = format!("{}/{}/{method}", self.base_uri, rollout_proto::SERVICE_NAME)
+            .parse()
+            .map_err(|e| Status::internal(format!("bad URI: {e}")))?;
+        let headers = request.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static(grpc::CONTENT_TYPE),
+        );
+        headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+        headers.insert("grpc-timeout", grpc::encode_timeout(remaining));
+        headers.insert(
+            http::header::USER_AGENT,
+            HeaderValue::from_static(USER_AGENT),
+        );
+        for (k, v) in forward {
+            headers.insert(k.clone(), v.clone());
+        }
+        let response = sender.send_request(request).await.map_err(|e| {
+            Status::unavailable(format!(
+                "request to {} failed: {}",
+                self.key.endpoint,
+                chain(&e)
+            ))
+        })?;
+        let (parts, body) = response.into_parts();
+        // A trailers-only answer: the status is in the headers.
+        if let Some(status) = grpc::status_from_headers(&parts.headers) {
+            return Err(if status.code() == Code::Ok {
+                Status::internal("answered OK without a message")
+            } else {
+                status
+            });
+        }
+        if parts.status != http::StatusCode::OK {
+            return Err(grpc::status_from_http(parts.status));
+        }
+        let (data, trailers) = grpc::collect(body, self.settings.max_message_bytes)
+            .await
+            .map_err(|s| {
+                if s.code() == Code::ResourceExhausted {
+                    Status::resource_exhausted(format!("answer too large: {}", s.message()))
+                } else {
+                    s
+                }
+            })?;
+        match trailers.as_ref().and_then(grpc::status_from_headers) {
+            Some(status) if status.code() == Code::Ok => {
+                grpc::decode(data, self.settings.max_message_bytes)
+            }
+            Some(status) => Err(status),
+            None => Err(Status::internal("answer ended without a grpc-status")),
+        }
+    }
+
+    /// The shared connection, dialled (once, for all waiting calls) if there
+    /// is none or it has closed.
+    async fn sender(&self, deadline: Instant) -> Result<SendRequest<UnaryBody>, Status> {
+        if let Some(s) = self.current() {
+            return Ok(s);
+        }
+        let _dialling = tokio::time::timeout_at(deadline, self.dialling.lock())
+            .await
+            .map_err(|_| {
+                Status::deadline_exceeded(format!("still connecting to {}", self.key.endpoint))
+            })?;
+        if let Some(s) = self.current() {
+            return Ok(s);
+        }
+        let limit = deadline.min(Instant::now() + self.settings.connect_timeout);
+        let sender = match tokio::time::timeout_at(limit, self.dial()).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(message)) => return Err(Status::unavailable(message)),
+            Err(_) => {
+                return Err(Status::unavailable(format!(
+                    "connecting to {} timed out",
+                    self.key.endpoint
+                )));
+            }
+        };
+        *self.sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender.clone());
+        Ok(sender)
+    }
+
+    fn current(&self) -> Option<SendRequest<UnaryBody>> {
+        let guard = self.sender.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().filter(|s| !s.is_closed()).cloned()
+    }
+
+    async fn dial(&self) -> Result<SendRequest<UnaryBody>, String> {
+        let endpoint = &self.key.endpoint;
+        let tcp = TcpStream::connect((endpoint.host.as_str(), endpoint.port))
+            .await
+            .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        let mut builder = http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            // Large windows: a 64 KiB ManifestWork must not wait for a
+            // WINDOW_UPDATE round trip, and multi-MiB ones should stream.
+            .initial_stream_window_size(4 * 1024 * 1024)
+            .initial_connection_window_size(8 * 1024 * 1024)
+            .max_frame_size(64 * 1024)
+            .keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(10));
+        let endpoint_label = endpoint.to_string();
+        match &self.tls {
+            None => {
+                let (sender, conn) = builder.handshake(TokioIo::new(tcp)).await.map_err(|e| {
+                    format!("HTTP/2 handshake with {endpoint} failed: {}", chain(&e))
+                })?;
+                tokio::spawn(drive(conn, endpoint_label));
+                Ok(sender)
+            }
+            Some((config, name)) => {
+                let tls = tokio_rustls::TlsConnector::from(config.clone())
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(|e| format!("TLS handshake with {endpoint} failed: {}", chain(&e)))?;
+                let (sender, conn) = builder.handshake(TokioIo::new(tls)).await.map_err(|e| {
+                    format!("HTTP/2 handshake with {endpoint} failed: {}", chain(&e))
+                })?;
+                tokio::spawn(drive(conn, endpoint_label));
+                Ok(sender)
             }
         }
     }
-    req
+}
+
+const USER_AGENT: &str = concat!("rollout-gateway/", env!("CARGO_PKG_VERSION"));
+
+/// Runs a connection until it closes; the next call then dials anew.
+async fn drive<F, E>(conn: F, endpoint: String)
+where
+    F: std::future::Future<Output = Result<(), E>>,
+    E: std::error::Error,
+{
+    if let Err(e) = conn.await {
+        tracing::debug!(%endpoint, error = %chain(&e), "plugin connection closed");
+    }
+}
+
+/// A client TLS configuration trusting only `ca_bundle_pem`, presenting
+/// `identity` when given, speaking HTTP/2.
+pub fn tls_config(
+    ca_bundle_pem: &[u8],
+    identity: Option<&ClientIdentity>,
+) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_bundle_pem) {
+        let cert = cert.map_err(|e| format!("caBundle: {e}"))?;
+        roots.add(cert).map_err(|e| format!("caBundle: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err("caBundle holds no certificate".into());
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots);
+    let mut config = match identity {
+        None => builder.with_no_client_auth(),
+        Some(id) => {
+            let certs = CertificateDer::pem_slice_iter(&id.cert_pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("certFile: {e}"))?;
+            let key =
+                PrivateKeyDer::from_pem_slice(&id.key_pem).map_err(|e| format!("keyFile: {e}"))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| format!("client certificate: {e}"))?
+        }
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
+/// An error with its sources, `a: b: c`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
 }
 
 /// Makes the plugin's answer read well through the gateway: a plugin server

@@ -1,0 +1,377 @@
+//! gRPC's wire format over HTTP/2, spoken by the gateway itself on both sides.
+//!
+//! The gateway is a proxy: it reads one length-prefixed message, routes it,
+//! and writes one back. Doing the framing here (instead of through tonic's
+//! streaming codecs) lets a whole answer — data and trailers — be handed to
+//! HTTP/2 at once, so it leaves in one write, and lets an over-large message
+//! be refused from its 5-byte prefix before it is buffered.
+
+use std::fmt::Write as _;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::{HeaderMap, HeaderValue};
+use http_body::{Body, Frame, SizeHint};
+use tonic::{Code, Status};
+
+/// The gRPC content type.
+pub const CONTENT_TYPE: &str = "application/grpc";
+
+/// A unary gRPC body: at most one data chunk, then optional trailers, both
+/// ready at once.
+#[derive(Debug, Default)]
+pub struct UnaryBody {
+    data: Option<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl UnaryBody {
+    pub fn new(data: Option<Bytes>, trailers: Option<HeaderMap>) -> UnaryBody {
+        UnaryBody { data, trailers }
+    }
+}
+
+impl Body for UnaryBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Some(data) = self.data.take() {
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none() && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+    }
+}
+
+/// Encodes a message with its 5-byte prefix (uncompressed), in one allocation.
+pub fn encode<M: prost::Message>(message: &M) -> Bytes {
+    let len = message.encoded_len();
+    let mut buf = BytesMut::with_capacity(5 + len);
+    buf.put_u8(0);
+    buf.put_u32(len as u32);
+    // Encoding into a buffer of the exact size cannot fail.
+    let _ = message.encode(&mut buf);
+    buf.freeze()
+}
+
+/// Reads the 5-byte prefix: the message length, after checking the
+/// compression flag and the limit.
+pub fn message_len(prefix: &[u8], limit: usize) -> Result<usize, Status> {
+    if prefix.len() < 5 {
+        return Err(Status::internal("truncated gRPC message prefix"));
+    }
+    match prefix[0] {
+        0 => {}
+        1 => {
+            return Err(Status::unimplemented(
+                "compressed messages are not supported (send grpc-encoding identity)",
+            ));
+        }
+        f => {
+            return Err(Status::internal(format!(
+                "invalid gRPC compression flag {f}"
+            )));
+        }
+    }
+    let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+    if len > limit {
+        return Err(Status::resource_exhausted(format!(
+            "message of {len} bytes is larger than the limit of {limit} bytes"
+        )));
+    }
+    Ok(len)
+}
+
+/// Decodes one length-prefixed message from a whole unary body. `Bytes`
+/// fields of the message share `body`'s memory.
+pub fn decode<M: prost::Message + Default>(mut body: Bytes, limit: usize) -> Result<M, Status> {
+    let len = message_len(&body, limit)?;
+    body.advance(5);
+    if body.len() != len {
+        return Err(Status::internal(format!(
+            "gRPC message length {len} does not match the {} bytes received",
+            body.len()
+        )));
+    }
+    M::decode(body).map_err(|e| Status::internal(format!("cannot decode message: {e}")))
+}
+
+/// Collects a unary message body, refusing it as soon as its prefix says it
+/// is over `limit` (so an over-large message is never buffered whole).
+pub async fn collect<B>(body: B, limit: usize) -> Result<(Bytes, Option<HeaderMap>), Status>
+where
+    B: Body<Data = Bytes>,
+    B::Error: std::fmt::Display,
+{
+    let mut body = std::pin::pin!(body);
+    let mut first: Option<Bytes> = None;
+    let mut buf: Option<BytesMut> = None;
+    let mut expected: Option<usize> = None;
+    let mut trailers = None;
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = frame.map_err(|e| Status::unavailable(format!("reading the message: {e}")))?;
+        let frame = match frame.into_data() {
+            Ok(data) => data,
+            Err(frame) => {
+                if let Ok(t) = frame.into_trailers() {
+                    trailers = Some(t);
+                }
+                continue;
+            }
+        };
+        if frame.is_empty() {
+            continue;
+        }
+        // The common case: the whole message in one frame, kept without a copy.
+        match (&mut first, &mut buf) {
+            (None, None) => first = Some(frame),
+            (Some(f), None) => {
+                let total = expected.map_or(f.len() + frame.len(), |e| e + 5);
+                let mut b = BytesMut::with_capacity(total.max(f.len() + frame.len()));
+                b.extend_from_slice(f);
+                b.extend_from_slice(&frame);
+                first = None;
+                buf = Some(b);
+            }
+            (_, Some(b)) => b.extend_from_slice(&frame),
+        }
+        let seen: &[u8] = match (&first, &buf) {
+            (Some(f), _) => f,
+            (_, Some(b)) => b,
+            _ => &[],
+        };
+        if expected.is_none() && seen.len() >= 5 {
+            expected = Some(message_len(seen, limit)?);
+        }
+        if let Some(e) = expected
+            && seen.len() > e + 5
+        {
+            return Err(Status::unimplemented(
+                "more than one message on a unary call",
+            ));
+        }
+    }
+    let data = match (first, buf) {
+        (Some(f), _) => f,
+        (_, Some(b)) => b.freeze(),
+        _ => Bytes::new(),
+    };
+    Ok((data, trailers))
+}
+
+/// The status carried by `grpc-status` / `grpc-message` in a header map, if any.
+pub fn status_from_headers(headers: &HeaderMap) -> Option<Status> {
+    let code = headers
+        .get("grpc-status")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<i32>()
+        .ok()?;
+    let message = headers
+        .get("grpc-message")
+        .and_then(|v| v.to_str().ok())
+        .map(percent_decode)
+        .unwrap_or_default();
+    Some(Status::new(Code::from_i32(code), message))
+}
+
+/// Writes a status into trailers (or the headers of a trailers-only answer).
+pub fn put_status(headers: &mut HeaderMap, code: Code, message: &str) {
+    headers.insert("grpc-status", HeaderValue::from(code as i32));
+    if !message.is_empty()
+        && let Ok(v) = HeaderValue::from_str(&percent_encode(message))
+    {
+        headers.insert("grpc-message", v);
+    }
+}
+
+/// The gRPC status for an HTTP answer that carries none (a proxy's error
+/// page, a non-gRPC server), as the gRPC HTTP/2 spec maps them.
+pub fn status_from_http(status: http::StatusCode) -> Status {
+    let code = match status.as_u16() {
+        400 => Code::Internal,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::Unimplemented,
+        429 | 502 | 503 | 504 => Code::Unavailable,
+        _ => Code::Unknown,
+    };
+    Status::new(
+        code,
+        format!("answered HTTP {status} without a gRPC status"),
+    )
+}
+
+/// `grpc-timeout`: at most 8 digits and a unit.
+pub fn encode_timeout(d: Duration) -> HeaderValue {
+    let micros = d.as_micros();
+    let value = if micros < 100_000_000 {
+        format!("{}u", micros.max(1))
+    } else if d.as_millis() < 100_000_000 {
+        format!("{}m", d.as_millis())
+    } else {
+        format!("{}S", d.as_secs().min(99_999_999))
+    };
+    HeaderValue::from_str(&value).unwrap_or(HeaderValue::from_static("30S"))
+}
+
+/// Parses a `grpc-timeout` value: up to 8 digits and a unit (H, M, S, m, u, n).
+pub fn parse_timeout(value: &str) -> Option<Duration> {
+    if value.len() < 2 || value.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = value.split_at(value.len() - 1);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Percent-encodes a grpc-message (everything outside printable ASCII, and `%`).
+pub fn percent_encode(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for b in message.bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// Decodes a percent-encoded grpc-message; malformed escapes are kept as they are.
+pub fn percent_decode(message: &str) -> String {
+    let bytes = message.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(b) = u8::from_str_radix(
+                std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
+                16,
+            )
+        {
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rollout_proto::v1alpha1::MutateManifestWorkResponse;
+
+    #[test]
+    fn messages_round_trip_and_share_memory() {
+        let m = MutateManifestWorkResponse {
+            manifest_work: Bytes::from(vec![7u8; 1000]),
+        };
+        let wire = encode(&m);
+        assert_eq!(wire[0], 0);
+        assert_eq!(
+            u32::from_be_bytes([wire[1], wire[2], wire[3], wire[4]]) as usize,
+            wire.len() - 5
+        );
+        let back: MutateManifestWorkResponse = decode(wire.clone(), 1 << 20).expect("decodes");
+        assert_eq!(back, m);
+        let inside = wire.as_ptr() as usize..wire.as_ptr() as usize + wire.len();
+        assert!(
+            inside.contains(&(back.manifest_work.as_ptr() as usize)),
+            "decoded without a copy"
+        );
+    }
+
+    #[test]
+    fn prefixes_are_checked() {
+        assert_eq!(message_len(&[0, 0, 0, 0, 10], 10).expect("ok"), 10);
+        assert_eq!(
+            message_len(&[0, 0, 0, 0, 11], 10).expect_err("big").code(),
+            Code::ResourceExhausted
+        );
+        assert_eq!(
+            message_len(&[1, 0, 0, 0, 1], 10)
+                .expect_err("compressed")
+                .code(),
+            Code::Unimplemented
+        );
+        assert_eq!(
+            message_len(&[0, 0], 10).expect_err("short").code(),
+            Code::Internal
+        );
+        let wrong_len = Bytes::from_static(&[0, 0, 0, 0, 3, 1]);
+        assert_eq!(
+            decode::<MutateManifestWorkResponse>(wrong_len, 10)
+                .expect_err("len")
+                .code(),
+            Code::Internal
+        );
+    }
+
+    #[test]
+    fn timeouts_round_trip() {
+        for d in [
+            Duration::from_micros(1),
+            Duration::from_millis(300),
+            Duration::from_secs(30),
+            Duration::from_secs(3600 * 24),
+        ] {
+            let v = encode_timeout(d);
+            let back = parse_timeout(v.to_str().expect("ascii")).expect("parses");
+            assert!(
+                back <= d && d - back < Duration::from_secs(1),
+                "{d:?} -> {v:?} -> {back:?}"
+            );
+        }
+        assert_eq!(parse_timeout("300m"), Some(Duration::from_millis(300)));
+        assert_eq!(parse_timeout("123456789m"), None);
+        assert_eq!(parse_timeout("10x"), None);
+    }
+
+    #[test]
+    fn messages_are_percent_encoded() {
+        let m = "plugin \"a\": 100% down\nnext line ünïcode";
+        let e = percent_encode(m);
+        assert!(e.is_ascii() && !e.contains('\n'));
+        assert_eq!(percent_decode(&e), m);
+        assert_eq!(percent_decode("50%"), "50%");
+    }
+
+    #[test]
+    fn http_errors_map_to_grpc_codes() {
+        assert_eq!(
+            status_from_http(http::StatusCode::SERVICE_UNAVAILABLE).code(),
+            Code::Unavailable
+        );
+        assert_eq!(
+            status_from_http(http::StatusCode::NOT_FOUND).code(),
+            Code::Unimplemented
+        );
+    }
+}
