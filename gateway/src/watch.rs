@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher};
+use std::ffi::OsString;
+
+use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 use crate::registry::{Applied, Registry};
@@ -60,6 +62,21 @@ pub fn reload_file(
     }
 }
 
+/// Whether an event can have changed one of the files: a change of content or
+/// of a directory entry (not a read: the gateway's own reads would otherwise
+/// wake it again and again), on a watched file or on one of the kubelet's
+/// `..data` / `..<timestamp>` entries.
+fn is_relevant(event: &notify::Event, names: &[OsString]) -> bool {
+    if matches!(event.kind, EventKind::Access(_) | EventKind::Other) {
+        return false;
+    }
+    event.paths.iter().any(|p| {
+        p.file_name().is_some_and(|n| {
+            names.iter().any(|w| w == n) || n.to_str().is_some_and(|n| n.starts_with(".."))
+        })
+    })
+}
+
 /// Watches `files` (index = registry source) and reloads on change, until
 /// the returned task is aborted. `on_loaded` runs after each new snapshot.
 pub fn spawn(
@@ -69,8 +86,14 @@ pub fn spawn(
     on_loaded: impl Fn() + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+    let names: Vec<OsString> = files
+        .iter()
+        .filter_map(|f| f.file_name().map(OsString::from))
+        .collect();
     let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
+        if let Ok(event) = event
+            && is_relevant(&event, &names)
+        {
             let _ = tx.send(());
         }
     });
@@ -123,4 +146,38 @@ pub fn spawn(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{AccessKind, CreateKind, ModifyKind, RenameMode};
+
+    fn event(kind: EventKind, path: &str) -> notify::Event {
+        notify::Event::new(kind).add_path(PathBuf::from(path))
+    }
+
+    #[test]
+    fn only_content_changes_of_watched_entries_count() {
+        let names = vec![OsString::from("config.yaml")];
+        let modify = EventKind::Modify(ModifyKind::Any);
+        assert!(is_relevant(&event(modify, "/etc/gw/config.yaml"), &names));
+        assert!(is_relevant(
+            &event(EventKind::Create(CreateKind::Any), "/etc/gw/..data_tmp"),
+            &names
+        ));
+        assert!(is_relevant(
+            &event(
+                EventKind::Modify(ModifyKind::Name(RenameMode::Any)),
+                "/etc/gw/..data"
+            ),
+            &names
+        ));
+        // The gateway's own reads, and other files in the directory, do not.
+        assert!(!is_relevant(
+            &event(EventKind::Access(AccessKind::Any), "/etc/gw/config.yaml"),
+            &names
+        ));
+        assert!(!is_relevant(&event(modify, "/etc/gw/other.log"), &names));
+    }
 }
