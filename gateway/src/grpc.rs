@@ -1,60 +1,21 @@
 //! gRPC's wire format over HTTP/2, spoken by the gateway itself on both sides.
 //!
 //! The gateway is a proxy: it reads one length-prefixed message, routes it,
-//! and writes one back. Doing the framing here (instead of through tonic's
-//! streaming codecs) lets a whole answer — data and trailers — be handed to
-//! HTTP/2 at once, so it leaves in one write, and lets an over-large message
-//! be refused from its 5-byte prefix before it is buffered.
+//! and writes one back. Doing the framing here, over the `h2` crate (instead
+//! of tonic's streaming codecs over hyper's body pipes), lets a whole answer —
+//! headers, data and trailers — be queued at once, so it leaves in one write
+//! and wakes the peer once, and lets an over-large message be refused from
+//! its 5-byte prefix before it is buffered.
 
 use std::fmt::Write as _;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue};
-use http_body::{Body, Frame, SizeHint};
 use tonic::{Code, Status};
 
 /// The gRPC content type.
 pub const CONTENT_TYPE: &str = "application/grpc";
-
-/// A unary gRPC body: at most one data chunk, then optional trailers, both
-/// ready at once.
-#[derive(Debug, Default)]
-pub struct UnaryBody {
-    data: Option<Bytes>,
-    trailers: Option<HeaderMap>,
-}
-
-impl UnaryBody {
-    pub fn new(data: Option<Bytes>, trailers: Option<HeaderMap>) -> UnaryBody {
-        UnaryBody { data, trailers }
-    }
-}
-
-impl Body for UnaryBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        if let Some(data) = self.data.take() {
-            return Poll::Ready(Some(Ok(Frame::data(data))));
-        }
-        Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.data.is_none() && self.trailers.is_none()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
-    }
-}
 
 /// Encodes a message with its 5-byte prefix (uncompressed), in one allocation.
 pub fn encode<M: prost::Message>(message: &M) -> Bytes {
@@ -109,44 +70,35 @@ pub fn decode<M: prost::Message + Default>(mut body: Bytes, limit: usize) -> Res
     M::decode(body).map_err(|e| Status::internal(format!("cannot decode message: {e}")))
 }
 
-/// Collects a unary message body, refusing it as soon as its prefix says it
-/// is over `limit` (so an over-large message is never buffered whole).
-pub async fn collect<B>(body: B, limit: usize) -> Result<(Bytes, Option<HeaderMap>), Status>
-where
-    B: Body<Data = Bytes>,
-    B::Error: std::fmt::Display,
-{
-    let mut body = std::pin::pin!(body);
+/// Reads a unary message body from an HTTP/2 stream, giving the flow-control
+/// window back as it goes, and refusing the message as soon as its prefix says
+/// it is over `limit` (so an over-large message is never buffered whole).
+/// Returns the framed message and the trailers, if any.
+pub async fn collect(
+    body: &mut h2::RecvStream,
+    limit: usize,
+) -> Result<(Bytes, Option<HeaderMap>), Status> {
     let mut first: Option<Bytes> = None;
     let mut buf: Option<BytesMut> = None;
     let mut expected: Option<usize> = None;
-    let mut trailers = None;
-    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
-        let frame = frame.map_err(|e| Status::unavailable(format!("reading the message: {e}")))?;
-        let frame = match frame.into_data() {
-            Ok(data) => data,
-            Err(frame) => {
-                if let Ok(t) = frame.into_trailers() {
-                    trailers = Some(t);
-                }
-                continue;
-            }
-        };
-        if frame.is_empty() {
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(|e| Status::unavailable(format!("reading the message: {e}")))?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        if chunk.is_empty() {
             continue;
         }
         // The common case: the whole message in one frame, kept without a copy.
         match (&mut first, &mut buf) {
-            (None, None) => first = Some(frame),
+            (None, None) => first = Some(chunk),
             (Some(f), None) => {
-                let total = expected.map_or(f.len() + frame.len(), |e| e + 5);
-                let mut b = BytesMut::with_capacity(total.max(f.len() + frame.len()));
+                let total = expected.map_or(0, |e| e + 5).max(f.len() + chunk.len());
+                let mut b = BytesMut::with_capacity(total);
                 b.extend_from_slice(f);
-                b.extend_from_slice(&frame);
+                b.extend_from_slice(&chunk);
                 first = None;
                 buf = Some(b);
             }
-            (_, Some(b)) => b.extend_from_slice(&frame),
+            (_, Some(b)) => b.extend_from_slice(&chunk),
         }
         let seen: &[u8] = match (&first, &buf) {
             (Some(f), _) => f,
@@ -164,6 +116,10 @@ where
             ));
         }
     }
+    let trailers = body
+        .trailers()
+        .await
+        .map_err(|e| Status::unavailable(format!("reading the trailers: {e}")))?;
     let data = match (first, buf) {
         (Some(f), _) => f,
         (_, Some(b)) => b.freeze(),

@@ -1,24 +1,20 @@
-//! The gRPC listener: a hyper HTTP/2 accept loop around the gateway service.
+//! The gRPC listener: an HTTP/2 accept loop (the `h2` crate) around the
+//! gateway service.
 //!
-//! The gateway runs its own loop rather than tonic's `Server` for three
-//! reasons: an expired `grpc-timeout` must answer DEADLINE_EXCEEDED (tonic's
-//! server layer answers CANCELLED), central mode needs the peer certificate of
-//! each connection to know the calling hub, and draining on SIGTERM must wait
-//! for in-flight calls for a bounded time. The service speaks gRPC's framing
-//! itself ([`crate::grpc`]), so an answer leaves in one write. A bad connection (garbage bytes, a
-//! failed handshake) only ends that connection.
+//! The gateway runs its own loop rather than tonic's `Server`: an expired
+//! `grpc-timeout` must answer DEADLINE_EXCEEDED (tonic's server layer answers
+//! CANCELLED), central mode needs the peer certificate of each connection to
+//! know the calling hub, draining on SIGTERM must be bounded, and an answer
+//! should leave in one write ([`crate::service`] queues headers, data and
+//! trailers together). A bad connection (garbage bytes, a failed handshake)
+//! only ends that connection.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use hyper::server::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use bytes::Bytes;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
-use tower::ServiceBuilder;
 
 use crate::service::GatewayService;
 
@@ -28,6 +24,8 @@ pub struct ServerSettings {
     /// How long a drain waits for in-flight calls before closing connections.
     pub drain_timeout: Duration,
     pub max_concurrent_streams: u32,
+    /// A connection that has not completed the HTTP/2 handshake by then is closed.
+    pub handshake_timeout: Duration,
 }
 
 impl Default for ServerSettings {
@@ -35,8 +33,23 @@ impl Default for ServerSettings {
         ServerSettings {
             drain_timeout: Duration::from_secs(10),
             max_concurrent_streams: 1024,
+            handshake_timeout: Duration::from_secs(10),
         }
     }
+}
+
+/// The HTTP/2 settings every connection gets.
+fn h2_builder(settings: &ServerSettings) -> h2::server::Builder {
+    let mut b = h2::server::Builder::new();
+    b.max_concurrent_streams(settings.max_concurrent_streams)
+        // Large windows so a 64 KiB ManifestWork arrives without waiting for a
+        // WINDOW_UPDATE round trip, and multi-MiB ones stream.
+        .initial_window_size(4 * 1024 * 1024)
+        .initial_connection_window_size(8 * 1024 * 1024)
+        .max_frame_size(64 * 1024)
+        .max_header_list_size(64 * 1024)
+        .max_send_buffer_size(1024 * 1024);
+    b
 }
 
 /// Serves `service` on `listener` until `shutdown` resolves, then stops
@@ -44,26 +57,14 @@ impl Default for ServerSettings {
 ///
 /// On drain, a connection that has carried a request gets a GOAWAY and ends
 /// when its calls are done; one that never carried a request (still in the
-/// HTTP/2 handshake, or a peer that connected and said nothing) is closed at
-/// once, so a silent peer cannot hold the drain for its whole timeout.
+/// handshake, or a peer that connected and said nothing) is closed at once,
+/// so a silent peer cannot hold the drain for its whole timeout.
 pub async fn serve(
     listener: TcpListener,
     service: GatewayService,
     settings: ServerSettings,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut builder = http2::Builder::new(TokioExecutor::new());
-    builder
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(settings.max_concurrent_streams)
-        // Large windows so a 64 KiB ManifestWork arrives without waiting for a
-        // WINDOW_UPDATE round trip, and multi-MiB ones stream.
-        .initial_stream_window_size(4 * 1024 * 1024)
-        .initial_connection_window_size(8 * 1024 * 1024)
-        .max_frame_size(64 * 1024)
-        .max_header_list_size(64 * 1024)
-        .keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(10));
     let (draining_tx, draining) = watch::channel(false);
     // Each connection task holds a sender; the drain is over when all are gone.
     let (alive, mut all_closed) = mpsc::channel::<()>(1);
@@ -83,33 +84,16 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let used = Arc::new(AtomicBool::new(false));
-        let svc = {
-            let used = used.clone();
-            ServiceBuilder::new()
-                .map_request(move |req: http::Request<hyper::body::Incoming>| {
-                    used.store(true, Ordering::Relaxed);
-                    req
-                })
-                .service(service.clone())
+        let conn = Connection {
+            service: service.clone(),
+            builder: h2_builder(&settings),
+            handshake_timeout: settings.handshake_timeout,
+            draining: draining.clone(),
         };
-        let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc));
-        let mut draining = draining.clone();
         let alive = alive.clone();
         tokio::spawn(async move {
             let _alive = alive;
-            let mut conn = std::pin::pin!(conn);
-            let result = tokio::select! {
-                result = conn.as_mut() => result,
-                () = async { let _ = draining.wait_for(|d| *d).await; } => {
-                    if !used.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(error) = result {
+            if let Err(error) = conn.run(stream).await {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
         });
@@ -124,4 +108,52 @@ pub async fn serve(
             tracing::warn!(timeout_secs = settings.drain_timeout.as_secs(), "drain timed out; closing the remaining connections");
         }
     }
+}
+
+struct Connection {
+    service: GatewayService,
+    builder: h2::server::Builder,
+    handshake_timeout: Duration,
+    draining: watch::Receiver<bool>,
+}
+
+impl Connection {
+    async fn run(mut self, stream: TcpStream) -> Result<(), h2::Error> {
+        let handshake = self.builder.handshake::<_, Bytes>(stream);
+        let mut conn = tokio::select! {
+            done = tokio::time::timeout(self.handshake_timeout, handshake) => match done {
+                Ok(conn) => conn?,
+                Err(_) => return Ok(()),
+            },
+            // Draining before the peer even said hello: nothing to finish.
+            () = wait_true(&mut self.draining) => return Ok(()),
+        };
+        let mut used = false;
+        let mut goaway_sent = false;
+        loop {
+            tokio::select! {
+                next = conn.accept() => match next {
+                    Some(Ok((request, respond))) => {
+                        used = true;
+                        tokio::spawn(self.service.clone().serve_stream(request, respond));
+                    }
+                    Some(Err(e)) => return Err(e),
+                    None => return Ok(()),
+                },
+                () = wait_true(&mut self.draining), if !goaway_sent => {
+                    if !used {
+                        return Ok(());
+                    }
+                    // GOAWAY: no new streams; keep driving the connection so
+                    // the calls in flight finish, then `accept` ends.
+                    conn.graceful_shutdown();
+                    goaway_sent = true;
+                }
+            }
+        }
+    }
+}
+
+async fn wait_true(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|d| *d).await;
 }

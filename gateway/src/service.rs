@@ -1,20 +1,15 @@
-//! The gateway's `RolloutPluginService`, spoken at the HTTP/2 level: it reads
+//! The gateway's `RolloutPluginService`, spoken on HTTP/2 streams: it reads
 //! the target from the `ocm-rollout-plugin` header and the caller's deadline
 //! from `grpc-timeout`, loads the registry snapshot once, decodes the one
 //! request message, hands the call to the router, and answers with the
 //! message and its trailers (`grpc-status`, `ocm-rollout-mutated-by`,
-//! `ocm-rollout-failed-open`) ready together, so the answer leaves in one
-//! write.
+//! `ocm-rollout-failed-open`) queued together, so the answer leaves in one
+//! write and wakes the caller once.
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use http_body::Body;
 use rollout_proto::v1alpha1::{
     InitializeRequest, MutateManifestWorkRequest, MutateManifestWorkResponse, RolloutPluginRequest,
     ValidateCompletionRequest,
@@ -24,7 +19,7 @@ use tokio::time::Instant;
 use tonic::{Code, Status};
 
 use crate::error::GatewayError;
-use crate::grpc::{self, UnaryBody};
+use crate::grpc;
 use crate::hooks::HookKind;
 use crate::registry::Registry;
 use crate::router::CallContext;
@@ -37,15 +32,26 @@ pub struct CallerHub(pub String);
 /// Caller headers passed on to plugins unchanged.
 const FORWARDED_KEYS: [&str; 2] = ["traceparent", "tracestate"];
 
-/// The gateway's gRPC service, as a tower service over HTTP requests.
+/// The path prefix of every method of the service.
+const PATH_PREFIX: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/";
+
+/// The gateway's gRPC service: one [`GatewayService::serve_stream`] per HTTP/2 stream.
 #[derive(Debug, Clone)]
 pub struct GatewayService {
     registry: Arc<Registry>,
     max_message_bytes: usize,
 }
 
-/// What a call answers: a message and the trailers to add, or a status.
-type Answer = Result<(Bytes, Vec<(&'static str, String)>), Status>;
+/// How a call is answered.
+#[derive(Debug)]
+enum Reply {
+    /// The message, then `grpc-status: 0` and the hook trailers.
+    Message(Bytes, Vec<(&'static str, String)>),
+    /// A trailers-only answer carrying the status (and its metadata).
+    Status(Status),
+    /// Not gRPC at all.
+    Http(StatusCode),
+}
 
 impl GatewayService {
     pub fn new(registry: Arc<Registry>, max_message_bytes: usize) -> GatewayService {
@@ -55,20 +61,28 @@ impl GatewayService {
         }
     }
 
-    async fn handle<B>(self, request: http::Request<B>) -> http::Response<UnaryBody>
-    where
-        B: Body<Data = Bytes>,
-        B::Error: std::fmt::Display,
-    {
+    /// Serves one call on an HTTP/2 stream, to its end. If the caller resets
+    /// the stream (it gave up), the work is dropped, which cancels the calls
+    /// to plugins.
+    pub async fn serve_stream(
+        self,
+        request: http::Request<h2::RecvStream>,
+        mut respond: h2::server::SendResponse<Bytes>,
+    ) {
+        let reply = tokio::select! {
+            reply = self.answer(request) => reply,
+            _ = std::future::poll_fn(|cx| respond.poll_reset(cx)) => return,
+        };
+        if let Err(error) = send(&mut respond, reply) {
+            tracing::debug!(%error, "could not send the answer");
+        }
+    }
+
+    async fn answer(&self, request: http::Request<h2::RecvStream>) -> Reply {
         let received = Instant::now();
-        let (parts, body) = request.into_parts();
-        let Some(hook) = parts
-            .uri
-            .path()
-            .strip_prefix("/ocm.rolloutplugin.v1alpha1.RolloutPluginService/")
-            .and_then(hook_of)
-        else {
-            return status_response(&Status::unimplemented(format!(
+        let (parts, mut body) = request.into_parts();
+        let Some(hook) = parts.uri.path().strip_prefix(PATH_PREFIX).and_then(hook_of) else {
+            return Reply::Status(Status::unimplemented(format!(
                 "unknown method {}",
                 parts.uri.path()
             )));
@@ -79,17 +93,15 @@ impl GatewayService {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with(grpc::CONTENT_TYPE));
         if !is_grpc {
-            let mut r = http::Response::new(UnaryBody::default());
-            *r.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
-            return r;
+            return Reply::Http(StatusCode::UNSUPPORTED_MEDIA_TYPE);
         }
         let answer = async {
-            let (data, _) = grpc::collect(body, self.max_message_bytes).await?;
+            let (data, _) = grpc::collect(&mut body, self.max_message_bytes).await?;
             self.route(hook, &parts, received, data).await
         };
         match answer.await {
-            Ok((message, trailers)) => message_response(message, trailers),
-            Err(status) => status_response(&status),
+            Ok((message, trailers)) => Reply::Message(message, trailers),
+            Err(status) => Reply::Status(status),
         }
     }
 
@@ -99,9 +111,9 @@ impl GatewayService {
         parts: &http::request::Parts,
         received: Instant,
         data: Bytes,
-    ) -> Answer {
+    ) -> Result<(Bytes, Vec<(&'static str, String)>), Status> {
         let headers = &parts.headers;
-        let name = target_name(headers)?;
+        let name = target_name(headers).map_err(|e| e.into_status(&[]))?;
         let deadline = headers
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
@@ -114,24 +126,33 @@ impl GatewayService {
             }
         }
         let hub = parts.extensions.get::<CallerHub>().map(|h| h.0.as_str());
-        let snapshot = self.registry.load().ok_or(GatewayError::NotReady)?;
-        let target = snapshot.resolve(hub, &name).map_err(GatewayError::from)?;
+        let snapshot = self
+            .registry
+            .load()
+            .ok_or_else(|| GatewayError::NotReady.into_status(&[]))?;
+        let target = snapshot
+            .resolve(hub, &name)
+            .map_err(|e| GatewayError::from(e).into_status(&[]))?;
         let ctx = CallContext {
             target,
             deadline,
             forward: &forward,
         };
         let limit = self.max_message_bytes;
-        let failed_open = |names: &[String]| {
-            names_trailer(FAILED_OPEN_METADATA_KEY, names)
-                .into_iter()
-                .collect::<Vec<_>>()
+        let failed_open = |names: &[String]| -> Vec<(&'static str, String)> {
+            if names.is_empty() {
+                Vec::new()
+            } else {
+                vec![(FAILED_OPEN_METADATA_KEY, names.join(","))]
+            }
         };
+        let failed = |e: GatewayError| e.into_status(&[]);
         match hook {
             HookKind::Initialize => {
                 let merged = ctx
                     .initialize(grpc::decode::<InitializeRequest>(data, limit)?)
-                    .await?;
+                    .await
+                    .map_err(failed)?;
                 Ok((
                     grpc::encode(&merged.value),
                     failed_open(&merged.failed_open),
@@ -140,23 +161,23 @@ impl GatewayService {
             HookKind::BeginRollout | HookKind::ProgressRollout => {
                 let merged = ctx
                     .ack(hook, grpc::decode::<RolloutPluginRequest>(data, limit)?)
-                    .await?;
+                    .await
+                    .map_err(failed)?;
                 Ok((grpc::encode(&()), failed_open(&merged.failed_open)))
             }
             HookKind::ValidateRolloutCompletion => {
                 let merged = ctx
                     .validate(grpc::decode::<ValidateCompletionRequest>(data, limit)?)
-                    .await?;
+                    .await
+                    .map_err(failed)?;
                 Ok((
                     grpc::encode(&merged.value),
                     failed_open(&merged.failed_open),
                 ))
             }
             HookKind::MutateManifestWork => {
-                match ctx
-                    .mutate(grpc::decode::<MutateManifestWorkRequest>(data, limit)?)
-                    .await
-                {
+                let request = grpc::decode::<MutateManifestWorkRequest>(data, limit)?;
+                match ctx.mutate(request).await {
                     Ok(m) => {
                         let mut trailers = vec![(MUTATED_BY_METADATA_KEY, m.mutated_by.join(","))];
                         trailers.extend(failed_open(&m.failed_open));
@@ -169,12 +190,6 @@ impl GatewayService {
                 }
             }
         }
-    }
-}
-
-impl From<GatewayError> for Status {
-    fn from(e: GatewayError) -> Status {
-        e.into_status(&[])
     }
 }
 
@@ -208,12 +223,8 @@ fn target_name(headers: &HeaderMap) -> Result<String, GatewayError> {
     Ok(name.to_string())
 }
 
-fn names_trailer(key: &'static str, names: &[String]) -> Option<(&'static str, String)> {
-    (!names.is_empty()).then(|| (key, names.join(",")))
-}
-
-fn grpc_headers() -> http::Response<UnaryBody> {
-    let mut r = http::Response::new(UnaryBody::default());
+fn grpc_head() -> http::Response<()> {
+    let mut r = http::Response::new(());
     r.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static(grpc::CONTENT_TYPE),
@@ -221,28 +232,37 @@ fn grpc_headers() -> http::Response<UnaryBody> {
     r
 }
 
-/// A successful answer: the message, then `grpc-status: 0` and the hook
-/// trailers.
-fn message_response(
-    message: Bytes,
-    extra: Vec<(&'static str, String)>,
-) -> http::Response<UnaryBody> {
-    let mut trailers = HeaderMap::with_capacity(1 + extra.len());
-    grpc::put_status(&mut trailers, Code::Ok, "");
-    for (k, v) in extra {
-        if let Ok(v) = HeaderValue::from_str(&v) {
-            trailers.insert(k, v);
+/// Queues the whole answer on the stream at once: one write, one wakeup of
+/// the caller.
+fn send(respond: &mut h2::server::SendResponse<Bytes>, reply: Reply) -> Result<(), h2::Error> {
+    match reply {
+        Reply::Message(message, extra) => {
+            let mut trailers = HeaderMap::with_capacity(1 + extra.len());
+            grpc::put_status(&mut trailers, Code::Ok, "");
+            for (k, v) in extra {
+                if let Ok(v) = HeaderValue::from_str(&v) {
+                    trailers.insert(k, v);
+                }
+            }
+            let mut stream = respond.send_response(grpc_head(), false)?;
+            stream.send_data(message, false)?;
+            stream.send_trailers(trailers)
+        }
+        Reply::Status(status) => {
+            let mut head = grpc_head();
+            status_headers(head.headers_mut(), &status);
+            respond.send_response(head, true).map(drop)
+        }
+        Reply::Http(code) => {
+            let mut head = http::Response::new(());
+            *head.status_mut() = code;
+            respond.send_response(head, true).map(drop)
         }
     }
-    let mut r = grpc_headers();
-    *r.body_mut() = UnaryBody::new(Some(message), Some(trailers));
-    r
 }
 
-/// A trailers-only answer carrying `status` (and its metadata).
-pub fn status_response(status: &Status) -> http::Response<UnaryBody> {
-    let mut r = grpc_headers();
-    let headers = r.headers_mut();
+/// Writes `status` and its metadata into the headers of a trailers-only answer.
+pub fn status_headers(headers: &mut HeaderMap, status: &Status) {
     grpc::put_status(headers, status.code(), status.message());
     for kv in status.metadata().iter() {
         if let tonic::metadata::KeyAndValueRef::Ascii(k, v) = kv
@@ -253,25 +273,5 @@ pub fn status_response(status: &Status) -> http::Response<UnaryBody> {
         {
             headers.insert(k, v);
         }
-    }
-    r
-}
-
-impl<B> tower::Service<http::Request<B>> for GatewayService
-where
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: std::fmt::Display,
-{
-    type Response = http::Response<UnaryBody>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move { Ok(this.handle(request).await) })
     }
 }

@@ -1,19 +1,19 @@
 //! One plugin as the gateway reaches it: an HTTP/2 connection (plaintext, or
 //! TLS trusting the plugin's own CA bundle alone), and what the gateway has
 //! learned of the hooks it implements. Calls are framed by [`crate::grpc`]
-//! and handed to hyper whole, so a request leaves in one write.
+//! and queued on an `h2` stream whole, so a request leaves in one write.
 //!
 //! An [`Upstream`] outlives registry reloads for as long as its
 //! [`UpstreamKey`] (endpoint and TLS settings) does not change, so the
 //! connection, and the knowledge gathered on it, is kept.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
+use h2::client::SendRequest;
 use http::{HeaderMap, HeaderValue};
-use hyper::client::conn::http2::{self, SendRequest};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rollout_proto::v1alpha1::{
     Hook, InitializeResponse, MutateManifestWorkResponse, ValidateResponse,
 };
@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
-use crate::grpc::{self, UnaryBody};
+use crate::grpc;
 
 use crate::config::{Endpoint, Transport};
 use crate::hooks::{HookKind, HookRequest, HookResponse};
@@ -84,7 +84,7 @@ pub struct Upstream {
     /// `http://host:port` or `https://host:port`, the prefix of every call's URI.
     base_uri: String,
     tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
-    sender: Mutex<Option<SendRequest<UnaryBody>>>,
+    conn: Mutex<Option<Conn>>,
     /// Held while dialling, so concurrent calls share one new connection.
     dialling: tokio::sync::Mutex<()>,
     /// `HOOKS_KNOWN` plus one bit per implemented `Hook` (bit = enum value).
@@ -129,7 +129,7 @@ impl Upstream {
             key,
             settings: settings.clone(),
             tls,
-            sender: Mutex::new(None),
+            conn: Mutex::new(None),
             dialling: tokio::sync::Mutex::new(()),
             hooks: AtomicU8::new(0),
         })
@@ -256,9 +256,14 @@ impl Upstream {
         deadline: Instant,
         forward: &HeaderMap,
     ) -> Result<Resp, Status> {
-        let mut sender = self.sender(deadline).await?;
+        let sender = self.sender(deadline).await?;
+        let unavailable = |e: h2::Error| {
+            Status::unavailable(format!("request to {} failed: {e}", self.key.endpoint))
+        };
+        // Waits while the plugin's stream limit is reached.
+        let mut sender = sender.ready().await.map_err(unavailable)?;
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let mut request = http::Request::new(UnaryBody::new(Some(grpc::encode(message)), None));
+        let mut request = http::Request::new(());
         *request.method_mut() = http::Method::POST;
         *request.uri_mut() = format!("{}/{}/{method}", self.base_uri, rollout_proto::SERVICE_NAME)
             .parse()
@@ -277,14 +282,12 @@ impl Upstream {
         for (k, v) in forward {
             headers.insert(k.clone(), v.clone());
         }
-        let response = sender.send_request(request).await.map_err(|e| {
-            Status::unavailable(format!(
-                "request to {} failed: {}",
-                self.key.endpoint,
-                chain(&e)
-            ))
-        })?;
-        let (parts, body) = response.into_parts();
+        // Headers and the whole message queued together: one write.
+        let (response, mut body) = sender.send_request(request, false).map_err(unavailable)?;
+        body.send_data(grpc::encode(message), true)
+            .map_err(unavailable)?;
+        let response = response.await.map_err(unavailable)?;
+        let (parts, mut body) = response.into_parts();
         // A trailers-only answer: the status is in the headers.
         if let Some(status) = grpc::status_from_headers(&parts.headers) {
             return Err(if status.code() == Code::Ok {
@@ -296,7 +299,7 @@ impl Upstream {
         if parts.status != http::StatusCode::OK {
             return Err(grpc::status_from_http(parts.status));
         }
-        let (data, trailers) = grpc::collect(body, self.settings.max_message_bytes)
+        let (data, trailers) = grpc::collect(&mut body, self.settings.max_message_bytes)
             .await
             .map_err(|s| {
                 if s.code() == Code::ResourceExhausted {
@@ -316,7 +319,7 @@ impl Upstream {
 
     /// The shared connection, dialled (once, for all waiting calls) if there
     /// is none or it has closed.
-    async fn sender(&self, deadline: Instant) -> Result<SendRequest<UnaryBody>, Status> {
+    async fn sender(&self, deadline: Instant) -> Result<SendRequest<Bytes>, Status> {
         if let Some(s) = self.current() {
             return Ok(s);
         }
@@ -329,8 +332,8 @@ impl Upstream {
             return Ok(s);
         }
         let limit = deadline.min(Instant::now() + self.settings.connect_timeout);
-        let sender = match tokio::time::timeout_at(limit, self.dial()).await {
-            Ok(Ok(s)) => s,
+        let conn = match tokio::time::timeout_at(limit, self.dial()).await {
+            Ok(Ok(c)) => c,
             Ok(Err(message)) => return Err(Status::unavailable(message)),
             Err(_) => {
                 return Err(Status::unavailable(format!(
@@ -339,67 +342,95 @@ impl Upstream {
                 )));
             }
         };
-        *self.sender.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender.clone());
+        let sender = conn.sender.clone();
+        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn);
         Ok(sender)
     }
 
-    fn current(&self) -> Option<SendRequest<UnaryBody>> {
-        let guard = self.sender.lock().unwrap_or_else(|e| e.into_inner());
-        guard.as_ref().filter(|s| !s.is_closed()).cloned()
+    fn current(&self) -> Option<SendRequest<Bytes>> {
+        let guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        guard
+            .as_ref()
+            .filter(|c| !c.closed.load(Ordering::Relaxed))
+            .map(|c| c.sender.clone())
     }
 
-    async fn dial(&self) -> Result<SendRequest<UnaryBody>, String> {
+    async fn dial(&self) -> Result<Conn, String> {
         let endpoint = &self.key.endpoint;
         let tcp = TcpStream::connect((endpoint.host.as_str(), endpoint.port))
             .await
             .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
         let _ = tcp.set_nodelay(true);
-        let mut builder = http2::Builder::new(TokioExecutor::new());
-        builder
-            .timer(TokioTimer::new())
-            // Large windows: a 64 KiB ManifestWork must not wait for a
-            // WINDOW_UPDATE round trip, and multi-MiB ones should stream.
-            .initial_stream_window_size(4 * 1024 * 1024)
-            .initial_connection_window_size(8 * 1024 * 1024)
-            .max_frame_size(64 * 1024)
-            .keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_timeout(Duration::from_secs(10));
-        let endpoint_label = endpoint.to_string();
+        let label = endpoint.to_string();
         match &self.tls {
-            None => {
-                let (sender, conn) = builder.handshake(TokioIo::new(tcp)).await.map_err(|e| {
-                    format!("HTTP/2 handshake with {endpoint} failed: {}", chain(&e))
-                })?;
-                tokio::spawn(drive(conn, endpoint_label));
-                Ok(sender)
-            }
+            None => handshake(tcp, label).await,
             Some((config, name)) => {
                 let tls = tokio_rustls::TlsConnector::from(config.clone())
                     .connect(name.clone(), tcp)
                     .await
                     .map_err(|e| format!("TLS handshake with {endpoint} failed: {}", chain(&e)))?;
-                let (sender, conn) = builder.handshake(TokioIo::new(tls)).await.map_err(|e| {
-                    format!("HTTP/2 handshake with {endpoint} failed: {}", chain(&e))
-                })?;
-                tokio::spawn(drive(conn, endpoint_label));
-                Ok(sender)
+                handshake(tls, label).await
             }
         }
     }
 }
 
-const USER_AGENT: &str = concat!("rollout-gateway/", env!("CARGO_PKG_VERSION"));
-
-/// Runs a connection until it closes; the next call then dials anew.
-async fn drive<F, E>(conn: F, endpoint: String)
-where
-    F: std::future::Future<Output = Result<(), E>>,
-    E: std::error::Error,
-{
-    if let Err(e) = conn.await {
-        tracing::debug!(%endpoint, error = %chain(&e), "plugin connection closed");
-    }
+/// An HTTP/2 connection to a plugin: the handle to open streams, and whether
+/// the connection has ended (the next call then dials anew).
+struct Conn {
+    sender: SendRequest<Bytes>,
+    closed: Arc<AtomicBool>,
 }
+
+/// How often an idle-or-not connection is pinged, and how long a ping may
+/// wait for its answer before the connection is given up.
+const PING_EVERY: Duration = Duration::from_secs(30);
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn handshake<T>(io: T, endpoint: String) -> Result<Conn, String>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, mut connection) = h2::client::Builder::new()
+        // Large windows: a 64 KiB ManifestWork must not wait for a
+        // WINDOW_UPDATE round trip, and multi-MiB ones should stream.
+        .initial_window_size(4 * 1024 * 1024)
+        .initial_connection_window_size(8 * 1024 * 1024)
+        .max_frame_size(64 * 1024)
+        .max_send_buffer_size(1024 * 1024)
+        .handshake::<_, Bytes>(io)
+        .await
+        .map_err(|e| format!("HTTP/2 handshake with {endpoint} failed: {e}"))?;
+    let closed = Arc::new(AtomicBool::new(false));
+    let ping = connection.ping_pong();
+    let flag = closed.clone();
+    tokio::spawn(async move {
+        let keepalive = async {
+            let Some(mut ping) = ping else {
+                return std::future::pending::<String>().await;
+            };
+            loop {
+                tokio::time::sleep(PING_EVERY).await;
+                match tokio::time::timeout(PING_TIMEOUT, ping.ping(h2::Ping::opaque())).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return format!("keepalive ping failed: {e}"),
+                    Err(_) => return "keepalive ping unanswered".to_string(),
+                }
+            }
+        };
+        let ended = tokio::select! {
+            result = connection => result.err().map(|e| e.to_string()),
+            why = keepalive => Some(why),
+        };
+        flag.store(true, Ordering::Relaxed);
+        if let Some(error) = ended {
+            tracing::debug!(%endpoint, %error, "plugin connection closed");
+        }
+    });
+    Ok(Conn { sender, closed })
+}
+
+const USER_AGENT: &str = concat!("rollout-gateway/", env!("CARGO_PKG_VERSION"));
 
 /// A client TLS configuration trusting only `ca_bundle_pem`, presenting
 /// `identity` when given, speaking HTTP/2.
