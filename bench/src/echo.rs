@@ -2,10 +2,12 @@
 //! tonic allows, so a benchmark measures what sits in front of it.
 //!
 //! `MutateManifestWork` answers with the request's `manifest_work` (the same
-//! `Bytes`, no copy) in [`EchoMode::Echo`], or with an empty one ("unchanged")
-//! in [`EchoMode::Empty`]; validation always succeeds; `BeginRollout` and
-//! `ProgressRollout` answer `Empty`; `Initialize` names the plugin `echo` and
-//! claims every hook.
+//! `Bytes`, no copy) in [`EchoMode::Echo`], with an empty one ("unchanged")
+//! in [`EchoMode::Empty`], or, in [`EchoMode::Annotate`] (for demos), with the
+//! work annotated `NAME.rollout-hooks.io/position: "I of N"` from the request's
+//! `cluster_index` and `total_cluster_count`; validation always succeeds;
+//! `BeginRollout` and `ProgressRollout` answer `Empty`; `Initialize` gives the
+//! plugin's name (`echo` unless set) and claims every hook.
 
 use std::future::Future;
 
@@ -40,19 +42,61 @@ pub enum EchoMode {
     Echo,
     /// Send an empty ManifestWork, meaning "unchanged".
     Empty,
+    /// Add an annotation with the cluster's position in the rollout.
+    Annotate,
 }
 
 /// The plugin.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone)]
 pub struct EchoPlugin {
     mode: EchoMode,
+    name: std::sync::Arc<str>,
 }
 
 impl EchoPlugin {
-    /// A plugin answering mutations in `mode`.
+    /// A plugin named `echo` answering mutations in `mode`.
     pub fn new(mode: EchoMode) -> Self {
-        Self { mode }
+        Self::named(PLUGIN_NAME, mode)
     }
+
+    /// A plugin with its own name (for Initialize and its annotation).
+    pub fn named(name: &str, mode: EchoMode) -> Self {
+        Self {
+            mode,
+            name: name.into(),
+        }
+    }
+}
+
+/// Annotates a ManifestWork with the cluster's position in the rollout.
+fn annotate(
+    work: &[u8],
+    plugin: &str,
+    rollout: Option<&RolloutPluginRequest>,
+) -> Result<Bytes, Status> {
+    let mut work: serde_json::Value = serde_json::from_slice(work)
+        .map_err(|e| Status::invalid_argument(format!("ManifestWork is not JSON: {e}")))?;
+    let position = rollout.map_or_else(String::new, |r| {
+        format!("{} of {}", r.cluster_index, r.total_cluster_count)
+    });
+    let annotations = work
+        .as_object_mut()
+        .ok_or_else(|| Status::invalid_argument("ManifestWork is not a JSON object"))?
+        .entry("metadata")
+        .or_insert_with(|| serde_json::json!({}))
+        .as_object_mut()
+        .ok_or_else(|| Status::invalid_argument("metadata is not an object"))?
+        .entry("annotations")
+        .or_insert_with(|| serde_json::json!({}));
+    if let Some(map) = annotations.as_object_mut() {
+        map.insert(
+            format!("{plugin}.rollout-hooks.io/position"),
+            serde_json::Value::String(position),
+        );
+    }
+    serde_json::to_vec(&work)
+        .map(Bytes::from)
+        .map_err(|e| Status::internal(e.to_string()))
 }
 
 #[tonic::async_trait]
@@ -62,7 +106,7 @@ impl RolloutPluginService for EchoPlugin {
         _request: Request<InitializeRequest>,
     ) -> Result<Response<InitializeResponse>, Status> {
         Ok(Response::new(InitializeResponse {
-            name: PLUGIN_NAME.to_owned(),
+            name: self.name.to_string(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             hooks: Vec::new(),
         }))
@@ -100,14 +144,18 @@ impl RolloutPluginService for EchoPlugin {
         let manifest_work = match self.mode {
             EchoMode::Echo => request.into_inner().manifest_work,
             EchoMode::Empty => Bytes::new(),
+            EchoMode::Annotate => {
+                let request = request.into_inner();
+                annotate(&request.manifest_work, &self.name, request.rollout.as_ref())?
+            }
         };
         Ok(Response::new(MutateManifestWorkResponse { manifest_work }))
     }
 }
 
 /// The plugin as a tonic service, with the 64 MiB message limits.
-pub fn service(mode: EchoMode) -> RolloutPluginServiceServer<EchoPlugin> {
-    RolloutPluginServiceServer::new(EchoPlugin::new(mode))
+pub fn service(plugin: EchoPlugin) -> RolloutPluginServiceServer<EchoPlugin> {
+    RolloutPluginServiceServer::new(plugin)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES)
 }
@@ -118,7 +166,7 @@ pub fn service(mode: EchoMode) -> RolloutPluginServiceServer<EchoPlugin> {
 /// Fails when the server cannot run (an accept loop error).
 pub async fn serve(
     listener: TcpListener,
-    mode: EchoMode,
+    plugin: EchoPlugin,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     // `TCP_NODELAY`: answers are small single frames; do not let Nagle hold
@@ -127,7 +175,7 @@ pub async fn serve(
     Server::builder()
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
-        .add_service(service(mode))
+        .add_service(service(plugin))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

@@ -13,5 +13,6 @@ pub mod compare;
 pub mod echo;
 pub mod load;
 pub mod manifest;
+pub mod process;
 pub mod stats;
 pub mod units;

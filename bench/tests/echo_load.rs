@@ -17,7 +17,7 @@ async fn start_plugin(mode: EchoMode) -> anyhow::Result<(SocketAddr, oneshot::Se
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(echo::serve(listener, mode, async {
+    tokio::spawn(echo::serve(listener, echo::EchoPlugin::new(mode), async {
         let _ = stopped.await;
     }));
     Ok((address, stop))

@@ -17,15 +17,43 @@ use tonic::{Code, Status};
 /// The gRPC content type.
 pub const CONTENT_TYPE: &str = "application/grpc";
 
+/// A framed message as handed to HTTP/2: a small encoded head, then a large
+/// payload shared with the request it came from (written with `writev`, never
+/// copied). For most messages the payload is empty.
+pub type Payload = bytes::buf::Chain<Bytes, Bytes>;
+
 /// Encodes a message with its 5-byte prefix (uncompressed), in one allocation.
-pub fn encode<M: prost::Message>(message: &M) -> Bytes {
-    let len = message.encoded_len();
-    let mut buf = BytesMut::with_capacity(5 + len);
+pub fn encode<M: prost::Message>(message: &M) -> Payload {
+    encode_with_tail(message, 0, Bytes::new())
+}
+
+/// Encodes `head` followed by a length-delimited field number `tag` holding
+/// `tail`, without copying `tail`. For a message whose last field is the
+/// ManifestWork, `head` is the message with that field empty: the result is
+/// the same bytes as encoding the whole message.
+pub fn encode_with_tail<M: prost::Message>(head: &M, tag: u32, tail: Bytes) -> Payload {
+    let head_len = head.encoded_len();
+    let field_head = if tail.is_empty() {
+        0
+    } else {
+        prost::encoding::key_len(tag) + prost::encoding::encoded_len_varint(tail.len() as u64)
+    };
+    let total = head_len + field_head + tail.len();
+    let mut buf = BytesMut::with_capacity(5 + head_len + field_head);
     buf.put_u8(0);
-    buf.put_u32(len as u32);
+    buf.put_u32(total as u32);
     // Encoding into a buffer of the exact size cannot fail.
-    let _ = message.encode(&mut buf);
-    buf.freeze()
+    let _ = head.encode(&mut buf);
+    if !tail.is_empty() {
+        prost::encoding::encode_key(tag, prost::encoding::WireType::LengthDelimited, &mut buf);
+        prost::encoding::encode_varint(tail.len() as u64, &mut buf);
+    }
+    buf.freeze().chain(tail)
+}
+
+/// The whole of a payload as one `Bytes` (copies when it has two parts).
+pub fn flatten(mut payload: Payload) -> Bytes {
+    payload.copy_to_bytes(payload.remaining())
 }
 
 /// Reads the 5-byte prefix: the message length, after checking the
@@ -249,7 +277,7 @@ mod tests {
         let m = MutateManifestWorkResponse {
             manifest_work: Bytes::from(vec![7u8; 1000]),
         };
-        let wire = encode(&m);
+        let wire = flatten(encode(&m));
         assert_eq!(wire[0], 0);
         assert_eq!(
             u32::from_be_bytes([wire[1], wire[2], wire[3], wire[4]]) as usize,
@@ -261,6 +289,43 @@ mod tests {
         assert!(
             inside.contains(&(back.manifest_work.as_ptr() as usize)),
             "decoded without a copy"
+        );
+    }
+
+    #[test]
+    fn a_tail_encodes_as_the_whole_message_would() {
+        use rollout_proto::v1alpha1::{MutateManifestWorkRequest, RolloutPluginRequest};
+        let work = Bytes::from(vec![b'x'; 70_000]);
+        let rollout = Some(RolloutPluginRequest {
+            cluster_name: "cluster-007".into(),
+            cluster_index: 7,
+            ..Default::default()
+        });
+        let whole = MutateManifestWorkRequest {
+            rollout: rollout.clone(),
+            manifest_work: work.clone(),
+        };
+        let head = MutateManifestWorkRequest {
+            rollout,
+            manifest_work: Bytes::new(),
+        };
+        let split = encode_with_tail(&head, 2, work.clone());
+        assert_eq!(
+            split.last_ref().as_ptr(),
+            work.as_ptr(),
+            "the tail is shared, not copied"
+        );
+        assert_eq!(flatten(split), flatten(encode(&whole)));
+        let response = MutateManifestWorkResponse {
+            manifest_work: work.clone(),
+        };
+        assert_eq!(
+            flatten(encode_with_tail(
+                &MutateManifestWorkResponse::default(),
+                1,
+                work
+            )),
+            flatten(encode(&response))
         );
     }
 

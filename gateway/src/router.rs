@@ -171,7 +171,13 @@ impl CallContext<'_> {
                     if output == current {
                         continue;
                     }
-                    match check_mutation(&current, &mut current_value, &output) {
+                    match check_mutation_off_thread(
+                        current.clone(),
+                        current_value.take(),
+                        output.clone(),
+                    )
+                    .await
+                    {
                         Ok((value, changed)) => {
                             if changed {
                                 mutated_by.push(plugin.name.clone());
@@ -211,6 +217,31 @@ impl CallContext<'_> {
             failed_open,
         })
     }
+}
+
+/// Above this size, parsing a ManifestWork is moved off the runtime thread,
+/// so one multi-MiB work does not stall every other call.
+const OFF_THREAD_BYTES: usize = 256 * 1024;
+
+/// [`check_mutation`], on the blocking pool for large works. The input's
+/// parsed form is consumed: on success the output's takes its place, and after
+/// a bad answer the input is parsed again if a later member changes it.
+async fn check_mutation_off_thread(
+    input: Bytes,
+    mut input_value: Option<Value>,
+    output: Bytes,
+) -> Result<(Value, bool), CheckError> {
+    if input.len().max(output.len()) < OFF_THREAD_BYTES {
+        return check_mutation(&input, &mut input_value, &output);
+    }
+    tokio::task::spawn_blocking(move || check_mutation(&input, &mut input_value, &output))
+        .await
+        .unwrap_or_else(|e| {
+            Err(CheckError::BadAnswer(Failure {
+                code: Code::Internal,
+                message: format!("checking the answer failed: {e}"),
+            }))
+        })
 }
 
 enum CheckError {

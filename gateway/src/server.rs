@@ -12,10 +12,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
+use crate::grpc::Payload;
 use crate::service::GatewayService;
 
 /// HTTP/2 settings of the gRPC listener.
@@ -46,9 +46,11 @@ fn h2_builder(settings: &ServerSettings) -> h2::server::Builder {
         // WINDOW_UPDATE round trip, and multi-MiB ones stream.
         .initial_window_size(4 * 1024 * 1024)
         .initial_connection_window_size(8 * 1024 * 1024)
-        .max_frame_size(64 * 1024)
+        // Large frames: a message up to 1 MiB arrives in one frame, and is
+        // decoded where it landed, without a reassembly copy.
+        .max_frame_size(1024 * 1024)
         .max_header_list_size(64 * 1024)
-        .max_send_buffer_size(1024 * 1024);
+        .max_send_buffer_size(4 * 1024 * 1024);
     b
 }
 
@@ -119,7 +121,7 @@ struct Connection {
 
 impl Connection {
     async fn run(mut self, stream: TcpStream) -> Result<(), h2::Error> {
-        let handshake = self.builder.handshake::<_, Bytes>(stream);
+        let handshake = self.builder.handshake::<_, Payload>(stream);
         let mut conn = tokio::select! {
             done = tokio::time::timeout(self.handshake_timeout, handshake) => match done {
                 Ok(conn) => conn?,

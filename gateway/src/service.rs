@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tonic::{Code, Status};
 
 use crate::error::GatewayError;
-use crate::grpc;
+use crate::grpc::{self, Payload};
 use crate::hooks::HookKind;
 use crate::registry::Registry;
 use crate::router::CallContext;
@@ -46,7 +46,7 @@ pub struct GatewayService {
 #[derive(Debug)]
 enum Reply {
     /// The message, then `grpc-status: 0` and the hook trailers.
-    Message(Bytes, Vec<(&'static str, String)>),
+    Message(Payload, Vec<(&'static str, String)>),
     /// A trailers-only answer carrying the status (and its metadata).
     Status(Status),
     /// Not gRPC at all.
@@ -67,7 +67,7 @@ impl GatewayService {
     pub async fn serve_stream(
         self,
         request: http::Request<h2::RecvStream>,
-        mut respond: h2::server::SendResponse<Bytes>,
+        mut respond: h2::server::SendResponse<Payload>,
     ) {
         let reply = tokio::select! {
             reply = self.answer(request) => reply,
@@ -111,7 +111,7 @@ impl GatewayService {
         parts: &http::request::Parts,
         received: Instant,
         data: Bytes,
-    ) -> Result<(Bytes, Vec<(&'static str, String)>), Status> {
+    ) -> Result<(Payload, Vec<(&'static str, String)>), Status> {
         let headers = &parts.headers;
         let name = target_name(headers).map_err(|e| e.into_status(&[]))?;
         let deadline = headers
@@ -181,10 +181,13 @@ impl GatewayService {
                     Ok(m) => {
                         let mut trailers = vec![(MUTATED_BY_METADATA_KEY, m.mutated_by.join(","))];
                         trailers.extend(failed_open(&m.failed_open));
-                        let answer = MutateManifestWorkResponse {
-                            manifest_work: m.manifest_work,
-                        };
-                        Ok((grpc::encode(&answer), trailers))
+                        // The work goes back without a copy (it is the last field).
+                        let answer = grpc::encode_with_tail(
+                            &MutateManifestWorkResponse::default(),
+                            1,
+                            m.manifest_work,
+                        );
+                        Ok((answer, trailers))
                     }
                     Err((error, failed_open)) => Err(error.into_status(&failed_open)),
                 }
@@ -234,7 +237,7 @@ fn grpc_head() -> http::Response<()> {
 
 /// Queues the whole answer on the stream at once: one write, one wakeup of
 /// the caller.
-fn send(respond: &mut h2::server::SendResponse<Bytes>, reply: Reply) -> Result<(), h2::Error> {
+fn send(respond: &mut h2::server::SendResponse<Payload>, reply: Reply) -> Result<(), h2::Error> {
     match reply {
         Reply::Message(message, extra) => {
             let mut trailers = HeaderMap::with_capacity(1 + extra.len());

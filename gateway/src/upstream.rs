@@ -7,15 +7,17 @@
 //! [`UpstreamKey`] (endpoint and TLS settings) does not change, so the
 //! connection, and the knowledge gathered on it, is kept.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwapOption;
 use std::time::Duration;
 
-use bytes::Bytes;
 use h2::client::SendRequest;
 use http::{HeaderMap, HeaderValue};
 use rollout_proto::v1alpha1::{
-    Hook, InitializeResponse, MutateManifestWorkResponse, ValidateResponse,
+    Hook, InitializeResponse, MutateManifestWorkRequest, MutateManifestWorkResponse,
+    ValidateResponse,
 };
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -23,7 +25,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
-use crate::grpc;
+use crate::grpc::{self, Payload};
 
 use crate::config::{Endpoint, Transport};
 use crate::hooks::{HookKind, HookRequest, HookResponse};
@@ -84,7 +86,8 @@ pub struct Upstream {
     /// `http://host:port` or `https://host:port`, the prefix of every call's URI.
     base_uri: String,
     tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
-    conn: Mutex<Option<Conn>>,
+    /// The current connection; read on every call, so lock-free.
+    conn: ArcSwapOption<Conn>,
     /// Held while dialling, so concurrent calls share one new connection.
     dialling: tokio::sync::Mutex<()>,
     /// `HOOKS_KNOWN` plus one bit per implemented `Hook` (bit = enum value).
@@ -129,7 +132,7 @@ impl Upstream {
             key,
             settings: settings.clone(),
             tls,
-            conn: Mutex::new(None),
+            conn: ArcSwapOption::empty(),
             dialling: tokio::sync::Mutex::new(()),
             hooks: AtomicU8::new(0),
         })
@@ -206,27 +209,32 @@ impl Upstream {
             ));
         }
         let call = async {
-            match &request {
+            match request {
                 HookRequest::Initialize(m) => self
-                    .unary::<_, InitializeResponse>("Initialize", m, deadline, forward)
+                    .unary::<InitializeResponse>("Initialize", grpc::encode(&m), deadline, forward)
                     .await
                     .map(HookResponse::Initialize),
                 HookRequest::BeginRollout(m) => self
-                    .unary::<_, ()>("BeginRollout", m, deadline, forward)
+                    .unary::<()>("BeginRollout", grpc::encode(&m), deadline, forward)
                     .await
                     .map(|()| HookResponse::Empty),
                 HookRequest::ProgressRollout(m) => self
-                    .unary::<_, ()>("ProgressRollout", m, deadline, forward)
+                    .unary::<()>("ProgressRollout", grpc::encode(&m), deadline, forward)
                     .await
                     .map(|()| HookResponse::Empty),
                 HookRequest::ValidateRolloutCompletion(m) => self
-                    .unary::<_, ValidateResponse>("ValidateRolloutCompletion", m, deadline, forward)
+                    .unary::<ValidateResponse>(
+                        "ValidateRolloutCompletion",
+                        grpc::encode(&m),
+                        deadline,
+                        forward,
+                    )
                     .await
                     .map(HookResponse::ValidateRolloutCompletion),
                 HookRequest::MutateManifestWork(m) => self
-                    .unary::<_, MutateManifestWorkResponse>(
+                    .unary::<MutateManifestWorkResponse>(
                         "MutateManifestWork",
-                        m,
+                        mutate_payload(m),
                         deadline,
                         forward,
                     )
@@ -249,10 +257,10 @@ impl Upstream {
         }
     }
 
-    async fn unary<Req: prost::Message, Resp: prost::Message + Default>(
+    async fn unary<Resp: prost::Message + Default>(
         &self,
         method: &str,
-        message: &Req,
+        payload: Payload,
         deadline: Instant,
         forward: &HeaderMap,
     ) -> Result<Resp, Status> {
@@ -284,8 +292,7 @@ impl Upstream {
         }
         // Headers and the whole message queued together: one write.
         let (response, mut body) = sender.send_request(request, false).map_err(unavailable)?;
-        body.send_data(grpc::encode(message), true)
-            .map_err(unavailable)?;
+        body.send_data(payload, true).map_err(unavailable)?;
         let response = response.await.map_err(unavailable)?;
         let (parts, mut body) = response.into_parts();
         // A trailers-only answer: the status is in the headers.
@@ -319,7 +326,7 @@ impl Upstream {
 
     /// The shared connection, dialled (once, for all waiting calls) if there
     /// is none or it has closed.
-    async fn sender(&self, deadline: Instant) -> Result<SendRequest<Bytes>, Status> {
+    async fn sender(&self, deadline: Instant) -> Result<SendRequest<Payload>, Status> {
         if let Some(s) = self.current() {
             return Ok(s);
         }
@@ -343,12 +350,12 @@ impl Upstream {
             }
         };
         let sender = conn.sender.clone();
-        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn);
+        self.conn.store(Some(Arc::new(conn)));
         Ok(sender)
     }
 
-    fn current(&self) -> Option<SendRequest<Bytes>> {
-        let guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+    fn current(&self) -> Option<SendRequest<Payload>> {
+        let guard = self.conn.load();
         guard
             .as_ref()
             .filter(|c| !c.closed.load(Ordering::Relaxed))
@@ -378,7 +385,7 @@ impl Upstream {
 /// An HTTP/2 connection to a plugin: the handle to open streams, and whether
 /// the connection has ended (the next call then dials anew).
 struct Conn {
-    sender: SendRequest<Bytes>,
+    sender: SendRequest<Payload>,
     closed: Arc<AtomicBool>,
 }
 
@@ -396,9 +403,10 @@ where
         // WINDOW_UPDATE round trip, and multi-MiB ones should stream.
         .initial_window_size(4 * 1024 * 1024)
         .initial_connection_window_size(8 * 1024 * 1024)
-        .max_frame_size(64 * 1024)
-        .max_send_buffer_size(1024 * 1024)
-        .handshake::<_, Bytes>(io)
+        // Large frames: an answer up to 1 MiB arrives in one frame.
+        .max_frame_size(1024 * 1024)
+        .max_send_buffer_size(4 * 1024 * 1024)
+        .handshake::<_, Payload>(io)
         .await
         .map_err(|e| format!("HTTP/2 handshake with {endpoint} failed: {e}"))?;
     let closed = Arc::new(AtomicBool::new(false));
@@ -428,6 +436,19 @@ where
         }
     });
     Ok(Conn { sender, closed })
+}
+
+/// The ManifestWork is the request's last field: it goes out without a copy.
+fn mutate_payload(m: MutateManifestWorkRequest) -> Payload {
+    let MutateManifestWorkRequest {
+        rollout,
+        manifest_work,
+    } = m;
+    let head = MutateManifestWorkRequest {
+        rollout,
+        manifest_work: Default::default(),
+    };
+    grpc::encode_with_tail(&head, 2, manifest_work)
 }
 
 const USER_AGENT: &str = concat!("rollout-gateway/", env!("CARGO_PKG_VERSION"));

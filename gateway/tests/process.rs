@@ -176,3 +176,45 @@ fn a_taken_port_fails_with_a_message_naming_the_flag() {
         "{stderr}"
     );
 }
+
+/// The runtime's worker threads, by name, of a running process.
+fn worker_threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
+        .filter(|name| name.trim() == "gateway-worker")
+        .count()
+}
+
+#[tokio::test]
+async fn runs_the_configured_number_of_worker_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "plugins: []\n").unwrap();
+    let (one, _, _) = spawn(&path);
+    assert_eq!(
+        worker_threads(one.0.id()),
+        1,
+        "one worker thread by default"
+    );
+    drop(one);
+    let mut child = Command::new(BIN)
+        .args([
+            "--config",
+            path.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--worker-threads", "3"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let three = Proc(child);
+    assert_eq!(worker_threads(three.0.id()), 3);
+}

@@ -19,9 +19,13 @@ struct Args {
     /// gRPC address; port 0 picks a free one.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
-    /// MutateManifestWork answer: the work as received, or empty ("unchanged").
+    /// MutateManifestWork answer: the work as received, empty ("unchanged"),
+    /// or annotated with the cluster's position.
     #[arg(long, value_enum, default_value_t = EchoMode::Echo)]
     mode: EchoMode,
+    /// The name given in InitializeResponse (and in the annotation).
+    #[arg(long, default_value = echo::PLUGIN_NAME)]
+    name: String,
     /// Runtime threads. 1 (the default) runs a single-threaded runtime: the
     /// plugin does no work, so one thread keeps up and leaves the other cores
     /// to what is being measured.
@@ -64,7 +68,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     writeln!(stdout, "echo-plugin listening grpc={address}").context("cannot write to stdout")?;
     stdout.flush().context("cannot write to stdout")?;
     drop(stdout);
-    echo::serve(listener, args.mode, shutdown)
-        .await
-        .context("the server failed")
+    echo::serve(
+        listener,
+        echo::EchoPlugin::named(&args.name, args.mode),
+        shutdown,
+    )
+    .await
+    .context("the server failed")
 }

@@ -6,8 +6,6 @@
 //! The full results go to a JSON file, a Markdown table to stdout, progress
 //! to stderr.
 
-mod processes;
-
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -28,7 +26,7 @@ use rollout_bench::units::parse_duration;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::processes::{ChildGuard, wait_for_http_ok, wait_for_port};
+use rollout_bench::process::{self as processes, ChildGuard, wait_for_http_ok, wait_for_port};
 
 /// How long a process may take to print its address or become ready.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
