@@ -8,6 +8,7 @@ use rollout_proto::v1alpha1::{
 
 /// Which hook a call is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(usize)]
 pub enum HookKind {
     Initialize,
     BeginRollout,

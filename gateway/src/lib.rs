@@ -18,6 +18,7 @@ pub mod config;
 pub mod error;
 pub mod grpc;
 pub mod hooks;
+pub mod io;
 pub mod manifest;
 pub mod registry;
 pub mod router;

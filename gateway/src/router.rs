@@ -154,9 +154,17 @@ impl CallContext<'_> {
         let mut mutated_by = Vec::new();
         let mut failed_open = Vec::new();
 
-        for plugin in self.target.members() {
+        let members = self.target.members();
+        let mut rollout = rollout;
+        for (i, plugin) in members.iter().enumerate() {
+            // The last member takes the rollout fields; the others get a copy.
+            let fields = if i + 1 == members.len() {
+                rollout.take()
+            } else {
+                rollout.clone()
+            };
             let step = HookRequest::MutateManifestWork(MutateManifestWorkRequest {
-                rollout: rollout.clone(),
+                rollout: fields,
                 manifest_work: current.clone(),
             });
             let outcome = match self.call(plugin, step).await {

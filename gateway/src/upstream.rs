@@ -83,8 +83,8 @@ const HOOKS_KNOWN: u8 = 1 << 7;
 pub struct Upstream {
     key: UpstreamKey,
     settings: ChannelSettings,
-    /// `http://host:port` or `https://host:port`, the prefix of every call's URI.
-    base_uri: String,
+    /// The URI of each method, built once: `SCHEME://HOST:PORT/SERVICE/METHOD`.
+    uris: MethodUris,
     tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
     /// The current connection; read on every call, so lock-free.
     conn: ArcSwapOption<Conn>,
@@ -127,8 +127,10 @@ impl Upstream {
             }
         };
         let scheme = if tls.is_some() { "https" } else { "http" };
+        let uris = MethodUris::new(&format!("{scheme}://{}", key.endpoint))
+            .map_err(|e| UpstreamError(format!("invalid endpoint {}: {e}", key.endpoint)))?;
         Ok(Upstream {
-            base_uri: format!("{scheme}://{}", key.endpoint),
+            uris,
             key,
             settings: settings.clone(),
             tls,
@@ -211,20 +213,30 @@ impl Upstream {
         let call = async {
             match request {
                 HookRequest::Initialize(m) => self
-                    .unary::<InitializeResponse>("Initialize", grpc::encode(&m), deadline, forward)
+                    .unary::<InitializeResponse>(
+                        HookKind::Initialize,
+                        grpc::encode(&m),
+                        deadline,
+                        forward,
+                    )
                     .await
                     .map(HookResponse::Initialize),
                 HookRequest::BeginRollout(m) => self
-                    .unary::<()>("BeginRollout", grpc::encode(&m), deadline, forward)
+                    .unary::<()>(HookKind::BeginRollout, grpc::encode(&m), deadline, forward)
                     .await
                     .map(|()| HookResponse::Empty),
                 HookRequest::ProgressRollout(m) => self
-                    .unary::<()>("ProgressRollout", grpc::encode(&m), deadline, forward)
+                    .unary::<()>(
+                        HookKind::ProgressRollout,
+                        grpc::encode(&m),
+                        deadline,
+                        forward,
+                    )
                     .await
                     .map(|()| HookResponse::Empty),
                 HookRequest::ValidateRolloutCompletion(m) => self
                     .unary::<ValidateResponse>(
-                        "ValidateRolloutCompletion",
+                        HookKind::ValidateRolloutCompletion,
                         grpc::encode(&m),
                         deadline,
                         forward,
@@ -233,7 +245,7 @@ impl Upstream {
                     .map(HookResponse::ValidateRolloutCompletion),
                 HookRequest::MutateManifestWork(m) => self
                     .unary::<MutateManifestWorkResponse>(
-                        "MutateManifestWork",
+                        HookKind::MutateManifestWork,
                         mutate_payload(m),
                         deadline,
                         forward,
@@ -259,7 +271,7 @@ impl Upstream {
 
     async fn unary<Resp: prost::Message + Default>(
         &self,
-        method: &str,
+        method: HookKind,
         payload: Payload,
         deadline: Instant,
         forward: &HeaderMap,
@@ -273,9 +285,7 @@ impl Upstream {
         let remaining = deadline.saturating_duration_since(Instant::now());
         let mut request = http::Request::new(());
         *request.method_mut() = http::Method::POST;
-        *request.uri_mut() = format!("{}/{}/{method}", self.base_uri, rollout_proto::SERVICE_NAME)
-            .parse()
-            .map_err(|e| Status::internal(format!("bad URI: {e}")))?;
+        *request.uri_mut() = self.uris.get(method);
         let headers = request.headers_mut();
         headers.insert(
             http::header::CONTENT_TYPE,
@@ -369,14 +379,17 @@ impl Upstream {
             .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
         let _ = tcp.set_nodelay(true);
         let label = endpoint.to_string();
+        // A read buffer in front of the socket: a whole small answer arrives
+        // in one read instead of two.
+        let read_buffer = crate::server::READ_BUFFER;
         match &self.tls {
-            None => handshake(tcp, label).await,
+            None => handshake(tokio::io::BufReader::with_capacity(read_buffer, tcp), label).await,
             Some((config, name)) => {
                 let tls = tokio_rustls::TlsConnector::from(config.clone())
                     .connect(name.clone(), tcp)
                     .await
                     .map_err(|e| format!("TLS handshake with {endpoint} failed: {}", chain(&e)))?;
-                handshake(tls, label).await
+                handshake(tokio::io::BufReader::with_capacity(read_buffer, tls), label).await
             }
         }
     }
@@ -436,6 +449,29 @@ where
         }
     });
     Ok(Conn { sender, closed })
+}
+
+/// The URI of each method of one plugin, built once.
+#[derive(Debug)]
+struct MethodUris([http::Uri; 5]);
+
+impl MethodUris {
+    fn new(base: &str) -> Result<MethodUris, http::uri::InvalidUri> {
+        let uri = |kind: HookKind| {
+            format!("{base}/{}/{}", rollout_proto::SERVICE_NAME, kind.as_str()).parse()
+        };
+        Ok(MethodUris([
+            uri(HookKind::Initialize)?,
+            uri(HookKind::BeginRollout)?,
+            uri(HookKind::ProgressRollout)?,
+            uri(HookKind::ValidateRolloutCompletion)?,
+            uri(HookKind::MutateManifestWork)?,
+        ]))
+    }
+
+    fn get(&self, kind: HookKind) -> http::Uri {
+        self.0[kind as usize].clone()
+    }
 }
 
 /// The ManifestWork is the request's last field: it goes out without a copy.

@@ -1,0 +1,135 @@
+//! Write coalescing under HTTP/2.
+//!
+//! h2 writes a DATA payload larger than 256 bytes as its own `writev` part
+//! (no copy), and will not buffer another frame until that write is done: an
+//! answer's trailers then leave in a second write, which wakes the caller a
+//! second time. [`Coalesce`] sits between h2 and the socket: small writes are
+//! gathered in a buffer, and the first flush after new data yields once (the
+//! task wakes itself at once), so frames h2 queues on the next poll — the
+//! trailers — join the same write. Large writes pass straight through after
+//! whatever is gathered, in one `writev`, so big ManifestWorks are not copied.
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Writes at least this large are not copied into the buffer.
+const PASS_THROUGH: usize = 16 * 1024;
+
+/// An IO object that gathers small writes until a flush (see the module doc).
+#[derive(Debug)]
+pub struct Coalesce<T> {
+    inner: T,
+    buf: Vec<u8>,
+    /// The pending data has already waited one flush: write it at the next.
+    yielded: bool,
+}
+
+impl<T> Coalesce<T> {
+    pub fn new(inner: T) -> Coalesce<T> {
+        Coalesce {
+            inner,
+            buf: Vec::with_capacity(8 * 1024),
+            yielded: false,
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> Coalesce<T> {
+    /// Writes the gathered bytes, then `bufs`, in as few `writev`s as the
+    /// socket takes. Returns how much of `bufs` was written.
+    fn write_through(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            if self.buf.is_empty() {
+                return Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+            }
+            let mut slices = Vec::with_capacity(bufs.len() + 1);
+            slices.push(IoSlice::new(&self.buf));
+            slices.extend(bufs.iter().map(|b| IoSlice::new(b)));
+            let n = ready!(Pin::new(&mut self.inner).poll_write_vectored(cx, &slices))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            let gathered = self.buf.len();
+            if n <= gathered {
+                self.buf.drain(..n);
+                continue;
+            }
+            self.buf.clear();
+            return Poll::Ready(Ok(n - gathered));
+        }
+    }
+
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.buf.is_empty() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.buf.drain(..n);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Coalesce<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesce<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[IoSlice::new(buf)])
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total >= PASS_THROUGH {
+            return self.write_through(cx, bufs);
+        }
+        for b in bufs {
+            self.buf.extend_from_slice(b);
+        }
+        Poll::Ready(Ok(total))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.buf.is_empty() && !self.yielded {
+            // Yield once so whatever h2 queues next joins this write.
+            self.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        ready!(self.drain(cx))?;
+        self.yielded = false;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.drain(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
