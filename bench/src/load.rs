@@ -111,6 +111,10 @@ pub struct LoadConfig {
     pub warmup: Duration,
     /// `grpc-timeout` of every call.
     pub timeout: Duration,
+    /// Also record the latency of calls that fail (to measure how fast a
+    /// target fails, e.g. with an open circuit); by default only successful
+    /// calls count.
+    pub latency_of_errors: bool,
 }
 
 /// The outcome of a run; this is `hookbench --json`.
@@ -208,14 +212,23 @@ pub async fn run(config: &LoadConfig) -> Result<Report, LoadError> {
             &call,
             config.concurrency,
             Stop::After(config.warmup),
-            false,
+            Record::Nothing,
         )
         .await;
         warmup_requests = warmup.requests;
     }
 
     let started = Instant::now();
-    let measured = phase(&pool, &call, config.concurrency, config.stop, true).await;
+    let measured = phase(
+        &pool,
+        &call,
+        config.concurrency,
+        config.stop,
+        Record::Latencies {
+            of_errors: config.latency_of_errors,
+        },
+    )
+    .await;
     let elapsed = started.elapsed().as_secs_f64();
 
     let throughput = if elapsed > 0.0 {
@@ -494,14 +507,23 @@ impl PhaseOutcome {
     }
 }
 
+/// Which latencies a phase keeps.
+#[derive(Debug, Clone, Copy)]
+enum Record {
+    /// None (the warm-up).
+    Nothing,
+    /// Those of successful calls, and of failed ones too when `of_errors`.
+    Latencies { of_errors: bool },
+}
+
 /// Runs `concurrency` workers, each making one call after another, until
-/// `stop`; latencies are kept only when `record` is set.
+/// `stop`; latencies are kept as `record` says.
 async fn phase(
     pool: &Arc<Pool>,
     call: &Arc<Call>,
     concurrency: usize,
     stop: Stop,
-    record: bool,
+    record: Record,
 ) -> PhaseOutcome {
     let started = Instant::now();
     let issued = Arc::new(AtomicU64::new(0));
@@ -523,12 +545,18 @@ async fn phase(
                 let result = call.send(&mut client).await;
                 let latency = begun.elapsed();
                 outcome.requests += 1;
-                match result {
-                    Ok(()) if record => outcome
+                let keep = match (record, &result) {
+                    (Record::Nothing, _) => false,
+                    (Record::Latencies { .. }, Ok(())) => true,
+                    (Record::Latencies { of_errors }, Err(_)) => of_errors,
+                };
+                if keep {
+                    outcome
                         .latencies
-                        .push(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX)),
-                    Ok(()) => {}
-                    Err(status) => outcome.record_error(describe(&status)),
+                        .push(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
+                }
+                if let Err(status) = result {
+                    outcome.record_error(describe(&status));
                 }
             }
             outcome

@@ -34,6 +34,7 @@ fn config(address: SocketAddr, hook: Hook) -> LoadConfig {
         stop: Stop::Requests(200),
         warmup: Duration::from_millis(20),
         timeout: Duration::from_secs(5),
+        latency_of_errors: false,
     }
 }
 

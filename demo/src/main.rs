@@ -383,6 +383,7 @@ async fn run(dir: &Path) -> anyhow::Result<()> {
         stop: Stop::After(Duration::from_secs(2)),
         warmup: Duration::from_millis(300),
         timeout: Duration::from_secs(5),
+        latency_of_errors: false,
     };
     let direct = load::run(&measure(&audit.grpc, None)).await?;
     let through = load::run(&measure(&gateway.grpc, Some("audit"))).await?;

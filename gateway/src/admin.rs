@@ -50,11 +50,13 @@ pub fn debug_json(registry: &Registry) -> Value {
         .iter()
         .flat_map(|s| s.plugins.iter())
         .map(|p| {
+            let (circuit, failures) = p.upstream.circuit();
             json!({
                 "name": p.name,
                 "endpoint": p.endpoint.to_string(),
                 "hub": p.hub,
-                "circuit": "closed",
+                "circuit": circuit.as_str(),
+                "consecutiveFailures": failures,
                 "transport": match p.upstream.key().transport {
                     Transport::Plaintext => "plaintext",
                     Transport::Tls { .. } => "tls",

@@ -7,7 +7,8 @@
 //! and decodes the message ([`grpc`] is the wire format);
 //! [`registry`] resolves the name in the current snapshot (hot-reloaded from
 //! [`config`] files by [`watch`]); [`router`] calls the plugins through their
-//! [`upstream`] connections (one, a concurrent fan-out, or the ordered mutate
+//! resilience [`stack`] (concurrency bound, retries with a budget, circuit
+//! breaker) and [`upstream`] connections (one, a concurrent fan-out, or the ordered mutate
 //! chain checked by [`manifest`]) and merges the answers; [`error`] is the one
 //! place that turns failures into gRPC statuses. [`admin`] serves health and
 //! debug endpoints; [`app`] assembles everything.
@@ -24,5 +25,6 @@ pub mod registry;
 pub mod router;
 pub mod server;
 pub mod service;
+pub mod stack;
 pub mod upstream;
 pub mod watch;

@@ -19,10 +19,10 @@ use rollout_policies::Policy;
 use crate::config::{
     self, ClientCertificate, Config, ConfigError, Endpoint, PipelineConfig, Problem,
 };
+use crate::stack::{self, PluginStack};
 use crate::upstream::{ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
 
 /// A registered plugin, as one snapshot sees it.
-#[derive(Debug)]
 pub struct Plugin {
     pub name: String,
     /// The hub whose file defines it; `None` = shared.
@@ -31,6 +31,18 @@ pub struct Plugin {
     pub policy: Policy,
     pub hubs: Option<Vec<String>>,
     pub upstream: Arc<Upstream>,
+    /// The resilience stack every call to the plugin goes through.
+    pub stack: PluginStack,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.name)
+            .field("hub", &self.hub)
+            .field("endpoint", &self.endpoint.to_string())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Plugin {
@@ -393,8 +405,11 @@ impl Registry {
                         })
                 });
                 let upstream = match kept {
-                    Some(u) => u,
-                    None => match Upstream::new(key, &self.settings) {
+                    Some(u) => {
+                        u.update_policy(&pc.policy);
+                        u
+                    }
+                    None => match Upstream::new(key, &self.settings, &pc.policy) {
                         Ok(u) => {
                             let u = Arc::new(u);
                             fresh.push((cfg.hub.clone(), u.clone()));
@@ -415,6 +430,7 @@ impl Registry {
                     endpoint: pc.endpoint.clone(),
                     policy: pc.policy.clone(),
                     hubs: pc.hubs.clone(),
+                    stack: stack::build(&pc.name, &pc.policy, &upstream),
                     upstream,
                 });
                 scope.insert(pc.name.clone(), Target::Plugin(plugin.clone()));

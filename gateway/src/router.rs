@@ -10,6 +10,8 @@
 
 use bytes::Bytes;
 use futures::future::join_all;
+use std::sync::Arc;
+
 use http::HeaderMap;
 use rollout_policies::FailurePolicy;
 use rollout_policies::merge::{self, Failure, Member, Merged, Outcome};
@@ -20,11 +22,13 @@ use rollout_proto::v1alpha1::{
 use serde_json::Value;
 use tokio::time::Instant;
 use tonic::{Code, Status};
+use tower::ServiceExt;
 
 use crate::error::GatewayError;
 use crate::hooks::{HookKind, HookRequest, HookResponse};
 use crate::manifest;
 use crate::registry::{Plugin, Target};
+use crate::stack::PluginCall;
 
 /// What every member call of one gateway call shares.
 #[derive(Debug)]
@@ -33,7 +37,7 @@ pub struct CallContext<'a> {
     /// The caller's deadline (`grpc-timeout`), if it sent one.
     pub deadline: Option<Instant>,
     /// Caller headers forwarded to each plugin (trace context).
-    pub forward: &'a HeaderMap,
+    pub forward: Arc<HeaderMap>,
 }
 
 /// The result of a mutate chain.
@@ -58,7 +62,13 @@ impl CallContext<'_> {
             Some(d) if d < own => d,
             _ => own,
         };
-        match plugin.upstream.call(request, deadline, self.forward).await {
+        let call = PluginCall {
+            request,
+            deadline,
+            forward: self.forward.clone(),
+            attempt: 1,
+        };
+        match plugin.stack.clone().oneshot(call).await {
             Ok(answer) => Outcome::Answered(answer),
             Err(status) if status.code() == Code::Unimplemented => Outcome::Skipped,
             Err(status) => classify_failure(plugin, failure(&status)),

@@ -136,7 +136,7 @@ impl GatewayService {
         let ctx = CallContext {
             target,
             deadline,
-            forward: &forward,
+            forward: Arc::new(forward),
         };
         let limit = self.max_message_bytes;
         let failed_open = |names: &[String]| -> Vec<(&'static str, String)> {

@@ -7,8 +7,8 @@
 //! [`UpstreamKey`] (endpoint and TLS settings) does not change, so the
 //! connection, and the knowledge gathered on it, is kept.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwapOption;
 use std::time::Duration;
@@ -24,6 +24,10 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tonic::{Code, Status};
+
+use rollout_policies::breaker::{Breaker, BreakerState};
+use rollout_policies::budget::RetryBudget;
+use rollout_policies::{BudgetPolicy, Policy};
 
 use crate::grpc::{self, Payload};
 
@@ -92,6 +96,11 @@ pub struct Upstream {
     dialling: tokio::sync::Mutex<()>,
     /// `HOOKS_KNOWN` plus one bit per implemented `Hook` (bit = enum value).
     hooks: AtomicU8,
+    /// The circuit breaker and retry budget of the plugin: they live as long
+    /// as its connection settings do, across reloads.
+    breaker: Arc<Mutex<Breaker>>,
+    budget: Arc<Mutex<RetryBudget>>,
+    budget_policy: Mutex<BudgetPolicy>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -109,7 +118,11 @@ pub struct UpstreamError(String);
 
 impl Upstream {
     /// Prepares the upstream; nothing is dialled until the first call.
-    pub fn new(key: UpstreamKey, settings: &ChannelSettings) -> Result<Upstream, UpstreamError> {
+    pub fn new(
+        key: UpstreamKey,
+        settings: &ChannelSettings,
+        policy: &Policy,
+    ) -> Result<Upstream, UpstreamError> {
         let tls = match &key.transport {
             Transport::Plaintext => None,
             Transport::Tls { ca_bundle_pem } => {
@@ -137,7 +150,38 @@ impl Upstream {
             conn: ArcSwapOption::empty(),
             dialling: tokio::sync::Mutex::new(()),
             hooks: AtomicU8::new(0),
+            breaker: Arc::new(Mutex::new(Breaker::new(&policy.circuit_breaker))),
+            budget: Arc::new(Mutex::new(RetryBudget::new(&policy.retry_budget, now()))),
+            budget_policy: Mutex::new(policy.retry_budget.clone()),
         })
+    }
+
+    /// Applies the policy of a new registry snapshot to the state this
+    /// upstream keeps: the breaker keeps its state under new thresholds; the
+    /// budget starts over only if its own settings changed.
+    pub fn update_policy(&self, policy: &Policy) {
+        lock(&self.breaker).set_policy(&policy.circuit_breaker);
+        let mut current = lock(&self.budget_policy);
+        if *current != policy.retry_budget {
+            *lock(&self.budget) = RetryBudget::new(&policy.retry_budget, now());
+            *current = policy.retry_budget.clone();
+        }
+    }
+
+    /// The plugin's circuit breaker (shared with its stack).
+    pub fn breaker(&self) -> Arc<Mutex<Breaker>> {
+        self.breaker.clone()
+    }
+
+    /// The plugin's retry budget (shared with its stack).
+    pub fn retry_budget(&self) -> Arc<Mutex<RetryBudget>> {
+        self.budget.clone()
+    }
+
+    /// The circuit's state now, and the failures in a row so far.
+    pub fn circuit(&self) -> (BreakerState, u32) {
+        let breaker = lock(&self.breaker);
+        (breaker.state(now()), breaker.consecutive_failures())
     }
 
     pub fn key(&self) -> &UpstreamKey {
@@ -485,6 +529,16 @@ fn mutate_payload(m: MutateManifestWorkRequest) -> Payload {
         manifest_work: Default::default(),
     };
     grpc::encode_with_tail(&head, 2, manifest_work)
+}
+
+/// The clock the policy layers use (tokio's, so paused-clock tests drive it).
+fn now() -> std::time::Instant {
+    Instant::now().into_std()
+}
+
+/// A poisoned lock still holds consistent state (every update is whole).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 const USER_AGENT: &str = concat!("rollout-gateway/", env!("CARGO_PKG_VERSION"));

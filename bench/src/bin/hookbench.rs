@@ -46,6 +46,10 @@ struct Args {
     /// grpc-timeout of every call.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     timeout: Duration,
+    /// Also count the latency of failed calls (to measure how fast a target
+    /// fails, e.g. an open circuit); by default only successes count.
+    #[arg(long)]
+    latency_of_errors: bool,
     /// Runtime threads; see the comment in `main`.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -86,6 +90,7 @@ fn run(args: &Args) -> anyhow::Result<Report> {
             .map_or(Stop::After(args.duration), Stop::Requests),
         warmup: args.warmup,
         timeout: args.timeout,
+        latency_of_errors: args.latency_of_errors,
     };
     // One thread by default: the generator usually shares a small machine
     // with the system under test, and a single-threaded runtime caps its own

@@ -50,6 +50,9 @@ pub struct Behaviour {
     pub delay: Duration,
     /// Every hook but Initialize fails with this.
     pub fail: Option<(Code, String)>,
+    /// The next this-many calls (any hook but Initialize) fail with this,
+    /// then the plugin answers normally.
+    pub fail_first: Option<(usize, Code)>,
     /// Hooks answered with UNIMPLEMENTED.
     pub unimplemented: Vec<HookKind>,
     pub validate: ValidateResponse,
@@ -63,6 +66,7 @@ impl Behaviour {
             hooks: Vec::new(),
             delay: Duration::ZERO,
             fail: None,
+            fail_first: None,
             unimplemented: Vec::new(),
             validate: ValidateResponse {
                 result: ValidationResult::Succeeded as i32,
@@ -158,7 +162,17 @@ impl Scripted {
             aborting: rollout.is_some_and(|r| r.aborting),
             cluster: rollout.map(|r| r.cluster_name.clone()).unwrap_or_default(),
         });
-        let b = self.behaviour.lock().unwrap().clone();
+        let b = {
+            let mut current = self.behaviour.lock().unwrap();
+            if hook != HookKind::Initialize
+                && let Some((n, code)) = current.fail_first
+                && n > 0
+            {
+                current.fail_first = Some((n - 1, code));
+                return Err(Status::new(code, format!("failing ({} more)", n - 1)));
+            }
+            current.clone()
+        };
         if !b.delay.is_zero() {
             tokio::time::sleep(b.delay).await;
         }

@@ -1,0 +1,106 @@
+//! The resilience stack in front of each plugin, built in one place.
+//!
+//! Every call to a plugin — from a single target, a fan-out or a chain — goes
+//! through its stack, top to bottom:
+//!
+//! ```text
+//! ConcurrencyLimit   bounds this plugin's calls in flight (whole calls, retries
+//!                    included); over it, RESOURCE_EXHAUSTED at once, never a queue
+//! Retry              attempts and full-jitter backoff inside the call's deadline,
+//!                    only on the retryable codes, within the plugin's retry budget
+//! CircuitBreaker     per attempt: fails fast while the circuit is open; records
+//!                    each attempt's outcome (failure accrual)
+//! UpstreamService    one HTTP/2 call, bounded by the deadline, which it sends on
+//!                    as the plugin's grpc-timeout
+//! ```
+//!
+//! The breaker and the retry budget belong to the plugin's [`Upstream`], so they
+//! outlive a reload that keeps the plugin's endpoint and TLS settings; the
+//! policy values come from the current registry snapshot.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::HeaderMap;
+use rollout_policies::Policy;
+use rollout_policies::layer::{
+    CircuitBreakerLayer, ConcurrencyLimitLayer, PolicyRequest, RetryLayer,
+};
+use tokio::time::Instant;
+use tonic::Status;
+use tower::ServiceBuilder;
+use tower::util::BoxCloneSyncService;
+
+use crate::hooks::{HookRequest, HookResponse};
+use crate::upstream::Upstream;
+
+/// One call to one plugin, as it travels down the stack (cloned per attempt).
+#[derive(Debug, Clone)]
+pub struct PluginCall {
+    pub request: HookRequest,
+    /// Every attempt and every backoff fits before it.
+    pub deadline: Instant,
+    /// Caller headers passed on to the plugin (trace context).
+    pub forward: Arc<HeaderMap>,
+    /// 1-based attempt number, set by the retry layer.
+    pub attempt: u32,
+}
+
+impl PolicyRequest for PluginCall {
+    fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    fn set_attempt(&mut self, attempt: u32) {
+        self.attempt = attempt;
+    }
+}
+
+/// A plugin's stack: a cheap-to-clone service.
+pub type PluginStack = BoxCloneSyncService<PluginCall, HookResponse, Status>;
+
+/// The bottom of the stack: one call over the plugin's connection.
+#[derive(Debug, Clone)]
+pub struct UpstreamService(pub Arc<Upstream>);
+
+impl tower::Service<PluginCall> for UpstreamService {
+    type Response = HookResponse;
+    type Error = Status;
+    type Future = Pin<Box<dyn Future<Output = Result<HookResponse, Status>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, call: PluginCall) -> Self::Future {
+        let upstream = self.0.clone();
+        Box::pin(async move {
+            upstream
+                .call(call.request, call.deadline, &call.forward)
+                .await
+        })
+    }
+}
+
+/// Builds the stack of one plugin, in the order above.
+pub fn build(name: &str, policy: &Policy, upstream: &Arc<Upstream>) -> PluginStack {
+    let service = ServiceBuilder::new()
+        // Outermost: a slow plugin holds at most this many of the gateway's
+        // calls; the rest are refused at once rather than queued.
+        .layer(ConcurrencyLimitLayer::new(policy.max_concurrent_calls))
+        // Retries inside the limit (they take no extra slot) and above the
+        // breaker (each attempt meets the circuit).
+        .layer(RetryLayer::new(
+            policy.retry.clone(),
+            upstream.retry_budget(),
+        ))
+        // Per attempt: fail fast while open; every attempt's outcome counts.
+        .layer(CircuitBreakerLayer::new(
+            name.to_string(),
+            upstream.breaker(),
+        ))
+        .service(UpstreamService(upstream.clone()));
+    BoxCloneSyncService::new(service)
+}

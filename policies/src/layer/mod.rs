@@ -1,0 +1,211 @@
+//! The tower layers that enforce the policies on the calls to one plugin.
+//!
+//! The gateway stacks them per plugin, top to bottom:
+//!
+//! 1. [`ConcurrencyLimitLayer`]: bounds the calls in flight, each counted once
+//!    for all its attempts and backoff; over the bound it answers
+//!    RESOURCE_EXHAUSTED at once and never queues, so one slow plugin cannot
+//!    hold the gateway's callers.
+//! 2. [`RetryLayer`]: the attempts of one call and the backoff between them,
+//!    inside the call's deadline and the plugin's retry budget. It sits below
+//!    the limit so that retries do not take extra slots, and above the breaker
+//!    so that each attempt meets the circuit.
+//! 3. [`CircuitBreakerLayer`]: per attempt; fails fast while the circuit is
+//!    open, and records the outcome of every attempt it lets through. Its
+//!    rejections are marked (see [`is_circuit_rejection`]) so that the retry
+//!    layer does not retry them.
+//! 4. The upstream call itself, which bounds itself by the request's deadline
+//!    and sends the time left on to the plugin as its `grpc-timeout`. That is
+//!    why there is no deadline layer: the deadline travels in the request
+//!    ([`PolicyRequest::deadline`]) and every layer above reads it there.
+//!
+//! Every service in the stack has [`tonic::Status`] as its error; the layers
+//! answer with a `Status` of their own where they refuse a call.
+
+mod circuit;
+mod limit;
+mod retry;
+
+pub use circuit::{CircuitBreaker, CircuitBreakerLayer, ResponseFuture as CircuitResponseFuture};
+pub use limit::{ConcurrencyLimit, ConcurrencyLimitLayer, ResponseFuture as LimitResponseFuture};
+pub use retry::{
+    NoopRetryObserver, ResponseFuture as RetryResponseFuture, Retry, RetryLayer, RetryObserver,
+};
+
+/// The metadata key that marks a refusal by an open circuit.
+pub const CIRCUIT_METADATA_KEY: &str = "ocm-rollout-circuit";
+
+/// A request that the policy layers can carry: cloned for each attempt, with a
+/// deadline that every attempt and backoff must fit inside.
+pub trait PolicyRequest: Clone + Send + 'static {
+    /// The instant by which the whole call must be over, attempts and backoff
+    /// included.
+    fn deadline(&self) -> tokio::time::Instant;
+
+    /// Called on the request of each attempt before it is sent, with the
+    /// attempt's number (1 = the first), so that the inner service can tag its
+    /// span or headers. Does nothing by default.
+    fn set_attempt(&mut self, attempt: u32) {
+        let _ = attempt;
+    }
+}
+
+/// Whether `status` is a refusal by an open circuit (made by
+/// [`CircuitBreakerLayer`]) rather than an answer of the plugin.
+pub fn is_circuit_rejection(status: &tonic::Status) -> bool {
+    status
+        .metadata()
+        .get(CIRCUIT_METADATA_KEY)
+        .is_some_and(|value| value == "open")
+}
+
+/// The time for the pure state machines: tokio's clock, so that tests with a
+/// paused clock drive them too.
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// Locks a policy's state; a panic elsewhere while holding the lock does not
+/// leave that state inconsistent (every update is a few plain assignments), so
+/// a poisoned lock is used as it is.
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod test_support;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use tonic::{Code, Status};
+    use tower::{Service, ServiceBuilder, ServiceExt};
+
+    use super::test_support::{Req, assert_no_request, finish, next, upstream};
+    use super::*;
+    use crate::breaker::Breaker;
+    use crate::budget::RetryBudget;
+    use crate::policy::{BreakerPolicy, BudgetPolicy, RetryPolicy};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn retry_policy() -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 3,
+            initial_backoff: 100 * MS,
+            max_backoff: 2_000 * MS,
+            backoff_multiplier: 2.0,
+            retryable_codes: vec![Code::Unavailable],
+        }
+    }
+
+    fn breaker(consecutive_failures: u32) -> Arc<Mutex<Breaker>> {
+        Arc::new(Mutex::new(Breaker::new(&BreakerPolicy {
+            consecutive_failures,
+            open_for: 10_000 * MS,
+            max_open_for: 60_000 * MS,
+        })))
+    }
+
+    fn budget(policy: &BudgetPolicy) -> Arc<Mutex<RetryBudget>> {
+        Arc::new(Mutex::new(RetryBudget::new(policy, now())))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stack_opens_the_circuit_mid_call_and_frees_its_place() {
+        let (upstream, mut handle) = upstream();
+        let limit = ConcurrencyLimitLayer::new(4);
+        let generous = BudgetPolicy {
+            ratio: 10.0,
+            min_per_second: 0,
+        };
+        let mut service = ServiceBuilder::new()
+            .layer(limit.clone())
+            .layer(RetryLayer::new(retry_policy(), budget(&generous)))
+            .layer(CircuitBreakerLayer::new("plug".into(), breaker(2)))
+            .service(upstream);
+
+        let call = tokio::spawn(
+            service
+                .ready()
+                .await
+                .expect("ready")
+                .call(Req::within(10_000 * MS)),
+        );
+        for _ in 0..2 {
+            let (_, reply) = next(&mut handle).await;
+            reply.send_error(Status::unavailable("down"));
+        }
+        let status = finish(call).await.expect_err("circuit open");
+        assert!(is_circuit_rejection(&status));
+        assert!(
+            status
+                .message()
+                .starts_with("circuit open: plug failed repeatedly")
+        );
+        assert_eq!(limit.in_flight(), 0);
+        assert_no_request(&mut handle);
+    }
+
+    /// The acceptance bound of the issue, through the whole stack: in a
+    /// sustained outage (every attempt UNAVAILABLE, circuit never opening),
+    /// attempts ≤ (1 + ratio) × calls + min_per_second × seconds.
+    #[tokio::test(start_paused = true)]
+    async fn a_sustained_outage_stays_within_the_budget() {
+        let policy = BudgetPolicy {
+            ratio: 0.2,
+            min_per_second: 2,
+        };
+        let start = tokio::time::Instant::now();
+        let (upstream, mut handle) = upstream();
+        let mut service = ServiceBuilder::new()
+            .layer(ConcurrencyLimitLayer::new(1_000))
+            .layer(RetryLayer::new(retry_policy(), budget(&policy)))
+            .layer(CircuitBreakerLayer::new("plug".into(), breaker(u32::MAX)))
+            .service(upstream);
+
+        let attempts = Arc::new(AtomicU64::new(0));
+        let counted = attempts.clone();
+        let plugin = tokio::spawn(async move {
+            while let Some((_, reply)) = handle.next_request().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                reply.send_error(Status::unavailable("down"));
+            }
+        });
+
+        let mut calls = Vec::new();
+        for _ in 0..600 {
+            calls.push(tokio::spawn(
+                service
+                    .ready()
+                    .await
+                    .expect("ready")
+                    .call(Req::within(5_000 * MS)),
+            ));
+            tokio::time::sleep(100 * MS).await;
+        }
+        for call in calls {
+            assert_eq!(
+                finish(call).await.expect_err("outage").code(),
+                Code::Unavailable
+            );
+        }
+        drop(service);
+        finish(plugin).await;
+
+        let attempts = attempts.load(Ordering::SeqCst) as f64;
+        let seconds = start.elapsed().as_secs_f64();
+        let bound = 1.2 * 600.0 + 2.0 * seconds;
+        assert!(attempts <= bound, "{attempts} attempts, bound {bound}");
+        // Retries did happen: the budget is spent, not shut.
+        assert!(
+            attempts >= 600.0 + 0.8 * (bound - 600.0),
+            "{attempts} attempts, bound {bound}"
+        );
+    }
+}
