@@ -16,3 +16,19 @@ pub mod manifest;
 pub mod process;
 pub mod stats;
 pub mod units;
+
+/// A runtime of `threads` threads: a current-thread runtime for 1 (no
+/// cross-thread wakeups, which a tool that mostly waits does not need), a
+/// multi-thread one above.
+pub fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    }
+}

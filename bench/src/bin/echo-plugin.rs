@@ -35,17 +35,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let runtime = if args.threads <= 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(args.threads)
-            .enable_all()
-            .build()
-    }
-    .context("cannot start the runtime")?;
+    let runtime = rollout_bench::runtime(args.threads).context("cannot start the runtime")?;
     runtime.block_on(serve(args))
 }
 

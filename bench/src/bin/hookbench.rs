@@ -98,17 +98,7 @@ fn run(args: &Args) -> anyhow::Result<Report> {
     // wake-ups, and still drives hundreds of concurrent calls since each one
     // is mostly waiting. `--threads N` is there for targets fast enough to
     // make one generator thread the bottleneck.
-    let runtime = if args.threads <= 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(args.threads)
-            .enable_all()
-            .build()
-    }
-    .context("cannot start the runtime")?;
+    let runtime = rollout_bench::runtime(args.threads).context("cannot start the runtime")?;
     Ok(runtime.block_on(load::run(&config))?)
 }
 
