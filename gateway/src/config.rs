@@ -14,6 +14,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use rollout_policies::policy::MAX_TIMEOUT;
 use rollout_policies::{BreakerPolicy, BudgetPolicy, FailurePolicy, Policy, RetryPolicy};
+use rollout_proto::v1alpha1::Hook;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use tonic::Code;
@@ -109,6 +110,7 @@ pub struct RawCaCertificate {
 pub struct RawPolicy {
     pub timeout: Option<String>,
     pub failure_policy: Option<String>,
+    pub failure_policy_by_hook: Option<BTreeMap<String, String>>,
     pub retry: Option<RawRetry>,
     pub retry_budget: Option<RawBudget>,
     pub circuit_breaker: Option<RawBreaker>,
@@ -431,6 +433,17 @@ impl Problems {
         }
     }
 
+    fn failure_policy(&mut self, at: String, text: &str) -> Option<FailurePolicy> {
+        match text {
+            "Fail" => Some(FailurePolicy::Fail),
+            "Ignore" => Some(FailurePolicy::Ignore),
+            other => {
+                self.push(at, format!("\"{other}\" is not Fail or Ignore"));
+                None
+            }
+        }
+    }
+
     fn positive_int(
         &mut self,
         at: String,
@@ -467,16 +480,33 @@ impl Problems {
         }
         let failure_policy = match raw.failure_policy.as_deref() {
             None => base.failure_policy,
-            Some("Fail") => FailurePolicy::Fail,
-            Some("Ignore") => FailurePolicy::Ignore,
-            Some(other) => {
-                self.push(
-                    join("failurePolicy"),
-                    format!("\"{other}\" is not Fail or Ignore"),
-                );
-                base.failure_policy
-            }
+            Some(text) => self
+                .failure_policy(join("failurePolicy"), text)
+                .unwrap_or(base.failure_policy),
         };
+        // Per-hook overrides: the plugin's entries replace the defaults' ones
+        // for the same hook.
+        let mut failure_policy_by_hook = base.failure_policy_by_hook.clone();
+        for (hook_name, text) in raw.failure_policy_by_hook.iter().flatten() {
+            let at = join(&format!("failurePolicyByHook.{hook_name}"));
+            let hook = match hook_name.as_str() {
+                "BeginRollout" => Some(Hook::BeginRollout),
+                "ProgressRollout" => Some(Hook::ProgressRollout),
+                "ValidateRolloutCompletion" => Some(Hook::ValidateRolloutCompletion),
+                "MutateManifestWork" => Some(Hook::MutateManifestWork),
+                _ => {
+                    self.push(
+                        at.clone(),
+                        "is not a hook (BeginRollout, ProgressRollout, ValidateRolloutCompletion or MutateManifestWork)",
+                    );
+                    None
+                }
+            };
+            if let (Some(hook), Some(policy)) = (hook, self.failure_policy(at, text)) {
+                failure_policy_by_hook.retain(|(h, _)| *h != hook);
+                failure_policy_by_hook.push((hook, policy));
+            }
+        }
 
         let r = raw.retry.clone().unwrap_or_default();
         if raw.retry.is_some() {
@@ -607,6 +637,7 @@ impl Problems {
         Policy {
             timeout,
             failure_policy,
+            failure_policy_by_hook,
             retry,
             retry_budget,
             circuit_breaker,
@@ -983,6 +1014,38 @@ pipelines:
         // A member that is a pipeline is reported once, as a pipeline.
         assert!(!all.contains("\"p2\" is not a plugin defined"), "{all}");
         assert_eq!(err.problems.len(), 15, "{all}");
+    }
+
+    #[test]
+    fn failure_policies_can_be_set_per_hook() {
+        let text = "defaults:\n  failurePolicyByHook:\n    BeginRollout: Ignore\nplugins:\n  - name: a\n    endpoint: h:1\n    insecure: true\n    failurePolicyByHook:\n      ValidateRolloutCompletion: Ignore\n      BeginRollout: Fail\n";
+        let cfg = parse(text).expect("valid");
+        let p = &cfg.plugins[0].policy;
+        assert_eq!(
+            p.failure_policy_for(Some(Hook::ValidateRolloutCompletion)),
+            FailurePolicy::Ignore
+        );
+        assert_eq!(
+            p.failure_policy_for(Some(Hook::BeginRollout)),
+            FailurePolicy::Fail,
+            "the plugin's entry wins"
+        );
+        assert_eq!(
+            p.failure_policy_for(Some(Hook::MutateManifestWork)),
+            FailurePolicy::Fail
+        );
+        assert_eq!(p.failure_policy_for(None), FailurePolicy::Fail);
+        let err = parse("plugins:\n  - name: a\n    endpoint: h:1\n    insecure: true\n    failurePolicyByHook:\n      Mutate: Ignore\n      BeginRollout: Maybe\n")
+            .expect_err("bad");
+        let all = err.to_string();
+        assert!(
+            all.contains("failurePolicyByHook.Mutate: is not a hook"),
+            "{all}"
+        );
+        assert!(
+            all.contains("failurePolicyByHook.BeginRollout: \"Maybe\" is not Fail or Ignore"),
+            "{all}"
+        );
     }
 
     #[test]

@@ -71,7 +71,7 @@ impl CallContext<'_> {
         match plugin.stack.clone().oneshot(call).await {
             Ok(answer) => Outcome::Answered(answer),
             Err(status) if status.code() == Code::Unimplemented => Outcome::Skipped,
-            Err(status) => classify_failure(plugin, failure(&status)),
+            Err(status) => classify_failure(plugin, kind, failure(&status)),
         }
     }
 
@@ -212,10 +212,14 @@ impl CallContext<'_> {
                                 failed_open,
                             ));
                         }
-                        Err(CheckError::BadAnswer(f)) => classify_failure(plugin, f),
+                        Err(CheckError::BadAnswer(f)) => {
+                            classify_failure(plugin, HookKind::MutateManifestWork, f)
+                        }
                     }
                 }
-                Outcome::Answered(_) => classify_failure(plugin, wrong_answer()),
+                Outcome::Answered(_) => {
+                    classify_failure(plugin, HookKind::MutateManifestWork, wrong_answer())
+                }
                 other => other,
             };
             match outcome {
@@ -312,8 +316,8 @@ fn wrong_answer() -> Failure {
     }
 }
 
-fn classify_failure<T>(plugin: &Plugin, f: Failure) -> Outcome<T> {
-    match plugin.policy.failure_policy {
+fn classify_failure<T>(plugin: &Plugin, kind: HookKind, f: Failure) -> Outcome<T> {
+    match plugin.policy.failure_policy_for(kind.proto_hook()) {
         FailurePolicy::Ignore => {
             tracing::warn!(plugin = %plugin.name, code = ?f.code, message = %f.message, "plugin failed; skipped (failurePolicy: Ignore)");
             Outcome::FailedOpen(f)

@@ -314,3 +314,40 @@ async fn a_reload_keeps_the_circuit_of_an_unchanged_endpoint() {
     assert!(e.message().contains("circuit open"), "{}", e.message());
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn the_failure_policy_can_differ_per_hook() {
+    let p = plugin(Behaviour::new("notifier")).await;
+    p.set(|b| b.fail = Some((Code::Internal, "webhook down".into())));
+    let gw = gateway(&format!(
+        "plugins:\n{}",
+        insecure_plugin(
+            "notifier",
+            &p,
+            "    retry:\n      maxAttempts: 1\n    failurePolicyByHook:\n      BeginRollout: Ignore\n"
+        )
+    ))
+    .await;
+    let mut c = gw.client().await;
+    // Ignore for BeginRollout: OK, named as failed open.
+    let r = c
+        .begin_rollout(to("notifier", rollout("c1")))
+        .await
+        .expect("failed open");
+    assert_eq!(
+        trailer(r.metadata(), "ocm-rollout-failed-open").as_deref(),
+        Some("notifier")
+    );
+    // The plugin's own policy (Fail) for the other hooks.
+    let e = c
+        .validate_rollout_completion(to("notifier", validate_request("c1")))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Internal);
+    assert_eq!(e.message(), "plugin \"notifier\": webhook down");
+    assert_eq!(
+        gw.debug().await["plugins"][0]["failurePolicyByHook"]["BeginRollout"],
+        "Ignore"
+    );
+    gw.stop().await;
+}

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use rollout_policies::layer::{CircuitBreakerLayer, ConcurrencyLimitLayer, PolicyRequest, RetryLayer};
+use rollout_policies::layer::{
+    CircuitBreakerLayer, ConcurrencyLimitLayer, PolicyRequest, RetryLayer,
+};
 use rollout_policies::{Breaker, Policy, RetryBudget};
 use tonic::Status;
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -55,7 +57,10 @@ fn stack(c: &mut Criterion) {
         .expect("runtime");
     let bare = tower::service_fn(|call: Call| async move { Ok::<u32, Status>(call.attempt) });
     let policy = Policy::default();
-    let budget = Arc::new(Mutex::new(RetryBudget::new(&policy.retry_budget, Instant::now())));
+    let budget = Arc::new(Mutex::new(RetryBudget::new(
+        &policy.retry_budget,
+        Instant::now(),
+    )));
     let breaker = Arc::new(Mutex::new(Breaker::new(&policy.circuit_breaker)));
     let stacked = ServiceBuilder::new()
         .layer(ConcurrencyLimitLayer::new(policy.max_concurrent_calls))

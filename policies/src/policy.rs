@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use rollout_proto::v1alpha1::Hook;
 use tonic::Code;
 
 /// The largest per-call timeout a plugin may have (the plugin API bounds every
@@ -98,6 +99,8 @@ pub struct Policy {
     /// Per call, all attempts included; at most [`MAX_TIMEOUT`].
     pub timeout: Duration,
     pub failure_policy: FailurePolicy,
+    /// Overrides of `failure_policy` for single hooks (`failurePolicyByHook`).
+    pub failure_policy_by_hook: Vec<(Hook, FailurePolicy)>,
     pub retry: RetryPolicy,
     pub retry_budget: BudgetPolicy,
     pub circuit_breaker: BreakerPolicy,
@@ -105,11 +108,26 @@ pub struct Policy {
     pub max_concurrent_calls: usize,
 }
 
+impl Policy {
+    /// The failure policy for a hook: its override if it has one, else the
+    /// plugin's (`None` = Initialize, which has no override).
+    pub fn failure_policy_for(&self, hook: Option<Hook>) -> FailurePolicy {
+        hook.and_then(|h| {
+            self.failure_policy_by_hook
+                .iter()
+                .find(|(k, _)| *k == h)
+                .map(|(_, p)| *p)
+        })
+        .unwrap_or(self.failure_policy)
+    }
+}
+
 impl Default for Policy {
     fn default() -> Self {
         Policy {
             timeout: MAX_TIMEOUT,
             failure_policy: FailurePolicy::Fail,
+            failure_policy_by_hook: Vec::new(),
             retry: RetryPolicy::default(),
             retry_budget: BudgetPolicy::default(),
             circuit_breaker: BreakerPolicy::default(),
