@@ -16,6 +16,7 @@ use crate::hooks::HookRequest;
 use crate::registry::{Registry, SourceInfo};
 use crate::server::{self, ServerSettings};
 use crate::service::GatewayService;
+use crate::tls::{ServerTls, ServerTlsFiles, TlsError};
 use crate::upstream::ChannelSettings;
 use crate::{admin, watch as file_watch};
 
@@ -32,6 +33,8 @@ pub struct Options {
     pub drain_timeout: Duration,
     /// How often files are read again in case a change event was missed.
     pub poll_interval: Duration,
+    /// TLS for the gRPC listener (central mode); `None` = plaintext h2c.
+    pub tls: Option<ServerTlsFiles>,
 }
 
 impl Default for Options {
@@ -43,6 +46,7 @@ impl Default for Options {
             max_message_bytes: 16 * 1024 * 1024,
             drain_timeout: Duration::from_secs(10),
             poll_interval: Duration::from_secs(2),
+            tls: None,
         }
     }
 }
@@ -53,6 +57,9 @@ pub enum StartError {
     /// A registry file is invalid (the binary exits 64).
     #[error("invalid registry: {}", .0.join("; "))]
     Config(Vec<String>),
+    /// The listener's certificate, key or client CA is unusable.
+    #[error("{0}")]
+    Tls(#[from] TlsError),
     #[error("cannot listen on {addr} ({flag}): {source}")]
     Bind {
         flag: &'static str,
@@ -71,6 +78,7 @@ pub struct Running {
     grpc: JoinHandle<()>,
     admin: JoinHandle<()>,
     watcher: JoinHandle<()>,
+    tls_reload: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -81,6 +89,9 @@ impl Running {
         let _ = self.stop.send(true);
         let _ = self.grpc.await;
         self.watcher.abort();
+        if let Some(t) = &self.tls_reload {
+            t.abort();
+        }
         let _ = self.admin.await;
     }
 }
@@ -121,6 +132,11 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
     if !problems.is_empty() {
         return Err(StartError::Config(problems));
     }
+
+    let tls = match options.tls.clone() {
+        Some(files) => Some(Arc::new(ServerTls::load(files)?)),
+        None => None,
+    };
 
     let grpc_listener =
         TcpListener::bind(options.listen)
@@ -172,6 +188,7 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
             drain_timeout: options.drain_timeout,
             ..ServerSettings::default()
         },
+        tls.clone(),
         wait_for(stopped.clone()),
     ));
     let admin = {
@@ -186,6 +203,21 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
             }
         })
     };
+    let tls_reload = tls.map(|tls| {
+        let every = options.poll_interval;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                match tls.reload() {
+                    Ok(true) => tracing::info!("listener certificate reloaded"),
+                    Ok(false) => {}
+                    Err(error) => tracing::error!(%error, "listener certificate reload failed; keeping the previous one"),
+                }
+            }
+        })
+    });
     Ok(Running {
         grpc_addr,
         admin_addr,
@@ -194,6 +226,7 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
         grpc,
         admin,
         watcher,
+        tls_reload,
     })
 }
 

@@ -26,5 +26,6 @@ pub mod router;
 pub mod server;
 pub mod service;
 pub mod stack;
+pub mod tls;
 pub mod upstream;
 pub mod watch;

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use rollout_gateway::app::{self, Options, StartError};
+use rollout_gateway::tls::ServerTlsFiles;
 use tokio::signal::unix::{SignalKind, signal};
 
 // mimalloc keeps freed buffers for reuse instead of returning and faulting
@@ -42,6 +43,16 @@ struct Flags {
         default_value = "127.0.0.1:10844"
     )]
     admin_listen: SocketAddr,
+    /// Serve gRPC over TLS with this certificate (PEM; central mode). Reloaded on change.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM); the calling hub is
+    /// the certificate's first DNS SAN, else its CN.
+    #[arg(long, requires = "tls_cert")]
+    client_ca: Option<PathBuf>,
     /// Largest gRPC message accepted or sent.
     #[arg(long, default_value_t = 16 * 1024 * 1024)]
     max_message_bytes: usize,
@@ -100,6 +111,14 @@ async fn run(flags: Flags) -> ExitCode {
         listen: flags.listen,
         admin_listen: flags.admin_listen,
         max_message_bytes: flags.max_message_bytes,
+        tls: match (flags.tls_cert, flags.tls_key) {
+            (Some(cert), Some(key)) => Some(ServerTlsFiles {
+                cert,
+                key,
+                client_ca: flags.client_ca,
+            }),
+            _ => None,
+        },
         ..Options::default()
     };
     let running = match app::start(options).await {

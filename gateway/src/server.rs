@@ -12,12 +12,16 @@
 use std::future::Future;
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::grpc::Payload;
 use crate::io::Coalesce;
-use crate::service::GatewayService;
+use crate::service::{CallerHub, GatewayService};
+use crate::tls::{ServerTls, hub_of};
 
 /// The read buffer of each connection; larger reads bypass it.
 pub const READ_BUFFER: usize = 16 * 1024;
@@ -69,6 +73,7 @@ pub async fn serve(
     listener: TcpListener,
     service: GatewayService,
     settings: ServerSettings,
+    tls: Option<Arc<ServerTls>>,
     shutdown: impl Future<Output = ()>,
 ) {
     let (draining_tx, draining) = watch::channel(false);
@@ -95,6 +100,7 @@ pub async fn serve(
             builder: h2_builder(&settings),
             handshake_timeout: settings.handshake_timeout,
             draining: draining.clone(),
+            tls: tls.clone(),
         };
         let alive = alive.clone();
         tokio::spawn(async move {
@@ -121,14 +127,43 @@ struct Connection {
     builder: h2::server::Builder,
     handshake_timeout: Duration,
     draining: watch::Receiver<bool>,
+    tls: Option<Arc<ServerTls>>,
 }
 
 impl Connection {
-    async fn run(mut self, stream: TcpStream) -> Result<(), h2::Error> {
+    async fn run(mut self, stream: TcpStream) -> Result<(), ConnectionError> {
+        let Some(tls) = self.tls.clone() else {
+            return self.serve_h2(stream, None).await;
+        };
+        // The TLS handshake, bounded, and abandoned if a drain starts.
+        let accept = tls.acceptor().accept(stream);
+        let stream = tokio::select! {
+            done = tokio::time::timeout(self.handshake_timeout, accept) => match done {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return Err(ConnectionError::Tls(e)),
+                Err(_) => return Ok(()),
+            },
+            () = wait_true(&mut self.draining) => return Ok(()),
+        };
+        // A verified certificate that names no hub can call only shared
+        // plugins without `hubs:`.
+        let hub = if tls.requires_client_certificate() {
+            let peer = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
+            peer.and_then(hub_of).map(CallerHub)
+        } else {
+            None
+        };
+        self.serve_h2(stream, hub).await
+    }
+
+    async fn serve_h2<T>(mut self, io: T, hub: Option<CallerHub>) -> Result<(), ConnectionError>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         // A read buffer in front of the socket: a whole small request arrives in
         // one read instead of two (h2's own buffer splits at its free space).
-        let stream = Coalesce::new(tokio::io::BufReader::with_capacity(READ_BUFFER, stream));
-        let handshake = self.builder.handshake::<_, Payload>(stream);
+        let io = Coalesce::new(tokio::io::BufReader::with_capacity(READ_BUFFER, io));
+        let handshake = self.builder.handshake::<_, Payload>(io);
         let mut conn = tokio::select! {
             done = tokio::time::timeout(self.handshake_timeout, handshake) => match done {
                 Ok(conn) => conn?,
@@ -142,11 +177,14 @@ impl Connection {
         loop {
             tokio::select! {
                 next = conn.accept() => match next {
-                    Some(Ok((request, respond))) => {
+                    Some(Ok((mut request, respond))) => {
                         used = true;
+                        if let Some(hub) = &hub {
+                            request.extensions_mut().insert(hub.clone());
+                        }
                         tokio::spawn(self.service.clone().serve_stream(request, respond));
                     }
-                    Some(Err(e)) => return Err(e),
+                    Some(Err(e)) => return Err(e.into()),
                     None => return Ok(()),
                 },
                 () = wait_true(&mut self.draining), if !goaway_sent => {
@@ -161,6 +199,15 @@ impl Connection {
             }
         }
     }
+}
+
+/// Why a connection ended badly (logged at debug level: a client's problem).
+#[derive(Debug, thiserror::Error)]
+enum ConnectionError {
+    #[error("TLS handshake failed: {0}")]
+    Tls(std::io::Error),
+    #[error("HTTP/2: {0}")]
+    H2(#[from] h2::Error),
 }
 
 async fn wait_true(flag: &mut watch::Receiver<bool>) {

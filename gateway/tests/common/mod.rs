@@ -127,6 +127,19 @@ impl Plugin {
         self.addr.to_string()
     }
 
+    /// The plugin's service, to serve it some other way (over TLS).
+    pub fn service(&self) -> Scripted {
+        Scripted {
+            behaviour: self.behaviour.clone(),
+            seen: self.seen.clone(),
+        }
+    }
+
+    /// What [`Plugin::stop`] signals, for a server started elsewhere.
+    pub fn on_stop(&self, tx: tokio::sync::oneshot::Sender<()>) {
+        *self.shutdown.lock().unwrap() = Some(tx);
+    }
+
     pub fn stop(&self) {
         if let Some(tx) = self.shutdown.lock().unwrap().take() {
             let _ = tx.send(());
@@ -135,7 +148,7 @@ impl Plugin {
 }
 
 #[derive(Clone)]
-struct Scripted {
+pub struct Scripted {
     behaviour: Arc<Mutex<Behaviour>>,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
@@ -278,6 +291,17 @@ impl RolloutPluginService for Scripted {
         Ok(Response::new(MutateManifestWorkResponse {
             manifest_work: out,
         }))
+    }
+}
+
+/// A scripted plugin's state, not yet served (see [`Plugin::service`]).
+pub fn plugin_handle(addr: SocketAddr, behaviour: Behaviour) -> Plugin {
+    Plugin {
+        addr,
+        behaviour: Arc::new(Mutex::new(behaviour)),
+        seen: Arc::new(Mutex::new(Vec::new())),
+        connections: Arc::new(AtomicUsize::new(0)),
+        shutdown: Arc::new(Mutex::new(None)),
     }
 }
 

@@ -1,0 +1,190 @@
+//! TLS of the gateway's own gRPC listener (central mode).
+//!
+//! `--tls-cert`/`--tls-key` serve TLS; `--client-ca` requires every client to
+//! present a certificate signed by that CA, and the calling hub is that
+//! certificate's first DNS subject-alternative name, else its common name.
+//! The files are read again every few seconds: a rotated certificate, key or
+//! CA takes effect for new connections without a restart; a bad rotation is
+//! logged and the previous configuration kept.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use rustls::ServerConfig;
+use rustls::server::WebPkiClientVerifier;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::TlsAcceptor;
+
+/// The files the listener's TLS comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerTlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// When set, clients must present a certificate signed by this CA.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// The listener's TLS could not be set up; the message names the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TlsError(String);
+
+/// The listener's current TLS configuration, swapped when its files change.
+#[derive(Debug)]
+pub struct ServerTls {
+    files: ServerTlsFiles,
+    current: ArcSwap<ServerConfig>,
+    /// The bytes the current configuration was built from.
+    loaded: Mutex<Vec<u8>>,
+}
+
+impl ServerTls {
+    /// Reads the files and builds the configuration.
+    pub fn load(files: ServerTlsFiles) -> Result<ServerTls, TlsError> {
+        let bytes = read_all(&files)?;
+        let config = build(&files, &bytes)?;
+        Ok(ServerTls {
+            files,
+            current: ArcSwap::from_pointee(config),
+            loaded: Mutex::new(bytes.concat()),
+        })
+    }
+
+    /// An acceptor with the current configuration (taken per connection, so
+    /// a reload applies to the next handshake).
+    pub fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.current.load_full())
+    }
+
+    pub fn requires_client_certificate(&self) -> bool {
+        self.files.client_ca.is_some()
+    }
+
+    /// Reads the files again; if they changed and are valid, the new
+    /// configuration takes effect. Returns whether it changed.
+    pub fn reload(&self) -> Result<bool, TlsError> {
+        let bytes = read_all(&self.files)?;
+        let joined = bytes.concat();
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if *loaded == joined {
+            return Ok(false);
+        }
+        let config = build(&self.files, &bytes)?;
+        self.current.store(Arc::new(config));
+        *loaded = joined;
+        Ok(true)
+    }
+}
+
+fn read_all(files: &ServerTlsFiles) -> Result<Vec<Vec<u8>>, TlsError> {
+    let read = |path: &PathBuf, flag: &str| {
+        std::fs::read(path).map_err(|e| TlsError(format!("{flag} {}: {e}", path.display())))
+    };
+    let mut out = vec![
+        read(&files.cert, "--tls-cert")?,
+        read(&files.key, "--tls-key")?,
+    ];
+    if let Some(ca) = &files.client_ca {
+        out.push(read(ca, "--client-ca")?);
+    }
+    Ok(out)
+}
+
+fn build(files: &ServerTlsFiles, bytes: &[Vec<u8>]) -> Result<ServerConfig, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = CertificateDer::pem_slice_iter(&bytes[0])
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError(format!("--tls-cert {}: {e}", files.cert.display())))?;
+    if certs.is_empty() {
+        return Err(TlsError(format!(
+            "--tls-cert {}: no certificate in it",
+            files.cert.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&bytes[1])
+        .map_err(|e| TlsError(format!("--tls-key {}: {e}", files.key.display())))?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError(e.to_string()))?;
+    let builder = match (&files.client_ca, bytes.get(2)) {
+        (Some(path), Some(pem)) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert =
+                    cert.map_err(|e| TlsError(format!("--client-ca {}: {e}", path.display())))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| TlsError(format!("--client-ca {}: {e}", path.display())))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| TlsError(format!("--client-ca {}: {e}", path.display())))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError(format!("--tls-cert/--tls-key: {e}")))?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
+/// The hub a client certificate names: its first DNS subject-alternative
+/// name, else its subject's common name.
+pub fn hub_of(cert: &CertificateDer<'_>) -> Option<String> {
+    let parsed = webpki::EndEntityCert::try_from(cert).ok()?;
+    if let Some(name) = parsed.valid_dns_names().next() {
+        return Some(name.to_string());
+    }
+    common_name(parsed.subject())
+}
+
+/// The common name (OID 2.5.4.3) in a DER-encoded X.501 name, if any.
+fn common_name(subject: &[u8]) -> Option<String> {
+    const CN_OID: [u8; 5] = [0x06, 0x03, 0x55, 0x04, 0x03];
+    let at = subject.windows(CN_OID.len()).position(|w| w == CN_OID)? + CN_OID.len();
+    let (&tag, rest) = subject.get(at..)?.split_first()?;
+    // UTF8String, PrintableString, IA5String, T61String.
+    if !matches!(tag, 0x0c | 0x13 | 0x16 | 0x14) {
+        return None;
+    }
+    let (&len, rest) = rest.split_first()?;
+    if len >= 0x80 {
+        return None; // a hub name is never that long
+    }
+    let value = rest.get(..len as usize)?;
+    std::str::from_utf8(value).ok().map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert(sans: &[&str], cn: Option<&str>) -> CertificateDer<'static> {
+        let mut params =
+            rcgen::CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .expect("params");
+        // rcgen puts a default common name in; start from an empty subject.
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        if let Some(cn) = cn {
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, cn);
+        }
+        let key = rcgen::KeyPair::generate().expect("key");
+        params.self_signed(&key).expect("cert").der().clone()
+    }
+
+    #[test]
+    fn the_hub_is_the_first_dns_san_else_the_cn() {
+        assert_eq!(
+            hub_of(&cert(&["hub-a", "other"], Some("ignored"))).as_deref(),
+            Some("hub-a")
+        );
+        assert_eq!(hub_of(&cert(&[], Some("hub-b"))).as_deref(), Some("hub-b"));
+        assert_eq!(hub_of(&cert(&[], None)), None);
+    }
+}
