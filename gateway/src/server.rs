@@ -148,7 +148,11 @@ impl Connection {
         // A verified certificate that names no hub can call only shared
         // plugins without `hubs:`.
         let hub = if tls.requires_client_certificate() {
-            let peer = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
+            let peer = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first());
             peer.and_then(hub_of).map(CallerHub)
         } else {
             None
