@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::configmap::{self, ConfigMapRef};
 use crate::hooks::HookRequest;
 use crate::registry::{Registry, SourceInfo};
 use crate::server::{self, ServerSettings};
@@ -35,6 +36,9 @@ pub struct Options {
     pub poll_interval: Duration,
     /// TLS for the gRPC listener (central mode); `None` = plaintext h2c.
     pub tls: Option<ServerTlsFiles>,
+    /// ConfigMaps (key `config.yaml`) watched through the Kubernetes API, as
+    /// registry sources after the files (`--configmap`, repeatable).
+    pub configmaps: Vec<ConfigMapRef>,
 }
 
 impl Default for Options {
@@ -47,6 +51,7 @@ impl Default for Options {
             drain_timeout: Duration::from_secs(10),
             poll_interval: Duration::from_secs(2),
             tls: None,
+            configmaps: Vec::new(),
         }
     }
 }
@@ -57,6 +62,9 @@ pub enum StartError {
     /// A registry file is invalid (the binary exits 64).
     #[error("invalid registry: {}", .0.join("; "))]
     Config(Vec<String>),
+    /// `--configmap` was given but no Kubernetes client could be configured.
+    #[error("--configmap: no Kubernetes API client: {0}")]
+    Kubernetes(String),
     /// The listener's certificate, key or client CA is unusable.
     #[error("{0}")]
     Tls(#[from] TlsError),
@@ -78,6 +86,7 @@ pub struct Running {
     grpc: JoinHandle<()>,
     admin: JoinHandle<()>,
     watcher: JoinHandle<()>,
+    configmap_watchers: Vec<JoinHandle<()>>,
     tls_reload: Option<JoinHandle<()>>,
 }
 
@@ -89,6 +98,9 @@ impl Running {
         let _ = self.stop.send(true);
         let _ = self.grpc.await;
         self.watcher.abort();
+        for w in &self.configmap_watchers {
+            w.abort();
+        }
         if let Some(t) = &self.tls_reload {
             t.abort();
         }
@@ -108,6 +120,9 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
             .map(|p| SourceInfo {
                 label: p.display().to_string(),
             })
+            .chain(options.configmaps.iter().map(|cm| SourceInfo {
+                label: cm.source_label(),
+            }))
             .collect(),
         ChannelSettings {
             max_message_bytes: options.max_message_bytes,
@@ -132,6 +147,18 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
     if !problems.is_empty() {
         return Err(StartError::Config(problems));
     }
+
+    // ConfigMap sources: their first load arrives asynchronously (readiness
+    // waits for it); a client that cannot be configured is a start-up error.
+    let kube_client = if options.configmaps.is_empty() {
+        None
+    } else {
+        Some(
+            kube::Client::try_default()
+                .await
+                .map_err(|e| StartError::Kubernetes(e.to_string()))?,
+        )
+    };
 
     let tls = match options.tls.clone() {
         Some(files) => Some(Arc::new(ServerTls::load(files)?)),
@@ -203,6 +230,24 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
             }
         })
     };
+    let configmap_watchers: Vec<JoinHandle<()>> = match kube_client {
+        None => Vec::new(),
+        Some(client) => options
+            .configmaps
+            .iter()
+            .enumerate()
+            .map(|(i, cm)| {
+                let r = registry.clone();
+                configmap::spawn(
+                    client.clone(),
+                    registry.clone(),
+                    options.configs.len() + i,
+                    cm.clone(),
+                    move || initialize_fresh(&r),
+                )
+            })
+            .collect(),
+    };
     let tls_reload = tls.map(|tls| {
         let every = options.poll_interval;
         tokio::spawn(async move {
@@ -226,6 +271,7 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
         grpc,
         admin,
         watcher,
+        configmap_watchers,
         tls_reload,
     })
 }

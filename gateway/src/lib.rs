@@ -16,6 +16,7 @@
 pub mod admin;
 pub mod app;
 pub mod config;
+pub mod configmap;
 pub mod error;
 pub mod grpc;
 pub mod hooks;

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use rollout_gateway::app::{self, Options, StartError};
+use rollout_gateway::configmap::ConfigMapRef;
 use rollout_gateway::tls::ServerTlsFiles;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -22,13 +23,15 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(name = "rollout-gateway", version, about)]
 struct Flags {
     /// A registry file; repeatable (central mode: one per hub). Reloaded on change.
-    #[arg(
-        long = "config",
-        env = "ROLLOUT_GATEWAY_CONFIG",
-        value_delimiter = ',',
-        default_value = "/var/run/config/work/config.yaml"
-    )]
+    /// A registry file; repeatable (central mode: one per hub). Reloaded on
+    /// change. Default /var/run/config/work/config.yaml when no --config and
+    /// no --configmap is given.
+    #[arg(long = "config", env = "ROLLOUT_GATEWAY_CONFIG", value_delimiter = ',')]
     configs: Vec<PathBuf>,
+    /// Watch a ConfigMap (key config.yaml) through the Kubernetes API as a
+    /// registry source, as NAMESPACE/NAME; repeatable (central mode).
+    #[arg(long = "configmap", value_name = "NAMESPACE/NAME")]
+    configmaps: Vec<ConfigMapRef>,
     /// gRPC address for the controller.
     #[arg(
         long,
@@ -106,8 +109,13 @@ async fn run(flags: Flags) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let configs = if flags.configs.is_empty() && flags.configmaps.is_empty() {
+        Options::default().configs
+    } else {
+        flags.configs
+    };
     let options = Options {
-        configs: flags.configs,
+        configs,
         listen: flags.listen,
         admin_listen: flags.admin_listen,
         max_message_bytes: flags.max_message_bytes,
@@ -119,6 +127,7 @@ async fn run(flags: Flags) -> ExitCode {
             }),
             _ => None,
         },
+        configmaps: flags.configmaps,
         ..Options::default()
     };
     let running = match app::start(options).await {
