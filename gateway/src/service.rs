@@ -29,9 +29,6 @@ use crate::router::CallContext;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallerHub(pub String);
 
-/// Caller headers passed on to plugins unchanged.
-const FORWARDED_KEYS: [&str; 2] = ["traceparent", "tracestate"];
-
 /// The path prefix of every method of the service.
 const PATH_PREFIX: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/";
 
@@ -119,10 +116,19 @@ impl GatewayService {
             .and_then(|v| v.to_str().ok())
             .and_then(grpc::parse_timeout)
             .map(|d| received + d);
+        // Trace context is passed on only when well-formed: a plugin never
+        // receives a caller's arbitrary bytes in these headers.
         let mut forward = HeaderMap::new();
-        for key in FORWARDED_KEYS {
-            if let Some(v) = headers.get(key) {
-                forward.insert(key, v.clone());
+        if let Some(tp) = headers
+            .get("traceparent")
+            .filter(|v| valid_traceparent(v.as_bytes()))
+        {
+            forward.insert("traceparent", tp.clone());
+            if let Some(ts) = headers
+                .get("tracestate")
+                .filter(|v| valid_tracestate(v.as_bytes()))
+            {
+                forward.insert("tracestate", ts.clone());
             }
         }
         let hub = parts.extensions.get::<CallerHub>().map(|h| h.0.as_str());
@@ -194,6 +200,34 @@ impl GatewayService {
             }
         }
     }
+}
+
+/// A W3C `traceparent`: `VERSION-TRACEID-PARENTID-FLAGS`, lowercase hex of 2,
+/// 32, 16 and 2 digits, with non-zero ids and a version other than `ff`.
+pub fn valid_traceparent(v: &[u8]) -> bool {
+    let hex = |s: &[u8]| {
+        s.iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    };
+    let zero = |s: &[u8]| s.iter().all(|b| *b == b'0');
+    v.len() >= 55
+        && v[2] == b'-'
+        && v[35] == b'-'
+        && v[52] == b'-'
+        && hex(&v[0..2])
+        && &v[0..2] != b"ff"
+        && hex(&v[3..35])
+        && !zero(&v[3..35])
+        && hex(&v[36..52])
+        && !zero(&v[36..52])
+        && hex(&v[53..55])
+        // Version 00 has exactly these fields; later versions may add some.
+        && (v.len() == 55 || (&v[0..2] != b"00" && v[55] == b'-'))
+}
+
+/// A W3C `tracestate`: at most 512 bytes of printable ASCII list members.
+pub fn valid_tracestate(v: &[u8]) -> bool {
+    v.len() <= 512 && v.iter().all(|b| (0x20..0x7f).contains(b))
 }
 
 fn hook_of(method: &str) -> Option<HookKind> {
@@ -276,5 +310,32 @@ pub fn status_headers(headers: &mut HeaderMap, status: &Status) {
         {
             headers.insert(k, v);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_well_formed_trace_context_is_passed_on() {
+        let good = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert!(valid_traceparent(good));
+        for bad in [
+            &b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"[..],
+            b"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            b"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            b"garbage",
+        ] {
+            assert!(!valid_traceparent(bad), "{}", String::from_utf8_lossy(bad));
+        }
+        assert!(valid_traceparent(
+            b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future"
+        ));
+        assert!(valid_tracestate(b"congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"));
+        assert!(!valid_tracestate(&[b'a'; 513]));
     }
 }

@@ -594,3 +594,38 @@ async fn pipeline_initialize_merges_members() {
     assert_eq!(a.calls(HookKind::MutateManifestWork), 1);
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn trace_context_reaches_the_plugin_only_when_well_formed() {
+    let p = plugin(Behaviour::new("traced")).await;
+    let gw = gateway(&format!("plugins:\n{}", insecure_plugin("traced", &p, ""))).await;
+    let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let raw = raw_unary(
+        gw.grpc,
+        "BeginRollout",
+        &rollout("c1"),
+        &[("ocm-rollout-plugin", "traced"), ("traceparent", good)],
+    )
+    .await;
+    assert_eq!(raw.status().as_deref(), Some("0"));
+    assert_eq!(
+        p.last(HookKind::BeginRollout)
+            .unwrap()
+            .traceparent
+            .as_deref(),
+        Some(good)
+    );
+    let raw = raw_unary(
+        gw.grpc,
+        "BeginRollout",
+        &rollout("c1"),
+        &[
+            ("ocm-rollout-plugin", "traced"),
+            ("traceparent", "not-a-trace"),
+        ],
+    )
+    .await;
+    assert_eq!(raw.status().as_deref(), Some("0"));
+    assert_eq!(p.last(HookKind::BeginRollout).unwrap().traceparent, None);
+    gw.stop().await;
+}
