@@ -391,3 +391,61 @@ async fn central_mode_scopes_each_hub_and_requires_a_valid_client_certificate() 
     }
     running.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_listeners_own_certificate_is_reloaded_without_a_restart() {
+    let old_ca = Ca::new("old-server-ca");
+    let new_ca = Ca::new("new-server-ca");
+    let p = plugin(Behaviour::new("p")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let old = old_ca.server();
+    let cert = write(dir.path(), "tls.crt", &old.cert);
+    let key = write(dir.path(), "tls.key", &old.key);
+    let config = write(
+        dir.path(),
+        "config.yaml",
+        &format!("plugins:\n{}", insecure_plugin("p", &p, "")),
+    );
+    let running = app::start(Options {
+        configs: vec![config],
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        poll_interval: Duration::from_millis(100),
+        tls: Some(ServerTlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: None,
+        }),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let addr = running.grpc_addr;
+    let mut c = central_client(addr, &old_ca, None).await.unwrap();
+    c.begin_rollout(to("p", rollout("c1"))).await.unwrap();
+
+    // Rotate: write the key, then the certificate, of the new CA.
+    let new = new_ca.server();
+    std::fs::write(&key, &new.key).unwrap();
+    std::fs::write(&cert, &new.cert).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Ok(mut c) = central_client(addr, &new_ca, None).await
+            && c.begin_rollout(to("p", rollout("c1"))).await.is_ok()
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new certificate was not served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A client that trusts only the old CA no longer completes a handshake.
+    let stale = match central_client(addr, &old_ca, None).await {
+        Err(_) => true,
+        Ok(mut c) => c.begin_rollout(to("p", rollout("c1"))).await.is_err(),
+    };
+    assert!(stale, "the old certificate is still served");
+    running.shutdown().await;
+}
