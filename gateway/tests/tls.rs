@@ -138,7 +138,9 @@ async fn each_plugin_is_verified_against_its_own_ca_bundle_alone() {
         .unwrap_err();
     assert_eq!(e.code(), Code::Unavailable, "{e:?}");
     assert!(
-        e.message().contains("certificate") && e.message().contains("wrong-ca"),
+        e.message().contains("TLS handshake")
+            && e.message().contains("invalid peer certificate")
+            && e.message().contains("wrong-ca"),
         "{}",
         e.message()
     );
