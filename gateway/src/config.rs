@@ -404,10 +404,21 @@ impl Problems {
 
     fn unknown(&mut self, at: &str, unknown: &BTreeMap<String, IgnoredAny>) {
         for key in unknown.keys() {
-            let path = if at.is_empty() {
+            // A key that would not read as a place (empty, or with dots or
+            // spaces) is quoted, so the path always names something.
+            let plain = !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            let shown = if plain {
                 key.clone()
             } else {
-                format!("{at}.{key}")
+                format!("{key:?}")
+            };
+            let path = if at.is_empty() {
+                shown
+            } else {
+                format!("{at}.{shown}")
             };
             self.push(path, "unknown field");
         }
@@ -727,7 +738,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if s.is_empty() {
         return Err("empty".into());
     }
-    let mut total = 0f64;
+    // Exact integer arithmetic in nanoseconds: "5658710759ms" must read back
+    // as exactly what it says (f64 seconds drift by a nanosecond up there).
+    let mut total: u128 = 0;
     let mut rest = s;
     while !rest.is_empty() {
         let num_len = rest
@@ -736,30 +749,46 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         if num_len == 0 {
             return Err(format!("expected a number at \"{rest}\""));
         }
-        let number: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| format!("bad number \"{}\"", &rest[..num_len]))?;
+        let number = &rest[..num_len];
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
+            return Err(format!("bad number \"{number}\""));
+        }
         rest = &rest[num_len..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(rest.len());
         let unit = &rest[..unit_len];
-        let scale = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
+        let nanos_per_unit: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
             other => return Err(format!("unknown unit \"{other}\" (use ms, s, m or h)")),
         };
-        total += number * scale;
+        let too_large = || "too large".to_string();
+        let whole: u128 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().map_err(|_| too_large())?
+        };
+        let mut value = whole.checked_mul(nanos_per_unit).ok_or_else(too_large)?;
+        // The fraction, digit by digit, rounded down to whole nanoseconds.
+        let mut scale = nanos_per_unit;
+        for digit in fraction.bytes().take(30) {
+            scale /= 10;
+            value += u128::from(digit - b'0') * scale;
+        }
+        total = total.checked_add(value).ok_or_else(too_large)?;
         rest = &rest[unit_len..];
     }
-    if !total.is_finite() || total > 1e9 {
+    if total > 1_000_000_000 * 1_000_000_000 {
         return Err("too large".into());
     }
-    Ok(Duration::from_secs_f64(total))
+    let secs = u64::try_from(total / 1_000_000_000).map_err(|_| "too large".to_string())?;
+    Ok(Duration::new(secs, (total % 1_000_000_000) as u32))
 }
 
 /// Formats a duration the way the config spells it (`500ms`, `10s`, `2m`).

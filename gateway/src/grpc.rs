@@ -215,7 +215,9 @@ pub fn encode_timeout(d: Duration) -> HeaderValue {
 
 /// Parses a `grpc-timeout` value: up to 8 digits and a unit (H, M, S, m, u, n).
 pub fn parse_timeout(value: &str) -> Option<Duration> {
-    if value.len() < 2 || value.len() > 9 {
+    // ASCII only: the unit is the last byte, and splitting before it must
+    // not cut a multi-byte character.
+    if value.len() < 2 || value.len() > 9 || !value.is_ascii() {
         return None;
     }
     let (digits, unit) = value.split_at(value.len() - 1);
