@@ -391,7 +391,8 @@ fn entries(fields: Vec<(&str, Option<Yaml>)>) -> Vec<(String, Yaml)> {
 fn unknown_keys() -> impl Strategy<Value = BTreeMap<String, Yaml>> {
     prop_oneof![
         40 => Just(BTreeMap::new()),
-        1 => prop::collection::btree_map("x-[a-z]{1,6}", chaos(), 1..3),
+        // None of them a known key: empty, or starting with an x.
+        1 => prop::collection::btree_map("|x-[a-z]{1,6}|x[ .:_\"]?.{0,4}", chaos(), 1..3),
     ]
 }
 
@@ -1048,8 +1049,9 @@ fn check_registry_doc(doc: &Doc) -> TestCaseResult {
                     prop_assert!(
                         e.problems
                             .iter()
-                            .any(|p| &p.path == k && p.message == "unknown field"),
-                        "unknown key {k} not reported: {e}"
+                            .any(|p| (p.path == *k || p.path == format!("{k:?}"))
+                                && p.message == "unknown field"),
+                        "unknown key {k:?} not reported: {e}"
                     );
                 }
             }
@@ -1437,19 +1439,21 @@ proptest! {
 
     #[test]
     fn whole_millisecond_durations_round_trip(
-        // Exact up to 2^21 s (~24 days); past that an `f64` of seconds no
-        // longer holds every nanosecond: see `bug_long_durations_drift_by_a_nanosecond`.
-        exact in prop_oneof![0u64..=120_000, 0u64..=2_097_152_000],
-        // Up to the largest duration the parser takes (1e9 s).
-        long in 0u64..=1_000_000_000_000,
+        // Short ones often, and any up to the largest the parser takes (1e9 s).
+        millis in prop_oneof![0u64..=120_000, 0u64..=1_000_000_000_000],
     ) {
-        let d = Duration::from_millis(exact);
+        let d = Duration::from_millis(millis);
         let text = config::format_duration(d);
         prop_assert_eq!(config::parse_duration(&text), Ok(d), "{}", text);
-        let d = Duration::from_millis(long);
-        let text = config::format_duration(d);
-        let back = config::parse_duration(&text).unwrap();
-        prop_assert!(back.abs_diff(d) < Duration::from_micros(1), "{} -> {:?}", text, back);
+    }
+
+    #[test]
+    fn fractional_durations_are_exact(whole in 0u64..100_000, nanos in 0u32..1_000_000_000) {
+        let text = format!("{whole}.{nanos:09}s");
+        prop_assert_eq!(config::parse_duration(&text), Ok(Duration::new(whole, nanos)), "{}", text);
+        let text = format!("{whole}.{:03}ms", nanos % 1000);
+        let want = Duration::from_millis(whole) + Duration::from_micros(u64::from(nanos % 1000));
+        prop_assert_eq!(config::parse_duration(&text), Ok(want), "{}", text);
     }
 
     #[test]
@@ -1617,13 +1621,15 @@ fn fuzz_for<S: Strategy>(
     let time = Duration::from_secs(seconds) / share;
     let deadline = Instant::now() + time;
     let batch = 1_000;
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases: batch,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
     let mut cases = 0u64;
     while Instant::now() < deadline {
+        // A fresh runner (and random seed) for each batch: a runner counts
+        // its successes, and one that has had `cases` runs no more.
+        let mut runner = TestRunner::new(ProptestConfig {
+            cases: batch,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        });
         if let Err(e) = runner.run(&strategy, &test) {
             panic!("{target}: {e}");
         }
@@ -1726,10 +1732,10 @@ fn fuzz_grpc() {
 }
 
 // ---------------------------------------------------------------------------
-// BUGS found by the properties above, kept as failing inputs. Each is ignored
-// so that the suite stays green until it is fixed; run them with
-// `cargo test -p rollout-gateway --test properties -- --ignored bug_`, and
-// drop the `#[ignore]` (and the workaround named in it) with the fix.
+// Regression tests: bugs the properties and the fuzz targets found. One not
+// fixed yet is `#[ignore = "BUG: …"]`, so the suite stays green meanwhile;
+// run those with `cargo test -p rollout-gateway --test properties -- --ignored bug_`
+// and drop the `#[ignore]` with the fix.
 // ---------------------------------------------------------------------------
 
 #[test]
@@ -1753,5 +1759,41 @@ fn bug_an_empty_unknown_key_names_no_place() {
     let err = config::parse("\"\": \r ~").expect_err("refused");
     for p in &err.problems {
         assert!(!p.path.is_empty(), "a problem that names no place: {p:?}");
+    }
+}
+
+#[test]
+#[ignore = "BUG: parse_duration's `value += digit * scale` overflows u128 when the whole part times the unit lies just under u128::MAX: a panic in debug builds, a wrap to a tiny duration in release"]
+fn bug_huge_fractional_durations_overflow() {
+    // (u128::MAX / 1000) us = 340282366920938463463374607431768211000 ns, 455
+    // short of u128::MAX; ".999" adds 999 more. Debug: "attempt to add with
+    // overflow" (config.rs, the fraction loop); release: Ok(543ns), so
+    // `timeout: 340282366920938463463374607431768211.999us` passes as 543 ns.
+    for text in [
+        "340282366920938463463374607431768211.999us",
+        "340282366920938463463374607431768.9999999ms",
+    ] {
+        assert_eq!(
+            config::parse_duration(text),
+            Err("too large".to_string()),
+            "{text}"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(quick())]
+
+    /// Whole parts just under the overflow edge of each unit, any fraction.
+    #[test]
+    #[ignore = "BUG: see bug_huge_fractional_durations_overflow"]
+    fn bug_durations_at_the_overflow_edge_are_refused(
+        unit in prop::sample::select(vec![("ns", 1u128), ("us", 1_000), ("ms", 1_000_000), ("s", 1_000_000_000), ("m", 60_000_000_000), ("h", 3_600_000_000_000)]),
+        below in 0u128..3,
+        fraction in "[0-9]{1,12}",
+    ) {
+        let whole = u128::MAX / unit.1 - below;
+        let text = format!("{whole}.{fraction}{}", unit.0);
+        prop_assert_eq!(config::parse_duration(&text), Err("too large".to_string()), "{}", text);
     }
 }

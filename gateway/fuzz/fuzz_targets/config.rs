@@ -39,13 +39,10 @@ fuzz_target!(|data: &[u8]| {
             assert!(!e.problems.is_empty());
             for p in &e.problems {
                 assert!(!p.message.trim().is_empty(), "{p:?}");
-                // An empty unknown key at the top level is a known bug
-                // (`bug_an_empty_unknown_key_names_no_place` in
-                // tests/properties.rs); drop its exception with the fix.
-                let known_bug = p.message == "unknown field";
+                // Only a file YAML cannot read at all is reported as a
+                // whole, with the line and column in the message.
                 assert!(
                     !p.path.is_empty()
-                        || known_bug
                         || (p.message.starts_with("not a valid registry file")
                             && p.message.contains("line ")),
                     "a problem that names no place: {p:?}"

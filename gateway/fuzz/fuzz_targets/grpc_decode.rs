@@ -37,10 +37,11 @@ fuzz_target!(|data: &[u8]| {
     let _ = grpc::decode::<MutateManifestWorkResponse>(body.clone(), limit);
 
     if let Ok(text) = std::str::from_utf8(&body) {
-        // Until grpc::parse_timeout takes any &str (a known bug), only what
-        // `HeaderValue::to_str` lets through: visible ASCII.
-        if text.is_ascii() {
-            let _ = grpc::parse_timeout(text);
+        if let Some(d) = grpc::parse_timeout(text) {
+            assert!(
+                text.is_ascii() && (2..=9).contains(&text.len()),
+                "{text:?} -> {d:?}"
+            );
         }
         let _ = grpc::percent_decode(text);
         assert_eq!(grpc::percent_decode(&grpc::percent_encode(text)), text);
