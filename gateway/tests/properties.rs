@@ -951,11 +951,14 @@ fn check_config_text(text: &str) -> TestCaseResult {
             for p in &e.problems {
                 prop_assert!(!p.message.trim().is_empty(), "no message: {p:?}");
                 // Every problem names its place; only a file YAML cannot read
-                // at all is reported as a whole (with the line in the message).
+                // at all is reported as a whole, with the line in the message
+                // or, where the YAML library has none, the field in backticks
+                // (a duplicated top-level key written with a tag, such as
+                // "!x hub: a\nhub: b", gives "duplicate field `hub`").
                 prop_assert!(
                     !p.path.is_empty()
                         || (p.message.starts_with("not a valid registry file")
-                            && p.message.contains("line ")),
+                            && (p.message.contains("line ") || p.message.contains('`'))),
                     "a problem that names no place: {p:?}"
                 );
             }
@@ -1796,4 +1799,13 @@ proptest! {
         let text = format!("{whole}.{fraction}{}", unit.0);
         prop_assert_eq!(config::parse_duration(&text), Err("too large".to_string()), "{}", text);
     }
+}
+
+#[test]
+fn a_duplicated_tagged_key_is_reported_by_its_name() {
+    // serde-saphyr gives no line for it (a derived struct's duplicate_field
+    // error at the top level), so the field's name is the only place.
+    let err = config::parse("!x hub: a\nhub: b\n").expect_err("refused");
+    assert!(err.to_string().contains("`hub`"), "{err}");
+    check_config_text("!x defaults:\r\ndefaults:\r\n").unwrap();
 }
