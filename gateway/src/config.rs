@@ -255,8 +255,18 @@ pub struct PipelineConfig {
 /// pipelines may also name shared plugins of other files: the registry checks
 /// those when it combines the files.
 pub fn parse(text: &str) -> Result<Config, ConfigError> {
-    let raw: RawConfig = serde_saphyr::from_str(text)
-        .map_err(|e| ConfigError::one("", format!("not a valid registry file: {e}")))?;
+    // Only the first line of the YAML error: the rest quotes the file around
+    // the error, which may hold a CA bundle.
+    let raw: RawConfig = serde_saphyr::from_str(text).map_err(|e| {
+        let message = e.to_string();
+        let first = message
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        ConfigError::one("", format!("not a valid registry file: {first}"))
+    })?;
     validate(raw)
 }
 
@@ -779,7 +789,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         let mut scale = nanos_per_unit;
         for digit in fraction.bytes().take(30) {
             scale /= 10;
-            value += u128::from(digit - b'0') * scale;
+            value = value
+                .checked_add(u128::from(digit - b'0') * scale)
+                .ok_or_else(too_large)?;
         }
         total = total.checked_add(value).ok_or_else(too_large)?;
         rest = &rest[unit_len..];
@@ -1120,6 +1132,15 @@ pipelines:
             err.to_string().contains("not a valid registry file"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_yaml_error_does_not_echo_the_file() {
+        let text = "plugins:\n  - name: a\n    endpoint: h:1\n    caCertificate:\n      caBundle: \"SECRETLOOKINGBUNDLE\"\n    hubs: [a, b\n";
+        let err = parse(text).expect_err("bad yaml").to_string();
+        assert!(err.contains("not a valid registry file"), "{err}");
+        assert!(!err.contains("SECRETLOOKINGBUNDLE"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
     }
 
     #[test]
