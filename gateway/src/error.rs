@@ -1,6 +1,6 @@
 //! The gateway's errors, and the one place they become a `tonic::Status`.
 
-use rollout_policies::merge::{MergeError, prefixed};
+use rollout_policies::merge::MergeError;
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
@@ -117,9 +117,4 @@ impl GatewayError {
         }
         status
     }
-}
-
-/// `plugin "NAME": message` (re-exported for callers that build messages).
-pub fn plugin_message(plugin: &str, message: &str) -> String {
-    prefixed(plugin, message)
 }
