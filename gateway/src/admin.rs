@@ -1,5 +1,5 @@
 //! The admin HTTP endpoints (CONTRACT §4): `/healthz`, `/readyz`,
-//! `/debug/plugins`. Bound to loopback by default.
+//! `/metrics`, `/debug/plugins`. Bound to loopback by default.
 
 use std::sync::Arc;
 
@@ -18,6 +18,7 @@ pub fn router(registry: Arc<Registry>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .route("/debug/plugins", get(debug_plugins))
         .with_state(registry)
 }
@@ -36,6 +37,16 @@ async fn readyz(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
             format!("no plugin registry loaded: {why}\n"),
         )
     }
+}
+
+/// The OpenMetrics text format, which Prometheus reads.
+const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+async fn metrics(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
+        registry.telemetry().metrics.encode(),
+    )
 }
 
 async fn debug_plugins(State(registry): State<Arc<Registry>>) -> Json<Value> {

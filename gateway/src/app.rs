@@ -13,10 +13,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::configmap::{self, ConfigMapRef};
+use crate::health::Health;
 use crate::hooks::HookRequest;
 use crate::registry::{Registry, SourceInfo};
 use crate::server::{self, ServerSettings};
 use crate::service::GatewayService;
+use crate::telemetry::{Telemetry, Tracing, TracingError, TracingOptions};
 use crate::tls::{ServerTls, ServerTlsFiles, TlsError};
 use crate::upstream::ChannelSettings;
 use crate::{admin, watch as file_watch};
@@ -39,6 +41,8 @@ pub struct Options {
     /// ConfigMaps (key `config.yaml`) watched through the Kubernetes API, as
     /// registry sources after the files (`--configmap`, repeatable).
     pub configmaps: Vec<ConfigMapRef>,
+    /// Where spans are exported (the `OTEL_*` variables in the binary).
+    pub tracing: TracingOptions,
 }
 
 impl Default for Options {
@@ -52,6 +56,7 @@ impl Default for Options {
             poll_interval: Duration::from_secs(2),
             tls: None,
             configmaps: Vec::new(),
+            tracing: TracingOptions::default(),
         }
     }
 }
@@ -68,6 +73,9 @@ pub enum StartError {
     /// The listener's certificate, key or client CA is unusable.
     #[error("{0}")]
     Tls(#[from] TlsError),
+    /// The OTLP exporter could not be built.
+    #[error("{0}")]
+    Tracing(#[from] TracingError),
     #[error("cannot listen on {addr} ({flag}): {source}")]
     Bind {
         flag: &'static str,
@@ -88,6 +96,7 @@ pub struct Running {
     watcher: JoinHandle<()>,
     configmap_watchers: Vec<JoinHandle<()>>,
     tls_reload: Option<JoinHandle<()>>,
+    health: JoinHandle<()>,
 }
 
 impl Running {
@@ -104,7 +113,11 @@ impl Running {
         if let Some(t) = &self.tls_reload {
             t.abort();
         }
+        self.health.abort();
         let _ = self.admin.await;
+        // The last spans leave before the process does; the exporter blocks.
+        let tracing = self.registry.telemetry().tracing.clone();
+        let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
     }
 }
 
@@ -113,22 +126,26 @@ impl Running {
 /// A missing or empty file is not fatal (the gateway waits for it, not
 /// ready); an invalid one is ([`StartError::Config`]).
 pub async fn start(options: Options) -> Result<Running, StartError> {
-    let registry = Arc::new(Registry::new(
-        options
-            .configs
-            .iter()
-            .map(|p| SourceInfo {
-                label: p.display().to_string(),
-            })
-            .chain(options.configmaps.iter().map(|cm| SourceInfo {
-                label: cm.source_label(),
-            }))
-            .collect(),
-        ChannelSettings {
-            max_message_bytes: options.max_message_bytes,
-            ..ChannelSettings::default()
-        },
-    ));
+    let tracing = Tracing::new(&options.tracing)?;
+    let sources: Vec<SourceInfo> = options
+        .configs
+        .iter()
+        .map(|p| SourceInfo {
+            label: p.display().to_string(),
+        })
+        .chain(options.configmaps.iter().map(|cm| SourceInfo {
+            label: cm.source_label(),
+        }))
+        .collect();
+    let settings = ChannelSettings {
+        max_message_bytes: options.max_message_bytes,
+        ..ChannelSettings::default()
+    };
+    // The metrics read the registry's state at scrape time, through a weak
+    // reference to the registry that owns them.
+    let registry = Arc::new_cyclic(|weak| {
+        Registry::with_telemetry(sources, settings, Telemetry::new(tracing, weak.clone()))
+    });
 
     let mut problems = Vec::new();
     for (i, path) in options.configs.iter().enumerate() {
@@ -206,8 +223,10 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
         )
     };
 
+    let health_service = Health::new().await;
+    let health = health_service.track(&registry);
     let (stop, stopped) = watch::channel(false);
-    let service = GatewayService::new(registry.clone(), options.max_message_bytes);
+    let service = GatewayService::new(registry.clone(), options.max_message_bytes, health_service);
     let grpc = tokio::spawn(server::serve(
         grpc_listener,
         service,
@@ -273,6 +292,7 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
         watcher,
         configmap_watchers,
         tls_reload,
+        health,
     })
 }
 

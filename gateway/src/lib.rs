@@ -10,8 +10,10 @@
 //! resilience [`stack`] (concurrency bound, retries with a budget, circuit
 //! breaker) and [`upstream`] connections (one, a concurrent fan-out, or the ordered mutate
 //! chain checked by [`manifest`]) and merges the answers; [`error`] is the one
-//! place that turns failures into gRPC statuses. [`admin`] serves health and
-//! debug endpoints; [`app`] assembles everything.
+//! place that turns failures into gRPC statuses. [`telemetry`] traces every
+//! call and attempt and counts them; [`health`] is the gRPC health service;
+//! [`admin`] serves health, metrics and debug endpoints; [`app`] assembles
+//! everything.
 
 pub mod admin;
 pub mod app;
@@ -19,6 +21,7 @@ pub mod config;
 pub mod configmap;
 pub mod error;
 pub mod grpc;
+pub mod health;
 pub mod hooks;
 pub mod io;
 pub mod manifest;
@@ -27,6 +30,7 @@ pub mod router;
 pub mod server;
 pub mod service;
 pub mod stack;
+pub mod telemetry;
 pub mod tls;
 pub mod upstream;
 pub mod watch;

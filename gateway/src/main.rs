@@ -9,6 +9,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use rollout_gateway::app::{self, Options, StartError};
 use rollout_gateway::configmap::ConfigMapRef;
+use rollout_gateway::telemetry::TracingOptions;
+use rollout_gateway::telemetry::logs::{self, LogFormat};
 use rollout_gateway::tls::ServerTlsFiles;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -22,7 +24,6 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(name = "rollout-gateway", version, about)]
 struct Flags {
-    /// A registry file; repeatable (central mode: one per hub). Reloaded on change.
     /// A registry file; repeatable (central mode: one per hub). Reloaded on
     /// change. Default /var/run/config/work/config.yaml when no --config and
     /// no --configmap is given.
@@ -64,15 +65,9 @@ struct Flags {
     /// raise it for a central gateway shared by many hubs.
     #[arg(long, env = "ROLLOUT_GATEWAY_WORKER_THREADS", default_value_t = 1)]
     worker_threads: usize,
-    /// Log format on stderr.
+    /// Log format on stderr; json lines carry trace_id and span_id inside a call.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 /// Exit status for a bad start-up configuration (sysexits' EX_USAGE, as the
@@ -81,7 +76,7 @@ const EXIT_BAD_CONFIG: u8 = 64;
 
 fn main() -> ExitCode {
     let flags = Flags::parse();
-    init_logging(flags.log_format);
+    logs::init(flags.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(flags.worker_threads.max(1))
         .thread_name("gateway-worker")
@@ -128,6 +123,7 @@ async fn run(flags: Flags) -> ExitCode {
             _ => None,
         },
         configmaps: flags.configmaps,
+        tracing: TracingOptions::from_env(),
         ..Options::default()
     };
     let running = match app::start(options).await {
@@ -160,16 +156,4 @@ async fn run(flags: Flags) -> ExitCode {
     }
     running.shutdown().await;
     ExitCode::SUCCESS
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }

@@ -20,6 +20,7 @@ use crate::config::{
     self, ClientCertificate, Config, ConfigError, Endpoint, PipelineConfig, Problem,
 };
 use crate::stack::{self, PluginStack};
+use crate::telemetry::{PluginMetrics, Telemetry};
 use crate::upstream::{ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
 
 /// A registered plugin, as one snapshot sees it.
@@ -33,6 +34,8 @@ pub struct Plugin {
     pub upstream: Arc<Upstream>,
     /// The resilience stack every call to the plugin goes through.
     pub stack: PluginStack,
+    /// Its metric handles.
+    pub metrics: Arc<PluginMetrics>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -193,13 +196,26 @@ pub struct Registry {
     reload_failure: AtomicU64,
     draining: AtomicBool,
     settings: ChannelSettings,
+    telemetry: Telemetry,
+    /// Readiness ([`Registry::is_ready`]), for those who follow its changes.
+    ready: tokio::sync::watch::Sender<bool>,
     /// Upstreams created by the last reload, whose own Initialize is pending.
     fresh: Mutex<Vec<(Option<String>, Arc<Upstream>)>>,
 }
 
 impl Registry {
-    /// A registry with one slot per source, nothing loaded.
+    /// A registry with one slot per source, nothing loaded, exporting no
+    /// spans and with metrics nobody scrapes.
     pub fn new(sources: Vec<SourceInfo>, settings: ChannelSettings) -> Registry {
+        Registry::with_telemetry(sources, settings, Telemetry::disabled())
+    }
+
+    /// The same, with the plugins' spans and metrics going to `telemetry`.
+    pub fn with_telemetry(
+        sources: Vec<SourceInfo>,
+        settings: ChannelSettings,
+        telemetry: Telemetry,
+    ) -> Registry {
         Registry {
             current: ArcSwapOption::empty(),
             inner: Mutex::new(Inner {
@@ -217,8 +233,27 @@ impl Registry {
             reload_failure: AtomicU64::new(0),
             draining: AtomicBool::new(false),
             settings,
+            telemetry,
+            ready: tokio::sync::watch::Sender::new(false),
             fresh: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The telemetry the plugins' stacks report to.
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
+    }
+
+    /// Follows [`Registry::is_ready`]: the receiver sees each change.
+    pub fn watch_ready(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.ready.subscribe()
+    }
+
+    fn publish_readiness(&self) {
+        self.ready.send_if_modified(|ready| {
+            let now = self.is_ready();
+            std::mem::replace(ready, now) != now
+        });
     }
 
     /// The current snapshot, `None` until a valid registry has been loaded.
@@ -233,6 +268,7 @@ impl Registry {
 
     pub fn set_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
+        self.publish_readiness();
     }
 
     pub fn is_draining(&self) -> bool {
@@ -325,6 +361,7 @@ impl Registry {
                 inner.last_error = None;
                 let generation = snapshot.generation;
                 self.current.store(Some(Arc::new(snapshot)));
+                self.publish_readiness();
                 self.fresh
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -424,14 +461,16 @@ impl Registry {
                         }
                     },
                 };
+                let metrics = self.telemetry.metrics.plugin(&pc.name);
                 let plugin = Arc::new(Plugin {
                     name: pc.name.clone(),
                     hub: cfg.hub.clone(),
                     endpoint: pc.endpoint.clone(),
                     policy: pc.policy.clone(),
                     hubs: pc.hubs.clone(),
-                    stack: stack::build(&pc.name, &pc.policy, &upstream),
+                    stack: stack::build(&pc.name, &pc.policy, &upstream, &self.telemetry, &metrics),
                     upstream,
+                    metrics,
                 });
                 scope.insert(pc.name.clone(), Target::Plugin(plugin.clone()));
                 plugins.push(plugin);

@@ -13,6 +13,7 @@ use futures::future::join_all;
 use std::sync::Arc;
 
 use http::HeaderMap;
+use opentelemetry::trace::SpanContext;
 use rollout_policies::FailurePolicy;
 use rollout_policies::merge::{self, Failure, Member, Merged, Outcome};
 use rollout_proto::v1alpha1::{
@@ -38,6 +39,8 @@ pub struct CallContext<'a> {
     pub deadline: Option<Instant>,
     /// Caller headers forwarded to each plugin (trace context).
     pub forward: Arc<HeaderMap>,
+    /// The server span of this call, parent of every attempt's span.
+    pub parent: SpanContext,
 }
 
 /// The result of a mutate chain.
@@ -54,10 +57,27 @@ impl CallContext<'_> {
     /// Calls one member and classifies its answer.
     async fn call(&self, plugin: &Plugin, request: HookRequest) -> Outcome<HookResponse> {
         let kind = request.kind();
-        if plugin.upstream.skips(kind) {
-            return Outcome::Skipped;
+        match self.send(plugin, request).await {
+            Sent::Skipped => Outcome::Skipped,
+            Sent::Done(started, Ok(answer)) => {
+                plugin
+                    .metrics
+                    .record_request(kind, Code::Ok, started.elapsed());
+                Outcome::Answered(answer)
+            }
+            Sent::Done(started, Err(f)) => judge_failure(plugin, kind, started, f),
         }
-        let own = Instant::now() + plugin.policy.timeout;
+    }
+
+    /// Sends one member its request through its stack, unless it does not
+    /// implement the hook.
+    async fn send(&self, plugin: &Plugin, request: HookRequest) -> Sent {
+        let kind = request.kind();
+        if plugin.upstream.skips(kind) {
+            return Sent::Skipped;
+        }
+        let started = Instant::now();
+        let own = started + plugin.policy.timeout;
         let deadline = match self.deadline {
             Some(d) if d < own => d,
             _ => own,
@@ -66,12 +86,13 @@ impl CallContext<'_> {
             request,
             deadline,
             forward: self.forward.clone(),
+            parent: self.parent.clone(),
             attempt: 1,
         };
         match plugin.stack.clone().oneshot(call).await {
-            Ok(answer) => Outcome::Answered(answer),
-            Err(status) if status.code() == Code::Unimplemented => Outcome::Skipped,
-            Err(status) => classify_failure(plugin, kind, failure(&status)),
+            Ok(answer) => Sent::Done(started, Ok(answer)),
+            Err(status) if status.code() == Code::Unimplemented => Sent::Skipped,
+            Err(status) => Sent::Done(started, Err(failure(&status))),
         }
     }
 
@@ -177,16 +198,20 @@ impl CallContext<'_> {
                 rollout: fields,
                 manifest_work: current.clone(),
             });
-            let outcome = match self.call(plugin, step).await {
-                Outcome::Answered(HookResponse::MutateManifestWork(answer)) => {
+            let kind = HookKind::MutateManifestWork;
+            let outcome: Outcome<()> = match self.send(plugin, step).await {
+                Sent::Skipped => Outcome::Skipped,
+                Sent::Done(started, Err(f)) => judge_failure(plugin, kind, started, f),
+                Sent::Done(started, Ok(HookResponse::MutateManifestWork(answer))) => {
                     let output = answer.manifest_work;
-                    if output.is_empty() {
-                        continue;
-                    }
-                    answered = true;
-                    // The common case, a plugin that changed nothing and echoed
-                    // its input: no JSON parsing at all.
-                    if output == current {
+                    // Empty means "unchanged"; and the common case, a plugin
+                    // that changed nothing and echoed its input, needs no JSON
+                    // parsing at all.
+                    if output.is_empty() || output == current {
+                        answered |= !output.is_empty();
+                        plugin
+                            .metrics
+                            .record_request(kind, Code::Ok, started.elapsed());
                         continue;
                     }
                     match check_mutation_off_thread(
@@ -197,6 +222,10 @@ impl CallContext<'_> {
                     .await
                     {
                         Ok((value, changed)) => {
+                            plugin
+                                .metrics
+                                .record_request(kind, Code::Ok, started.elapsed());
+                            answered = true;
                             if changed {
                                 mutated_by.push(plugin.name.clone());
                             }
@@ -205,6 +234,8 @@ impl CallContext<'_> {
                             continue;
                         }
                         Err(CheckError::BadInput(why)) => {
+                            // The caller's fault, not the plugin's: not counted
+                            // against it.
                             return Err((
                                 GatewayError::InvalidRequest(format!(
                                     "the ManifestWork to mutate {why}"
@@ -212,15 +243,10 @@ impl CallContext<'_> {
                                 failed_open,
                             ));
                         }
-                        Err(CheckError::BadAnswer(f)) => {
-                            classify_failure(plugin, HookKind::MutateManifestWork, f)
-                        }
+                        Err(CheckError::BadAnswer(f)) => judge_failure(plugin, kind, started, f),
                     }
                 }
-                Outcome::Answered(_) => {
-                    classify_failure(plugin, HookKind::MutateManifestWork, wrong_answer())
-                }
-                other => other,
+                Sent::Done(started, Ok(_)) => judge_failure(plugin, kind, started, wrong_answer()),
             };
             match outcome {
                 Outcome::Skipped | Outcome::Answered(_) => {}
@@ -316,10 +342,23 @@ fn wrong_answer() -> Failure {
     }
 }
 
-fn classify_failure<T>(plugin: &Plugin, kind: HookKind, f: Failure) -> Outcome<T> {
+/// What [`CallContext::send`] got: nothing (the member does not implement
+/// the hook), or an answer or a failure, with the time the call started.
+enum Sent {
+    Skipped,
+    Done(Instant, Result<HookResponse, Failure>),
+}
+
+/// A member failed: counts it, and drops it (`failurePolicy: Ignore`) or
+/// fails the call (`Fail`).
+fn judge_failure<T>(plugin: &Plugin, kind: HookKind, started: Instant, f: Failure) -> Outcome<T> {
+    plugin
+        .metrics
+        .record_request(kind, f.code, started.elapsed());
     match plugin.policy.failure_policy_for(kind.proto_hook()) {
         FailurePolicy::Ignore => {
-            tracing::warn!(plugin = %plugin.name, code = ?f.code, message = %f.message, "plugin failed; skipped (failurePolicy: Ignore)");
+            plugin.metrics.record_fail_open(kind);
+            tracing::warn!(plugin = %plugin.name, hook = kind.as_str(), code = ?f.code, message = %f.message, "plugin failed; skipped (failurePolicy: Ignore)");
             Outcome::FailedOpen(f)
         }
         FailurePolicy::Fail => Outcome::Failed(f),

@@ -17,12 +17,15 @@ use rollout_proto::v1alpha1::{
 use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY, PLUGIN_METADATA_KEY};
 use tokio::time::Instant;
 use tonic::{Code, Status};
+use tracing::Instrument;
 
 use crate::error::GatewayError;
 use crate::grpc::{self, Payload};
+use crate::health::{self, Health};
 use crate::hooks::HookKind;
 use crate::registry::Registry;
 use crate::router::CallContext;
+use crate::telemetry::trace::ServerSpan;
 
 /// The caller's hub identity, set on each request by the server in central
 /// mode (from the client certificate); absent otherwise.
@@ -37,6 +40,7 @@ const PATH_PREFIX: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/";
 pub struct GatewayService {
     registry: Arc<Registry>,
     max_message_bytes: usize,
+    health: Health,
 }
 
 /// How a call is answered.
@@ -51,10 +55,17 @@ enum Reply {
 }
 
 impl GatewayService {
-    pub fn new(registry: Arc<Registry>, max_message_bytes: usize) -> GatewayService {
+    /// The service over `registry` (whose telemetry it reports to), with the
+    /// gRPC health service alongside.
+    pub fn new(
+        registry: Arc<Registry>,
+        max_message_bytes: usize,
+        health: Health,
+    ) -> GatewayService {
         GatewayService {
             registry,
             max_message_bytes,
+            health,
         }
     }
 
@@ -66,6 +77,9 @@ impl GatewayService {
         request: http::Request<h2::RecvStream>,
         mut respond: h2::server::SendResponse<Payload>,
     ) {
+        if request.uri().path().starts_with(health::PATH_PREFIX) {
+            return self.health.serve_stream(request, respond).await;
+        }
         let reply = tokio::select! {
             reply = self.answer(request) => reply,
             _ = std::future::poll_fn(|cx| respond.poll_reset(cx)) => return,
@@ -92,14 +106,63 @@ impl GatewayService {
         if !is_grpc {
             return Reply::Http(StatusCode::UNSUPPORTED_MEDIA_TYPE);
         }
+        let telemetry = self.registry.telemetry();
+        let traceparent = parts
+            .headers
+            .get("traceparent")
+            .map(|v| v.as_bytes())
+            .filter(|v| valid_traceparent(v));
+        let mut span = telemetry.tracing.server_span(hook, traceparent);
+        let context = span.context();
+        // Log lines of this call carry its trace, to go from a log to Jaeger.
+        let log_span = tracing::info_span!(
+            "call",
+            hook = hook.as_str(),
+            trace_id = %context.trace_id(),
+            span_id = %context.span_id()
+        );
+        let mut target = None;
         let answer = async {
             let (data, _) = grpc::collect(&mut body, self.max_message_bytes).await?;
-            self.route(hook, &parts, received, data).await
-        };
-        match answer.await {
+            self.route(hook, &parts, received, data, &mut span, &mut target)
+                .await
+        }
+        .instrument(log_span)
+        .await;
+        let reply = match answer {
             Ok((message, trailers)) => Reply::Message(message, trailers),
             Err(status) => Reply::Status(status),
-        }
+        };
+        let (code, message, failed_open) = match &reply {
+            Reply::Message(_, trailers) => (
+                Code::Ok,
+                "",
+                trailers
+                    .iter()
+                    .find(|(k, _)| *k == FAILED_OPEN_METADATA_KEY)
+                    .map(|(_, v)| v.as_str()),
+            ),
+            Reply::Status(status) => (
+                status.code(),
+                status.message(),
+                status
+                    .metadata()
+                    .get(FAILED_OPEN_METADATA_KEY)
+                    .and_then(|v| v.to_str().ok()),
+            ),
+            Reply::Http(_) => (Code::Unknown, "", None),
+        };
+        // Only resolved names become label values: a caller cannot grow the
+        // metrics with names of its own invention.
+        telemetry.metrics.record_call(
+            hook,
+            target.as_deref().unwrap_or(""),
+            code,
+            received.elapsed(),
+        );
+        let failed_open: Vec<&str> = failed_open.map_or_else(Vec::new, |v| v.split(',').collect());
+        span.finish(code, message, &failed_open);
+        reply
     }
 
     async fn route(
@@ -108,9 +171,12 @@ impl GatewayService {
         parts: &http::request::Parts,
         received: Instant,
         data: Bytes,
+        span: &mut ServerSpan,
+        resolved: &mut Option<String>,
     ) -> Result<(Payload, Vec<(&'static str, String)>), Status> {
         let headers = &parts.headers;
         let name = target_name(headers).map_err(|e| e.into_status(&[]))?;
+        span.set_target(&name);
         let deadline = headers
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
@@ -132,6 +198,9 @@ impl GatewayService {
             }
         }
         let hub = parts.extensions.get::<CallerHub>().map(|h| h.0.as_str());
+        if let Some(hub) = hub {
+            span.set_hub(hub);
+        }
         let snapshot = self
             .registry
             .load()
@@ -139,10 +208,12 @@ impl GatewayService {
         let target = snapshot
             .resolve(hub, &name)
             .map_err(|e| GatewayError::from(e).into_status(&[]))?;
+        *resolved = Some(target.name().to_string());
         let ctx = CallContext {
             target,
             deadline,
             forward: Arc::new(forward),
+            parent: span.context(),
         };
         let limit = self.max_message_bytes;
         let failed_open = |names: &[String]| -> Vec<(&'static str, String)> {
@@ -165,17 +236,17 @@ impl GatewayService {
                 ))
             }
             HookKind::BeginRollout | HookKind::ProgressRollout => {
-                let merged = ctx
-                    .ack(hook, grpc::decode::<RolloutPluginRequest>(data, limit)?)
-                    .await
-                    .map_err(failed)?;
+                let request = grpc::decode::<RolloutPluginRequest>(data, limit)?;
+                span.set_rollout(&request);
+                let merged = ctx.ack(hook, request).await.map_err(failed)?;
                 Ok((grpc::encode(&()), failed_open(&merged.failed_open)))
             }
             HookKind::ValidateRolloutCompletion => {
-                let merged = ctx
-                    .validate(grpc::decode::<ValidateCompletionRequest>(data, limit)?)
-                    .await
-                    .map_err(failed)?;
+                let request = grpc::decode::<ValidateCompletionRequest>(data, limit)?;
+                if let Some(rollout) = &request.rollout {
+                    span.set_rollout(rollout);
+                }
+                let merged = ctx.validate(request).await.map_err(failed)?;
                 Ok((
                     grpc::encode(&merged.value),
                     failed_open(&merged.failed_open),
@@ -183,6 +254,9 @@ impl GatewayService {
             }
             HookKind::MutateManifestWork => {
                 let request = grpc::decode::<MutateManifestWorkRequest>(data, limit)?;
+                if let Some(rollout) = &request.rollout {
+                    span.set_rollout(rollout);
+                }
                 match ctx.mutate(request).await {
                     Ok(m) => {
                         let mut trailers = vec![(MUTATED_BY_METADATA_KEY, m.mutated_by.join(","))];

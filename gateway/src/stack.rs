@@ -8,6 +8,8 @@
 //!                    included); over it, RESOURCE_EXHAUSTED at once, never a queue
 //! Retry              attempts and full-jitter backoff inside the call's deadline,
 //!                    only on the retryable codes, within the plugin's retry budget
+//! AttemptTelemetry   per attempt: a client span whose context the plugin receives,
+//!                    and the attempt, retry and circuit-rejection counters
 //! CircuitBreaker     per attempt: fails fast while the circuit is open; records
 //!                    each attempt's outcome (failure accrual)
 //! UpstreamService    one HTTP/2 call, bounded by the deadline, which it sends on
@@ -24,9 +26,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::HeaderMap;
+use opentelemetry::trace::SpanContext;
 use rollout_policies::Policy;
 use rollout_policies::layer::{
-    CircuitBreakerLayer, ConcurrencyLimitLayer, PolicyRequest, RetryLayer,
+    CircuitBreakerLayer, ConcurrencyLimitLayer, PolicyRequest, RetryLayer, RetryObserver,
 };
 use tokio::time::Instant;
 use tonic::Status;
@@ -34,6 +37,8 @@ use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
 
 use crate::hooks::{HookRequest, HookResponse};
+use crate::telemetry::attempt::AttemptTelemetryLayer;
+use crate::telemetry::{PluginMetrics, Telemetry};
 use crate::upstream::Upstream;
 
 /// One call to one plugin, as it travels down the stack (cloned per attempt).
@@ -42,8 +47,11 @@ pub struct PluginCall {
     pub request: HookRequest,
     /// Every attempt and every backoff fits before it.
     pub deadline: Instant,
-    /// Caller headers passed on to the plugin (trace context).
+    /// Caller headers passed on to the plugin (trace context); each attempt
+    /// replaces the `traceparent` with its own span's.
     pub forward: Arc<HeaderMap>,
+    /// The server span of the gateway call: each attempt's span is its child.
+    pub parent: SpanContext,
     /// 1-based attempt number, set by the retry layer.
     pub attempt: u32,
 }
@@ -85,16 +93,29 @@ impl tower::Service<PluginCall> for UpstreamService {
 }
 
 /// Builds the stack of one plugin, in the order above.
-pub fn build(name: &str, policy: &Policy, upstream: &Arc<Upstream>) -> PluginStack {
+pub fn build(
+    name: &str,
+    policy: &Policy,
+    upstream: &Arc<Upstream>,
+    telemetry: &Telemetry,
+    metrics: &Arc<PluginMetrics>,
+) -> PluginStack {
     let service = ServiceBuilder::new()
         // Outermost: a slow plugin holds at most this many of the gateway's
         // calls; the rest are refused at once rather than queued.
         .layer(ConcurrencyLimitLayer::new(policy.max_concurrent_calls))
         // Retries inside the limit (they take no extra slot) and above the
         // breaker (each attempt meets the circuit).
-        .layer(RetryLayer::new(
-            policy.retry.clone(),
-            upstream.retry_budget(),
+        .layer(
+            RetryLayer::new(policy.retry.clone(), upstream.retry_budget())
+                .with_observer(Arc::new(BudgetObserver(metrics.clone()))),
+        )
+        // Below the retries, so each attempt is its own span, numbered; above
+        // the breaker, so a refused attempt shows in the trace too.
+        .layer(AttemptTelemetryLayer::new(
+            telemetry.tracing.clone(),
+            name,
+            metrics.clone(),
         ))
         // Per attempt: fail fast while open; every attempt's outcome counts.
         .layer(CircuitBreakerLayer::new(
@@ -103,4 +124,13 @@ pub fn build(name: &str, policy: &Policy, upstream: &Arc<Upstream>) -> PluginSta
         ))
         .service(UpstreamService(upstream.clone()));
     BoxCloneSyncService::new(service)
+}
+
+/// Counts the retries a plugin's budget refused.
+struct BudgetObserver(Arc<PluginMetrics>);
+
+impl RetryObserver for BudgetObserver {
+    fn on_budget_exhausted(&self) {
+        self.0.record_budget_exhausted();
+    }
 }

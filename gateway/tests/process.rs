@@ -177,13 +177,27 @@ fn a_taken_port_fails_with_a_message_naming_the_flag() {
     );
 }
 
-/// The runtime's worker threads, by name, of a running process.
+/// The runtime's worker threads, by name, of a running process: the count
+/// once it has held for 200 ms (workers start concurrently with the listener).
 fn worker_threads(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
-        .filter(|name| name.trim() == "gateway-worker")
-        .count()
+    let count = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
+            .filter(|name| name.trim() == "gateway-worker")
+            .count()
+    };
+    let mut last = count();
+    let mut stable_since = Instant::now();
+    while stable_since.elapsed() < Duration::from_millis(200) {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = count();
+        if now != last {
+            last = now;
+            stable_since = Instant::now();
+        }
+    }
+    last
 }
 
 #[tokio::test]
@@ -217,4 +231,93 @@ async fn runs_the_configured_number_of_worker_threads() {
         .unwrap();
     let three = Proc(child);
     assert_eq!(worker_threads(three.0.id()), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_and_exported_spans_carry_the_callers_trace() {
+    let (otlp, otlp_addr) = otlp::receiver().await;
+    let ok = plugin(Behaviour::new("ok")).await;
+    let soft = plugin(Behaviour::new("soft")).await;
+    soft.set(|b| b.fail = Some((tonic::Code::Internal, "smoke test crashed".into())));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "plugins:\n{}{}pipelines:\n  - name: p\n    plugins: [ok, soft]\n",
+            insecure_plugin("ok", &ok, ""),
+            insecure_plugin("soft", &soft, "    failurePolicy: Ignore\n"),
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["--config", path.to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(["--log-format", "json"])
+        .env("RUST_LOG", "info")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp_addr}"))
+        .env("OTEL_SERVICE_NAME", "gw-process")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let grpc: SocketAddr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("grpc="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let proc = Proc(child);
+
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let mut request = to("p", rollout("c1"));
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{trace}-b7ad6b7169203331-01").parse().unwrap(),
+    );
+    client(grpc).await.begin_rollout(request).await.unwrap();
+    sigterm(&proc.0);
+    let lines: Vec<serde_json::Value> = BufReader::new(stderr)
+        .lines()
+        .map(|l| {
+            let l = l.unwrap();
+            serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))
+        })
+        .collect();
+    let failed = lines
+        .iter()
+        .find(|l| l["plugin"] == "soft")
+        .unwrap_or_else(|| panic!("no line about the failed plugin: {lines:#?}"));
+    assert_eq!(failed["level"], "WARN");
+    assert_eq!(failed["trace_id"], trace);
+    assert_eq!(failed["span_id"].as_str().map(str::len), Some(16));
+
+    // The process exported its spans (the drain flushes them) under the
+    // service name from the environment.
+    let spans = otlp.spans.lock().unwrap().clone();
+    assert!(!spans.is_empty(), "no spans exported");
+    assert!(spans.iter().all(|(service, _)| service == "gw-process"));
+    assert!(
+        spans.iter().all(|(_, s)| otlp::hex(&s.trace_id) == trace),
+        "every span is in the caller's trace"
+    );
+    let server = spans
+        .iter()
+        .find(|(_, s)| s.name.ends_with("/BeginRollout"))
+        .expect("server span");
+    assert_eq!(
+        otlp::hex(&server.1.span_id),
+        failed["span_id"].as_str().unwrap()
+    );
+    assert_eq!(
+        spans.len(),
+        3,
+        "one server span and a client span per member"
+    );
 }

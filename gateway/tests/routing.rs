@@ -608,13 +608,13 @@ async fn trace_context_reaches_the_plugin_only_when_well_formed() {
     )
     .await;
     assert_eq!(raw.status().as_deref(), Some("0"));
-    assert_eq!(
-        p.last(HookKind::BeginRollout)
-            .unwrap()
-            .traceparent
-            .as_deref(),
-        Some(good)
+    // The plugin's parent is the gateway's own span, in the caller's trace.
+    let seen = p.last(HookKind::BeginRollout).unwrap().traceparent.unwrap();
+    assert!(
+        seen.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && seen.ends_with("-01"),
+        "{seen}"
     );
+    assert_ne!(seen, good);
     let raw = raw_unary(
         gw.grpc,
         "BeginRollout",
@@ -622,10 +622,18 @@ async fn trace_context_reaches_the_plugin_only_when_well_formed() {
         &[
             ("ocm-rollout-plugin", "traced"),
             ("traceparent", "not-a-trace"),
+            ("tracestate", "caller=1"),
         ],
     )
     .await;
     assert_eq!(raw.status().as_deref(), Some("0"));
-    assert_eq!(p.last(HookKind::BeginRollout).unwrap().traceparent, None);
+    // A malformed one is not passed on: the gateway starts a trace of its own.
+    let seen = p.last(HookKind::BeginRollout).unwrap().traceparent.unwrap();
+    assert!(!seen.contains("not-a-trace"));
+    assert!(
+        rollout_gateway::service::valid_traceparent(seen.as_bytes()),
+        "{seen}"
+    );
+    assert!(!seen.contains("4bf92f3577b34da6a3ce929d0e0e4736"));
     gw.stop().await;
 }

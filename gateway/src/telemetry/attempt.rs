@@ -1,0 +1,150 @@
+//! The per-attempt telemetry layer of a plugin's stack: a client span per
+//! attempt, its context injected as the plugin's `traceparent`, and the
+//! attempt, retry and circuit-rejection counters.
+//!
+//! It sits below the retry layer (so it sees every attempt, numbered) and above
+//! the circuit breaker (so an attempt the open circuit refuses is visible too,
+//! as a span with a `circuit open` event and no upstream attempt counted).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use http::HeaderMap;
+use pin_project_lite::pin_project;
+use rollout_policies::layer::is_circuit_rejection;
+use tonic::{Code, Status};
+use tower::{Layer, Service};
+
+use super::metrics::PluginMetrics;
+use super::trace::{ClientSpan, Tracing, traceparent};
+use crate::hooks::{HookKind, HookResponse};
+use crate::stack::PluginCall;
+
+/// Applies [`AttemptTelemetry`] for one plugin.
+#[derive(Debug, Clone)]
+pub struct AttemptTelemetryLayer {
+    tracing: Tracing,
+    plugin: Arc<str>,
+    metrics: Arc<PluginMetrics>,
+}
+
+impl AttemptTelemetryLayer {
+    pub fn new(tracing: Tracing, plugin: &str, metrics: Arc<PluginMetrics>) -> Self {
+        AttemptTelemetryLayer {
+            tracing,
+            plugin: Arc::from(plugin),
+            metrics,
+        }
+    }
+}
+
+impl<S> Layer<S> for AttemptTelemetryLayer {
+    type Service = AttemptTelemetry<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AttemptTelemetry {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// Wraps each attempt in a client span and counts it.
+#[derive(Debug, Clone)]
+pub struct AttemptTelemetry<S> {
+    inner: S,
+    layer: AttemptTelemetryLayer,
+}
+
+impl<S> Service<PluginCall> for AttemptTelemetry<S>
+where
+    S: Service<PluginCall, Response = HookResponse, Error = Status>,
+{
+    type Response = HookResponse;
+    type Error = Status;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut call: PluginCall) -> Self::Future {
+        let hook = call.request.kind();
+        let span = self.layer.tracing.client_span(
+            &call.parent,
+            &self.layer.plugin,
+            hook,
+            call.attempt,
+            call.request.rollout(),
+        );
+        // The plugin's trace context: this attempt's span, with the caller's
+        // tracestate (already validated) passed through.
+        let mut headers = HeaderMap::with_capacity(2);
+        headers.insert("traceparent", traceparent(span.context()));
+        if let Some(state) = call.forward.get("tracestate") {
+            headers.insert("tracestate", state.clone());
+        }
+        call.forward = Arc::new(headers);
+        let attempt = call.attempt;
+        ResponseFuture {
+            inner: self.inner.call(call),
+            span: Some(span),
+            metrics: self.layer.metrics.clone(),
+            hook,
+            attempt,
+        }
+    }
+}
+
+pin_project! {
+    /// The attempt's future; ends the span and counts the attempt when it
+    /// resolves. An attempt dropped unfinished (deadline, caller gone) ends
+    /// its span with CANCELLED.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: F,
+        span: Option<ClientSpan>,
+        metrics: Arc<PluginMetrics>,
+        hook: HookKind,
+        attempt: u32,
+    }
+
+    impl<F> PinnedDrop for ResponseFuture<F> {
+        fn drop(this: Pin<&mut Self>) {
+            if let Some(span) = this.project().span.take() {
+                span.finish(Code::Cancelled, "the attempt was abandoned", false);
+            }
+        }
+    }
+}
+
+impl<F> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<HookResponse, Status>>,
+{
+    type Output = Result<HookResponse, Status>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let result = ready!(this.inner.poll(cx));
+        let (code, message, rejected) = match &result {
+            Ok(_) => (Code::Ok, "", false),
+            Err(status) => (
+                status.code(),
+                status.message(),
+                is_circuit_rejection(status),
+            ),
+        };
+        if rejected {
+            this.metrics.record_rejection(*this.hook, *this.attempt);
+        } else {
+            this.metrics.record_attempt(*this.hook, *this.attempt, code);
+        }
+        if let Some(span) = this.span.take() {
+            span.finish(code, message, rejected);
+        }
+        Poll::Ready(result)
+    }
+}

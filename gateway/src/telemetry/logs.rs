@@ -1,0 +1,193 @@
+//! Logs on stderr, as text or as one JSON object per line.
+//!
+//! Every call from the controller runs inside a `call` span whose fields
+//! include the `trace_id` and `span_id` of its server span; in JSON each line
+//! logged during a call carries them as top-level fields, so a log search
+//! leads straight to the trace in Jaeger (and back).
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::{JsonFields, Writer};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormattedFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// How log lines look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines; span fields in the prefix.
+    Text,
+    /// One JSON object per line, with `trace_id` and `span_id` inside a call.
+    Json,
+}
+
+/// Installs the global subscriber: `RUST_LOG` filters (default `info`).
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder
+            .fmt_fields(JsonFields::new())
+            .event_format(JsonLines)
+            .init(),
+    }
+}
+
+/// The span fields lifted to the top level of a JSON line.
+const LIFTED: [&str; 2] = ["trace_id", "span_id"];
+
+/// The JSON event format: `timestamp`, `level`, `target`, the event's fields
+/// (`message` included), `spans` (names, outermost first), and the innermost
+/// `trace_id` and `span_id` of the spans in scope.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JsonLines;
+
+impl<S> FormatEvent<S, JsonFields> for JsonLines
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, JsonFields>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let meta = event.metadata();
+        let mut line = Map::new();
+        line.insert(
+            "timestamp".into(),
+            Value::String(jiff::Timestamp::now().to_string()),
+        );
+        line.insert("level".into(), Value::String(meta.level().to_string()));
+        line.insert("target".into(), Value::String(meta.target().to_string()));
+        event.record(&mut JsonVisitor(&mut line));
+        if let Some(scope) = ctx.event_scope() {
+            let mut names = Vec::new();
+            for span in scope.from_root() {
+                names.push(Value::String(span.name().to_string()));
+                let extensions = span.extensions();
+                let Some(fields) = extensions.get::<FormattedFields<JsonFields>>() else {
+                    continue;
+                };
+                // JsonFields keeps a span's fields as one JSON object; inner
+                // spans come later and win.
+                if let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(&fields.fields) {
+                    for key in LIFTED {
+                        if let Some(v) = fields.get(key) {
+                            line.insert(key.into(), v.clone());
+                        }
+                    }
+                }
+            }
+            line.insert("spans".into(), Value::Array(names));
+        }
+        writeln!(writer, "{}", Value::Object(line))
+    }
+}
+
+/// Records an event's fields into a JSON object.
+struct JsonVisitor<'a>(&'a mut Map<String, Value>);
+
+impl Visit for JsonVisitor<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0
+            .insert(field.name().into(), Value::String(format!("{value:?}")));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0
+            .insert(field.name().into(), Value::String(value.into()));
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.insert(field.name().into(), Value::from(value));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().into(), Value::from(value));
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0.insert(field.name().into(), Value::from(value));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.insert(field.name().into(), Value::from(value));
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.0
+            .insert(field.name().into(), Value::String(value.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use tracing_subscriber::fmt::MakeWriter;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("lock").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Captured {
+        type Writer = Captured;
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
+    }
+
+    #[test]
+    fn a_line_inside_a_call_carries_its_trace_ids() {
+        let out = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(out.clone())
+            .fmt_fields(JsonFields::new())
+            .event_format(JsonLines)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(plugin = "outside", "before");
+            let span = tracing::info_span!(
+                "call",
+                hook = "BeginRollout",
+                trace_id = "4bf92f3577b34da6a3ce929d0e0e4736",
+                span_id = "00f067aa0ba902b7"
+            );
+            let _entered = span.enter();
+            tracing::warn!(plugin = "smoke-test", attempt = 2, "plugin failed");
+        });
+        let text = String::from_utf8(out.0.lock().expect("lock").clone()).expect("utf-8");
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["message"], "before");
+        assert!(lines[0].get("trace_id").is_none());
+        assert_eq!(lines[1]["message"], "plugin failed");
+        assert_eq!(lines[1]["level"], "WARN");
+        assert_eq!(lines[1]["plugin"], "smoke-test");
+        assert_eq!(lines[1]["attempt"], 2);
+        assert_eq!(lines[1]["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(lines[1]["span_id"], "00f067aa0ba902b7");
+        assert_eq!(lines[1]["spans"], serde_json::json!(["call"]));
+    }
+}

@@ -1,0 +1,604 @@
+//! The gateway's Prometheus metrics (CONTRACT §4), served on the admin
+//! listener's `/metrics`.
+//!
+//! The hot path never looks a series up by name: each plugin of a registry
+//! snapshot holds a [`PluginMetrics`] with its handles resolved once, so a call
+//! costs a few atomic increments. What is state rather than events (circuit
+//! state, reload counts, the generation, process memory and descriptors) is
+//! read at scrape time by collectors, so it can never drift from the truth.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeMetric, LabelSetEncoder,
+};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry as MetricRegistry, Unit};
+use rollout_policies::BreakerState;
+use tonic::Code;
+
+use crate::hooks::HookKind;
+use crate::registry::Registry;
+
+/// Bucket bounds of the duration histograms, in seconds: hook calls take from
+/// about a millisecond (a local plugin) to the 30 s contract limit.
+pub const DURATION_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The label value of a gRPC code: its canonical upper-case name, as in the
+/// gRPC status code documentation (`OK`, `UNAVAILABLE`, ...).
+pub fn code_label(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// The number of gRPC codes (`Code` is 0..=16).
+const CODES: usize = 17;
+/// The number of hooks ([`HookKind`] is 0..=4).
+const HOOKS: usize = 5;
+
+/// Labels `{hook, plugin, code}`; `plugin` is a plugin's or a target's name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct CodeLabels {
+    hook: &'static str,
+    plugin: Arc<str>,
+    code: &'static str,
+}
+
+impl EncodeLabelSet for CodeLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> fmt::Result {
+        [
+            ("hook", self.hook),
+            ("plugin", &*self.plugin),
+            ("code", self.code),
+        ]
+        .encode(encoder)
+    }
+}
+
+/// Labels `{hook, plugin}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct HookLabels {
+    hook: &'static str,
+    plugin: Arc<str>,
+}
+
+impl EncodeLabelSet for HookLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> fmt::Result {
+        [("hook", self.hook), ("plugin", &*self.plugin)].encode(encoder)
+    }
+}
+
+/// Labels `{hook, target, code}` of the whole-call metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct TargetCodeLabels {
+    hook: &'static str,
+    target: Arc<str>,
+    code: &'static str,
+}
+
+impl EncodeLabelSet for TargetCodeLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> fmt::Result {
+        [
+            ("hook", self.hook),
+            ("target", &*self.target),
+            ("code", self.code),
+        ]
+        .encode(encoder)
+    }
+}
+
+/// Labels `{hook, target}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct TargetLabels {
+    hook: &'static str,
+    target: Arc<str>,
+}
+
+impl EncodeLabelSet for TargetLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> fmt::Result {
+        [("hook", self.hook), ("target", &*self.target)].encode(encoder)
+    }
+}
+
+/// Labels `{plugin}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PluginLabels {
+    plugin: Arc<str>,
+}
+
+impl EncodeLabelSet for PluginLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> fmt::Result {
+        [("plugin", &*self.plugin)].encode(encoder)
+    }
+}
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every metric family of one gateway, and the Prometheus registry that
+/// encodes them. Shared (in an `Arc`) by the service, each plugin's handles
+/// and the admin endpoint.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: MetricRegistry,
+    hook_requests: Family<CodeLabels, Counter>,
+    hook_duration: HistogramFamily<HookLabels>,
+    upstream_attempts: Family<CodeLabels, Counter>,
+    retries: Family<HookLabels, Counter>,
+    fail_open: Family<HookLabels, Counter>,
+    circuit_rejections: Family<HookLabels, Counter>,
+    budget_exhausted: Family<PluginLabels, Counter>,
+    calls: Family<TargetCodeLabels, Counter>,
+    call_duration: HistogramFamily<TargetLabels>,
+}
+
+impl Metrics {
+    /// The metric families, and collectors reading `registry` (weakly: the
+    /// metrics never keep a registry alive) and this process at scrape time.
+    pub fn new(registry: Weak<Registry>) -> Metrics {
+        let mut r = MetricRegistry::default();
+        let hook_requests = Family::<CodeLabels, Counter>::default();
+        r.register(
+            "rollout_gateway_hook_requests",
+            "Calls to a plugin, one per plugin per gateway call (all attempts included), by the gateway's verdict",
+            hook_requests.clone(),
+        );
+        let hook_duration: HistogramFamily<HookLabels> =
+            Family::new_with_constructor(duration_histogram);
+        r.register_with_unit(
+            "rollout_gateway_hook_duration",
+            "Duration of calls to a plugin, all attempts and backoffs included",
+            Unit::Seconds,
+            hook_duration.clone(),
+        );
+        let upstream_attempts = Family::<CodeLabels, Counter>::default();
+        r.register(
+            "rollout_gateway_upstream_attempts",
+            "Attempts sent to a plugin, by the status the attempt ended with",
+            upstream_attempts.clone(),
+        );
+        let retries = Family::<HookLabels, Counter>::default();
+        r.register(
+            "rollout_gateway_retries",
+            "Attempts after the first one of a call (retries)",
+            retries.clone(),
+        );
+        let fail_open = Family::<HookLabels, Counter>::default();
+        r.register(
+            "rollout_gateway_fail_open",
+            "Failed plugin calls skipped under failurePolicy Ignore",
+            fail_open.clone(),
+        );
+        let circuit_rejections = Family::<HookLabels, Counter>::default();
+        r.register(
+            "rollout_gateway_circuit_rejections",
+            "Attempts refused without a call because the plugin's circuit was open",
+            circuit_rejections.clone(),
+        );
+        let budget_exhausted = Family::<PluginLabels, Counter>::default();
+        r.register(
+            "rollout_gateway_retry_budget_exhausted",
+            "Retries the policy allowed but the plugin's retry budget refused",
+            budget_exhausted.clone(),
+        );
+        let calls = Family::<TargetCodeLabels, Counter>::default();
+        r.register(
+            "rollout_gateway_calls",
+            "Calls from the controller, by target (plugin or pipeline) and answer",
+            calls.clone(),
+        );
+        let call_duration: HistogramFamily<TargetLabels> =
+            Family::new_with_constructor(duration_histogram);
+        r.register_with_unit(
+            "rollout_gateway_call_duration",
+            "Duration of calls from the controller, from the request's arrival to the answer",
+            Unit::Seconds,
+            call_duration.clone(),
+        );
+        r.register_collector(Box::new(RegistryCollector(registry)));
+        r.register_collector(Box::new(ProcessCollector::new()));
+        Metrics {
+            registry: r,
+            hook_requests,
+            hook_duration,
+            upstream_attempts,
+            retries,
+            fail_open,
+            circuit_rejections,
+            budget_exhausted,
+            calls,
+            call_duration,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing to a String cannot fail; a metric that cannot be encoded
+        // would be a bug here, and the partial text is still served.
+        if let Err(error) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(%error, "encoding the metrics failed");
+        }
+        out
+    }
+
+    /// Handles for one plugin, resolved once per registry snapshot. Series
+    /// are created on first use, so a plugin shows only what it did.
+    pub fn plugin(self: &Arc<Self>, name: &str) -> Arc<PluginMetrics> {
+        Arc::new(PluginMetrics {
+            name: Arc::from(name),
+            metrics: self.clone(),
+            requests: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),
+            attempts: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),
+            duration: std::array::from_fn(|_| OnceLock::new()),
+            retries: std::array::from_fn(|_| OnceLock::new()),
+            fail_open: std::array::from_fn(|_| OnceLock::new()),
+            circuit_rejections: std::array::from_fn(|_| OnceLock::new()),
+        })
+    }
+
+    /// Records one call from the controller to `target`.
+    pub fn record_call(&self, hook: HookKind, target: &str, code: Code, elapsed: Duration) {
+        let target: Arc<str> = Arc::from(target);
+        self.calls
+            .get_or_create(&TargetCodeLabels {
+                hook: hook.as_str(),
+                target: target.clone(),
+                code: code_label(code),
+            })
+            .inc();
+        self.call_duration
+            .get_or_create(&TargetLabels {
+                hook: hook.as_str(),
+                target,
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
+/// One plugin's metric handles (see [`Metrics::plugin`]).
+#[derive(Debug)]
+pub struct PluginMetrics {
+    name: Arc<str>,
+    metrics: Arc<Metrics>,
+    requests: [[OnceLock<Counter>; CODES]; HOOKS],
+    attempts: [[OnceLock<Counter>; CODES]; HOOKS],
+    duration: [OnceLock<Histogram>; HOOKS],
+    retries: [OnceLock<Counter>; HOOKS],
+    fail_open: [OnceLock<Counter>; HOOKS],
+    circuit_rejections: [OnceLock<Counter>; HOOKS],
+}
+
+impl PluginMetrics {
+    fn code_labels(&self, hook: HookKind, code: Code) -> CodeLabels {
+        CodeLabels {
+            hook: hook.as_str(),
+            plugin: self.name.clone(),
+            code: code_label(code),
+        }
+    }
+
+    fn hook_labels(&self, hook: HookKind) -> HookLabels {
+        HookLabels {
+            hook: hook.as_str(),
+            plugin: self.name.clone(),
+        }
+    }
+
+    /// One call to the plugin ended with the gateway's verdict `code`.
+    pub fn record_request(&self, hook: HookKind, code: Code, elapsed: Duration) {
+        self.requests[hook as usize][code as usize]
+            .get_or_init(|| {
+                self.metrics
+                    .hook_requests
+                    .get_or_create_owned(&self.code_labels(hook, code))
+            })
+            .inc();
+        self.duration[hook as usize]
+            .get_or_init(|| {
+                self.metrics
+                    .hook_duration
+                    .get_or_create_owned(&self.hook_labels(hook))
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// One attempt was sent and ended with `code`; `attempt` is 1-based.
+    pub fn record_attempt(&self, hook: HookKind, attempt: u32, code: Code) {
+        self.attempts[hook as usize][code as usize]
+            .get_or_init(|| {
+                self.metrics
+                    .upstream_attempts
+                    .get_or_create_owned(&self.code_labels(hook, code))
+            })
+            .inc();
+        if attempt > 1 {
+            self.retry(hook);
+        }
+    }
+
+    /// Attempt number 2 or more was refused by the open circuit: it is still
+    /// a retry, though nothing was sent.
+    pub fn record_rejection(&self, hook: HookKind, attempt: u32) {
+        self.circuit_rejections[hook as usize]
+            .get_or_init(|| {
+                self.metrics
+                    .circuit_rejections
+                    .get_or_create_owned(&self.hook_labels(hook))
+            })
+            .inc();
+        if attempt > 1 {
+            self.retry(hook);
+        }
+    }
+
+    fn retry(&self, hook: HookKind) {
+        self.retries[hook as usize]
+            .get_or_init(|| {
+                self.metrics
+                    .retries
+                    .get_or_create_owned(&self.hook_labels(hook))
+            })
+            .inc();
+    }
+
+    /// A failed call was skipped under `failurePolicy: Ignore`.
+    pub fn record_fail_open(&self, hook: HookKind) {
+        self.fail_open[hook as usize]
+            .get_or_init(|| {
+                self.metrics
+                    .fail_open
+                    .get_or_create_owned(&self.hook_labels(hook))
+            })
+            .inc();
+    }
+
+    /// The retry budget refused a retry.
+    pub fn record_budget_exhausted(&self) {
+        self.metrics
+            .budget_exhausted
+            .get_or_create(&PluginLabels {
+                plugin: self.name.clone(),
+            })
+            .inc();
+    }
+}
+
+/// The registry's state at scrape time: circuit states, reloads, generation.
+#[derive(Debug)]
+struct RegistryCollector(Weak<Registry>);
+
+impl Collector for RegistryCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let Some(registry) = self.0.upgrade() else {
+            return Ok(());
+        };
+        let snapshot = registry.load();
+
+        let mut metric = encoder.encode_descriptor(
+            "rollout_gateway_circuit_state",
+            "State of each plugin's circuit breaker: 0 closed, 1 open, 2 half-open",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for plugin in snapshot.iter().flat_map(|s| s.plugins.iter()) {
+            let (state, _) = plugin.upstream.circuit();
+            let value: i64 = match state {
+                BreakerState::Closed => 0,
+                BreakerState::Open => 1,
+                BreakerState::HalfOpen => 2,
+            };
+            // A plugin name may repeat across hubs (central mode): the hub
+            // label keeps the series apart ("" for the shared scope).
+            let labels = [
+                ("plugin", plugin.name.as_str()),
+                ("hub", plugin.hub.as_deref().unwrap_or("")),
+            ];
+            ConstGauge::new(value).encode(metric.encode_family(&labels)?)?;
+        }
+
+        let (success, failure) = registry.reload_counts();
+        let mut metric = encoder.encode_descriptor(
+            "rollout_gateway_config_reloads",
+            "Registry loads, by result (the first load included)",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        ConstCounter::new(success).encode(metric.encode_family(&[("result", "success")])?)?;
+        ConstCounter::new(failure).encode(metric.encode_family(&[("result", "failure")])?)?;
+
+        let generation = snapshot.as_ref().map_or(0, |s| s.generation);
+        let metric = encoder.encode_descriptor(
+            "rollout_gateway_config_generation",
+            "Generation of the registry snapshot in use (0 before the first load)",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        ConstGauge::new(i64::try_from(generation).unwrap_or(i64::MAX)).encode(metric)?;
+        Ok(())
+    }
+}
+
+/// Process basics from `/proc/self`, in the names every Prometheus client uses.
+#[derive(Debug)]
+struct ProcessCollector {
+    /// Clock ticks per second and the page size: fixed for Linux on the
+    /// architectures we ship (x86_64, aarch64), and `libc` is not a dependency.
+    ticks_per_second: f64,
+    page_size: u64,
+}
+
+impl ProcessCollector {
+    fn new() -> Self {
+        ProcessCollector {
+            ticks_per_second: 100.0,
+            page_size: 4096,
+        }
+    }
+}
+
+/// The fields of `/proc/self/stat` the collector uses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ProcStat {
+    cpu_ticks: u64,
+    threads: u64,
+    start_ticks: u64,
+    rss_pages: u64,
+}
+
+/// Parses `/proc/self/stat`; the command name (field 2) may hold spaces and
+/// parentheses, so fields are counted from its closing parenthesis.
+fn parse_proc_stat(text: &str) -> Option<ProcStat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `fields[0]` is field 3 (state): field N is at index N - 3.
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    Some(ProcStat {
+        cpu_ticks: field(14)? + field(15)?,
+        threads: field(20)?,
+        start_ticks: field(22)?,
+        rss_pages: field(24)?,
+    })
+}
+
+/// The boot time in seconds since the epoch, from `/proc/stat`'s `btime`.
+fn boot_time(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        use prometheus_client::metrics::MetricType;
+        let Some(stat) = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .as_deref()
+            .and_then(parse_proc_stat)
+        else {
+            // Not Linux, or /proc is not mounted: no process metrics.
+            return Ok(());
+        };
+        let gauge = |encoder: &mut DescriptorEncoder,
+                     name: &str,
+                     help: &str,
+                     unit: Option<&Unit>,
+                     value: f64|
+         -> fmt::Result {
+            let metric = encoder.encode_descriptor(name, help, unit, MetricType::Gauge)?;
+            ConstGauge::new(value).encode(metric)
+        };
+        let metric = encoder.encode_descriptor(
+            "process_cpu",
+            "Total user and system CPU time spent",
+            Some(&Unit::Seconds),
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(stat.cpu_ticks as f64 / self.ticks_per_second).encode(metric)?;
+        gauge(
+            &mut encoder,
+            "process_resident_memory",
+            "Resident memory size",
+            Some(&Unit::Bytes),
+            (stat.rss_pages * self.page_size) as f64,
+        )?;
+        gauge(
+            &mut encoder,
+            "process_threads",
+            "Number of OS threads",
+            None,
+            stat.threads as f64,
+        )?;
+        if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
+            // The directory handle being read is itself one of the entries.
+            let open = entries.count().saturating_sub(1);
+            gauge(
+                &mut encoder,
+                "process_open_fds",
+                "Number of open file descriptors",
+                None,
+                open as f64,
+            )?;
+        }
+        if let Some(boot) = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .as_deref()
+            .and_then(boot_time)
+        {
+            gauge(
+                &mut encoder,
+                "process_start_time",
+                "Start time of the process since the Unix epoch",
+                Some(&Unit::Seconds),
+                boot as f64 + stat.start_ticks as f64 / self.ticks_per_second,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_fields_are_counted_from_the_command_name() {
+        // A command name with a space and a parenthesis, as a process may set.
+        let line = "4242 (gate way) x) S 1 4242 4242 0 -1 4194560 1000 0 0 0 \
+                    150 50 0 0 20 0 3 0 123456 104857600 2560 18446744073709551615";
+        assert_eq!(
+            parse_proc_stat(line),
+            Some(ProcStat {
+                cpu_ticks: 200,
+                threads: 3,
+                start_ticks: 123456,
+                rss_pages: 2560,
+            })
+        );
+        assert_eq!(parse_proc_stat("garbage"), None);
+        assert_eq!(boot_time("cpu 1 2 3\nbtime 1700000000\n"), Some(1700000000));
+    }
+
+    #[test]
+    fn the_own_process_is_measured() {
+        let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+        let stat = parse_proc_stat(&stat).expect("parsable");
+        assert!(stat.rss_pages > 0 && stat.threads >= 1);
+    }
+
+    #[test]
+    fn every_code_has_its_canonical_name() {
+        assert_eq!(code_label(Code::Ok), "OK");
+        assert_eq!(code_label(Code::DeadlineExceeded), "DEADLINE_EXCEEDED");
+        assert_eq!(code_label(Code::Unauthenticated), "UNAUTHENTICATED");
+        assert_eq!(Code::Unauthenticated as usize, CODES - 1);
+    }
+}

@@ -1,0 +1,38 @@
+//! What an operator sees of the gateway: OpenTelemetry spans ([`trace`], with
+//! the per-attempt layer in [`attempt`]), Prometheus metrics ([`metrics`]) and
+//! structured logs that carry the trace ids ([`logs`]).
+
+pub mod attempt;
+pub mod logs;
+pub mod metrics;
+pub mod trace;
+
+use std::sync::{Arc, Weak};
+
+use crate::registry::Registry;
+
+pub use metrics::{Metrics, PluginMetrics};
+pub use trace::{Tracing, TracingError, TracingOptions};
+
+/// The tracer and the metrics of one gateway. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Telemetry {
+    pub tracing: Tracing,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Telemetry {
+    /// Telemetry whose registry-state metrics (circuits, reloads, generation)
+    /// read `registry` at scrape time.
+    pub fn new(tracing: Tracing, registry: Weak<Registry>) -> Telemetry {
+        Telemetry {
+            tracing,
+            metrics: Arc::new(Metrics::new(registry)),
+        }
+    }
+
+    /// No export and no registry: for registries built outside [`crate::app`].
+    pub fn disabled() -> Telemetry {
+        Telemetry::new(Tracing::disabled(), Weak::new())
+    }
+}
