@@ -1,0 +1,124 @@
+//! Condition types, reasons and messages of a ManifestWorkReplicaSet's
+//! status.
+//!
+//! Upstream's three condition types keep their upstream reasons. The design
+//! adds `PluginLoaded` (is the `rolloutStrategy.plugin` reachable, from
+//! `Initialize` through the gateway) and the rollback design `Progressing`
+//! (the rollout of the current revision; it also carries plugin call errors
+//! in its message, as the design asks).
+
+/// Whether each placement of `spec.placementRefs` exists and has decisions.
+/// Reasons: [`REASON_AS_EXPECTED`], [`REASON_PLACEMENT_DECISION_NOT_FOUND`],
+/// [`REASON_PLACEMENT_DECISION_EMPTY`], [`REASON_NOT_AS_EXPECTED`].
+pub const PLACEMENT_VERIFIED: &str = "PlacementVerified";
+
+/// Whether the rollout strategy has run to its end on every placement.
+/// Reasons: [`REASON_PROGRESSING`], [`REASON_COMPLETE`],
+/// [`REASON_ROLLOUT_DEGRADED`].
+pub const PLACEMENT_ROLLED_OUT: &str = "PlacementRolledOut";
+
+/// Whether a ManifestWork exists for each decided cluster.
+/// Reasons: [`REASON_AS_EXPECTED`], [`REASON_NOT_AS_EXPECTED`],
+/// [`REASON_PROCESSING`].
+pub const MANIFESTWORK_APPLIED: &str = "ManifestworkApplied";
+
+/// Whether the rollout plugin named by `rolloutStrategy.plugin` answered
+/// `Initialize` (design). Reasons: [`REASON_AVAILABLE`] (True) with
+/// [`plugin_available_message`], [`REASON_FAILED`] (False) with
+/// [`plugin_failed_message`].
+pub const PLUGIN_LOADED: &str = "PluginLoaded";
+
+/// The progress of the current revision's rollout (rollback design); False
+/// with the plugin's error as message when a hook call fails. Reasons:
+/// [`REASON_NEW_REVISION_CREATED`], [`REASON_FOUND_NEW_REVISION`],
+/// [`REASON_NEW_MANIFEST_WORK_AVAILABLE`], [`REASON_ROLLOUT_ABORTED`],
+/// [`REASON_PROGRESS_DEADLINE_EXCEEDED`], [`REASON_PLUGIN_CALL_FAILED`].
+pub const PROGRESSING: &str = "Progressing";
+
+/// PlacementVerified: the placement is not found.
+pub const REASON_PLACEMENT_DECISION_NOT_FOUND: &str = "PlacementDecisionNotFound";
+/// PlacementVerified: the placement selected no cluster.
+pub const REASON_PLACEMENT_DECISION_EMPTY: &str = "PlacementDecisionEmpty";
+/// PlacementVerified, ManifestworkApplied: all is well.
+pub const REASON_AS_EXPECTED: &str = "AsExpected";
+/// ManifestworkApplied: works are still being created.
+pub const REASON_PROCESSING: &str = "Processing";
+/// PlacementVerified, ManifestworkApplied: something is wrong.
+pub const REASON_NOT_AS_EXPECTED: &str = "NotAsExpected";
+/// PlacementRolledOut: clusters are still to roll out.
+pub const REASON_PROGRESSING: &str = "Progressing";
+/// PlacementRolledOut: every cluster succeeded.
+pub const REASON_COMPLETE: &str = "Complete";
+/// PlacementRolledOut: the rollout stopped on failures (rollback design).
+pub const REASON_ROLLOUT_DEGRADED: &str = "RolloutDegraded";
+
+/// PluginLoaded True: the plugin answered `Initialize`.
+pub const REASON_AVAILABLE: &str = "Available";
+/// PluginLoaded False: `Initialize` failed.
+pub const REASON_FAILED: &str = "Failed";
+
+/// Progressing: the template changed and a new revision was recorded.
+pub const REASON_NEW_REVISION_CREATED: &str = "NewRevisionCreated";
+/// Progressing: the template went back to a revision in the history.
+pub const REASON_FOUND_NEW_REVISION: &str = "FoundNewRevision";
+/// Progressing: the update revision is rolled out everywhere.
+pub const REASON_NEW_MANIFEST_WORK_AVAILABLE: &str = "NewManifestWorkAvailable";
+/// Progressing: the rollout was aborted; the current revision is being
+/// restored.
+pub const REASON_ROLLOUT_ABORTED: &str = "RolloutAborted";
+/// Progressing: a cluster did not finish within `progressDeadline`.
+pub const REASON_PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+/// Progressing: a rollout plugin hook returned an error (its message is the
+/// condition's message). An addition of this project.
+pub const REASON_PLUGIN_CALL_FAILED: &str = "PluginCallFailed";
+
+/// A label value had to be hashed to fit (see
+/// [`owner_label_value`](super::labels::owner_label_value)). An addition of
+/// this project.
+pub const REASON_LABEL_VALUE_HASHED: &str = "LabelValueHashed";
+
+/// The detail of [`plugin_failed_message`] when the plugin's server cannot
+/// be reached (gRPC `UNAVAILABLE`), in the design's words.
+pub const UNAVAILABLE_ENDPOINT: &str = "unavailable plugin server endpoint";
+
+/// The PluginLoaded message when `plugin` is available, as in the design:
+/// `my-rollout plugin is available.`
+pub fn plugin_available_message(plugin: &str) -> String {
+    format!("{plugin} plugin is available.")
+}
+
+/// The PluginLoaded message when `plugin`'s `Initialize` failed with
+/// `detail`, after the design's `Initialize fails with unavailable plugin
+/// server endpoint.`: `my-rollout plugin: Initialize fails with DETAIL.`
+/// One trailing period of `detail` is not doubled.
+pub fn plugin_failed_message(plugin: &str, detail: &str) -> String {
+    let detail = detail.strip_suffix('.').unwrap_or(detail);
+    format!("{plugin} plugin: Initialize fails with {detail}.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_messages() {
+        assert_eq!(
+            plugin_available_message("my-rollout"),
+            "my-rollout plugin is available."
+        );
+        let cases = [
+            (
+                UNAVAILABLE_ENDPOINT,
+                "my-rollout plugin: Initialize fails with unavailable plugin server endpoint.",
+            ),
+            (
+                "plugin \"my-rollout\": boom.",
+                "my-rollout plugin: Initialize fails with plugin \"my-rollout\": boom.",
+            ),
+            ("", "my-rollout plugin: Initialize fails with ."),
+        ];
+        for (detail, want) in cases {
+            assert_eq!(plugin_failed_message("my-rollout", detail), want);
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! The Kubernetes resources the controller reads and writes, as Rust types
+//! with kube's `CustomResource` derive, and their CRDs.
+//!
+//! - [`ManifestWorkReplicaSet`] (`work.open-cluster-management.io/v1alpha1`):
+//!   upstream's, plus the rollout plugin design (`rolloutStrategy.plugin`,
+//!   the `PluginLoaded` condition), the rollback design (abort, revisions)
+//!   and the status upstream leaves out (timed-out clusters,
+//!   `maxFailureBreach`, `desiredTotal`, `updated`).
+//! - [`ManifestWork`] (`work.open-cluster-management.io/v1`), [`Placement`]
+//!   and [`PlacementDecision`] (`cluster.open-cluster-management.io/v1beta1`)
+//!   and [`ClusterManager`] (`operator.open-cluster-management.io/v1`, with the
+//!   design's `workConfiguration.plugins`): the fields the controller needs,
+//!   every other upstream field kept as read in an `extra` map.
+//!
+//! [`conditions`] and [`labels`] hold the condition types, reasons, messages
+//! and label keys; [`crd`] renders the CRDs for `rollout-controller crd`.
+
+pub mod clustermanager;
+pub mod conditions;
+pub mod crd;
+pub mod labels;
+pub mod manifestwork;
+pub mod manifestworkreplicaset;
+pub mod placement;
+mod schema;
+
+pub use clustermanager::{
+    CaCertificate, ClusterManager, ClusterManagerSpec, ClusterManagerStatus, FeatureGate,
+    RolloutPipeline, RolloutPlugin, WorkConfiguration,
+};
+pub use crd::{CrdError, CrdFile, crd_files, crds, crds_yaml};
+pub use labels::{HashedLabelValue, owner_label_value};
+pub use manifestwork::{
+    DeleteOption, ManifestWork, ManifestWorkSpec, ManifestWorkStatus, ManifestsTemplate,
+};
+pub use manifestworkreplicaset::{
+    CascadeDeletionPolicy, ClusterCounts, ClusterRolloutSummary, LocalPlacementReference,
+    ManifestWorkReplicaSet, ManifestWorkReplicaSetSpec, ManifestWorkReplicaSetStatus,
+    ManifestWorkReplicaSetSummary, PlacementSummary,
+};
+pub use placement::{
+    ClusterDecision, DecisionGroup, DecisionGroupError, DecisionGroupStatus, DecisionStrategy,
+    GroupStrategy, Placement, PlacementDecision, PlacementDecisionFields, PlacementDecisionStatus,
+    PlacementSpec, PlacementStatus, decision_groups,
+};

@@ -1,0 +1,96 @@
+//! The generated CRDs: `rollout-controller crd` as a user runs it, and the
+//! check CI relies on that the YAML committed under `deploy/crds` is what the
+//! current code generates.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rollout_controller::api;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rollout-controller");
+
+const REGENERATE: &str = "run `cargo run -p rollout-controller -- crd --out deploy/crds` to regenerate them, and commit the result";
+
+fn committed_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("deploy")
+        .join("crds")
+}
+
+/// The problems of `dir` against the generated files: files that differ,
+/// are missing, or are not generated any more.
+fn differences(dir: &Path) -> Vec<String> {
+    let files = api::crd_files().expect("CRDs encode");
+    let mut problems = Vec::new();
+    for file in &files {
+        match std::fs::read_to_string(dir.join(&file.name)) {
+            Ok(text) if text == file.contents => {}
+            Ok(_) => problems.push(format!("{} is out of date", file.name)),
+            Err(err) => problems.push(format!("{} cannot be read: {err}", file.name)),
+        }
+    }
+    let generated: BTreeSet<&str> = files.iter().map(|f| f.name.as_str()).collect();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".yaml") && !generated.contains(name.as_str()) {
+                problems.push(format!("{name} is not generated (delete it)"));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn committed_crds_are_current() {
+    let dir = committed_dir();
+    let problems = differences(&dir);
+    assert!(
+        problems.is_empty(),
+        "the CRDs in {} do not match the code:\n  {}\n{REGENERATE}",
+        dir.display(),
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn crd_prints_every_crd_as_one_yaml_stream() {
+    let output = Command::new(BIN).arg("crd").output().expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8");
+    assert_eq!(stdout, api::crds_yaml().expect("CRDs encode"));
+
+    let kinds: Vec<&str> = stdout
+        .split("\n---\n")
+        .skip(1)
+        .filter_map(|doc| doc.lines().find_map(|line| line.strip_prefix("    kind: ")))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "ManifestWorkReplicaSet",
+            "ManifestWork",
+            "Placement",
+            "PlacementDecision",
+            "ClusterManager"
+        ]
+    );
+}
+
+#[test]
+fn crd_out_writes_the_files_into_a_new_directory() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("crd_out")
+        .join("nested");
+    let _ = std::fs::remove_dir_all(&dir);
+    let output = Command::new(BIN)
+        .args(["crd", "--out"])
+        .arg(&dir)
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    assert!(output.stdout.is_empty(), "{output:?}");
+    assert_eq!(differences(&dir), Vec::<String>::new());
+}
