@@ -1,0 +1,51 @@
+//! `rollback-mutator`: serves the plugin of the `rollback_mutator` library.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::Parser;
+use rollback_mutator::RollbackMutator;
+use rollout_plugin_sdk::ServeOptions;
+use rollout_plugin_sdk::cli::{TlsArgs, init_tracing};
+
+/// While a rollout aborts, marks every manifest of the rolled-back work
+/// (`rollout.ocm.io/rollback: "true"`, `rollout.ocm.io/rollback-revision`)
+/// and makes Argo Rollouts skip their canary steps (blue-green: promote at
+/// once); leaves other works unchanged. Prints `rollback-mutator listening
+/// grpc=ADDR` once bound; drains on SIGTERM or Ctrl-C.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+struct Flags {
+    /// gRPC address to serve on (port 0 picks a free port).
+    #[arg(
+        long,
+        env = "ROLLBACK_MUTATOR_LISTEN",
+        default_value = "127.0.0.1:7003"
+    )]
+    listen: SocketAddr,
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    init_tracing();
+    match run(flags) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // The errors carry their causes in their messages.
+            eprintln!("rollback-mutator: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[tokio::main]
+async fn run(flags: Flags) -> anyhow::Result<()> {
+    let mut options = ServeOptions::default();
+    if let Some(tls) = flags.tls.load()? {
+        options = options.tls(tls);
+    }
+    rollout_plugin_sdk::serve(RollbackMutator, flags.listen, options).await?;
+    Ok(())
+}

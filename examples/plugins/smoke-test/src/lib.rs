@@ -1,0 +1,383 @@
+//! `smoke-test`, the rollout plugin of story 2 (stop a rollout when a
+//! cluster fails its post-deployment tests): it answers
+//! `ValidateRolloutCompletion` as a smoke test that takes a while would.
+//!
+//! - During the soak (`--soak`, measured from the first validation request
+//!   seen for the same MWRS namespace/name, cluster and `desired_revision`)
+//!   it answers INPROGRESS, with `recheck_after` set to the soak time left.
+//! - After the soak it answers SUCCEEDED, or FAILED for the clusters named
+//!   by `--fail` (the message names the cluster, the revision and why).
+//! - While the rollout aborts (`aborting`: the last good revision is being
+//!   restored) `--fail` clusters pass too: the restored revision is the one
+//!   that worked. The restored revision has its own soak (another
+//!   `desired_revision`).
+//!
+//! The first-seen times live in memory, at most `--max-tracked` of them
+//! (10 000 by default, a few hundred bytes each); when full, the oldest is
+//! forgotten, and a cluster asked about again after that starts a new soak.
+//! A restart forgets them all, with the same effect. Answers are otherwise
+//! idempotent: asking again during or after the soak gives the same answer
+//! (with less time left).
+//!
+//! It declares only the `ValidateRolloutCompletion` hook.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rollout_plugin_sdk::prelude::*;
+
+/// The plugin's name, as it answers `Initialize` and prints when listening.
+pub const NAME: &str = "smoke-test";
+/// Default for [`Settings::max_tracked`].
+pub const DEFAULT_MAX_TRACKED: usize = 10_000;
+
+/// How the smoke test behaves.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long each (MWRS, cluster, revision) stays INPROGRESS.
+    pub soak: Duration,
+    /// Clusters that fail once their soak is over (unless aborting).
+    pub fail: HashSet<String>,
+    /// How many first-seen times to keep (at least 1).
+    pub max_tracked: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            soak: Duration::from_secs(10),
+            fail: HashSet::new(),
+            max_tracked: DEFAULT_MAX_TRACKED,
+        }
+    }
+}
+
+/// What a soak is measured for: one revision of one MWRS on one cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SoakKey {
+    /// `mwrs_namespace`.
+    pub namespace: String,
+    /// `mwrs_name`.
+    pub name: String,
+    /// `cluster_name`.
+    pub cluster: String,
+    /// `desired_revision`.
+    pub revision: String,
+}
+
+impl SoakKey {
+    /// The key of a request.
+    pub fn of(request: &RolloutPluginRequest) -> Self {
+        Self {
+            namespace: request.mwrs_namespace.clone(),
+            name: request.mwrs_name.clone(),
+            cluster: request.cluster_name.clone(),
+            revision: request.desired_revision.clone(),
+        }
+    }
+}
+
+/// When each key was first seen, at most `capacity` of them, forgetting the
+/// oldest first.
+#[derive(Debug)]
+pub struct FirstSeen {
+    at: HashMap<SoakKey, Instant>,
+    order: VecDeque<SoakKey>,
+    capacity: usize,
+}
+
+impl FirstSeen {
+    /// An empty table holding at most `capacity` keys (at least 1).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            at: HashMap::new(),
+            order: VecDeque::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// When `key` was first seen; `now` if it is new (recorded, forgetting
+    /// the oldest key when full).
+    pub fn first_seen(&mut self, key: &SoakKey, now: Instant) -> Instant {
+        if let Some(at) = self.at.get(key) {
+            return *at;
+        }
+        while self.order.len() >= self.capacity {
+            if let Some(oldest) = self.order.pop_front() {
+                self.at.remove(&oldest);
+            }
+        }
+        self.at.insert(key.clone(), now);
+        self.order.push_back(key.clone());
+        now
+    }
+
+    /// How many keys it holds.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+}
+
+/// The answer for `request`, first seen at `first_seen`, at `now`.
+pub fn decide(
+    settings: &Settings,
+    request: &RolloutPluginRequest,
+    first_seen: Instant,
+    now: Instant,
+) -> Validation {
+    let cluster = &request.cluster_name;
+    let revision = &request.desired_revision;
+    let elapsed = now.saturating_duration_since(first_seen);
+    if let Some(left) = settings.soak.checked_sub(elapsed).filter(|d| !d.is_zero()) {
+        return Validation::in_progress(format!(
+            "smoke test soaking on {cluster} (revision {revision}): {} of {} left",
+            millis(left),
+            millis(settings.soak)
+        ))
+        .recheck_after(left);
+    }
+    if settings.fail.contains(cluster) && !request.aborting {
+        return Validation::failed(format!(
+            "smoke test failed on {cluster} (revision {revision}): the cluster is listed by --fail"
+        ));
+    }
+    Validation::succeeded().with_message(format!(
+        "smoke test passed on {cluster} (revision {revision}) after a {} soak",
+        millis(settings.soak)
+    ))
+}
+
+/// A duration rounded up to whole milliseconds, for messages (`1.5s`, `250ms`).
+fn millis(d: Duration) -> String {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    format!(
+        "{:?}",
+        Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+    )
+}
+
+/// Parses a Go/Kubernetes-style duration (`500ms`, `10s`, `2m`, `1h30m`),
+/// not negative, for `--soak`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let d: jiff::SignedDuration = text
+        .parse()
+        .map_err(|e| format!("{text:?} is not a duration like 500ms, 10s or 2m: {e}"))?;
+    Duration::try_from(d).map_err(|_| format!("{text:?} is negative"))
+}
+
+/// The plugin.
+#[derive(Debug)]
+pub struct SmokeTest {
+    settings: Settings,
+    first_seen: Mutex<FirstSeen>,
+}
+
+impl SmokeTest {
+    /// A smoke test with these settings and nothing seen yet.
+    pub fn new(settings: Settings) -> Self {
+        let first_seen = Mutex::new(FirstSeen::new(settings.max_tracked));
+        Self {
+            settings,
+            first_seen,
+        }
+    }
+
+    /// The answer for `request` at `now` (recording it as first seen if new).
+    pub fn validate_at(
+        &self,
+        request: &RolloutPluginRequest,
+        now: Instant,
+    ) -> Result<Validation, PluginError> {
+        if request.cluster_name.is_empty() {
+            return Err(PluginError::invalid_argument(
+                "ValidateRolloutCompletion without a cluster_name",
+            ));
+        }
+        let key = SoakKey::of(request);
+        let first_seen = self
+            .first_seen
+            .lock()
+            .map_err(|_| PluginError::internal("smoke-test state poisoned by an earlier panic"))?
+            .first_seen(&key, now);
+        Ok(decide(&self.settings, request, first_seen, now))
+    }
+}
+
+impl RolloutPlugin for SmokeTest {
+    fn info(&self) -> PluginInfo {
+        PluginInfo::new(NAME, env!("CARGO_PKG_VERSION")).hooks([Hook::ValidateRolloutCompletion])
+    }
+
+    async fn validate_rollout_completion(
+        &self,
+        request: RolloutPluginRequest,
+    ) -> Result<Validation, PluginError> {
+        let validation = self.validate_at(&request, Instant::now())?;
+        tracing::info!(
+            cluster = %request.cluster_name,
+            revision = %request.desired_revision,
+            aborting = request.aborting,
+            result = validation.result.as_str_name(),
+            "validated"
+        );
+        Ok(validation)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use rollout_plugin_sdk::testing;
+
+    fn settings(soak_secs: u64, fail: &[&str]) -> Settings {
+        Settings {
+            soak: Duration::from_secs(soak_secs),
+            fail: fail.iter().map(|s| s.to_string()).collect(),
+            max_tracked: 100,
+        }
+    }
+
+    #[test]
+    fn soaks_then_passes_or_fails() {
+        let s = settings(10, &["bad"]);
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        let good = testing::rollout("good", 1, 2);
+        let bad = testing::rollout("bad", 2, 2);
+        let mut aborting = bad.clone();
+        aborting.aborting = true;
+
+        // (request, seconds since first seen, result, recheck_after in s)
+        let table = [
+            (&good, 0, ValidationResult::Inprogress, Some(10)),
+            (&good, 4, ValidationResult::Inprogress, Some(6)),
+            (&good, 10, ValidationResult::Succeeded, None),
+            (&good, 99, ValidationResult::Succeeded, None),
+            (&bad, 9, ValidationResult::Inprogress, Some(1)),
+            (&bad, 10, ValidationResult::Failed, None),
+            (&aborting, 3, ValidationResult::Inprogress, Some(7)),
+            (&aborting, 10, ValidationResult::Succeeded, None),
+        ];
+        for (request, secs, result, recheck) in table {
+            let v = decide(&s, request, t0, at(secs));
+            assert_eq!(v.result, result, "{} at {secs}s", request.cluster_name);
+            assert_eq!(
+                v.recheck_after,
+                recheck.map(Duration::from_secs),
+                "{} at {secs}s",
+                request.cluster_name
+            );
+        }
+        let failed = decide(&s, &bad, t0, at(10));
+        assert_eq!(
+            failed.message,
+            "smoke test failed on bad (revision rev-1): the cluster is listed by --fail"
+        );
+        assert_eq!(
+            decide(&s, &good, t0, at(4)).message,
+            "smoke test soaking on good (revision rev-1): 6s of 10s left"
+        );
+    }
+
+    #[test]
+    fn no_soak_decides_at_once() {
+        let s = settings(0, &["bad"]);
+        let t0 = Instant::now();
+        assert_eq!(
+            decide(&s, &testing::rollout("good", 1, 2), t0, t0).result,
+            ValidationResult::Succeeded
+        );
+        assert_eq!(
+            decide(&s, &testing::rollout("bad", 1, 2), t0, t0).result,
+            ValidationResult::Failed
+        );
+    }
+
+    #[test]
+    fn the_soak_starts_at_the_first_request_per_revision() {
+        let plugin = SmokeTest::new(settings(10, &[]));
+        let t0 = Instant::now();
+        let r1 = testing::rollout("c1", 1, 1);
+        assert_eq!(
+            plugin.validate_at(&r1, t0).unwrap().result,
+            ValidationResult::Inprogress
+        );
+        let v = plugin
+            .validate_at(&r1, t0 + Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(v.result, ValidationResult::Succeeded);
+        // a new revision soaks again; so does another MWRS
+        let mut r2 = r1.clone();
+        r2.desired_revision = "rev-2".into();
+        let v = plugin
+            .validate_at(&r2, t0 + Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(v.recheck_after, Some(Duration::from_secs(10)));
+        let mut other = r1.clone();
+        other.mwrs_name = "other".into();
+        let v = plugin
+            .validate_at(&other, t0 + Duration::from_secs(12))
+            .unwrap();
+        assert_eq!(v.result, ValidationResult::Inprogress);
+        // the first revision is still done
+        let v = plugin
+            .validate_at(&r1, t0 + Duration::from_secs(13))
+            .unwrap();
+        assert_eq!(v.result, ValidationResult::Succeeded);
+    }
+
+    #[test]
+    fn a_request_without_a_cluster_is_rejected() {
+        let plugin = SmokeTest::new(Settings::default());
+        let err = plugin
+            .validate_at(&testing::rollout("", 1, 1), Instant::now())
+            .unwrap_err();
+        assert_eq!(err.code(), rollout_plugin_sdk::tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_forgets_the_oldest() {
+        let mut seen = FirstSeen::new(2);
+        let t0 = Instant::now();
+        let key = |c: &str| SoakKey::of(&testing::rollout(c, 1, 1));
+        let later = t0 + Duration::from_secs(5);
+        assert_eq!(seen.first_seen(&key("a"), t0), t0);
+        assert_eq!(seen.first_seen(&key("b"), t0), t0);
+        assert_eq!(seen.first_seen(&key("a"), later), t0, "known: unchanged");
+        assert_eq!(seen.first_seen(&key("c"), later), later);
+        assert_eq!(seen.len(), 2);
+        assert_eq!(
+            seen.first_seen(&key("a"), later),
+            later,
+            "a was the oldest: forgotten"
+        );
+        assert_eq!(seen.first_seen(&key("c"), t0), later, "c kept");
+        assert_eq!(FirstSeen::new(0).capacity, 1);
+        assert!(FirstSeen::new(3).is_empty());
+    }
+
+    #[test]
+    fn durations_parse_go_style() {
+        let table = [
+            ("500ms", Some(Duration::from_millis(500))),
+            ("10s", Some(Duration::from_secs(10))),
+            ("2m", Some(Duration::from_secs(120))),
+            ("1h30m", Some(Duration::from_secs(5400))),
+            ("0s", Some(Duration::ZERO)),
+            ("-1s", None),
+            ("ten", None),
+            ("", None),
+        ];
+        for (text, want) in table {
+            assert_eq!(parse_duration(text).ok(), want, "{text:?}");
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! `traffic-weights`: serves the plugin of the `traffic_weights` library.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::Parser;
+use rollout_plugin_sdk::ServeOptions;
+use rollout_plugin_sdk::cli::{TlsArgs, init_tracing};
+use traffic_weights::TrafficWeights;
+
+/// Annotates each workload manifest with the cluster's position in the
+/// rollout (`rollout.ocm.io/cluster-position: "3/10"`) and a canary weight
+/// (`rollout.ocm.io/canary-weight: "30"`, round(100 * index / total); 100
+/// while aborting). Prints `traffic-weights listening grpc=ADDR` once bound;
+/// drains on SIGTERM or Ctrl-C.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+struct Flags {
+    /// gRPC address to serve on (port 0 picks a free port).
+    #[arg(long, env = "TRAFFIC_WEIGHTS_LISTEN", default_value = "127.0.0.1:7002")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    init_tracing();
+    match run(flags) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // The errors carry their causes in their messages.
+            eprintln!("traffic-weights: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[tokio::main]
+async fn run(flags: Flags) -> anyhow::Result<()> {
+    let mut options = ServeOptions::default();
+    if let Some(tls) = flags.tls.load()? {
+        options = options.tls(tls);
+    }
+    rollout_plugin_sdk::serve(TrafficWeights, flags.listen, options).await?;
+    Ok(())
+}

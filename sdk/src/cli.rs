@@ -1,0 +1,111 @@
+//! What plugin binaries share (feature `cli`): the TLS flags and logging.
+
+use std::path::PathBuf;
+
+use crate::error::ServeError;
+use crate::server::TlsOptions;
+
+/// `--tls-cert FILE --tls-key FILE [--client-ca FILE]`, to flatten into a
+/// plugin's clap flags:
+///
+/// ```
+/// #[derive(clap::Parser)]
+/// struct Flags {
+///     /// Address to serve gRPC on.
+///     #[arg(long, default_value = "127.0.0.1:7000")]
+///     listen: std::net::SocketAddr,
+///     #[command(flatten)]
+///     tls: rollout_plugin_sdk::cli::TlsArgs,
+/// }
+/// ```
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TlsArgs {
+    /// Serve gRPC over TLS with this certificate chain (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (PEM): mutual TLS.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The TLS options the flags name, read from their files; `None` when no
+    /// flag is set. Fails with [`ServeError::ReadTls`] naming a file that
+    /// cannot be read, and with [`ServeError::TlsFlags`] when a flag lacks
+    /// its partner (clap's `requires` already rules that out on the command
+    /// line).
+    pub fn load(&self) -> Result<Option<TlsOptions>, ServeError> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                TlsOptions::from_files(cert, key, self.client_ca.as_deref()).map(Some)
+            }
+            (None, None) if self.client_ca.is_some() => Err(ServeError::TlsFlags(
+                "--client-ca requires --tls-cert and --tls-key",
+            )),
+            (None, None) => Ok(None),
+            (Some(_), None) => Err(ServeError::TlsFlags("--tls-cert requires --tls-key")),
+            (None, Some(_)) => Err(ServeError::TlsFlags("--tls-key requires --tls-cert")),
+        }
+    }
+}
+
+/// Logs to stderr (stdout carries only the listening line), filtered by
+/// `RUST_LOG`, `info` when unset or invalid, in colour only on a terminal.
+/// Call once, first thing in `main`; later calls do nothing.
+pub fn init_tracing() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // An error means a subscriber is already set: keep it.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(filter)
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Flags {
+        #[command(flatten)]
+        tls: TlsArgs,
+    }
+
+    #[test]
+    fn flags_come_in_pairs() {
+        assert!(Flags::try_parse_from(["p", "--tls-cert", "c"]).is_err());
+        assert!(Flags::try_parse_from(["p", "--tls-key", "k"]).is_err());
+        assert!(Flags::try_parse_from(["p", "--client-ca", "ca"]).is_err());
+        let none = Flags::try_parse_from(["p"]).map(|f| f.tls.load().map(|t| t.is_none()));
+        assert!(matches!(none, Ok(Ok(true))));
+        let half = TlsArgs {
+            tls_cert: Some("c".into()),
+            ..TlsArgs::default()
+        };
+        assert_eq!(
+            half.load().map(|_| ()).map_err(|e| e.to_string()),
+            Err("invalid TLS flags: --tls-cert requires --tls-key".to_string())
+        );
+    }
+
+    #[test]
+    fn unreadable_files_are_named() {
+        let flags = TlsArgs {
+            tls_cert: Some("/nonexistent/tls.crt".into()),
+            tls_key: Some("/nonexistent/tls.key".into()),
+            client_ca: None,
+        };
+        let err = flags.load().map(|_| ()).map_err(|e| e.to_string());
+        assert!(
+            matches!(&err, Err(m) if m.starts_with("cannot read certificate /nonexistent/tls.crt")),
+            "{err:?}"
+        );
+    }
+}
