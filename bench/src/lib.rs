@@ -5,14 +5,17 @@
 //! - [`echo`]: the do-nothing plugin behind `echo-plugin`, the upstream of
 //!   every benchmark;
 //! - [`compare`]: the pure parts of `gwbench`, the driver that compares the
-//!   plugin called directly, through `rollout-gateway` and through nginx
-//!   (scenarios, generated configurations, `/proc` readings, summaries);
+//!   plugin called directly, through `rollout-gateway` (with and without
+//!   exported tracing) and through nginx (scenarios, generated
+//!   configurations, `/proc` readings, summaries);
+//! - [`otlp`]: the OTLP/gRPC trace receiver the traced gateway exports to;
 //! - [`manifest`], [`stats`], [`units`]: payloads, percentiles, flag values.
 
 pub mod compare;
 pub mod echo;
 pub mod load;
 pub mod manifest;
+pub mod otlp;
 pub mod process;
 pub mod stats;
 pub mod units;

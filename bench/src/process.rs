@@ -74,6 +74,34 @@ impl ChildGuard {
         }
     }
 
+    /// Stops the process with SIGTERM and waits, without blocking the
+    /// runtime (so tasks on it, such as a receiver the process flushes to
+    /// while it shuts down, keep running), up to `grace` for it to exit.
+    /// True when it exited with status 0 on the signal; false when it
+    /// failed, had to be killed, or had exited before.
+    pub async fn stop(&mut self, grace: Duration) -> bool {
+        let Ok(None) = self.child.try_wait() else {
+            return false;
+        };
+        let Some(pid) = self.child.id() else {
+            return false;
+        };
+        signal(pid, "TERM");
+        match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(Ok(status)) => status.success(),
+            Ok(Err(_)) => false,
+            Err(_) => {
+                eprintln!(
+                    "gwbench: {} did not stop within {grace:?}; killing it",
+                    self.name
+                );
+                let _ = self.child.start_kill();
+                let _ = tokio::time::timeout(KILL_GRACE, self.child.wait()).await;
+                false
+            }
+        }
+    }
+
     /// The last lines of the process's log, formatted for an error message.
     pub fn log_tail(&self) -> String {
         log_tail(&self.log)

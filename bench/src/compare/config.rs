@@ -1,6 +1,7 @@
-//! The configurations `gwbench` writes: the gateway's plugin registry and
-//! nginx's.
+//! The configurations `gwbench` writes: the gateway's plugin registry, the
+//! traced gateway's environment and nginx's configuration.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -24,6 +25,35 @@ pub fn gateway_config_yaml(echo: SocketAddr, registered: usize) -> String {
         plugin(&format!("pad-{index:0width$}"));
     }
     yaml
+}
+
+/// The environment of the traced gateway, from `gwbench`'s own `vars`:
+/// every `OTEL_EXPORTER_OTLP_*` variable and `OTEL_SDK_DISABLED` go (they
+/// could redirect the export, ask for compression the receiver does not
+/// take, or turn it off), `OTEL_EXPORTER_OTLP_ENDPOINT` is set to `endpoint`,
+/// and the other `OTEL_*` variables (`OTEL_BSP_*`, `OTEL_SERVICE_NAME`,
+/// `OTEL_TRACES_SAMPLER`, …) are inherited. Returns the `OTEL_*` variables
+/// the gateway will see and the variables to remove from the inherited
+/// environment.
+pub fn traced_gateway_env(
+    vars: impl IntoIterator<Item = (String, String)>,
+    endpoint: &str,
+) -> (BTreeMap<String, String>, Vec<String>) {
+    let mut kept = BTreeMap::new();
+    let mut removed = Vec::new();
+    for (name, value) in vars {
+        if name.starts_with("OTEL_EXPORTER_OTLP_") || name == "OTEL_SDK_DISABLED" {
+            removed.push(name);
+        } else if name.starts_with("OTEL_") {
+            kept.insert(name, value);
+        }
+    }
+    kept.insert(
+        "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
+        endpoint.to_owned(),
+    );
+    removed.sort();
+    (kept, removed)
 }
 
 /// What the nginx configuration needs.
@@ -186,5 +216,47 @@ mod tests {
             Some((1, 25, 3))
         );
         assert_eq!(parse_nginx_version("openresty"), None);
+    }
+
+    #[test]
+    fn traced_gateway_environment() {
+        let vars = [
+            ("PATH", "/usr/bin"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "1000"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "http://elsewhere:4317",
+            ),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            ("OTEL_SDK_DISABLED", "true"),
+            ("OTEL_SERVICE_NAME", "gw"),
+        ]
+        .map(|(name, value)| (name.to_owned(), value.to_owned()));
+        let (kept, removed) = traced_gateway_env(vars, "http://127.0.0.1:4317");
+        let kept: Vec<(&str, &str)> = kept
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("OTEL_BSP_SCHEDULE_DELAY", "1000"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+                ("OTEL_SERVICE_NAME", "gw"),
+            ]
+        );
+        assert_eq!(
+            removed,
+            [
+                "OTEL_EXPORTER_OTLP_COMPRESSION",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "OTEL_SDK_DISABLED",
+            ]
+        );
+        let (kept, removed) = traced_gateway_env([], "http://127.0.0.1:1");
+        assert_eq!(kept.len(), 1);
+        assert!(removed.is_empty());
     }
 }

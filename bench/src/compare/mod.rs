@@ -1,7 +1,8 @@
 //! The pure parts of `gwbench`, the driver that compares one echo plugin
-//! called directly, through `rollout-gateway` and through nginx: scenarios,
-//! the generated gateway and nginx configurations, `/proc` readings and the
-//! summary (medians over rounds, added latency, Markdown).
+//! called directly, through `rollout-gateway` (without and with exported
+//! tracing) and through nginx: scenarios, the generated gateway and nginx
+//! configurations, `/proc` readings and the summary (medians over rounds,
+//! added latency, the cost of tracing, Markdown).
 //!
 //! Starting and stopping the processes is the binary's business.
 
@@ -77,8 +78,12 @@ impl Scenario {
 pub enum TargetKind {
     /// The echo plugin itself: the baseline.
     Direct,
-    /// `rollout-gateway` in front of the echo plugin.
+    /// `rollout-gateway` in front of the echo plugin, exporting no spans.
     Gateway,
+    /// A second `rollout-gateway`, the same but exporting its spans over
+    /// OTLP/gRPC (`OTEL_EXPORTER_OTLP_ENDPOINT`) to a receiver in `gwbench`.
+    #[serde(rename = "gateway-traced")]
+    GatewayTraced,
     /// nginx `grpc_pass` in front of the echo plugin: a plain proxy for scale.
     Nginx,
 }
@@ -89,8 +94,15 @@ impl TargetKind {
         match self {
             TargetKind::Direct => "direct",
             TargetKind::Gateway => "gateway",
+            TargetKind::GatewayTraced => "gateway-traced",
             TargetKind::Nginx => "nginx",
         }
+    }
+
+    /// Whether the target is a `rollout-gateway`, which routes by the
+    /// `ocm-rollout-plugin` metadata.
+    pub fn is_gateway(self) -> bool {
+        matches!(self, TargetKind::Gateway | TargetKind::GatewayTraced)
     }
 }
 
@@ -130,5 +142,30 @@ mod tests {
             Scenario::parse("c4-4q"),
             Err(ScenarioError::Size { .. })
         ));
+    }
+
+    #[test]
+    fn target_names() {
+        for kind in [
+            TargetKind::Direct,
+            TargetKind::Gateway,
+            TargetKind::GatewayTraced,
+            TargetKind::Nginx,
+        ] {
+            // The JSON name is the displayed one.
+            assert_eq!(
+                serde_json::to_string(&kind).expect("serializable"),
+                format!("\"{kind}\"")
+            );
+            assert_eq!(
+                kind.is_gateway(),
+                matches!(kind, TargetKind::Gateway | TargetKind::GatewayTraced)
+            );
+        }
+        assert_eq!(TargetKind::GatewayTraced.to_string(), "gateway-traced");
+        assert_eq!(
+            serde_json::from_str::<TargetKind>("\"gateway-traced\"").expect("valid"),
+            TargetKind::GatewayTraced
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! The results of a `gwbench` run: raw rounds, medians per scenario and
-//! target, the figures derived against the direct baseline, the JSON file
-//! and the Markdown table.
+//! target, the figures derived against the direct baseline, the cost of
+//! exported tracing (the traced gateway against the untraced one), the JSON
+//! file and the Markdown table.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -76,6 +78,172 @@ pub struct ScenarioSummary {
     pub scenario: Scenario,
     /// One entry per target that has rounds, in the order of `targets`.
     pub targets: Vec<TargetSummary>,
+    /// Tracing on vs off: present when both gateways and the direct target
+    /// have rounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<TracingOverhead>,
+}
+
+/// What exporting spans costs in one scenario: the traced gateway's figures
+/// next to the untraced gateway's. Latencies are "added" ones (over the
+/// direct target), so the plugin's own time does not dilute the ratio.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TracingOverhead {
+    /// Added p50 of the untraced gateway, µs.
+    pub added_p50_off_micros: f64,
+    /// Added p50 of the traced gateway, µs.
+    pub added_p50_on_micros: f64,
+    /// `added_p50_on_micros / added_p50_off_micros` (1.15 = 15 % more);
+    /// `None` when the untraced gateway added nothing measurable (≤ 0).
+    pub added_p50_ratio: Option<f64>,
+    /// Added p99 of the untraced gateway, µs.
+    pub added_p99_off_micros: f64,
+    /// Added p99 of the traced gateway, µs.
+    pub added_p99_on_micros: f64,
+    /// `added_p99_on_micros / added_p99_off_micros`, as for p50.
+    pub added_p99_ratio: Option<f64>,
+    /// The traced gateway's throughput over the untraced one's.
+    pub throughput_ratio: Option<f64>,
+    /// Proxy CPU per call of the untraced gateway, µs.
+    pub proxy_cpu_off_micros_per_call: Option<f64>,
+    /// Proxy CPU per call of the traced gateway, µs.
+    pub proxy_cpu_on_micros_per_call: Option<f64>,
+}
+
+/// The goal for tracing: the added latency with spans exported at most this
+/// much above the added latency without (issue 5: "at most 15% more").
+pub const TRACING_GOAL_RATIO: f64 = 1.15;
+
+/// `on / off` to three decimals; `None` unless `off` is positive.
+pub fn ratio(on: f64, off: f64) -> Option<f64> {
+    (off > 0.0 && on.is_finite()).then(|| (on / off * 1000.0).round() / 1000.0)
+}
+
+/// A ratio as a change in percent: 1.083 → `+8.3 %`, 0.95 → `-5.0 %`.
+pub fn percent_change(ratio: f64) -> String {
+    let percent = (ratio - 1.0) * 100.0;
+    // No "-0.0 %".
+    let percent = if percent.abs() < 0.05 { 0.0 } else { percent };
+    format!("{percent:+.1} %")
+}
+
+/// Tracing on vs off from the summaries of one scenario: `None` unless the
+/// direct target and both gateways are there (the added figures need the
+/// direct one).
+pub fn tracing_overhead(targets: &[TargetSummary]) -> Option<TracingOverhead> {
+    let find = |kind| targets.iter().find(|t| t.target == kind);
+    let off = find(TargetKind::Gateway)?;
+    let on = find(TargetKind::GatewayTraced)?;
+    let (p50_off, p50_on) = (off.added_p50_micros?, on.added_p50_micros?);
+    let (p99_off, p99_on) = (off.added_p99_micros?, on.added_p99_micros?);
+    Some(TracingOverhead {
+        added_p50_off_micros: p50_off,
+        added_p50_on_micros: p50_on,
+        added_p50_ratio: ratio(p50_on, p50_off),
+        added_p99_off_micros: p99_off,
+        added_p99_on_micros: p99_on,
+        added_p99_ratio: ratio(p99_on, p99_off),
+        throughput_ratio: ratio(on.throughput_rps, off.throughput_rps),
+        proxy_cpu_off_micros_per_call: off.proxy_cpu_micros_per_call,
+        proxy_cpu_on_micros_per_call: on.proxy_cpu_micros_per_call,
+    })
+}
+
+/// Spans a call through the traced gateway should produce with one plugin:
+/// the server span and the client span of its one attempt.
+pub const EXPECTED_SPANS_PER_CALL: u64 = 2;
+
+/// Below this share of the expected spans, `gwbench` warns: the export is
+/// broken, or the gateway's batch processor dropped spans (queue full).
+pub const SPAN_SHORTFALL_WARNING: f64 = 0.9;
+
+/// What the OTLP receiver got from the traced gateway, against the calls
+/// made through it, so a silently broken export shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpanReport {
+    /// Calls made through the traced gateway over every round and scenario,
+    /// warm-up and failed calls included.
+    pub calls: u64,
+    /// Spans the receiver got.
+    pub spans_received: u64,
+    /// Export requests (batches) the receiver got.
+    pub export_requests: u64,
+    /// `spans_received / calls`, to three decimals.
+    pub spans_per_call: Option<f64>,
+    /// What one call should produce ([`EXPECTED_SPANS_PER_CALL`]).
+    pub expected_spans_per_call: u64,
+    /// Whether the count was taken after the traced gateway exited on
+    /// SIGTERM, i.e. after its final flush; if not, up to a batch (and the
+    /// spans of the last `OTEL_BSP_SCHEDULE_DELAY`) may be missing.
+    pub flushed: bool,
+    /// The `OTEL_*` variables the traced gateway ran with.
+    pub exporter_env: BTreeMap<String, String>,
+}
+
+impl SpanReport {
+    /// The report for `spans_received` spans in `export_requests` batches
+    /// over `calls` calls.
+    pub fn new(
+        calls: u64,
+        spans_received: u64,
+        export_requests: u64,
+        flushed: bool,
+        exporter_env: BTreeMap<String, String>,
+    ) -> Self {
+        Self {
+            calls,
+            spans_received,
+            export_requests,
+            spans_per_call: (calls > 0)
+                .then(|| (spans_received as f64 / calls as f64 * 1000.0).round() / 1000.0),
+            expected_spans_per_call: EXPECTED_SPANS_PER_CALL,
+            flushed,
+            exporter_env,
+        }
+    }
+
+    /// Spans the calls should have produced.
+    pub fn expected_spans(&self) -> u64 {
+        self.calls.saturating_mul(self.expected_spans_per_call)
+    }
+
+    /// A warning when the receiver got far fewer spans than expected.
+    pub fn shortfall_warning(&self) -> Option<String> {
+        let expected = self.expected_spans();
+        if expected == 0 || self.spans_received as f64 >= expected as f64 * SPAN_SHORTFALL_WARNING {
+            return None;
+        }
+        let share = self.spans_received as f64 / expected as f64 * 100.0;
+        let mut why = if self.spans_received == 0 {
+            "nothing arrived: the traced gateway did not export (check its log)".to_owned()
+        } else {
+            "the export failed in part, or the gateway's batch processor dropped spans \
+             (queue full; see OTEL_BSP_MAX_QUEUE_SIZE)"
+                .to_owned()
+        };
+        if !self.flushed {
+            why.push_str("; the traced gateway did not stop cleanly, so its last batch is missing");
+        }
+        if self.exporter_env.contains_key("OTEL_TRACES_SAMPLER") {
+            why.push_str("; OTEL_TRACES_SAMPLER is set, which may sample spans out");
+        }
+        Some(format!(
+            "the OTLP receiver got {} spans for {} calls through the traced gateway, \
+             {share:.1} % of the {expected} expected ({} per call): {why}",
+            self.spans_received, self.calls, self.expected_spans_per_call
+        ))
+    }
+}
+
+/// Calls made through `target` over `rounds`, warm-up included.
+pub fn calls_made(rounds: &[RoundRecord], target: TargetKind) -> u64 {
+    rounds
+        .iter()
+        .filter(|r| r.target == target)
+        .map(|r| r.report.requests + r.report.warmup_requests)
+        .sum()
 }
 
 /// Medians per scenario and target, with the figures derived against the
@@ -115,6 +283,7 @@ pub fn summarize(
             }
             ScenarioSummary {
                 scenario: scenario.clone(),
+                tracing: tracing_overhead(&summaries),
                 targets: summaries,
             }
         })
@@ -188,6 +357,12 @@ pub struct MemoryReport {
     pub gateway_idle: Option<Memory>,
     /// The gateway after every round.
     pub gateway_after_runs: Option<Memory>,
+    /// The traced gateway right after it became ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traced_gateway_idle: Option<Memory>,
+    /// The traced gateway after every round.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traced_gateway_after_runs: Option<Memory>,
     /// nginx master and workers, summed, right after start.
     pub nginx_idle: Option<Memory>,
     /// nginx master and workers, summed, after every round.
@@ -210,6 +385,9 @@ pub struct BenchResults {
     pub summary: Vec<ScenarioSummary>,
     /// Memory of the proxies.
     pub memory: MemoryReport,
+    /// What the OTLP receiver got from the traced gateway, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spans: Option<SpanReport>,
     /// Every `hookbench` run.
     pub rounds: Vec<RoundRecord>,
 }
@@ -272,6 +450,8 @@ pub fn markdown(results: &BenchResults) -> String {
         }
     }
 
+    tracing_markdown(results, &mut out);
+
     let memory = &results.memory;
     let mib = |m: Option<Memory>, peak: bool| {
         m.map_or("–".to_owned(), |m| {
@@ -291,6 +471,15 @@ pub fn markdown(results: &BenchResults) -> String {
             mib(memory.gateway_idle, false),
             mib(memory.gateway_after_runs, false),
             mib(memory.gateway_after_runs, true),
+        );
+    }
+    if memory.traced_gateway_idle.is_some() || memory.traced_gateway_after_runs.is_some() {
+        let _ = writeln!(
+            out,
+            "| rollout-gateway, spans exported (gateway-traced) | {} | {} | {} |",
+            mib(memory.traced_gateway_idle, false),
+            mib(memory.traced_gateway_after_runs, false),
+            mib(memory.traced_gateway_after_runs, true),
         );
     }
     if memory.nginx_idle.is_some() || memory.nginx_after_runs.is_some() {
@@ -314,6 +503,84 @@ pub fn markdown(results: &BenchResults) -> String {
         );
     }
     out
+}
+
+/// The "tracing on vs off" table and the span count, when the traced
+/// gateway ran.
+fn tracing_markdown(results: &BenchResults, out: &mut String) {
+    let rows: Vec<(&str, &TracingOverhead)> = results
+        .summary
+        .iter()
+        .filter_map(|s| Some((s.scenario.name.as_str(), s.tracing.as_ref()?)))
+        .collect();
+    if rows.is_empty() && results.spans.is_none() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nTracing on vs off: `gateway-traced` is a second gateway exporting every span over OTLP/gRPC \
+         to a receiver in gwbench that counts and discards them; `gateway` exports none. \
+         \"Cost\" is the traced gateway's added latency over the untraced one's \
+         (goal: at most {}).\n",
+        percent_change(TRACING_GOAL_RATIO)
+    );
+    if !rows.is_empty() {
+        out.push_str(
+            "| scenario | added p50 µs off → on | p50 cost | added p99 µs off → on | p99 cost | calls/s on vs off | proxy CPU µs/call off → on |\n",
+        );
+        out.push_str("|---|--:|--:|--:|--:|--:|--:|\n");
+    }
+    for (scenario, t) in rows {
+        let cost = |off: f64, on: f64, ratio: Option<f64>| {
+            let percent = ratio.map_or(String::new(), |r| format!(" ({})", percent_change(r)));
+            format!("{:+.1} µs{percent}", on - off)
+        };
+        let cpu = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.1}"));
+        let _ = writeln!(
+            out,
+            "| {scenario} | {:.1} → {:.1} | {} | {:.1} → {:.1} | {} | {} | {} → {} |",
+            t.added_p50_off_micros,
+            t.added_p50_on_micros,
+            cost(
+                t.added_p50_off_micros,
+                t.added_p50_on_micros,
+                t.added_p50_ratio
+            ),
+            t.added_p99_off_micros,
+            t.added_p99_on_micros,
+            cost(
+                t.added_p99_off_micros,
+                t.added_p99_on_micros,
+                t.added_p99_ratio
+            ),
+            t.throughput_ratio
+                .map_or("–".to_owned(), |r| format!("{r:.2}×")),
+            cpu(t.proxy_cpu_off_micros_per_call),
+            cpu(t.proxy_cpu_on_micros_per_call),
+        );
+    }
+    if let Some(spans) = &results.spans {
+        let per_call = spans
+            .spans_per_call
+            .map_or("–".to_owned(), |v| format!("{v:.2}"));
+        let _ = writeln!(
+            out,
+            "\nSpans received by the OTLP receiver: {} in {} export requests, for {} calls through \
+             `gateway-traced` (warm-up included): {per_call} per call, {} expected{}.",
+            spans.spans_received,
+            spans.export_requests,
+            spans.calls,
+            spans.expected_spans_per_call,
+            if spans.flushed {
+                ""
+            } else {
+                " (counted without the final flush)"
+            },
+        );
+        if let Some(warning) = spans.shortfall_warning() {
+            let _ = writeln!(out, "\n**Warning:** {warning}.");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -409,9 +676,12 @@ mod tests {
                 }),
                 ..MemoryReport::default()
             },
+            spans: None,
             rounds,
         };
         let table = markdown(&results);
+        // No traced gateway: no tracing section.
+        assert!(!table.contains("Tracing on vs off"), "{table}");
         assert!(
             table.contains(
                 "| c1-4k | gateway | 80.0 | 145.0 | 6000 | +35.0 | +55.0 | 0.55× | 22.0 | 0 |"
@@ -431,6 +701,206 @@ mod tests {
         let json = serde_json::to_string(&results).expect("serializable");
         let back: BenchResults = serde_json::from_str(&json).expect("round trip");
         assert_eq!(serde_json::to_string(&back).expect("serializable"), json);
+    }
+
+    #[test]
+    fn tracing_on_vs_off() {
+        let scenario = Scenario::parse("c1-4k").expect("valid");
+        let rounds = vec![
+            record(1, TargetKind::Direct, 40.0, 80.0, 10_000.0),
+            record(1, TargetKind::Gateway, 80.0, 180.0, 8_000.0),
+            record(1, TargetKind::GatewayTraced, 86.0, 210.0, 7_600.0),
+            record(2, TargetKind::Direct, 40.0, 80.0, 10_000.0),
+            record(2, TargetKind::Gateway, 80.0, 180.0, 8_000.0),
+            record(2, TargetKind::GatewayTraced, 86.0, 210.0, 7_600.0),
+        ];
+        let targets = [
+            TargetKind::Direct,
+            TargetKind::Gateway,
+            TargetKind::GatewayTraced,
+        ];
+        let summary = summarize(std::slice::from_ref(&scenario), &targets, &rounds);
+        let overhead = summary[0].tracing.clone().expect("both gateways ran");
+        assert_eq!(
+            overhead,
+            TracingOverhead {
+                added_p50_off_micros: 40.0,
+                added_p50_on_micros: 46.0,
+                added_p50_ratio: Some(1.15),
+                added_p99_off_micros: 100.0,
+                added_p99_on_micros: 130.0,
+                added_p99_ratio: Some(1.3),
+                throughput_ratio: Some(0.95),
+                proxy_cpu_off_micros_per_call: Some(21.5),
+                proxy_cpu_on_micros_per_call: Some(21.5),
+            }
+        );
+        // Without the direct target there is no "added", hence no comparison.
+        let no_direct = summarize(
+            std::slice::from_ref(&scenario),
+            &targets[1..],
+            &rounds[1..3],
+        );
+        assert_eq!(no_direct[0].tracing, None);
+        // Without the traced gateway neither.
+        let untraced = summarize(std::slice::from_ref(&scenario), &targets[..2], &rounds);
+        assert_eq!(untraced[0].tracing, None);
+
+        assert_eq!(calls_made(&rounds, TargetKind::GatewayTraced), 2200);
+        assert_eq!(calls_made(&rounds, TargetKind::Nginx), 0);
+        let mut env = BTreeMap::new();
+        env.insert(
+            "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
+            "http://127.0.0.1:4317".to_owned(),
+        );
+        let spans = SpanReport::new(2200, 4400, 9, true, env);
+        assert_eq!(spans.spans_per_call, Some(2.0));
+        assert_eq!(spans.shortfall_warning(), None);
+
+        let results = BenchResults {
+            settings: Settings {
+                hook: Hook::Mutate,
+                rounds: 2,
+                duration_seconds: 3.0,
+                warmup_seconds: 0.5,
+                connections: 1,
+                registered_plugins: 100,
+                scenarios: vec![scenario],
+                targets: targets.to_vec(),
+            },
+            environment: Environment {
+                cpus: 2,
+                clock_ticks_per_second: 100,
+                nginx_version: None,
+                nginx_skipped: None,
+                started_at_unix: 0,
+            },
+            summary,
+            memory: MemoryReport {
+                traced_gateway_idle: Some(Memory {
+                    rss_kib: 12288,
+                    hwm_kib: 12288,
+                }),
+                ..MemoryReport::default()
+            },
+            spans: Some(spans),
+            rounds,
+        };
+        let table = markdown(&results);
+        assert!(table.contains("(goal: at most +15.0 %)"), "{table}");
+        assert!(
+            table.contains(
+                "| c1-4k | 40.0 → 46.0 | +6.0 µs (+15.0 %) | 100.0 → 130.0 | +30.0 µs (+30.0 %) | 0.95× | 21.5 → 21.5 |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| c1-4k | gateway-traced | 86.0 | 210.0 | 7600 | +46.0 | +130.0 | 0.76× | 21.5 | 0 |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "Spans received by the OTLP receiver: 4400 in 9 export requests, for 2200 calls \
+                 through `gateway-traced` (warm-up included): 2.00 per call, 2 expected."
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| rollout-gateway, spans exported (gateway-traced) | 12.0 MiB | – | – |"
+            ),
+            "{table}"
+        );
+        let json = serde_json::to_string(&results).expect("serializable");
+        assert!(json.contains("\"gateway-traced\""), "{json}");
+        let back: BenchResults = serde_json::from_str(&json).expect("round trip");
+        assert_eq!(back, results);
+    }
+
+    #[test]
+    fn ratios_and_percentages() {
+        assert_eq!(ratio(46.0, 40.0), Some(1.15));
+        assert_eq!(ratio(1.0, 3.0), Some(0.333));
+        // The untraced gateway added nothing: no meaningful ratio.
+        assert_eq!(ratio(5.0, 0.0), None);
+        assert_eq!(ratio(5.0, -2.0), None);
+        assert_eq!(percent_change(1.083), "+8.3 %");
+        assert_eq!(percent_change(0.95), "-5.0 %");
+        assert_eq!(percent_change(1.0), "+0.0 %");
+        assert_eq!(percent_change(0.9999), "+0.0 %");
+        assert_eq!(percent_change(TRACING_GOAL_RATIO), "+15.0 %");
+    }
+
+    #[test]
+    fn span_shortfall() {
+        let report = |spans, flushed, sampler: bool| {
+            let mut env = BTreeMap::new();
+            if sampler {
+                env.insert("OTEL_TRACES_SAMPLER".to_owned(), "traceidratio".to_owned());
+            }
+            SpanReport::new(1000, spans, 4, flushed, env)
+        };
+        // 2 per call, or a little below (a few lost at the edges): fine.
+        assert_eq!(report(2000, true, false).shortfall_warning(), None);
+        assert_eq!(report(1800, true, false).shortfall_warning(), None);
+        // More than expected (retries make more client spans): fine.
+        assert_eq!(report(2600, true, false).shortfall_warning(), None);
+        let nothing = report(0, true, false).shortfall_warning().expect("warned");
+        assert!(nothing.contains("got 0 spans for 1000 calls"), "{nothing}");
+        assert!(nothing.contains("did not export"), "{nothing}");
+        let half = report(1000, false, true)
+            .shortfall_warning()
+            .expect("warned");
+        assert!(half.contains("50.0 % of the 2000 expected"), "{half}");
+        assert!(half.contains("dropped spans"), "{half}");
+        assert!(half.contains("did not stop cleanly"), "{half}");
+        assert!(half.contains("OTEL_TRACES_SAMPLER"), "{half}");
+        // The table carries the warning too.
+        let results = BenchResults {
+            settings: Settings {
+                hook: Hook::Mutate,
+                rounds: 1,
+                duration_seconds: 1.0,
+                warmup_seconds: 0.0,
+                connections: 1,
+                registered_plugins: 1,
+                scenarios: Vec::new(),
+                targets: vec![TargetKind::GatewayTraced],
+            },
+            environment: Environment {
+                cpus: 2,
+                clock_ticks_per_second: 100,
+                nginx_version: None,
+                nginx_skipped: None,
+                started_at_unix: 0,
+            },
+            summary: Vec::new(),
+            memory: MemoryReport::default(),
+            spans: Some(report(0, true, false)),
+            rounds: Vec::new(),
+        };
+        let table = markdown(&results);
+        assert!(
+            table.contains("\n**Warning:** the OTLP receiver got 0 spans for 1000 calls"),
+            "{table}"
+        );
+        assert!(table.contains("0.00 per call, 2 expected."), "{table}");
+        // No calls: nothing to compare.
+        let none = SpanReport::new(0, 0, 0, true, BTreeMap::new());
+        assert_eq!(none.spans_per_call, None);
+        assert_eq!(none.shortfall_warning(), None);
+    }
+
+    #[test]
+    fn earlier_results_still_read() {
+        // Written before the traced gateway existed.
+        let json = include_str!("../../results/gateway-vs-nginx.json");
+        let results: BenchResults = serde_json::from_str(json).expect("readable");
+        assert!(results.spans.is_none());
+        assert!(results.summary.iter().all(|s| s.tracing.is_none()));
+        assert!(!markdown(&results).contains("Tracing on vs off"));
     }
 
     #[test]

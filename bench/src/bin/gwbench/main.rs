@@ -1,11 +1,14 @@
 //! `gwbench`: the gateway benchmark. It starts an echo plugin, the gateway
-//! (with a registry of `--registered` plugins) and nginx (a plain gRPC proxy
-//! for scale) in front of it, runs `hookbench` against the three targets,
-//! alternating them within every round, and reports medians over the rounds
-//! with the latency, throughput and CPU the gateway adds, plus its memory.
-//! The full results go to a JSON file, a Markdown table to stdout, progress
-//! to stderr.
+//! (with a registry of `--registered` plugins), a second gateway exporting
+//! its spans over OTLP/gRPC to a receiver inside `gwbench`, and nginx (a
+//! plain gRPC proxy for scale) in front of it, runs `hookbench` against the
+//! targets, alternating them within every round, and reports medians over
+//! the rounds with the latency, throughput and CPU the gateway adds, what
+//! exporting spans adds to that, plus memory. The full results go to a JSON
+//! file, Markdown tables to stdout, progress to stderr.
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -13,15 +16,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, anyhow, bail};
 use clap::Parser;
 use rollout_bench::compare::config::{
-    NginxSettings, gateway_config_yaml, nginx_config, parse_nginx_version,
+    NginxSettings, gateway_config_yaml, nginx_config, parse_nginx_version, traced_gateway_env,
 };
 use rollout_bench::compare::procfs;
 use rollout_bench::compare::summary::{
-    BenchResults, Environment, MemoryReport, RoundRecord, Settings, cpu_micros_per_call, markdown,
-    summarize,
+    BenchResults, Environment, MemoryReport, RoundRecord, Settings, SpanReport, calls_made,
+    cpu_micros_per_call, markdown, summarize,
 };
 use rollout_bench::compare::{DEFAULT_SCENARIOS, Scenario, TargetKind};
 use rollout_bench::load::{Hook, Report};
+use rollout_bench::otlp::SpanReceiver;
 use rollout_bench::units::parse_duration;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
@@ -31,7 +35,11 @@ use rollout_bench::process::{self as processes, ChildGuard, wait_for_http_ok, wa
 /// How long a process may take to print its address or become ready.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Compare an echo plugin called directly, through rollout-gateway and through nginx.
+/// How long the traced gateway gets to drain and flush its last spans.
+const TRACED_STOP_GRACE: Duration = Duration::from_secs(20);
+
+/// Compare an echo plugin called directly, through rollout-gateway (without
+/// and with exported tracing) and through nginx.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
@@ -89,6 +97,10 @@ struct Args {
     /// Leave nginx out.
     #[arg(long)]
     no_nginx: bool,
+    /// Leave out the traced gateway (the second gateway, exporting its spans
+    /// over OTLP/gRPC to a receiver in gwbench).
+    #[arg(long)]
+    no_traced: bool,
     /// When nginx is missing, install it with `apt-get install -y nginx-light`.
     #[arg(long)]
     install_nginx: bool,
@@ -227,6 +239,63 @@ fn find_nginx(args: &Args) -> Result<PathBuf, String> {
     Err("nginx not found on PATH; install it (`apt-get install -y nginx-light`) or pass --install-nginx".to_owned())
 }
 
+/// A running gateway.
+struct Gateway {
+    guard: ChildGuard,
+    /// gRPC address.
+    address: String,
+    admin_address: String,
+    pid: u32,
+}
+
+/// The traced gateway and the receiver of its spans (dropped in this
+/// order: the gateway flushes to the receiver as it stops).
+struct Traced {
+    gateway: Gateway,
+    receiver: SpanReceiver,
+    /// The `OTEL_*` variables it runs with.
+    exporter_env: BTreeMap<String, String>,
+}
+
+/// Starts `command` (the gateway binary, its environment set) with the
+/// registry `config` and waits until `/readyz` says 200; `name` names the
+/// process and its log file.
+async fn start_gateway(
+    args: &Args,
+    mut command: Command,
+    config: &Path,
+    temp: &Path,
+    name: &str,
+) -> anyhow::Result<Gateway> {
+    command
+        .arg("--config")
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .env("RUST_LOG", &args.gateway_log);
+    let (mut guard, stdout) = ChildGuard::spawn(
+        &if name == "gateway" {
+            "rollout-gateway".to_owned()
+        } else {
+            format!("rollout-gateway ({name})")
+        },
+        command,
+        &temp.join(format!("{name}.log")),
+    )?;
+    let line = guard
+        .wait_for_line(stdout, "rollout-gateway listening", START_TIMEOUT)
+        .await?;
+    let address = field(&line, "grpc")?;
+    let admin_address = field(&line, "admin")?;
+    wait_for_http_ok(&mut guard, &admin_address, "/readyz", START_TIMEOUT).await?;
+    let pid = guard.pid()?;
+    Ok(Gateway {
+        guard,
+        address,
+        admin_address,
+        pid,
+    })
+}
+
 /// A target of the load: where it is and which processes serve it.
 struct Target {
     kind: TargetKind,
@@ -277,31 +346,54 @@ async fn run(args: Args) -> anyhow::Result<()> {
     )
     .with_context(|| format!("cannot write {}", config.display()))?;
     let mut command = Command::new(&plan.gateway);
+    // Nothing exported, whatever gwbench's environment says.
     command
-        .arg("--config")
-        .arg(&config)
-        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .env("RUST_LOG", &args.gateway_log)
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
-    let (mut gateway, stdout) =
-        ChildGuard::spawn("rollout-gateway", command, &temp.path().join("gateway.log"))?;
-    let line = gateway
-        .wait_for_line(stdout, "rollout-gateway listening", START_TIMEOUT)
-        .await?;
-    let gateway_address = field(&line, "grpc")?;
-    let admin_address = field(&line, "admin")?;
-    wait_for_http_ok(&mut gateway, &admin_address, "/readyz", START_TIMEOUT).await?;
-    let gateway_pid = gateway.pid()?;
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    let mut gateway = start_gateway(args, command, &config, temp.path(), "gateway").await?;
     let mut memory = MemoryReport {
         gateway_idle: Some(
-            procfs::read_memory(gateway_pid).context("cannot read the gateway's memory")?,
+            procfs::read_memory(gateway.pid).context("cannot read the gateway's memory")?,
         ),
         ..MemoryReport::default()
     };
     eprintln!(
-        "gwbench: rollout-gateway ready on {gateway_address} ({} plugins registered, admin {admin_address})",
-        args.registered
+        "gwbench: rollout-gateway ready on {} ({} plugins registered, admin {})",
+        gateway.address, args.registered, gateway.admin_address
     );
+
+    // 2b. The traced gateway, the same but exporting to a receiver in here.
+    let mut traced = None;
+    if !args.no_traced {
+        let receiver = SpanReceiver::start(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .context("cannot start the OTLP receiver")?;
+        let endpoint = format!("http://{}", receiver.address);
+        let (exporter_env, removed) = traced_gateway_env(
+            // Not `env::vars`, which panics on a variable that is not UTF-8.
+            std::env::vars_os().filter_map(|(name, value)| {
+                Some((name.into_string().ok()?, value.into_string().ok()?))
+            }),
+            &endpoint,
+        );
+        let mut command = Command::new(&plan.gateway);
+        for name in &removed {
+            command.env_remove(name);
+        }
+        command.env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+        let gateway = start_gateway(args, command, &config, temp.path(), "gateway-traced").await?;
+        memory.traced_gateway_idle = Some(
+            procfs::read_memory(gateway.pid).context("cannot read the traced gateway's memory")?,
+        );
+        eprintln!(
+            "gwbench: rollout-gateway (traced) ready on {}, exporting spans to {endpoint}",
+            gateway.address
+        );
+        traced = Some(Traced {
+            gateway,
+            receiver,
+            exporter_env,
+        });
+    }
 
     // 3. nginx, unless skipped.
     let mut nginx_version = None;
@@ -335,10 +427,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         },
         Target {
             kind: TargetKind::Gateway,
-            url: format!("http://{gateway_address}"),
-            proxy_pids: vec![gateway_pid],
+            url: format!("http://{}", gateway.address),
+            proxy_pids: vec![gateway.pid],
         },
     ];
+    if let Some(traced) = &traced {
+        targets.push(Target {
+            kind: TargetKind::GatewayTraced,
+            url: format!("http://{}", traced.gateway.address),
+            proxy_pids: vec![traced.gateway.pid],
+        });
+    }
     if let Some((guard, address)) = &nginx {
         targets.push(Target {
             kind: TargetKind::Nginx,
@@ -360,7 +459,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             for index in 0..targets.len() {
                 let target = &targets[(offset + index) % targets.len()];
                 plugin.ensure_running()?;
-                gateway.ensure_running()?;
+                gateway.guard.ensure_running()?;
+                if let Some(traced) = &mut traced {
+                    traced.gateway.guard.ensure_running()?;
+                }
                 if let Some((guard, _)) = &mut nginx {
                     guard.ensure_running()?;
                 }
@@ -371,9 +473,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 let record =
                     run_round(&plan, round, scenario, target, plugin_pid, ticks_per_second).await?;
                 let latency = &record.report.latency_micros;
-                let cpu = record
+                let mut cpu = record
                     .proxy_cpu_micros_per_call
                     .map_or(String::new(), |cpu| format!(", proxy CPU {cpu:.1} µs/call"));
+                if let (TargetKind::GatewayTraced, Some(traced)) = (target.kind, &traced) {
+                    let _ = write!(cpu, ", {} spans so far", traced.receiver.counts().spans);
+                }
                 eprintln!(
                     "p50 {:.1} µs, p99 {:.1} µs, {:.0} calls/s{cpu}{}",
                     latency.p50,
@@ -394,10 +499,39 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     // 5. Memory after the runs, then the results.
-    memory.gateway_after_runs = Some(procfs::read_memory(gateway_pid)?);
+    memory.gateway_after_runs = Some(procfs::read_memory(gateway.pid)?);
     memory.plugin_after_runs = Some(procfs::read_memory(plugin_pid)?);
     if let Some(target) = targets.iter().find(|t| t.kind == TargetKind::Nginx) {
         memory.nginx_after_runs = Some(procfs::memory(&target.proxy_pids));
+    }
+    // The spans: stop the traced gateway first, so its batch processor
+    // flushes what it still holds, then count.
+    let mut spans = None;
+    if let Some(traced) = &mut traced {
+        memory.traced_gateway_after_runs = Some(procfs::read_memory(traced.gateway.pid)?);
+        let flushed = traced.gateway.guard.stop(TRACED_STOP_GRACE).await;
+        if !flushed {
+            eprintln!(
+                "gwbench: the traced gateway did not exit cleanly on SIGTERM; the span count may miss its last batch{}",
+                traced.gateway.guard.log_tail()
+            );
+        }
+        let counts = traced.receiver.counts();
+        let report = SpanReport::new(
+            calls_made(&records, TargetKind::GatewayTraced),
+            counts.spans,
+            counts.exports,
+            flushed,
+            traced.exporter_env.clone(),
+        );
+        eprintln!(
+            "gwbench: the OTLP receiver got {} spans in {} requests for {} calls through the traced gateway",
+            report.spans_received, report.export_requests, report.calls
+        );
+        if let Some(warning) = report.shortfall_warning() {
+            eprintln!("gwbench: WARNING: {warning}");
+        }
+        spans = Some(report);
     }
     let target_kinds: Vec<TargetKind> = targets.iter().map(|t| t.kind).collect();
     let results = BenchResults {
@@ -420,14 +554,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         },
         summary: summarize(&plan.scenarios, &target_kinds, &records),
         memory,
+        spans,
         rounds: records,
     };
     write_results(&args.out, &results)?;
     print!("{}", markdown(&results));
     eprintln!("gwbench: results written to {}", args.out.display());
-    // Stop nginx, then the gateway, then the plugin.
+    // Stop nginx, then the gateways, then the plugin and the receiver.
     drop(nginx);
     drop(gateway);
+    drop(traced);
     drop(plugin);
     Ok(())
 }
@@ -455,7 +591,7 @@ async fn run_round(
         .args(["--timeout", &seconds(args.timeout)])
         .args(["--threads", &args.hookbench_threads.to_string()])
         .arg("--json");
-    if target.kind == TargetKind::Gateway {
+    if target.kind.is_gateway() {
         command.args(["--plugin", "echo"]);
     }
 
