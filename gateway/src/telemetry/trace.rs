@@ -6,9 +6,12 @@
 //! Spans are always made, so every plugin sees the gateway's hop in its trace
 //! context; they leave the process only when an OTLP endpoint is configured,
 //! through the SDK's batch processor: a bounded queue drained by its own
-//! thread, which drops spans when full rather than block a hook.
+//! thread, which drops spans when full rather than block a hook. The OTLP
+//! client's connection runs on a runtime of its own, on its own thread, so
+//! exporting never takes the gateway's worker thread from the calls.
 
 use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::HeaderValue;
@@ -82,27 +85,81 @@ pub struct TracingError {
 pub struct Tracing {
     tracer: SdkTracer,
     provider: SdkTracerProvider,
-    exporting: bool,
+    /// The exporter's runtime, while exporting.
+    export: Option<Arc<ExportRuntime>>,
+}
+
+/// A current-thread runtime on a thread of its own that drives the OTLP
+/// client's connection, until stopped.
+#[derive(Debug)]
+struct ExportRuntime {
+    stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl ExportRuntime {
+    /// Builds the runtime, makes `build` run inside it (so the client's
+    /// background tasks are spawned there), and starts its thread.
+    fn start<T>(build: impl FnOnce() -> T) -> std::io::Result<(ExportRuntime, T)> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let built = {
+            let _entered = runtime.enter();
+            build()
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("otlp-export".into())
+            .spawn(move || {
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+            })?;
+        Ok((
+            ExportRuntime {
+                stop: Mutex::new(Some(stop)),
+                thread: Mutex::new(Some(thread)),
+            },
+            built,
+        ))
+    }
+
+    fn stop(&self) {
+        let stop = self.stop.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(stop) = stop {
+            let _ = stop.send(());
+        }
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Tracing {
-    /// A tracer exporting as `options` say. Must run inside a Tokio runtime
-    /// (the OTLP client is a tonic channel).
+    /// A tracer exporting as `options` say.
     pub fn new(options: &TracingOptions) -> Result<Tracing, TracingError> {
         let resource = Resource::builder()
             .with_service_name(options.service_name.clone())
             .build();
         let mut builder = SdkTracerProvider::builder().with_resource(resource);
+        let mut export = None;
         if let Some(endpoint) = &options.otlp_endpoint {
             use opentelemetry_otlp::WithExportConfig;
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .with_endpoint(endpoint.clone())
-                .build()
-                .map_err(|e| TracingError {
-                    endpoint: endpoint.clone(),
-                    message: e.to_string(),
-                })?;
+            let failed = |message: String| TracingError {
+                endpoint: endpoint.clone(),
+                message,
+            };
+            let (runtime, exporter) = ExportRuntime::start(|| {
+                opentelemetry_otlp::SpanExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(endpoint.clone())
+                    .build()
+            })
+            .map_err(|e| failed(format!("cannot start its thread: {e}")))?;
+            let exporter = exporter.map_err(|e| failed(e.to_string()))?;
+            export = Some(Arc::new(runtime));
             let mut batch = BatchConfigBuilder::default();
             if let Some(delay) = options.schedule_delay {
                 batch = batch.with_scheduled_delay(delay);
@@ -117,7 +174,7 @@ impl Tracing {
         Ok(Tracing {
             tracer: provider.tracer("rollout-gateway"),
             provider,
-            exporting: options.otlp_endpoint.is_some(),
+            export,
         })
     }
 
@@ -127,22 +184,23 @@ impl Tracing {
         Tracing {
             tracer: provider.tracer("rollout-gateway"),
             provider,
-            exporting: false,
+            export: None,
         }
     }
 
     /// Whether spans leave the process.
     pub fn is_exporting(&self) -> bool {
-        self.exporting
+        self.export.is_some()
     }
 
     /// Exports the spans still queued and stops the exporter. Blocks: call it
     /// from a blocking thread (`spawn_blocking`) when on a runtime.
     pub fn shutdown(&self) {
-        if self.exporting
-            && let Err(error) = self.provider.shutdown()
-        {
-            tracing::warn!(%error, "exporting the last spans failed");
+        if let Some(export) = &self.export {
+            if let Err(error) = self.provider.shutdown() {
+                tracing::warn!(%error, "exporting the last spans failed");
+            }
+            export.stop();
         }
     }
 
