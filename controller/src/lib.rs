@@ -9,9 +9,23 @@
 //! ManifestWork, Placement, PlacementDecision, ClusterManager) and renders
 //! their CRDs for `rollout-controller crd`. [`registration`] turns the
 //! ClusterManager's `workConfiguration.plugins` into the gateway's registry
-//! ConfigMap. The binary only parses flags and calls into this library.
+//! ConfigMap.
+//!
+//! The controller itself: [`hooks`] is the gateway client (the [`hooks::Hooks`]
+//! trait and its gRPC implementation), [`telemetry`] its trace spans,
+//! [`revision`] the pure revision history and abort rules, [`orchestrate`]
+//! one rollout step of one ManifestWorkReplicaSet over the hooks and a
+//! [`orchestrate::World`] of ManifestWorks (shared by `run` and the
+//! simulator), and [`reconcile`] the kube-rs controller around it. The
+//! binary only parses flags and calls into this library.
 
 pub mod api;
+pub mod health;
+pub mod hooks;
+pub mod orchestrate;
 pub mod plan;
+pub mod reconcile;
 pub mod registration;
+pub mod revision;
 pub mod rollout;
+pub mod telemetry;

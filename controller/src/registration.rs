@@ -133,6 +133,38 @@ pub async fn register_plugins(
     apply_registry(client, &config_map).await
 }
 
+/// Keeps the registry in `namespace` up to date: watches every
+/// ClusterManager and registers its plugins ([`register_plugins`]) each time
+/// one is created or changes. Runs until the watch ends (never, normally);
+/// a failed registration is logged and retried on the next change or
+/// re-list.
+pub async fn watch_and_register(client: Client, namespace: &str) {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let api: Api<ClusterManager> = Api::all(client.clone());
+    let mut events = std::pin::pin!(
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+    );
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(cluster_manager) => {
+                match register_plugins(client.clone(), &cluster_manager, namespace).await {
+                    Ok(_) => tracing::info!(
+                        cluster_manager = %cluster_manager.name_any(),
+                        namespace,
+                        "plugin registry written"
+                    ),
+                    Err(error) => tracing::warn!(%error, "plugin registration failed"),
+                }
+            }
+            Err(error) => tracing::warn!(%error, "watching ClusterManagers"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use http::{Method, Request, Response, StatusCode};

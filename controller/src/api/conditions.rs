@@ -35,6 +35,12 @@ pub const PLUGIN_LOADED: &str = "PluginLoaded";
 /// [`REASON_PROGRESS_DEADLINE_EXCEEDED`], [`REASON_PLUGIN_CALL_FAILED`].
 pub const PROGRESSING: &str = "Progressing";
 
+/// Present (True) only when the owner label value of the ManifestWorks had
+/// to be hashed to fit 63 characters; its message gives both values. Reason
+/// [`REASON_LABEL_VALUE_HASHED`]. An addition of this project (upstream
+/// fails silently, ocm #1596).
+pub const OWNER_LABEL_HASHED: &str = "OwnerLabelHashed";
+
 /// PlacementVerified: the placement is not found.
 pub const REASON_PLACEMENT_DECISION_NOT_FOUND: &str = "PlacementDecisionNotFound";
 /// PlacementVerified: the placement selected no cluster.

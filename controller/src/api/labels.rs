@@ -138,7 +138,7 @@ fn is_label_char(c: char) -> bool {
 }
 
 /// FNV-1a, 64 bits.
-fn fnv1a64(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     bytes

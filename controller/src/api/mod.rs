@@ -15,6 +15,7 @@
 //! [`conditions`] and [`labels`] hold the condition types, reasons, messages
 //! and label keys; [`crd`] renders the CRDs for `rollout-controller crd`.
 
+pub mod annotations;
 pub mod clustermanager;
 pub mod conditions;
 pub mod crd;

@@ -1,0 +1,40 @@
+//! Annotations the controller writes on the hub ManifestWorks it owns.
+//!
+//! - [`OWNER_ANNOTATION`]: the owning ManifestWorkReplicaSet as
+//!   `namespace/name`, readable even when the owner label had to be hashed,
+//!   so a work's events map back to its owner.
+//! - [`SPEC_HASH_ANNOTATION`]: the hash of the spec the controller applied
+//!   (after the plugin's mutation). A work whose spec no longer has that hash
+//!   was changed by someone else and counts as "not there".
+//! - The validation verdict ([`VALIDATION_ANNOTATION`] and its companions):
+//!   what the plugin's `ValidateRolloutCompletion` decided for this revision
+//!   and generation of the work, so a SUCCEEDED or FAILED answer sticks and
+//!   the plugin is not asked again.
+
+/// On a ManifestWork: its ManifestWorkReplicaSet, `namespace/name`.
+pub const OWNER_ANNOTATION: &str = "rollout.open-cluster-management.io/owner";
+
+/// On a ManifestWork: hex FNV-1a 64 of the canonical JSON of the spec the
+/// controller applied.
+pub const SPEC_HASH_ANNOTATION: &str = "rollout.open-cluster-management.io/spec-hash";
+
+/// On a ManifestWork: the validation verdict, `Succeeded` or `Failed`.
+pub const VALIDATION_ANNOTATION: &str = "rollout.open-cluster-management.io/validation";
+
+/// On a ManifestWork: the plugin's message with the verdict.
+pub const VALIDATION_MESSAGE_ANNOTATION: &str =
+    "rollout.open-cluster-management.io/validation-message";
+
+/// On a ManifestWork: the revision (template hash) the verdict is for.
+pub const VALIDATION_REVISION_ANNOTATION: &str =
+    "rollout.open-cluster-management.io/validation-revision";
+
+/// On a ManifestWork: the work's `metadata.generation` the verdict is for.
+pub const VALIDATION_GENERATION_ANNOTATION: &str =
+    "rollout.open-cluster-management.io/validation-generation";
+
+/// [`VALIDATION_ANNOTATION`] for a SUCCEEDED answer.
+pub const VALIDATION_SUCCEEDED: &str = "Succeeded";
+
+/// [`VALIDATION_ANNOTATION`] for a FAILED answer.
+pub const VALIDATION_FAILED: &str = "Failed";

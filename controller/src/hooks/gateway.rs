@@ -1,0 +1,349 @@
+//! [`GatewayHooks`]: the [`Hooks`] over gRPC to the rollout gateway.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
+use rollout_proto::v1alpha1::{
+    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, RolloutPluginRequest,
+    ValidateCompletionRequest, ValidateResponse,
+};
+use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY, PLUGIN_METADATA_KEY};
+use thiserror::Error;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use super::{Call, HookCounters, HookCounts, HookError, HookKind, Hooks, Mutation};
+use crate::telemetry::Telemetry;
+
+/// `--gateway` when not given: the gateway's default listen address.
+pub const DEFAULT_GATEWAY_URL: &str = "http://127.0.0.1:10843";
+
+/// The deadline of each call when not configured: the contract's limit.
+pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The largest message sent or accepted, as the gateway's default.
+const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// How the gateway is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayOptions {
+    /// The gateway's gRPC address, such as `http://127.0.0.1:10843`
+    /// (plaintext h2c) or `https://rollout-gateway.ns:10843` (TLS, with
+    /// [`GatewayOptions::tls`]).
+    pub url: String,
+    /// The deadline of each call, sent as `grpc-timeout`; at most 30 s
+    /// (longer values are cut to 30 s).
+    pub timeout: Duration,
+    /// TLS towards a central gateway.
+    pub tls: Option<GatewayTls>,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        GatewayOptions {
+            url: DEFAULT_GATEWAY_URL.into(),
+            timeout: DEFAULT_HOOK_TIMEOUT,
+            tls: None,
+        }
+    }
+}
+
+/// TLS towards the gateway (central mode, docs/security.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GatewayTls {
+    /// The CA bundle (PEM) that signed the gateway's certificate.
+    pub ca_pem: Option<Vec<u8>>,
+    /// The client certificate and key (PEM) presented to the gateway; the
+    /// certificate's first DNS SAN (else its CN) names the hub.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name to verify in the gateway's certificate, when not the URL's
+    /// host.
+    pub domain: Option<String>,
+}
+
+/// The gateway address is unusable.
+#[derive(Debug, Error)]
+#[error("invalid gateway URL {url:?}: {message}")]
+pub struct GatewayError {
+    url: String,
+    message: String,
+}
+
+/// The rollout gateway's client: one channel, connected on first use and
+/// again whenever it breaks; every call names its plugin in the
+/// `ocm-rollout-plugin` metadata key, carries a `grpc-timeout` and the
+/// `traceparent` of its own client span, and is counted. Cheap to clone
+/// (clones share the channel and the counters).
+#[derive(Debug, Clone)]
+pub struct GatewayHooks {
+    client: RolloutPluginServiceClient<Channel>,
+    timeout: Duration,
+    telemetry: Telemetry,
+    counters: Arc<HookCounters>,
+}
+
+impl GatewayHooks {
+    /// A client of the gateway at `options.url`. Does not connect: the
+    /// first call does. Must be called inside a Tokio runtime. Fails only on
+    /// a malformed URL.
+    pub fn new(
+        options: &GatewayOptions,
+        telemetry: Telemetry,
+    ) -> Result<GatewayHooks, GatewayError> {
+        let timeout = options.timeout.min(DEFAULT_HOOK_TIMEOUT);
+        let invalid = |e: &dyn std::fmt::Display| GatewayError {
+            url: options.url.clone(),
+            message: e.to_string(),
+        };
+        let mut endpoint = Endpoint::from_shared(options.url.clone()).map_err(|e| invalid(&e))?;
+        if let Some(tls) = &options.tls {
+            let mut config = ClientTlsConfig::new();
+            if let Some(ca) = &tls.ca_pem {
+                config = config.ca_certificate(Certificate::from_pem(ca));
+            }
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(Identity::from_pem(cert, key));
+            }
+            if let Some(domain) = &tls.domain {
+                config = config.domain_name(domain.clone());
+            }
+            endpoint = endpoint.tls_config(config).map_err(|e| invalid(&e))?;
+        }
+        let endpoint = endpoint
+            .connect_timeout(Duration::from_secs(5))
+            // The gateway enforces the deadline itself and answers
+            // DEADLINE_EXCEEDED; this only bounds a gateway that hangs.
+            .timeout(timeout + Duration::from_secs(1))
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_while_idle(true);
+        let client = RolloutPluginServiceClient::new(endpoint.connect_lazy())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(GatewayHooks {
+            client,
+            timeout,
+            telemetry,
+            counters: Arc::new(HookCounters::default()),
+        })
+    }
+
+    /// The calls made so far, per hook.
+    pub fn counts(&self) -> HookCounts {
+        self.counters.snapshot()
+    }
+
+    /// The deadline of each call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// A request for `call` carrying `message`, the plugin key, the deadline
+    /// and the trace context of `span`.
+    fn request<T>(
+        &self,
+        call: Call<'_>,
+        message: T,
+        traceparent: &str,
+    ) -> Result<tonic::Request<T>, tonic::Status> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(self.timeout);
+        let metadata = request.metadata_mut();
+        let plugin = MetadataValue::try_from(call.plugin).map_err(|_| {
+            tonic::Status::invalid_argument(format!(
+                "plugin name {:?} is not a valid metadata value",
+                call.plugin
+            ))
+        })?;
+        metadata.insert(PLUGIN_METADATA_KEY, plugin);
+        if let Ok(value) = MetadataValue::try_from(traceparent) {
+            metadata.insert("traceparent", value);
+        }
+        Ok(request)
+    }
+
+    /// Makes one call: counts it, wraps it in a client span, sends it, and
+    /// turns a failure into a [`HookError`].
+    async fn call<Req, Resp, F, Fut>(
+        &self,
+        hook: HookKind,
+        call: Call<'_>,
+        rollout: Option<&RolloutPluginRequest>,
+        message: Req,
+        send: F,
+    ) -> Result<tonic::Response<Resp>, HookError>
+    where
+        F: FnOnce(RolloutPluginServiceClient<Channel>, tonic::Request<Req>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        self.counters.record(hook);
+        let span = self
+            .telemetry
+            .hook_span(call.trace, hook, call.plugin, rollout);
+        let result = match self.request(call, message, &span.traceparent()) {
+            Ok(request) => send(self.client.clone(), request).await,
+            Err(status) => Err(status),
+        };
+        match result {
+            Ok(response) => {
+                span.finish(tonic::Code::Ok, "");
+                Ok(response)
+            }
+            Err(status) => {
+                span.finish(status.code(), status.message());
+                tracing::debug!(
+                    hook = hook.as_str(),
+                    plugin = call.plugin,
+                    code = super::code_name(status.code()),
+                    message = status.message(),
+                    "hook call failed"
+                );
+                Err(HookError::from_status(hook, &status))
+            }
+        }
+    }
+}
+
+/// A comma-separated trailer as a list (absent or empty: none).
+fn trailer_list(metadata: &MetadataMap, key: &str) -> Vec<String> {
+    metadata
+        .get(key)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Hooks for GatewayHooks {
+    async fn initialize(
+        &self,
+        call: Call<'_>,
+        request: InitializeRequest,
+    ) -> Result<InitializeResponse, HookError> {
+        let response = self
+            .call(
+                HookKind::Initialize,
+                call,
+                None,
+                request,
+                |mut c, r| async move { c.initialize(r).await },
+            )
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    async fn begin_rollout(
+        &self,
+        call: Call<'_>,
+        request: RolloutPluginRequest,
+    ) -> Result<(), HookError> {
+        let rollout = request.clone();
+        self.call(
+            HookKind::BeginRollout,
+            call,
+            Some(&rollout),
+            request,
+            |mut c, r| async move { c.begin_rollout(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn progress_rollout(
+        &self,
+        call: Call<'_>,
+        request: RolloutPluginRequest,
+    ) -> Result<(), HookError> {
+        let rollout = request.clone();
+        self.call(
+            HookKind::ProgressRollout,
+            call,
+            Some(&rollout),
+            request,
+            |mut c, r| async move { c.progress_rollout(r).await },
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn validate_rollout_completion(
+        &self,
+        call: Call<'_>,
+        request: ValidateCompletionRequest,
+    ) -> Result<ValidateResponse, HookError> {
+        let rollout = request.rollout.clone();
+        let response = self
+            .call(
+                HookKind::ValidateRolloutCompletion,
+                call,
+                rollout.as_ref(),
+                request,
+                |mut c, r| async move { c.validate_rollout_completion(r).await },
+            )
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    async fn mutate_manifest_work(
+        &self,
+        call: Call<'_>,
+        request: MutateManifestWorkRequest,
+    ) -> Result<Mutation, HookError> {
+        let rollout = request.rollout.clone();
+        let response = self
+            .call(
+                HookKind::MutateManifestWork,
+                call,
+                rollout.as_ref(),
+                request,
+                |mut c, r| async move { c.mutate_manifest_work(r).await },
+            )
+            .await?;
+        let mutated_by = trailer_list(response.metadata(), MUTATED_BY_METADATA_KEY);
+        let failed_open = trailer_list(response.metadata(), FAILED_OPEN_METADATA_KEY);
+        let work = response.into_inner().manifest_work;
+        Ok(Mutation {
+            work: (!work.is_empty()).then_some(work),
+            mutated_by,
+            failed_open,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trailers_split_on_commas() {
+        let mut md = MetadataMap::new();
+        md.insert(
+            MUTATED_BY_METADATA_KEY,
+            MetadataValue::from_static("a, b,,c"),
+        );
+        assert_eq!(trailer_list(&md, MUTATED_BY_METADATA_KEY), ["a", "b", "c"]);
+        assert!(trailer_list(&md, FAILED_OPEN_METADATA_KEY).is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_deadline_is_at_most_30_seconds() {
+        let options = GatewayOptions {
+            url: "http://127.0.0.1:1".into(),
+            timeout: Duration::from_secs(120),
+            tls: None,
+        };
+        let hooks = GatewayHooks::new(&options, Telemetry::disabled()).expect("valid URL");
+        assert_eq!(hooks.timeout(), Duration::from_secs(30));
+        let bad = GatewayOptions {
+            url: "not a url".into(),
+            ..GatewayOptions::default()
+        };
+        let err = GatewayHooks::new(&bad, Telemetry::disabled()).expect_err("invalid");
+        assert!(err.to_string().contains("not a url"), "{err}");
+    }
+}

@@ -1,0 +1,288 @@
+//! The rollout plugin hooks as the orchestration sees them: the [`Hooks`]
+//! trait, its typed answers and errors, and a per-hook call counter.
+//!
+//! [`GatewayHooks`] implements it over gRPC to the rollout gateway (one
+//! lazily connected channel, the `ocm-rollout-plugin` metadata key, a
+//! deadline and W3C trace context on every call). Tests and the simulator may
+//! implement the trait themselves; the orchestration
+//! ([`crate::orchestrate`]) only knows the trait.
+
+mod gateway;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use rollout_proto::v1alpha1::{
+    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, RolloutPluginRequest,
+    ValidateCompletionRequest, ValidateResponse,
+};
+use serde::Serialize;
+use thiserror::Error;
+
+pub use gateway::{
+    DEFAULT_GATEWAY_URL, DEFAULT_HOOK_TIMEOUT, GatewayError, GatewayHooks, GatewayOptions,
+    GatewayTls,
+};
+
+/// One of the plugin API's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum HookKind {
+    /// `Initialize`.
+    Initialize,
+    /// `BeginRollout`.
+    BeginRollout,
+    /// `ProgressRollout`.
+    ProgressRollout,
+    /// `ValidateRolloutCompletion`.
+    ValidateRolloutCompletion,
+    /// `MutateManifestWork`.
+    MutateManifestWork,
+}
+
+impl HookKind {
+    /// The gRPC method name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookKind::Initialize => "Initialize",
+            HookKind::BeginRollout => "BeginRollout",
+            HookKind::ProgressRollout => "ProgressRollout",
+            HookKind::ValidateRolloutCompletion => "ValidateRolloutCompletion",
+            HookKind::MutateManifestWork => "MutateManifestWork",
+        }
+    }
+}
+
+impl fmt::Display for HookKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A hook call that did not succeed: the gRPC code and message, as the
+/// gateway (or the transport) answered.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{hook} failed: {}: {message}", code_name(*.code))]
+pub struct HookError {
+    /// The call.
+    pub hook: HookKind,
+    /// The gRPC status code.
+    pub code: tonic::Code,
+    /// The status message.
+    pub message: String,
+}
+
+impl HookError {
+    /// An error of `hook` from a gRPC status.
+    pub fn from_status(hook: HookKind, status: &tonic::Status) -> HookError {
+        HookError {
+            hook,
+            code: status.code(),
+            message: status.message().to_owned(),
+        }
+    }
+}
+
+/// The canonical gRPC name of `code`, such as `UNAVAILABLE`.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// What `MutateManifestWork` answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Mutation {
+    /// The mutated ManifestWork as JSON; `None` when the answer was empty
+    /// ("unchanged").
+    pub work: Option<Bytes>,
+    /// The `ocm-rollout-mutated-by` trailer: the plugins that changed the
+    /// object, in order.
+    pub mutated_by: Vec<String>,
+    /// The `ocm-rollout-failed-open` trailer: plugins that failed and were
+    /// skipped under `failurePolicy: Ignore`.
+    pub failed_open: Vec<String>,
+}
+
+/// Who a hook call is for and where it sits in the trace.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The plugin or pipeline (`rolloutStrategy.plugin`), sent as the
+    /// `ocm-rollout-plugin` metadata key.
+    pub plugin: &'a str,
+    /// The context whose span the call's span descends from (the reconcile
+    /// span).
+    pub trace: &'a opentelemetry::Context,
+}
+
+/// The plugin API as the orchestration calls it. Every method is one call;
+/// implementations count them ([`HookCounters`]).
+pub trait Hooks: Send + Sync {
+    /// `Initialize`.
+    fn initialize(
+        &self,
+        call: Call<'_>,
+        request: InitializeRequest,
+    ) -> impl Future<Output = Result<InitializeResponse, HookError>> + Send;
+
+    /// `BeginRollout`, for one cluster (`cluster_name` set).
+    fn begin_rollout(
+        &self,
+        call: Call<'_>,
+        request: RolloutPluginRequest,
+    ) -> impl Future<Output = Result<(), HookError>> + Send;
+
+    /// `ProgressRollout`, once per reconcile of a placement.
+    fn progress_rollout(
+        &self,
+        call: Call<'_>,
+        request: RolloutPluginRequest,
+    ) -> impl Future<Output = Result<(), HookError>> + Send;
+
+    /// `ValidateRolloutCompletion`, for one Validating cluster.
+    fn validate_rollout_completion(
+        &self,
+        call: Call<'_>,
+        request: ValidateCompletionRequest,
+    ) -> impl Future<Output = Result<ValidateResponse, HookError>> + Send;
+
+    /// `MutateManifestWork`, for one cluster, with the ManifestWork as JSON.
+    fn mutate_manifest_work(
+        &self,
+        call: Call<'_>,
+        request: MutateManifestWorkRequest,
+    ) -> impl Future<Output = Result<Mutation, HookError>> + Send;
+}
+
+/// How many calls of each hook were made, answered or not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct HookCounts {
+    /// `Initialize` calls (not part of the simulator's `hookCalls`).
+    #[serde(skip)]
+    pub initialize: u64,
+    /// `BeginRollout` calls.
+    #[serde(rename = "BeginRollout")]
+    pub begin_rollout: u64,
+    /// `ProgressRollout` calls.
+    #[serde(rename = "ProgressRollout")]
+    pub progress_rollout: u64,
+    /// `ValidateRolloutCompletion` calls.
+    #[serde(rename = "ValidateRolloutCompletion")]
+    pub validate_rollout_completion: u64,
+    /// `MutateManifestWork` calls.
+    #[serde(rename = "MutateManifestWork")]
+    pub mutate_manifest_work: u64,
+}
+
+impl HookCounts {
+    /// The count of `hook`.
+    pub fn get(&self, hook: HookKind) -> u64 {
+        match hook {
+            HookKind::Initialize => self.initialize,
+            HookKind::BeginRollout => self.begin_rollout,
+            HookKind::ProgressRollout => self.progress_rollout,
+            HookKind::ValidateRolloutCompletion => self.validate_rollout_completion,
+            HookKind::MutateManifestWork => self.mutate_manifest_work,
+        }
+    }
+}
+
+/// Thread-safe per-hook call counters.
+#[derive(Debug, Default)]
+pub struct HookCounters {
+    counts: [AtomicU64; 5],
+}
+
+impl HookCounters {
+    fn slot(hook: HookKind) -> usize {
+        match hook {
+            HookKind::Initialize => 0,
+            HookKind::BeginRollout => 1,
+            HookKind::ProgressRollout => 2,
+            HookKind::ValidateRolloutCompletion => 3,
+            HookKind::MutateManifestWork => 4,
+        }
+    }
+
+    /// Counts one call of `hook`.
+    pub fn record(&self, hook: HookKind) {
+        self.counts[Self::slot(hook)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts so far.
+    pub fn snapshot(&self) -> HookCounts {
+        let get = |hook| self.counts[Self::slot(hook)].load(Ordering::Relaxed);
+        HookCounts {
+            initialize: get(HookKind::Initialize),
+            begin_rollout: get(HookKind::BeginRollout),
+            progress_rollout: get(HookKind::ProgressRollout),
+            validate_rollout_completion: get(HookKind::ValidateRolloutCompletion),
+            mutate_manifest_work: get(HookKind::MutateManifestWork),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn counters_count_each_hook_apart() {
+        let counters = HookCounters::default();
+        for hook in [
+            HookKind::Initialize,
+            HookKind::BeginRollout,
+            HookKind::BeginRollout,
+            HookKind::ProgressRollout,
+            HookKind::ValidateRolloutCompletion,
+            HookKind::ValidateRolloutCompletion,
+            HookKind::ValidateRolloutCompletion,
+            HookKind::MutateManifestWork,
+        ] {
+            counters.record(hook);
+        }
+        let counts = counters.snapshot();
+        assert_eq!(counts.get(HookKind::Initialize), 1);
+        assert_eq!(counts.get(HookKind::ValidateRolloutCompletion), 3);
+        // The simulator's `hookCalls` object: the four rollout hooks.
+        assert_eq!(
+            serde_json::to_value(counts).expect("serializes"),
+            json!({"BeginRollout": 2, "ProgressRollout": 1,
+                   "ValidateRolloutCompletion": 3, "MutateManifestWork": 1})
+        );
+    }
+
+    #[test]
+    fn errors_name_the_hook_code_and_message() {
+        let status = tonic::Status::unavailable("plugin \"canary\": connection refused");
+        let err = HookError::from_status(HookKind::BeginRollout, &status);
+        assert_eq!(
+            err.to_string(),
+            "BeginRollout failed: UNAVAILABLE: plugin \"canary\": connection refused"
+        );
+        assert_eq!(
+            code_name(tonic::Code::DeadlineExceeded),
+            "DEADLINE_EXCEEDED"
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! [`MemoryWorld`]: ManifestWorks held in memory, for the simulator and
+//! tests. It behaves as the API server does where the orchestration can
+//! tell: an apply that changes the spec bumps `metadata.generation`, an
+//! apply replaces the labels, annotations and spec it is given and keeps the
+//! status, a delete of a missing work succeeds.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use kube::ResourceExt;
+
+use super::{World, WorldError};
+use crate::api::ManifestWork;
+use crate::api::labels::MWRS_OWNER_LABEL;
+
+/// One write, as recorded by [`MemoryWorld::writes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// An apply of `namespace/name`.
+    Apply(String, String),
+    /// An annotation of `namespace/name`.
+    Annotate(String, String),
+    /// A delete of `namespace/name`.
+    Delete(String, String),
+}
+
+/// ManifestWorks in memory, keyed by namespace and name.
+#[derive(Debug, Default)]
+pub struct MemoryWorld {
+    works: Mutex<BTreeMap<(String, String), ManifestWork>>,
+    writes: Mutex<Vec<Write>>,
+}
+
+impl MemoryWorld {
+    /// An empty world.
+    pub fn new() -> MemoryWorld {
+        MemoryWorld::default()
+    }
+
+    /// Puts `work` in as it is (status included), as if another party wrote
+    /// it.
+    pub fn insert(&self, work: ManifestWork) {
+        let key = (work.namespace().unwrap_or_default(), work.name_any());
+        if let Ok(mut works) = self.works.lock() {
+            works.insert(key, work);
+        }
+    }
+
+    /// The work `namespace/name`.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<ManifestWork> {
+        let works = self.works.lock().ok()?;
+        works.get(&(namespace.to_owned(), name.to_owned())).cloned()
+    }
+
+    /// Every work, by namespace then name.
+    pub fn all(&self) -> Vec<ManifestWork> {
+        self.works
+            .lock()
+            .map(|w| w.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Changes the work `namespace/name` in place (to play the work agent);
+    /// false if there is none.
+    pub fn update(
+        &self,
+        namespace: &str,
+        name: &str,
+        change: impl FnOnce(&mut ManifestWork),
+    ) -> bool {
+        let Ok(mut works) = self.works.lock() else {
+            return false;
+        };
+        match works.get_mut(&(namespace.to_owned(), name.to_owned())) {
+            Some(work) => {
+                change(work);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The writes so far, in order.
+    pub fn writes(&self) -> Vec<Write> {
+        self.writes.lock().map(|w| w.clone()).unwrap_or_default()
+    }
+
+    fn record(&self, write: Write) {
+        if let Ok(mut writes) = self.writes.lock() {
+            writes.push(write);
+        }
+    }
+}
+
+fn poisoned(action: &'static str) -> WorldError {
+    WorldError {
+        action,
+        namespace: String::new(),
+        name: String::new(),
+        message: "the in-memory world is poisoned".into(),
+    }
+}
+
+impl World for MemoryWorld {
+    async fn list_works(&self, owner_label: &str) -> Result<Vec<ManifestWork>, WorldError> {
+        let works = self.works.lock().map_err(|_| poisoned("listing"))?;
+        Ok(works
+            .values()
+            .filter(|w| w.labels().get(MWRS_OWNER_LABEL).map(String::as_str) == Some(owner_label))
+            .cloned()
+            .collect())
+    }
+
+    async fn apply_work(&self, work: ManifestWork) -> Result<ManifestWork, WorldError> {
+        let (namespace, name) = (work.namespace().unwrap_or_default(), work.name_any());
+        let stored = {
+            let mut works = self.works.lock().map_err(|_| poisoned("applying"))?;
+            let key = (namespace.clone(), name.clone());
+            let stored = match works.remove(&key) {
+                Some(mut old) => {
+                    if old.spec != work.spec {
+                        old.metadata.generation = Some(old.metadata.generation.unwrap_or(0) + 1);
+                    }
+                    old.metadata.labels = work.metadata.labels.clone();
+                    old.metadata.annotations = work.metadata.annotations.clone();
+                    old.spec = work.spec;
+                    old
+                }
+                None => {
+                    let mut new = work;
+                    new.metadata.generation = Some(1);
+                    new.status = None;
+                    new
+                }
+            };
+            works.insert(key, stored.clone());
+            stored
+        };
+        self.record(Write::Apply(namespace, name));
+        Ok(stored)
+    }
+
+    async fn annotate_work(
+        &self,
+        namespace: &str,
+        name: &str,
+        annotations: BTreeMap<String, String>,
+    ) -> Result<(), WorldError> {
+        let found = self.update(namespace, name, |work| {
+            work.metadata
+                .annotations
+                .get_or_insert_default()
+                .extend(annotations);
+        });
+        if !found {
+            return Err(WorldError {
+                action: "annotating",
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                message: "not found".into(),
+            });
+        }
+        self.record(Write::Annotate(namespace.to_owned(), name.to_owned()));
+        Ok(())
+    }
+
+    async fn delete_work(&self, namespace: &str, name: &str) -> Result<(), WorldError> {
+        {
+            let mut works = self.works.lock().map_err(|_| poisoned("deleting"))?;
+            works.remove(&(namespace.to_owned(), name.to_owned()));
+        }
+        self.record(Write::Delete(namespace.to_owned(), name.to_owned()));
+        Ok(())
+    }
+}

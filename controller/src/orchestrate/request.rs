@@ -1,0 +1,411 @@
+//! The hook requests (CONTRACT §1), built from one placement's state. Pure.
+//!
+//! - `total_cluster_count`: the clusters of the placement (every decision
+//!   group, each cluster once).
+//! - `cluster_index`: the 1-based position of `cluster_name` in the
+//!   placement's rollout order: decision groups by index, then by name; in a
+//!   group, clusters by name; a cluster listed in several groups counts in
+//!   the first ([`RolloutOrder`]). So with groups `0: [c2, c1]` and
+//!   `1: [a9]`, `c1` is 1 of 3, `c2` 2 of 3, `a9` 3 of 3. It is the same
+//!   order the engine rolls groups out in, and it does not change while the
+//!   placement's decisions stay the same.
+//! - `rollout_status` ([`rollout_state`]), each list in rollout order, every
+//!   entry with its `manifest_revision_name` (the revision hash its work
+//!   carries, or the desired revision for a cluster about to get one), its
+//!   `last_transition_time` and its decision group:
+//!   - `completed`: clusters `Succeeded` with the desired revision (soaking
+//!     or not);
+//!   - `progressing`: clusters in flight with the desired revision:
+//!     `Progressing`, `Validating`, `Failed` before its deadline, `ToApply`
+//!     applied but not yet seen by the agent; and the clusters this reconcile
+//!     is about to roll out (`ToApply`) — so BeginRollout and
+//!     MutateManifestWork already count the cluster they are about;
+//!   - `timed_out`: clusters whose deadline passed (`TimeOut`);
+//!   - `removed`: clusters with a ManifestWork that left the placement.
+//! - `desired_revision`: the revision being rolled out: the update
+//!   revision, or the current revision while aborting (`aborting = true`).
+
+use std::collections::{HashMap, HashSet};
+
+use jiff::Timestamp;
+use rollout_proto::v1alpha1 as proto;
+
+use crate::rollout::{ClusterGroup, ClusterRolloutStatus, RolloutStatus};
+
+/// One cluster's place in its placement's rollout order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    /// 1-based.
+    pub index: usize,
+    /// Its decision group's index.
+    pub group_index: i32,
+    /// Its decision group's name.
+    pub group_name: String,
+}
+
+/// The rollout order of a placement's clusters (see the module
+/// documentation).
+#[derive(Debug, Clone, Default)]
+pub struct RolloutOrder {
+    clusters: Vec<String>,
+    positions: HashMap<String, Position>,
+}
+
+impl RolloutOrder {
+    /// The order of `groups`' clusters; empty names are ignored.
+    pub fn new(groups: &[ClusterGroup]) -> RolloutOrder {
+        let mut sorted: Vec<&ClusterGroup> = groups.iter().collect();
+        sorted.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.name.cmp(&b.name)));
+        let mut order = RolloutOrder::default();
+        for group in sorted {
+            let mut members: Vec<&String> = group
+                .clusters
+                .iter()
+                .filter(|c| !c.is_empty() && !order.positions.contains_key(*c))
+                .collect();
+            members.sort();
+            members.dedup();
+            for cluster in members {
+                order.clusters.push(cluster.clone());
+                order.positions.insert(
+                    cluster.clone(),
+                    Position {
+                        index: order.clusters.len(),
+                        group_index: group.index,
+                        group_name: group.name.clone(),
+                    },
+                );
+            }
+        }
+        order
+    }
+
+    /// The number of clusters.
+    pub fn total(&self) -> usize {
+        self.clusters.len()
+    }
+
+    /// The clusters, in order.
+    pub fn clusters(&self) -> &[String] {
+        &self.clusters
+    }
+
+    /// Where `cluster` is; `None` if it is not in the placement.
+    pub fn position(&self, cluster: &str) -> Option<&Position> {
+        self.positions.get(cluster)
+    }
+
+    /// Whether `cluster` is in the placement.
+    pub fn contains(&self, cluster: &str) -> bool {
+        self.positions.contains_key(cluster)
+    }
+
+    /// A sort key: position, clusters outside the placement last by name.
+    fn key<'a>(&self, cluster: &'a str) -> (usize, &'a str) {
+        (
+            self.position(cluster).map_or(usize::MAX, |p| p.index),
+            cluster,
+        )
+    }
+}
+
+/// A cluster's status as reported to plugins: the status and the revision
+/// its work carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reported {
+    /// The status, with its group and time.
+    pub status: ClusterRolloutStatus,
+    /// The revision hash.
+    pub revision: String,
+}
+
+impl Reported {
+    /// `status` with `revision`.
+    pub fn new(status: ClusterRolloutStatus, revision: impl Into<String>) -> Reported {
+        Reported {
+            status,
+            revision: revision.into(),
+        }
+    }
+}
+
+/// The proto enum of a status.
+pub fn proto_status(status: RolloutStatus) -> proto::RolloutStatus {
+    match status {
+        RolloutStatus::ToApply => proto::RolloutStatus::ToApply,
+        RolloutStatus::Progressing => proto::RolloutStatus::Progressing,
+        RolloutStatus::Succeeded => proto::RolloutStatus::Succeeded,
+        RolloutStatus::Failed => proto::RolloutStatus::Failed,
+        RolloutStatus::TimeOut => proto::RolloutStatus::TimeOut,
+        RolloutStatus::Skip => proto::RolloutStatus::Skip,
+        RolloutStatus::Validating => proto::RolloutStatus::Validating,
+    }
+}
+
+/// A protobuf timestamp.
+pub fn proto_time(at: Timestamp) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: at.as_second(),
+        nanos: at.subsec_nanosecond(),
+    }
+}
+
+fn to_proto(reported: &Reported) -> proto::ClusterRolloutStatus {
+    let s = &reported.status;
+    proto::ClusterRolloutStatus {
+        cluster_name: s.cluster_name.clone(),
+        rollout_status: proto_status(s.status) as i32,
+        manifest_revision_name: reported.revision.clone(),
+        last_transition_time: s.last_transition_time.map(proto_time),
+        group_index: s.group_index,
+        group_name: s.group_name.clone(),
+    }
+}
+
+/// The `rollout_status` of a request (see the module documentation):
+/// `observed` holds the statuses of the clusters whose work is the desired
+/// revision, `timed_out` those the decision timed out, `to_roll_out` the
+/// clusters about to be rolled out, `removed` the clusters that left the
+/// placement. A cluster appears in one list only: timed out first, then
+/// observed, then about to roll out.
+pub fn rollout_state(
+    order: &RolloutOrder,
+    observed: &[Reported],
+    timed_out: &[Reported],
+    to_roll_out: &[Reported],
+    removed: &[Reported],
+) -> proto::RolloutState {
+    let timed_out_names: HashSet<&str> = timed_out
+        .iter()
+        .map(|r| r.status.cluster_name.as_str())
+        .collect();
+    let observed_names: HashSet<&str> = observed
+        .iter()
+        .map(|r| r.status.cluster_name.as_str())
+        .collect();
+    let sorted = |mut list: Vec<&Reported>| -> Vec<proto::ClusterRolloutStatus> {
+        list.sort_by(|a, b| {
+            order
+                .key(&a.status.cluster_name)
+                .cmp(&order.key(&b.status.cluster_name))
+        });
+        list.into_iter().map(to_proto).collect()
+    };
+    let live = |r: &&Reported| !timed_out_names.contains(r.status.cluster_name.as_str());
+    let completed = observed
+        .iter()
+        .filter(live)
+        .filter(|r| r.status.status == RolloutStatus::Succeeded)
+        .collect();
+    let progressing = observed
+        .iter()
+        .filter(live)
+        .filter(|r| {
+            matches!(
+                r.status.status,
+                RolloutStatus::ToApply
+                    | RolloutStatus::Progressing
+                    | RolloutStatus::Validating
+                    | RolloutStatus::Failed
+            )
+        })
+        .chain(
+            to_roll_out
+                .iter()
+                .filter(live)
+                .filter(|r| !observed_names.contains(r.status.cluster_name.as_str())),
+        )
+        .collect();
+    proto::RolloutState {
+        completed: sorted(completed),
+        progressing: sorted(progressing),
+        timed_out: sorted(timed_out.iter().collect()),
+        removed: sorted(removed.iter().collect()),
+    }
+}
+
+/// Identifies the rollout a request is about.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestScope<'a> {
+    /// The ManifestWorkReplicaSet's name.
+    pub mwrs_name: &'a str,
+    /// Its namespace.
+    pub mwrs_namespace: &'a str,
+    /// The placement.
+    pub placement: &'a str,
+    /// The revision being rolled out.
+    pub desired_revision: &'a str,
+    /// Whether this is a rollback to the current revision.
+    pub aborting: bool,
+}
+
+/// The placement-wide request (ProgressRollout): no `cluster_name`,
+/// `cluster_index` 0.
+pub fn placement_request(
+    scope: RequestScope<'_>,
+    order: &RolloutOrder,
+    state: &proto::RolloutState,
+) -> proto::RolloutPluginRequest {
+    proto::RolloutPluginRequest {
+        mwrs_name: scope.mwrs_name.to_owned(),
+        mwrs_namespace: scope.mwrs_namespace.to_owned(),
+        placement_name: scope.placement.to_owned(),
+        cluster_name: String::new(),
+        total_cluster_count: i32::try_from(order.total()).unwrap_or(i32::MAX),
+        rollout_status: Some(state.clone()),
+        desired_revision: scope.desired_revision.to_owned(),
+        aborting: scope.aborting,
+        cluster_index: 0,
+    }
+}
+
+/// The request of a per-cluster hook for `cluster`, with its
+/// `cluster_index` (0 if it is not in the placement).
+pub fn cluster_request(
+    scope: RequestScope<'_>,
+    order: &RolloutOrder,
+    state: &proto::RolloutState,
+    cluster: &str,
+) -> proto::RolloutPluginRequest {
+    let index = order.position(cluster).map_or(0, |p| p.index);
+    proto::RolloutPluginRequest {
+        cluster_name: cluster.to_owned(),
+        cluster_index: i32::try_from(index).unwrap_or(i32::MAX),
+        ..placement_request(scope, order, state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(index: i32, name: &str, clusters: &[&str]) -> ClusterGroup {
+        ClusterGroup {
+            index,
+            name: name.into(),
+            clusters: clusters.iter().map(|c| c.to_string()).collect(),
+        }
+    }
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + secs).expect("time")
+    }
+
+    #[test]
+    fn cluster_index_follows_groups_then_names() {
+        let groups = [
+            group(1, "", &["a9"]),
+            group(0, "canary", &["c2", "c1", "", "c1"]),
+            group(0, "alpha", &["z0"]),
+            // A cluster in a later group counts in the first.
+            group(2, "", &["c2", "b1"]),
+        ];
+        let order = RolloutOrder::new(&groups);
+        assert_eq!(order.clusters(), ["z0", "c1", "c2", "a9", "b1"]);
+        assert_eq!(order.total(), 5);
+        let c2 = order.position("c2").expect("in the placement");
+        assert_eq!(
+            (c2.index, c2.group_index, c2.group_name.as_str()),
+            (3, 0, "canary")
+        );
+        assert_eq!(order.position("b1").map(|p| p.index), Some(5));
+        assert_eq!(order.position("gone"), None);
+        assert!(RolloutOrder::new(&[]).clusters().is_empty());
+    }
+
+    #[test]
+    fn state_lists_are_disjoint_and_ordered() {
+        let order = RolloutOrder::new(&[group(0, "g", &["c1", "c2", "c3", "c4", "c5", "c6"])]);
+        let st = |c: &str, s: RolloutStatus, t: Option<i64>| {
+            let mut status = ClusterRolloutStatus::new(c, s).in_group(0, "g");
+            status.last_transition_time = t.map(at);
+            status
+        };
+        let observed = vec![
+            Reported::new(st("c3", RolloutStatus::Validating, Some(3)), "r2"),
+            Reported::new(st("c1", RolloutStatus::Succeeded, Some(1)), "r2"),
+            Reported::new(st("c2", RolloutStatus::Failed, Some(2)), "r2"),
+            Reported::new(st("c4", RolloutStatus::Progressing, Some(4)), "r2"),
+        ];
+        // c4's deadline passed in this decision.
+        let timed_out = vec![Reported::new(
+            st("c4", RolloutStatus::TimeOut, Some(4)),
+            "r2",
+        )];
+        let to_roll_out = vec![
+            Reported::new(st("c6", RolloutStatus::ToApply, None), "r2"),
+            Reported::new(st("c5", RolloutStatus::ToApply, None), "r2"),
+            // Already observed: listed once.
+            Reported::new(st("c3", RolloutStatus::ToApply, None), "r2"),
+        ];
+        let removed = vec![Reported::new(
+            ClusterRolloutStatus::new("old", RolloutStatus::Succeeded),
+            "r1",
+        )];
+        let state = rollout_state(&order, &observed, &timed_out, &to_roll_out, &removed);
+        let names = |list: &[proto::ClusterRolloutStatus]| {
+            list.iter()
+                .map(|c| c.cluster_name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&state.completed), ["c1"]);
+        assert_eq!(names(&state.progressing), ["c2", "c3", "c5", "c6"]);
+        assert_eq!(names(&state.timed_out), ["c4"]);
+        assert_eq!(names(&state.removed), ["old"]);
+        let c3 = &state.progressing[1];
+        assert_eq!(c3.rollout_status, proto::RolloutStatus::Validating as i32);
+        assert_eq!(c3.manifest_revision_name, "r2");
+        assert_eq!(c3.last_transition_time, Some(proto_time(at(3))));
+        assert_eq!((c3.group_index, c3.group_name.as_str()), (0, "g"));
+        assert_eq!(
+            state.timed_out[0].rollout_status,
+            proto::RolloutStatus::TimeOut as i32
+        );
+        assert_eq!(state.progressing[2].last_transition_time, None);
+    }
+
+    #[test]
+    fn requests_carry_the_scope_and_position() {
+        let order = RolloutOrder::new(&[group(0, "", &["c1", "c2", "c3"])]);
+        let scope = RequestScope {
+            mwrs_name: "hello",
+            mwrs_namespace: "default",
+            placement: "p",
+            desired_revision: "r1",
+            aborting: true,
+        };
+        let state = proto::RolloutState::default();
+        let progress = placement_request(scope, &order, &state);
+        assert_eq!(
+            (
+                progress.cluster_name.as_str(),
+                progress.cluster_index,
+                progress.total_cluster_count
+            ),
+            ("", 0, 3)
+        );
+        assert!(progress.aborting);
+        assert_eq!(progress.desired_revision, "r1");
+        let begin = cluster_request(scope, &order, &state, "c2");
+        assert_eq!(
+            (begin.cluster_name.as_str(), begin.cluster_index),
+            ("c2", 2)
+        );
+        assert_eq!(
+            (
+                begin.mwrs_name.as_str(),
+                begin.mwrs_namespace.as_str(),
+                begin.placement_name.as_str()
+            ),
+            ("hello", "default", "p")
+        );
+        assert_eq!(cluster_request(scope, &order, &state, "x").cluster_index, 0);
+        assert_eq!(
+            proto_time("2025-01-01T00:00:00.5Z".parse().expect("time")),
+            prost_types::Timestamp {
+                seconds: 1_735_689_600,
+                nanos: 500_000_000
+            }
+        );
+    }
+}

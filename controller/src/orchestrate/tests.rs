@@ -1,0 +1,759 @@
+//! The orchestration with scripted hooks and the in-memory world: the order
+//! of hook calls and writes, the request fields, failures, validation,
+//! abort and hold.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use rollout_proto::v1alpha1::{
+    self as proto, InitializeRequest, InitializeResponse, RolloutPluginRequest, ValidateResponse,
+};
+use serde_json::{Value, json};
+
+use super::memory::{MemoryWorld, Write};
+use super::*;
+use crate::api::ManifestWorkSpec;
+use crate::api::annotations::VALIDATION_ANNOTATION;
+use crate::hooks::Mutation;
+use crate::rollout::RawStrategy;
+
+/// Hooks that record every call and answer as scripted.
+#[derive(Default)]
+struct Script {
+    calls: Mutex<Vec<(HookKind, RolloutPluginRequest, Option<Value>)>>,
+    /// Per cluster; SUCCEEDED when not set.
+    validate: Mutex<HashMap<String, ValidateResponse>>,
+    /// `(hook, cluster)` → error; `""` for ProgressRollout.
+    fail: Mutex<HashMap<(HookKind, String), tonic::Code>>,
+}
+
+impl Script {
+    fn calls(&self) -> Vec<(HookKind, String)> {
+        self.calls
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|(h, r, _)| (*h, r.cluster_name.clone()))
+            .collect()
+    }
+
+    fn requests(&self, hook: HookKind) -> Vec<RolloutPluginRequest> {
+        self.calls
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|(h, _, _)| *h == hook)
+            .map(|(_, r, _)| r.clone())
+            .collect()
+    }
+
+    fn mutated_inputs(&self) -> Vec<Value> {
+        self.calls
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter_map(|(_, _, w)| w.clone())
+            .collect()
+    }
+
+    fn clear(&self) {
+        self.calls.lock().expect("lock").clear();
+    }
+
+    fn answer(
+        &self,
+        cluster: &str,
+        result: proto::ValidationResult,
+        message: &str,
+        recheck: Option<i64>,
+    ) {
+        self.validate.lock().expect("lock").insert(
+            cluster.into(),
+            ValidateResponse {
+                result: result as i32,
+                message: message.into(),
+                recheck_after: recheck.map(|s| prost_types::Duration {
+                    seconds: s,
+                    nanos: 0,
+                }),
+            },
+        );
+    }
+
+    fn enter(
+        &self,
+        hook: HookKind,
+        request: &RolloutPluginRequest,
+        work: Option<Value>,
+    ) -> Result<(), HookError> {
+        self.calls
+            .lock()
+            .expect("lock")
+            .push((hook, request.clone(), work));
+        match self
+            .fail
+            .lock()
+            .expect("lock")
+            .get(&(hook, request.cluster_name.clone()))
+        {
+            Some(code) => Err(HookError {
+                hook,
+                code: *code,
+                message: format!("plugin \"p\": scripted {hook} failure"),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Hooks for Script {
+    async fn initialize(
+        &self,
+        _: Call<'_>,
+        _: InitializeRequest,
+    ) -> Result<InitializeResponse, HookError> {
+        Ok(InitializeResponse::default())
+    }
+
+    async fn begin_rollout(
+        &self,
+        _: Call<'_>,
+        request: RolloutPluginRequest,
+    ) -> Result<(), HookError> {
+        self.enter(HookKind::BeginRollout, &request, None)
+    }
+
+    async fn progress_rollout(
+        &self,
+        _: Call<'_>,
+        request: RolloutPluginRequest,
+    ) -> Result<(), HookError> {
+        self.enter(HookKind::ProgressRollout, &request, None)
+    }
+
+    async fn validate_rollout_completion(
+        &self,
+        _: Call<'_>,
+        request: ValidateCompletionRequest,
+    ) -> Result<ValidateResponse, HookError> {
+        let rollout = request.rollout.unwrap_or_default();
+        self.enter(HookKind::ValidateRolloutCompletion, &rollout, None)?;
+        Ok(self
+            .validate
+            .lock()
+            .expect("lock")
+            .get(&rollout.cluster_name)
+            .cloned()
+            .unwrap_or(ValidateResponse {
+                result: proto::ValidationResult::Succeeded as i32,
+                message: "ok".into(),
+                recheck_after: None,
+            }))
+    }
+
+    async fn mutate_manifest_work(
+        &self,
+        _: Call<'_>,
+        request: MutateManifestWorkRequest,
+    ) -> Result<Mutation, HookError> {
+        let rollout = request.rollout.unwrap_or_default();
+        let mut work: Value = serde_json::from_slice(&request.manifest_work).expect("JSON work");
+        self.enter(HookKind::MutateManifestWork, &rollout, Some(work.clone()))?;
+        work["metadata"]["annotations"]["test/cluster-index"] =
+            json!(rollout.cluster_index.to_string());
+        work["metadata"]["annotations"]["test/aborting"] = json!(rollout.aborting.to_string());
+        Ok(Mutation {
+            work: Some(serde_json::to_vec(&work).expect("encodes").into()),
+            mutated_by: vec!["p".into()],
+            failed_open: Vec::new(),
+        })
+    }
+}
+
+fn template(version: &str) -> ManifestWorkSpec {
+    serde_json::from_value(json!({"workload": {"manifests": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "default"},
+         "data": {"version": version}}
+    ]}}))
+    .expect("a spec")
+}
+
+fn strategy(raw: Value) -> Strategy {
+    let raw: RawStrategy = serde_json::from_value(raw).expect("raw strategy");
+    Strategy::from_raw(&raw).expect("valid")
+}
+
+fn groups(clusters: &[&str]) -> Vec<ClusterGroup> {
+    vec![ClusterGroup {
+        index: 0,
+        name: String::new(),
+        clusters: clusters.iter().map(|c| c.to_string()).collect(),
+    }]
+}
+
+fn at(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_700_000_000 + secs).expect("time")
+}
+
+struct Fixture {
+    strategy: Strategy,
+    groups: Vec<ClusterGroup>,
+    update: Revision,
+    current: Option<Revision>,
+    aborted: bool,
+    hold: Option<String>,
+    settings: Settings,
+    labels: BTreeMap<String, String>,
+}
+
+impl Fixture {
+    fn new(strategy: Strategy, clusters: &[&str]) -> Fixture {
+        Fixture {
+            strategy,
+            groups: groups(clusters),
+            update: Revision::of(&template("v2")),
+            current: None,
+            aborted: false,
+            hold: None,
+            settings: Settings::default(),
+            labels: BTreeMap::new(),
+        }
+    }
+
+    async fn step<H: Hooks>(
+        &self,
+        hooks: &H,
+        world: &MemoryWorld,
+        now: Timestamp,
+    ) -> DeployOutcome {
+        let works = world.list_works("default.hello").await.expect("list");
+        let targets = [PlacementTarget {
+            name: "p",
+            strategy: &self.strategy,
+            groups: &self.groups,
+            hold: self.hold.as_deref(),
+        }];
+        let trace = opentelemetry::Context::new();
+        let current_hash = self.current.as_ref().map(|c| c.hash.clone());
+        let input = DeployInput {
+            owner: Owner {
+                namespace: "default",
+                name: "hello",
+                label: "default.hello",
+                labels: &self.labels,
+            },
+            spec_placements: &["p".to_owned()],
+            placements: &targets,
+            works: &works,
+            update: &self.update,
+            current_hash: current_hash.as_deref(),
+            current: self.current.as_ref(),
+            aborted: self.aborted,
+            now,
+            settings: &self.settings,
+            trace: &trace,
+        };
+        deploy(hooks, world, &input).await
+    }
+}
+
+/// Plays the work agent: the cluster's work observed, with `progressing`
+/// (and Degraded True when `degraded`), its conditions changed at `since`.
+fn agent(world: &MemoryWorld, cluster: &str, progressing: &str, degraded: bool, since: Timestamp) {
+    let work = world
+        .all()
+        .into_iter()
+        .find(|w| w.namespace().as_deref() == Some(cluster))
+        .expect("the cluster has a work");
+    let generation = work.metadata.generation.unwrap_or(0);
+    let time = since.to_string();
+    let mut conditions = vec![
+        json!({"type": "Applied", "status": "True", "observedGeneration": generation,
+               "lastTransitionTime": time, "reason": "", "message": ""}),
+        json!({"type": "Available", "status": "True", "observedGeneration": generation,
+               "lastTransitionTime": time, "reason": "", "message": ""}),
+        json!({"type": "Progressing", "status": progressing, "observedGeneration": generation,
+               "lastTransitionTime": time, "reason": "", "message": ""}),
+    ];
+    if degraded {
+        conditions.push(
+            json!({"type": "Degraded", "status": "True", "observedGeneration": generation,
+               "lastTransitionTime": time, "reason": "", "message": ""}),
+        );
+    }
+    world.update(cluster, &work.name_any(), |w| {
+        w.status = serde_json::from_value(json!({"conditions": conditions})).ok();
+    });
+}
+
+fn applies(world: &MemoryWorld) -> Vec<String> {
+    world
+        .writes()
+        .into_iter()
+        .filter_map(|w| match w {
+            Write::Apply(ns, _) => Some(ns),
+            _ => None,
+        })
+        .collect()
+}
+
+use HookKind::{
+    BeginRollout as Begin, MutateManifestWork as Mutate, ProgressRollout as Progress,
+    ValidateRolloutCompletion as Validate,
+};
+
+fn call(hook: HookKind, cluster: &str) -> (HookKind, String) {
+    (hook, cluster.to_owned())
+}
+
+#[tokio::test]
+async fn without_a_plugin_no_hook_is_called() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(strategy(json!({"type": "All"})), &["c1", "c2", "c3"]);
+    f.labels.insert("team".into(), "blue".into());
+    let out = f.step(&hooks, &world, at(0)).await;
+    assert!(hooks.calls().is_empty());
+    assert_eq!(applies(&world), ["c1", "c2", "c3"]);
+    assert_eq!(out.placements[0].applied, ["c1", "c2", "c3"]);
+    let work = &world.all()[0];
+    assert_eq!(work.name_any(), work_name("default", "hello", "p"));
+    let labels = work.labels();
+    assert_eq!(labels[MWRS_OWNER_LABEL], "default.hello");
+    assert_eq!(labels[PLACEMENT_NAME_LABEL], "p");
+    assert_eq!(labels[CONTROLLER_HASH_LABEL], f.update.hash);
+    assert_eq!(labels["team"], "blue");
+    assert_eq!(work.annotations()[OWNER_ANNOTATION], "default/hello");
+    assert_eq!(
+        work.annotations()[SPEC_HASH_ANNOTATION],
+        spec_hash(&f.update.template)
+    );
+    assert_eq!(work.spec, f.update.template);
+
+    // Done progressing: Succeeded at once (never Validating), nothing
+    // written again.
+    for c in ["c1", "c2", "c3"] {
+        agent(&world, c, "False", false, at(10));
+    }
+    let before = world.writes().len();
+    let out = f.step(&hooks, &world, at(20)).await;
+    assert_eq!(world.writes().len(), before);
+    let p = &out.placements[0];
+    assert!(p.complete());
+    assert_eq!((p.updated, p.works.total, p.works.available), (3, 3, 3));
+    assert!(hooks.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_progressive_rollout_calls_the_hooks_in_order() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let f = Fixture::new(
+        strategy(
+            json!({"type": "Progressive", "plugin": "p", "progressive": {"maxConcurrency": 1}}),
+        ),
+        &["c3", "c1", "c2"],
+    );
+
+    let out = f.step(&hooks, &world, at(0)).await;
+    assert_eq!(
+        hooks.calls(),
+        [call(Progress, ""), call(Begin, "c1"), call(Mutate, "c1")]
+    );
+    let begin = &hooks.requests(Begin)[0];
+    assert_eq!((begin.cluster_index, begin.total_cluster_count), (1, 3));
+    assert_eq!(begin.desired_revision, f.update.hash);
+    assert!(!begin.aborting);
+    let state = begin.rollout_status.as_ref().expect("state");
+    assert_eq!(state.progressing.len(), 1);
+    assert_eq!(state.progressing[0].cluster_name, "c1");
+    assert_eq!(
+        state.progressing[0].rollout_status,
+        proto::RolloutStatus::ToApply as i32
+    );
+    // The plugin saw the desired work and its mutation was applied.
+    let input = &hooks.mutated_inputs()[0];
+    assert_eq!(input["metadata"]["namespace"], "c1");
+    assert_eq!(
+        input["metadata"]["labels"][CONTROLLER_HASH_LABEL],
+        json!(f.update.hash)
+    );
+    let work = &world.all()[0];
+    assert_eq!(work.annotations()["test/cluster-index"], "1");
+    assert_eq!(out.placements[0].applied, ["c1"]);
+
+    // Applied but not yet seen by the agent: waiting, not begun again.
+    hooks.clear();
+    f.step(&hooks, &world, at(5)).await;
+    assert_eq!(hooks.calls(), [call(Progress, "")]);
+    assert_eq!(applies(&world), ["c1"]);
+
+    // Done progressing: validated, the verdict persisted, the next cluster
+    // begins.
+    agent(&world, "c1", "False", false, at(10));
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(20)).await;
+    assert_eq!(
+        hooks.calls(),
+        [
+            call(Validate, "c1"),
+            call(Progress, ""),
+            call(Begin, "c2"),
+            call(Mutate, "c2")
+        ]
+    );
+    let progress = &hooks.requests(Progress)[0];
+    let state = progress.rollout_status.as_ref().expect("state");
+    assert_eq!(state.completed[0].cluster_name, "c1");
+    assert_eq!(hooks.requests(Begin)[0].cluster_index, 2);
+    assert!(
+        world
+            .writes()
+            .contains(&Write::Annotate("c1".into(), work.name_any()))
+    );
+    let c1 = world.get("c1", &work.name_any()).expect("c1's work");
+    assert_eq!(c1.annotations()[VALIDATION_ANNOTATION], "Succeeded");
+    assert_eq!(
+        out.placements[0].clusters[0].status,
+        RolloutStatus::Succeeded
+    );
+    assert_eq!(out.placements[0].clusters[0].message.as_deref(), Some("ok"));
+
+    // The verdict sticks: c1 is not validated again.
+    hooks.clear();
+    f.step(&hooks, &world, at(30)).await;
+    assert_eq!(hooks.calls(), [call(Progress, "")]);
+}
+
+#[tokio::test]
+async fn a_failed_hook_stops_its_cluster() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let f = Fixture::new(
+        strategy(json!({"type": "All", "plugin": "p"})),
+        &["c1", "c2"],
+    );
+    hooks
+        .fail
+        .lock()
+        .expect("lock")
+        .insert((Begin, "c1".into()), tonic::Code::Unavailable);
+    let out = f.step(&hooks, &world, at(0)).await;
+    assert_eq!(
+        hooks.calls(),
+        [
+            call(Progress, ""),
+            call(Begin, "c1"),
+            call(Begin, "c2"),
+            call(Mutate, "c2")
+        ]
+    );
+    assert_eq!(applies(&world), ["c2"]);
+    let p = &out.placements[0];
+    assert_eq!(p.hook_errors.len(), 1);
+    assert_eq!(p.hook_errors[0].cluster.as_deref(), Some("c1"));
+    assert_eq!(p.hook_errors[0].error.code, tonic::Code::Unavailable);
+    assert!(
+        p.clusters[0]
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("scripted")
+    );
+    assert_eq!(out.requeue_after, Some(f.settings.error_requeue));
+
+    // A failed ProgressRollout stops the whole placement.
+    let world = MemoryWorld::new();
+    let hooks = Script::default();
+    hooks
+        .fail
+        .lock()
+        .expect("lock")
+        .insert((Progress, String::new()), tonic::Code::DeadlineExceeded);
+    let out = f.step(&hooks, &world, at(0)).await;
+    assert_eq!(hooks.calls(), [call(Progress, "")]);
+    assert!(world.writes().is_empty());
+    assert_eq!(out.placements[0].hook_errors[0].error.hook, Progress);
+}
+
+#[tokio::test]
+async fn validation_is_polled_until_the_deadline() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let f = Fixture::new(
+        strategy(json!({"type": "All", "plugin": "p", "all": {"progressDeadline": "60s"}})),
+        &["c1"],
+    );
+    f.step(&hooks, &world, at(0)).await;
+    agent(&world, "c1", "False", false, at(10));
+    hooks.answer(
+        "c1",
+        proto::ValidationResult::Inprogress,
+        "soaking",
+        Some(7),
+    );
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(20)).await;
+    assert_eq!(hooks.calls(), [call(Validate, "c1"), call(Progress, "")]);
+    let p = &out.placements[0];
+    assert_eq!(p.clusters[0].status, RolloutStatus::Validating);
+    assert_eq!(p.clusters[0].message.as_deref(), Some("soaking"));
+    // The plugin's hint wins over the poll interval and the deadline (50 s away).
+    assert_eq!(out.requeue_after, Some(Duration::from_secs(7)));
+
+    // No hint: the poll interval, but never past the deadline.
+    hooks.answer("c1", proto::ValidationResult::Inprogress, "", None);
+    let out = f.step(&hooks, &world, at(65)).await;
+    assert_eq!(out.requeue_after, Some(Duration::from_secs(5)));
+
+    // At the deadline: not asked again, timed out.
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(70)).await;
+    assert_eq!(hooks.calls(), [call(Progress, "")]);
+    let p = &out.placements[0];
+    assert_eq!(p.clusters[0].status, RolloutStatus::TimeOut);
+    let state = hooks.requests(Progress)[0]
+        .rollout_status
+        .clone()
+        .expect("state");
+    assert_eq!(state.timed_out[0].cluster_name, "c1");
+    assert!(state.progressing.is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_validation_aborts_and_rolls_back() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(
+        strategy(
+            json!({"type": "Progressive", "plugin": "p", "abortOnFailure": true,
+                        "progressive": {"maxConcurrency": 1}}),
+        ),
+        &["c1", "c2"],
+    );
+    let v1 = Revision::of(&template("v1"));
+    // Both clusters run v1 (validated); then the template moves to v2.
+    f.update = v1.clone();
+    for (i, c) in ["c1", "c2"].iter().enumerate() {
+        let t = i as i64 * 20;
+        f.step(&hooks, &world, at(t)).await;
+        agent(&world, c, "False", false, at(t + 10));
+    }
+    f.step(&hooks, &world, at(40)).await;
+    assert!(f.step(&hooks, &world, at(41)).await.placements[0].complete());
+    f.update = Revision::of(&template("v2"));
+    f.current = Some(v1.clone());
+    f.step(&hooks, &world, at(42)).await;
+    assert_eq!(
+        hooks.requests(Begin).last().map(|r| r.cluster_name.clone()),
+        Some("c1".into())
+    );
+    agent(&world, "c1", "False", false, at(45));
+
+    // The plugin fails c1 on v2: abort, roll c1 back to v1.
+    hooks.answer(
+        "c1",
+        proto::ValidationResult::Failed,
+        "smoke test failed",
+        None,
+    );
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(50)).await;
+    assert_eq!(
+        hooks.calls(),
+        [
+            call(Validate, "c1"),
+            call(Progress, ""),
+            call(Begin, "c1"),
+            call(Mutate, "c1")
+        ]
+    );
+    let validate = &hooks.requests(Validate)[0];
+    assert!(!validate.aborting);
+    assert_eq!(validate.desired_revision, f.update.hash);
+    for hook in [Progress, Begin, Mutate] {
+        let r = &hooks.requests(hook)[0];
+        assert!(r.aborting, "{hook} says aborting");
+        assert_eq!(r.desired_revision, v1.hash, "{hook} names the old revision");
+    }
+    let rolled_back = hooks.mutated_inputs()[0].clone();
+    assert_eq!(
+        rolled_back["spec"]["workload"]["manifests"][0]["data"]["version"],
+        "v1"
+    );
+    assert_eq!(out.aborted_at, Some(at(50)));
+    let report = out.abort.as_ref().expect("aborted");
+    assert_eq!(report.action, AbortAction::RollBack);
+    assert_eq!(report.failures.len(), 1);
+    assert_eq!(report.failures[0].cluster, "c1");
+    assert_eq!(report.failures[0].status, RolloutStatus::Failed);
+    assert_eq!(
+        report.failures[0].message.as_deref(),
+        Some("smoke test failed")
+    );
+    let p = &out.placements[0];
+    assert!(p.aborting && !p.stopped);
+    assert_eq!(p.desired_revision, v1.hash);
+    let work = world
+        .all()
+        .into_iter()
+        .find(|w| w.namespace().as_deref() == Some("c1"))
+        .expect("c1");
+    assert_eq!(work.labels()[CONTROLLER_HASH_LABEL], v1.hash);
+    assert_eq!(work.spec, v1.template);
+    assert_eq!(work.annotations()["test/aborting"], "true");
+
+    // Still aborted next time: v2 is not rolled out again.
+    f.aborted = true;
+    agent(&world, "c1", "False", false, at(60));
+    hooks.answer("c1", proto::ValidationResult::Succeeded, "v1 is fine", None);
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(70)).await;
+    assert_eq!(hooks.calls(), [call(Validate, "c1"), call(Progress, "")]);
+    assert!(hooks.requests(Validate)[0].aborting);
+    assert!(
+        out.placements[0].complete(),
+        "{:?}",
+        out.placements[0].clusters
+    );
+    assert_eq!(out.placements[0].updated, 0);
+}
+
+#[tokio::test]
+async fn an_abort_without_a_revision_to_restore_stops() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let f = Fixture::new(
+        strategy(
+            json!({"type": "Progressive", "plugin": "p", "failureStrategy": "AbortAll",
+                        "progressive": {"maxConcurrency": 1}}),
+        ),
+        &["c1", "c2"],
+    );
+    f.step(&hooks, &world, at(0)).await;
+    agent(&world, "c1", "True", true, at(10));
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(20)).await;
+    assert_eq!(hooks.calls(), [call(Progress, "")]);
+    assert!(hooks.requests(Progress)[0].aborting);
+    assert_eq!(applies(&world), ["c1"]);
+    assert_eq!(
+        out.abort.as_ref().map(|a| a.action),
+        Some(AbortAction::Stop)
+    );
+    assert!(out.placements[0].stopped);
+}
+
+#[tokio::test]
+async fn a_held_placement_is_only_observed() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(strategy(json!({"type": "All", "plugin": "p"})), &["c1"]);
+    f.step(&hooks, &world, at(0)).await;
+    agent(&world, "c1", "False", false, at(10));
+    f.groups = groups(&["c2"]);
+    f.hold = Some("p plugin: Initialize fails with unavailable plugin server endpoint.".into());
+    hooks.clear();
+    let before = world.writes();
+    let out = f.step(&hooks, &world, at(20)).await;
+    assert!(hooks.calls().is_empty());
+    assert_eq!(
+        world.writes(),
+        before,
+        "nothing written: no apply for c2, no delete of c1"
+    );
+    assert!(out.placements[0].held);
+    assert_eq!(out.placements[0].clusters[0].status, RolloutStatus::ToApply);
+}
+
+#[tokio::test]
+async fn removed_clusters_and_stale_placements_lose_their_works() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(
+        strategy(json!({"type": "All", "plugin": "p"})),
+        &["c1", "c2"],
+    );
+    f.step(&hooks, &world, at(0)).await;
+    let mut stale = desired_work(
+        &Owner {
+            namespace: "default",
+            name: "hello",
+            label: "default.hello",
+            labels: &BTreeMap::new(),
+        },
+        "gone",
+        "c7",
+        "hello-gone",
+        &f.update,
+    );
+    stale.metadata.generation = Some(1);
+    world.insert(stale);
+    f.groups = groups(&["c1"]);
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(10)).await;
+    let c2 = work_name("default", "hello", "p");
+    assert!(world.writes().ends_with(&[
+        Write::Delete("c7".into(), "hello-gone".into()),
+        Write::Delete("c2".into(), c2),
+    ]));
+    assert_eq!(
+        out.deleted_stale,
+        [("c7".to_owned(), "hello-gone".to_owned())]
+    );
+    assert_eq!(out.placements[0].deleted, ["c2"]);
+    let state = hooks.requests(Progress)[0]
+        .rollout_status
+        .clone()
+        .expect("state");
+    assert_eq!(state.removed.len(), 1);
+    assert_eq!(state.removed[0].cluster_name, "c2");
+    assert_eq!(state.removed[0].manifest_revision_name, f.update.hash);
+    assert_eq!(out.placements[0].works.total, 1);
+}
+
+#[test]
+fn work_names_are_distinct_and_fit() {
+    let a = work_name("default", "hello", "p");
+    assert!(
+        a.starts_with("hello-") && a.len() == "hello-".len() + 8,
+        "{a}"
+    );
+    assert_eq!(a, work_name("default", "hello", "p"));
+    assert_ne!(a, work_name("other", "hello", "p"));
+    assert_ne!(a, work_name("default", "hello", "q"));
+    let long = work_name("default", &"x".repeat(300), "p");
+    assert!(long.len() <= revision::MAX_NAME_LEN);
+}
+
+#[test]
+fn a_mutation_cannot_change_identity_or_ownership() {
+    let owner = Owner {
+        namespace: "default",
+        name: "hello",
+        label: "default.hello",
+        labels: &BTreeMap::new(),
+    };
+    let revision = Revision::of(&template("v1"));
+    let desired = desired_work(&owner, "p", "c1", "w", &revision);
+    let mut mutated = desired.clone();
+    mutated.metadata.name = Some("other".into());
+    mutated.metadata.labels = Some(BTreeMap::from([
+        (MWRS_OWNER_LABEL.to_owned(), "someone.else".to_owned()),
+        ("added".to_owned(), "yes".to_owned()),
+    ]));
+    mutated.metadata.resource_version = Some("42".into());
+    mutated.spec = template("mutated");
+    let done = finish_work(&desired, Some(mutated), &owner, "p", &revision.hash);
+    assert_eq!(done.metadata.name.as_deref(), Some("w"));
+    assert_eq!(done.metadata.namespace.as_deref(), Some("c1"));
+    assert_eq!(done.metadata.resource_version, None);
+    let labels = done.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels[MWRS_OWNER_LABEL], "default.hello");
+    assert_eq!(labels["added"], "yes");
+    assert_eq!(done.spec, template("mutated"));
+    assert_eq!(
+        done.metadata.annotations.unwrap_or_default()[SPEC_HASH_ANNOTATION],
+        spec_hash(&template("mutated"))
+    );
+}

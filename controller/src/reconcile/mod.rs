@@ -1,0 +1,591 @@
+//! The ManifestWorkReplicaSet controller, in the controller-rs shape:
+//! [`reconcile`] and [`error_policy`] over a shared [`Context`], started by
+//! [`run`].
+//!
+//! One reconcile of one ManifestWorkReplicaSet follows upstream's loop
+//! (REFERENCE-OCM §4) with the design's plugin phases:
+//!
+//! 1. **finalize**: when it is being deleted, delete every ManifestWork it
+//!    owns; with `cascadeDeletionPolicy: Foreground` keep the finalizer
+//!    until they are all gone, then remove it;
+//! 2. **add finalizer** if missing;
+//! 3. **revisions**: record the template's revision in a ControllerRevision
+//!    and prune the history ([`revisions::sync`]);
+//! 4. **PluginLoaded**: `Initialize` through the gateway for each plugin the
+//!    strategies name, cached per plugin ([`plugins::PluginCache`]); a
+//!    placement whose plugin failed is only observed, nothing is applied;
+//! 5. **deploy**, per placement reference: read the placement and its
+//!    decisions (missing: PlacementVerified False
+//!    `PlacementDecisionNotFound`), then the shared orchestration
+//!    ([`orchestrate::deploy`]) with the Kubernetes [`KubeWorld`];
+//! 6. **status**, patched once at the end (server-side apply on the status
+//!    subresource; skipped when unchanged), built by [`status::build`];
+//! 7. requeue after the soonest recheck, capped at 30 minutes.
+
+pub mod plugins;
+pub mod revisions;
+pub mod status;
+pub mod world;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use rollout_proto::v1alpha1::InitializeRequest;
+use serde_json::json;
+use thiserror::Error;
+
+use crate::api::annotations::OWNER_ANNOTATION;
+use crate::api::labels::{MANIFEST_WORK_CLEANUP_FINALIZER, MWRS_OWNER_LABEL, PLACEMENT_LABEL};
+use crate::api::{
+    CascadeDeletionPolicy, ManifestWork, ManifestWorkReplicaSet, Placement, PlacementDecision,
+    decision_groups,
+};
+use crate::health::Readiness;
+use crate::hooks::{Call, GatewayHooks};
+use crate::orchestrate::{
+    self, DeployInput, Owner, PlacementTarget, Settings, World, WorldError, soonest,
+};
+use crate::revision::RevisionStatus;
+use crate::rollout::{ClusterGroup, Strategy};
+use crate::telemetry::Telemetry;
+use plugins::{PluginCache, PluginCacheTtl};
+use status::{PlacementProblem, PluginState, StatusInput};
+pub use world::{FIELD_MANAGER, KubeWorld};
+
+/// The longest wait before a ManifestWorkReplicaSet is reconciled again
+/// (upstream's resync period).
+pub const MAX_REQUEUE: Duration = Duration::from_secs(30 * 60);
+
+/// A reconcile that could not finish; [`error_policy`] retries it.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("{action}: {source}")]
+    Kube {
+        /// What was being done.
+        action: &'static str,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A ManifestWork could not be listed or written.
+    #[error(transparent)]
+    World(#[from] WorldError),
+    /// The object has no namespace (ManifestWorkReplicaSets are namespaced).
+    #[error("ManifestWorkReplicaSet {0} has no namespace")]
+    NoNamespace(String),
+}
+
+impl Error {
+    /// A failed API call while doing `action`.
+    pub fn kube(action: &'static str, source: kube::Error) -> Error {
+        Error::Kube { action, source }
+    }
+}
+
+/// Tunables of the reconcile.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The orchestration's.
+    pub settings: Settings,
+    /// How long `Initialize` answers are reused.
+    pub plugin_ttl: PluginCacheTtl,
+    /// `InitializeRequest.hub_name`.
+    pub hub_name: String,
+    /// How soon a Foreground deletion looks again for remaining works.
+    pub finalizer_requeue: Duration,
+    /// How soon a failed reconcile is retried.
+    pub error_requeue: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            settings: Settings::default(),
+            plugin_ttl: PluginCacheTtl::default(),
+            hub_name: String::new(),
+            finalizer_requeue: Duration::from_secs(5),
+            error_requeue: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    /// The hub's API.
+    pub client: Client,
+    /// The gateway.
+    pub hooks: GatewayHooks,
+    /// Traces.
+    pub telemetry: Telemetry,
+    /// Tunables.
+    pub options: Options,
+    plugins: PluginCache,
+}
+
+impl Context {
+    /// A context over `client` and the gateway `hooks`.
+    pub fn new(
+        client: Client,
+        hooks: GatewayHooks,
+        telemetry: Telemetry,
+        options: Options,
+    ) -> Context {
+        Context {
+            plugins: PluginCache::new(options.plugin_ttl),
+            client,
+            hooks,
+            telemetry,
+            options,
+        }
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("hooks", &self.hooks)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+fn has_finalizer(mwrs: &ManifestWorkReplicaSet) -> bool {
+    mwrs.finalizers()
+        .iter()
+        .any(|f| f == MANIFEST_WORK_CLEANUP_FINALIZER)
+}
+
+/// Sets the finalizers with a merge patch guarded by the resource version
+/// (a concurrent change makes it fail and the reconcile retry).
+async fn patch_finalizers(
+    api: &Api<ManifestWorkReplicaSet>,
+    mwrs: &ManifestWorkReplicaSet,
+    finalizers: Vec<String>,
+    action: &'static str,
+) -> Result<ManifestWorkReplicaSet, Error> {
+    let patch = json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": mwrs.resource_version(),
+    }});
+    api.patch(
+        &mwrs.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(|source| Error::kube(action, source))
+}
+
+/// Deletes the owned works; removes the finalizer when they are gone (at
+/// once for Background).
+async fn finalize<W: World>(
+    api: &Api<ManifestWorkReplicaSet>,
+    world: &W,
+    mwrs: &ManifestWorkReplicaSet,
+    owner_label: &str,
+    options: &Options,
+) -> Result<Action, Error> {
+    if !has_finalizer(mwrs) {
+        return Ok(Action::await_change());
+    }
+    let works = world.list_works(owner_label).await?;
+    for work in works
+        .iter()
+        .filter(|w| w.metadata.deletion_timestamp.is_none())
+    {
+        world
+            .delete_work(&work.namespace().unwrap_or_default(), &work.name_any())
+            .await?;
+    }
+    if mwrs.spec.cascade_deletion_policy() == CascadeDeletionPolicy::Foreground && !works.is_empty()
+    {
+        tracing::info!(
+            mwrs = %mwrs.name_any(),
+            remaining = works.len(),
+            "waiting for ManifestWorks to be deleted"
+        );
+        return Ok(Action::requeue(options.finalizer_requeue));
+    }
+    let rest: Vec<String> = mwrs
+        .finalizers()
+        .iter()
+        .filter(|f| *f != MANIFEST_WORK_CLEANUP_FINALIZER)
+        .cloned()
+        .collect();
+    patch_finalizers(api, mwrs, rest, "removing the finalizer").await?;
+    Ok(Action::await_change())
+}
+
+/// The placement's decision groups; `Ok(None)` when the placement does not
+/// exist; `Err` with a message when its decisions cannot be read.
+async fn placement_groups(
+    client: &Client,
+    namespace: &str,
+    placement: &str,
+) -> Result<Result<Option<Vec<ClusterGroup>>, String>, Error> {
+    let placements: Api<Placement> = Api::namespaced(client.clone(), namespace);
+    if placements
+        .get_opt(placement)
+        .await
+        .map_err(|source| Error::kube("reading a Placement", source))?
+        .is_none()
+    {
+        return Ok(Ok(None));
+    }
+    let decisions: Api<PlacementDecision> = Api::namespaced(client.clone(), namespace);
+    let listed = decisions
+        .list(&ListParams::default().labels(&format!("{PLACEMENT_LABEL}={placement}")))
+        .await
+        .map_err(|source| Error::kube("listing PlacementDecisions", source))?;
+    Ok(decision_groups(&listed.items)
+        .map(Some)
+        .map_err(|e| e.to_string()))
+}
+
+/// Reconciles one ManifestWorkReplicaSet (see the module documentation).
+/// Fails when an API call of its own fails; failures of hooks and of
+/// single ManifestWork writes are reported in the status instead.
+pub async fn reconcile(
+    mwrs: Arc<ManifestWorkReplicaSet>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let name = mwrs.name_any();
+    let namespace = mwrs
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(name.clone()))?;
+    let now = Timestamp::now();
+    let trace = ctx.telemetry.reconcile_span(&namespace, &name);
+    let api: Api<ManifestWorkReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
+    let world = KubeWorld::new(ctx.client.clone());
+    let (owner_label, hashed) = mwrs.owner_label_value();
+
+    if mwrs.meta().deletion_timestamp.is_some() {
+        return finalize(&api, &world, &mwrs, &owner_label, &ctx.options).await;
+    }
+    let mwrs = if has_finalizer(&mwrs) {
+        mwrs
+    } else {
+        let mut finalizers = mwrs.finalizers().to_vec();
+        finalizers.push(MANIFEST_WORK_CLEANUP_FINALIZER.to_owned());
+        Arc::new(patch_finalizers(&api, &mwrs, finalizers, "adding the finalizer").await?)
+    };
+
+    let works = world.list_works(&owner_label).await?;
+    let synced = revisions::sync(&ctx.client, &mwrs, &owner_label, &works).await?;
+    let old = mwrs.status.clone().unwrap_or_default();
+    let start = RevisionStatus::begin(
+        &RevisionStatus {
+            current: old.current_revision.clone(),
+            update: old.update_revision.clone(),
+            aborted_time: old.aborted_time.as_ref().map(|t| t.0),
+        },
+        &synced.plan.update.hash,
+    );
+
+    // Strategies and placements.
+    let spec_placements: Vec<String> = mwrs
+        .spec
+        .placement_refs
+        .iter()
+        .map(|p| p.name.clone())
+        .collect();
+    let mut problems: BTreeMap<String, PlacementProblem> = BTreeMap::new();
+    let mut placements: Vec<(String, Strategy, Vec<ClusterGroup>)> = Vec::new();
+    for reference in &mwrs.spec.placement_refs {
+        let strategy = match reference.strategy() {
+            Ok(strategy) => strategy,
+            Err(err) => {
+                problems.insert(
+                    reference.name.clone(),
+                    PlacementProblem::Invalid(err.to_string()),
+                );
+                continue;
+            }
+        };
+        match placement_groups(&ctx.client, &namespace, &reference.name).await? {
+            Ok(Some(groups)) => placements.push((reference.name.clone(), strategy, groups)),
+            Ok(None) => {
+                problems.insert(reference.name.clone(), PlacementProblem::NotFound);
+            }
+            Err(message) => {
+                problems.insert(reference.name.clone(), PlacementProblem::Invalid(message));
+            }
+        }
+    }
+
+    // PluginLoaded.
+    let mut plugin_states: Vec<PluginState> = Vec::new();
+    let mut failed_plugins: BTreeMap<String, String> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for plugin in placements
+        .iter()
+        .filter_map(|(_, s, _)| s.plugin.as_deref())
+    {
+        if !seen.insert(plugin) {
+            continue;
+        }
+        let call = Call {
+            plugin,
+            trace: &trace,
+        };
+        let request = InitializeRequest {
+            controller_version: env!("CARGO_PKG_VERSION").to_owned(),
+            hub_name: ctx.options.hub_name.clone(),
+        };
+        let result = match ctx.plugins.check(&ctx.hooks, call, request).await {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                let message = plugins::failure_message(plugin, &error);
+                failed_plugins.insert(plugin.to_owned(), message.clone());
+                Err(message)
+            }
+        };
+        plugin_states.push(PluginState {
+            name: plugin.to_owned(),
+            result,
+        });
+    }
+
+    // Deploy.
+    let targets: Vec<PlacementTarget<'_>> = placements
+        .iter()
+        .map(|(name, strategy, groups)| PlacementTarget {
+            name,
+            strategy,
+            groups,
+            hold: strategy
+                .plugin
+                .as_deref()
+                .and_then(|p| failed_plugins.get(p))
+                .map(String::as_str),
+        })
+        .collect();
+    let labels = mwrs.labels().clone();
+    let input = DeployInput {
+        owner: Owner {
+            namespace: &namespace,
+            name: &name,
+            label: &owner_label,
+            labels: &labels,
+        },
+        spec_placements: &spec_placements,
+        placements: &targets,
+        works: &works,
+        update: &synced.plan.update,
+        current_hash: start.current.as_deref(),
+        current: synced.current.as_ref(),
+        aborted: start.is_aborted(),
+        now,
+        settings: &ctx.options.settings,
+        trace: &trace,
+    };
+    let outcome = orchestrate::deploy(&ctx.hooks, &world, &input).await;
+    for (placement, failure) in outcome.hook_errors() {
+        tracing::warn!(mwrs = %name, namespace = %namespace, placement, error = %failure, "hook call failed");
+    }
+    for error in outcome.all_world_errors() {
+        tracing::warn!(mwrs = %name, namespace = %namespace, %error, "ManifestWork write failed");
+    }
+
+    // Status.
+    let update_complete = problems.is_empty()
+        && outcome
+            .placements
+            .iter()
+            .all(|p| !p.aborting && p.complete());
+    let revisions = start.finish(outcome.aborted_at, update_complete);
+    let new_status = status::build(&StatusInput {
+        old: &old,
+        generation: mwrs.meta().generation,
+        now,
+        spec_placements: &spec_placements,
+        problems: &problems,
+        outcome: &outcome,
+        plugins: &plugin_states,
+        revisions: &revisions,
+        collision_count: synced.plan.collision_count,
+        origin: synced.plan.origin,
+        owner_hashed: hashed.as_ref(),
+    });
+    if mwrs.status.as_ref() != Some(&new_status) {
+        let patch = json!({
+            "apiVersion": ManifestWorkReplicaSet::api_version(&()),
+            "kind": ManifestWorkReplicaSet::kind(&()),
+            "status": new_status,
+        });
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| Error::kube("patching the status", source))?;
+    }
+
+    let mut requeue = outcome.requeue_after;
+    if !failed_plugins.is_empty() {
+        requeue = soonest(requeue, Some(ctx.plugins.retry_after()));
+    }
+    tracing::debug!(
+        mwrs = %name,
+        namespace = %namespace,
+        trace_id = %crate::telemetry::trace_id(&trace),
+        requeue_secs = requeue.map(|d| d.as_secs()),
+        "reconciled"
+    );
+    Ok(Action::requeue(
+        requeue.unwrap_or(MAX_REQUEUE).min(MAX_REQUEUE),
+    ))
+}
+
+/// Retries a failed reconcile after [`Options::error_requeue`].
+pub fn error_policy(mwrs: Arc<ManifestWorkReplicaSet>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(
+        mwrs = %mwrs.name_any(),
+        namespace = mwrs.namespace().unwrap_or_default(),
+        %error,
+        "reconcile failed"
+    );
+    Action::requeue(ctx.options.error_requeue)
+}
+
+/// The ManifestWorkReplicaSet owning `work`: from its owner annotation,
+/// else from its owner label `<namespace>.<name>` (a namespace has no dot).
+pub fn owner_of_work(work: &ManifestWork) -> Option<ObjectRef<ManifestWorkReplicaSet>> {
+    if let Some((namespace, name)) = work
+        .annotations()
+        .get(OWNER_ANNOTATION)
+        .and_then(|v| v.split_once('/'))
+    {
+        return Some(ObjectRef::new(name).within(namespace));
+    }
+    let (namespace, name) = work.labels().get(MWRS_OWNER_LABEL)?.split_once('.')?;
+    Some(ObjectRef::new(name).within(namespace))
+}
+
+/// The ManifestWorkReplicaSets in `namespace` whose placement references
+/// name `placement`.
+pub fn referencing(
+    store: &Store<ManifestWorkReplicaSet>,
+    namespace: &str,
+    placement: &str,
+) -> Vec<ObjectRef<ManifestWorkReplicaSet>> {
+    store
+        .state()
+        .iter()
+        .filter(|m| m.namespace().as_deref() == Some(namespace))
+        .filter(|m| m.spec.placement_refs.iter().any(|p| p.name == placement))
+        .map(|m| ObjectRef::from_obj(m.as_ref()))
+        .collect()
+}
+
+/// Runs the controller until SIGTERM or Ctrl-C: watches
+/// ManifestWorkReplicaSets, the ManifestWorks they own (by owner label, in
+/// every namespace), PlacementDecisions and Placements (mapped to the
+/// ManifestWorkReplicaSets referencing them), and reconciles. `readiness`
+/// turns true once the ManifestWorkReplicaSets are listed, false on
+/// shutdown. Reconciles in flight finish before it returns.
+pub async fn run(ctx: Arc<Context>, readiness: Readiness) {
+    let client = ctx.client.clone();
+    let controller = Controller::new(
+        Api::<ManifestWorkReplicaSet>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    );
+    let (by_decision, by_placement) = (controller.store(), controller.store());
+    let synced = controller.store();
+    let ready = readiness.clone();
+    let ready_task = tokio::spawn(async move {
+        if synced.wait_until_ready().await.is_ok() {
+            ready.set(true);
+            tracing::info!("ManifestWorkReplicaSets listed; ready");
+        }
+    });
+    controller
+        .watches(
+            Api::<ManifestWork>::all(client.clone()),
+            watcher::Config::default().labels(MWRS_OWNER_LABEL),
+            |work| owner_of_work(&work),
+        )
+        .watches(
+            Api::<PlacementDecision>::all(client.clone()),
+            watcher::Config::default().labels(PLACEMENT_LABEL),
+            move |decision| {
+                let namespace = decision.namespace().unwrap_or_default();
+                decision
+                    .labels()
+                    .get(PLACEMENT_LABEL)
+                    .map(|p| referencing(&by_decision, &namespace, p))
+                    .unwrap_or_default()
+            },
+        )
+        .watches(
+            Api::<Placement>::all(client),
+            watcher::Config::default(),
+            move |placement| {
+                referencing(
+                    &by_placement,
+                    &placement.namespace().unwrap_or_default(),
+                    &placement.name_any(),
+                )
+            },
+        )
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, action)) => tracing::debug!(%object, ?action, "reconciled"),
+                Err(error) => tracing::warn!(%error, "controller"),
+            }
+        })
+        .await;
+    readiness.set(false);
+    ready_task.abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn works_map_back_to_their_owner() {
+        let work = |labels: serde_json::Value, annotations: serde_json::Value| -> ManifestWork {
+            serde_json::from_value(json!({
+                "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+                "metadata": {"name": "w", "namespace": "cluster1", "labels": labels, "annotations": annotations},
+                "spec": {}
+            }))
+            .expect("a work")
+        };
+        let by_label = owner_of_work(&work(
+            json!({MWRS_OWNER_LABEL: "default.hello.v2"}),
+            json!({}),
+        ))
+        .expect("owned");
+        assert_eq!(
+            (by_label.name.as_str(), by_label.namespace.as_deref()),
+            ("hello.v2", Some("default"))
+        );
+        // A hashed label cannot be read back; the annotation can.
+        let hashed = owner_of_work(&work(
+            json!({MWRS_OWNER_LABEL: "default-nnnn-0123456789abcdef"}),
+            json!({OWNER_ANNOTATION: "default/a-very-long-name"}),
+        ))
+        .expect("owned");
+        assert_eq!(
+            (hashed.name.as_str(), hashed.namespace.as_deref()),
+            ("a-very-long-name", Some("default"))
+        );
+        assert!(owner_of_work(&work(json!({}), json!({}))).is_none());
+    }
+}

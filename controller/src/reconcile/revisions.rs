@@ -1,0 +1,98 @@
+//! The revision history in ControllerRevisions: the I/O half of
+//! [`crate::revision`].
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use super::Error;
+use crate::api::labels::MWRS_OWNER_LABEL;
+use crate::api::{ManifestWork, ManifestWorkReplicaSet};
+use crate::orchestrate::observe::work_revision;
+use crate::revision::{self, HistoryEntry, HistoryPlan, Revision};
+
+/// The history after it was brought up to date.
+#[derive(Debug, Clone)]
+pub struct Synced {
+    /// What was done.
+    pub plan: HistoryPlan,
+    /// `status.currentRevision` with its template, if its ControllerRevision
+    /// exists.
+    pub current: Option<Revision>,
+}
+
+/// Lists `mwrs`'s ControllerRevisions, records its template's revision
+/// (creating or renumbering one), prunes beyond `revisionHistoryLimit`
+/// (keeping the current revision and those `works` still carry), and
+/// returns the update and current revisions.
+pub async fn sync(
+    client: &Client,
+    mwrs: &ManifestWorkReplicaSet,
+    owner_label: &str,
+    works: &[ManifestWork],
+) -> Result<Synced, Error> {
+    let namespace = mwrs.namespace().unwrap_or_default();
+    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), &namespace);
+    let params = ListParams::default().labels(&format!("{MWRS_OWNER_LABEL}={owner_label}"));
+    let listed = api
+        .list(&params)
+        .await
+        .map_err(|source| Error::kube("listing ControllerRevisions", source))?;
+    let history: Vec<HistoryEntry> = listed
+        .items
+        .iter()
+        .filter_map(HistoryEntry::from_controller_revision)
+        .collect();
+
+    let status = mwrs.status.clone().unwrap_or_default();
+    let mut live: BTreeSet<String> = works
+        .iter()
+        .filter_map(|w| work_revision(w).map(str::to_owned))
+        .collect();
+    live.extend(status.current_revision.clone());
+    let plan = revision::plan_history(
+        &history,
+        &mwrs.spec.manifest_work_template,
+        status.collision_count.unwrap_or(0),
+        &mwrs.name_any(),
+        &live,
+        mwrs.spec.revision_history_limit(),
+    );
+
+    if let Some(entry) = &plan.create {
+        let object = revision::controller_revision(mwrs, owner_label, entry);
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => {}
+            // Created by an earlier reconcile whose list was stale.
+            Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+            Err(source) => return Err(Error::kube("creating a ControllerRevision", source)),
+        }
+    }
+    if let Some((name, number)) = &plan.renumber {
+        let patch = json!({"revision": number});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::kube("renumbering a ControllerRevision", source))?;
+    }
+    for name in &plan.prune {
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.is_not_found() => {}
+            Err(source) => return Err(Error::kube("pruning a ControllerRevision", source)),
+        }
+    }
+
+    let current = status.current_revision.as_deref().and_then(|hash| {
+        if hash == plan.update.hash {
+            return Some(plan.update.clone());
+        }
+        history
+            .iter()
+            .find(|e| e.hash == hash)
+            .and_then(HistoryEntry::revision)
+    });
+    Ok(Synced { plan, current })
+}

@@ -1,0 +1,912 @@
+//! The ManifestWorkReplicaSet status after one reconcile, built from the
+//! step's outcome. Pure: the reconcile patches the result once.
+//!
+//! Conditions (each keeps its `lastTransitionTime` while its status stays):
+//!
+//! | type | True | False |
+//! |---|---|---|
+//! | PlacementVerified | `AsExpected` | `PlacementDecisionNotFound` (a placement is missing), `NotAsExpected` (bad strategy or decisions), `PlacementDecisionEmpty` (no cluster selected) |
+//! | PlacementRolledOut | `Complete`: every cluster succeeded | `RolloutDegraded` (aborted, or `maxFailures` exceeded), `Progressing` |
+//! | ManifestworkApplied | `AsExpected` | `Processing`, `NotAsExpected`, `PlacementDecisionEmpty` (upstream's rule on the counts) |
+//! | PluginLoaded (only with a plugin) | `Available` | `Failed`, with the design's messages |
+//! | Progressing | `NewRevisionCreated`, `FoundNewRevision` (rolling out), `NewManifestWorkAvailable` (done) | `PluginCallFailed` (hook errors in the message), `RolloutAborted`, `ProgressDeadlineExceeded` |
+//! | OwnerLabelHashed (only when hashed) | `LabelValueHashed` | |
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::api::conditions::*;
+use crate::api::manifestworkreplicaset::MAX_CLUSTER_SUMMARIES;
+use crate::api::{
+    ClusterCounts, ClusterRolloutSummary, HashedLabelValue, ManifestWorkReplicaSetStatus,
+    ManifestWorkReplicaSetSummary, PlacementSummary,
+};
+use crate::orchestrate::{ClusterReport, DeployOutcome, PlacementOutcome};
+use crate::revision::{AbortAction, RevisionOrigin, RevisionStatus};
+use crate::rollout::RolloutStatus;
+
+/// The longest condition message written (the API allows 32 KiB).
+pub const MAX_MESSAGE_LEN: usize = 4096;
+
+/// Why a placement of the spec was not rolled out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlacementProblem {
+    /// The Placement does not exist.
+    NotFound,
+    /// Its rollout strategy or its decisions cannot be used; the message
+    /// says why.
+    Invalid(String),
+}
+
+/// Whether a plugin answered `Initialize`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginState {
+    /// The plugin (or pipeline).
+    pub name: String,
+    /// `Ok`, or the PluginLoaded message of its failure.
+    pub result: Result<(), String>,
+}
+
+/// What the status is built from.
+#[derive(Debug, Clone)]
+pub struct StatusInput<'a> {
+    /// The status before this reconcile.
+    pub old: &'a ManifestWorkReplicaSetStatus,
+    /// `metadata.generation`, for the conditions' `observedGeneration`.
+    pub generation: Option<i64>,
+    /// The time of this reconcile.
+    pub now: Timestamp,
+    /// Every placement of the spec, in order.
+    pub spec_placements: &'a [String],
+    /// The placements that were not rolled out, and why.
+    pub problems: &'a BTreeMap<String, PlacementProblem>,
+    /// The step's outcome (one entry per placement rolled out).
+    pub outcome: &'a DeployOutcome,
+    /// The plugins the strategies name.
+    pub plugins: &'a [PluginState],
+    /// The revision fields after this reconcile.
+    pub revisions: &'a RevisionStatus,
+    /// `collisionCount`.
+    pub collision_count: i32,
+    /// How the update revision was found in this reconcile.
+    pub origin: RevisionOrigin,
+    /// Set when the owner label value had to be hashed.
+    pub owner_hashed: Option<&'a HashedLabelValue>,
+}
+
+/// Sets condition `kind` in `conditions`: its `lastTransitionTime` changes
+/// only when its status does.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    kind: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let status = if status { "True" } else { "False" };
+    let message = cut(message);
+    match conditions.iter_mut().find(|c| c.type_ == kind) {
+        Some(existing) => {
+            if existing.status != status {
+                existing.last_transition_time = Time(now);
+            }
+            existing.status = status.to_owned();
+            existing.reason = reason.to_owned();
+            existing.message = message;
+            existing.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: kind.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            observed_generation: generation,
+            last_transition_time: Time(now),
+        }),
+    }
+}
+
+fn remove_condition(conditions: &mut Vec<Condition>, kind: &str) {
+    conditions.retain(|c| c.type_ != kind);
+}
+
+fn condition<'c>(conditions: &'c [Condition], kind: &str) -> Option<&'c Condition> {
+    conditions.iter().find(|c| c.type_ == kind)
+}
+
+fn cut(message: &str) -> String {
+    if message.len() <= MAX_MESSAGE_LEN {
+        return message.to_owned();
+    }
+    let mut end = MAX_MESSAGE_LEN - 3;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &message[..end])
+}
+
+fn to_i32(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+fn status_name(status: RolloutStatus) -> &'static str {
+    match status {
+        RolloutStatus::ToApply => "ToApply",
+        RolloutStatus::Progressing => "Progressing",
+        RolloutStatus::Succeeded => "Succeeded",
+        RolloutStatus::Failed => "Failed",
+        RolloutStatus::TimeOut => "TimeOut",
+        RolloutStatus::Skip => "Skip",
+        RolloutStatus::Validating => "Validating",
+    }
+}
+
+/// How urgent a status is in the summary's cluster list (lower first);
+/// `None` for those not listed.
+fn urgency(status: RolloutStatus) -> Option<u8> {
+    match status {
+        RolloutStatus::TimeOut => Some(0),
+        RolloutStatus::Failed => Some(1),
+        RolloutStatus::Validating => Some(2),
+        RolloutStatus::Progressing => Some(3),
+        RolloutStatus::ToApply => Some(4),
+        RolloutStatus::Skip => Some(5),
+        RolloutStatus::Succeeded => None,
+    }
+}
+
+fn cluster_summary(report: &ClusterReport) -> ClusterRolloutSummary {
+    ClusterRolloutSummary {
+        cluster_name: report.cluster.clone(),
+        rollout_status: report.status,
+        group_index: report.group_index,
+        group_name: report.group_name.clone(),
+        last_transition_time: report.last_transition_time.map(Time),
+        revision: report.revision.clone(),
+        message: report.message.clone(),
+    }
+}
+
+/// The summary of one placement rolled out.
+pub fn placement_summary(outcome: &PlacementOutcome) -> PlacementSummary {
+    let mut counts = ClusterCounts::default();
+    for cluster in &outcome.clusters {
+        counts.add(cluster.status);
+    }
+    let mut attention: Vec<(u8, usize, &ClusterReport)> = outcome
+        .clusters
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| urgency(c.status).map(|u| (u, i, c)))
+        .collect();
+    attention.sort_by_key(|(u, i, _)| (*u, *i));
+    let omitted = attention.len().saturating_sub(MAX_CLUSTER_SUMMARIES);
+    let groups: std::collections::BTreeSet<(i32, &str)> = outcome
+        .clusters
+        .iter()
+        .map(|c| (c.group_index, c.group_name.as_str()))
+        .collect();
+    PlacementSummary {
+        name: outcome.name.clone(),
+        // Upstream's wording: groups (works / selected clusters applied).
+        available_decision_groups: format!(
+            "{} ({} / {} clusters applied)",
+            groups.len(),
+            outcome.works.total,
+            outcome.clusters.len()
+        ),
+        summary: ManifestWorkReplicaSetSummary {
+            total: to_i32(outcome.works.total),
+            progressing: to_i32(outcome.works.progressing),
+            available: to_i32(outcome.works.available),
+            degraded: to_i32(outcome.works.degraded),
+            applied: to_i32(outcome.works.applied),
+            desired_total: to_i32(outcome.clusters.len()),
+            updated: to_i32(outcome.updated),
+        },
+        max_failure_breach: outcome.result.max_failure_breach,
+        cluster_counts: counts,
+        clusters: attention
+            .into_iter()
+            .take(MAX_CLUSTER_SUMMARIES)
+            .map(|(_, _, c)| cluster_summary(c))
+            .collect(),
+        omitted_clusters: to_i32(omitted),
+    }
+}
+
+fn list_clusters<'a>(clusters: impl IntoIterator<Item = &'a ClusterReport>) -> String {
+    clusters
+        .into_iter()
+        .map(|c| match &c.message {
+            Some(m) if !m.is_empty() => format!("{} {} ({m})", c.cluster, status_name(c.status)),
+            _ => format!("{} {}", c.cluster, status_name(c.status)),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The status after this reconcile (see the module documentation).
+pub fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
+    let outcome = input.outcome;
+    let (generation, now) = (input.generation, input.now);
+    let mut conditions = input.old.conditions.clone();
+    let update = input.revisions.update.clone().unwrap_or_default();
+
+    // Summaries, in spec order.
+    let by_name: BTreeMap<&str, &PlacementOutcome> = outcome
+        .placements
+        .iter()
+        .map(|p| (p.name.as_str(), p))
+        .collect();
+    let placements_summary: Vec<PlacementSummary> = input
+        .spec_placements
+        .iter()
+        .map(|name| match by_name.get(name.as_str()) {
+            Some(p) => placement_summary(p),
+            None => input
+                .old
+                .placements_summary
+                .iter()
+                .find(|s| &s.name == name)
+                .cloned()
+                .unwrap_or_else(|| PlacementSummary {
+                    name: name.clone(),
+                    ..PlacementSummary::default()
+                }),
+        })
+        .collect();
+    let mut summary = ManifestWorkReplicaSetSummary::default();
+    for p in &outcome.placements {
+        let s = placement_summary(p).summary;
+        summary.total += s.total;
+        summary.progressing += s.progressing;
+        summary.available += s.available;
+        summary.degraded += s.degraded;
+        summary.applied += s.applied;
+        summary.desired_total += s.desired_total;
+        summary.updated += s.updated;
+    }
+
+    // PlacementVerified.
+    let not_found: Vec<&str> = input
+        .problems
+        .iter()
+        .filter(|(_, p)| **p == PlacementProblem::NotFound)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let invalid: Vec<String> = input
+        .problems
+        .iter()
+        .filter_map(|(n, p)| match p {
+            PlacementProblem::Invalid(m) => Some(format!("placement {n}: {m}")),
+            PlacementProblem::NotFound => None,
+        })
+        .collect();
+    let selected: usize = outcome.placements.iter().map(|p| p.clusters.len()).sum();
+    let (verified, verified_reason, verified_message) = if !not_found.is_empty() {
+        (
+            false,
+            REASON_PLACEMENT_DECISION_NOT_FOUND,
+            format!("placement {} not found", not_found.join(", ")),
+        )
+    } else if !invalid.is_empty() {
+        (false, REASON_NOT_AS_EXPECTED, invalid.join("; "))
+    } else if selected == 0 {
+        (
+            false,
+            REASON_PLACEMENT_DECISION_EMPTY,
+            "the placements select no cluster".to_owned(),
+        )
+    } else {
+        (true, REASON_AS_EXPECTED, String::new())
+    };
+    set_condition(
+        &mut conditions,
+        PLACEMENT_VERIFIED,
+        verified,
+        verified_reason,
+        &verified_message,
+        generation,
+        now,
+    );
+
+    // Abort wording, shared by PlacementRolledOut and Progressing.
+    let aborted = input.revisions.is_aborted();
+    let current = input.revisions.current.clone().unwrap_or_default();
+    let stopped = outcome.placements.iter().any(|p| p.stopped)
+        || outcome
+            .abort
+            .as_ref()
+            .is_some_and(|a| a.action == AbortAction::Stop);
+    let restored: usize = outcome
+        .placements
+        .iter()
+        .filter(|p| p.aborting && !p.stopped)
+        .map(|p| p.count(RolloutStatus::Succeeded))
+        .sum();
+    let abort_progress = if stopped {
+        "No earlier revision to roll back to: the rollout is stopped.".to_owned()
+    } else if restored == selected {
+        format!("Revision {current} is restored on every cluster.")
+    } else {
+        format!("Rolling back to revision {current}: {restored} of {selected} clusters restored.")
+    };
+    let abort_prefix = format!("Rollout of revision {update} aborted: ");
+    let abort_cause = match &outcome.abort {
+        Some(report) if !report.failures.is_empty() => {
+            format!(
+                "placement {}: {}",
+                report.placement,
+                list_clusters(&report.failures)
+            )
+        }
+        _ => condition(&input.old.conditions, PROGRESSING)
+            .filter(|c| c.reason == REASON_ROLLOUT_ABORTED)
+            .and_then(|c| c.message.strip_prefix(&abort_prefix))
+            .and_then(|rest| rest.rfind(". ").map(|end| rest[..end].to_owned()))
+            .unwrap_or_else(|| "a cluster failed or timed out".to_owned()),
+    };
+    let abort_message = format!("{abort_prefix}{abort_cause}. {abort_progress}");
+
+    // PlacementRolledOut.
+    let succeeded: usize = outcome
+        .placements
+        .iter()
+        .map(|p| p.count(RolloutStatus::Succeeded))
+        .sum();
+    let breaches: Vec<String> = outcome
+        .placements
+        .iter()
+        .filter(|p| p.result.max_failure_breach)
+        .map(|p| {
+            let failing = p.clusters.iter().filter(|c| c.status.is_failure());
+            format!("placement {}: {}", p.name, list_clusters(failing))
+        })
+        .collect();
+    let complete = input.problems.is_empty() && outcome.placements.iter().all(|p| p.complete());
+    let (rolled_out, rolled_reason, rolled_message) = if aborted {
+        (false, REASON_ROLLOUT_DEGRADED, abort_message.clone())
+    } else if !breaches.is_empty() {
+        (
+            false,
+            REASON_ROLLOUT_DEGRADED,
+            format!("maxFailures exceeded on {}", breaches.join("; ")),
+        )
+    } else if complete {
+        (true, REASON_COMPLETE, String::new())
+    } else {
+        (
+            false,
+            REASON_PROGRESSING,
+            format!("{succeeded} of {selected} clusters succeeded"),
+        )
+    };
+    set_condition(
+        &mut conditions,
+        PLACEMENT_ROLLED_OUT,
+        rolled_out,
+        rolled_reason,
+        &rolled_message,
+        generation,
+        now,
+    );
+
+    // ManifestworkApplied: upstream's rule on the counts.
+    let (applied, applied_reason) = if summary.total == 0 {
+        if verified_reason == REASON_PLACEMENT_DECISION_EMPTY {
+            (false, REASON_PLACEMENT_DECISION_EMPTY)
+        } else {
+            (false, REASON_NOT_AS_EXPECTED)
+        }
+    } else if summary.available == summary.total
+        && summary.progressing == 0
+        && summary.degraded == 0
+    {
+        (true, REASON_AS_EXPECTED)
+    } else if summary.progressing > 0 && summary.degraded == 0 {
+        (false, REASON_PROCESSING)
+    } else {
+        (false, REASON_NOT_AS_EXPECTED)
+    };
+    let applied_message = format!(
+        "{} of {} ManifestWorks available, {} progressing, {} degraded",
+        summary.available, summary.total, summary.progressing, summary.degraded
+    );
+    set_condition(
+        &mut conditions,
+        MANIFESTWORK_APPLIED,
+        applied,
+        applied_reason,
+        &applied_message,
+        generation,
+        now,
+    );
+
+    // PluginLoaded.
+    if input.plugins.is_empty() {
+        remove_condition(&mut conditions, PLUGIN_LOADED);
+    } else {
+        let failed: Vec<&str> = input
+            .plugins
+            .iter()
+            .filter_map(|p| p.result.as_ref().err().map(String::as_str))
+            .collect();
+        if failed.is_empty() {
+            let message = input
+                .plugins
+                .iter()
+                .map(|p| plugin_available_message(&p.name))
+                .collect::<Vec<_>>()
+                .join(" ");
+            set_condition(
+                &mut conditions,
+                PLUGIN_LOADED,
+                true,
+                REASON_AVAILABLE,
+                &message,
+                generation,
+                now,
+            );
+        } else {
+            set_condition(
+                &mut conditions,
+                PLUGIN_LOADED,
+                false,
+                REASON_FAILED,
+                &failed.join(" "),
+                generation,
+                now,
+            );
+        }
+    }
+
+    // Progressing.
+    let hook_errors: Vec<String> = outcome
+        .hook_errors()
+        .map(|(placement, failure)| format!("placement {placement}: {failure}"))
+        .collect();
+    let timed_out: Vec<String> = outcome
+        .placements
+        .iter()
+        .flat_map(|p| {
+            p.clusters
+                .iter()
+                .filter(|c| c.status == RolloutStatus::TimeOut)
+                .map(move |c| format!("{}/{}", p.name, c.cluster))
+        })
+        .collect();
+    let rolling_reason = match input.origin {
+        RevisionOrigin::Created => REASON_NEW_REVISION_CREATED,
+        RevisionOrigin::Found => REASON_FOUND_NEW_REVISION,
+        RevisionOrigin::Unchanged => condition(&input.old.conditions, PROGRESSING)
+            .map(|c| c.reason.as_str())
+            .filter(|r| *r == REASON_FOUND_NEW_REVISION)
+            .unwrap_or(REASON_NEW_REVISION_CREATED),
+    };
+    let (progressing, progressing_reason, progressing_message) = if !hook_errors.is_empty() {
+        (false, REASON_PLUGIN_CALL_FAILED, hook_errors.join("; "))
+    } else if aborted {
+        (false, REASON_ROLLOUT_ABORTED, abort_message)
+    } else if !timed_out.is_empty() {
+        (
+            false,
+            REASON_PROGRESS_DEADLINE_EXCEEDED,
+            format!(
+                "clusters did not finish within progressDeadline: {}",
+                timed_out.join(", ")
+            ),
+        )
+    } else if complete {
+        (
+            true,
+            REASON_NEW_MANIFEST_WORK_AVAILABLE,
+            format!("Revision {update} is rolled out to every cluster."),
+        )
+    } else {
+        (
+            true,
+            rolling_reason,
+            format!(
+                "Rolling out revision {update}: {} of {} clusters updated.",
+                summary.updated, summary.desired_total
+            ),
+        )
+    };
+    set_condition(
+        &mut conditions,
+        PROGRESSING,
+        progressing,
+        progressing_reason,
+        &progressing_message,
+        generation,
+        now,
+    );
+
+    // The owner label.
+    match input.owner_hashed {
+        Some(hashed) => set_condition(
+            &mut conditions,
+            OWNER_LABEL_HASHED,
+            true,
+            REASON_LABEL_VALUE_HASHED,
+            &hashed.message(),
+            generation,
+            now,
+        ),
+        None => remove_condition(&mut conditions, OWNER_LABEL_HASHED),
+    }
+
+    ManifestWorkReplicaSetStatus {
+        conditions,
+        summary,
+        placements_summary,
+        current_revision: input.revisions.current.clone(),
+        update_revision: input.revisions.update.clone(),
+        aborted_time: input.revisions.aborted_time.map(Time),
+        collision_count: (input.collision_count > 0 || input.old.collision_count.is_some())
+            .then_some(input.collision_count),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::labels::owner_label_value;
+    use crate::hooks::{HookError, HookKind};
+    use crate::orchestrate::{AbortReport, HookFailure, WorkCounts};
+    use crate::rollout::RolloutResult;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + secs).expect("time")
+    }
+
+    fn report(cluster: &str, status: RolloutStatus) -> ClusterReport {
+        ClusterReport {
+            cluster: cluster.into(),
+            status,
+            group_index: 0,
+            group_name: String::new(),
+            last_transition_time: Some(at(0)),
+            revision: Some("r2".into()),
+            message: None,
+        }
+    }
+
+    fn placement(name: &str, clusters: Vec<ClusterReport>) -> PlacementOutcome {
+        let works = WorkCounts {
+            total: clusters.len(),
+            applied: clusters.len(),
+            available: clusters.len(),
+            ..WorkCounts::default()
+        };
+        let updated = clusters
+            .iter()
+            .filter(|c| c.status == RolloutStatus::Succeeded)
+            .count();
+        PlacementOutcome {
+            name: name.into(),
+            desired_revision: "r2".into(),
+            aborting: false,
+            stopped: false,
+            held: false,
+            clusters,
+            result: RolloutResult::default(),
+            works,
+            updated,
+            at_update: updated,
+            hook_errors: Vec::new(),
+            world_errors: Vec::new(),
+            applied: Vec::new(),
+            deleted: Vec::new(),
+            requeue_after: None,
+        }
+    }
+
+    fn outcome(placements: Vec<PlacementOutcome>) -> DeployOutcome {
+        DeployOutcome {
+            placements,
+            aborted_at: None,
+            abort: None,
+            deleted_stale: Vec::new(),
+            world_errors: Vec::new(),
+            requeue_after: None,
+        }
+    }
+
+    struct Fixture {
+        old: ManifestWorkReplicaSetStatus,
+        spec: Vec<String>,
+        problems: BTreeMap<String, PlacementProblem>,
+        outcome: DeployOutcome,
+        plugins: Vec<PluginState>,
+        revisions: RevisionStatus,
+        origin: RevisionOrigin,
+        hashed: Option<HashedLabelValue>,
+    }
+
+    impl Fixture {
+        fn new(outcome: DeployOutcome) -> Fixture {
+            Fixture {
+                old: ManifestWorkReplicaSetStatus::default(),
+                spec: outcome.placements.iter().map(|p| p.name.clone()).collect(),
+                problems: BTreeMap::new(),
+                outcome,
+                plugins: Vec::new(),
+                revisions: RevisionStatus {
+                    current: Some("r1".into()),
+                    update: Some("r2".into()),
+                    aborted_time: None,
+                },
+                origin: RevisionOrigin::Unchanged,
+                hashed: None,
+            }
+        }
+
+        fn build(&self) -> ManifestWorkReplicaSetStatus {
+            build(&StatusInput {
+                old: &self.old,
+                generation: Some(3),
+                now: at(100),
+                spec_placements: &self.spec,
+                problems: &self.problems,
+                outcome: &self.outcome,
+                plugins: &self.plugins,
+                revisions: &self.revisions,
+                collision_count: 0,
+                origin: self.origin,
+                owner_hashed: self.hashed.as_ref(),
+            })
+        }
+    }
+
+    fn get<'a>(status: &'a ManifestWorkReplicaSetStatus, kind: &str) -> &'a Condition {
+        condition(&status.conditions, kind).unwrap_or_else(|| panic!("no {kind} condition"))
+    }
+
+    #[test]
+    fn a_complete_rollout() {
+        use RolloutStatus::Succeeded;
+        let mut f = Fixture::new(outcome(vec![placement(
+            "p",
+            vec![report("c1", Succeeded), report("c2", Succeeded)],
+        )]));
+        f.plugins = vec![PluginState {
+            name: "my-rollout".into(),
+            result: Ok(()),
+        }];
+        let status = f.build();
+        let c = get(&status, PLACEMENT_ROLLED_OUT);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", REASON_COMPLETE)
+        );
+        assert_eq!(c.observed_generation, Some(3));
+        let c = get(&status, PLUGIN_LOADED);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            ("True", REASON_AVAILABLE, "my-rollout plugin is available.")
+        );
+        let c = get(&status, PROGRESSING);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", REASON_NEW_MANIFEST_WORK_AVAILABLE)
+        );
+        assert_eq!(
+            get(&status, MANIFESTWORK_APPLIED).reason,
+            REASON_AS_EXPECTED
+        );
+        assert_eq!(get(&status, PLACEMENT_VERIFIED).reason, REASON_AS_EXPECTED);
+        assert_eq!(status.summary.desired_total, 2);
+        assert_eq!(status.summary.updated, 2);
+        assert_eq!(
+            status.placements_summary[0].available_decision_groups,
+            "1 (2 / 2 clusters applied)"
+        );
+        assert!(status.placements_summary[0].clusters.is_empty());
+        assert_eq!(status.update_revision.as_deref(), Some("r2"));
+        assert_eq!(status.collision_count, None);
+
+        // Built again from its own result, nothing changes (no write loop).
+        f.old = status.clone();
+        assert_eq!(f.build(), status);
+    }
+
+    #[test]
+    fn failures_and_breaches_are_visible() {
+        use RolloutStatus::*;
+        let mut p = placement(
+            "p",
+            vec![
+                report("c1", Succeeded),
+                report("c2", Failed),
+                report("c3", TimeOut),
+                report("c4", Validating),
+                report("c5", ToApply),
+            ],
+        );
+        p.result.max_failure_breach = true;
+        p.clusters[1].message = Some("smoke test failed".into());
+        let f = Fixture::new(outcome(vec![p]));
+        let status = f.build();
+        let s = &status.placements_summary[0];
+        assert!(s.max_failure_breach);
+        assert_eq!((s.cluster_counts.failed, s.cluster_counts.time_out), (1, 1));
+        let listed: Vec<&str> = s.clusters.iter().map(|c| c.cluster_name.as_str()).collect();
+        assert_eq!(listed, ["c3", "c2", "c4", "c5"], "most urgent first");
+        let c = get(&status, PLACEMENT_ROLLED_OUT);
+        assert_eq!(c.reason, REASON_ROLLOUT_DEGRADED);
+        assert_eq!(
+            c.message,
+            "maxFailures exceeded on placement p: c2 Failed (smoke test failed), c3 TimeOut"
+        );
+        let c = get(&status, PROGRESSING);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", REASON_PROGRESS_DEADLINE_EXCEEDED)
+        );
+        assert!(c.message.contains("p/c3"), "{}", c.message);
+    }
+
+    #[test]
+    fn plugin_errors_and_failed_plugins() {
+        let mut p = placement("p", vec![report("c1", RolloutStatus::ToApply)]);
+        p.hook_errors.push(HookFailure {
+            cluster: Some("c1".into()),
+            error: HookError {
+                hook: HookKind::BeginRollout,
+                code: tonic::Code::Unavailable,
+                message: "plugin \"canary\": down".into(),
+            },
+        });
+        let mut f = Fixture::new(outcome(vec![p]));
+        f.plugins = vec![PluginState {
+            name: "canary".into(),
+            result: Err(plugin_failed_message("canary", UNAVAILABLE_ENDPOINT)),
+        }];
+        let status = f.build();
+        let c = get(&status, PROGRESSING);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", REASON_PLUGIN_CALL_FAILED)
+        );
+        assert_eq!(
+            c.message,
+            "placement p: cluster c1: BeginRollout failed: UNAVAILABLE: plugin \"canary\": down"
+        );
+        let c = get(&status, PLUGIN_LOADED);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            (
+                "False",
+                REASON_FAILED,
+                "canary plugin: Initialize fails with unavailable plugin server endpoint."
+            )
+        );
+        // Without a plugin the condition goes away.
+        f.old = status;
+        f.plugins.clear();
+        assert!(condition(&f.build().conditions, PLUGIN_LOADED).is_none());
+    }
+
+    #[test]
+    fn abort_messages_keep_their_cause() {
+        use RolloutStatus::*;
+        let mut p = placement("p", vec![report("c1", ToApply), report("c2", Succeeded)]);
+        p.aborting = true;
+        p.desired_revision = "r1".into();
+        let mut o = outcome(vec![p]);
+        let mut failed = report("c1", Failed);
+        failed.message = Some("smoke test failed".into());
+        o.abort = Some(AbortReport {
+            placement: "p".into(),
+            action: AbortAction::RollBack,
+            failures: vec![failed],
+        });
+        o.aborted_at = Some(at(50));
+        let mut f = Fixture::new(o);
+        f.revisions.aborted_time = Some(at(50));
+        let status = f.build();
+        let want = "Rollout of revision r2 aborted: placement p: c1 Failed (smoke test failed). \
+                    Rolling back to revision r1: 1 of 2 clusters restored.";
+        let c = get(&status, PROGRESSING);
+        assert_eq!(
+            (c.reason.as_str(), c.message.as_str()),
+            (REASON_ROLLOUT_ABORTED, want)
+        );
+        assert_eq!(
+            get(&status, PLACEMENT_ROLLED_OUT).reason,
+            REASON_ROLLOUT_DEGRADED
+        );
+        assert_eq!(status.aborted_time, Some(Time(at(50))));
+
+        // Next reconcile: the cause stays, the progress moves on.
+        f.old = status;
+        f.outcome.abort = None;
+        f.outcome.placements[0].clusters[0].status = Succeeded;
+        let c = get(&f.build(), PROGRESSING).clone();
+        assert_eq!(
+            c.message,
+            "Rollout of revision r2 aborted: placement p: c1 Failed (smoke test failed). \
+             Revision r1 is restored on every cluster."
+        );
+
+        // First rollout ever: stopped.
+        f.old = ManifestWorkReplicaSetStatus::default();
+        f.outcome.placements[0].stopped = true;
+        f.revisions.current = None;
+        let c = get(&f.build(), PROGRESSING).clone();
+        assert!(
+            c.message
+                .ends_with("No earlier revision to roll back to: the rollout is stopped."),
+            "{}",
+            c.message
+        );
+    }
+
+    #[test]
+    fn placement_problems_and_hashed_owner_label() {
+        let mut f = Fixture::new(outcome(vec![placement("p", vec![])]));
+        f.spec = vec!["p".into(), "missing".into()];
+        f.problems
+            .insert("missing".into(), PlacementProblem::NotFound);
+        let name = "n".repeat(70);
+        let (_, hashed) = owner_label_value("default", &name);
+        f.hashed = hashed;
+        let status = f.build();
+        let c = get(&status, PLACEMENT_VERIFIED);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            (
+                "False",
+                REASON_PLACEMENT_DECISION_NOT_FOUND,
+                "placement missing not found"
+            )
+        );
+        assert_eq!(status.placements_summary.len(), 2);
+        assert_eq!(status.placements_summary[1].name, "missing");
+        let c = get(&status, OWNER_LABEL_HASHED);
+        assert_eq!(c.reason, REASON_LABEL_VALUE_HASHED);
+        assert!(c.message.contains("more than 63"), "{}", c.message);
+        assert_eq!(
+            get(&status, MANIFESTWORK_APPLIED).reason,
+            REASON_NOT_AS_EXPECTED
+        );
+        assert_ne!(get(&status, PLACEMENT_ROLLED_OUT).reason, REASON_COMPLETE);
+
+        f.problems.clear();
+        f.spec = vec!["p".into()];
+        let c = get(&f.build(), PLACEMENT_VERIFIED).clone();
+        assert_eq!(c.reason, REASON_PLACEMENT_DECISION_EMPTY);
+    }
+
+    #[test]
+    fn transition_times_move_only_with_the_status() {
+        let mut conditions = Vec::new();
+        set_condition(&mut conditions, "X", true, "A", "m", Some(1), at(1));
+        set_condition(&mut conditions, "X", true, "B", "n", Some(2), at(2));
+        assert_eq!(conditions[0].last_transition_time, Time(at(1)));
+        assert_eq!(
+            (
+                conditions[0].reason.as_str(),
+                conditions[0].observed_generation
+            ),
+            ("B", Some(2))
+        );
+        set_condition(
+            &mut conditions,
+            "X",
+            false,
+            "C",
+            &"x".repeat(10_000),
+            Some(2),
+            at(3),
+        );
+        assert_eq!(conditions[0].last_transition_time, Time(at(3)));
+        assert!(conditions[0].message.len() <= MAX_MESSAGE_LEN);
+    }
+}

@@ -1,0 +1,90 @@
+//! [`KubeWorld`]: the orchestration's [`World`] over the hub's API server.
+
+use std::collections::BTreeMap;
+
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use crate::api::ManifestWork;
+use crate::api::labels::MWRS_OWNER_LABEL;
+use crate::orchestrate::{World, WorldError};
+
+/// The server-side apply field manager of every write of the controller.
+pub const FIELD_MANAGER: &str = "rollout-controller";
+
+/// ManifestWorks through the Kubernetes API: listed by the owner label in
+/// every namespace, applied server-side with field manager
+/// [`FIELD_MANAGER`] (forcing ownership of the fields it sets), annotated
+/// with a JSON merge patch, deleted with the default propagation.
+#[derive(Clone)]
+pub struct KubeWorld {
+    client: Client,
+}
+
+impl KubeWorld {
+    /// The world of `client`'s cluster.
+    pub fn new(client: Client) -> KubeWorld {
+        KubeWorld { client }
+    }
+
+    fn api(&self, namespace: &str) -> Api<ManifestWork> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+}
+
+fn error(action: &'static str, namespace: &str, name: &str, err: &kube::Error) -> WorldError {
+    WorldError {
+        action,
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        message: err.to_string(),
+    }
+}
+
+impl World for KubeWorld {
+    async fn list_works(&self, owner_label: &str) -> Result<Vec<ManifestWork>, WorldError> {
+        let api: Api<ManifestWork> = Api::all(self.client.clone());
+        let params = ListParams::default().labels(&format!("{MWRS_OWNER_LABEL}={owner_label}"));
+        api.list(&params)
+            .await
+            .map(|list| list.items)
+            .map_err(|e| error("listing", "", "", &e))
+    }
+
+    async fn apply_work(&self, work: ManifestWork) -> Result<ManifestWork, WorldError> {
+        let namespace = work.namespace().unwrap_or_default();
+        let name = work.name_any();
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        self.api(&namespace)
+            .patch(&name, &params, &Patch::Apply(&work))
+            .await
+            .map_err(|e| error("applying", &namespace, &name, &e))
+    }
+
+    async fn annotate_work(
+        &self,
+        namespace: &str,
+        name: &str,
+        annotations: BTreeMap<String, String>,
+    ) -> Result<(), WorldError> {
+        let patch = json!({"metadata": {"annotations": annotations}});
+        self.api(namespace)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| error("annotating", namespace, name, &e))
+    }
+
+    async fn delete_work(&self, namespace: &str, name: &str) -> Result<(), WorldError> {
+        match self
+            .api(namespace)
+            .delete(name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+            Err(e) => Err(error("deleting", namespace, name, &e)),
+        }
+    }
+}

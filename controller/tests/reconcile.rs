@@ -1,0 +1,855 @@
+//! The reconcile, end to end: the Kubernetes API through kube's mock
+//! service (every request checked in order, any other request fails the
+//! test) and the hooks through a real in-process rollout gateway to a
+//! scripted plugin.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use http::Method;
+use kube::runtime::controller::Action;
+use rollout_controller::api::{ManifestWorkReplicaSet, ManifestWorkSpec};
+use rollout_controller::hooks::HookKind;
+use rollout_controller::orchestrate::work_name;
+use rollout_controller::reconcile::reconcile;
+use rollout_controller::revision::{spec_hash, template_hash};
+use rollout_proto::v1alpha1::{RolloutStatus as ProtoStatus, ValidationResult};
+use serde_json::{Value, json};
+
+use HookKind::{
+    BeginRollout as Begin, Initialize, MutateManifestWork as Mutate, ProgressRollout as Progress,
+    ValidateRolloutCompletion as Validate,
+};
+
+const OWNER: &str = "work.open-cluster-management.io/manifestworkreplicaset";
+const PLACEMENT_NAME: &str = "work.open-cluster-management.io/placementname";
+const HASH: &str = "work.open-cluster-management.io/controller-hash";
+
+fn spec(template: &Value) -> ManifestWorkSpec {
+    serde_json::from_value(template.clone()).unwrap()
+}
+
+fn hash_of(template: &Value) -> String {
+    template_hash(&spec(template), 0)
+}
+
+fn object(value: Value) -> Arc<ManifestWorkReplicaSet> {
+    Arc::new(serde_json::from_value(value).unwrap())
+}
+
+fn call(hook: HookKind, cluster: &str) -> (HookKind, String) {
+    (hook, cluster.to_owned())
+}
+
+fn trace_id(traceparent: &Option<String>) -> String {
+    traceparent.as_deref().expect("a traceparent")[3..35].to_owned()
+}
+
+/// A work of the MWRS in `cluster` as the controller applies it, at
+/// `generation`, with `extra` annotations and `status`.
+fn stored_work(
+    cluster: &str,
+    template: &Value,
+    generation: i64,
+    extra: Value,
+    status: Value,
+) -> Value {
+    let mut annotations = json!({
+        "rollout.open-cluster-management.io/owner": "default/hello",
+        "rollout.open-cluster-management.io/spec-hash": spec_hash(&spec(template)),
+    });
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        annotations[k] = v;
+    }
+    json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": work_name(NS, MWRS, PLACEMENT), "namespace": cluster,
+                     "generation": generation, "resourceVersion": "5",
+                     "labels": {OWNER: "default.hello", PLACEMENT_NAME: PLACEMENT, HASH: hash_of(template)},
+                     "annotations": annotations},
+        "spec": template,
+        "status": status
+    })
+}
+
+fn controller_revision(template: &Value, number: i64) -> Value {
+    let hash = hash_of(template);
+    json!({
+        "apiVersion": "apps/v1", "kind": "ControllerRevision",
+        "metadata": {"name": format!("{MWRS}-{hash}"), "namespace": NS,
+                     "labels": {OWNER: "default.hello", HASH: hash}},
+        "data": {"spec": {"manifestWorkTemplate": template}},
+        "revision": number
+    })
+}
+
+fn verdict(result: &str, template: &Value, generation: i64) -> Value {
+    json!({
+        "rollout.open-cluster-management.io/validation": result,
+        "rollout.open-cluster-management.io/validation-message": "all checks passed",
+        "rollout.open-cluster-management.io/validation-revision": hash_of(template),
+        "rollout.open-cluster-management.io/validation-generation": generation.to_string(),
+    })
+}
+
+#[tokio::test]
+async fn a_progressive_rollout_issues_writes_and_hook_calls_in_order() {
+    let (plugin, addr) = plugin().await;
+    plugin.answer(
+        "cluster2",
+        ValidationResult::Inprogress,
+        "soaking 20s",
+        Some(20),
+    );
+    let gw = gateway(&[("canary", addr)]).await;
+    let v2 = template("v2");
+    let hash = hash_of(&v2);
+    let name = work_name(NS, MWRS, PLACEMENT);
+    let strategy =
+        json!({"type": "Progressive", "plugin": "canary", "progressive": {"maxConcurrency": 2}});
+    let clusters = ["cluster1", "cluster2", "cluster3"];
+
+    // Step 1: nothing exists yet.
+    let obj = mwrs(v2.clone(), strategy.clone(), Value::Null);
+    let (client, server) = api_server(vec![
+        Expect::ok(Method::GET, works_path(), works(vec![])),
+        Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
+        Expect::echo(Method::POST, revisions_path()),
+        Expect::ok(Method::GET, placement_path(), placement()),
+        Expect::ok(Method::GET, decisions_path(), decisions(&clusters)),
+        Expect::echo(Method::PATCH, work_path("cluster1", &name)),
+        Expect::echo(Method::PATCH, work_path("cluster2", &name)),
+        Expect::status(&obj),
+    ]);
+    let ctx = context(client, &gw.url);
+    let action = reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let step1 = server.await.unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(30 * 60)));
+
+    // The works list and the revision list select by the owner label.
+    assert!(
+        step1[0].query.contains(
+            "labelSelector=work.open-cluster-management.io%2Fmanifestworkreplicaset%3Ddefault.hello"
+        ),
+        "{}",
+        step1[0].query
+    );
+    assert!(
+        step1[4].query.contains(
+            "labelSelector=cluster.open-cluster-management.io%2Fplacement%3Dcanary-placement"
+        ),
+        "{}",
+        step1[4].query
+    );
+    // The revision history: one ControllerRevision owned by the MWRS.
+    let revision = &step1[2].body;
+    assert_eq!(revision["metadata"]["name"], json!(format!("hello-{hash}")));
+    assert_eq!(revision["metadata"]["labels"][HASH], json!(hash));
+    assert_eq!(
+        revision["metadata"]["ownerReferences"][0]["uid"],
+        json!("mwrs-uid")
+    );
+    assert_eq!(revision["data"]["spec"]["manifestWorkTemplate"], v2);
+    assert_eq!(revision["revision"], json!(1));
+    // Two works, server-side applied, mutated by the plugin.
+    for (record, cluster, weight) in [(&step1[5], "cluster1", "10"), (&step1[6], "cluster2", "20")]
+    {
+        assert_eq!(record.content_type, "application/apply-patch+yaml");
+        assert_eq!(
+            record.params(),
+            ["fieldManager=rollout-controller", "force=true"]
+        );
+        let work = &record.body;
+        assert_eq!(work["metadata"]["namespace"], json!(cluster));
+        assert_eq!(work["metadata"]["labels"][OWNER], json!("default.hello"));
+        assert_eq!(work["metadata"]["labels"][PLACEMENT_NAME], json!(PLACEMENT));
+        assert_eq!(work["metadata"]["labels"][HASH], json!(hash));
+        assert_eq!(
+            work["metadata"]["annotations"]["canary/weight"],
+            json!(weight)
+        );
+        assert_eq!(work["spec"], v2);
+    }
+    // The hook calls, in the design's order, through one trace.
+    assert_eq!(
+        plugin.calls(),
+        [
+            call(Initialize, ""),
+            call(Progress, ""),
+            call(Begin, "cluster1"),
+            call(Mutate, "cluster1"),
+            call(Begin, "cluster2"),
+            call(Mutate, "cluster2"),
+        ]
+    );
+    let seen = plugin.seen();
+    let trace = trace_id(&seen[0].traceparent);
+    for s in &seen {
+        assert_eq!(
+            trace_id(&s.traceparent),
+            trace,
+            "{:?} is in the reconcile's trace",
+            s.hook
+        );
+        assert!(s.timeout.is_some(), "{:?} has a deadline", s.hook);
+    }
+    let begins = plugin.requests(Begin);
+    assert_eq!(
+        begins
+            .iter()
+            .map(|r| (r.cluster_index, r.total_cluster_count))
+            .collect::<Vec<_>>(),
+        [(1, 3), (2, 3)]
+    );
+    let b = &begins[0];
+    assert_eq!(
+        (
+            b.mwrs_name.as_str(),
+            b.mwrs_namespace.as_str(),
+            b.placement_name.as_str()
+        ),
+        (MWRS, NS, PLACEMENT)
+    );
+    assert_eq!(b.desired_revision, hash);
+    assert!(!b.aborting);
+    let progressing = &b.rollout_status.as_ref().unwrap().progressing;
+    assert_eq!(
+        progressing
+            .iter()
+            .map(|c| c.cluster_name.as_str())
+            .collect::<Vec<_>>(),
+        ["cluster1", "cluster2"]
+    );
+    assert_eq!(progressing[0].rollout_status, ProtoStatus::ToApply as i32);
+    let mutate = &seen[3].work.as_ref().unwrap();
+    assert_eq!(mutate["metadata"]["name"], json!(name));
+    assert_eq!(mutate["spec"], v2);
+    // The status, patched once.
+    let status_patch = &step1[7];
+    assert_eq!(
+        status_patch.params(),
+        ["fieldManager=rollout-controller", "force=true"]
+    );
+    let status = &status_patch.body["status"];
+    assert_eq!(condition(status, "PluginLoaded")["status"], "True");
+    assert_eq!(
+        condition(status, "PluginLoaded")["message"],
+        "canary plugin is available."
+    );
+    assert_eq!(
+        condition(status, "PlacementVerified")["reason"],
+        "AsExpected"
+    );
+    assert_eq!(
+        condition(status, "PlacementRolledOut")["reason"],
+        "Progressing"
+    );
+    assert_eq!(
+        condition(status, "Progressing")["reason"],
+        "NewRevisionCreated"
+    );
+    assert_eq!(status["updateRevision"], json!(hash));
+    assert!(status.get("currentRevision").is_none());
+    assert_eq!(status["summary"]["desiredTotal"], 3);
+    assert_eq!(status["summary"]["total"], 2);
+    assert_eq!(status["placementSummary"][0]["clusterCounts"]["toApply"], 3);
+
+    // Step 2: the agent finished both works; the plugin passes cluster1
+    // and is still soaking cluster2; cluster3 starts.
+    plugin.clear();
+    let done = |cluster: &str| {
+        let mut w = step1
+            .iter()
+            .find(|r| r.path == work_path(cluster, &name))
+            .unwrap()
+            .body
+            .clone();
+        w["metadata"]["generation"] = json!(1);
+        w["metadata"]["resourceVersion"] = json!("6");
+        w["status"] = json!({"conditions": conditions(1, "False", "2025-01-01T00:00:00Z")});
+        w
+    };
+    let (w1, w2) = (done("cluster1"), done("cluster2"));
+    let mut annotated = w1.clone();
+    let mut stored_revision = revision.clone();
+    stored_revision["metadata"]["resourceVersion"] = json!("3");
+    let obj = mwrs(v2.clone(), strategy, status.clone());
+    let (client, server) = api_server(vec![
+        Expect::ok(Method::GET, works_path(), works(vec![w1.clone(), w2])),
+        Expect::ok(
+            Method::GET,
+            revisions_path(),
+            revisions(vec![stored_revision]),
+        ),
+        Expect::ok(Method::GET, placement_path(), placement()),
+        Expect::ok(Method::GET, decisions_path(), decisions(&clusters)),
+        Expect::new(Method::PATCH, work_path("cluster1", &name), move |patch| {
+            for (k, v) in patch["metadata"]["annotations"].as_object().unwrap() {
+                annotated["metadata"]["annotations"][k] = v.clone();
+            }
+            (http::StatusCode::OK, annotated)
+        }),
+        Expect::echo(Method::PATCH, work_path("cluster3", &name)),
+        Expect::status(&obj),
+    ]);
+    let ctx = context(client, &gw.url);
+    let action = reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let step2 = server.await.unwrap();
+    // The plugin's recheck hint sets the requeue.
+    assert_eq!(action, Action::requeue(Duration::from_secs(20)));
+    // (A new Context: Initialize again.) Validation comes before the
+    // decision, ProgressRollout before the clusters' hooks.
+    assert_eq!(
+        plugin.calls(),
+        [
+            call(Initialize, ""),
+            call(Validate, "cluster1"),
+            call(Validate, "cluster2"),
+            call(Progress, ""),
+            call(Begin, "cluster3"),
+            call(Mutate, "cluster3"),
+        ]
+    );
+    let seen = plugin.seen();
+    assert_ne!(
+        trace_id(&seen[0].traceparent),
+        trace,
+        "a new reconcile, a new trace"
+    );
+    // The verdict is persisted with a merge patch.
+    let verdict_patch = &step2[4];
+    assert_eq!(verdict_patch.content_type, "application/merge-patch+json");
+    let annotations = &verdict_patch.body["metadata"]["annotations"];
+    assert_eq!(
+        annotations["rollout.open-cluster-management.io/validation"],
+        "Succeeded"
+    );
+    assert_eq!(
+        annotations["rollout.open-cluster-management.io/validation-revision"],
+        json!(hash)
+    );
+    assert_eq!(
+        annotations["rollout.open-cluster-management.io/validation-generation"],
+        "1"
+    );
+    let begin = &plugin.requests(Begin)[0];
+    assert_eq!(begin.cluster_index, 3);
+    let state = begin.rollout_status.as_ref().unwrap();
+    assert_eq!(
+        state
+            .completed
+            .iter()
+            .map(|c| c.cluster_name.as_str())
+            .collect::<Vec<_>>(),
+        ["cluster1"]
+    );
+    assert_eq!(
+        state
+            .progressing
+            .iter()
+            .map(|c| (c.cluster_name.as_str(), c.rollout_status))
+            .collect::<Vec<_>>(),
+        [
+            ("cluster2", ProtoStatus::Validating as i32),
+            ("cluster3", ProtoStatus::ToApply as i32)
+        ]
+    );
+    assert_eq!(
+        step2[5].body["metadata"]["annotations"]["canary/weight"],
+        "30"
+    );
+    let status = &step2[6].body["status"];
+    let summary = &status["placementSummary"][0];
+    assert_eq!(summary["clusterCounts"]["succeeded"], 1);
+    assert_eq!(summary["clusterCounts"]["validating"], 1);
+    assert_eq!(summary["clusterCounts"]["toApply"], 1);
+    assert_eq!(summary["clusters"][0]["clusterName"], "cluster2");
+    assert_eq!(summary["clusters"][0]["rolloutStatus"], "Validating");
+    assert_eq!(summary["clusters"][0]["message"], "soaking 20s");
+    assert_eq!(status["summary"]["updated"], 1);
+    // Unchanged conditions keep their transition time.
+    assert_eq!(
+        condition(status, "PluginLoaded")["lastTransitionTime"],
+        condition(&step1[7].body["status"], "PluginLoaded")["lastTransitionTime"]
+    );
+    gw.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failed_validation_aborts_and_rolls_back_with_aborting_calls() {
+    let (plugin, addr) = plugin().await;
+    plugin.answer(
+        "cluster1",
+        ValidationResult::Failed,
+        "smoke test failed",
+        None,
+    );
+    let gw = gateway(&[("canary", addr)]).await;
+    let (v1, v2) = (template("v1"), template("v2"));
+    let (r1, r2) = (hash_of(&v1), hash_of(&v2));
+    let name = work_name(NS, MWRS, PLACEMENT);
+    let strategy = json!({"type": "Progressive", "plugin": "canary", "abortOnFailure": true,
+                          "progressive": {"maxConcurrency": 1}});
+    // cluster1 got v2 and finished progressing; cluster2 still runs v1,
+    // validated.
+    let w1 = stored_work(
+        "cluster1",
+        &v2,
+        2,
+        json!({}),
+        json!({"conditions": conditions(2, "False", "2025-01-01T00:00:00Z")}),
+    );
+    let w2 = stored_work(
+        "cluster2",
+        &v1,
+        1,
+        verdict("Succeeded", &v1, 1),
+        json!({"conditions": conditions(1, "False", "2024-12-01T00:00:00Z")}),
+    );
+    let mut failed = w1.clone();
+    let obj = mwrs(
+        v2.clone(),
+        strategy,
+        json!({"currentRevision": r1, "updateRevision": r2}),
+    );
+    let (client, server) = api_server(vec![
+        Expect::ok(Method::GET, works_path(), works(vec![w1, w2])),
+        Expect::ok(
+            Method::GET,
+            revisions_path(),
+            revisions(vec![
+                controller_revision(&v1, 1),
+                controller_revision(&v2, 2),
+            ]),
+        ),
+        Expect::ok(Method::GET, placement_path(), placement()),
+        Expect::ok(
+            Method::GET,
+            decisions_path(),
+            decisions(&["cluster1", "cluster2"]),
+        ),
+        Expect::new(Method::PATCH, work_path("cluster1", &name), move |patch| {
+            for (k, v) in patch["metadata"]["annotations"].as_object().unwrap() {
+                failed["metadata"]["annotations"][k] = v.clone();
+            }
+            (http::StatusCode::OK, failed)
+        }),
+        Expect::echo(Method::PATCH, work_path("cluster1", &name)),
+        Expect::status(&obj),
+    ]);
+    let ctx = context(client, &gw.url);
+    reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+
+    // The FAILED verdict is persisted: cluster1 is Failed for v2.
+    let annotations = &recorded[4].body["metadata"]["annotations"];
+    assert_eq!(
+        annotations["rollout.open-cluster-management.io/validation"],
+        "Failed"
+    );
+    assert_eq!(
+        annotations["rollout.open-cluster-management.io/validation-message"],
+        "smoke test failed"
+    );
+    assert_eq!(
+        annotations["rollout.open-cluster-management.io/validation-revision"],
+        json!(r2)
+    );
+    // Then the abort: v1 goes back to cluster1, every call says aborting.
+    assert_eq!(
+        plugin.calls(),
+        [
+            call(Initialize, ""),
+            call(Validate, "cluster1"),
+            call(Progress, ""),
+            call(Begin, "cluster1"),
+            call(Mutate, "cluster1")
+        ]
+    );
+    let validate = &plugin.requests(Validate)[0];
+    assert!(!validate.aborting);
+    assert_eq!(validate.desired_revision, r2);
+    for hook in [Progress, Begin, Mutate] {
+        let request = &plugin.requests(hook)[0];
+        assert!(request.aborting, "{hook:?} says aborting");
+        assert_eq!(
+            request.desired_revision, r1,
+            "{hook:?} names the revision restored"
+        );
+    }
+    let old_work = plugin
+        .seen()
+        .into_iter()
+        .find(|s| s.hook == Mutate)
+        .unwrap()
+        .work
+        .unwrap();
+    assert_eq!(old_work["spec"], v1, "the plugin mutates the old work");
+    let applied = &recorded[5].body;
+    assert_eq!(applied["spec"], v1);
+    assert_eq!(applied["metadata"]["labels"][HASH], json!(r1));
+    assert_eq!(
+        applied["metadata"]["annotations"]["canary/aborting"],
+        "true"
+    );
+    let status = &recorded[6].body["status"];
+    assert!(status["abortedTime"].is_string(), "{status:#}");
+    assert_eq!(status["currentRevision"], json!(r1));
+    assert_eq!(status["updateRevision"], json!(r2));
+    let progressing = condition(status, "Progressing");
+    assert_eq!(
+        (
+            progressing["status"].as_str(),
+            progressing["reason"].as_str()
+        ),
+        (Some("False"), Some("RolloutAborted"))
+    );
+    assert_eq!(
+        progressing["message"],
+        json!(format!(
+            "Rollout of revision {r2} aborted: placement {PLACEMENT}: cluster1 Failed (smoke test failed). \
+             Rolling back to revision {r1}: 1 of 2 clusters restored."
+        ))
+    );
+    assert_eq!(
+        condition(status, "PlacementRolledOut")["reason"],
+        "RolloutDegraded"
+    );
+    gw.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_plugin_fails_plugin_loaded_and_applies_nothing() {
+    let gone = closed_port().await;
+    let gw = gateway(&[("gone", gone)]).await;
+    let obj = mwrs(
+        template("v1"),
+        json!({"type": "All", "plugin": "gone"}),
+        Value::Null,
+    );
+    let (client, server) = api_server(vec![
+        Expect::ok(Method::GET, works_path(), works(vec![])),
+        Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
+        Expect::echo(Method::POST, revisions_path()),
+        Expect::ok(Method::GET, placement_path(), placement()),
+        Expect::ok(
+            Method::GET,
+            decisions_path(),
+            decisions(&["cluster1", "cluster2"]),
+        ),
+        // No ManifestWork write: only the status.
+        Expect::status(&obj),
+    ]);
+    let ctx = context(client, &gw.url);
+    let action = reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    assert_eq!(ctx.hooks.counts().initialize, 1);
+    assert_eq!(
+        ctx.hooks.counts().begin_rollout + ctx.hooks.counts().progress_rollout,
+        0
+    );
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    // Asked again soon.
+    assert_eq!(action, Action::requeue(Duration::from_secs(10)));
+    let status = &recorded[5].body["status"];
+    let loaded = condition(status, "PluginLoaded");
+    assert_eq!(
+        (loaded["status"].as_str(), loaded["reason"].as_str()),
+        (Some("False"), Some("Failed"))
+    );
+    let message = loaded["message"].as_str().unwrap();
+    assert!(
+        message
+            .starts_with("gone plugin: Initialize fails with unavailable plugin server endpoint"),
+        "{message}"
+    );
+    assert_eq!(status["summary"]["total"], 0);
+    assert_eq!(status["placementSummary"][0]["clusterCounts"]["toApply"], 2);
+    gw.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_removed_clusters_work_is_deleted() {
+    let (plugin, addr) = plugin().await;
+    let gw = gateway(&[("canary", addr)]).await;
+    let v1 = template("v1");
+    let r1 = hash_of(&v1);
+    let name = work_name(NS, MWRS, PLACEMENT);
+    let finished = |cluster: &str| {
+        stored_work(
+            cluster,
+            &v1,
+            1,
+            verdict("Succeeded", &v1, 1),
+            json!({"conditions": conditions(1, "False", "2025-01-01T00:00:00Z")}),
+        )
+    };
+    let gone = finished("cluster2");
+    let obj = mwrs(
+        v1.clone(),
+        json!({"type": "All", "plugin": "canary"}),
+        json!({"currentRevision": r1, "updateRevision": r1}),
+    );
+    let (client, server) = api_server(vec![
+        Expect::ok(
+            Method::GET,
+            works_path(),
+            works(vec![finished("cluster1"), gone.clone()]),
+        ),
+        Expect::ok(
+            Method::GET,
+            revisions_path(),
+            revisions(vec![controller_revision(&v1, 1)]),
+        ),
+        Expect::ok(Method::GET, placement_path(), placement()),
+        // cluster2 left the placement.
+        Expect::ok(Method::GET, decisions_path(), decisions(&["cluster1"])),
+        Expect::ok(Method::DELETE, work_path("cluster2", &name), gone),
+        Expect::status(&obj),
+    ]);
+    let ctx = context(client, &gw.url);
+    reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    assert_eq!(plugin.calls(), [call(Initialize, ""), call(Progress, "")]);
+    let state = plugin.requests(Progress)[0].rollout_status.clone().unwrap();
+    assert_eq!(state.removed.len(), 1);
+    assert_eq!(state.removed[0].cluster_name, "cluster2");
+    assert_eq!(state.removed[0].manifest_revision_name, r1);
+    assert_eq!(state.completed[0].cluster_name, "cluster1");
+    let status = &recorded[5].body["status"];
+    assert_eq!(status["summary"]["total"], 1);
+    assert_eq!(status["summary"]["desiredTotal"], 1);
+    assert_eq!(
+        condition(status, "PlacementRolledOut")["reason"],
+        "Complete"
+    );
+    assert_eq!(
+        condition(status, "Progressing")["reason"],
+        "NewManifestWorkAvailable"
+    );
+    gw.running.shutdown().await;
+}
+
+fn deleting(policy: &str) -> Value {
+    let mut object = mwrs(template("v1"), json!({"type": "All"}), Value::Null);
+    object["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
+    object["spec"]["cascadeDeletionPolicy"] = json!(policy);
+    object
+}
+
+#[tokio::test]
+async fn foreground_deletion_keeps_the_finalizer_until_the_works_are_gone() {
+    let v1 = template("v1");
+    let name = work_name(NS, MWRS, PLACEMENT);
+    let w1 = stored_work("cluster1", &v1, 1, json!({}), Value::Null);
+    let w2 = stored_work("cluster2", &v1, 1, json!({}), Value::Null);
+    let mut w2_deleting = w2.clone();
+    w2_deleting["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:01Z");
+
+    // Step 1: both works are deleted; the finalizer stays.
+    let (client, server) = api_server(vec![
+        Expect::ok(
+            Method::GET,
+            works_path(),
+            works(vec![w1.clone(), w2.clone()]),
+        ),
+        Expect::ok(Method::DELETE, work_path("cluster1", &name), w1),
+        Expect::ok(Method::DELETE, work_path("cluster2", &name), w2),
+    ]);
+    let ctx = context(client, "http://127.0.0.1:1");
+    let action = reconcile(object(deleting("Foreground")), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    server.await.unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(5)));
+
+    // Step 2: one is still going away: nothing to do, the finalizer stays.
+    let (client, server) = api_server(vec![Expect::ok(
+        Method::GET,
+        works_path(),
+        works(vec![w2_deleting]),
+    )]);
+    let ctx = context(client, "http://127.0.0.1:1");
+    let action = reconcile(object(deleting("Foreground")), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    server.await.unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(5)));
+
+    // Step 3: all gone: the finalizer is removed.
+    let mut released = deleting("Foreground");
+    released["metadata"]["finalizers"] = json!([]);
+    let (client, server) = api_server(vec![
+        Expect::ok(Method::GET, works_path(), works(vec![])),
+        Expect::ok(Method::PATCH, mwrs_path(), released),
+    ]);
+    let ctx = context(client, "http://127.0.0.1:1");
+    let action = reconcile(object(deleting("Foreground")), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    assert_eq!(action, Action::await_change());
+    assert_eq!(recorded[1].content_type, "application/merge-patch+json");
+    assert_eq!(
+        recorded[1].body,
+        json!({"metadata": {"finalizers": [], "resourceVersion": "10"}})
+    );
+}
+
+#[tokio::test]
+async fn background_deletion_releases_the_finalizer_at_once() {
+    let v1 = template("v1");
+    let name = work_name(NS, MWRS, PLACEMENT);
+    let w1 = stored_work("cluster1", &v1, 1, json!({}), Value::Null);
+    let mut released = deleting("Background");
+    released["metadata"]["finalizers"] = json!([]);
+    let (client, server) = api_server(vec![
+        Expect::ok(Method::GET, works_path(), works(vec![w1.clone()])),
+        Expect::ok(Method::DELETE, work_path("cluster1", &name), w1),
+        Expect::ok(Method::PATCH, mwrs_path(), released),
+    ]);
+    let ctx = context(client, "http://127.0.0.1:1");
+    let action = reconcile(object(deleting("Background")), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    assert_eq!(action, Action::await_change());
+    assert_eq!(recorded[2].body["metadata"]["finalizers"], json!([]));
+}
+
+#[tokio::test]
+async fn a_new_mwrs_gets_its_finalizer_first() {
+    let mut fresh = mwrs(template("v1"), json!({"type": "All"}), Value::Null);
+    fresh["metadata"]["finalizers"] = json!([]);
+    let mut with_finalizer = fresh.clone();
+    with_finalizer["metadata"]["finalizers"] =
+        json!(["work.open-cluster-management.io/manifest-work-cleanup"]);
+    with_finalizer["metadata"]["resourceVersion"] = json!("11");
+    let name = work_name(NS, MWRS, PLACEMENT);
+    let (client, server) = api_server(vec![
+        Expect::ok(Method::PATCH, mwrs_path(), with_finalizer),
+        Expect::ok(Method::GET, works_path(), works(vec![])),
+        Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
+        Expect::echo(Method::POST, revisions_path()),
+        Expect::ok(Method::GET, placement_path(), placement()),
+        Expect::ok(Method::GET, decisions_path(), decisions(&["cluster1"])),
+        // No plugin: the work is applied without any hook.
+        Expect::echo(Method::PATCH, work_path("cluster1", &name)),
+        Expect::status(&fresh),
+    ]);
+    let ctx = context(client, "http://127.0.0.1:1");
+    reconcile(object(fresh.clone()), ctx.clone())
+        .await
+        .expect("reconciled");
+    let counts = ctx.hooks.counts();
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    assert_eq!(
+        recorded[0].body,
+        json!({"metadata": {"finalizers": ["work.open-cluster-management.io/manifest-work-cleanup"],
+                            "resourceVersion": "10"}})
+    );
+    assert_eq!(counts, Default::default(), "no plugin, no hook call");
+    let status = &recorded[7].body["status"];
+    assert!(
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["type"] != "PluginLoaded"),
+        "no PluginLoaded without a plugin: {status:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_placement_is_reported_and_its_works_kept() {
+    let v1 = template("v1");
+    let w1 = stored_work("cluster1", &v1, 1, json!({}), Value::Null);
+    let obj = mwrs(v1.clone(), json!({"type": "All"}), Value::Null);
+    let (client, server) = api_server(vec![
+        Expect::ok(Method::GET, works_path(), works(vec![w1])),
+        Expect::ok(
+            Method::GET,
+            revisions_path(),
+            revisions(vec![controller_revision(&v1, 1)]),
+        ),
+        Expect::new(Method::GET, placement_path(), |_| {
+            (
+                http::StatusCode::NOT_FOUND,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                       "message": "placements.cluster.open-cluster-management.io \"canary-placement\" not found",
+                       "reason": "NotFound", "code": 404}),
+            )
+        }),
+        Expect::status(&obj),
+    ]);
+    let ctx = context(client, "http://127.0.0.1:1");
+    reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    let verified = condition(&recorded[3].body["status"], "PlacementVerified");
+    assert_eq!(
+        (verified["status"].as_str(), verified["reason"].as_str()),
+        (Some("False"), Some("PlacementDecisionNotFound"))
+    );
+    assert_eq!(verified["message"], "placement canary-placement not found");
+}
+
+#[tokio::test]
+async fn a_long_owner_name_is_hashed_with_a_visible_reason() {
+    let long = "a".repeat(60);
+    let mut object_json = mwrs(template("v1"), json!({"type": "All"}), Value::Null);
+    object_json["metadata"]["name"] = json!(long);
+    let (client, server) = api_server(vec![
+        Expect::ok(Method::GET, works_path(), works(vec![])),
+        Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
+        Expect::echo(Method::POST, revisions_path()),
+        Expect::ok(Method::GET, placement_path(), placement()),
+        Expect::ok(Method::GET, decisions_path(), decisions(&[])),
+        Expect::status(&object_json),
+    ]);
+    let ctx = context(client, "http://127.0.0.1:1");
+    reconcile(object(object_json.clone()), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    let selector = &recorded[0].query;
+    assert!(
+        !selector.contains(&long),
+        "the label value is hashed: {selector}"
+    );
+    let hashed = condition(&recorded[5].body["status"], "OwnerLabelHashed");
+    assert_eq!(hashed["reason"], "LabelValueHashed");
+    assert!(
+        hashed["message"].as_str().unwrap().contains("more than 63"),
+        "{hashed}"
+    );
+    let verified = condition(&recorded[5].body["status"], "PlacementVerified");
+    assert_eq!(verified["reason"], "PlacementDecisionEmpty");
+}
