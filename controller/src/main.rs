@@ -69,9 +69,9 @@ struct RunArgs {
     /// NS up to date with the ClusterManager's workConfiguration.plugins.
     #[arg(long, value_name = "NS")]
     register_plugins_namespace: Option<String>,
-    /// Log format.
-    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    log_format: String,
+    /// Log format on stderr; json lines carry trace_id and span_id inside a reconcile.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: rollout_telemetry::logs::LogFormat,
     /// Serve /healthz and /readyz for the kubelet on this address.
     #[arg(long, value_name = "ADDR")]
     health_listen: Option<std::net::SocketAddr>,
@@ -143,14 +143,7 @@ fn main() -> anyhow::Result<ExitCode> {
 }
 
 async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter);
-    if args.log_format == "json" {
-        logs.json().init();
-    } else {
-        logs.init();
-    }
+    rollout_telemetry::logs::init(args.log_format);
 
     let client = match &args.kubeconfig {
         Some(path) => {
@@ -168,7 +161,9 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
             .await
             .context("configuring the Kubernetes client")?,
     };
-    let telemetry = Telemetry::new(&TracingOptions::from_env())?;
+    let telemetry = Telemetry::new(&TracingOptions::from_env(
+        rollout_controller::telemetry::DEFAULT_SERVICE_NAME,
+    ))?;
     let hooks = GatewayHooks::new(
         &GatewayOptions {
             url: args.gateway.clone(),

@@ -56,7 +56,7 @@ impl Default for Options {
             poll_interval: Duration::from_secs(2),
             tls: None,
             configmaps: Vec::new(),
-            tracing: TracingOptions::default(),
+            tracing: TracingOptions::new("rollout-gateway"),
         }
     }
 }

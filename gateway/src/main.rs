@@ -9,9 +9,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use rollout_gateway::app::{self, Options, StartError};
 use rollout_gateway::configmap::ConfigMapRef;
-use rollout_gateway::telemetry::TracingOptions;
-use rollout_gateway::telemetry::logs::{self, LogFormat};
 use rollout_gateway::tls::ServerTlsFiles;
+use rollout_telemetry::TracingOptions;
+use rollout_telemetry::logs::{self, LogFormat};
 use tokio::signal::unix::{SignalKind, signal};
 
 // mimalloc keeps freed buffers for reuse instead of returning and faulting
@@ -123,7 +123,7 @@ async fn run(flags: Flags) -> ExitCode {
             _ => None,
         },
         configmaps: flags.configmaps,
-        tracing: TracingOptions::from_env(),
+        tracing: TracingOptions::from_env("rollout-gateway"),
         ..Options::default()
     };
     let running = match app::start(options).await {

@@ -38,9 +38,11 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use opentelemetry::trace::TraceContextExt;
 use rollout_proto::v1alpha1::InitializeRequest;
 use serde_json::json;
 use thiserror::Error;
+use tracing::Instrument;
 
 use crate::api::annotations::OWNER_ANNOTATION;
 use crate::api::labels::{MANIFEST_WORK_CLEANUP_FINALIZER, MWRS_OWNER_LABEL, PLACEMENT_LABEL};
@@ -259,11 +261,30 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     let name = mwrs.name_any();
+    let namespace = mwrs.namespace().unwrap_or_default();
+    let trace = ctx.telemetry.reconcile_span(&namespace, &name);
+    // Log lines of this reconcile carry its trace (JSON logs lift them).
+    let context = trace.span().span_context().clone();
+    let span = tracing::info_span!(
+        "reconcile",
+        mwrs = %name,
+        namespace = %namespace,
+        trace_id = %context.trace_id(),
+        span_id = %context.span_id()
+    );
+    reconcile_traced(mwrs, ctx, trace).instrument(span).await
+}
+
+async fn reconcile_traced(
+    mwrs: Arc<ManifestWorkReplicaSet>,
+    ctx: Arc<Context>,
+    trace: opentelemetry::Context,
+) -> Result<Action, Error> {
+    let name = mwrs.name_any();
     let namespace = mwrs
         .namespace()
         .ok_or_else(|| Error::NoNamespace(name.clone()))?;
     let now = Timestamp::now();
-    let trace = ctx.telemetry.reconcile_span(&namespace, &name);
     let api: Api<ManifestWorkReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
     let world = KubeWorld::new(ctx.client.clone());
     let (owner_label, hashed) = mwrs.owner_label_value();
@@ -435,13 +456,7 @@ pub async fn reconcile(
     if !failed_plugins.is_empty() {
         requeue = soonest(requeue, Some(ctx.plugins.retry_after()));
     }
-    tracing::debug!(
-        mwrs = %name,
-        namespace = %namespace,
-        trace_id = %crate::telemetry::trace_id(&trace),
-        requeue_secs = requeue.map(|d| d.as_secs()),
-        "reconciled"
-    );
+    tracing::debug!(requeue_secs = requeue.map(|d| d.as_secs()), "reconciled");
     Ok(Action::requeue(
         requeue.unwrap_or(MAX_REQUEUE).min(MAX_REQUEUE),
     ))

@@ -1,9 +1,9 @@
 //! What an operator sees of the gateway: OpenTelemetry spans ([`trace`], with
-//! the per-attempt layer in [`attempt`]), Prometheus metrics ([`metrics`]) and
-//! structured logs that carry the trace ids ([`logs`]).
+//! the per-attempt layer in [`attempt`]) and Prometheus metrics ([`metrics`]).
+//! The exporter set-up and the JSON logs with trace ids are shared with the
+//! controller, in `rollout_telemetry`.
 
 pub mod attempt;
-pub mod logs;
 pub mod metrics;
 pub mod trace;
 
@@ -12,7 +12,8 @@ use std::sync::{Arc, Weak};
 use crate::registry::Registry;
 
 pub use metrics::{Metrics, PluginMetrics};
-pub use trace::{Tracing, TracingError, TracingOptions};
+pub use rollout_telemetry::{TracingError, TracingOptions};
+pub use trace::Tracing;
 
 /// The tracer and the metrics of one gateway. Cheap to clone.
 #[derive(Debug, Clone)]

@@ -1,9 +1,10 @@
 //! Logs on stderr, as text or as one JSON object per line.
 //!
-//! Every call from the controller runs inside a `call` span whose fields
-//! include the `trace_id` and `span_id` of its server span; in JSON each line
-//! logged during a call carries them as top-level fields, so a log search
-//! leads straight to the trace in Jaeger (and back).
+//! Work that is traced runs inside a `tracing` span whose fields include the
+//! `trace_id` and `span_id` of its OpenTelemetry span (the gateway's `call`,
+//! the controller's reconcile); in JSON each line logged inside carries them
+//! as top-level fields, so a log search leads straight to the trace in Jaeger
+//! (and back).
 
 use std::fmt;
 

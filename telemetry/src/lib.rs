@@ -1,0 +1,351 @@
+//! What the gateway and the controller share to be observable: an
+//! OpenTelemetry tracer configured by the standard `OTEL_*` variables
+//! ([`TracingOptions`], [`Tracer`]), the W3C `traceparent` they pass along
+//! ([`traceparent`], [`parse_traceparent`]), the span attributes of a rollout
+//! request ([`rollout_attributes`]), and log set-up whose JSON lines carry the
+//! trace ids ([`logs`]).
+//!
+//! Spans are always made, so the trace context always propagates; they leave
+//! the process only when an OTLP endpoint is configured, through the SDK's
+//! batch processor: a bounded queue drained by its own thread, which drops
+//! spans when full rather than block the caller. The OTLP client's
+//! connection runs on a runtime of its own, on its own thread, so exporting
+//! never takes a worker thread from the work being traced.
+
+pub mod logs;
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry::trace::{
+    Span as _, SpanContext, SpanId, Status as SpanStatus, TraceFlags, TraceId, TraceState,
+    TracerProvider as _,
+};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, Span,
+};
+use rollout_proto::v1alpha1::RolloutPluginRequest;
+
+/// Where spans go, from the standard `OTEL_*` variables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracingOptions {
+    /// The OTLP/gRPC collector (`http://host:4317`); `None`: nothing is exported.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` resource attribute.
+    pub service_name: String,
+    /// The batch processor's export delay (`OTEL_BSP_SCHEDULE_DELAY` when unset here).
+    pub schedule_delay: Option<Duration>,
+}
+
+impl TracingOptions {
+    /// No export, under `service_name`.
+    pub fn new(service_name: &str) -> TracingOptions {
+        TracingOptions {
+            otlp_endpoint: None,
+            service_name: service_name.into(),
+            schedule_delay: None,
+        }
+    }
+
+    /// Reads `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (unset or blank: no export), and
+    /// `OTEL_SERVICE_NAME` (default `default_service`). `OTEL_SDK_DISABLED=true`
+    /// turns export off. The sampler (`OTEL_TRACES_SAMPLER`, `_ARG`) and the
+    /// batch settings (`OTEL_BSP_*`) are read by the SDK itself.
+    pub fn from_env(default_service: &str) -> TracingOptions {
+        Self::from_lookup(default_service, |name| std::env::var(name).ok())
+    }
+
+    /// [`TracingOptions::from_env`] over any source of variables.
+    pub fn from_lookup(
+        default_service: &str,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> TracingOptions {
+        let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        TracingOptions {
+            otlp_endpoint: if disabled {
+                None
+            } else {
+                var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                    .or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT"))
+            },
+            service_name: var("OTEL_SERVICE_NAME").unwrap_or_else(|| default_service.into()),
+            schedule_delay: None,
+        }
+    }
+}
+
+/// The exporter could not be built (a malformed endpoint, no thread).
+#[derive(Debug, thiserror::Error)]
+#[error("OTLP exporter for {endpoint}: {message}")]
+pub struct TracingError {
+    endpoint: String,
+    message: String,
+}
+
+/// A tracer and, when exporting, its exporter. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Tracer {
+    tracer: SdkTracer,
+    provider: SdkTracerProvider,
+    /// The exporter's runtime, while exporting.
+    export: Option<Arc<ExportRuntime>>,
+}
+
+impl Tracer {
+    /// A tracer named `scope`, exporting as `options` say.
+    pub fn new(scope: &'static str, options: &TracingOptions) -> Result<Tracer, TracingError> {
+        let resource = Resource::builder()
+            .with_service_name(options.service_name.clone())
+            .build();
+        let mut builder = SdkTracerProvider::builder().with_resource(resource);
+        let mut export = None;
+        if let Some(endpoint) = &options.otlp_endpoint {
+            use opentelemetry_otlp::WithExportConfig;
+            let failed = |message: String| TracingError {
+                endpoint: endpoint.clone(),
+                message,
+            };
+            let (runtime, exporter) = ExportRuntime::start(|| {
+                opentelemetry_otlp::SpanExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(endpoint.clone())
+                    .build()
+            })
+            .map_err(|e| failed(format!("cannot start its thread: {e}")))?;
+            let exporter = exporter.map_err(|e| failed(e.to_string()))?;
+            export = Some(Arc::new(runtime));
+            let mut batch = BatchConfigBuilder::default();
+            if let Some(delay) = options.schedule_delay {
+                batch = batch.with_scheduled_delay(delay);
+            }
+            builder = builder.with_span_processor(
+                BatchSpanProcessor::builder(exporter)
+                    .with_batch_config(batch.build())
+                    .build(),
+            );
+        }
+        let provider = builder.build();
+        Ok(Tracer {
+            tracer: provider.tracer(scope),
+            provider,
+            export,
+        })
+    }
+
+    /// A tracer that exports nothing (spans are still made, for propagation).
+    pub fn disabled(scope: &'static str) -> Tracer {
+        let provider = SdkTracerProvider::builder().build();
+        Tracer {
+            tracer: provider.tracer(scope),
+            provider,
+            export: None,
+        }
+    }
+
+    /// The SDK tracer spans are started with.
+    pub fn sdk(&self) -> &SdkTracer {
+        &self.tracer
+    }
+
+    /// Whether spans leave the process.
+    pub fn is_exporting(&self) -> bool {
+        self.export.is_some()
+    }
+
+    /// Exports the spans still queued and stops the exporter. Blocks: call it
+    /// from a blocking thread (`spawn_blocking`) when on a runtime.
+    pub fn shutdown(&self) {
+        if let Some(export) = &self.export {
+            if let Err(error) = self.provider.shutdown() {
+                tracing::warn!(%error, "exporting the last spans failed");
+            }
+            export.stop();
+        }
+    }
+}
+
+/// A current-thread runtime on a thread of its own that drives the OTLP
+/// client's connection, until stopped.
+#[derive(Debug)]
+struct ExportRuntime {
+    stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl ExportRuntime {
+    /// Builds the runtime, makes `build` run inside it (so the client's
+    /// background tasks are spawned there), and starts its thread.
+    fn start<T>(build: impl FnOnce() -> T) -> std::io::Result<(ExportRuntime, T)> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let built = {
+            let _entered = runtime.enter();
+            build()
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("otlp-export".into())
+            .spawn(move || {
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+            })?;
+        Ok((
+            ExportRuntime {
+                stop: Mutex::new(Some(stop)),
+                thread: Mutex::new(Some(thread)),
+            },
+            built,
+        ))
+    }
+
+    fn stop(&self) {
+        let stop = self.stop.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(stop) = stop {
+            let _ = stop.send(());
+        }
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Reads a W3C `traceparent` (`VERSION-TRACEID-PARENTID-FLAGS`) that the
+/// caller has checked is well-formed; `None` when its ids do not parse or
+/// are zero.
+pub fn parse_traceparent(v: &[u8]) -> Option<SpanContext> {
+    let text = std::str::from_utf8(v).ok()?;
+    let trace_id = TraceId::from_hex(text.get(3..35)?).ok()?;
+    let span_id = SpanId::from_hex(text.get(36..52)?).ok()?;
+    let flags = u8::from_str_radix(text.get(53..55)?, 16).ok()?;
+    let context = SpanContext::new(
+        trace_id,
+        span_id,
+        TraceFlags::new(flags) & TraceFlags::SAMPLED,
+        true,
+        TraceState::NONE,
+    );
+    context.is_valid().then_some(context)
+}
+
+/// The W3C `traceparent` that makes the callee's spans children of
+/// `context`: `00-TRACEID-SPANID-FLAGS`, only the sampled flag passed on.
+pub fn traceparent(context: &SpanContext) -> String {
+    format!(
+        "00-{:032x}-{:016x}-{:02x}",
+        context.trace_id(),
+        context.span_id(),
+        context.trace_flags() & TraceFlags::SAMPLED
+    )
+}
+
+/// Appends the CONTRACT §4 attributes of a rollout request:
+/// `ocm.mwrs.namespace`, `ocm.mwrs.name`, `ocm.placement` and, when set,
+/// `ocm.cluster`.
+pub fn rollout_attributes(attributes: &mut Vec<KeyValue>, r: &RolloutPluginRequest) {
+    attributes.push(KeyValue::new(
+        "ocm.mwrs.namespace",
+        r.mwrs_namespace.clone(),
+    ));
+    attributes.push(KeyValue::new("ocm.mwrs.name", r.mwrs_name.clone()));
+    attributes.push(KeyValue::new("ocm.placement", r.placement_name.clone()));
+    if !r.cluster_name.is_empty() {
+        attributes.push(KeyValue::new("ocm.cluster", r.cluster_name.clone()));
+    }
+}
+
+/// Records a gRPC outcome on `span` (`rpc.grpc.status_code`, and an error
+/// status with the message when not OK) and ends it.
+pub fn finish_span(span: &mut Span, code: tonic::Code, message: &str) {
+    span.set_attribute(KeyValue::new("rpc.grpc.status_code", code as i64));
+    if code != tonic::Code::Ok {
+        span.set_status(SpanStatus::error(Cow::Owned(message.to_string())));
+    }
+    span.end();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_from_the_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            TracingOptions::from_lookup("svc", env(&[])),
+            TracingOptions::new("svc")
+        );
+        let set = TracingOptions::from_lookup(
+            "svc",
+            env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+                ("OTEL_SERVICE_NAME", "hub-a"),
+            ]),
+        );
+        assert_eq!(set.otlp_endpoint.as_deref(), Some("http://collector:4317"));
+        assert_eq!(set.service_name, "hub-a");
+        let traces_first = TracingOptions::from_lookup(
+            "svc",
+            env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4317"),
+                ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://b:4317"),
+            ]),
+        );
+        assert_eq!(traces_first.otlp_endpoint.as_deref(), Some("http://b:4317"));
+        let disabled = TracingOptions::from_lookup(
+            "svc",
+            env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4317"),
+                ("OTEL_SDK_DISABLED", "TRUE"),
+            ]),
+        );
+        assert_eq!(disabled.otlp_endpoint, None);
+        let blank =
+            TracingOptions::from_lookup("svc", env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")]));
+        assert_eq!(blank.otlp_endpoint, None);
+    }
+
+    #[test]
+    fn traceparent_round_trips() {
+        let header = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let context = parse_traceparent(header).expect("valid");
+        assert!(context.is_remote() && context.is_sampled());
+        assert_eq!(traceparent(&context).as_bytes(), header);
+        // Unknown flag bits are not passed on.
+        let context = parse_traceparent(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-fe")
+            .expect("valid");
+        assert!(!context.is_sampled());
+        assert_eq!(
+            traceparent(&context),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+        );
+        assert!(
+            parse_traceparent(b"00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none()
+        );
+    }
+
+    #[test]
+    fn an_exporting_tracer_starts_and_stops_its_thread() {
+        let mut options = TracingOptions::new("svc");
+        options.otlp_endpoint = Some("http://127.0.0.1:9".into());
+        let tracer = Tracer::new("test", &options).expect("a lazy client builds");
+        assert!(tracer.is_exporting());
+        // Nothing listens: the flush fails (logged), and shutdown still ends.
+        tracer.shutdown();
+        assert!(!Tracer::disabled("test").is_exporting());
+    }
+}
