@@ -1,0 +1,1195 @@
+#!/usr/bin/env python3
+"""The deploy check: every kustomization under deploy/ renders, every rendered
+object is valid, and the deployments are what docs/deploy.md says they are.
+
+    python3 deploy/check/check.py            (from .ci/run, after the tests)
+
+1. Installs its pinned Python packages (requirements.txt) into a virtual
+   environment under ~/.cache/rollout-hooks-deploy-check, once, and re-runs
+   itself there.
+2. Copies deploy/ to a temporary directory and runs `deploy/make-certs` there
+   for the overlays that need certificates (so nothing is written to the work
+   tree and the script itself is tested).
+3. Renders every overlay (deploy/overlays/*) and example (deploy/examples/*)
+   with `kubectl kustomize`. No kubectl: it fetches Debian's kubernetes-client
+   into the cache (apt-get download, dpkg-deb -x) and uses that; if that fails
+   too, the check fails and says why. When the kubectl found is newer, the
+   same overlays are also rendered with Debian's (kustomize v2.0.3) and must
+   give the same objects, so both work; when that one cannot be had, the
+   check says so (SKIPPED) and goes on.
+4. Validates every object against the Kubernetes schemas of the oldest and
+   newest versions in K8S_VERSIONS (kubernetes-validate, strict: unknown
+   fields are errors), and every custom resource against the openAPIV3Schema
+   of the project's CRDs (deploy/crds) with jsonschema; the workloads inside
+   a ManifestWorkReplicaSet against the Kubernetes schemas too.
+5. Asserts what the deployments promise (the `check_*` functions below), runs
+   the gateway and the plugins with each container's own arguments and
+   mounted files (from target/debug, built if missing) until they listen and
+   the gateway is ready, and checks that the controller knows its flags.
+
+Prints a summary per kustomization and ends with `N passed, N failed`; exits
+non-zero on any failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEPLOY = HERE.parent
+ROOT = DEPLOY.parent
+REQUIREMENTS = HERE / "requirements.txt"
+
+# The Kubernetes versions whose schemas every object must satisfy: the oldest
+# supported (kubectl kustomize v5 ships from 1.27) and the newest that
+# kubernetes-validate knows.
+K8S_VERSIONS = ("1.27", "1.37")
+
+# Debian's kubectl: the fallback when there is none, and the old kustomize
+# (v2.0.3) that the kustomizations must stay compatible with.
+DEBIAN_KUBECTL_PACKAGE = "kubernetes-client"
+
+# What each overlay is: "sidecar" (the gateway inside the controller pod) or
+# "central" (a shared gateway Deployment). A new overlay must be added here.
+LAYOUTS = {
+    "sidecar": "sidecar",
+    "tracing": "sidecar",
+    "example-plugins": "sidecar",
+    "central": "central",
+}
+# Overlays whose secretGenerator reads certificates that make-certs writes.
+NEEDS_CERTS = ("example-plugins", "central")
+
+HUB_NAMESPACE = "open-cluster-management-hub"
+CONTROLLER = "rollout-controller"
+GATEWAY = "rollout-gateway"
+REGISTRY_CONFIGMAP = "work-controller-config"
+CONFIG_DIR = "/var/run/config/work"
+CONFIG_PATH = CONFIG_DIR + "/config.yaml"
+
+# Kinds without a namespace (the rest must name theirs).
+CLUSTER_SCOPED = {
+    "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+    "PriorityClass", "StorageClass", "PersistentVolume", "APIService",
+    "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "IngressClass",
+    "RuntimeClass",
+}
+POD_TEMPLATE_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
+
+
+# ---------------------------------------------------------------------------
+# Bootstrap: the pinned packages in a virtual environment of their own.
+# ---------------------------------------------------------------------------
+
+def cache_dir() -> Path:
+    base = os.environ.get("DEPLOY_CHECK_CACHE")
+    if base:
+        return Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "rollout-hooks-deploy-check"
+
+
+def bootstrap() -> None:
+    """Re-runs this script inside the virtual environment of REQUIREMENTS,
+    creating it first when missing. Returns only when already inside it."""
+    if os.environ.get("DEPLOY_CHECK_IN_VENV") == "1":
+        return
+    key = hashlib.sha256(
+        REQUIREMENTS.read_bytes() + sys.version.encode()).hexdigest()[:16]
+    venv = cache_dir() / f"venv-{key}"
+    python = venv / "bin" / "python"
+    if not (venv / ".complete").exists():
+        print(f"deploy check: installing {REQUIREMENTS.relative_to(ROOT)} into {venv}", flush=True)
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=f"venv-{key}.", dir=venv.parent))
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(building)], check=True)
+            subprocess.run(
+                [str(building / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                 "--disable-pip-version-check", "--no-input", "-r", str(REQUIREMENTS)],
+                check=True)
+            (building / ".complete").touch()
+            shutil.rmtree(venv, ignore_errors=True)
+            building.rename(venv)
+        except (subprocess.CalledProcessError, OSError) as err:
+            shutil.rmtree(building, ignore_errors=True)
+            sys.exit(f"deploy check: FAILED to install its Python packages ({err}); "
+                     "it needs PyPI once per machine")
+    # No __pycache__ in the work tree.
+    env = dict(os.environ, DEPLOY_CHECK_IN_VENV="1", PYTHONDONTWRITEBYTECODE="1")
+    os.execve(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]], env)
+
+
+# ---------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------
+
+class Report:
+    """Counts assertions; remembers each failure with where it happened."""
+
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failures: list[str] = []
+        self.skipped: list[str] = []
+        self.where = ""
+
+    def check(self, ok: bool, what: str) -> bool:
+        if ok:
+            self.passed += 1
+        else:
+            self.failures.append(f"{self.where}: {what}" if self.where else what)
+            print(f"  FAIL {what}", flush=True)
+        return ok
+
+    def fail(self, what: str) -> bool:
+        return self.check(False, what)
+
+    def skip(self, what: str) -> None:
+        self.skipped.append(what)
+        print(f"  SKIPPED {what}", flush=True)
+
+
+# ---------------------------------------------------------------------------
+# kubectl
+# ---------------------------------------------------------------------------
+
+def kubectl_version(kubectl: str) -> tuple[str, str]:
+    """(kubectl version, kustomize version) of `kubectl`."""
+    out = subprocess.run([kubectl, "version", "--client"], capture_output=True,
+                         text=True, timeout=60).stdout
+    kustomize = re.search(r"Kustomize Version:\s*(\S+)", out)
+    version = re.search(r'GitVersion:"(v[^"]+)"', out) or re.search(r"Client Version:\s*(\S+)", out)
+    kubectl_v = version.group(1) if version else "unknown"
+    if kustomize:
+        return kubectl_v, kustomize.group(1)
+    minor = re.match(r"v1\.(\d+)", kubectl_v)
+    # kubectl 1.14 to 1.20 embed kustomize v2.0.3 and do not print it.
+    return kubectl_v, "v2.0.3" if minor and 14 <= int(minor.group(1)) <= 20 else "unknown"
+
+
+def debian_kubectl() -> tuple[str | None, str]:
+    """Debian's kubectl, unpacked into the cache (apt-get download and
+    dpkg-deb -x: nothing is installed on the machine): (path, "") or (None,
+    why not)."""
+    target = cache_dir() / DEBIAN_KUBECTL_PACKAGE
+    kubectl = target / "usr" / "bin" / "kubectl"
+    if kubectl.exists():
+        return str(kubectl), ""
+    if not (shutil.which("apt-get") and shutil.which("dpkg-deb")):
+        return None, "apt-get and dpkg-deb are not available"
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="kubernetes-client.", dir=cache_dir()))
+    try:
+        def download() -> subprocess.CompletedProcess:
+            return subprocess.run(["apt-get", "download", "-q", DEBIAN_KUBECTL_PACKAGE],
+                                  cwd=work, capture_output=True, text=True, timeout=300)
+        got = download()
+        if got.returncode != 0 and os.geteuid() == 0:
+            # No package lists yet on a fresh machine.
+            subprocess.run(["apt-get", "update", "-q"], capture_output=True, timeout=600)
+            got = download()
+        debs = list(work.glob("*.deb"))
+        if got.returncode != 0 or not debs:
+            return None, f"apt-get download {DEBIAN_KUBECTL_PACKAGE} failed: {got.stderr.strip()[-300:]}"
+        unpacked = work / "root"
+        subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(unpacked)], check=True, timeout=120)
+        shutil.rmtree(target, ignore_errors=True)
+        unpacked.rename(target)
+        return str(kubectl), ""
+    except (subprocess.SubprocessError, OSError) as err:
+        return None, f"unpacking {DEBIAN_KUBECTL_PACKAGE} failed: {err}"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def find_kubectl() -> tuple[str | None, str]:
+    """The kubectl to render with: $KUBECTL, else kubectl on PATH, else
+    Debian's unpacked into the cache. (path, "") or (None, why not)."""
+    for candidate in (os.environ.get("KUBECTL"), shutil.which("kubectl")):
+        try:
+            if candidate and subprocess.run([candidate, "kustomize", "--help"],
+                                            capture_output=True, timeout=60).returncode == 0:
+                return candidate, ""
+        except OSError:
+            pass
+    print("deploy check: no working kubectl on PATH; fetching Debian's "
+          f"{DEBIAN_KUBECTL_PACKAGE}", flush=True)
+    return debian_kubectl()
+
+
+def render(kubectl: str, directory: Path) -> tuple[list[dict] | None, str]:
+    """The objects `kubectl kustomize directory` renders, or (None, error)."""
+    import yaml
+    got = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True,
+                         text=True, timeout=120)
+    if got.returncode != 0:
+        errors = [l for l in got.stderr.splitlines() if not l.startswith("# Warning:")]
+        return None, "\n".join(errors).strip() or f"exit status {got.returncode}"
+    return [d for d in yaml.safe_load_all(got.stdout) if d], ""
+
+
+# ---------------------------------------------------------------------------
+# Object helpers
+# ---------------------------------------------------------------------------
+
+def ident(obj: dict) -> str:
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{obj.get('kind')} {ns + '/' if ns else ''}{meta.get('name')}"
+
+
+def find(objects: list[dict], kind: str, name: str, namespace: str | None = None) -> dict | None:
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        if obj.get("kind") == kind and meta.get("name") == name and (
+                namespace is None or meta.get("namespace") == namespace):
+            return obj
+    return None
+
+
+def pod_spec(obj: dict) -> dict | None:
+    kind = obj.get("kind")
+    spec = obj.get("spec") or {}
+    if kind in POD_TEMPLATE_KINDS:
+        return (spec.get("template") or {}).get("spec")
+    if kind == "CronJob":
+        return (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get("spec")
+    if kind == "Pod":
+        return spec
+    return None
+
+
+def containers(pod: dict) -> list[dict]:
+    return [*(pod.get("initContainers") or []), *(pod.get("containers") or []),
+            *(pod.get("ephemeralContainers") or [])]
+
+
+def container(pod: dict, name: str) -> dict | None:
+    return next((c for c in pod.get("containers") or [] if c.get("name") == name), None)
+
+
+def flag_values(args: list[str], flag: str) -> list[str]:
+    """The values of `flag` in `args`, written `--flag VALUE` or `--flag=VALUE`."""
+    values = []
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            values.append(args[i + 1])
+        elif arg.startswith(flag + "="):
+            values.append(arg[len(flag) + 1:])
+    return values
+
+
+def flags_of(args: list[str]) -> list[str]:
+    return sorted({a.split("=", 1)[0] for a in args if a.startswith("--")})
+
+
+def port_of(address: str) -> int | None:
+    match = re.search(r":(\d+)$", address)
+    return int(match.group(1)) if match else None
+
+
+def probe_port(c: dict, probe: dict) -> int | None:
+    """The container port number a probe's httpGet/tcpSocket/grpc port means."""
+    handler = probe.get("httpGet") or probe.get("tcpSocket") or probe.get("grpc") or {}
+    port = handler.get("port")
+    if isinstance(port, int):
+        return port
+    for p in c.get("ports") or []:
+        if p.get("name") == port:
+            return p.get("containerPort")
+    return None
+
+
+def effective(pod: dict, c: dict, key: str):
+    value = (c.get("securityContext") or {}).get(key)
+    if value is None:
+        value = (pod.get("securityContext") or {}).get(key)
+    return value
+
+
+def mount_for(pod: dict, c: dict, path: str) -> tuple[dict, dict, str] | None:
+    """(volumeMount, volume, path inside the volume) of the mount holding
+    `path` in container `c`, the deepest one."""
+    best = None
+    for m in c.get("volumeMounts") or []:
+        mp = m.get("mountPath", "").rstrip("/")
+        if path == mp or path.startswith(mp + "/"):
+            if best is None or len(mp) > len(best[0].get("mountPath", "").rstrip("/")):
+                volume = next((v for v in pod.get("volumes") or [] if v.get("name") == m.get("name")), None)
+                if volume is not None:
+                    best = (m, volume, path[len(mp):].lstrip("/"))
+    return best
+
+
+def volume_files(objects: list[dict], namespace: str, volume: dict) -> dict[str, bytes] | None:
+    """The files a configMap, secret or projected volume shows, by relative
+    path (None for other volume types; the token of a projected volume is
+    left out)."""
+    def from_object(kind: str, name: str, items) -> dict[str, bytes]:
+        # A missing object shows no files (as an optional volume would).
+        obj = find(objects, kind, name, namespace)
+        if obj is None:
+            return {}
+        data: dict[str, bytes] = {}
+        if kind == "Secret":
+            for k, v in (obj.get("data") or {}).items():
+                data[k] = base64.b64decode(v)
+            for k, v in (obj.get("stringData") or {}).items():
+                data[k] = v.encode()
+        else:
+            for k, v in (obj.get("data") or {}).items():
+                data[k] = v.encode()
+        if items:
+            return {i["path"]: data[i["key"]] for i in items if i.get("key") in data}
+        return data
+
+    if "configMap" in volume:
+        cm = volume["configMap"]
+        return from_object("ConfigMap", cm.get("name"), cm.get("items"))
+    if "secret" in volume:
+        s = volume["secret"]
+        return from_object("Secret", s.get("secretName"), s.get("items"))
+    if "projected" in volume:
+        files: dict[str, bytes] = {}
+        for source in volume["projected"].get("sources") or []:
+            if "configMap" in source:
+                cm = source["configMap"]
+                files.update(from_object("ConfigMap", cm.get("name"), cm.get("items")))
+            if "secret" in source:
+                s = source["secret"]
+                files.update(from_object("Secret", s.get("name"), s.get("items")))
+        return files
+    return None
+
+
+def file_in(objects: list[dict], namespace: str, pod: dict, c: dict, path: str) -> tuple[str, bytes | None]:
+    """(source, content) of the file at `path` in container `c`: source names
+    the volume's object (`Secret x`, `ConfigMap y`) or says why there is none."""
+    found = mount_for(pod, c, path)
+    if found is None:
+        return "no volume mounted there", None
+    _, volume, rel = found
+    files = volume_files(objects, namespace, volume)
+    if "secret" in volume:
+        source = f"Secret {volume['secret'].get('secretName')}"
+    elif "configMap" in volume:
+        source = f"ConfigMap {volume['configMap'].get('name')}"
+    else:
+        source = f"volume {volume.get('name')}"
+    if files is None:
+        return source, None
+    return source, files.get(rel)
+
+
+def selects(selector: dict | None, labels: dict | None) -> bool:
+    """Whether a Service selector (a plain map) or a label selector
+    (matchLabels; matchExpressions are not used here and never match)
+    selects `labels`."""
+    selector = selector or {}
+    if "matchLabels" in selector or "matchExpressions" in selector:
+        if selector.get("matchExpressions"):
+            return False
+        selector = selector.get("matchLabels") or {}
+    return bool(selector) and all((labels or {}).get(k) == v for k, v in selector.items())
+
+
+# ---------------------------------------------------------------------------
+# Schemas
+# ---------------------------------------------------------------------------
+
+def openapi_to_jsonschema(schema: dict, root: bool = False) -> dict:
+    """A JSON Schema for what the API server accepts under a CRD's structural
+    openAPIV3Schema: `nullable`, `x-kubernetes-int-or-string` and
+    `x-kubernetes-preserve-unknown-fields` spelled out; fields the schema does
+    not declare are errors (the API server would silently drop them)."""
+    out: dict = {}
+    for key, value in schema.items():
+        if key == "properties":
+            out[key] = {k: openapi_to_jsonschema(v) for k, v in value.items()}
+        elif key == "items":
+            out[key] = openapi_to_jsonschema(value)
+        elif key == "additionalProperties":
+            out[key] = openapi_to_jsonschema(value) if isinstance(value, dict) else value
+        elif key in ("allOf", "anyOf", "oneOf"):
+            out[key] = [openapi_to_jsonschema(v) for v in value]
+        elif key == "not":
+            out[key] = openapi_to_jsonschema(value)
+        elif key.startswith("x-kubernetes-") or key in ("nullable", "description", "example", "externalDocs"):
+            continue
+        else:
+            out[key] = value
+    if schema.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out.setdefault("anyOf", [])
+        out["anyOf"] = [*out["anyOf"], {"type": "integer"}, {"type": "string"}]
+    if root:
+        props = out.setdefault("properties", {})
+        props.setdefault("apiVersion", {"type": "string"})
+        props.setdefault("kind", {"type": "string"})
+        props.setdefault("metadata", {"type": "object", "required": ["name"],
+                                      "properties": {"name": {"type": "string", "minLength": 1}}})
+    if schema.get("x-kubernetes-embedded-resource"):
+        props = out.setdefault("properties", {})
+        for field in ("apiVersion", "kind"):
+            props.setdefault(field, {"type": "string"})
+        props.setdefault("metadata", {"type": "object"})
+    if schema.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    if (not schema.get("x-kubernetes-preserve-unknown-fields") and "properties" in out
+            and "additionalProperties" not in schema):
+        out["additionalProperties"] = False
+    return out
+
+
+class CrdSchemas:
+    """The project's CRDs (deploy/crds): group, version and kind to a
+    jsonschema validator, and each kind's scope."""
+
+    def __init__(self, crd_dir: Path) -> None:
+        import jsonschema
+        import yaml
+        self.validators: dict[tuple[str, str, str], object] = {}
+        self.scopes: dict[tuple[str, str], str] = {}
+        for path in sorted(crd_dir.glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not doc or doc.get("kind") != "CustomResourceDefinition":
+                    continue
+                spec = doc["spec"]
+                kind = spec["names"]["kind"]
+                self.scopes[(spec["group"], kind)] = spec.get("scope", "Namespaced")
+                for version in spec.get("versions") or []:
+                    schema = ((version.get("schema") or {}).get("openAPIV3Schema")) or {}
+                    self.validators[(spec["group"], version["name"], kind)] = \
+                        jsonschema.Draft202012Validator(openapi_to_jsonschema(schema, root=True))
+
+    def key(self, obj: dict) -> tuple[str, str, str]:
+        group, _, version = (obj.get("apiVersion") or "").rpartition("/")
+        return group, version, obj.get("kind", "")
+
+    def knows(self, obj: dict) -> bool:
+        group, _, kind = self.key(obj)
+        return (group, kind) in self.scopes
+
+    def errors(self, obj: dict) -> list[str]:
+        validator = self.validators.get(self.key(obj))
+        if validator is None:
+            return [f"{obj.get('apiVersion')} is not a served version of its CRD"]
+        return [f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
+                for e in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))]
+
+    def cluster_scoped(self, obj: dict) -> bool:
+        group, _, kind = self.key(obj)
+        return self.scopes.get((group, kind)) == "Cluster"
+
+
+def k8s_errors(obj: dict) -> list[str]:
+    """Errors of `obj` against the Kubernetes schemas of K8S_VERSIONS
+    (strict); a kind without a schema is an error too."""
+    import kubernetes_validate
+    from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
+    errors = []
+    for version in K8S_VERSIONS:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except ValidationError as e:
+            path = ".".join(str(p) for p in e.path) or "(root)"
+            errors.append(f"Kubernetes {version}: {path}: {e.message}")
+        except SchemaNotFoundError as e:
+            errors.append(e.message)
+    return errors
+
+
+def validate_objects(report: Report, objects: list[dict], crds: CrdSchemas) -> tuple[int, int]:
+    """Validates every object; returns (objects, custom resources)."""
+    custom = 0
+    for obj in objects:
+        name = ident(obj)
+        if crds.knows(obj):
+            custom += 1
+            errs = crds.errors(obj)
+            report.check(not errs, f"{name} is valid against its CRD" + "".join(f"\n      {e}" for e in errs))
+            # The workloads a ManifestWorkReplicaSet or ManifestWork carries
+            # are Kubernetes objects too.
+            spec = obj.get("spec") or {}
+            template = spec.get("manifestWorkTemplate", spec) if obj.get("kind") == "ManifestWorkReplicaSet" else spec
+            for manifest in ((template.get("workload") or {}).get("manifests") or []):
+                errs = k8s_errors(manifest)
+                report.check(not errs, f"{name}: manifest {ident(manifest)} is valid" +
+                             "".join(f"\n      {e}" for e in errs))
+        else:
+            errs = k8s_errors(obj)
+            report.check(not errs, f"{name} is valid" + "".join(f"\n      {e}" for e in errs))
+        scoped = obj.get("kind") in CLUSTER_SCOPED or crds.cluster_scoped(obj)
+        has_ns = bool((obj.get("metadata") or {}).get("namespace"))
+        report.check(scoped != has_ns,
+                     f"{name}: " + ("cluster-scoped, so without a namespace" if scoped else
+                                    "names its namespace (kubectl's current one is not used)"))
+    namespaces = {(o.get("metadata") or {}).get("name") for o in objects if o.get("kind") == "Namespace"}
+    used = {(o.get("metadata") or {}).get("namespace") for o in objects} - {None}
+    report.check(used <= namespaces, f"every namespace used is created here (missing: {sorted(used - namespaces)})")
+    return len(objects), custom
+
+
+# ---------------------------------------------------------------------------
+# Assertions on what the deployments promise
+# ---------------------------------------------------------------------------
+
+def check_pod_security(report: Report, objects: list[dict]) -> tuple[int, int]:
+    """Every container of every pod: non-root with a numeric non-zero user, no
+    privilege escalation, read-only root filesystem, every capability dropped,
+    seccomp RuntimeDefault; resources requested and memory limited; pods take
+    no host namespaces or host paths and mount no service account token
+    automatically. Returns (pods, containers)."""
+    pods = n_containers = 0
+    for obj in objects:
+        pod = pod_spec(obj)
+        if pod is None:
+            continue
+        pods += 1
+        name = ident(obj)
+        report.check(pod.get("automountServiceAccountToken") is False,
+                     f"{name}: automountServiceAccountToken: false (a token only where projected)")
+        for host in ("hostNetwork", "hostPID", "hostIPC"):
+            report.check(not pod.get(host), f"{name}: no {host}")
+        report.check(not any("hostPath" in v for v in pod.get("volumes") or []), f"{name}: no hostPath volume")
+        for c in containers(pod):
+            n_containers += 1
+            cname = f"{name} container {c.get('name')}"
+            user = effective(pod, c, "runAsUser")
+            report.check(effective(pod, c, "runAsNonRoot") is True, f"{cname}: runAsNonRoot: true")
+            report.check(isinstance(user, int) and user != 0, f"{cname}: runAsUser is a non-zero number (got {user!r})")
+            group = effective(pod, c, "runAsGroup")
+            report.check(group != 0, f"{cname}: runAsGroup is not 0")
+            sc = c.get("securityContext") or {}
+            report.check(sc.get("allowPrivilegeEscalation") is False, f"{cname}: allowPrivilegeEscalation: false")
+            report.check(sc.get("readOnlyRootFilesystem") is True, f"{cname}: readOnlyRootFilesystem: true")
+            report.check(not sc.get("privileged"), f"{cname}: not privileged")
+            caps = sc.get("capabilities") or {}
+            report.check("ALL" in (caps.get("drop") or []) and not caps.get("add"),
+                         f"{cname}: capabilities drop ALL, add none")
+            seccomp = (effective(pod, c, "seccompProfile") or {}).get("type")
+            report.check(seccomp in ("RuntimeDefault", "Localhost"), f"{cname}: seccompProfile RuntimeDefault (got {seccomp})")
+            res = c.get("resources") or {}
+            req, lim = res.get("requests") or {}, res.get("limits") or {}
+            report.check("cpu" in req and "memory" in req and "memory" in lim,
+                         f"{cname}: cpu and memory requested, memory limited")
+    return pods, n_containers
+
+
+def check_token_mounts(report: Report, objects: list[dict]) -> None:
+    """A projected service account token reaches the controller container
+    only."""
+    for obj in objects:
+        pod = pod_spec(obj)
+        if pod is None:
+            continue
+        token_volumes = {v["name"] for v in pod.get("volumes") or []
+                         if any("serviceAccountToken" in s for s in (v.get("projected") or {}).get("sources") or [])}
+        for c in containers(pod):
+            mounts = {m.get("name") for m in c.get("volumeMounts") or []} & token_volumes
+            if mounts:
+                report.check(ident(obj) == f"Deployment {HUB_NAMESPACE}/{CONTROLLER}" and c.get("name") == "controller",
+                             f"{ident(obj)} container {c.get('name')}: gets a service account token only if it is the controller")
+
+
+def check_probes(report: Report, obj: dict, c: dict, listen_flag: str) -> None:
+    """Liveness on /healthz and readiness on /readyz, on the port that
+    `listen_flag` binds, which must not be loopback (the kubelet probes the pod
+    IP)."""
+    cname = f"{ident(obj)} container {c.get('name')}"
+    listen = flag_values(c.get("args") or [], listen_flag)
+    report.check(len(listen) == 1, f"{cname}: {listen_flag} given once")
+    if not listen:
+        return
+    report.check(not listen[0].startswith(("127.", "localhost", "[::1]")),
+                 f"{cname}: {listen_flag} {listen[0]} is reachable by the kubelet")
+    for kind, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        probe = c.get(kind) or {}
+        report.check((probe.get("httpGet") or {}).get("path") == path and probe_port(c, probe) == port_of(listen[0]),
+                     f"{cname}: {kind} GET {path} on the {listen_flag} port {port_of(listen[0])}")
+
+
+def check_sidecar(report: Report, objects: list[dict]) -> str:
+    """The design's pod: controller and gateway in one pod, the registry
+    ConfigMap mounted at /var/run/config/work in the gateway, the gateway
+    reading /var/run/config/work/config.yaml and listening on loopback where
+    the controller calls it."""
+    deployment = find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE)
+    if not report.check(deployment is not None, f"Deployment {CONTROLLER} exists"):
+        return "no controller"
+    pod = pod_spec(deployment)
+    names = [c.get("name") for c in pod.get("containers") or []]
+    report.check(sorted(names) == ["controller", GATEWAY], f"the controller pod holds containers controller and {GATEWAY} (got {names})")
+    gateway, controller = container(pod, GATEWAY), container(pod, "controller")
+    if gateway is None or controller is None:
+        return "containers missing"
+    args = gateway.get("args") or []
+    report.check(flag_values(args, "--config") == [CONFIG_PATH], f"the gateway runs with --config {CONFIG_PATH} (got {flag_values(args, '--config')})")
+    found = mount_for(pod, gateway, CONFIG_PATH)
+    mount, volume, rel = found if found else ({}, {}, "")
+    report.check(mount.get("mountPath", "").rstrip("/") == CONFIG_DIR and rel == "config.yaml",
+                 f"a volume is mounted at {CONFIG_DIR} in the gateway (got {mount.get('mountPath')})")
+    report.check((volume.get("configMap") or {}).get("name") == REGISTRY_CONFIGMAP,
+                 f"that volume is the ConfigMap {REGISTRY_CONFIGMAP}")
+    report.check(mount.get("readOnly") is True and not mount.get("subPath"),
+                 "mounted read-only and without subPath (the kubelet's updates reach the gateway)")
+    source, content = file_in(objects, HUB_NAMESPACE, pod, gateway, CONFIG_PATH)
+    report.check(content is not None, f"{CONFIG_PATH} has content in the gateway ({source})")
+    listen = flag_values(args, "--listen")
+    report.check(len(listen) == 1 and listen[0].startswith("127.0.0.1:"), f"the gateway's gRPC listens on loopback only (got {listen})")
+    target = flag_values(controller.get("args") or [], "--gateway")
+    report.check(bool(listen) and target == [f"http://{listen[0]}"], f"the controller calls the gateway on {listen} (got {target})")
+    check_probes(report, deployment, gateway, "--admin-listen")
+    check_probes(report, deployment, controller, "--health-listen")
+    return "controller + rollout-gateway, registry at " + CONFIG_PATH
+
+
+def check_central(report: Report, objects: list[dict]) -> str:
+    """The shared gateway: ≥ 2 replicas behind a Service, TLS with required
+    client certificates from mounted Secrets, one registry per hub, a
+    PodDisruptionBudget, spread over nodes; the controller without a sidecar,
+    calling the Service over https with a client certificate and the server's
+    CA from a mounted Secret."""
+    deployment = find(objects, "Deployment", GATEWAY, HUB_NAMESPACE)
+    if not report.check(deployment is not None, f"Deployment {GATEWAY} exists"):
+        return "no gateway"
+    pod = pod_spec(deployment)
+    replicas = (deployment.get("spec") or {}).get("replicas", 1)
+    report.check(replicas >= 2, f"the central gateway has at least 2 replicas (got {replicas})")
+    gateway = container(pod, GATEWAY)
+    if not report.check(gateway is not None, f"the pod has a container {GATEWAY}"):
+        return "no gateway container"
+    args = gateway.get("args") or []
+    for flag in ("--tls-cert", "--tls-key", "--client-ca"):
+        values = flag_values(args, flag)
+        if not report.check(len(values) == 1, f"the gateway runs with {flag} (client certificates required)" if flag == "--client-ca" else f"the gateway runs with {flag}"):
+            continue
+        source, content = file_in(objects, HUB_NAMESPACE, pod, gateway, values[0])
+        report.check(source.startswith("Secret ") and content is not None,
+                     f"{flag} {values[0]} is a file of a mounted Secret ({source}, {'present' if content else 'missing'})")
+    listen = flag_values(args, "--listen")
+    report.check(len(listen) == 1 and not listen[0].startswith(("127.", "localhost", "[::1]")),
+                 f"the gateway's gRPC listens on the pod IP, for the Service (got {listen})")
+    hubs = []
+    for path in flag_values(args, "--config"):
+        source, content = file_in(objects, HUB_NAMESPACE, pod, gateway, path)
+        if report.check(content is not None, f"registry {path} is mounted ({source})"):
+            import yaml
+            hub = (yaml.safe_load(content) or {}).get("hub")
+            report.check(bool(hub), f"registry {path} says which hub it belongs to (hub: {hub})")
+            hubs.append(hub)
+    report.check(len(hubs) >= 2 and len(set(hubs)) == len(hubs), f"one registry per hub, at least two hubs (got {hubs})")
+    labels = ((deployment["spec"].get("template") or {}).get("metadata") or {}).get("labels")
+    grpc_port = next((p.get("containerPort") for p in gateway.get("ports") or [] if p.get("name") == "grpc"), None)
+    service = find(objects, "Service", GATEWAY, HUB_NAMESPACE)
+    if report.check(service is not None, f"Service {GATEWAY} exists"):
+        report.check(selects(service["spec"].get("selector"), labels), "the Service selects the gateway pods")
+        ports = service["spec"].get("ports") or []
+        report.check(any(p.get("targetPort") in ("grpc", grpc_port) for p in ports), "the Service targets the gateway's gRPC port")
+    pdbs = [o for o in objects if o.get("kind") == "PodDisruptionBudget" and selects(o["spec"].get("selector"), labels)]
+    if report.check(len(pdbs) == 1, "a PodDisruptionBudget covers the gateway pods"):
+        spec = pdbs[0]["spec"]
+        report.check(("minAvailable" in spec and isinstance(spec["minAvailable"], int) and spec["minAvailable"] < replicas)
+                     or "maxUnavailable" in spec, "the PodDisruptionBudget still lets a node drain")
+    report.check(bool(pod.get("topologySpreadConstraints")) or bool((pod.get("affinity") or {}).get("podAntiAffinity")),
+                 "the gateway pods are spread over nodes")
+    check_probes(report, deployment, gateway, "--admin-listen")
+    # This hub's controller, pointed at the Service.
+    controller_dep = find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE)
+    target = ""
+    if report.check(controller_dep is not None, f"Deployment {CONTROLLER} exists"):
+        cpod = pod_spec(controller_dep)
+        report.check([c.get("name") for c in cpod.get("containers") or []] == ["controller"],
+                     "the controller pod has no gateway sidecar")
+        ctrl = container(cpod, "controller") or {}
+        target = (flag_values(ctrl.get("args") or [], "--gateway") or [""])[0]
+        for flag in ("--client-cert", "--client-key", "--gateway-ca"):
+            values = flag_values(ctrl.get("args") or [], flag)
+            if report.check(len(values) == 1, f"the controller runs with {flag}"):
+                source, content = file_in(objects, HUB_NAMESPACE, cpod, ctrl, values[0])
+                report.check(source.startswith("Secret ") and content is not None,
+                             f"the controller's {flag} {values[0]} is a file of a mounted Secret ({source})")
+        match = re.fullmatch(r"https://([^:/]+):(\d+)", target)
+        report.check(bool(match) and match.group(1).split(".")[0] == GATEWAY and
+                     (len(match.group(1).split(".")) < 2 or match.group(1).split(".")[1] == HUB_NAMESPACE) and
+                     service is not None and int(match.group(2)) in [p.get("port") for p in service["spec"].get("ports") or []],
+                     f"the controller calls the Service over https (got {target})")
+        check_probes(report, controller_dep, ctrl, "--health-listen")
+    return f"{replicas} gateway replicas, hubs {', '.join(map(str, hubs))}; controller → {target}"
+
+
+# ---------------------------------------------------------------------------
+# Certificates (openssl)
+# ---------------------------------------------------------------------------
+
+def cert_sans(pem: bytes) -> list[str]:
+    """The DNS subject alternative names of a PEM certificate, in order."""
+    got = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName"],
+                         input=pem, capture_output=True, timeout=30)
+    return re.findall(r"DNS:([^,\s]+)", got.stdout.decode())
+
+
+def cert_verifies(cert: bytes, ca: bytes, purpose: str, tmp: Path) -> bool:
+    (tmp / "ca.pem").write_bytes(ca)
+    (tmp / "cert.pem").write_bytes(cert)
+    got = subprocess.run(["openssl", "verify", "-purpose", purpose, "-CAfile", str(tmp / "ca.pem"),
+                          str(tmp / "cert.pem")], capture_output=True, timeout=30)
+    return got.returncode == 0
+
+
+def check_plugin_registry(report: Report, objects: list[dict], tmp: Path) -> str:
+    """Every plugin of the registry is reached over TLS: its endpoint is a
+    Service port of a plugin Deployment serving TLS there, whose certificate
+    names the endpoint's host and chains to the registry's caBundle; the
+    gateway's client certificate chains to each plugin's --client-ca."""
+    import yaml
+    deployment = find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE)
+    pod = pod_spec(deployment) if deployment else None
+    gateway = container(pod, GATEWAY) if pod else None
+    if gateway is None:
+        return ""
+    _, text = file_in(objects, HUB_NAMESPACE, pod, gateway, CONFIG_PATH)
+    registry = yaml.safe_load(text or b"") or {}
+    plugins = registry.get("plugins") or []
+    if not plugins:
+        return "registry: no plugins"
+    client = registry.get("clientCertificate") or {}
+    client_cert = None
+    if client:
+        source, client_cert = file_in(objects, HUB_NAMESPACE, pod, gateway, client.get("certFile", ""))
+        report.check(client_cert is not None, f"the gateway's client certificate {client.get('certFile')} is mounted ({source})")
+        _, key = file_in(objects, HUB_NAMESPACE, pod, gateway, client.get("keyFile", ""))
+        report.check(key is not None, f"the gateway's client key {client.get('keyFile')} is mounted")
+    for plugin in plugins:
+        name = plugin.get("name")
+        report.check(not plugin.get("insecure") and bool((plugin.get("caCertificate") or {}).get("caBundle")),
+                     f"plugin {name}: TLS with its own caBundle")
+        host, _, port = (plugin.get("endpoint") or "").rpartition(":")
+        parts = host.split(".")
+        service = find(objects, "Service", parts[0], parts[1] if len(parts) > 1 else HUB_NAMESPACE)
+        if not report.check(service is not None and any(p.get("port") == int(port or 0) for p in service["spec"].get("ports") or []),
+                            f"plugin {name}: endpoint {plugin.get('endpoint')} is a Service port"):
+            continue
+        ns = service["metadata"]["namespace"]
+        svc_port = next(p for p in service["spec"]["ports"] if p.get("port") == int(port))
+        backends = [o for o in objects if o.get("kind") == "Deployment" and o["metadata"].get("namespace") == ns
+                    and selects(service["spec"].get("selector"), ((o["spec"].get("template") or {}).get("metadata") or {}).get("labels"))]
+        if not report.check(len(backends) == 1, f"plugin {name}: the Service selects one Deployment"):
+            continue
+        ppod = pod_spec(backends[0])
+        pc = (ppod.get("containers") or [{}])[0]
+        pargs = pc.get("args") or []
+        target = svc_port.get("targetPort")
+        cport = next((p.get("containerPort") for p in pc.get("ports") or [] if p.get("name") == target or p.get("containerPort") == target), None)
+        report.check(cport is not None and port_of((flag_values(pargs, "--listen") or [""])[0]) == cport,
+                     f"plugin {name}: listens on the Service's target port")
+        cert_path = (flag_values(pargs, "--tls-cert") or [""])[0]
+        source, cert = file_in(objects, ns, ppod, pc, cert_path)
+        if not report.check(cert is not None, f"plugin {name}: serves TLS with a mounted certificate ({source})"):
+            continue
+        sans = cert_sans(cert)
+        report.check(host in sans, f"plugin {name}: its certificate names {host} (SANs {sans})")
+        bundle = base64.b64decode("".join(plugin["caCertificate"]["caBundle"].split()))
+        report.check(cert_verifies(cert, bundle, "sslserver", tmp), f"plugin {name}: its certificate chains to the registry's caBundle")
+        client_ca_path = flag_values(pargs, "--client-ca")
+        if client_ca_path and client_cert is not None:
+            _, client_ca = file_in(objects, ns, ppod, pc, client_ca_path[0])
+            report.check(client_ca is not None and cert_verifies(client_cert, client_ca, "sslclient", tmp),
+                         f"plugin {name}: accepts the gateway's client certificate (--client-ca)")
+    pipelines = ", ".join(f"{p.get('name')} = {'+'.join(p.get('plugins') or [])}" for p in registry.get("pipelines") or [])
+    return f"registry: {len(plugins)} TLS plugins" + (f", pipeline {pipelines}" if pipelines else "")
+
+
+def check_central_certs(report: Report, objects: list[dict], tls_dir: Path, tmp: Path) -> None:
+    """The server certificate names the host the controller calls and chains
+    to the controller's --gateway-ca; the controller's client certificate
+    names its hub first and chains to the gateway's --client-ca; so does each
+    hub's client certificate that make-certs wrote."""
+    import yaml
+    deployment = find(objects, "Deployment", GATEWAY, HUB_NAMESPACE)
+    controller_dep = find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE)
+    if deployment is None or controller_dep is None:
+        return
+    pod = pod_spec(deployment)
+    gateway = container(pod, GATEWAY) or {}
+    args = gateway.get("args") or []
+    _, cert = file_in(objects, HUB_NAMESPACE, pod, gateway, (flag_values(args, "--tls-cert") or [""])[0])
+    _, client_ca = file_in(objects, HUB_NAMESPACE, pod, gateway, (flag_values(args, "--client-ca") or [""])[0])
+    target = (flag_values((container(pod_spec(controller_dep), "controller") or {}).get("args") or [], "--gateway") or [""])[0]
+    host = re.sub(r"^https://|:\d+$", "", target)
+    if cert is not None:
+        report.check(host in cert_sans(cert), f"the gateway's server certificate names {host}")
+    # The controller's side of the handshake.
+    cpod = pod_spec(controller_dep)
+    ctrl = container(cpod, "controller") or {}
+    cargs = ctrl.get("args") or []
+    _, gateway_ca = file_in(objects, HUB_NAMESPACE, cpod, ctrl, (flag_values(cargs, "--gateway-ca") or [""])[0])
+    _, client_cert = file_in(objects, HUB_NAMESPACE, cpod, ctrl, (flag_values(cargs, "--client-cert") or [""])[0])
+    if cert is not None and gateway_ca is not None:
+        report.check(cert_verifies(cert, gateway_ca, "sslserver", tmp),
+                     "the gateway's server certificate chains to the controller's --gateway-ca")
+    if client_cert is not None:
+        hub = (flag_values(cargs, "--hub-name") or [""])[0]
+        sans = cert_sans(client_cert)
+        report.check(bool(hub) and sans[:1] == [hub], f"the controller's client certificate names its --hub-name {hub!r} first (SANs {sans})")
+        report.check(client_ca is not None and cert_verifies(client_cert, client_ca, "sslclient", tmp),
+                     "the controller's client certificate chains to the gateway's --client-ca")
+    hubs = []
+    for path in flag_values(args, "--config"):
+        _, content = file_in(objects, HUB_NAMESPACE, pod, gateway, path)
+        hubs.append((yaml.safe_load(content or b"") or {}).get("hub"))
+    for hub in hubs:
+        hub_cert = tls_dir / f"{hub}.crt"
+        if report.check(hub_cert.exists(), f"make-certs wrote a client certificate for hub {hub}"):
+            sans = cert_sans(hub_cert.read_bytes())
+            report.check(sans[:1] == [hub], f"hub {hub}'s client certificate has {hub} as its first DNS SAN (got {sans})")
+            report.check(client_ca is not None and cert_verifies(hub_cert.read_bytes(), client_ca, "sslclient", tmp),
+                         f"hub {hub}'s client certificate chains to the gateway's --client-ca")
+
+
+# ---------------------------------------------------------------------------
+# The binaries, run with each container's arguments
+# ---------------------------------------------------------------------------
+
+BINARIES = ("rollout-gateway", "rollout-controller", "traffic-weights", "smoke-test", "rollback-mutator")
+
+
+def binaries(report: Report) -> Path | None:
+    """target/debug with every binary, built (debug) when one is missing."""
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target") / "debug"
+    if all((target / b).exists() for b in BINARIES):
+        return target
+    print("deploy check: building the binaries (debug) to run them with the manifests' arguments", flush=True)
+    got = subprocess.run(["cargo", "build", "-q", "--workspace", "--bins"], cwd=ROOT)
+    if got.returncode != 0 or not all((target / b).exists() for b in BINARIES):
+        report.fail("cargo build --workspace --bins failed: cannot run the binaries with the manifests' arguments")
+        return None
+    return target
+
+
+def materialize(objects: list[dict], namespace: str, pod: dict, c: dict, root: Path) -> list[str]:
+    """Writes the files of `c`'s configMap/secret/projected mounts under
+    `root` (mountPath kept), rewrites the mount paths in its arguments and in
+    the files to point there, and returns the arguments."""
+    mount_paths = sorted((m["mountPath"].rstrip("/") for m in c.get("volumeMounts") or []), key=len, reverse=True)
+
+    def rewrite(text: str) -> str:
+        for mp in mount_paths:
+            text = re.sub(rf"(?<![\w/]){re.escape(mp)}(?=/|\b)", str(root) + mp, text)
+        return text
+
+    for m in c.get("volumeMounts") or []:
+        volume = next((v for v in pod.get("volumes") or [] if v.get("name") == m.get("name")), None)
+        files = volume_files(objects, namespace, volume) if volume else None
+        for rel, data in (files or {}).items():
+            path = root / m["mountPath"].lstrip("/") / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                data = rewrite(data.decode()).encode()
+            except UnicodeDecodeError:
+                pass
+            path.write_bytes(data)
+    return [rewrite(a) for a in c.get("args") or []]
+
+
+def replace_flag(args: list[str], flag: str, value: str) -> list[str]:
+    out, skip = [], False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if a == flag and i + 1 < len(args):
+            out += [flag, value]
+            skip = True
+        elif a.startswith(flag + "="):
+            out.append(f"{flag}={value}")
+        else:
+            out.append(a)
+    return out
+
+
+def run_until_listening(cmd: list[str], timeout: float = 20.0) -> tuple[subprocess.Popen, str, str]:
+    """Starts `cmd` and waits for its `listening` line on stdout: (process,
+    the line or "", stderr so far when it exited first)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, RUST_LOG="warn"))
+    deadline = time.monotonic() + timeout
+    line = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.1)
+        if ready:
+            chunk = proc.stdout.readline()
+            if not chunk:
+                break
+            if b" listening " in chunk:
+                line = chunk
+                break
+        elif proc.poll() is not None:
+            break
+    if line:
+        return proc, line.decode().strip(), ""
+    proc.kill()
+    _, err = proc.communicate(timeout=10)
+    return proc, "", err.decode(errors="replace").strip()[-600:]
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_gateway(report: Report, bin_dir: Path, objects: list[dict], deployment: dict, tmp: Path) -> str:
+    """The gateway container's arguments and mounted files, for real: it
+    must start and answer /readyz 200 (a registry it accepts)."""
+    pod = pod_spec(deployment)
+    c = container(pod, GATEWAY)
+    ns = deployment["metadata"]["namespace"]
+    root = Path(tempfile.mkdtemp(dir=tmp))
+    args = materialize(objects, ns, pod, c, root)
+    args = replace_flag(replace_flag(args, "--listen", "127.0.0.1:0"), "--admin-listen", "127.0.0.1:0")
+    proc, line, err = run_until_listening([str(bin_dir / "rollout-gateway"), *args])
+    what = f"{ident(deployment)}: the gateway starts with its arguments and mounted files"
+    if not report.check(bool(line), what + (f"\n      {err}" if err else "")):
+        return "gateway did not start"
+    try:
+        admin = re.search(r"admin=(\S+)", line).group(1)
+        status, body = 0, ""
+        for _ in range(50):
+            try:
+                with urllib.request.urlopen(f"http://{admin}/readyz", timeout=2) as resp:
+                    status = resp.status
+                    break
+            except urllib.error.HTTPError as e:
+                status, body = e.code, e.read().decode(errors="replace")
+            except OSError:
+                pass
+            time.sleep(0.1)
+        report.check(status == 200, f"{ident(deployment)}: the gateway accepts the registry (/readyz {status} {body.strip()})")
+        with urllib.request.urlopen(f"http://{admin}/debug/plugins", timeout=2) as resp:
+            debug = json.load(resp)
+        return f"gateway ready, {len(debug.get('plugins') or [])} plugins, {len(debug.get('pipelines') or [])} pipelines"
+    finally:
+        stop(proc)
+
+
+def run_plugins(report: Report, bin_dir: Path, objects: list[dict], tmp: Path) -> int:
+    """Each plugin container's arguments and mounted files, for real: it
+    must start serving."""
+    started = 0
+    for obj in objects:
+        labels = ((obj.get("metadata") or {}).get("labels") or {})
+        if obj.get("kind") != "Deployment" or labels.get("app.kubernetes.io/component") != "rollout-plugin":
+            continue
+        pod = pod_spec(obj)
+        for c in pod.get("containers") or []:
+            binary = bin_dir / c.get("name", "")
+            if not report.check(binary.exists(), f"{ident(obj)}: container {c.get('name')} is a binary of the workspace"):
+                continue
+            root = Path(tempfile.mkdtemp(dir=tmp))
+            args = replace_flag(materialize(objects, obj["metadata"]["namespace"], pod, c, root), "--listen", "127.0.0.1:0")
+            proc, line, err = run_until_listening([str(binary), *args])
+            stop(proc)
+            if report.check(bool(line), f"{ident(obj)}: {c.get('name')} starts with its arguments and mounted files" +
+                            (f"\n      {err}" if err else "")):
+                started += 1
+    return started
+
+
+def check_controller_flags(report: Report, bin_dir: Path, objects: list[dict]) -> None:
+    """Every flag the controller container is given is one `rollout-controller
+    run` knows."""
+    deployment = find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE)
+    c = container(pod_spec(deployment), "controller") if deployment else None
+    if c is None:
+        return
+    args = c.get("args") or []
+    report.check(args[:1] == ["run"], "the controller container runs `rollout-controller run`")
+    help_text = subprocess.run([str(bin_dir / "rollout-controller"), "run", "--help"],
+                               capture_output=True, text=True, timeout=30).stdout
+    for flag in flags_of(args):
+        report.check(re.search(rf"(^|\s){re.escape(flag)}[\s=<,]", help_text) is not None,
+                     f"`rollout-controller run` knows {flag}")
+
+
+# ---------------------------------------------------------------------------
+# Images and Dockerfiles
+# ---------------------------------------------------------------------------
+
+def check_images(report: Report, objects: list[dict]) -> None:
+    """The project's images (localhost/NAME:TAG) each have a Dockerfile,
+    deploy/docker/NAME.Dockerfile, that builds NAME."""
+    for obj in objects:
+        pod = pod_spec(obj)
+        for c in containers(pod or {}):
+            image = c.get("image", "")
+            match = re.fullmatch(r"localhost/([a-z0-9-]+):[\w.-]+", image)
+            if not match:
+                continue
+            dockerfile = DEPLOY / "docker" / f"{match.group(1)}.Dockerfile"
+            report.check(dockerfile.exists() and f"--bin {match.group(1)}" in dockerfile.read_text(),
+                         f"{ident(obj)}: image {image} is built by deploy/docker/{dockerfile.name}")
+            report.check(c.get("imagePullPolicy") == "IfNotPresent",
+                         f"{ident(obj)}: {image} is not pulled when loaded into the cluster (IfNotPresent)")
+
+
+# ---------------------------------------------------------------------------
+# kustomize v2.0.3 compatibility
+# ---------------------------------------------------------------------------
+
+def normalized(objects: list[dict]) -> dict[str, str]:
+    """The objects by identity, as canonical JSON, without the differences
+    of spelling between kustomize versions (an empty `annotations: {}`;
+    Secret data wrapped or not: Kubernetes ignores newlines in base64; the
+    order of containers and volumes)."""
+    out = {}
+    for obj in objects:
+        obj = json.loads(json.dumps(obj))
+        meta = obj.get("metadata") or {}
+        if meta.get("annotations") == {}:
+            del meta["annotations"]
+        if obj.get("kind") == "Secret":
+            obj["data"] = {k: base64.b64encode(base64.b64decode(v)).decode() for k, v in (obj.get("data") or {}).items()}
+        # v2.0.3 puts the containers and volumes a patch touched first; the
+        # pod is the same (kubectl's default container is annotated).
+        pod = pod_spec(obj)
+        for field in ("containers", "volumes"):
+            if pod and pod.get(field):
+                pod[field] = sorted(pod[field], key=lambda item: item.get("name", ""))
+        out[f"{obj.get('apiVersion')} {ident(obj)}"] = json.dumps(obj, sort_keys=True)
+    return out
+
+
+def compat_differences(old: list[dict], new: list[dict]) -> list[str]:
+    """The objects that two renders disagree on, by identity."""
+    a, b = normalized(old), normalized(new)
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+# ---------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------
+
+def main() -> int:
+    started = time.monotonic()
+    report = Report()
+    self_test = subprocess.run([sys.executable, "-m", "unittest", "-q", "test_check"], cwd=HERE,
+                               capture_output=True, text=True)
+    tests = re.search(r"Ran (\d+) test", self_test.stderr)
+    print(f"deploy check: self-test of the assertions: {tests.group(1) if tests else '?'} tests, "
+          f"{'ok' if self_test.returncode == 0 else 'FAILED'}", flush=True)
+    if not report.check(self_test.returncode == 0, "the check's own tests pass (deploy/check/test_check.py)"):
+        print(self_test.stderr[-3000:])
+
+    kubectl, why = find_kubectl()
+    if kubectl is None:
+        print(f"deploy check: FAILED: no kubectl to render the manifests with ({why}).\n"
+              "  Install kubectl (any version from 1.14) or make Debian's kubernetes-client "
+              "reachable with apt-get; nothing was rendered or validated.", flush=True)
+        return 1
+    version, kustomize = kubectl_version(kubectl)
+    print(f"deploy check: rendering with {kubectl} ({version}, kustomize {kustomize})", flush=True)
+    old_kubectl = None
+    if os.environ.get("DEPLOY_CHECK_OLD_KUSTOMIZE", "1") == "0":
+        report.skip("rendering with kustomize v2.0.3 as well (DEPLOY_CHECK_OLD_KUSTOMIZE=0)")
+    elif not kustomize.startswith("v2."):
+        old_kubectl, why = debian_kubectl()
+        if old_kubectl:
+            old_version, old_kustomize = kubectl_version(old_kubectl)
+            print(f"deploy check: and with Debian's {DEBIAN_KUBECTL_PACKAGE} ({old_version}, kustomize {old_kustomize}) "
+                  "for compatibility", flush=True)
+        else:
+            report.skip(f"rendering with kustomize v2.0.3 (Debian's {DEBIAN_KUBECTL_PACKAGE}): {why}")
+
+    crds = CrdSchemas(DEPLOY / "crds")
+    tmp = Path(tempfile.mkdtemp(prefix="deploy-check."))
+    try:
+        work = tmp / "deploy"
+        shutil.copytree(DEPLOY, work, ignore=lambda d, names: [n for n in names if n == "tls" and Path(d).parent.name == "overlays"])
+        for overlay in NEEDS_CERTS:
+            got = subprocess.run([str(work / "make-certs"), overlay], capture_output=True, text=True, timeout=120)
+            report.check(got.returncode == 0, f"deploy/make-certs {overlay} succeeds" +
+                         (f"\n      {got.stderr.strip()}" if got.returncode else ""))
+        bin_dir = binaries(report)
+
+        overlays = sorted(p.parent.name for p in (work / "overlays").glob("*/kustomization.yaml"))
+        examples = sorted(p.parent.name for p in (work / "examples").glob("*/kustomization.yaml"))
+        report.check(sorted(LAYOUTS) == overlays, f"the check knows every overlay (found {overlays}, knows {sorted(LAYOUTS)})")
+        targets = [("overlay", o, work / "overlays" / o) for o in overlays] + \
+                  [("example", e, work / "examples" / e) for e in examples]
+        summaries = []
+        for what, name, directory in targets:
+            report.where = f"{what} {name}"
+            print(f"{what} {name}:", flush=True)
+            objects, err = render(kubectl, directory)
+            if not report.check(objects is not None, f"kubectl kustomize renders it\n      {err}"):
+                summaries.append(f"{what} {name}: does not render")
+                continue
+            if old_kubectl:
+                old_objects, err = render(old_kubectl, directory)
+                differ = compat_differences(old_objects, objects) if old_objects is not None else []
+                report.check(old_objects is not None and not differ,
+                             "kustomize v2.0.3 renders the same objects" + (f"\n      {err}" if err else "") +
+                             "".join(f"\n      differs: {d}" for d in differ))
+            n, custom = validate_objects(report, objects, crds)
+            pods, n_containers = check_pod_security(report, objects)
+            check_token_mounts(report, objects)
+            check_images(report, objects)
+            parts = [f"{n} objects valid ({custom} against the CRDs)"]
+            if pods:
+                parts.append(f"{n_containers} containers in {pods} pod templates non-root, read-only, no privileges")
+            layout = LAYOUTS.get(name) if what == "overlay" else None
+            if layout == "sidecar":
+                parts.append(check_sidecar(report, objects))
+                registry = check_plugin_registry(report, objects, tmp)
+                if registry:
+                    parts.append(registry)
+            elif layout == "central":
+                parts.append(check_central(report, objects))
+                check_central_certs(report, objects, work / "overlays" / name / "tls", tmp)
+            if layout and bin_dir is not None:
+                check_controller_flags(report, bin_dir, objects)
+                deployment = find(objects, "Deployment", CONTROLLER if layout == "sidecar" else GATEWAY, HUB_NAMESPACE)
+                if deployment is not None and container(pod_spec(deployment), GATEWAY):
+                    parts.append(run_gateway(report, bin_dir, objects, deployment, tmp))
+                plugins = run_plugins(report, bin_dir, objects, tmp)
+                if plugins:
+                    parts.append(f"{plugins} plugins serve with their arguments")
+            summaries.append(f"{what} {name}: " + "; ".join(parts))
+            print("  " + "; ".join(parts), flush=True)
+        report.where = ""
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    elapsed = time.monotonic() - started
+    print(f"\ndeploy check summary ({elapsed:.1f}s; Kubernetes schemas {', '.join(K8S_VERSIONS)}):")
+    for line in summaries:
+        print(f"  {line}")
+    for line in report.skipped:
+        print(f"  SKIPPED: {line}")
+    for line in report.failures:
+        print(f"  FAILED: {line}")
+    print(f"deploy-check: {report.passed} passed, {len(report.failures)} failed")
+    return 1 if report.failures else 0
+
+
+if __name__ == "__main__":
+    bootstrap()
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""Tests of the deploy check's own assertions: each must pass a deployment
+that keeps its promise and fail one that breaks it. check.py runs them first
+(`python -m unittest test_check` inside its virtual environment)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import io
+import unittest
+
+import check
+
+NS = check.HUB_NAMESPACE
+
+
+def security() -> dict:
+    return {
+        "runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def resources() -> dict:
+    return {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
+
+
+def probes(port: str) -> dict:
+    return {"livenessProbe": {"httpGet": {"path": "/healthz", "port": port}},
+            "readinessProbe": {"httpGet": {"path": "/readyz", "port": port}}}
+
+
+def deployment(name: str, pod: dict, replicas: int = 1, labels: dict | None = None) -> dict:
+    labels = labels or {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": pod}}}
+
+
+def controller_container(gateway_url: str) -> dict:
+    return {"name": "controller", "image": "localhost/rollout-controller:0.1.0",
+            "args": ["run", "--gateway", gateway_url, "--health-listen", "0.0.0.0:8081"],
+            "ports": [{"name": "health", "containerPort": 8081}],
+            "securityContext": security(), "resources": resources(), **probes("health")}
+
+
+def sidecar_objects() -> list[dict]:
+    gateway = {"name": "rollout-gateway", "image": "localhost/rollout-gateway:0.1.0",
+               "args": ["--config", check.CONFIG_PATH, "--listen", "127.0.0.1:10843",
+                        "--admin-listen", "0.0.0.0:10844"],
+               "ports": [{"name": "gateway-admin", "containerPort": 10844}],
+               "securityContext": security(), "resources": resources(), **probes("gateway-admin"),
+               "volumeMounts": [{"name": "config", "mountPath": check.CONFIG_DIR, "readOnly": True}]}
+    pod = {"automountServiceAccountToken": False,
+           "containers": [controller_container("http://127.0.0.1:10843"), gateway],
+           "volumes": [{"name": "config", "configMap": {"name": check.REGISTRY_CONFIGMAP}}]}
+    return [deployment(check.CONTROLLER, pod),
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": check.REGISTRY_CONFIGMAP, "namespace": NS},
+             "data": {"config.yaml": "plugins: []\n"}}]
+
+
+def central_objects() -> list[dict]:
+    labels = {"app": "rollout-gateway"}
+    gateway = {"name": "rollout-gateway", "image": "localhost/rollout-gateway:0.1.0",
+               "args": ["--config", "/hubs/hub-a.yaml", "--config", "/hubs/hub-b.yaml",
+                        "--listen", "0.0.0.0:10843", "--admin-listen", "0.0.0.0:10844",
+                        "--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key",
+                        "--client-ca", "/client-ca/ca.crt"],
+               "ports": [{"name": "grpc", "containerPort": 10843}, {"name": "admin", "containerPort": 10844}],
+               "securityContext": security(), "resources": resources(), **probes("admin"),
+               "volumeMounts": [{"name": "hubs", "mountPath": "/hubs"}, {"name": "tls", "mountPath": "/tls"},
+                                {"name": "client-ca", "mountPath": "/client-ca"}]}
+    pod = {"automountServiceAccountToken": False, "containers": [gateway],
+           "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                          "whenUnsatisfiable": "DoNotSchedule",
+                                          "labelSelector": {"matchLabels": labels}}],
+           "volumes": [{"name": "hubs", "configMap": {"name": "registries"}},
+                       {"name": "tls", "secret": {"secretName": "tls"}},
+                       {"name": "client-ca", "secret": {"secretName": "client-ca"}}]}
+    pem = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n").decode()
+    client = controller_container(f"https://rollout-gateway.{NS}:10843")
+    client["args"] += ["--client-cert", "/gw/tls.crt", "--client-key", "/gw/tls.key", "--gateway-ca", "/gw/ca.crt"]
+    client["volumeMounts"] = [{"name": "gw", "mountPath": "/gw"}]
+    controller_pod = {"automountServiceAccountToken": False, "containers": [client],
+                      "volumes": [{"name": "gw", "secret": {"secretName": "tls"}}]}
+    return [
+        deployment(check.GATEWAY, pod, replicas=2, labels=labels),
+        deployment(check.CONTROLLER, controller_pod),
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "registries", "namespace": NS},
+         "data": {"hub-a.yaml": "hub: hub-a\nplugins: []\n", "hub-b.yaml": "hub: hub-b\nplugins: []\n"}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tls", "namespace": NS},
+         "data": {"tls.crt": pem, "tls.key": pem, "ca.crt": pem}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "client-ca", "namespace": NS},
+         "data": {"ca.crt": pem}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": check.GATEWAY, "namespace": NS},
+         "spec": {"selector": labels, "ports": [{"port": 10843, "targetPort": "grpc"}]}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "gw", "namespace": NS},
+         "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}}},
+    ]
+
+
+def failures(fn, objects) -> list[str]:
+    report = check.Report()
+    with contextlib.redirect_stdout(io.StringIO()):
+        fn(report, objects)
+    return report.failures
+
+
+def pod_of(objects: list[dict], name: str) -> dict:
+    return check.pod_spec(check.find(objects, "Deployment", name))
+
+
+class Flags(unittest.TestCase):
+    def test_both_spellings(self):
+        self.assertEqual(check.flag_values(["--config", "a", "--config=b", "--x"], "--config"), ["a", "b"])
+        self.assertEqual(check.flag_values(["--configmap", "a"], "--config"), [])
+
+
+class PodSecurity(unittest.TestCase):
+    def test_a_restricted_pod_passes(self):
+        self.assertEqual(failures(check.check_pod_security, sidecar_objects()), [])
+
+    def test_root_in_one_container_is_caught(self):
+        objects = sidecar_objects()
+        pod_of(objects, check.CONTROLLER)["containers"][1]["securityContext"]["runAsUser"] = 0
+        self.assertTrue(any("rollout-gateway: runAsUser" in f for f in failures(check.check_pod_security, objects)))
+
+    def test_a_user_left_to_the_image_is_caught(self):
+        objects = sidecar_objects()
+        del pod_of(objects, check.CONTROLLER)["containers"][0]["securityContext"]["runAsUser"]
+        self.assertTrue(any("controller: runAsUser" in f for f in failures(check.check_pod_security, objects)))
+
+    def test_a_container_may_not_undo_the_pods_non_root(self):
+        objects = sidecar_objects()
+        pod = pod_of(objects, check.CONTROLLER)
+        for c in pod["containers"]:
+            del c["securityContext"]["runAsNonRoot"]
+        pod["securityContext"] = {"runAsNonRoot": True}
+        self.assertEqual(failures(check.check_pod_security, objects), [])
+        pod["containers"][0]["securityContext"]["runAsNonRoot"] = False
+        self.assertTrue(any("runAsNonRoot" in f for f in failures(check.check_pod_security, objects)))
+
+    def test_a_writable_root_filesystem_is_caught(self):
+        objects = sidecar_objects()
+        pod_of(objects, check.CONTROLLER)["containers"][0]["securityContext"]["readOnlyRootFilesystem"] = False
+        self.assertTrue(any("readOnlyRootFilesystem" in f for f in failures(check.check_pod_security, objects)))
+
+
+class Sidecar(unittest.TestCase):
+    def test_the_designs_pod_passes(self):
+        self.assertEqual(failures(check.check_sidecar, sidecar_objects()), [])
+
+    def test_another_config_path_is_caught(self):
+        objects = sidecar_objects()
+        pod_of(objects, check.CONTROLLER)["containers"][1]["args"][1] = "/etc/config.yaml"
+        self.assertTrue(any("--config" in f for f in failures(check.check_sidecar, objects)))
+
+    def test_a_moved_mount_is_caught(self):
+        objects = sidecar_objects()
+        pod_of(objects, check.CONTROLLER)["containers"][1]["volumeMounts"][0]["mountPath"] = "/config"
+        self.assertTrue(any(check.CONFIG_DIR in f for f in failures(check.check_sidecar, objects)))
+
+    def test_a_missing_gateway_is_caught(self):
+        objects = sidecar_objects()
+        del pod_of(objects, check.CONTROLLER)["containers"][1]
+        self.assertTrue(any("holds containers" in f for f in failures(check.check_sidecar, objects)))
+
+    def test_a_probe_on_a_loopback_admin_port_is_caught(self):
+        objects = sidecar_objects()
+        pod_of(objects, check.CONTROLLER)["containers"][1]["args"][5] = "127.0.0.1:10844"
+        self.assertTrue(any("reachable by the kubelet" in f for f in failures(check.check_sidecar, objects)))
+
+
+class Central(unittest.TestCase):
+    def test_the_central_gateway_passes(self):
+        self.assertEqual(failures(check.check_central, central_objects()), [])
+
+    def test_optional_client_certificates_are_caught(self):
+        objects = central_objects()
+        args = pod_of(objects, check.GATEWAY)["containers"][0]["args"]
+        del args[args.index("--client-ca"):args.index("--client-ca") + 2]
+        self.assertTrue(any("--client-ca" in f for f in failures(check.check_central, objects)))
+
+    def test_a_client_ca_outside_a_secret_is_caught(self):
+        objects = central_objects()
+        pod = pod_of(objects, check.GATEWAY)
+        pod["volumes"][2] = {"name": "client-ca", "configMap": {"name": "registries"}}
+        self.assertTrue(any("--client-ca" in f and "Secret" in f for f in failures(check.check_central, objects)))
+
+    def test_one_replica_is_caught(self):
+        objects = central_objects()
+        check.find(objects, "Deployment", check.GATEWAY)["spec"]["replicas"] = 1
+        got = failures(check.check_central, objects)
+        self.assertTrue(any("2 replicas" in f for f in got))
+        self.assertTrue(any("drain" in f for f in got))
+
+    def test_a_controller_without_a_client_certificate_is_caught(self):
+        objects = central_objects()
+        args = pod_of(objects, check.CONTROLLER)["containers"][0]["args"]
+        del args[args.index("--client-cert"):args.index("--client-cert") + 2]
+        self.assertTrue(any("--client-cert" in f for f in failures(check.check_central, objects)))
+
+    def test_a_controller_on_plaintext_is_caught(self):
+        objects = central_objects()
+        pod_of(objects, check.CONTROLLER)["containers"][0]["args"][2] = f"http://rollout-gateway.{NS}:10843"
+        self.assertTrue(any("https" in f for f in failures(check.check_central, objects)))
+
+
+class CrdSchema(unittest.TestCase):
+    crds = check.CrdSchemas(check.DEPLOY / "crds")
+    mwrs = {"apiVersion": "work.open-cluster-management.io/v1alpha1", "kind": "ManifestWorkReplicaSet",
+            "metadata": {"name": "a", "namespace": "b"},
+            "spec": {"placementRefs": [{"name": "p", "rolloutStrategy": {
+                "type": "Progressive", "progressive": {"maxConcurrency": "50%", "progressDeadline": "10m"}}}]}}
+
+    def test_a_valid_resource_passes(self):
+        self.assertEqual(self.crds.errors(self.mwrs), [])
+        other = copy.deepcopy(self.mwrs)
+        other["spec"]["placementRefs"][0]["rolloutStrategy"]["progressive"]["maxConcurrency"] = 2
+        self.assertEqual(self.crds.errors(other), [])
+
+    def test_unknown_fields_wrong_types_and_patterns_are_caught(self):
+        for path, value in ((("spec", "placementRef"), []),
+                            (("spec", "placementRefs", 0, "rolloutStrategy", "type"), "Sometimes"),
+                            (("spec", "placementRefs", 0, "rolloutStrategy", "progressive", "progressDeadline"), "2d"),
+                            (("spec", "placementRefs", 0, "rolloutStrategy", "progressive", "maxConcurrency"), "lots")):
+            bad = copy.deepcopy(self.mwrs)
+            target = bad
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = value
+            self.assertNotEqual(self.crds.errors(bad), [], path)
+
+    def test_a_missing_required_field_is_caught(self):
+        bad = copy.deepcopy(self.mwrs)
+        del bad["spec"]["placementRefs"]
+        self.assertNotEqual(self.crds.errors(bad), [])
+
+
+if __name__ == "__main__":
+    unittest.main()

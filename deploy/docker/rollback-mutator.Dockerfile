@@ -1,0 +1,31 @@
+# syntax=docker/dockerfile:1
+# Example plugin, story 3: the rollback mutation.
+#
+#   docker build -f deploy/docker/rollback-mutator.Dockerfile -t localhost/rollback-mutator:0.1.0 .
+#
+# Built from the workspace root (the context: .dockerignore leaves target/
+# and .git out). Two stages: the release build with the pinned toolchain and
+# the committed Cargo.lock, then the binary alone on distroless (glibc, CA
+# certificates, no shell), as the non-root user 65532.
+
+FROM docker.io/library/rust:1.95.0-bookworm AS build
+WORKDIR /src
+# The toolchain of rust-toolchain.toml, in a layer of its own.
+COPY rust-toolchain.toml ./
+RUN cargo --version
+COPY . .
+# The caches make rebuilds incremental; the binary is copied out of them.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p rollback-mutator --bin rollback-mutator \
+    && install -D target/release/rollback-mutator /out/rollback-mutator
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+LABEL org.opencontainers.image.title="rollback-mutator" \
+      org.opencontainers.image.description="Example plugin, story 3: the rollback mutation." \
+      org.opencontainers.image.source="https://github.com/open-cluster-management-io/rollout-hooks" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /out/rollback-mutator /usr/local/bin/rollback-mutator
+# distroless's nonroot, by number, so that runAsNonRoot can verify it.
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/rollback-mutator"]

@@ -1,0 +1,31 @@
+# syntax=docker/dockerfile:1
+# The rollout gateway: routes the controller's hooks to the plugins (sidecar or central).
+#
+#   docker build -f deploy/docker/rollout-gateway.Dockerfile -t localhost/rollout-gateway:0.1.0 .
+#
+# Built from the workspace root (the context: .dockerignore leaves target/
+# and .git out). Two stages: the release build with the pinned toolchain and
+# the committed Cargo.lock, then the binary alone on distroless (glibc, CA
+# certificates, no shell), as the non-root user 65532.
+
+FROM docker.io/library/rust:1.95.0-bookworm AS build
+WORKDIR /src
+# The toolchain of rust-toolchain.toml, in a layer of its own.
+COPY rust-toolchain.toml ./
+RUN cargo --version
+COPY . .
+# The caches make rebuilds incremental; the binary is copied out of them.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p rollout-gateway --bin rollout-gateway \
+    && install -D target/release/rollout-gateway /out/rollout-gateway
+
+FROM gcr.io/distroless/cc-debian12:nonroot
+LABEL org.opencontainers.image.title="rollout-gateway" \
+      org.opencontainers.image.description="The rollout gateway: routes the controller's hooks to the plugins (sidecar or central)." \
+      org.opencontainers.image.source="https://github.com/open-cluster-management-io/rollout-hooks" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /out/rollout-gateway /usr/local/bin/rollout-gateway
+# distroless's nonroot, by number, so that runAsNonRoot can verify it.
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/rollout-gateway"]
