@@ -6,6 +6,7 @@
 
 mod common;
 
+use rollout_plugin_sdk::test_certs::{TestCa, TestCert};
 use std::time::Duration;
 
 use common::*;
@@ -178,47 +179,26 @@ async fn errors_carry_the_grpc_code_and_message() {
     assert_eq!(err.code, tonic::Code::Unavailable, "{err}");
 }
 
-/// A CA and what it signs, as PEM.
-struct Ca(rcgen::CertifiedIssuer<'static, rcgen::KeyPair>);
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        Ca(
-            rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap())
-                .unwrap(),
-        )
-    }
-
-    /// (certificate, key) for the DNS name `name`.
-    fn leaf(&self, name: &str) -> (String, String) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec![name.to_string()])
-            .unwrap()
-            .signed_by(&key, &self.0)
-            .unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
 #[tokio::test]
 async fn a_central_gateway_over_mutual_tls() {
     use rollout_gateway::app;
     use rollout_gateway::tls::ServerTlsFiles;
 
     let (plugin, addr) = plugin().await;
-    let (server_ca, hubs_ca) = (Ca::new("gateway"), Ca::new("hubs"));
+    let (server_ca, hubs_ca) = (
+        TestCa::new("gateway").unwrap(),
+        TestCa::new("hubs").unwrap(),
+    );
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, text: &str| {
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
         path
     };
-    let (server_cert, server_key) = server_ca.leaf("localhost");
+    let TestCert {
+        cert: server_cert,
+        key: server_key,
+    } = server_ca.leaf("localhost").unwrap();
     let config = write(
         "hub-a.yaml",
         &format!(
@@ -232,7 +212,7 @@ async fn a_central_gateway_over_mutual_tls() {
         tls: Some(ServerTlsFiles {
             cert: write("tls.crt", &server_cert),
             key: write("tls.key", &server_key),
-            client_ca: Some(write("hubs.crt", &hubs_ca.0.pem())),
+            client_ca: Some(write("hubs.crt", &hubs_ca.pem())),
         }),
         ..app::Options::default()
     })
@@ -246,9 +226,9 @@ async fn a_central_gateway_over_mutual_tls() {
     };
 
     // As hub-a, with its certificate: the hub's plugin answers.
-    let (cert, key) = hubs_ca.leaf("hub-a");
+    let TestCert { cert, key } = hubs_ca.leaf("hub-a").unwrap();
     let tls = GatewayTls {
-        ca_pem: Some(server_ca.0.pem().into_bytes()),
+        ca_pem: Some(server_ca.pem().into_bytes()),
         identity: Some((cert.into_bytes(), key.into_bytes())),
         domain: None,
     };

@@ -162,6 +162,7 @@ fn common_name(subject: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rollout_plugin_sdk::test_certs::rcgen;
 
     fn cert(sans: &[&str], cn: Option<&str>) -> CertificateDer<'static> {
         let mut params =

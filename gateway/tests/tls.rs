@@ -8,80 +8,33 @@
 
 mod common;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine as _;
 use common::*;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, SanType};
 use rollout_gateway::app::{self, Options};
 use rollout_gateway::tls::ServerTlsFiles;
+use rollout_plugin_sdk::test_certs::rcgen::{self, CertificateParams};
+use rollout_plugin_sdk::test_certs::{TestCa as Ca, TestCert as Leaf};
 use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
 use rollout_proto::v1alpha1::rollout_plugin_service_server::RolloutPluginServiceServer;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Code;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
-/// A certificate authority and the certificates it signs.
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
+/// The CA bundle of `ca` as `caCertificate.caBundle` wants it.
+fn bundle_b64(ca: &Ca) -> String {
+    base64::engine::general_purpose::STANDARD.encode(ca.pem())
 }
 
-/// A certificate and its key, as PEM.
-struct Leaf {
-    cert: String,
-    key: String,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        Ca {
-            issuer: CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap(),
-        }
-    }
-
-    fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    fn bundle_b64(&self) -> String {
-        base64::engine::general_purpose::STANDARD.encode(self.pem())
-    }
-
-    /// A server certificate for 127.0.0.1 and localhost.
-    fn server(&self) -> Leaf {
-        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-        self.sign(params)
-    }
-
-    /// A client certificate naming `hub` (as its DNS SAN).
-    fn client(&self, hub: &str) -> Leaf {
-        self.sign(CertificateParams::new(vec![hub.to_string()]).unwrap())
-    }
-
-    /// A client certificate for `hub` that expired yesterday.
-    fn expired_client(&self, hub: &str) -> Leaf {
-        let mut params = CertificateParams::new(vec![hub.to_string()]).unwrap();
-        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
-        self.sign(params)
-    }
-
-    fn sign(&self, params: CertificateParams) -> Leaf {
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-        }
-    }
+/// A client certificate for `hub` that expired long ago.
+fn expired_client(ca: &Ca, hub: &str) -> Leaf {
+    let mut params = CertificateParams::new(vec![hub.to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    ca.sign(params).unwrap()
 }
 
 /// Starts a TLS plugin on `addr` (127.0.0.1:0 for a new port); with
@@ -113,15 +66,15 @@ async fn tls_plugin(addr: SocketAddr, leaf: &Leaf, client_ca: Option<&Ca>) -> Pl
 fn tls_entry(name: &str, addr: SocketAddr, ca: &Ca, extra: &str) -> String {
     format!(
         "  - name: {name}\n    endpoint: {addr}\n    caCertificate:\n      caBundle: \"{}\"\n{extra}",
-        ca.bundle_b64()
+        bundle_b64(ca)
     )
 }
 
 #[tokio::test]
 async fn each_plugin_is_verified_against_its_own_ca_bundle_alone() {
-    let ca1 = Ca::new("ca-1");
-    let ca2 = Ca::new("ca-2");
-    let p = tls_plugin("127.0.0.1:0".parse().unwrap(), &ca1.server(), None).await;
+    let ca1 = Ca::new("ca-1").unwrap();
+    let ca2 = Ca::new("ca-2").unwrap();
+    let p = tls_plugin("127.0.0.1:0".parse().unwrap(), &ca1.server().unwrap(), None).await;
     let gw = gateway(&format!(
         "defaults:\n  retry:\n    maxAttempts: 1\nplugins:\n{}{}",
         tls_entry("right-ca", p.addr, &ca1, ""),
@@ -149,11 +102,16 @@ async fn each_plugin_is_verified_against_its_own_ca_bundle_alone() {
 
 #[tokio::test]
 async fn the_gateway_presents_its_client_certificate_when_configured() {
-    let ca = Ca::new("plugin-ca");
-    let clients = Ca::new("gateway-clients");
-    let p = tls_plugin("127.0.0.1:0".parse().unwrap(), &ca.server(), Some(&clients)).await;
+    let ca = Ca::new("plugin-ca").unwrap();
+    let clients = Ca::new("gateway-clients").unwrap();
+    let p = tls_plugin(
+        "127.0.0.1:0".parse().unwrap(),
+        &ca.server().unwrap(),
+        Some(&clients),
+    )
+    .await;
     let dir = tempfile::tempdir().unwrap();
-    let me = clients.client("rollout-gateway");
+    let me = clients.leaf("rollout-gateway").unwrap();
     std::fs::write(dir.path().join("tls.crt"), &me.cert).unwrap();
     std::fs::write(dir.path().join("tls.key"), &me.key).unwrap();
     let with_cert = dir.path().join("with.yaml");
@@ -207,8 +165,8 @@ async fn the_gateway_presents_its_client_certificate_when_configured() {
 
 #[tokio::test]
 async fn a_rotated_plugin_certificate_and_ca_work_after_a_reload() {
-    let ca1 = Ca::new("ca-1");
-    let old = tls_plugin("127.0.0.1:0".parse().unwrap(), &ca1.server(), None).await;
+    let ca1 = Ca::new("ca-1").unwrap();
+    let old = tls_plugin("127.0.0.1:0".parse().unwrap(), &ca1.server().unwrap(), None).await;
     let addr = old.addr;
     let gw = gateway(&format!(
         "plugins:\n{}",
@@ -223,8 +181,8 @@ async fn a_rotated_plugin_certificate_and_ca_work_after_a_reload() {
     // updated with the new bundle: no gateway restart.
     old.stop();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let ca2 = Ca::new("ca-2");
-    let _new = tls_plugin(addr, &ca2.server(), None).await;
+    let ca2 = Ca::new("ca-2").unwrap();
+    let _new = tls_plugin(addr, &ca2.server().unwrap(), None).await;
     gw.write_config(&format!(
         "plugins:\n{}",
         tls_entry("rotating", addr, &ca2, "")
@@ -264,14 +222,14 @@ fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
 
 #[tokio::test]
 async fn central_mode_scopes_each_hub_and_requires_a_valid_client_certificate() {
-    let server_ca = Ca::new("gateway-server");
-    let hubs_ca = Ca::new("hubs");
-    let other_ca = Ca::new("someone-else");
+    let server_ca = Ca::new("gateway-server").unwrap();
+    let hubs_ca = Ca::new("hubs").unwrap();
+    let other_ca = Ca::new("someone-else").unwrap();
     let plugin_a = plugin(Behaviour::new("a")).await;
     let plugin_b = plugin(Behaviour::new("b")).await;
     let shared = plugin(Behaviour::new("shared")).await;
     let dir = tempfile::tempdir().unwrap();
-    let server = server_ca.server();
+    let server = server_ca.server().unwrap();
     let files = ServerTlsFiles {
         cert: write(dir.path(), "tls.crt", &server.cert),
         key: write(dir.path(), "tls.key", &server.key),
@@ -315,7 +273,7 @@ async fn central_mode_scopes_each_hub_and_requires_a_valid_client_certificate() 
     .expect("central gateway starts");
     let addr = running.grpc_addr;
 
-    let hub_a = hubs_ca.client("hub-a");
+    let hub_a = hubs_ca.leaf("hub-a").unwrap();
     let mut a = central_client(addr, &server_ca, Some(&hub_a))
         .await
         .expect("hub-a connects");
@@ -337,7 +295,7 @@ async fn central_mode_scopes_each_hub_and_requires_a_valid_client_certificate() 
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
-    let hub_b = hubs_ca.client("hub-b");
+    let hub_b = hubs_ca.leaf("hub-b").unwrap();
     let mut b = central_client(addr, &server_ca, Some(&hub_b))
         .await
         .unwrap();
@@ -350,7 +308,7 @@ async fn central_mode_scopes_each_hub_and_requires_a_valid_client_certificate() 
         .await
         .unwrap();
     // A name only hub-b has is NOT_FOUND for hub-a: nothing leaks across hubs.
-    let hub_c = hubs_ca.client("hub-c");
+    let hub_c = hubs_ca.leaf("hub-c").unwrap();
     let mut c = central_client(addr, &server_ca, Some(&hub_c))
         .await
         .unwrap();
@@ -361,8 +319,8 @@ async fn central_mode_scopes_each_hub_and_requires_a_valid_client_certificate() 
     assert_eq!(e.code(), Code::NotFound, "{e:?}");
 
     // No certificate, an expired one, or one from another CA: no call completes.
-    let expired = hubs_ca.expired_client("hub-a");
-    let foreign = other_ca.client("hub-a");
+    let expired = expired_client(&hubs_ca, "hub-a");
+    let foreign = other_ca.leaf("hub-a").unwrap();
     for (what, identity) in [
         ("none", None),
         ("expired", Some(&expired)),
@@ -396,11 +354,11 @@ async fn central_mode_scopes_each_hub_and_requires_a_valid_client_certificate() 
 
 #[tokio::test]
 async fn the_listeners_own_certificate_is_reloaded_without_a_restart() {
-    let old_ca = Ca::new("old-server-ca");
-    let new_ca = Ca::new("new-server-ca");
+    let old_ca = Ca::new("old-server-ca").unwrap();
+    let new_ca = Ca::new("new-server-ca").unwrap();
     let p = plugin(Behaviour::new("p")).await;
     let dir = tempfile::tempdir().unwrap();
-    let old = old_ca.server();
+    let old = old_ca.server().unwrap();
     let cert = write(dir.path(), "tls.crt", &old.cert);
     let key = write(dir.path(), "tls.key", &old.key);
     let config = write(
@@ -427,7 +385,7 @@ async fn the_listeners_own_certificate_is_reloaded_without_a_restart() {
     c.begin_rollout(to("p", rollout("c1"))).await.unwrap();
 
     // Rotate: write the key, then the certificate, of the new CA.
-    let new = new_ca.server();
+    let new = new_ca.server().unwrap();
     std::fs::write(&key, &new.key).unwrap();
     std::fs::write(&cert, &new.cert).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);

@@ -12,7 +12,8 @@
 //! [`RolloutRequestExt`] reads a request's cluster position. With the `cli`
 //! feature, `cli::TlsArgs` gives the usual `--tls-cert/--tls-key/--client-ca`
 //! flags; [`testing`] starts a plugin on `127.0.0.1:0` and connects a
-//! client, for tests.
+//! client, for tests, and with the `test-certs` feature `test_certs` makes a
+//! CA and certificates for TLS tests.
 //!
 //! ```no_run
 //! use rollout_plugin_sdk::prelude::*;
@@ -53,6 +54,8 @@ mod plugin;
 mod request;
 mod server;
 mod service;
+#[cfg(feature = "test-certs")]
+pub mod test_certs;
 pub mod testing;
 pub mod work;
 

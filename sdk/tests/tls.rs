@@ -4,61 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, SanType};
 use rollout_plugin_sdk::prelude::*;
 use rollout_plugin_sdk::proto::InitializeRequest;
 use rollout_plugin_sdk::proto::rollout_plugin_service_client::RolloutPluginServiceClient;
+use rollout_plugin_sdk::test_certs::{TestCa as Ca, TestCert as Leaf};
 use rollout_plugin_sdk::testing;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
-
-struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-/// A certificate and its key, PEM.
-struct Leaf {
-    cert: String,
-    key: String,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        Ca {
-            issuer: CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap(),
-        }
-    }
-
-    fn pem(&self) -> String {
-        self.issuer.pem()
-    }
-
-    /// For `localhost` and 127.0.0.1.
-    fn server(&self) -> Leaf {
-        let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-        self.sign(params)
-    }
-
-    fn client(&self, name: &str) -> Leaf {
-        self.sign(CertificateParams::new(vec![name.to_string()]).unwrap())
-    }
-
-    fn sign(&self, params: CertificateParams) -> Leaf {
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-        }
-    }
-}
 
 struct Plain;
 
@@ -101,8 +54,8 @@ async fn answers(
 
 #[tokio::test]
 async fn tls_serves_its_certificate_and_refuses_plaintext() {
-    let ca = Ca::new("plugin-ca");
-    let leaf = ca.server();
+    let ca = Ca::new("plugin-ca").unwrap();
+    let leaf = ca.server().unwrap();
     let options = ServeOptions::default().tls(TlsOptions::from_pem(leaf.cert, leaf.key));
     let server = testing::spawn_with(Plain, options).await.unwrap();
     let addr = server.local_addr();
@@ -111,7 +64,7 @@ async fn tls_serves_its_certificate_and_refuses_plaintext() {
         answers(tls_client(addr, &ca, None).await).await,
         "TLS client"
     );
-    let other = Ca::new("other-ca");
+    let other = Ca::new("other-ca").unwrap();
     assert!(
         !answers(tls_client(addr, &other, None).await).await,
         "untrusted server CA"
@@ -126,15 +79,15 @@ async fn tls_serves_its_certificate_and_refuses_plaintext() {
 
 #[tokio::test]
 async fn mtls_requires_a_client_certificate_from_the_client_ca() {
-    let server_ca = Ca::new("plugin-ca");
-    let client_ca = Ca::new("gateway-ca");
-    let leaf = server_ca.server();
+    let server_ca = Ca::new("plugin-ca").unwrap();
+    let client_ca = Ca::new("gateway-ca").unwrap();
+    let leaf = server_ca.server().unwrap();
     let options = ServeOptions::default()
         .tls(TlsOptions::from_pem(leaf.cert, leaf.key).client_ca_pem(client_ca.pem()));
     let server = testing::spawn_with(Plain, options).await.unwrap();
     let addr = server.local_addr();
 
-    let gateway = client_ca.client("rollout-gateway");
+    let gateway = client_ca.leaf("rollout-gateway").unwrap();
     assert!(
         answers(tls_client(addr, &server_ca, Some(&gateway)).await).await,
         "trusted client"
@@ -143,7 +96,10 @@ async fn mtls_requires_a_client_certificate_from_the_client_ca() {
         !answers(tls_client(addr, &server_ca, None).await).await,
         "no client certificate"
     );
-    let stranger = Ca::new("stranger-ca").client("rollout-gateway");
+    let stranger = Ca::new("stranger-ca")
+        .unwrap()
+        .leaf("rollout-gateway")
+        .unwrap();
     assert!(
         !answers(tls_client(addr, &server_ca, Some(&stranger)).await).await,
         "client certificate from another CA"
@@ -154,8 +110,8 @@ async fn mtls_requires_a_client_certificate_from_the_client_ca() {
 
 #[tokio::test]
 async fn tls_files_are_read_and_bad_pem_is_rejected_at_bind() {
-    let ca = Ca::new("plugin-ca");
-    let leaf = ca.server();
+    let ca = Ca::new("plugin-ca").unwrap();
+    let leaf = ca.server().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (cert, key, client_ca) = (
         dir.path().join("tls.crt"),
@@ -171,7 +127,7 @@ async fn tls_files_are_read_and_bad_pem_is_rejected_at_bind() {
     let server = testing::spawn_with(Plain, ServeOptions::default().tls(tls))
         .await
         .unwrap();
-    let client = ca.client("gw");
+    let client = ca.leaf("gw").unwrap();
     assert!(answers(tls_client(server.local_addr(), &ca, Some(&client)).await).await);
     server.shutdown().await.unwrap();
 
@@ -181,8 +137,8 @@ async fn tls_files_are_read_and_bad_pem_is_rejected_at_bind() {
         "{missing}"
     );
 
-    let other = ca.server();
-    let mismatched = TlsOptions::from_pem(ca.server().cert, other.key);
+    let other = ca.server().unwrap();
+    let mismatched = TlsOptions::from_pem(ca.server().unwrap().cert, other.key);
     let err = testing::spawn_with(Plain, ServeOptions::default().tls(mismatched))
         .await
         .unwrap_err();

@@ -4,10 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use rollback_mutator::{ROLLBACK_ANNOTATION, RollbackMutator, SKIPPED_STEPS_ANNOTATION};
 use rollout_plugin_sdk::proto::rollout_plugin_service_client::RolloutPluginServiceClient;
 use rollout_plugin_sdk::proto::{Hook, InitializeRequest};
+use rollout_plugin_sdk::test_certs::TestCa;
 use rollout_plugin_sdk::testing::{self, PluginProcess};
 use rollout_plugin_sdk::tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use serde_json::Value;
@@ -67,28 +67,13 @@ async fn rewrites_only_while_aborting() {
     server.shutdown().await.unwrap();
 }
 
-fn ca() -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
-}
-
-/// (certificate, key) PEM for `name`, signed by `ca`.
-fn leaf(ca: &CertifiedIssuer<'static, KeyPair>, name: &str) -> (String, String) {
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec![name.to_string()])
-        .unwrap()
-        .signed_by(&key, ca)
-        .unwrap();
-    (cert.pem(), key.serialize_pem())
-}
-
 #[tokio::test]
 async fn the_binary_serves_mutual_tls_and_drains_on_sigterm() {
-    let ca = ca();
+    let ca = TestCa::new("plugins-ca").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = |name: &str| dir.path().join(name);
-    let (cert, key) = leaf(&ca, "localhost");
+    let server = ca.leaf("localhost").unwrap();
+    let (cert, key) = (server.cert, server.key);
     std::fs::write(path("tls.crt"), cert).unwrap();
     std::fs::write(path("tls.key"), key).unwrap();
     std::fs::write(path("ca.crt"), ca.pem()).unwrap();
@@ -128,7 +113,8 @@ async fn the_binary_serves_mutual_tls_and_drains_on_sigterm() {
         }
     };
 
-    let (cert, key) = leaf(&ca, "rollout-gateway");
+    let client = ca.leaf("rollout-gateway").unwrap();
+    let (cert, key) = (client.cert, client.key);
     let mut client = connect(Some(Identity::from_pem(cert, key))).await.unwrap();
     let out = client
         .mutate_manifest_work(testing::mutate_request(
