@@ -151,6 +151,32 @@ async fn mutation_travels_as_json_and_keeps_the_rest() {
 }
 
 #[tokio::test]
+async fn changed_works_come_back_without_a_delayed_ack_stall() {
+    // With Nagle on, an answer the server writes in pieces waits for the
+    // client's delayed ACK: about 40 ms per call. Twenty calls that change a
+    // work must take far less than 20 × 40 ms.
+    let plugin = Arc::new(Annotator {
+        calls: AtomicUsize::new(0),
+    });
+    let server = testing::spawn(plugin.clone()).await.unwrap();
+    let mut client = testing::connect(server.local_addr()).await.unwrap();
+    let input = testing::sample_work("cluster2");
+    let request = || testing::mutate_request(testing::rollout("cluster2", 2, 5), &input);
+    // The first call sets the connection up.
+    client.mutate_manifest_work(request()).await.unwrap();
+    let started = Instant::now();
+    for _ in 0..20 {
+        client.mutate_manifest_work(request()).await.unwrap();
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(400),
+        "20 mutating calls took {took:?}: answers are stalling"
+    );
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn malformed_requests_and_bad_mutations_are_named() {
     let plugin = Annotator {
         calls: AtomicUsize::new(0),
