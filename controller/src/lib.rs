@@ -28,4 +28,5 @@ pub mod reconcile;
 pub mod registration;
 pub mod revision;
 pub mod rollout;
+pub mod sim;
 pub mod telemetry;

@@ -12,7 +12,7 @@ use rollout_controller::hooks::{DEFAULT_GATEWAY_URL, GatewayHooks, GatewayOption
 use rollout_controller::reconcile::{self, Options};
 use rollout_controller::rollout::duration::parse_go_duration;
 use rollout_controller::telemetry::{Telemetry, TracingOptions};
-use rollout_controller::{api, plan, registration};
+use rollout_controller::{api, plan, registration, sim};
 
 /// Exit status for input the command cannot use (bad file, JSON or strategy).
 const EXIT_BAD_INPUT: u8 = 2;
@@ -24,12 +24,14 @@ struct Cli {
     command: Command,
 }
 
-// `simulate` joins here, one variant and one function.
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Reconcile ManifestWorkReplicaSets in a cluster, calling the rollout
     /// gateway at each phase.
     Run(Box<RunArgs>),
+    /// Roll one ManifestWorkReplicaSet out over an in-memory fleet of
+    /// simulated clusters, through the real gateway and plugins.
+    Simulate(Box<SimulateArgs>),
     /// One decision of the rollout engine, as JSON in and out.
     Plan(PlanArgs),
     /// Print the CRDs the controller uses, as multi-document YAML.
@@ -123,6 +125,127 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "The fleet runs the previous revision (an Argo Rollout of web:1.0); the update \
+revision (web:1.1) is rolled out, one step per reconcile, on a simulated clock that jumps to the \
+next event, except while a plugin is validating: then it follows the real clock, since a plugin \
+measures its own waits. Exit status: 0 when the rollout ran to its end (Succeeded, Aborted or \
+Failed), 2 for bad flags, 1 when the gateway cannot be reached or the rollout does not end."
+)]
+struct SimulateArgs {
+    /// Clusters in the fleet, named cluster-001, cluster-002, …
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    clusters: usize,
+    /// Decision groups: contiguous runs of clusters named group-0, group-1, …
+    #[arg(long, value_name = "G", default_value_t = 1)]
+    groups: usize,
+    /// The rollout strategy type.
+    #[arg(long, value_name = "TYPE", default_value = "All",
+          value_parser = ["All", "Progressive", "ProgressivePerGroup"])]
+    strategy: String,
+    /// maxConcurrency (Progressive): a count or a percentage such as 25%.
+    #[arg(long, value_name = "X")]
+    max_concurrency: Option<String>,
+    /// maxFailures: a count or a percentage.
+    #[arg(long, value_name = "X")]
+    max_failures: Option<String>,
+    /// progressDeadline: a Go duration such as 10m, or None.
+    #[arg(long, value_name = "D")]
+    progress_deadline: Option<String>,
+    /// minSuccessTime (Progressive, ProgressivePerGroup): a Go duration.
+    #[arg(long, value_name = "D")]
+    min_success_time: Option<String>,
+    /// mandatoryDecisionGroups: group names or indices, comma-separated.
+    #[arg(long, value_name = "GROUP", value_delimiter = ',')]
+    mandatory_groups: Vec<String>,
+    /// abortOnFailure: roll the updated clusters back on a failure.
+    #[arg(long)]
+    abort_on_failure: bool,
+    /// The plugin or gateway pipeline to call; none: no hook (OCM's own
+    /// rollout) and no gateway needed.
+    #[arg(long, value_name = "NAME")]
+    plugin: Option<String>,
+    /// The rollout gateway's gRPC address (plaintext).
+    #[arg(long, value_name = "URL", default_value = DEFAULT_GATEWAY_URL, env = "ROLLOUT_CONTROLLER_GATEWAY")]
+    gateway: String,
+    /// The deadline of each hook call (at most 30s).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    hook_timeout: std::time::Duration,
+    /// A cluster whose work of the new revision turns Degraded; repeatable
+    /// or comma-separated.
+    #[arg(long = "fail", value_name = "CLUSTER", value_delimiter = ',')]
+    fail: Vec<String>,
+    /// One JSON object per step, then the summary, one per line.
+    #[arg(long)]
+    json: bool,
+    /// Simulated time from a work's apply to done (or Degraded).
+    #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_duration)]
+    apply_latency: std::time::Duration,
+    /// Simulated time from a work's apply to the agent's first report
+    /// (Applied, Progressing).
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
+    agent_delay: std::time::Duration,
+    /// Vary each latency by up to ± this percentage.
+    #[arg(long, value_name = "PCT", default_value_t = 0.0)]
+    latency_jitter: f64,
+    /// Seeds the latency variation.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    seed: u64,
+    /// Move the simulated clock by this much per step instead of to the
+    /// next event (like a resync period).
+    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    step: Option<std::time::Duration>,
+    /// How soon to ask a plugin again when it answers INPROGRESS without
+    /// recheck_after (real time).
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
+    validation_poll: std::time::Duration,
+    /// Start from an empty fleet (no earlier revision: an abort stops the
+    /// rollout instead of rolling back).
+    #[arg(long)]
+    first_rollout: bool,
+    /// Give up (exit 1) after this many steps.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    max_steps: usize,
+    /// List every work at the end (cluster, revision, manifest annotations).
+    #[arg(long)]
+    list_works: bool,
+    /// Also write the summary, as JSON, to FILE.
+    #[arg(long, value_name = "FILE")]
+    summary: Option<PathBuf>,
+}
+
+impl SimulateArgs {
+    /// The simulation these flags describe.
+    fn config(&self) -> Result<sim::Config, sim::ConfigError> {
+        let strategy = sim::StrategyFlags {
+            kind: self.strategy.clone(),
+            max_concurrency: self.max_concurrency.clone(),
+            max_failures: self.max_failures.clone(),
+            progress_deadline: self.progress_deadline.clone(),
+            min_success_time: self.min_success_time.clone(),
+            mandatory_groups: self.mandatory_groups.clone(),
+            plugin: self.plugin.clone(),
+            abort_on_failure: self.abort_on_failure,
+        }
+        .strategy()?;
+        let mut config = sim::Config::new(self.clusters, strategy);
+        config.groups = self.groups;
+        config.fail = self.fail.iter().cloned().collect();
+        config.apply_latency = self.apply_latency;
+        config.agent_delay = self.agent_delay;
+        config.jitter = self.latency_jitter / 100.0;
+        config.seed = self.seed;
+        config.tick = self.step;
+        config.first_rollout = self.first_rollout;
+        config.max_steps = self.max_steps;
+        config.settings.validation_poll = self.validation_poll;
+        config.list_works = self.list_works;
+        config.check()?;
+        Ok(config)
+    }
+}
+
+#[derive(Debug, Args)]
 struct CrdArgs {
     /// Write one file per CRD and a kustomization.yaml into DIR (created if
     /// missing) instead of printing.
@@ -137,6 +260,7 @@ fn main() -> anyhow::Result<ExitCode> {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(run_command(*args))
         }
+        Command::Simulate(args) => simulate_command(&args),
         Command::Plan(args) => plan_command(&args),
         Command::Crd(args) => crd_command(&args),
     }
@@ -197,6 +321,94 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
     tracing::info!("rollout-controller stopped");
     let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     Ok(ExitCode::SUCCESS)
+}
+
+fn simulate_command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
+    let config = match args.config() {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("rollout-controller simulate: {err}");
+            return Ok(ExitCode::from(EXIT_BAD_INPUT));
+        }
+    };
+    // Logs go to stderr, quiet by default: stdout is the progress.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    runtime.block_on(async {
+        let telemetry = Telemetry::new(&TracingOptions::from_env(
+            rollout_controller::telemetry::DEFAULT_SERVICE_NAME,
+        ))?;
+        let gateway = match GatewayHooks::new(
+            &GatewayOptions {
+                url: args.gateway.clone(),
+                timeout: args.hook_timeout,
+                tls: None,
+            },
+            telemetry.clone(),
+        ) {
+            Ok(gateway) => gateway,
+            Err(err) => {
+                eprintln!("rollout-controller simulate: --gateway: {err}");
+                return Ok(ExitCode::from(EXIT_BAD_INPUT));
+            }
+        };
+        let hooks = sim::Recorder::new(gateway);
+        let mut report: Box<dyn sim::Report> = if args.json {
+            Box::new(sim::JsonLines::new(std::io::stdout()))
+        } else {
+            Box::new(sim::terminal::Terminal::new(std::io::stdout()))
+        };
+        let url = args.plugin.as_ref().map(|_| args.gateway.as_str());
+        let result = sim::run(&config, &hooks, &telemetry, url, report.as_mut()).await;
+        let exporter = telemetry.clone();
+        let _ = tokio::task::spawn_blocking(move || exporter.shutdown()).await;
+        let summary = match result {
+            Ok(summary) => summary,
+            Err(err) => {
+                eprintln!(
+                    "rollout-controller simulate: {}",
+                    simulate_error(&err, args)
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        if let Some(path) = &args.summary {
+            let text = serde_json::to_string_pretty(&summary).context("encoding the summary")?;
+            std::fs::write(path, text + "\n")
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// What went wrong, and what to do about it.
+fn simulate_error(err: &sim::SimError, args: &SimulateArgs) -> String {
+    let gateway = &args.gateway;
+    match err {
+        sim::SimError::Initialize { error, .. } | sim::SimError::GatewayLost(error)
+            if sim::SimError::is_unreachable(error) =>
+        {
+            format!(
+                "cannot reach the rollout gateway at {gateway} ({}). Start one \
+                 (rollout-gateway --config FILE) or point --gateway at it; without --plugin \
+                 no gateway is needed.",
+                error.message
+            )
+        }
+        sim::SimError::Initialize { plugin, error } if error.code == tonic::Code::NotFound => {
+            format!(
+                "the gateway at {gateway} has no plugin or pipeline named {plugin:?} ({}). \
+                 Add it to the gateway's registry, or name another with --plugin.",
+                error.message
+            )
+        }
+        other => other.to_string(),
+    }
 }
 
 fn crd_command(args: &CrdArgs) -> anyhow::Result<ExitCode> {

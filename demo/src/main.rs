@@ -1,36 +1,62 @@
-//! `demo`: the rollout-hook layer end to end, as real processes on loopback.
+//! `demo`: the project's story in one command, as real processes on
+//! loopback.
 //!
-//! It starts two plugins and the gateway with a pipeline of both, then plays
-//! the calls a ManifestWorkReplicaSet controller makes during a rollout of
-//! three clusters through the gateway: Initialize, BeginRollout and
-//! MutateManifestWork per cluster (each work annotated with its position by
-//! the first plugin), ValidateRolloutCompletion; then hot-reloads the
-//! registry (a plugin that is down, with `failurePolicy: Ignore`), shows that
-//! a broken registry file is rejected while calls go on, and measures the
-//! gateway's added latency against calling the plugin directly. Every child
-//! process is stopped at the end, on an error, or on Ctrl-C.
+//! It starts the three example plugins (traffic-weights, smoke-test with a
+//! short soak failing one cluster, rollback-mutator) and the gateway with a
+//! pipeline of the three, then runs `rollout-controller simulate` over 20
+//! clusters (Progressive, maxConcurrency 25 %, abort on failure) through the
+//! gateway, streaming its progress: canary weights injected cluster by
+//! cluster, the smoke test failing on one cluster, the abort, the rollback
+//! with `aborting = true`. It tells the outcome, then hot-reloads the
+//! registry and measures the gateway's added latency. When
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, the controller and the gateway
+//! export their spans there (the children inherit the environment) and the
+//! demo says where to look. Every process is stopped at the end, on an
+//! error, or on Ctrl-C.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
+use clap::Parser;
 use rollout_bench::load::{self, Hook, LoadConfig, Stop};
 use rollout_bench::manifest::manifest_work_json;
-use rollout_bench::process::{ChildGuard, wait_for_http_ok};
+use rollout_demo::{Binaries, PIPELINE, PLUGINS, Stack, StackOptions, WorkDir, simulate_args};
 use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
-use rollout_proto::v1alpha1::{
-    InitializeRequest, MutateManifestWorkRequest, RolloutPluginRequest, ValidateCompletionRequest,
-    ValidationResult,
-};
+use rollout_proto::v1alpha1::{MutateManifestWorkRequest, RolloutPluginRequest};
 use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY, PLUGIN_METADATA_KEY};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 use tonic::transport::Channel;
 
-const CLUSTERS: [&str; 3] = ["cluster-001", "cluster-002", "cluster-003"];
+/// A ManifestWorkReplicaSet rolled out to simulated clusters through the
+/// rollout gateway and the three example plugins.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Flags {
+    /// Clusters in the simulated fleet.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    clusters: usize,
+    /// smoke-test's soak per cluster (real time).
+    #[arg(long, value_name = "DURATION", default_value = "300ms")]
+    soak: String,
+    /// The cluster whose smoke test fails; repeatable; "none" for none.
+    #[arg(long = "fail", value_name = "CLUSTER", default_value = "cluster-008")]
+    fail: Vec<String>,
+    /// The gateway's gRPC address; port 0 picks a free one.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    gateway_listen: String,
+    /// Only the rollout: skip the hot reload and the latency measurement.
+    #[arg(long)]
+    rollout_only: bool,
+}
 
 fn main() -> anyhow::Result<()> {
+    let flags = Flags::parse();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -41,11 +67,14 @@ fn main() -> anyhow::Result<()> {
             let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
             let dir = WorkDir::new()?;
             let outcome = tokio::select! {
-                r = run(&dir.0) => r,
+                r = run(&flags, &dir.0) => r,
                 _ = interrupt.recv() => Err(anyhow::anyhow!("interrupted")),
                 _ = terminate.recv() => Err(anyhow::anyhow!("terminated")),
             };
-            // The child guards were dropped with `run`: every process is stopped.
+            // The child guards were dropped with `run`: every process is
+            // stopped. The scratch directory goes too (`exit` below would
+            // skip its destructor).
+            drop(dir);
             match outcome {
                 Ok(()) => {
                     println!("\nAll processes stopped. Done.");
@@ -59,84 +88,185 @@ fn main() -> anyhow::Result<()> {
         })
 }
 
-/// A scratch directory removed at the end.
-struct WorkDir(PathBuf);
+async fn run(flags: &Flags, dir: &Path) -> anyhow::Result<()> {
+    let bins = Binaries::next_to_this_one()?;
+    let controller = bins.path("rollout-controller")?;
+    let fail: Vec<String> = flags
+        .fail
+        .iter()
+        .flat_map(|f| f.split(','))
+        .filter(|f| !f.is_empty() && *f != "none")
+        .map(str::to_owned)
+        .collect();
+    let options = StackOptions {
+        soak: flags.soak.clone(),
+        fail: fail.clone(),
+        gateway_listen: flags.gateway_listen.clone(),
+    };
 
-impl WorkDir {
-    fn new() -> anyhow::Result<WorkDir> {
-        let dir = std::env::temp_dir().join(format!("rollout-demo-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-        Ok(WorkDir(dir))
+    println!(
+        "rollout-hooks demo: a ManifestWorkReplicaSet rolled out to {} simulated clusters, through the rollout gateway and three plugins\n",
+        flags.clusters
+    );
+    println!("1. The plugins and the gateway, as processes on loopback");
+    let stack = Stack::start(&bins, dir, &options).await?;
+    for ((name, role), (_, started)) in PLUGINS.iter().zip(&stack.plugins) {
+        println!("   plugin {name:<17} grpc={:<16} {role}", started.grpc);
     }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A binary next to this one (they are all built by `cargo build --release --workspace`).
-fn sibling(name: &str) -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("cannot find the demo's own path")?;
-    let path = exe.with_file_name(name);
-    if !path.exists() {
-        bail!(
-            "{} is missing; build everything first: cargo build --release --workspace",
-            path.display()
+    if !fail.is_empty() {
+        println!(
+            "   (smoke-test soaks {} per cluster and fails {})",
+            flags.soak,
+            fail.join(", ")
         );
     }
-    Ok(path)
+    println!(
+        "   rollout-gateway         grpc={:<16} admin={}",
+        stack.gateway.grpc, stack.admin
+    );
+    let members: Vec<&str> = PLUGINS.iter().map(|(name, _)| *name).collect();
+    println!(
+        "   registry {}: pipeline {PIPELINE} = [{}]",
+        stack.config.display(),
+        members.join(", ")
+    );
+
+    let args = simulate_args(&stack.gateway_url(), flags.clusters);
+    println!(
+        "\n2. The rollout: {} clusters, Progressive, maxConcurrency 25%, abort on failure, every hook through the gateway",
+        flags.clusters
+    );
+    println!("   $ rollout-controller {} --list-works\n", args.join(" "));
+    let summary_path = dir.join("summary.json");
+    simulate(&controller, &args, &summary_path).await?;
+    let text = std::fs::read_to_string(&summary_path)
+        .with_context(|| format!("cannot read {}", summary_path.display()))?;
+    let summary: Value = serde_json::from_str(&text).context("the summary is not JSON")?;
+
+    println!("\n3. What happened");
+    tell(&summary);
+
+    if !flags.rollout_only {
+        hot_reload(&stack).await?;
+        overhead(&stack).await?;
+    }
+    traces(&summary);
+    drop(stack);
+    Ok(())
 }
 
-struct Started {
-    guard: ChildGuard,
-    grpc: String,
-    admin: Option<String>,
+/// Runs `rollout-controller ARGS`, its output streamed with an indent; the
+/// summary goes to `summary`. Killed if the demo is interrupted.
+async fn simulate(controller: &Path, args: &[String], summary: &Path) -> anyhow::Result<()> {
+    let mut command = Command::new(controller);
+    command
+        .args(args)
+        .arg("--list-works")
+        .arg("--summary")
+        .arg(summary)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().context("cannot start rollout-controller")?;
+    let stdout = child.stdout.take().context("no stdout pipe")?;
+    let mut stderr = child.stderr.take().context("no stderr pipe")?;
+    let errors = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text).await;
+        text
+    });
+    let mut lines = BufReader::new(stdout).lines();
+    while let Some(line) = lines.next_line().await? {
+        println!("   │ {line}");
+    }
+    let status = child.wait().await?;
+    let errors = errors.await.unwrap_or_default();
+    if !status.success() {
+        bail!(
+            "rollout-controller simulate failed ({status}): {}",
+            errors.trim()
+        );
+    }
+    Ok(())
 }
 
-async fn start(
-    name: &str,
-    program: &Path,
-    args: &[&str],
-    dir: &Path,
-    prefix: &str,
-) -> anyhow::Result<Started> {
-    let mut command = Command::new(program);
-    command.args(args).env("RUST_LOG", "warn");
-    let (mut guard, stdout) = ChildGuard::spawn(name, command, &dir.join(format!("{name}.log")))?;
-    let line = guard
-        .wait_for_line(stdout, prefix, Duration::from_secs(10))
-        .await?;
-    let field = |key: &str| {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(key))
-            .map(str::to_string)
+/// The outcome, story by story, from the simulation's summary.
+fn tell(summary: &Value) {
+    let result = summary["result"].as_str().unwrap_or("?");
+    let calls = &summary["hookCalls"];
+    let count = |v: &Value, key: &str| v[key].as_u64().unwrap_or(0);
+    let annotated = |key: &str| count(&summary["works"]["annotations"], key);
+    println!("   result: {result}");
+    println!(
+        "   story 1  traffic-weights wrote rollout.ocm.io/cluster-position and canary-weight on every work applied ({} of {}), the weight growing cluster by cluster",
+        annotated("rollout.ocm.io/canary-weight"),
+        summary["works"]["applied"].as_u64().unwrap_or(0)
+    );
+    match summary["abort"].as_object() {
+        Some(abort) => {
+            let failure = &abort["failures"][0];
+            println!(
+                "   story 2  {} {} ({}): the controller aborted at step {}",
+                failure["cluster"].as_str().unwrap_or("?"),
+                failure["status"].as_str().unwrap_or("?"),
+                failure["message"].as_str().unwrap_or("no message"),
+                abort["step"]
+            );
+            let aborting = &summary["abortingHookCalls"];
+            println!(
+                "   story 3  {} updated clusters rolled back to revision {}; every hook call said aborting = true (BeginRollout {}, MutateManifestWork {}, ValidateRolloutCompletion {}, ProgressRollout {}); rollback-mutator marked {} works rollout.ocm.io/rollback=true and dropped their Argo canary steps",
+                summary["rollbackApplies"],
+                summary["previousRevision"].as_str().unwrap_or("?"),
+                count(aborting, "BeginRollout"),
+                count(aborting, "MutateManifestWork"),
+                count(aborting, "ValidateRolloutCompletion"),
+                count(aborting, "ProgressRollout"),
+                annotated("rollout.ocm.io/rollback"),
+            );
+        }
+        None => println!(
+            "   stories 2 and 3  no cluster failed its smoke test, so nothing was rolled back"
+        ),
+    }
+    println!(
+        "   hook calls through the gateway: BeginRollout {}, ProgressRollout {}, ValidateRolloutCompletion {}, MutateManifestWork {}, in {} steps",
+        count(calls, "BeginRollout"),
+        count(calls, "ProgressRollout"),
+        count(calls, "ValidateRolloutCompletion"),
+        count(calls, "MutateManifestWork"),
+        summary["steps"]
+    );
+}
+
+/// Where the traces went, when they were exported.
+fn traces(summary: &Value) {
+    let Some(endpoint) = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .ok()
+        .filter(|e| !e.trim().is_empty())
+    else {
+        return;
     };
-    let grpc = field("grpc=").with_context(|| format!("{name} printed no address: {line}"))?;
-    Ok(Started {
-        guard,
-        grpc,
-        admin: field("admin="),
-    })
+    println!(
+        "\nTraces: rollout-controller and rollout-gateway exported their spans to {endpoint} (OTLP/gRPC; the example plugins do not trace)."
+    );
+    println!(
+        "   In Jaeger (http://localhost:16686 for a local all-in-one; deploy/tracing/README.md for a cluster) pick the service rollout-controller: one trace per step, \"reconcile ManifestWorkReplicaSet\", with a span per hook call and the gateway's spans below it."
+    );
+    if let Some(trace) = summary["abort"]["traceId"].as_str() {
+        println!("   The step that aborted is trace {trace}.");
+    }
 }
 
-fn registry(weights: &str, audit: &str, extra_plugins: &str, extra_pipelines: &str) -> String {
-    format!(
-        "defaults:\n  timeout: 5s\nplugins:\n  - name: traffic-weights\n    endpoint: {weights}\n    insecure: true\n  - name: audit\n    endpoint: {audit}\n    insecure: true\n{extra_plugins}pipelines:\n  - name: safe-canary\n    plugins: [traffic-weights, audit]\n{extra_pipelines}"
-    )
-}
-
-fn rollout(cluster: &str, index: i32) -> RolloutPluginRequest {
+fn rollout_request(cluster: &str, index: i32, total: i32) -> RolloutPluginRequest {
     RolloutPluginRequest {
-        mwrs_name: "hello-rollout".into(),
+        mwrs_name: "web".into(),
         mwrs_namespace: "default".into(),
-        placement_name: "placement-canary".into(),
+        placement_name: "fleet".into(),
         cluster_name: cluster.into(),
-        total_cluster_count: CLUSTERS.len() as i32,
+        total_cluster_count: total,
         cluster_index: index,
-        desired_revision: "hello-rollout-7d9f".into(),
+        desired_revision: "demo".into(),
         ..Default::default()
     }
 }
@@ -156,8 +286,8 @@ fn trailer(md: &tonic::metadata::MetadataMap, key: &str) -> String {
         .to_string()
 }
 
-async fn debug_plugins(admin: &str) -> anyhow::Result<serde_json::Value> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+async fn debug_plugins(admin: &str) -> anyhow::Result<Value> {
+    use tokio::io::AsyncWriteExt;
     let mut s = tokio::net::TcpStream::connect(admin).await?;
     s.write_all(b"GET /debug/plugins HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n")
         .await?;
@@ -167,7 +297,7 @@ async fn debug_plugins(admin: &str) -> anyhow::Result<serde_json::Value> {
     Ok(serde_json::from_str(body)?)
 }
 
-async fn wait_generation(admin: &str, generation: u64) -> anyhow::Result<serde_json::Value> {
+async fn wait_generation(admin: &str, generation: u64) -> anyhow::Result<Value> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let doc = debug_plugins(admin).await?;
@@ -183,220 +313,100 @@ async fn wait_generation(admin: &str, generation: u64) -> anyhow::Result<serde_j
     }
 }
 
-async fn run(dir: &Path) -> anyhow::Result<()> {
-    let gateway_bin = sibling("rollout-gateway")?;
-    let plugin_bin = sibling("echo-plugin")?;
-
+/// Step 4: the registry changes under a running gateway.
+async fn hot_reload(stack: &Stack) -> anyhow::Result<()> {
+    let endpoints: Vec<(&str, &str)> = stack
+        .plugins
+        .iter()
+        .map(|(name, s)| (name.as_str(), s.grpc.as_str()))
+        .collect();
+    let generation = debug_plugins(&stack.admin).await?["generation"]
+        .as_u64()
+        .unwrap_or(1);
     println!(
-        "rollout-hooks demo: a gateway in front of two plugins, as a ManifestWorkReplicaSet controller would use it\n"
+        "\n4. Hot reload: add a plugin that is down (failurePolicy: Ignore) in a new pipeline, without a restart"
     );
-    let weights = start(
-        "traffic-weights",
-        &plugin_bin,
-        &["--name", "traffic-weights", "--mode", "annotate"],
-        dir,
-        "echo-plugin listening",
-    )
-    .await?;
-    println!(
-        "  plugin traffic-weights  grpc={}  (annotates each work with its cluster's position)",
-        weights.grpc
-    );
-    let audit = start(
-        "audit",
-        &plugin_bin,
-        &["--name", "audit", "--mode", "echo"],
-        dir,
-        "echo-plugin listening",
-    )
-    .await?;
-    println!(
-        "  plugin audit            grpc={}  (passes works through unchanged)",
-        audit.grpc
-    );
-
-    let config = dir.join("config.yaml");
-    std::fs::write(&config, registry(&weights.grpc, &audit.grpc, "", ""))?;
-    let config_arg = config.to_string_lossy().to_string();
-    let mut gateway = start(
-        "rollout-gateway",
-        &gateway_bin,
-        &[
-            "--config",
-            &config_arg,
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ],
-        dir,
-        "rollout-gateway listening",
-    )
-    .await?;
-    let admin = gateway
-        .admin
-        .clone()
-        .context("the gateway printed no admin address")?;
-    wait_for_http_ok(
-        &mut gateway.guard,
-        &admin,
-        "/readyz",
-        Duration::from_secs(10),
-    )
-    .await?;
-    println!(
-        "  rollout-gateway         grpc={}  admin={admin}",
-        gateway.grpc
-    );
-    println!("  registry: pipeline safe-canary = [traffic-weights, audit]\n");
-
-    let channel = Channel::from_shared(format!("http://{}", gateway.grpc))?
-        .connect()
-        .await?;
-    let mut client = RolloutPluginServiceClient::new(channel);
-
-    println!("1. Initialize through the gateway (ocm-rollout-plugin: safe-canary)");
-    let init = client
-        .initialize(to(
-            "safe-canary",
-            InitializeRequest {
-                controller_version: "demo".into(),
-                hub_name: "hub-demo".into(),
-            },
-        )?)
-        .await?
-        .into_inner();
-    println!(
-        "   → name={} version={} hooks={:?}\n",
-        init.name,
-        init.version,
-        init.hooks().collect::<Vec<_>>()
-    );
-
-    println!(
-        "2. Roll out {} clusters: BeginRollout, then MutateManifestWork through the chain",
-        CLUSTERS.len()
-    );
-    client
-        .progress_rollout(to("safe-canary", rollout("", 0))?)
-        .await?;
-    let work = Bytes::from(manifest_work_json(2048));
-    for (i, cluster) in CLUSTERS.iter().enumerate() {
-        let index = i as i32 + 1;
-        client
-            .begin_rollout(to("safe-canary", rollout(cluster, index))?)
-            .await?;
-        let answer = client
-            .mutate_manifest_work(to(
-                "safe-canary",
-                MutateManifestWorkRequest {
-                    rollout: Some(rollout(cluster, index)),
-                    manifest_work: work.clone(),
-                },
-            )?)
-            .await?;
-        let mutated_by = trailer(answer.metadata(), MUTATED_BY_METADATA_KEY);
-        let mutated: serde_json::Value =
-            serde_json::from_slice(&answer.into_inner().manifest_work)?;
-        let position =
-            &mutated["metadata"]["annotations"]["traffic-weights.rollout-hooks.io/position"];
-        println!(
-            "   {cluster}: annotation traffic-weights.rollout-hooks.io/position={position}  (mutated-by: {mutated_by})"
-        );
-    }
-
-    println!("\n3. ValidateRolloutCompletion for each cluster");
-    for (i, cluster) in CLUSTERS.iter().enumerate() {
-        let v = client
-            .validate_rollout_completion(to(
-                "safe-canary",
-                ValidateCompletionRequest {
-                    rollout: Some(rollout(cluster, i as i32 + 1)),
-                },
-            )?)
-            .await?
-            .into_inner();
-        println!(
-            "   {cluster}: {:?}",
-            ValidationResult::try_from(v.result).unwrap_or(ValidationResult::Unspecified)
-        );
-    }
-
-    println!("\n4. Hot reload: add a smoke-test plugin that is down, with failurePolicy: Ignore");
     std::fs::write(
-        &config,
-        registry(
-            &weights.grpc,
-            &audit.grpc,
-            "  - name: smoke-test\n    endpoint: 127.0.0.1:1\n    insecure: true\n    failurePolicy: Ignore\n    timeout: 1s\n",
-            "  - name: with-smoke\n    plugins: [traffic-weights, smoke-test]\n",
+        &stack.config,
+        rollout_demo::registry(
+            &endpoints,
+            "  - name: canary-check\n    endpoint: 127.0.0.1:1\n    insecure: true\n    failurePolicy: Ignore\n    timeout: 1s\n",
+            "  - name: with-canary-check\n    plugins: [traffic-weights, canary-check]\n",
         ),
     )?;
-    let doc = wait_generation(&admin, 2).await?;
+    let doc = wait_generation(&stack.admin, generation + 1).await?;
     println!(
         "   registry generation {} loaded (no restart)",
         doc["generation"]
     );
+    let channel = Channel::from_shared(stack.gateway_url())?.connect().await?;
+    let mut client = RolloutPluginServiceClient::new(channel);
+    let work = Bytes::from(manifest_work_json(2048));
     let answer = client
         .mutate_manifest_work(to(
-            "with-smoke",
+            "with-canary-check",
             MutateManifestWorkRequest {
-                rollout: Some(rollout(CLUSTERS[0], 1)),
-                manifest_work: work.clone(),
+                rollout: Some(rollout_request("cluster-001", 1, 20)),
+                manifest_work: work,
             },
         )?)
         .await?;
     println!(
-        "   MutateManifestWork via with-smoke: OK, mutated-by: {}, failed-open: {}",
+        "   MutateManifestWork via with-canary-check: OK, mutated-by: {}, failed-open: {}",
         trailer(answer.metadata(), MUTATED_BY_METADATA_KEY),
         trailer(answer.metadata(), FAILED_OPEN_METADATA_KEY)
     );
 
-    println!("\n5. A broken registry file is rejected whole; the last good one keeps serving");
+    println!("   A broken registry file is rejected whole; the last good one keeps serving:");
     std::fs::write(
-        &config,
+        &stack.config,
         "plugins:\n  - name: traffic-weights\n    endpoint: no-port-here\n",
     )?;
-    let doc = wait_generation(&admin, u64::MAX).await?;
+    let doc = wait_generation(&stack.admin, u64::MAX).await?;
     println!(
         "   lastReloadError: {}",
         doc["lastReloadError"].as_str().unwrap_or("(none)")
     );
     client
-        .begin_rollout(to("safe-canary", rollout(CLUSTERS[1], 2))?)
+        .begin_rollout(to(PIPELINE, rollout_request("cluster-002", 2, 20))?)
         .await?;
     println!(
-        "   BeginRollout via safe-canary still answers OK (generation {})",
+        "   BeginRollout via {PIPELINE} still answers OK (generation {})",
         doc["generation"]
     );
+    Ok(())
+}
 
+/// Step 5: what the gateway adds to a call.
+async fn overhead(stack: &Stack) -> anyhow::Result<()> {
+    let plugin = "rollback-mutator";
+    let direct = stack.plugin(plugin).context("no rollback-mutator")?;
     println!(
-        "\n6. The gateway's cost: 2 s of MutateManifestWork (4 KiB, one call at a time) at the audit plugin, directly and through the gateway"
+        "\n5. The gateway's cost: 2 s of MutateManifestWork (4 KiB, one call at a time) at {plugin}, directly and through the gateway"
     );
-    let measure = |target: &str, plugin: Option<&str>| LoadConfig {
+    let measure = |target: &str, through: Option<&str>| LoadConfig {
         target: format!("http://{target}"),
         hook: Hook::Mutate,
         concurrency: 1,
         connections: 1,
         work_bytes: 4096,
-        plugin: plugin.map(str::to_string),
+        plugin: through.map(str::to_string),
         stop: Stop::After(Duration::from_secs(2)),
         warmup: Duration::from_millis(300),
         timeout: Duration::from_secs(5),
         latency_of_errors: false,
     };
-    let direct = load::run(&measure(&audit.grpc, None)).await?;
-    let through = load::run(&measure(&gateway.grpc, Some("audit"))).await?;
-    for (label, r) in [("direct", &direct), ("through the gateway", &through)] {
+    let alone = load::run(&measure(direct, None)).await?;
+    let through = load::run(&measure(&stack.gateway.grpc, Some(plugin))).await?;
+    for (label, r) in [("direct", &alone), ("through the gateway", &through)] {
         println!(
             "   {label:<20} p50 {:>7.1} µs   p99 {:>7.1} µs   {:>6.0} calls/s   errors {}",
             r.latency_micros.p50, r.latency_micros.p99, r.throughput_rps, r.errors
         );
     }
     println!(
-        "   added by the gateway: {:+.1} µs at p50 (see docs/performance.md for the full comparison with nginx)",
-        through.latency_micros.p50 - direct.latency_micros.p50
+        "   added by the gateway: {:+.1} µs at p50 (docs/performance.md has the full comparison with nginx)",
+        through.latency_micros.p50 - alone.latency_micros.p50
     );
-    drop((weights, audit, gateway));
     Ok(())
 }

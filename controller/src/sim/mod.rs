@@ -1,0 +1,740 @@
+//! `rollout-controller simulate`: the whole rollout of one
+//! ManifestWorkReplicaSet over an in-memory fleet, through the real hook
+//! path.
+//!
+//! The simulated ManifestWorkReplicaSet `default/web` has one placement,
+//! `fleet`, over N clusters `cluster-001`, … in G decision groups
+//! ([`fleet`]). Its template just changed: the fleet runs the previous
+//! revision (an Argo Rollout of `web:1.0`, applied, done and validated) and
+//! the update revision (`web:1.1`) is rolled out; with `--first-rollout`
+//! the fleet starts empty instead. Each step is one reconcile, as `run`
+//! does it:
+//!
+//! 1. the work agent ([`fleet::Agent`]) moves the works whose latency
+//!    passed (done, or Degraded on a `--fail` cluster);
+//! 2. the revision status begins ([`RevisionStatus::begin`]);
+//! 3. [`orchestrate::deploy`], the very code `run` uses, runs one step over
+//!    the [`FleetWorld`], calling the gateway ([`Recorder`] around any
+//!    [`Hooks`]): validation, the engine's decision, the abort and
+//!    rollback, ProgressRollout, BeginRollout + MutateManifestWork + apply;
+//! 4. the revision status finishes ([`RevisionStatus::finish`]):
+//!    `currentRevision` moves on once every cluster succeeded, an abort is
+//!    remembered;
+//! 5. the step is reported ([`report::StepReport`]) and the simulated
+//!    clock moves on to the next interesting time ([`clock`]).
+//!
+//! It ends when every cluster runs the update revision (`Succeeded`), when
+//! an abort rolled every updated cluster back or stopped the rollout
+//! (`Aborted`), or when nothing can happen any more: no recheck, no work
+//! transition pending (`Failed`, or `Aborted` after an abort).
+
+pub mod clock;
+pub mod config;
+pub mod fleet;
+pub mod record;
+pub mod report;
+pub mod terminal;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kube::ResourceExt;
+use opentelemetry::trace::TraceContextExt;
+use rollout_proto::v1alpha1::{InitializeRequest, ValidationResult};
+use thiserror::Error;
+
+use crate::api::ManifestWork;
+use crate::api::annotations::VALIDATION_ANNOTATION;
+use crate::hooks::{Call, HookCounts, HookError, HookKind, Hooks, code_name};
+use crate::orchestrate::observe::{self, Verdict};
+use crate::orchestrate::{
+    self, DeployInput, DeployOutcome, Owner, PlacementOutcome, PlacementTarget, World, WorldError,
+};
+use crate::revision::{AbortAction, Revision, RevisionStatus};
+use crate::rollout::work_status::ValidationResult as Decided;
+use crate::rollout::{RolloutKind, RolloutStatus, Strategy, Threshold};
+use crate::telemetry::Telemetry;
+pub use config::{Config, ConfigError, StrategyFlags};
+pub use fleet::FleetWorld;
+pub use record::Recorder;
+use record::{Answer, Record};
+pub use report::{JsonLines, Outcome, Report, StepReport, Summary};
+
+/// Why a simulation could not run to its end.
+#[derive(Debug, Error)]
+pub enum SimError {
+    /// The plugin's `Initialize` through the gateway failed before the
+    /// first step.
+    #[error("Initialize of plugin {plugin:?} failed: {error}")]
+    Initialize {
+        /// The plugin or pipeline.
+        plugin: String,
+        /// The error.
+        error: HookError,
+    },
+    /// The gateway stopped answering during the rollout.
+    #[error("the gateway stopped answering: {0}")]
+    GatewayLost(HookError),
+    /// The in-memory world failed (it does not, short of a bug).
+    #[error(transparent)]
+    World(#[from] WorldError),
+    /// The rollout did not end within the steps allowed.
+    #[error("the rollout did not end within {0} steps (--max-steps)")]
+    TooManySteps(usize),
+    /// Progress could not be written.
+    #[error("writing the progress: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+impl SimError {
+    /// Whether `error` says the gateway itself cannot be reached (not a
+    /// plugin behind it).
+    pub fn is_unreachable(error: &HookError) -> bool {
+        error.code == tonic::Code::Unavailable
+            && !error.message.starts_with("plugin \"")
+            && !error.message.contains("circuit open")
+    }
+}
+
+/// The strategy as a phrase, such as `Progressive, maxConcurrency 25%,
+/// maxFailures 0, progressDeadline None, abort on failure`.
+pub fn describe_strategy(strategy: &Strategy) -> String {
+    let threshold = |t: Threshold| match t {
+        Threshold::Count(n) => n.to_string(),
+        Threshold::Percent(p) => format!("{p}%"),
+    };
+    let config = strategy.config();
+    let mut parts = vec![strategy.type_name().to_owned()];
+    if let RolloutKind::Progressive {
+        max_concurrency, ..
+    } = &strategy.kind
+    {
+        parts.push(match max_concurrency {
+            Threshold::Count(0) => "maxConcurrency all".to_owned(),
+            t => format!("maxConcurrency {}", threshold(*t)),
+        });
+    }
+    if let RolloutKind::Progressive { mandatory, .. }
+    | RolloutKind::ProgressivePerGroup { mandatory, .. } = &strategy.kind
+        && !mandatory.is_empty()
+    {
+        parts.push(format!("{} mandatory group(s)", mandatory.len()));
+    }
+    if !matches!(strategy.kind, RolloutKind::All(_)) {
+        parts.push(format!("maxFailures {}", threshold(config.max_failures)));
+    }
+    parts.push(match config.progress_deadline {
+        Some(d) => format!("progressDeadline {}", terminal::duration(d.unsigned_abs())),
+        None => "progressDeadline None".to_owned(),
+    });
+    if !config.min_success_time.is_zero() && !matches!(strategy.kind, RolloutKind::All(_)) {
+        parts.push(format!(
+            "minSuccessTime {}",
+            terminal::duration(config.min_success_time.unsigned_abs())
+        ));
+    }
+    let mut text = parts.join(", ");
+    if strategy.abort_on_failure {
+        text.push_str("; abort on failure");
+    }
+    text
+}
+
+/// The annotations on `work`'s manifests (the union, a later manifest
+/// winning).
+pub fn manifest_annotations(work: &ManifestWork) -> BTreeMap<String, String> {
+    let mut annotations = BTreeMap::new();
+    for manifest in &work.spec.workload.manifests {
+        if let Some(map) = manifest
+            .get("metadata")
+            .and_then(|m| m.get("annotations"))
+            .and_then(|a| a.as_object())
+        {
+            for (key, value) in map {
+                let value = value
+                    .as_str()
+                    .map_or_else(|| value.to_string(), str::to_owned);
+                annotations.insert(key.clone(), value);
+            }
+        }
+    }
+    annotations
+}
+
+/// One simulated rollout.
+struct Simulation<'a, H> {
+    config: &'a Config,
+    hooks: &'a Recorder<H>,
+    telemetry: &'a Telemetry,
+    world: FleetWorld,
+    clusters: Vec<String>,
+    groups: Vec<crate::rollout::ClusterGroup>,
+    index: HashMap<String, usize>,
+    update: Revision,
+    previous: Revision,
+    work_name: String,
+    labels: BTreeMap<String, String>,
+    status: RevisionStatus,
+    /// Clusters whose time-out was reported.
+    timed_out: BTreeSet<String>,
+    /// Applies per cluster.
+    applies: BTreeMap<String, usize>,
+    /// Applies while aborting.
+    rollback_applies: usize,
+    hook_errors: usize,
+    abort: Option<report::AbortSummary>,
+}
+
+/// Runs the whole rollout (see the module documentation), reporting to
+/// `report`. With a plugin, `Initialize` goes first: a gateway that cannot
+/// be reached, or a plugin it does not know, fails here. Fails too when
+/// the gateway stops answering, or the rollout does not end within
+/// [`Config::max_steps`]; every other hook failure is reported and retried
+/// as `run` would.
+pub async fn run<H: Hooks>(
+    config: &Config,
+    hooks: &Recorder<H>,
+    telemetry: &Telemetry,
+    gateway: Option<&str>,
+    report: &mut dyn Report,
+) -> Result<Summary, SimError> {
+    let clusters = fleet::cluster_names(config.clusters);
+    let groups = fleet::decision_groups(&clusters, config.groups);
+    let index = clusters
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.clone(), i + 1))
+        .collect();
+    let update = Revision::of(&config::template(config::UPDATE_IMAGE));
+    let previous = Revision::of(&config::template(config::PREVIOUS_IMAGE));
+    let world = FleetWorld::new(
+        fleet::AgentConfig {
+            delay: config.agent_delay,
+            latency: config.apply_latency,
+            jitter: config.jitter,
+            seed: config.seed,
+            fail: config.fail.clone(),
+            failing_revision: update.hash.clone(),
+        },
+        config.start,
+    );
+    let mut sim = Simulation {
+        config,
+        hooks,
+        telemetry,
+        world,
+        clusters,
+        groups,
+        index,
+        work_name: orchestrate::work_name(config::NAMESPACE, config::NAME, config::PLACEMENT),
+        labels: BTreeMap::new(),
+        status: RevisionStatus::default(),
+        timed_out: BTreeSet::new(),
+        applies: BTreeMap::new(),
+        rollback_applies: 0,
+        hook_errors: 0,
+        abort: None,
+        update,
+        previous,
+    };
+    let plugin = match &config.strategy.plugin {
+        Some(plugin) => Some((plugin.clone(), sim.initialize(plugin).await?)),
+        None => None,
+    };
+    sim.seed();
+    report.begin(&sim.plan(plugin, gateway))?;
+    sim.rollout(report).await
+}
+
+impl<H: Hooks> Simulation<'_, H> {
+    fn owner(&self) -> Owner<'_> {
+        Owner {
+            namespace: config::NAMESPACE,
+            name: config::NAME,
+            label: config::OWNER_LABEL,
+            labels: &self.labels,
+        }
+    }
+
+    /// `Initialize` through the gateway: what the plugin answered, as
+    /// `name version`.
+    async fn initialize(&self, plugin: &str) -> Result<String, SimError> {
+        let trace = self
+            .telemetry
+            .reconcile_span(config::NAMESPACE, config::NAME);
+        let call = Call {
+            plugin,
+            trace: &trace,
+        };
+        let request = InitializeRequest {
+            controller_version: env!("CARGO_PKG_VERSION").to_owned(),
+            hub_name: String::new(),
+        };
+        let response = self
+            .hooks
+            .initialize(call, request)
+            .await
+            .map_err(|error| SimError::Initialize {
+                plugin: plugin.to_owned(),
+                error,
+            })?;
+        // Not part of the rollout's records.
+        self.hooks.take();
+        Ok(format!("{}, version {}", response.name, response.version))
+    }
+
+    /// The fleet before the rollout: every cluster runs the previous
+    /// revision, applied, done and (with a plugin) validated an hour ago;
+    /// `status.currentRevision` names it. A first rollout starts empty.
+    fn seed(&mut self) {
+        if self.config.first_rollout {
+            return;
+        }
+        let since = self
+            .config
+            .start
+            .checked_sub(Duration::from_secs(3600))
+            .unwrap_or(self.config.start);
+        let owner = self.owner();
+        let works: Vec<ManifestWork> = self
+            .clusters
+            .iter()
+            .map(|cluster| {
+                let desired = orchestrate::desired_work(
+                    &owner,
+                    config::PLACEMENT,
+                    cluster,
+                    &self.work_name,
+                    &self.previous,
+                );
+                let mut work = orchestrate::finish_work(
+                    &desired,
+                    None,
+                    &owner,
+                    config::PLACEMENT,
+                    &self.previous.hash,
+                );
+                work.metadata.generation = Some(1);
+                if self.config.strategy.plugin.is_some() {
+                    let verdict = Verdict {
+                        result: Decided::Succeeded,
+                        message: "validated by the previous rollout".into(),
+                    };
+                    work.metadata.annotations.get_or_insert_default().extend(
+                        observe::verdict_annotations(&verdict, &self.previous.hash, 1),
+                    );
+                }
+                work
+            })
+            .collect();
+        for work in works {
+            self.world.seed(work, since);
+        }
+        self.status = RevisionStatus {
+            current: Some(self.previous.hash.clone()),
+            update: Some(self.previous.hash.clone()),
+            aborted_time: None,
+        };
+    }
+
+    fn plan(&self, plugin: Option<(String, String)>, gateway: Option<&str>) -> report::Plan {
+        let mut latency = terminal::duration(self.config.apply_latency);
+        if self.config.jitter > 0.0 {
+            latency = format!("{latency} ± {:.0}%", self.config.jitter * 100.0);
+        }
+        report::Plan {
+            owner: format!("{}/{}", config::NAMESPACE, config::NAME),
+            placement: config::PLACEMENT.to_owned(),
+            clusters: self.clusters.clone(),
+            groups: self.groups.len(),
+            strategy: describe_strategy(&self.config.strategy),
+            gateway: plugin.as_ref().and(gateway.map(str::to_owned)),
+            plugin,
+            update: (self.update.hash.clone(), config::UPDATE_IMAGE.to_owned()),
+            previous: (!self.config.first_rollout).then(|| {
+                (
+                    self.previous.hash.clone(),
+                    config::PREVIOUS_IMAGE.to_owned(),
+                )
+            }),
+            latency,
+            delay: terminal::duration(self.config.agent_delay),
+            fail: self.config.fail.iter().cloned().collect(),
+            tracing: self.telemetry.is_exporting(),
+        }
+    }
+
+    async fn rollout(&mut self, report: &mut dyn Report) -> Result<Summary, SimError> {
+        let mut clock = clock::Clock::new(self.config.start);
+        let mut step = 0;
+        loop {
+            if step >= self.config.max_steps {
+                return Err(SimError::TooManySteps(self.config.max_steps));
+            }
+            step += 1;
+            let now = clock.now();
+            self.world.set_now(now);
+            let degraded = self.world.advance(now);
+            let trace = self
+                .telemetry
+                .reconcile_span(config::NAMESPACE, config::NAME);
+            let outcome = self.step(now, &trace).await?;
+            let records = self.hooks.take();
+            if let Some(lost) = records.iter().find_map(|r| match &r.answer {
+                Answer::Failed(e) if SimError::is_unreachable(e) => Some(e.clone()),
+                _ => None,
+            }) {
+                return Err(SimError::GatewayLost(lost));
+            }
+            // `deploy` reports every placement it is given, and it is
+            // given one.
+            let placement = outcome
+                .placements
+                .first()
+                .expect("deploy reports the simulated placement");
+            let mut report_step = self.step_report(step, now, &clock, placement, &records);
+            report_step.trace_id = trace.span().span_context().trace_id().to_string();
+            report_step.events.splice(
+                0..0,
+                degraded
+                    .into_iter()
+                    .map(|cluster| report::Event::WorkDegraded { cluster }),
+            );
+            if let Some(abort) = &outcome.abort {
+                let action = format!("{:?}", abort.action);
+                let failures: Vec<report::Failure> = abort
+                    .failures
+                    .iter()
+                    .map(|f| report::Failure {
+                        cluster: f.cluster.clone(),
+                        status: f.status,
+                        message: f.message.clone(),
+                    })
+                    .collect();
+                self.abort = Some(report::AbortSummary {
+                    step,
+                    action: action.clone(),
+                    failures: failures.clone(),
+                    trace_id: report_step.trace_id.clone(),
+                });
+                report_step.events.push(report::Event::Abort {
+                    action,
+                    from: self.update.hash.clone(),
+                    to: (abort.action == AbortAction::RollBack)
+                        .then(|| placement.desired_revision.clone()),
+                    failures,
+                });
+            }
+
+            let ended = self.ended(placement);
+            let wait = clock::plan(
+                now,
+                outcome.requeue_after,
+                self.world.next_transition(),
+                self.config.tick,
+                report_step.clusters.validating > 0,
+            );
+            let result = ended.or_else(|| {
+                wait.is_none().then(|| {
+                    if self.status.is_aborted() {
+                        Outcome::Aborted
+                    } else {
+                        Outcome::Failed
+                    }
+                })
+            });
+            if result.is_none()
+                && let Some(wait) = wait
+            {
+                report_step.next_in_seconds = Some(wait.duration.as_secs_f64());
+                report_step.real_wait = wait.real;
+            }
+            report.step(&report_step)?;
+            if let Some(result) = result {
+                let summary = self.summary(result, step, &clock, placement);
+                report.end(&summary)?;
+                return Ok(summary);
+            }
+            if let Some(wait) = wait {
+                clock.wait(wait).await;
+            }
+        }
+    }
+
+    /// One reconcile at `now`.
+    async fn step(
+        &mut self,
+        now: Timestamp,
+        trace: &opentelemetry::Context,
+    ) -> Result<DeployOutcome, SimError> {
+        let works = self.world.list_works(config::OWNER_LABEL).await?;
+        let start = RevisionStatus::begin(&self.status, &self.update.hash);
+        let current = start
+            .current
+            .as_deref()
+            .filter(|hash| *hash == self.previous.hash)
+            .map(|_| &self.previous);
+        let spec_placements = [config::PLACEMENT.to_owned()];
+        let targets = [PlacementTarget {
+            name: config::PLACEMENT,
+            strategy: &self.config.strategy,
+            groups: &self.groups,
+            hold: None,
+        }];
+        let input = DeployInput {
+            owner: self.owner(),
+            spec_placements: &spec_placements,
+            placements: &targets,
+            works: &works,
+            update: &self.update,
+            current_hash: start.current.as_deref(),
+            current,
+            aborted: start.is_aborted(),
+            now,
+            settings: &self.config.settings,
+            trace,
+        };
+        let outcome = orchestrate::deploy(self.hooks, &self.world, &input).await;
+        let update_complete = outcome
+            .placements
+            .iter()
+            .all(|p| !p.aborting && p.complete());
+        self.status = start.finish(outcome.aborted_at, update_complete);
+        for p in &outcome.placements {
+            for cluster in &p.applied {
+                *self.applies.entry(cluster.clone()).or_default() += 1;
+            }
+            if p.aborting {
+                self.rollback_applies += p.applied.len();
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// How the rollout ended, if it did: every cluster on the update
+    /// revision, or an abort whose rollback is complete or that stopped.
+    fn ended(&self, placement: &PlacementOutcome) -> Option<Outcome> {
+        if self.status.current.as_deref() == Some(self.update.hash.as_str()) {
+            return Some(Outcome::Succeeded);
+        }
+        if self.status.is_aborted()
+            && (placement.stopped || (placement.aborting && placement.complete()))
+        {
+            return Some(Outcome::Aborted);
+        }
+        None
+    }
+
+    fn step_report(
+        &mut self,
+        step: usize,
+        now: Timestamp,
+        clock: &clock::Clock,
+        placement: &PlacementOutcome,
+        records: &[Record],
+    ) -> StepReport {
+        let mut clusters = report::StatusCounts::default();
+        for c in &placement.clusters {
+            clusters.add(c.status);
+        }
+
+        let mut hook_calls = HookCounts::default();
+        let mut validations = report::ValidationCounts::default();
+        let mut verdicts = Vec::new();
+        let mut events = Vec::new();
+        let mut mutations: HashMap<&str, &Record> = HashMap::new();
+        for record in records {
+            match record.hook {
+                HookKind::Initialize => {}
+                HookKind::BeginRollout => hook_calls.begin_rollout += 1,
+                HookKind::ProgressRollout => hook_calls.progress_rollout += 1,
+                HookKind::ValidateRolloutCompletion => hook_calls.validate_rollout_completion += 1,
+                HookKind::MutateManifestWork => {
+                    hook_calls.mutate_manifest_work += 1;
+                    mutations.insert(&record.cluster, record);
+                }
+            }
+            match &record.answer {
+                Answer::Validation {
+                    result, message, ..
+                } => match result {
+                    ValidationResult::Succeeded => {
+                        validations.succeeded += 1;
+                        verdicts.push(report::Verdict {
+                            cluster: record.cluster.clone(),
+                            revision: record.revision.clone(),
+                            result: RolloutStatus::Succeeded,
+                            message: message.clone(),
+                        });
+                    }
+                    ValidationResult::Failed => {
+                        validations.failed += 1;
+                        verdicts.push(report::Verdict {
+                            cluster: record.cluster.clone(),
+                            revision: record.revision.clone(),
+                            result: RolloutStatus::Failed,
+                            message: message.clone(),
+                        });
+                        events.push(report::Event::ValidationFailed {
+                            cluster: record.cluster.clone(),
+                            message: message.clone(),
+                        });
+                    }
+                    _ => {
+                        validations.in_progress += 1;
+                        if validations.in_progress_message.is_none() && !message.is_empty() {
+                            validations.in_progress_message = Some(message.clone());
+                        }
+                    }
+                },
+                Answer::Failed(error) => {
+                    self.hook_errors += 1;
+                    events.push(report::Event::HookError {
+                        hook: error.hook.as_str().to_owned(),
+                        cluster: (!record.cluster.is_empty()).then(|| record.cluster.clone()),
+                        code: code_name(error.code).to_owned(),
+                        message: error.message.clone(),
+                    });
+                }
+                Answer::Done | Answer::Mutation { .. } => {}
+            }
+        }
+        for timed_out in &placement.result.clusters_timeout {
+            if self.timed_out.insert(timed_out.cluster_name.clone()) {
+                events.push(report::Event::TimedOut {
+                    cluster: timed_out.cluster_name.clone(),
+                });
+            }
+        }
+
+        let applied = placement
+            .applied
+            .iter()
+            .map(|cluster| {
+                let work = self.world.get(cluster, &self.work_name);
+                let mutation = mutations.get(cluster.as_str());
+                report::AppliedWork {
+                    cluster: cluster.clone(),
+                    index: self.index.get(cluster).copied().unwrap_or(0),
+                    aborting: placement.aborting,
+                    revision: work
+                        .as_ref()
+                        .and_then(|w| observe::work_revision(w))
+                        .unwrap_or_default()
+                        .to_owned(),
+                    generation: work
+                        .as_ref()
+                        .and_then(|w| w.metadata.generation)
+                        .unwrap_or(0),
+                    mutated_by: match mutation.map(|r| &r.answer) {
+                        Some(Answer::Mutation { mutated_by, .. }) => mutated_by.clone(),
+                        _ => Vec::new(),
+                    },
+                    annotations: work.as_ref().map(manifest_annotations).unwrap_or_default(),
+                }
+            })
+            .collect();
+
+        StepReport {
+            step,
+            time: now,
+            elapsed_seconds: clock.elapsed().as_secs_f64(),
+            wall_seconds: clock.wall().as_secs_f64(),
+            revision: placement.desired_revision.clone(),
+            aborting: placement.aborting,
+            clusters,
+            updated: placement.at_update,
+            applied,
+            validations,
+            verdicts,
+            hook_calls,
+            events,
+            next_in_seconds: None,
+            real_wait: false,
+            trace_id: String::new(),
+        }
+    }
+
+    fn summary(
+        &self,
+        result: Outcome,
+        steps: usize,
+        clock: &clock::Clock,
+        placement: &PlacementOutcome,
+    ) -> Summary {
+        let works = self.world.works();
+        let statuses: HashMap<&str, RolloutStatus> = placement
+            .clusters
+            .iter()
+            .map(|c| (c.cluster.as_str(), c.status))
+            .collect();
+        let mut summary = report::WorkSummary {
+            total: works.len(),
+            ..report::WorkSummary::default()
+        };
+        let mut list = Vec::new();
+        for work in &works {
+            let cluster = work.namespace().unwrap_or_default();
+            let revision = observe::work_revision(work).unwrap_or_default().to_owned();
+            *summary.by_revision.entry(revision.clone()).or_default() += 1;
+            let applies = self.applies.get(&cluster).copied().unwrap_or(0);
+            let annotations = manifest_annotations(work);
+            if applies > 0 {
+                summary.applied += 1;
+                for key in annotations.keys() {
+                    *summary.annotations.entry(key.clone()).or_default() += 1;
+                }
+            }
+            if self.config.list_works {
+                list.push(report::WorkEntry {
+                    status: statuses
+                        .get(cluster.as_str())
+                        .copied()
+                        .unwrap_or(RolloutStatus::ToApply),
+                    validation: work.annotations().get(VALIDATION_ANNOTATION).cloned(),
+                    cluster,
+                    revision,
+                    generation: work.metadata.generation.unwrap_or(0),
+                    applies,
+                    annotations,
+                });
+            }
+        }
+        list.sort_by_key(|w| self.index.get(&w.cluster).copied().unwrap_or(usize::MAX));
+
+        let hook_calls = self.hooks.counts();
+        let calls = hook_calls.begin_rollout
+            + hook_calls.progress_rollout
+            + hook_calls.validate_rollout_completion
+            + hook_calls.mutate_manifest_work;
+        let wall = clock.wall();
+        let busy = wall.saturating_sub(clock.slept()).as_secs_f64();
+        Summary {
+            result,
+            clusters: self.clusters.len(),
+            steps,
+            hook_calls,
+            aborting_hook_calls: self.hooks.aborting_counts(),
+            hook_errors: self.hook_errors,
+            strategy: self.config.strategy.type_name().to_owned(),
+            plugin: self.config.strategy.plugin.clone(),
+            update_revision: self.update.hash.clone(),
+            previous_revision: (!self.config.first_rollout).then(|| self.previous.hash.clone()),
+            current_revision: self.status.current.clone(),
+            abort: self.abort.clone(),
+            applies: self.applies.values().sum(),
+            rollback_applies: self.rollback_applies,
+            works: summary,
+            simulated_seconds: clock.elapsed().as_secs_f64(),
+            wall_seconds: wall.as_secs_f64(),
+            real_wait_seconds: clock.slept().as_secs_f64(),
+            hook_calls_per_second: if busy > 0.0 { calls as f64 / busy } else { 0.0 },
+            peak_rss_mib: report::peak_rss_mib(),
+            work_list: self.config.list_works.then_some(list),
+        }
+    }
+}

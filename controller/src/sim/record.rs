@@ -1,0 +1,377 @@
+//! [`Recorder`]: [`Hooks`] that pass every call on and remember it, so the
+//! simulator can report, step by step, which hooks were called for which
+//! cluster, whether the request said `aborting`, and what the plugin
+//! answered.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rollout_proto::v1alpha1::{
+    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, RolloutPluginRequest,
+    ValidateCompletionRequest, ValidateResponse, ValidationResult,
+};
+
+use crate::hooks::{Call, HookCounters, HookCounts, HookError, HookKind, Hooks, Mutation};
+
+/// What a recorded call got back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// `Initialize`, `BeginRollout` or `ProgressRollout` answered.
+    Done,
+    /// `ValidateRolloutCompletion` answered.
+    Validation {
+        /// The verdict.
+        result: ValidationResult,
+        /// The plugin's message.
+        message: String,
+        /// Its hint for the next poll.
+        recheck_after: Option<Duration>,
+    },
+    /// `MutateManifestWork` answered.
+    Mutation {
+        /// The `ocm-rollout-mutated-by` trailer.
+        mutated_by: Vec<String>,
+        /// The `ocm-rollout-failed-open` trailer.
+        failed_open: Vec<String>,
+    },
+    /// The call failed.
+    Failed(HookError),
+}
+
+/// One hook call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The hook.
+    pub hook: HookKind,
+    /// `cluster_name` (empty for `ProgressRollout` and `Initialize`).
+    pub cluster: String,
+    /// `cluster_index`.
+    pub cluster_index: i32,
+    /// `aborting`.
+    pub aborting: bool,
+    /// `desired_revision`.
+    pub revision: String,
+    /// The answer.
+    pub answer: Answer,
+}
+
+/// Hooks that call `H` and record every call: counts per hook, counts of
+/// the calls whose request said `aborting`, and the calls since the last
+/// [`Recorder::take`].
+#[derive(Debug)]
+pub struct Recorder<H> {
+    inner: H,
+    calls: HookCounters,
+    aborting: HookCounters,
+    log: Mutex<Vec<Record>>,
+}
+
+impl<H> Recorder<H> {
+    /// Records the calls made through `inner`.
+    pub fn new(inner: H) -> Recorder<H> {
+        Recorder {
+            inner,
+            calls: HookCounters::default(),
+            aborting: HookCounters::default(),
+            log: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Every call so far, per hook.
+    pub fn counts(&self) -> HookCounts {
+        self.calls.snapshot()
+    }
+
+    /// The calls so far whose request said `aborting = true`, per hook.
+    pub fn aborting_counts(&self) -> HookCounts {
+        self.aborting.snapshot()
+    }
+
+    /// The calls since the last take, in order.
+    pub fn take(&self) -> Vec<Record> {
+        self.log
+            .lock()
+            .map(|mut log| std::mem::take(&mut *log))
+            .unwrap_or_default()
+    }
+
+    fn record(&self, hook: HookKind, about: About, answer: Answer) {
+        self.calls.record(hook);
+        if about.aborting {
+            self.aborting.record(hook);
+        }
+        let record = Record {
+            hook,
+            cluster: about.cluster,
+            cluster_index: about.cluster_index,
+            aborting: about.aborting,
+            revision: about.revision,
+            answer,
+        };
+        if let Ok(mut log) = self.log.lock() {
+            log.push(record);
+        }
+    }
+}
+
+/// The fields of a request the record keeps, taken before the request is
+/// passed on: not the request itself, whose `rollout_status` holds every
+/// cluster of the placement (copying it would cost as much as the call).
+#[derive(Debug, Default)]
+struct About {
+    cluster: String,
+    cluster_index: i32,
+    aborting: bool,
+    revision: String,
+}
+
+impl About {
+    fn of(request: Option<&RolloutPluginRequest>) -> About {
+        request.map_or_else(About::default, |r| About {
+            cluster: r.cluster_name.clone(),
+            cluster_index: r.cluster_index,
+            aborting: r.aborting,
+            revision: r.desired_revision.clone(),
+        })
+    }
+}
+
+fn failed<T>(result: &Result<T, HookError>) -> Option<Answer> {
+    result.as_ref().err().map(|e| Answer::Failed(e.clone()))
+}
+
+impl<H: Hooks> Hooks for Recorder<H> {
+    async fn initialize(
+        &self,
+        call: Call<'_>,
+        request: InitializeRequest,
+    ) -> Result<InitializeResponse, HookError> {
+        let result = self.inner.initialize(call, request).await;
+        self.record(
+            HookKind::Initialize,
+            About::default(),
+            failed(&result).unwrap_or(Answer::Done),
+        );
+        result
+    }
+
+    async fn begin_rollout(
+        &self,
+        call: Call<'_>,
+        request: RolloutPluginRequest,
+    ) -> Result<(), HookError> {
+        let about = About::of(Some(&request));
+        let result = self.inner.begin_rollout(call, request).await;
+        self.record(
+            HookKind::BeginRollout,
+            about,
+            failed(&result).unwrap_or(Answer::Done),
+        );
+        result
+    }
+
+    async fn progress_rollout(
+        &self,
+        call: Call<'_>,
+        request: RolloutPluginRequest,
+    ) -> Result<(), HookError> {
+        let about = About::of(Some(&request));
+        let result = self.inner.progress_rollout(call, request).await;
+        self.record(
+            HookKind::ProgressRollout,
+            about,
+            failed(&result).unwrap_or(Answer::Done),
+        );
+        result
+    }
+
+    async fn validate_rollout_completion(
+        &self,
+        call: Call<'_>,
+        request: ValidateCompletionRequest,
+    ) -> Result<ValidateResponse, HookError> {
+        let about = About::of(request.rollout.as_ref());
+        let result = self.inner.validate_rollout_completion(call, request).await;
+        let answer = match &result {
+            Ok(response) => Answer::Validation {
+                result: ValidationResult::try_from(response.result)
+                    .unwrap_or(ValidationResult::Unspecified),
+                message: response.message.clone(),
+                recheck_after: response
+                    .recheck_after
+                    .and_then(|d| Duration::try_from(d).ok()),
+            },
+            Err(error) => Answer::Failed(error.clone()),
+        };
+        self.record(HookKind::ValidateRolloutCompletion, about, answer);
+        result
+    }
+
+    async fn mutate_manifest_work(
+        &self,
+        call: Call<'_>,
+        request: MutateManifestWorkRequest,
+    ) -> Result<Mutation, HookError> {
+        let about = About::of(request.rollout.as_ref());
+        let result = self.inner.mutate_manifest_work(call, request).await;
+        let answer = match &result {
+            Ok(mutation) => Answer::Mutation {
+                mutated_by: mutation.mutated_by.clone(),
+                failed_open: mutation.failed_open.clone(),
+            },
+            Err(error) => Answer::Failed(error.clone()),
+        };
+        self.record(HookKind::MutateManifestWork, about, answer);
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers every call; fails BeginRollout for `bad`.
+    struct Fixed;
+
+    impl Hooks for Fixed {
+        async fn initialize(
+            &self,
+            _: Call<'_>,
+            _: InitializeRequest,
+        ) -> Result<InitializeResponse, HookError> {
+            Ok(InitializeResponse::default())
+        }
+
+        async fn begin_rollout(
+            &self,
+            _: Call<'_>,
+            request: RolloutPluginRequest,
+        ) -> Result<(), HookError> {
+            if request.cluster_name == "bad" {
+                return Err(HookError {
+                    hook: HookKind::BeginRollout,
+                    code: tonic::Code::Unavailable,
+                    message: "plugin \"p\": down".into(),
+                });
+            }
+            Ok(())
+        }
+
+        async fn progress_rollout(
+            &self,
+            _: Call<'_>,
+            _: RolloutPluginRequest,
+        ) -> Result<(), HookError> {
+            Ok(())
+        }
+
+        async fn validate_rollout_completion(
+            &self,
+            _: Call<'_>,
+            _: ValidateCompletionRequest,
+        ) -> Result<ValidateResponse, HookError> {
+            Ok(ValidateResponse {
+                result: ValidationResult::Inprogress as i32,
+                message: "soaking".into(),
+                recheck_after: Some(prost_types::Duration {
+                    seconds: 0,
+                    nanos: 300_000_000,
+                }),
+            })
+        }
+
+        async fn mutate_manifest_work(
+            &self,
+            _: Call<'_>,
+            _: MutateManifestWorkRequest,
+        ) -> Result<Mutation, HookError> {
+            Ok(Mutation {
+                work: None,
+                mutated_by: vec!["traffic-weights".into()],
+                failed_open: Vec::new(),
+            })
+        }
+    }
+
+    fn request(cluster: &str, aborting: bool) -> RolloutPluginRequest {
+        RolloutPluginRequest {
+            cluster_name: cluster.into(),
+            cluster_index: 2,
+            aborting,
+            desired_revision: "r1".into(),
+            ..RolloutPluginRequest::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn every_call_is_counted_and_logged() {
+        let hooks = Recorder::new(Fixed);
+        let trace = opentelemetry::Context::new();
+        let call = Call {
+            plugin: "p",
+            trace: &trace,
+        };
+        hooks
+            .begin_rollout(call, request("c1", false))
+            .await
+            .expect("ok");
+        hooks
+            .begin_rollout(call, request("bad", true))
+            .await
+            .expect_err("fails");
+        hooks
+            .validate_rollout_completion(
+                call,
+                ValidateCompletionRequest {
+                    rollout: Some(request("c1", false)),
+                },
+            )
+            .await
+            .expect("ok");
+        hooks
+            .mutate_manifest_work(
+                call,
+                MutateManifestWorkRequest {
+                    rollout: Some(request("c1", true)),
+                    manifest_work: Default::default(),
+                },
+            )
+            .await
+            .expect("ok");
+
+        let counts = hooks.counts();
+        assert_eq!(
+            (
+                counts.begin_rollout,
+                counts.validate_rollout_completion,
+                counts.mutate_manifest_work
+            ),
+            (2, 1, 1)
+        );
+        let aborting = hooks.aborting_counts();
+        assert_eq!(
+            (aborting.begin_rollout, aborting.mutate_manifest_work),
+            (1, 1)
+        );
+        let log = hooks.take();
+        assert_eq!(log.len(), 4);
+        assert!(matches!(&log[1].answer, Answer::Failed(e) if e.code == tonic::Code::Unavailable));
+        assert_eq!(
+            log[2].answer,
+            Answer::Validation {
+                result: ValidationResult::Inprogress,
+                message: "soaking".into(),
+                recheck_after: Some(Duration::from_millis(300)),
+            }
+        );
+        assert_eq!(
+            (
+                log[3].cluster.as_str(),
+                log[3].cluster_index,
+                log[3].aborting
+            ),
+            ("c1", 2, true)
+        );
+        assert!(hooks.take().is_empty(), "taken");
+    }
+}

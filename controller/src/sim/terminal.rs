@@ -1,0 +1,614 @@
+//! The simulator's progress for a person: a header, one table row per step
+//! (clusters per status, hook calls) with what happened underneath (works
+//! applied, the plugin's validation messages, failures, the abort), and a
+//! summary.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::time::Duration;
+
+use super::report::{AppliedWork, Event, Outcome, Plan, Report, StepReport, Summary};
+
+const STATUS_COLUMNS: [&str; 6] = [
+    "ToApply",
+    "Progressing",
+    "Validating",
+    "Succeeded",
+    "Failed",
+    "TimeOut",
+];
+const HOOK_COLUMNS: [&str; 4] = ["Begin", "Progress", "Validate", "Mutate"];
+/// Where the lines under a step's row start.
+const INDENT: &str = "                 ";
+/// Steps applying at most this many works show their annotations.
+const MAX_ANNOTATED: usize = 10;
+/// Hook errors shown per step; the rest are counted.
+const MAX_ERRORS_SHOWN: usize = 5;
+
+/// A duration as Go writes it, shortened: `300ms`, `30s`, `30.3s`,
+/// `1m30s`, `2h5m0s`.
+pub fn duration(d: Duration) -> String {
+    let millis = d.as_millis();
+    if millis == 0 {
+        return "0s".to_owned();
+    }
+    if millis < 1000 {
+        return format!("{millis}ms");
+    }
+    let tenths = (millis + 50) / 100;
+    let (hours, rest) = (tenths / 36_000, tenths % 36_000);
+    let (minutes, tenths) = (rest / 600, rest % 600);
+    let seconds = if tenths % 10 == 0 {
+        format!("{}s", tenths / 10)
+    } else {
+        format!("{}.{}s", tenths / 10, tenths % 10)
+    };
+    match (hours, minutes) {
+        (0, 0) => seconds,
+        (0, m) => format!("{m}m{seconds}"),
+        (h, m) => format!("{h}h{m}m{seconds}"),
+    }
+}
+
+/// Cluster names with runs of consecutive numbers shortened:
+/// `cluster-001 … cluster-005, cluster-008`. Past `max` runs, the rest are
+/// counted.
+pub fn ranges(names: &[String], max: usize) -> String {
+    fn split(name: &str) -> Option<(&str, u64, usize)> {
+        let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let (prefix, number) = name.split_at(name.len() - digits);
+        Some((prefix, number.parse().ok()?, digits))
+    }
+    let mut runs: Vec<(String, String)> = Vec::new();
+    for name in names {
+        if let (Some((_, last)), Some((prefix, n, width))) = (runs.last_mut(), split(name))
+            && let Some((last_prefix, m, last_width)) = split(last)
+            && prefix == last_prefix
+            && width == last_width
+            && n == m + 1
+        {
+            *last = name.clone();
+            continue;
+        }
+        runs.push((name.clone(), name.clone()));
+    }
+    let shown: Vec<String> = runs
+        .iter()
+        .take(max)
+        .map(|(first, last)| {
+            if first == last {
+                first.clone()
+            } else {
+                format!("{first} … {last}")
+            }
+        })
+        .collect();
+    let mut text = shown.join(", ");
+    if runs.len() > max {
+        let rest: usize = names.len()
+            - runs
+                .iter()
+                .take(max)
+                .map(|(first, last)| match (split(first), split(last)) {
+                    (Some((_, a, _)), Some((_, b, _))) => usize::try_from(b - a + 1).unwrap_or(1),
+                    _ => 1,
+                })
+                .sum::<usize>();
+        let _ = write!(text, " and {rest} more");
+    }
+    text
+}
+
+/// The manifest annotations of the works applied, one entry per key (its
+/// last path segment): `key=value` when every work has the same value,
+/// else the values in order: `canary-weight=5,10,15 cluster-position=1/20,2/20,3/20`.
+fn annotation_line(applied: &[AppliedWork]) -> String {
+    let mut keys: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for work in applied {
+        for key in work.annotations.keys() {
+            keys.entry(key).or_default();
+        }
+    }
+    for (key, values) in keys.iter_mut() {
+        *values = applied
+            .iter()
+            .map(|w| w.annotations.get(*key).map_or("-", String::as_str))
+            .collect();
+    }
+    keys.iter()
+        .map(|(key, values)| {
+            let name = key.rsplit('/').next().unwrap_or(key);
+            let same = values.windows(2).all(|w| w[0] == w[1]);
+            if same {
+                format!("{name}={}", values.first().copied().unwrap_or("-"))
+            } else {
+                format!("{name}={}", values.join(","))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Writes the progress for a person to `out`.
+#[derive(Debug)]
+pub struct Terminal<W> {
+    out: W,
+    tracing: bool,
+    previous: Option<(String, String)>,
+}
+
+impl<W: Write> Terminal<W> {
+    /// Progress written to `out`.
+    pub fn new(out: W) -> Terminal<W> {
+        Terminal {
+            out,
+            tracing: false,
+            previous: None,
+        }
+    }
+
+    fn detail(&mut self, text: impl AsRef<str>) -> io::Result<()> {
+        writeln!(self.out, "{INDENT}{}", text.as_ref())
+    }
+
+    fn applied(
+        &mut self,
+        applied: &[AppliedWork],
+        aborting: bool,
+        revision: &str,
+    ) -> io::Result<()> {
+        if applied.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = applied.iter().map(|a| a.cluster.clone()).collect();
+        let mut by: Vec<&str> = Vec::new();
+        for name in applied.iter().flat_map(|a| &a.mutated_by) {
+            if !by.contains(&name.as_str()) {
+                by.push(name);
+            }
+        }
+        let mut text = if aborting {
+            format!(
+                "rolled back {} to {}: {}",
+                applied.len(),
+                revision,
+                ranges(&names, 4)
+            )
+        } else {
+            format!("applied {}: {}", applied.len(), ranges(&names, 4))
+        };
+        if !by.is_empty() {
+            let _ = write!(text, " · mutated by {}", by.join(", "));
+        }
+        self.detail(text)?;
+        if applied.len() <= MAX_ANNOTATED {
+            let line = annotation_line(applied);
+            if !line.is_empty() {
+                self.detail(line)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<W: Write> Report for Terminal<W> {
+    fn begin(&mut self, plan: &Plan) -> io::Result<()> {
+        self.tracing = plan.tracing;
+        self.previous = plan.previous.clone();
+        let out = &mut self.out;
+        writeln!(
+            out,
+            "Simulated rollout of ManifestWorkReplicaSet {} to placement {}",
+            plan.owner, plan.placement
+        )?;
+        let first = plan.clusters.first().map_or("", String::as_str);
+        let last = plan.clusters.last().map_or("", String::as_str);
+        writeln!(
+            out,
+            "  fleet       {} clusters, {first} … {last}, in {} decision group{}",
+            plan.clusters.len(),
+            plan.groups,
+            if plan.groups == 1 { "" } else { "s" }
+        )?;
+        let mut agent = format!(
+            "  work agent  a work is reported progressing {} and done {} after its apply",
+            plan.delay, plan.latency
+        );
+        if !plan.fail.is_empty() {
+            let _ = write!(
+                agent,
+                "; {} degrade{} on the new revision",
+                ranges(&plan.fail, 4),
+                if plan.fail.len() == 1 { "s" } else { "" }
+            );
+        }
+        writeln!(out, "{agent}")?;
+        writeln!(out, "  strategy    {}", plan.strategy)?;
+        match (&plan.plugin, &plan.gateway) {
+            (Some((plugin, answer)), gateway) => writeln!(
+                out,
+                "  plugin      {plugin} through the gateway at {} (Initialize: {answer})",
+                gateway.as_deref().unwrap_or("?")
+            )?,
+            (None, _) => writeln!(
+                out,
+                "  plugin      none: no hook is called (OCM's own rollout)"
+            )?,
+        }
+        match &plan.previous {
+            Some((hash, image)) => writeln!(
+                out,
+                "  revisions   {} ({}) replaces {} ({}), which every cluster runs",
+                plan.update.0, plan.update.1, hash, image
+            )?,
+            None => writeln!(
+                out,
+                "  revisions   {} ({}), a first rollout: no earlier revision",
+                plan.update.0, plan.update.1
+            )?,
+        }
+        if plan.tracing {
+            writeln!(
+                out,
+                "  traces      exported over OTLP: one trace per step (its id below each step)"
+            )?;
+        }
+        writeln!(out)?;
+        let mut header = format!("{:>5} {:>10} ", "step", "time");
+        for c in STATUS_COLUMNS {
+            let _ = write!(header, " {c}");
+        }
+        header.push_str("   hook calls:");
+        for c in HOOK_COLUMNS {
+            let _ = write!(header, " {c}");
+        }
+        writeln!(out, "{header}")?;
+        out.flush()
+    }
+
+    fn step(&mut self, step: &StepReport) -> io::Result<()> {
+        let c = &step.clusters;
+        let counts = [
+            c.to_apply,
+            c.progressing,
+            c.validating,
+            c.succeeded,
+            c.failed,
+            c.time_out,
+        ];
+        let h = &step.hook_calls;
+        let hooks = [
+            h.begin_rollout,
+            h.progress_rollout,
+            h.validate_rollout_completion,
+            h.mutate_manifest_work,
+        ];
+        let elapsed = duration(Duration::from_secs_f64(step.elapsed_seconds));
+        let mut row = format!("{:>5} {:>10} ", step.step, format!("+{elapsed}"));
+        for (value, name) in counts.iter().zip(STATUS_COLUMNS) {
+            let _ = write!(row, " {value:>w$}", w = name.len());
+        }
+        row.push_str(&" ".repeat("   hook calls:".len()));
+        for (value, name) in hooks.iter().zip(HOOK_COLUMNS) {
+            let _ = write!(row, " {value:>w$}", w = name.len());
+        }
+        if step.aborting {
+            let _ = write!(row, "   ← rolling back to {}", step.revision);
+        }
+        writeln!(self.out, "{row}")?;
+
+        // In the order things happen in a step: the agent's reports, the
+        // plugin's verdicts, the abort, the applies; then the errors.
+        let mut errors = 0;
+        for event in &step.events {
+            match event {
+                Event::WorkDegraded { cluster } => {
+                    self.detail(format!("✗ {cluster}: its work turned Degraded"))?;
+                }
+                Event::TimedOut { cluster } => {
+                    self.detail(format!("✗ {cluster} timed out (progressDeadline passed)"))?;
+                }
+                _ => {}
+            }
+        }
+        let v = &step.validations;
+        if v.in_progress > 0 {
+            let message = v.in_progress_message.as_deref().unwrap_or("");
+            self.detail(format!("{} INPROGRESS · {message}", v.in_progress))?;
+        }
+        if v.succeeded > 0 {
+            let first = step
+                .verdicts
+                .iter()
+                .find(|v| v.result == crate::rollout::RolloutStatus::Succeeded);
+            let example = first.map_or(String::new(), |v| {
+                if v.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(" · {}", v.message)
+                }
+            });
+            self.detail(format!("{} SUCCEEDED{example}", v.succeeded))?;
+        }
+        for event in &step.events {
+            match event {
+                Event::ValidationFailed { cluster, message } => {
+                    self.detail(format!("✗ {cluster} FAILED · {message}"))?;
+                }
+                Event::Abort {
+                    action,
+                    to,
+                    failures,
+                    ..
+                } => {
+                    let failed: Vec<String> = failures
+                        .iter()
+                        .map(|f| format!("{} {:?}", f.cluster, f.status))
+                        .collect();
+                    let failed = failed.join(", ");
+                    match (action.as_str(), to) {
+                        ("RollBack", Some(to)) => self.detail(format!(
+                            "ABORT: {failed} → rolling back to revision {to}; every hook call now says aborting = true"
+                        ))?,
+                        _ => self.detail(format!(
+                            "ABORT: {failed} → no earlier revision to roll back to: the rollout stops"
+                        ))?,
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.applied(&step.applied, step.aborting, &step.revision)?;
+        for event in &step.events {
+            if let Event::HookError {
+                hook,
+                cluster,
+                code,
+                message,
+            } = event
+            {
+                errors += 1;
+                if errors <= MAX_ERRORS_SHOWN {
+                    let about = cluster
+                        .as_deref()
+                        .map_or(String::new(), |c| format!(" for {c}"));
+                    self.detail(format!("! {hook}{about} failed: {code}: {message}"))?;
+                }
+            }
+        }
+        if errors > MAX_ERRORS_SHOWN {
+            self.detail(format!(
+                "… and {} more failed hook calls",
+                errors - MAX_ERRORS_SHOWN
+            ))?;
+        }
+        if step.real_wait
+            && let Some(next) = step.next_in_seconds
+        {
+            self.detail(format!(
+                "next step in {} of real time: the plugin decides on its own clock",
+                duration(Duration::from_secs_f64(next))
+            ))?;
+        }
+        if self.tracing {
+            self.detail(format!("trace {}", step.trace_id))?;
+        }
+        self.out.flush()
+    }
+
+    fn end(&mut self, summary: &Summary) -> io::Result<()> {
+        let out = &mut self.out;
+        writeln!(out)?;
+        let simulated = duration(Duration::from_secs_f64(summary.simulated_seconds));
+        let wall = duration(Duration::from_secs_f64(summary.wall_seconds));
+        let mut line = format!(
+            "Result: {:?} after {} steps: {simulated} simulated in {wall}",
+            summary.result, summary.steps
+        );
+        if summary.real_wait_seconds > 0.0 {
+            let _ = write!(
+                line,
+                " ({} of it waiting for the plugin)",
+                duration(Duration::from_secs_f64(summary.real_wait_seconds))
+            );
+        }
+        writeln!(out, "{line}")?;
+        if let Some(abort) = &summary.abort {
+            let failed: Vec<String> = abort
+                .failures
+                .iter()
+                .map(|f| match &f.message {
+                    Some(m) => format!("{} {:?} ({m})", f.cluster, f.status),
+                    None => format!("{} {:?}", f.cluster, f.status),
+                })
+                .collect();
+            writeln!(
+                out,
+                "  abort       at step {}: {}",
+                abort.step,
+                failed.join("; ")
+            )?;
+            let rolled_back = summary.rollback_applies;
+            if abort.action == "RollBack" {
+                writeln!(
+                    out,
+                    "  rollback    {rolled_back} works re-applied with the last good revision, aborting = true"
+                )?;
+            } else {
+                writeln!(out, "  rollback    none: there was no earlier revision")?;
+            }
+        }
+        let revisions: Vec<String> = summary
+            .works
+            .by_revision
+            .iter()
+            .map(|(hash, n)| {
+                let name = if *hash == summary.update_revision {
+                    "new"
+                } else if Some(hash) == summary.previous_revision.as_ref() {
+                    "previous"
+                } else {
+                    "other"
+                };
+                format!("{n} on {hash} ({name})")
+            })
+            .collect();
+        writeln!(
+            out,
+            "  works       {} in all: {}; currentRevision {}",
+            summary.works.total,
+            revisions.join(", "),
+            summary.current_revision.as_deref().unwrap_or("none")
+        )?;
+        let h = &summary.hook_calls;
+        let calls = h.begin_rollout
+            + h.progress_rollout
+            + h.validate_rollout_completion
+            + h.mutate_manifest_work;
+        let a = &summary.aborting_hook_calls;
+        let aborting = a.begin_rollout
+            + a.progress_rollout
+            + a.validate_rollout_completion
+            + a.mutate_manifest_work;
+        writeln!(
+            out,
+            "  hook calls  BeginRollout {}, ProgressRollout {}, ValidateRolloutCompletion {}, MutateManifestWork {}",
+            h.begin_rollout,
+            h.progress_rollout,
+            h.validate_rollout_completion,
+            h.mutate_manifest_work
+        )?;
+        writeln!(
+            out,
+            "              {calls} in all, {aborting} with aborting = true, {} failed; {:.0} calls/s",
+            summary.hook_errors, summary.hook_calls_per_second
+        )?;
+        if !summary.works.annotations.is_empty() {
+            let annotations: Vec<String> = summary
+                .works
+                .annotations
+                .iter()
+                .map(|(key, n)| format!("{key} ({n})"))
+                .collect();
+            writeln!(
+                out,
+                "  annotations on the {} works applied: {}",
+                summary.works.applied,
+                annotations.join(", ")
+            )?;
+        }
+        if let Some(list) = &summary.work_list {
+            writeln!(out)?;
+            let keys: Vec<&String> = {
+                let mut keys: BTreeMap<&String, ()> = BTreeMap::new();
+                for w in list {
+                    for k in w.annotations.keys() {
+                        keys.insert(k, ());
+                    }
+                }
+                keys.into_keys().collect()
+            };
+            let mut header = format!(
+                "  {:<14} {:<12} {:>3} {:>7}  {:<11}",
+                "cluster", "revision", "gen", "applies", "status"
+            );
+            for key in &keys {
+                let _ = write!(header, "  {}", key.rsplit('/').next().unwrap_or(key));
+            }
+            writeln!(out, "{header}")?;
+            for w in list {
+                let mut row = format!(
+                    "  {:<14} {:<12} {:>3} {:>7}  {:<11}",
+                    w.cluster,
+                    w.revision,
+                    w.generation,
+                    w.applies,
+                    format!("{:?}", w.status)
+                );
+                for key in &keys {
+                    let width = key.rsplit('/').next().unwrap_or(key).len();
+                    let value = w.annotations.get(*key).map_or("-", String::as_str);
+                    let _ = write!(row, "  {value:<width$}");
+                }
+                writeln!(out, "{}", row.trim_end())?;
+            }
+        }
+        if matches!(summary.result, Outcome::Failed) {
+            writeln!(
+                out,
+                "  the rollout can go no further: failures beyond maxFailures, or clusters stuck, and no abort"
+            )?;
+        }
+        out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn durations_read_like_go() {
+        let table = [
+            (Duration::from_millis(300), "300ms"),
+            (Duration::from_secs(30), "30s"),
+            (Duration::from_millis(30_320), "30.3s"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_millis(90_300), "1m30.3s"),
+            (Duration::from_secs(7500), "2h5m0s"),
+            (Duration::ZERO, "0s"),
+        ];
+        for (d, want) in table {
+            assert_eq!(duration(d), want, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn annotations_are_summed_up_per_key() {
+        let work = |cluster: &str, weight: &str| AppliedWork {
+            cluster: cluster.into(),
+            index: 1,
+            aborting: false,
+            revision: "r".into(),
+            generation: 2,
+            mutated_by: vec!["traffic-weights".into()],
+            annotations: [
+                ("rollout.ocm.io/canary-weight".to_owned(), weight.to_owned()),
+                ("rollout.ocm.io/rollback".to_owned(), "true".to_owned()),
+            ]
+            .into(),
+        };
+        assert_eq!(
+            annotation_line(&[work("a", "5"), work("b", "10")]),
+            "canary-weight=5,10 rollback=true"
+        );
+        assert_eq!(annotation_line(&[]), "");
+    }
+
+    #[test]
+    fn consecutive_clusters_are_shortened() {
+        let list = names(&[
+            "cluster-001",
+            "cluster-002",
+            "cluster-003",
+            "cluster-005",
+            "cluster-007",
+            "cluster-008",
+        ]);
+        assert_eq!(
+            ranges(&list, 10),
+            "cluster-001 … cluster-003, cluster-005, cluster-007 … cluster-008"
+        );
+        assert_eq!(
+            ranges(&list, 2),
+            "cluster-001 … cluster-003, cluster-005 and 2 more"
+        );
+        assert_eq!(ranges(&names(&["a", "b"]), 5), "a, b");
+        assert_eq!(ranges(&[], 5), "");
+    }
+}

@@ -1,0 +1,461 @@
+//! Whole simulated rollouts with scripted hooks (no gateway): the order
+//! and sizes of the batches, the clock, validation, the abort and the
+//! rollback, the ends.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rollout_proto::v1alpha1::{
+    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, RolloutPluginRequest,
+    ValidateCompletionRequest, ValidateResponse, ValidationResult,
+};
+use serde_json::{Value, json};
+
+use super::report::{Event, Plan};
+use super::*;
+use crate::hooks::Mutation;
+
+/// A plugin in memory: validation INPROGRESS on the first ask of each
+/// cluster and revision (recheck after `recheck`), then SUCCEEDED, FAILED
+/// for `fail` unless aborting; the mutation stamps the position and the
+/// `aborting` flag.
+struct Scripted {
+    fail: HashSet<String>,
+    recheck: Duration,
+    asked: Mutex<HashSet<(String, String)>>,
+    down: bool,
+}
+
+impl Scripted {
+    fn new(fail: &[&str]) -> Scripted {
+        Scripted {
+            fail: fail.iter().map(|c| c.to_string()).collect(),
+            recheck: Duration::from_millis(5),
+            asked: Mutex::new(HashSet::new()),
+            down: false,
+        }
+    }
+}
+
+impl Hooks for Scripted {
+    async fn initialize(
+        &self,
+        _: Call<'_>,
+        _: InitializeRequest,
+    ) -> Result<InitializeResponse, HookError> {
+        if self.down {
+            return Err(HookError {
+                hook: HookKind::Initialize,
+                code: tonic::Code::Unavailable,
+                message: "tcp connect error: Connection refused".into(),
+            });
+        }
+        Ok(InitializeResponse {
+            name: "scripted".into(),
+            version: "1".into(),
+            hooks: Vec::new(),
+        })
+    }
+
+    async fn begin_rollout(&self, _: Call<'_>, _: RolloutPluginRequest) -> Result<(), HookError> {
+        Ok(())
+    }
+
+    async fn progress_rollout(
+        &self,
+        _: Call<'_>,
+        _: RolloutPluginRequest,
+    ) -> Result<(), HookError> {
+        Ok(())
+    }
+
+    async fn validate_rollout_completion(
+        &self,
+        _: Call<'_>,
+        request: ValidateCompletionRequest,
+    ) -> Result<ValidateResponse, HookError> {
+        let r = request.rollout.unwrap_or_default();
+        let first = self
+            .asked
+            .lock()
+            .expect("lock")
+            .insert((r.cluster_name.clone(), r.desired_revision.clone()));
+        let (result, message) = if first {
+            (ValidationResult::Inprogress, "soaking")
+        } else if self.fail.contains(&r.cluster_name) && !r.aborting {
+            (ValidationResult::Failed, "smoke test failed")
+        } else {
+            (ValidationResult::Succeeded, "passed")
+        };
+        Ok(ValidateResponse {
+            result: result as i32,
+            message: format!("scripted: {message} on {}", r.cluster_name),
+            recheck_after: first.then(|| prost_types::Duration {
+                seconds: 0,
+                nanos: i32::try_from(self.recheck.as_nanos()).unwrap_or(0),
+            }),
+        })
+    }
+
+    async fn mutate_manifest_work(
+        &self,
+        _: Call<'_>,
+        request: MutateManifestWorkRequest,
+    ) -> Result<Mutation, HookError> {
+        let r = request.rollout.unwrap_or_default();
+        let mut work: Value = serde_json::from_slice(&request.manifest_work).expect("JSON");
+        for manifest in work["spec"]["workload"]["manifests"]
+            .as_array_mut()
+            .expect("manifests")
+        {
+            manifest["metadata"]["annotations"] = json!({
+                "test/position": format!("{}/{}", r.cluster_index, r.total_cluster_count),
+                "test/aborting": r.aborting.to_string(),
+            });
+        }
+        Ok(Mutation {
+            work: Some(serde_json::to_vec(&work).expect("JSON").into()),
+            mutated_by: vec!["scripted".into()],
+            failed_open: Vec::new(),
+        })
+    }
+}
+
+#[derive(Default)]
+struct Collect {
+    plan: Option<Plan>,
+    steps: Vec<StepReport>,
+    summary: Option<Summary>,
+}
+
+impl Report for Collect {
+    fn begin(&mut self, plan: &Plan) -> std::io::Result<()> {
+        self.plan = Some(plan.clone());
+        Ok(())
+    }
+
+    fn step(&mut self, step: &StepReport) -> std::io::Result<()> {
+        self.steps.push(step.clone());
+        Ok(())
+    }
+
+    fn end(&mut self, summary: &Summary) -> std::io::Result<()> {
+        self.summary = Some(summary.clone());
+        Ok(())
+    }
+}
+
+fn strategy(kind: &str, concurrency: Option<&str>, plugin: bool, abort: bool) -> Strategy {
+    StrategyFlags {
+        kind: kind.into(),
+        max_concurrency: concurrency.map(str::to_owned),
+        plugin: plugin.then(|| "scripted".to_owned()),
+        abort_on_failure: abort,
+        ..StrategyFlags::default()
+    }
+    .strategy()
+    .expect("valid")
+}
+
+fn config(clusters: usize, strategy: Strategy) -> Config {
+    let mut config = Config::new(clusters, strategy);
+    config.start = Timestamp::from_second(1_700_000_000).expect("time");
+    config.list_works = true;
+    config
+}
+
+async fn simulate(config: &Config, hooks: Scripted) -> Result<Collect, SimError> {
+    let recorder = Recorder::new(hooks);
+    let mut collect = Collect::default();
+    run(
+        config,
+        &recorder,
+        &Telemetry::disabled(),
+        Some("http://gateway"),
+        &mut collect,
+    )
+    .await?;
+    Ok(collect)
+}
+
+fn applied(step: &StepReport) -> Vec<&str> {
+    step.applied.iter().map(|a| a.cluster.as_str()).collect()
+}
+
+#[tokio::test]
+async fn without_a_plugin_all_clusters_at_once_then_done() {
+    let config = config(5, strategy("All", None, false, false));
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let summary = c.summary.expect("summary");
+    assert_eq!(summary.result, Outcome::Succeeded);
+    // Applied; reported by the agent a second later; done at 30 s.
+    let times: Vec<f64> = c.steps.iter().map(|s| s.elapsed_seconds).collect();
+    assert_eq!(times, [0.0, 1.0, 30.0]);
+    assert_eq!(applied(&c.steps[0]).len(), 5);
+    assert_eq!(c.steps[0].clusters.to_apply, 5);
+    assert_eq!(c.steps[1].clusters.progressing, 5);
+    // The clock jumped to the works' completion.
+    assert_eq!(c.steps[1].next_in_seconds, Some(29.0));
+    assert!(!c.steps[1].real_wait);
+    assert_eq!(c.steps[2].clusters.succeeded, 5);
+    assert_eq!(summary.hook_calls, HookCounts::default());
+    assert_eq!(
+        summary.current_revision,
+        Some(summary.update_revision.clone())
+    );
+    assert_eq!(summary.simulated_seconds, 30.0);
+    assert!(summary.wall_seconds < 5.0);
+}
+
+#[tokio::test]
+async fn progressive_batches_follow_max_concurrency() {
+    let mut config = config(10, strategy("Progressive", Some("30%"), false, false));
+    config.groups = 2;
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let batches: Vec<Vec<&str>> = c
+        .steps
+        .iter()
+        .map(applied)
+        .filter(|a| !a.is_empty())
+        .collect();
+    assert_eq!(
+        batches,
+        [
+            vec!["cluster-001", "cluster-002", "cluster-003"],
+            vec!["cluster-004", "cluster-005", "cluster-006"],
+            vec!["cluster-007", "cluster-008", "cluster-009"],
+            vec!["cluster-010"],
+        ]
+    );
+    assert_eq!(c.summary.expect("summary").result, Outcome::Succeeded);
+    let plan = c.plan.expect("plan");
+    assert_eq!(plan.groups, 2);
+    assert!(
+        plan.strategy.starts_with("Progressive, maxConcurrency 30%"),
+        "{}",
+        plan.strategy
+    );
+}
+
+#[tokio::test]
+async fn a_degraded_cluster_aborts_and_the_updated_clusters_roll_back() {
+    let mut config = config(6, strategy("Progressive", Some("2"), false, true));
+    config.fail = BTreeSet::from(["cluster-003".to_owned()]);
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let summary = c.summary.as_ref().expect("summary");
+    assert_eq!(summary.result, Outcome::Aborted);
+    let abort_step = c
+        .steps
+        .iter()
+        .position(|s| s.abort().is_some())
+        .expect("an abort");
+    assert!(
+        c.steps[abort_step]
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::WorkDegraded { cluster } if cluster == "cluster-003"))
+    );
+    // After the abort only rollbacks, of the four updated clusters.
+    let rolled_back: Vec<&str> = c.steps[abort_step..]
+        .iter()
+        .flat_map(|s| s.applied.iter())
+        .inspect(|a| assert!(a.aborting))
+        .map(|a| a.cluster.as_str())
+        .collect();
+    assert_eq!(
+        rolled_back,
+        ["cluster-001", "cluster-002", "cluster-003", "cluster-004"]
+    );
+    let previous = summary.previous_revision.clone().expect("previous");
+    assert_eq!(summary.works.by_revision.get(&previous), Some(&6));
+    assert_eq!(summary.current_revision.as_deref(), Some(previous.as_str()));
+    let abort = summary.abort.as_ref().expect("abort");
+    assert_eq!(abort.action, "RollBack");
+    assert_eq!(abort.failures[0].cluster, "cluster-003");
+}
+
+#[tokio::test]
+async fn a_failed_validation_aborts_with_aborting_requests() {
+    let config = config(8, strategy("Progressive", Some("25%"), true, true));
+    let c = simulate(&config, Scripted::new(&["cluster-004"]))
+        .await
+        .expect("runs");
+    let summary = c.summary.as_ref().expect("summary");
+    assert_eq!(summary.result, Outcome::Aborted);
+
+    // Validating clusters wait for the plugin in real time.
+    let validating = c
+        .steps
+        .iter()
+        .find(|s| s.clusters.validating > 0)
+        .expect("a validating step");
+    assert!(validating.real_wait, "{validating:?}");
+    assert_eq!(
+        validating.validations.in_progress_message.as_deref(),
+        Some("scripted: soaking on cluster-001")
+    );
+
+    let abort_step = c
+        .steps
+        .iter()
+        .position(|s| s.abort().is_some())
+        .expect("an abort");
+    assert!(c.steps[abort_step].events.iter().any(|e| matches!(
+        e,
+        Event::ValidationFailed { cluster, message } if cluster == "cluster-004" && message.contains("smoke test failed")
+    )));
+    for step in &c.steps[..abort_step] {
+        assert!(step.applied.iter().all(|a| !a.aborting));
+    }
+    let rollback: Vec<&report::AppliedWork> = c.steps[abort_step..]
+        .iter()
+        .flat_map(|s| &s.applied)
+        .collect();
+    assert_eq!(rollback.len(), 4);
+    for work in &rollback {
+        assert!(work.aborting);
+        assert_eq!(work.annotations["test/aborting"], "true");
+        assert_eq!(work.mutated_by, ["scripted"]);
+    }
+    // Every apply went through BeginRollout and MutateManifestWork; the
+    // rollback's said aborting.
+    let calls = summary.hook_calls;
+    assert_eq!(calls.begin_rollout as usize, summary.applies);
+    assert_eq!(calls.mutate_manifest_work as usize, summary.applies);
+    assert_eq!(calls.progress_rollout as usize, summary.steps);
+    assert_eq!(summary.aborting_hook_calls.begin_rollout, 4);
+    assert_eq!(summary.aborting_hook_calls.mutate_manifest_work, 4);
+    let per_step: u64 = c
+        .steps
+        .iter()
+        .map(|s| s.hook_calls.validate_rollout_completion)
+        .sum();
+    assert_eq!(per_step, calls.validate_rollout_completion);
+    // Two asks per validation: INPROGRESS, then the verdict; 4 updated and
+    // 4 restored.
+    assert_eq!(calls.validate_rollout_completion, 16);
+
+    let works = summary.work_list.as_ref().expect("works");
+    for w in works {
+        let rolled_back = w.cluster.as_str() <= "cluster-004";
+        assert_eq!(w.applies, if rolled_back { 2 } else { 0 }, "{w:?}");
+        assert_eq!(
+            w.revision,
+            summary.previous_revision.clone().expect("previous")
+        );
+        if rolled_back {
+            assert_eq!(w.annotations["test/aborting"], "true");
+            assert_eq!(w.validation.as_deref(), Some("Succeeded"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_first_rollout_that_aborts_stops() {
+    let mut config = config(4, strategy("Progressive", Some("2"), false, true));
+    config.first_rollout = true;
+    config.fail = BTreeSet::from(["cluster-002".to_owned()]);
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let summary = c.summary.expect("summary");
+    assert_eq!(summary.result, Outcome::Aborted);
+    assert_eq!(summary.abort.expect("abort").action, "Stop");
+    assert_eq!(summary.applies, 2);
+    assert_eq!(summary.previous_revision, None);
+}
+
+#[tokio::test]
+async fn failures_beyond_max_failures_without_abort_end_failed() {
+    let mut config = config(4, strategy("Progressive", Some("1"), false, false));
+    config.fail = BTreeSet::from(["cluster-002".to_owned()]);
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let summary = c.summary.expect("summary");
+    assert_eq!(summary.result, Outcome::Failed);
+    // cluster-002 failed: nothing after it was started.
+    assert_eq!(summary.applies, 2);
+    assert_eq!(c.steps.last().map(|s| s.next_in_seconds), Some(None));
+}
+
+#[tokio::test]
+async fn a_deadline_times_clusters_out_once() {
+    let strategy = |abort| {
+        StrategyFlags {
+            kind: "All".into(),
+            progress_deadline: Some("10s".into()),
+            abort_on_failure: abort,
+            ..StrategyFlags::default()
+        }
+        .strategy()
+        .expect("valid")
+    };
+    // Timed out at 11 s (reported at 1 s), done at 30 s all the same: a
+    // time-out is not remembered, as in OCM; the rollout completes.
+    let c = simulate(&config(3, strategy(false)), Scripted::new(&[]))
+        .await
+        .expect("runs");
+    let timeouts: Vec<&Event> = c
+        .steps
+        .iter()
+        .flat_map(|s| &s.events)
+        .filter(|e| matches!(e, Event::TimedOut { .. }))
+        .collect();
+    assert_eq!(timeouts.len(), 3);
+    let at_11 = c
+        .steps
+        .iter()
+        .find(|s| s.elapsed_seconds == 11.0)
+        .expect("a step at the deadline");
+    assert_eq!(at_11.clusters.time_out, 3);
+    assert_eq!(c.summary.expect("summary").result, Outcome::Succeeded);
+
+    // With abort on, the time-out aborts and rolls back.
+    let c = simulate(&config(3, strategy(true)), Scripted::new(&[]))
+        .await
+        .expect("runs");
+    let summary = c.summary.expect("summary");
+    assert_eq!(summary.result, Outcome::Aborted);
+    let abort = summary.abort.expect("abort");
+    assert_eq!(abort.failures.len(), 3);
+    assert!(
+        abort
+            .failures
+            .iter()
+            .all(|f| f.status == RolloutStatus::TimeOut)
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_gateway_fails_before_the_first_step() {
+    let config = config(3, strategy("All", None, true, false));
+    let mut hooks = Scripted::new(&[]);
+    hooks.down = true;
+    let err = simulate(&config, hooks).await.err().expect("fails");
+    match &err {
+        SimError::Initialize { plugin, error } => {
+            assert_eq!(plugin, "scripted");
+            assert!(SimError::is_unreachable(error));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_step_limit_is_kept() {
+    let mut config = config(3, strategy("Progressive", Some("1"), false, false));
+    config.max_steps = 2;
+    let err = simulate(&config, Scripted::new(&[]))
+        .await
+        .err()
+        .expect("fails");
+    assert!(matches!(err, SimError::TooManySteps(2)), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_fixed_tick_moves_the_clock_evenly() {
+    let mut config = config(2, strategy("All", None, false, false));
+    config.tick = Some(Duration::from_secs(7));
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let times: Vec<f64> = c.steps.iter().map(|s| s.elapsed_seconds).collect();
+    assert_eq!(times, [0.0, 7.0, 14.0, 21.0, 28.0, 35.0]);
+    assert_eq!(c.summary.expect("summary").result, Outcome::Succeeded);
+}

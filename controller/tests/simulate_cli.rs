@@ -1,0 +1,233 @@
+//! `rollout-controller simulate` as a user runs it, without a plugin (so
+//! without a gateway): the JSON lines of CONTRACT §5, OCM's own rollout
+//! over the simulated fleet, the terminal's output, and the exit statuses
+//! of bad flags and of a gateway that is not there. The rollout through
+//! the real gateway and plugins is `demo/tests/e2e.rs`.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rollout-controller");
+
+fn simulate(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("simulate")
+        .args(args)
+        .env_remove("ROLLOUT_CONTROLLER_GATEWAY")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .output()
+        .expect("runs rollout-controller")
+}
+
+fn json_lines(output: &Output) -> (Vec<Value>, Value) {
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let summary = lines.pop().expect("a summary line");
+    (lines, summary)
+}
+
+fn applied(step: &Value) -> Vec<String> {
+    step["applied"]
+        .as_array()
+        .expect("applied")
+        .iter()
+        .map(|a| a["cluster"].as_str().expect("cluster").to_owned())
+        .collect()
+}
+
+#[test]
+fn json_lines_follow_the_contract() {
+    let output = simulate(&[
+        "--clusters",
+        "30",
+        "--groups",
+        "3",
+        "--strategy",
+        "Progressive",
+        "--max-concurrency",
+        "10%",
+        "--json",
+    ]);
+    let (steps, summary) = json_lines(&output);
+    for (k, step) in steps.iter().enumerate() {
+        assert_eq!(step["step"], k + 1);
+        let clusters = step["clusters"].as_object().expect("clusters");
+        let keys: Vec<&str> = clusters.keys().map(String::as_str).collect();
+        for status in [
+            "ToApply",
+            "Progressing",
+            "Validating",
+            "Succeeded",
+            "Failed",
+            "TimeOut",
+        ] {
+            assert!(keys.contains(&status), "{status} in {keys:?}");
+        }
+        let total: u64 = clusters.values().filter_map(Value::as_u64).sum();
+        assert_eq!(total, 30);
+    }
+    assert_eq!(summary["result"], "Succeeded");
+    assert_eq!(summary["clusters"], 30);
+    assert_eq!(summary["steps"], steps.len());
+    let calls = summary["hookCalls"].as_object().expect("hookCalls");
+    assert_eq!(calls.len(), 4);
+    assert!(
+        calls.values().all(|n| n == 0),
+        "no plugin, no hook: {calls:?}"
+    );
+
+    // 10% of 30: three at a time, in the rollout order, a new batch once
+    // the previous one is done.
+    let batches: Vec<Vec<String>> = steps
+        .iter()
+        .map(applied)
+        .filter(|a| !a.is_empty())
+        .collect();
+    assert_eq!(batches.len(), 10);
+    let order: Vec<String> = batches.concat();
+    let expected: Vec<String> = (1..=30).map(|i| format!("cluster-{i:03}")).collect();
+    assert_eq!(order, expected);
+    assert!(batches.iter().all(|b| b.len() == 3));
+    assert_eq!(summary["currentRevision"], summary["updateRevision"]);
+    assert_eq!(
+        summary["works"]["byRevision"][summary["updateRevision"].as_str().expect("hash")],
+        30
+    );
+}
+
+#[test]
+fn a_degraded_cluster_aborts_and_rolls_back_without_hooks() {
+    let output = simulate(&[
+        "--clusters",
+        "8",
+        "--strategy",
+        "Progressive",
+        "--max-concurrency",
+        "2",
+        "--abort-on-failure",
+        "--fail",
+        "cluster-003",
+        "--json",
+    ]);
+    let (steps, summary) = json_lines(&output);
+    assert_eq!(summary["result"], "Aborted");
+    let abort = steps
+        .iter()
+        .position(|s| {
+            s["events"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|e| e["type"] == "abort"))
+        })
+        .expect("an abort");
+    let events = steps[abort]["events"].as_array().expect("events");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "workDegraded" && e["cluster"] == "cluster-003")
+    );
+    let rolled_back: Vec<String> = steps[abort..].iter().flat_map(applied).collect();
+    assert_eq!(
+        rolled_back,
+        ["cluster-001", "cluster-002", "cluster-003", "cluster-004"]
+    );
+    assert_eq!(summary["rollbackApplies"], 4);
+    assert_eq!(summary["currentRevision"], summary["previousRevision"]);
+}
+
+#[test]
+fn without_abort_a_failure_beyond_max_failures_ends_failed() {
+    let output = simulate(&[
+        "--clusters",
+        "6",
+        "--strategy",
+        "ProgressivePerGroup",
+        "--groups",
+        "3",
+        "--fail",
+        "cluster-001",
+        "--json",
+    ]);
+    let (_, summary) = json_lines(&output);
+    assert_eq!(summary["result"], "Failed");
+    // The first group failed: the others never started.
+    assert_eq!(summary["applies"], 2);
+}
+
+#[test]
+fn the_terminal_shows_a_table_and_the_result() {
+    let output = simulate(&["--clusters", "5", "--strategy", "All", "--list-works"]);
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for expected in [
+        "Simulated rollout of ManifestWorkReplicaSet default/web to placement fleet",
+        "5 clusters, cluster-001 … cluster-005",
+        "plugin      none: no hook is called",
+        " step       time  ToApply Progressing Validating Succeeded Failed TimeOut",
+        "applied 5: cluster-001 … cluster-005",
+        "Result: Succeeded after 3 steps: 30s simulated",
+        "cluster-005",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn bad_flags_exit_2_with_the_reason() {
+    let table: [(&[&str], &str); 5] = [
+        (&["--strategy", "Rolling"], "invalid value 'Rolling'"),
+        (
+            &["--strategy", "Progressive", "--max-concurrency", "120%"],
+            "progressive.maxConcurrency: invalid value \"120%\"",
+        ),
+        (
+            &["--max-concurrency", "2"],
+            "--max-concurrency does not apply to strategy All",
+        ),
+        (
+            &["--clusters", "20", "--fail", "cluster-021"],
+            "--fail cluster-021: no such cluster",
+        ),
+        (
+            &["--progress-deadline", "2d"],
+            "invalid progressDeadline \"2d\"",
+        ),
+    ];
+    for (args, reason) in table {
+        let output = simulate(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(reason), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn an_unreachable_gateway_is_named() {
+    let output = simulate(&[
+        "--clusters",
+        "3",
+        "--plugin",
+        "safe-rollout",
+        "--gateway",
+        "http://127.0.0.1:1",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot reach the rollout gateway at http://127.0.0.1:1"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty(), "no step was run");
+}
