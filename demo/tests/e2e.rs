@@ -524,20 +524,27 @@ fn alive(pid: u32) -> bool {
 
 /// The children of `pid`, from /proc.
 fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+    // Every process whose parent is `pid`, from /proc/N/stat. (The
+    // per-thread /proc/PID/task/TID/children lists miss a child whose
+    // spawning thread has since exited, as runtime pool threads do.)
+    let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut children = Vec::new();
-    for task in tasks.flatten() {
-        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-            children.extend(
-                text.split_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            );
-        }
-    }
+    let mut children: Vec<u32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|n| {
+            std::fs::read_to_string(format!("/proc/{n}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // Fields after the command name, which may hold spaces.
+                    let rest = &stat[stat.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect();
     children.sort_unstable();
-    children.dedup();
     children
 }
 
