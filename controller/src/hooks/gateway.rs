@@ -242,7 +242,7 @@ impl Hooks for GatewayHooks {
         call: Call<'_>,
         request: RolloutPluginRequest,
     ) -> Result<(), HookError> {
-        let rollout = request.clone();
+        let rollout = span_identity(&request);
         self.call(
             HookKind::BeginRollout,
             call,
@@ -259,7 +259,7 @@ impl Hooks for GatewayHooks {
         call: Call<'_>,
         request: RolloutPluginRequest,
     ) -> Result<(), HookError> {
-        let rollout = request.clone();
+        let rollout = span_identity(&request);
         self.call(
             HookKind::ProgressRollout,
             call,
@@ -276,7 +276,7 @@ impl Hooks for GatewayHooks {
         call: Call<'_>,
         request: ValidateCompletionRequest,
     ) -> Result<ValidateResponse, HookError> {
-        let rollout = request.rollout.clone();
+        let rollout = request.rollout.as_ref().map(span_identity);
         let response = self
             .call(
                 HookKind::ValidateRolloutCompletion,
@@ -294,7 +294,7 @@ impl Hooks for GatewayHooks {
         call: Call<'_>,
         request: MutateManifestWorkRequest,
     ) -> Result<Mutation, HookError> {
-        let rollout = request.rollout.clone();
+        let rollout = request.rollout.as_ref().map(span_identity);
         let response = self
             .call(
                 HookKind::MutateManifestWork,
@@ -312,6 +312,19 @@ impl Hooks for GatewayHooks {
             mutated_by,
             failed_open,
         })
+    }
+}
+
+/// The fields of a request its span needs (MWRS, placement, cluster),
+/// without `rollout_status`: that list holds every cluster of the placement,
+/// and copying it for a span would double the cost of each call at scale.
+fn span_identity(request: &RolloutPluginRequest) -> RolloutPluginRequest {
+    RolloutPluginRequest {
+        mwrs_name: request.mwrs_name.clone(),
+        mwrs_namespace: request.mwrs_namespace.clone(),
+        placement_name: request.placement_name.clone(),
+        cluster_name: request.cluster_name.clone(),
+        ..RolloutPluginRequest::default()
     }
 }
 
