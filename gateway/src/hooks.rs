@@ -2,45 +2,11 @@
 //! carry any of them from the controller to a plugin and back.
 
 use rollout_proto::v1alpha1::{
-    Hook, InitializeRequest, InitializeResponse, MutateManifestWorkRequest,
-    MutateManifestWorkResponse, RolloutPluginRequest, ValidateCompletionRequest, ValidateResponse,
+    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, MutateManifestWorkResponse,
+    RolloutPluginRequest, ValidateCompletionRequest, ValidateResponse,
 };
 
-/// Which hook a call is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(usize)]
-pub enum HookKind {
-    Initialize,
-    BeginRollout,
-    ProgressRollout,
-    ValidateRolloutCompletion,
-    MutateManifestWork,
-}
-
-impl HookKind {
-    /// The rpc's name, as in the proto and in span names and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HookKind::Initialize => "Initialize",
-            HookKind::BeginRollout => "BeginRollout",
-            HookKind::ProgressRollout => "ProgressRollout",
-            HookKind::ValidateRolloutCompletion => "ValidateRolloutCompletion",
-            HookKind::MutateManifestWork => "MutateManifestWork",
-        }
-    }
-
-    /// The `Hook` a plugin lists in `InitializeResponse.hooks`; `None` for
-    /// Initialize, which every plugin implements.
-    pub fn proto_hook(self) -> Option<Hook> {
-        match self {
-            HookKind::Initialize => None,
-            HookKind::BeginRollout => Some(Hook::BeginRollout),
-            HookKind::ProgressRollout => Some(Hook::ProgressRollout),
-            HookKind::ValidateRolloutCompletion => Some(Hook::ValidateRolloutCompletion),
-            HookKind::MutateManifestWork => Some(Hook::MutateManifestWork),
-        }
-    }
-}
+pub use rollout_proto::HookKind;
 
 /// A request for one hook.
 #[derive(Debug, Clone)]

@@ -34,3 +34,96 @@ impl v1alpha1::Hook {
         v1alpha1::Hook::MutateManifestWork,
     ];
 }
+
+/// One of the plugin API's calls (Initialize included) as a value, for code
+/// that carries any of them (the gateway's routing, the controller's client,
+/// metric labels and span names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[repr(usize)]
+pub enum HookKind {
+    /// `Initialize`.
+    Initialize,
+    /// `BeginRollout`.
+    BeginRollout,
+    /// `ProgressRollout`.
+    ProgressRollout,
+    /// `ValidateRolloutCompletion`.
+    ValidateRolloutCompletion,
+    /// `MutateManifestWork`.
+    MutateManifestWork,
+}
+
+impl HookKind {
+    /// The rpc's name, as in the proto, span names and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookKind::Initialize => "Initialize",
+            HookKind::BeginRollout => "BeginRollout",
+            HookKind::ProgressRollout => "ProgressRollout",
+            HookKind::ValidateRolloutCompletion => "ValidateRolloutCompletion",
+            HookKind::MutateManifestWork => "MutateManifestWork",
+        }
+    }
+
+    /// The `Hook` a plugin lists in `InitializeResponse.hooks`; `None` for
+    /// Initialize, which every plugin implements.
+    pub fn proto_hook(self) -> Option<v1alpha1::Hook> {
+        match self {
+            HookKind::Initialize => None,
+            HookKind::BeginRollout => Some(v1alpha1::Hook::BeginRollout),
+            HookKind::ProgressRollout => Some(v1alpha1::Hook::ProgressRollout),
+            HookKind::ValidateRolloutCompletion => Some(v1alpha1::Hook::ValidateRolloutCompletion),
+            HookKind::MutateManifestWork => Some(v1alpha1::Hook::MutateManifestWork),
+        }
+    }
+}
+
+impl std::fmt::Display for HookKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A gRPC code's canonical upper-case name (`OK`, `UNAVAILABLE`, ...), as
+/// the gRPC status code documentation spells it: metric labels, messages.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_the_protos() {
+        assert_eq!(
+            HookKind::ValidateRolloutCompletion.to_string(),
+            "ValidateRolloutCompletion"
+        );
+        assert_eq!(HookKind::Initialize.proto_hook(), None);
+        assert_eq!(
+            code_name(tonic::Code::DeadlineExceeded),
+            "DEADLINE_EXCEEDED"
+        );
+        assert_eq!(code_name(tonic::Code::Unauthenticated), "UNAUTHENTICATED");
+    }
+}

@@ -9,7 +9,6 @@
 
 mod gateway;
 
-use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -26,39 +25,7 @@ pub use gateway::{
     GatewayTls,
 };
 
-/// One of the plugin API's calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub enum HookKind {
-    /// `Initialize`.
-    Initialize,
-    /// `BeginRollout`.
-    BeginRollout,
-    /// `ProgressRollout`.
-    ProgressRollout,
-    /// `ValidateRolloutCompletion`.
-    ValidateRolloutCompletion,
-    /// `MutateManifestWork`.
-    MutateManifestWork,
-}
-
-impl HookKind {
-    /// The gRPC method name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HookKind::Initialize => "Initialize",
-            HookKind::BeginRollout => "BeginRollout",
-            HookKind::ProgressRollout => "ProgressRollout",
-            HookKind::ValidateRolloutCompletion => "ValidateRolloutCompletion",
-            HookKind::MutateManifestWork => "MutateManifestWork",
-        }
-    }
-}
-
-impl fmt::Display for HookKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use rollout_proto::{HookKind, code_name};
 
 /// A hook call that did not succeed: the gRPC code and message, as the
 /// gateway (or the transport) answered.
@@ -81,30 +48,6 @@ impl HookError {
             code: status.code(),
             message: status.message().to_owned(),
         }
-    }
-}
-
-/// The canonical gRPC name of `code`, such as `UNAVAILABLE`.
-pub fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "OK",
-        Cancelled => "CANCELLED",
-        Unknown => "UNKNOWN",
-        InvalidArgument => "INVALID_ARGUMENT",
-        DeadlineExceeded => "DEADLINE_EXCEEDED",
-        NotFound => "NOT_FOUND",
-        AlreadyExists => "ALREADY_EXISTS",
-        PermissionDenied => "PERMISSION_DENIED",
-        ResourceExhausted => "RESOURCE_EXHAUSTED",
-        FailedPrecondition => "FAILED_PRECONDITION",
-        Aborted => "ABORTED",
-        OutOfRange => "OUT_OF_RANGE",
-        Unimplemented => "UNIMPLEMENTED",
-        Internal => "INTERNAL",
-        Unavailable => "UNAVAILABLE",
-        DataLoss => "DATA_LOSS",
-        Unauthenticated => "UNAUTHENTICATED",
     }
 }
 

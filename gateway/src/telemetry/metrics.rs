@@ -32,29 +32,7 @@ pub const DURATION_BUCKETS: [f64; 14] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-/// The label value of a gRPC code: its canonical upper-case name, as in the
-/// gRPC status code documentation (`OK`, `UNAVAILABLE`, ...).
-pub fn code_label(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
-    }
-}
+use rollout_proto::code_name;
 
 /// The number of gRPC codes (`Code` is 0..=16).
 const CODES: usize = 17;
@@ -272,7 +250,7 @@ impl Metrics {
             .get_or_create(&TargetCodeLabels {
                 hook: hook.as_str(),
                 target: target.clone(),
-                code: code_label(code),
+                code: code_name(code),
             })
             .inc();
         self.call_duration
@@ -302,7 +280,7 @@ impl PluginMetrics {
         CodeLabels {
             hook: hook.as_str(),
             plugin: self.name.clone(),
-            code: code_label(code),
+            code: code_name(code),
         }
     }
 
@@ -596,9 +574,9 @@ mod tests {
 
     #[test]
     fn every_code_has_its_canonical_name() {
-        assert_eq!(code_label(Code::Ok), "OK");
-        assert_eq!(code_label(Code::DeadlineExceeded), "DEADLINE_EXCEEDED");
-        assert_eq!(code_label(Code::Unauthenticated), "UNAUTHENTICATED");
+        assert_eq!(code_name(Code::Ok), "OK");
+        assert_eq!(code_name(Code::DeadlineExceeded), "DEADLINE_EXCEEDED");
+        assert_eq!(code_name(Code::Unauthenticated), "UNAUTHENTICATED");
         assert_eq!(Code::Unauthenticated as usize, CODES - 1);
     }
 }
