@@ -1,9 +1,13 @@
-//! What plugin binaries share (feature `cli`): the TLS flags and logging.
+//! What plugin binaries share (feature `cli`): the TLS flags, logging, and
+//! the rest of `main` ([`run_plugin`]).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use crate::error::ServeError;
-use crate::server::TlsOptions;
+use crate::plugin::RolloutPlugin;
+use crate::server::{ServeOptions, TlsOptions};
 
 /// `--tls-cert FILE --tls-key FILE [--client-ca FILE]`, to flatten into a
 /// plugin's clap flags:
@@ -65,6 +69,35 @@ pub fn init_tracing() {
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(filter)
         .try_init();
+}
+
+/// The rest of a plugin binary's `main`, once its flags are parsed: logging
+/// ([`init_tracing`]), a runtime, TLS from `tls`, then [`crate::serve`] on
+/// `listen` until SIGTERM or Ctrl-C. A failure (a file that cannot be read,
+/// a taken port) is printed as `NAME: error` and exits 1.
+pub fn run_plugin<P: RolloutPlugin>(
+    name: &str,
+    plugin: P,
+    listen: SocketAddr,
+    tls: &TlsArgs,
+) -> ExitCode {
+    init_tracing();
+    let served = (|| -> Result<(), Box<dyn std::error::Error>> {
+        let mut options = ServeOptions::default();
+        if let Some(tls) = tls.load()? {
+            options = options.tls(tls);
+        }
+        tokio::runtime::Runtime::new()?.block_on(crate::serve(plugin, listen, options))?;
+        Ok(())
+    })();
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // The errors carry their causes in their messages.
+            eprintln!("{name}: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[cfg(test)]

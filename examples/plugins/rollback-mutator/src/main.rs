@@ -5,8 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use rollback_mutator::RollbackMutator;
-use rollout_plugin_sdk::ServeOptions;
-use rollout_plugin_sdk::cli::{TlsArgs, init_tracing};
+use rollout_plugin_sdk::cli::{TlsArgs, run_plugin};
 
 /// While a rollout aborts, marks every manifest of the rolled-back work
 /// (`rollout.ocm.io/rollback: "true"`, `rollout.ocm.io/rollback-revision`)
@@ -29,23 +28,10 @@ struct Flags {
 
 fn main() -> ExitCode {
     let flags = Flags::parse();
-    init_tracing();
-    match run(flags) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            // The errors carry their causes in their messages.
-            eprintln!("rollback-mutator: {error}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-#[tokio::main]
-async fn run(flags: Flags) -> anyhow::Result<()> {
-    let mut options = ServeOptions::default();
-    if let Some(tls) = flags.tls.load()? {
-        options = options.tls(tls);
-    }
-    rollout_plugin_sdk::serve(RollbackMutator, flags.listen, options).await?;
-    Ok(())
+    run_plugin(
+        "rollback-mutator",
+        RollbackMutator,
+        flags.listen,
+        &flags.tls,
+    )
 }

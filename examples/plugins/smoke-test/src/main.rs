@@ -5,8 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use rollout_plugin_sdk::ServeOptions;
-use rollout_plugin_sdk::cli::{TlsArgs, init_tracing};
+use rollout_plugin_sdk::cli::{TlsArgs, run_plugin};
 use smoke_test::{DEFAULT_MAX_TRACKED, Settings, SmokeTest, parse_duration};
 
 /// Validates each cluster like a post-deployment smoke test: INPROGRESS for
@@ -37,28 +36,10 @@ struct Flags {
 
 fn main() -> ExitCode {
     let flags = Flags::parse();
-    init_tracing();
-    match run(flags) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            // The errors carry their causes in their messages.
-            eprintln!("smoke-test: {error}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-#[tokio::main]
-async fn run(flags: Flags) -> anyhow::Result<()> {
-    let mut options = ServeOptions::default();
-    if let Some(tls) = flags.tls.load()? {
-        options = options.tls(tls);
-    }
     let plugin = SmokeTest::new(Settings {
         soak: flags.soak,
         fail: flags.fail.into_iter().collect(),
         max_tracked: flags.max_tracked,
     });
-    rollout_plugin_sdk::serve(plugin, flags.listen, options).await?;
-    Ok(())
+    run_plugin("smoke-test", plugin, flags.listen, &flags.tls)
 }

@@ -4,8 +4,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::Parser;
-use rollout_plugin_sdk::ServeOptions;
-use rollout_plugin_sdk::cli::{TlsArgs, init_tracing};
+use rollout_plugin_sdk::cli::{TlsArgs, run_plugin};
 use traffic_weights::TrafficWeights;
 
 /// Annotates each workload manifest with the cluster's position in the
@@ -25,23 +24,5 @@ struct Flags {
 
 fn main() -> ExitCode {
     let flags = Flags::parse();
-    init_tracing();
-    match run(flags) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            // The errors carry their causes in their messages.
-            eprintln!("traffic-weights: {error}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-#[tokio::main]
-async fn run(flags: Flags) -> anyhow::Result<()> {
-    let mut options = ServeOptions::default();
-    if let Some(tls) = flags.tls.load()? {
-        options = options.tls(tls);
-    }
-    rollout_plugin_sdk::serve(TrafficWeights, flags.listen, options).await?;
-    Ok(())
+    run_plugin("traffic-weights", TrafficWeights, flags.listen, &flags.tls)
 }
