@@ -47,11 +47,17 @@ fn spawn(config: &std::path::Path) -> (Proc, SocketAddr, SocketAddr) {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
+    let (grpc, admin) = listening(&mut child);
+    (Proc(child), grpc, admin)
+}
+
+/// Reads the child's listening line, `rollout-gateway listening grpc=ADDR
+/// admin=ADDR`, and returns both addresses.
+fn listening(child: &mut Child) -> (SocketAddr, SocketAddr) {
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    // rollout-gateway listening grpc=ADDR admin=ADDR
     let mut grpc = None;
     let mut admin = None;
     assert!(line.starts_with("rollout-gateway listening "), "{line:?}");
@@ -63,7 +69,7 @@ fn spawn(config: &std::path::Path) -> (Proc, SocketAddr, SocketAddr) {
             admin = Some(a.parse().unwrap());
         }
     }
-    (Proc(child), grpc.expect("grpc="), admin.expect("admin="))
+    (grpc.expect("grpc="), admin.expect("admin="))
 }
 
 #[tokio::test]
@@ -225,10 +231,7 @@ async fn runs_the_configured_number_of_worker_threads() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    listening(&mut child);
     let three = Proc(child);
     assert_eq!(worker_threads(three.0.id()), 3);
 }
@@ -262,16 +265,7 @@ async fn json_logs_and_exported_spans_carry_the_callers_trace() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let grpc: SocketAddr = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("grpc="))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (grpc, _) = listening(&mut child);
     let stderr = child.stderr.take().unwrap();
     let proc = Proc(child);
 
