@@ -37,7 +37,7 @@ pub struct CallContext<'a> {
     pub target: &'a Target,
     /// The caller's deadline (`grpc-timeout`), if it sent one.
     pub deadline: Option<Instant>,
-    /// Caller headers forwarded to each plugin (trace context).
+    /// Caller headers passed on to each plugin (its validated `tracestate`).
     pub forward: Arc<HeaderMap>,
     /// The server span of this call, parent of every attempt's span.
     pub parent: SpanContext,

@@ -182,20 +182,18 @@ impl GatewayService {
             .and_then(|v| v.to_str().ok())
             .and_then(grpc::parse_timeout)
             .map(|d| received + d);
-        // Trace context is passed on only when well-formed: a plugin never
-        // receives a caller's arbitrary bytes in these headers.
+        // Each attempt sends its own span as the plugin's traceparent (the
+        // attempt layer); what passes through from the caller is its
+        // tracestate, only when well-formed and beside a well-formed
+        // traceparent: a plugin never receives a caller's arbitrary bytes.
         let mut forward = HeaderMap::new();
-        if let Some(tp) = headers
+        if let Some(ts) = headers
             .get("traceparent")
             .filter(|v| valid_traceparent(v.as_bytes()))
+            .and_then(|_| headers.get("tracestate"))
+            .filter(|v| valid_tracestate(v.as_bytes()))
         {
-            forward.insert("traceparent", tp.clone());
-            if let Some(ts) = headers
-                .get("tracestate")
-                .filter(|v| valid_tracestate(v.as_bytes()))
-            {
-                forward.insert("tracestate", ts.clone());
-            }
+            forward.insert("tracestate", ts.clone());
         }
         let hub = parts.extensions.get::<CallerHub>().map(|h| h.0.as_str());
         if let Some(hub) = hub {
