@@ -461,7 +461,9 @@ async fn ctrl_c_stops_every_process() {
     let pid = demo.id().expect("running");
     let mut lines = BufReader::new(demo.stdout.take().expect("stdout")).lines();
     let mut seen = String::new();
-    // Until the rollout is under way: the smoke test soaks for 10 s.
+    // Until the rollout is under way: the smoke test soaks for 10 s. The
+    // simulation's own lines are indented with a bar; the plugin's intro
+    // also says INPROGRESS, before the gateway and the simulation start.
     while let Some(line) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
         .await
         .expect("the demo goes on")
@@ -469,7 +471,7 @@ async fn ctrl_c_stops_every_process() {
     {
         seen.push_str(&line);
         seen.push('\n');
-        if line.contains("INPROGRESS") {
+        if line.contains('│') && line.contains("INPROGRESS") {
             break;
         }
     }
