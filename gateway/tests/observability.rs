@@ -39,7 +39,7 @@ async fn a_pipeline_mutate_is_one_server_span_with_a_client_span_per_attempt() {
             insecure_plugin(
                 "weights",
                 &a,
-                "    retry:\n      maxAttempts: 2\n      initialBackoff: 1ms\n"
+                "    retry:\n      maxAttempts: 2\n      initialBackoff: 1ms\n    retryBudget:\n      ratio: 10\n      minPerSecond: 100000\n"
             ),
             insecure_plugin("smoke", &b, ""),
         ),
@@ -54,7 +54,9 @@ async fn a_pipeline_mutate_is_one_server_span_with_a_client_span_per_attempt() {
     })
     .await;
     // Let the gateway's own Initialize of each plugin pass (it has no span).
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The retry does not wait on time: the budget refills at 100,000 a second.
+    a.wait_calls(HookKind::Initialize, 1).await;
+    b.wait_calls(HookKind::Initialize, 1).await;
 
     let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";
@@ -236,7 +238,7 @@ async fn metrics_count_exactly_what_happened() {
             insecure_plugin(
                 "flaky",
                 &flaky,
-                "    retry:\n      maxAttempts: 2\n      initialBackoff: 1ms\n"
+                "    retry:\n      maxAttempts: 2\n      initialBackoff: 1ms\n    retryBudget:\n      ratio: 10\n      minPerSecond: 100000\n"
             ),
             insecure_plugin("soft", &soft, "    failurePolicy: Ignore\n"),
         )
@@ -244,7 +246,9 @@ async fn metrics_count_exactly_what_happened() {
     let gw = gateway(&config("5s")).await;
     // The gateway's own Initialize of each plugin goes around the stacks and
     // counts nowhere; let it finish before the plugins' behaviour matters.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    for p in [&good, &bad, &flaky, &soft] {
+        p.wait_calls(HookKind::Initialize, 1).await;
+    }
     flaky.set(|b| b.fail_first = Some((1, Code::Unavailable)));
     let mut c = gw.client().await;
 

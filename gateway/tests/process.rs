@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use rollout_gateway::hooks::HookKind;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rollout-gateway");
 
@@ -90,7 +91,8 @@ async fn prints_the_bound_addresses_and_drains_on_sigterm() {
 
     let mut c = client(grpc).await;
     let call = tokio::spawn(async move { c.begin_rollout(to("slow", rollout("c1"))).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // SIGTERM once the call is in flight: the plugin holds it for 800 ms.
+    slow.wait_calls(HookKind::BeginRollout, 1).await;
     let t = Instant::now();
     sigterm(&proc_.0);
     // The call in flight finishes; then the process exits 0.

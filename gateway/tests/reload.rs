@@ -204,7 +204,7 @@ async fn calls_in_flight_finish_on_the_snapshot_they_began_with() {
     let gw = gateway(&format!("plugins:\n{}", insecure_plugin("slow", &slow, ""))).await;
     let mut c = gw.client().await;
     let call = tokio::spawn(async move { c.begin_rollout(to("slow", rollout("c1"))).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    slow.wait_calls(HookKind::BeginRollout, 1).await;
     // The plugin is removed while the call is in flight.
     let other = plugin(Behaviour::new("other")).await;
     gw.write_config(&format!(

@@ -263,7 +263,8 @@ async fn over_the_concurrency_bound_calls_are_refused_at_once() {
             c.begin_rollout(to("slow", rollout("c1"))).await
         }));
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Both are in flight at the plugin: the bound is full.
+    p.wait_calls(HookKind::BeginRollout, 2).await;
     let t = Instant::now();
     let e = gw
         .client()

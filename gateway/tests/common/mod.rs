@@ -115,6 +115,21 @@ impl Plugin {
             .count()
     }
 
+    /// Waits until the plugin has received at least `n` calls of `hook`
+    /// (counted on arrival, before any scripted delay): a test acts on a
+    /// call in flight only once it is in flight, however slow the machine.
+    pub async fn wait_calls(&self, hook: HookKind, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.calls(hook) < n {
+            assert!(
+                Instant::now() < deadline,
+                "{hook}: {} of {n} calls arrived in 30 s",
+                self.calls(hook)
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     pub fn last(&self, hook: HookKind) -> Option<Seen> {
         self.seen
             .lock()
