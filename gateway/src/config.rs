@@ -854,16 +854,18 @@ pub fn parse_endpoint(text: &str) -> Result<Endpoint, String> {
     }
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (h, p) = rest.split_once("]:").ok_or("is not [ipv6]:port")?;
+        if h.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("has an invalid IPv6 address {h:?}"));
+        }
         (h, p)
     } else {
-        text.rsplit_once(':').ok_or("is not host:port")?
+        let (h, p) = text.rsplit_once(':').ok_or("is not host:port")?;
+        if h.contains(':') {
+            return Err("has an IPv6 address without brackets: write [address]:port".into());
+        }
+        check_host_name(h)?;
+        (h, p)
     };
-    if host.is_empty() {
-        return Err("has no host".into());
-    }
-    if host.contains(|c: char| c.is_whitespace() || c == '/' || c == '@') {
-        return Err("has an invalid host".into());
-    }
     let port: u16 = port.parse().map_err(|_| "has an invalid port")?;
     if port == 0 {
         return Err("has port 0".into());
@@ -872,6 +874,55 @@ pub fn parse_endpoint(text: &str) -> Result<Endpoint, String> {
         host: host.to_string(),
         port,
     })
+}
+
+/// A DNS name or an IPv4 address, as a connection's authority and a TLS
+/// server name both accept it: labels of ASCII letters, digits, `-` and `_`,
+/// separated by single dots (one trailing dot allowed), at most 63 characters
+/// a label and 253 in all.
+fn check_host_name(host: &str) -> Result<(), String> {
+    if host.is_empty() {
+        return Err("has no host".into());
+    }
+    if let Some(c) = host
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(format!(
+            "has an invalid host {host:?}: {c:?} is not allowed (letters, digits, '-', '_' and '.')"
+        ));
+    }
+    let name = host.strip_suffix('.').unwrap_or(host);
+    if name.len() > 253 {
+        return Err(format!(
+            "has a host of {} characters (at most 253)",
+            host.len()
+        ));
+    }
+    if name.split('.').any(|label| label.is_empty()) {
+        return Err(format!("has an invalid host {host:?}: an empty label"));
+    }
+    if let Some(label) = name.split('.').find(|label| label.len() > 63) {
+        return Err(format!(
+            "has an invalid host: the label {label:?} is over 63 characters"
+        ));
+    }
+    if let Some(label) = name
+        .split('.')
+        .find(|label| label.starts_with('-') || label.ends_with('-'))
+    {
+        return Err(format!(
+            "has an invalid host {host:?}: the label {label:?} starts or ends with '-'"
+        ));
+    }
+    // A name ending in a number is read as an IPv4 address, or not at all.
+    let last = name.rsplit('.').next().unwrap_or(name);
+    if last.bytes().all(|b| b.is_ascii_digit()) && host.parse::<std::net::Ipv4Addr>().is_err() {
+        return Err(format!(
+            "has an invalid host {host:?}: neither an IPv4 address nor a DNS name (whose last label is not a number)"
+        ));
+    }
+    Ok(())
 }
 
 /// Decodes the design's `caBundle` (base64 of a PEM bundle) and checks that it
@@ -1177,6 +1228,29 @@ pipelines:
         assert!(parse_endpoint("a:0").is_err());
         assert!(parse_endpoint("a:99999").is_err());
         assert!(parse_endpoint(":80").is_err());
+        // Refused here, with the reason, not later by the connection.
+        for (text, reason) in [
+            ("a[b:80", "'[' is not allowed"),
+            ("a b:80", "' ' is not allowed"),
+            ("u@h:1", "'@' is not allowed"),
+            ("a..b:80", "an empty label"),
+            (".a:80", "an empty label"),
+            ("::1:80", "without brackets"),
+            ("[::g]:80", "invalid IPv6 address"),
+            ("[]:80", "invalid IPv6 address"),
+            ("a.0:80", "neither an IPv4 address"),
+            ("10.0.0.256:80", "neither an IPv4 address"),
+            ("-a.b:80", "starts or ends with '-'"),
+        ] {
+            let e = parse_endpoint(text).expect_err(text);
+            assert!(e.contains(reason), "{text}: {e}");
+        }
+        assert_eq!(
+            parse_endpoint("plugin.ns.svc.cluster.local.:443").map(|e| e.host),
+            Ok("plugin.ns.svc.cluster.local.".into())
+        );
+        assert!(parse_endpoint(&format!("{}:80", "a".repeat(64))).is_err());
+        assert!(parse_endpoint(&format!("{}:80", "a".repeat(63))).is_ok());
     }
 
     #[test]

@@ -246,7 +246,14 @@ fn or_chaos(good: impl Strategy<Value = Yaml> + 'static) -> BoxedStrategy<Yaml> 
 
 /// A DNS-1123 subdomain, as names must be.
 fn dns_name() -> impl Strategy<Value = String> {
-    "[a-z0-9]([a-z0-9.-]{0,12}[a-z0-9])?"
+    // DNS-1123 labels joined by single dots: a valid name and a valid host.
+    "[a-z0-9]([a-z0-9-]{0,4}[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]{0,4}[a-z0-9])?){0,2}"
+}
+
+/// A plugin's host: DNS labels whose last one is not a number (which would
+/// read as an IPv4 address).
+fn host_name() -> impl Strategy<Value = String> {
+    "([a-z0-9]([a-z0-9-]{0,4}[a-z0-9])?\\.){0,2}[a-z]([a-z0-9-]{0,4}[a-z0-9])?"
 }
 
 fn name() -> BoxedStrategy<String> {
@@ -262,15 +269,18 @@ fn name() -> BoxedStrategy<String> {
 
 fn endpoint() -> BoxedStrategy<String> {
     prop_oneof![
-        60 => (dns_name(), 1u16..).prop_map(|(h, p)| format!("{h}:{p}")),
+        60 => (host_name(), 1u16..).prop_map(|(h, p)| format!("{h}:{p}")),
         1 => (0u32..=70_000).prop_map(|p| format!("127.0.0.1:{p}")),
         1 => any::<(std::net::Ipv6Addr, u16)>().prop_map(|(a, p)| format!("[{a}]:{p}")),
         1 => prop::sample::select(vec![
             "nohost", ":80", "http://a:1", "a:", "[::1]80", "a b:80", "", "a/b:1", "u@h:1",
-            "[::1]:0", "h:-1", "h:+1", "[]:1",
+            "[::1]:0", "h:-1", "h:+1", "[]:1", "a[b:80", "a]b:1", "::1:80", "[::g]:1", "a..b:1",
+            "a%b:1", "a\\b:1",
         ])
         .prop_map(String::from),
         1 => ".{0,24}",
+        2 => ("[A-Za-z0-9._-]{1,10}", 1u16..).prop_map(|(h, p)| format!("{h}:{p}")),
+        1 => ("[0-9]{1,3}(\\.[0-9]{1,3}){0,4}\\.?", 1u16..).prop_map(|(h, p)| format!("{h}:{p}")),
     ]
     .boxed()
 }
@@ -855,7 +865,7 @@ fn good_doc() -> BoxedStrategy<GoodDoc> {
                 .into_iter()
                 .map(|n| {
                     (
-                        dns_name(),
+                        host_name(),
                         1u16..,
                         option::weighted(0.2, prop::collection::vec(dns_name(), 1..3)),
                         good_policy(),
@@ -1122,6 +1132,14 @@ fn check_endpoint_text(text: &str) -> TestCaseResult {
         prop_assert!(
             !e.host
                 .contains(|c: char| c.is_whitespace() || c == '/' || c == '@'),
+            "{text:?}"
+        );
+        // What validation accepts, the connection accepts too: the URI and
+        // the TLS server name are built from it.
+        let uri = format!("https://{e}/rollout.v1alpha1.RolloutPluginService/Initialize");
+        prop_assert!(uri.parse::<http::Uri>().is_ok(), "{text:?} -> {uri:?}");
+        prop_assert!(
+            rustls_pki_types::ServerName::try_from(e.host.clone()).is_ok(),
             "{text:?}"
         );
     }
@@ -1469,7 +1487,7 @@ proptest! {
     #[test]
     fn endpoints_never_panic_and_good_ones_parse(
         text in endpoint(),
-        host in dns_name(),
+        host in host_name(),
         port in 1u16..,
         v6 in any::<std::net::Ipv6Addr>(),
     ) {
