@@ -87,11 +87,9 @@ async fn retries_stay_inside_the_deadline() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::Unavailable, "{e:?}");
-    assert!(
-        t.elapsed() < Duration::from_millis(450),
-        "{:?}",
-        t.elapsed()
-    );
+    // Ten attempts 200 ms apart would take 1.8 s; the 300 ms deadline
+    // stops them (the bound leaves room for a loaded machine).
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     // Full jitter under a 300 ms deadline: at most a few attempts, never 10.
     assert!(p.calls(HookKind::BeginRollout) < 10);
     gw.stop().await;

@@ -174,6 +174,7 @@ where
             service,
             request,
             attempt: 1,
+            last_error: None,
             shared: self.shared.clone(),
         }
     }
@@ -192,6 +193,8 @@ pin_project! {
         request: R,
         // The number of the attempt in flight or last made.
         attempt: u32,
+        // The error of the attempt last made, while waiting for the next.
+        last_error: Option<Status>,
         shared: Arc<Shared>,
     }
 }
@@ -226,9 +229,12 @@ where
                     };
                     let deadline = this.request.deadline();
                     match this.shared.retry_after(*this.attempt, &status, deadline) {
-                        Some(delay) => this.state.set(State::Backoff {
-                            sleep: tokio::time::sleep(delay),
-                        }),
+                        Some(delay) => {
+                            *this.last_error = Some(status);
+                            this.state.set(State::Backoff {
+                                sleep: tokio::time::sleep(delay),
+                            });
+                        }
                         None => return Poll::Ready(Err(status)),
                     }
                 }
@@ -238,6 +244,15 @@ where
                 }
                 StateProj::Ready => {
                     ready!(this.service.poll_ready(cx))?;
+                    // The backoff ended before the deadline, but a late timer
+                    // or a service slow to be ready can push the start past
+                    // it: the call then ends with the error that caused the
+                    // retry, not a deadline error about an attempt never made.
+                    if tokio::time::Instant::now() >= this.request.deadline()
+                        && let Some(status) = this.last_error.take()
+                    {
+                        return Poll::Ready(Err(status));
+                    }
                     *this.attempt += 1;
                     let request = this.shared.attempt(this.request, *this.attempt);
                     let future = this.service.call(request);
@@ -389,6 +404,33 @@ mod tests {
         assert_eq!(counts.attempts(), [1, 2]);
         drop(service);
         assert!(handle.next_request().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_that_could_only_start_after_the_deadline_ends_with_its_cause() {
+        // The backoff (50 ms) ends well before the deadline (300 ms), but the
+        // service is not ready again until after it.
+        let (upstream, mut handle) = upstream();
+        let (layer, counts) = layer(policy(3));
+        let mut service = layer.layer(upstream);
+        let call = tokio::spawn(
+            service
+                .ready()
+                .await
+                .expect("ready")
+                .call(Req::within(300 * MS)),
+        );
+        let (_, reply) = next(&mut handle).await;
+        handle.allow(0);
+        reply.send_error(Status::unavailable("down"));
+        tokio::time::sleep(400 * MS).await;
+        handle.allow(1);
+        let status = finish(call).await.expect_err("unavailable");
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(status.message(), "down");
+        assert_eq!(counts.attempts(), [1]);
+        drop(service);
+        assert!(handle.next_request().await.is_none(), "no second attempt");
     }
 
     #[tokio::test(start_paused = true)]
