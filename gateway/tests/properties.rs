@@ -987,7 +987,7 @@ fn check_config_invariants(cfg: &Config) -> TestCaseResult {
         prop_assert!(p.endpoint.port != 0);
         prop_assert!(!p.endpoint.host.is_empty());
         prop_assert_eq!(
-            config::parse_endpoint(&format!("{}:{}", p.endpoint.host, p.endpoint.port)),
+            config::parse_endpoint(&p.endpoint.to_string()),
             Ok(p.endpoint.clone())
         );
         if let Transport::Tls { ca_bundle_pem } = &p.transport {
