@@ -12,7 +12,7 @@
 use opentelemetry::trace::{Span as _, SpanContext, SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::Span;
-use rollout_proto::v1alpha1::RolloutPluginRequest;
+use rollout_proto::view::RolloutFields;
 use rollout_telemetry::{Tracer, finish_span, rollout_attributes};
 
 pub use rollout_telemetry::{TracingError, TracingOptions};
@@ -80,7 +80,7 @@ impl Telemetry {
         parent: &Context,
         hook: HookKind,
         plugin: &str,
-        rollout: Option<&RolloutPluginRequest>,
+        rollout: Option<&RolloutFields>,
     ) -> HookSpan {
         let mut attributes = vec![
             KeyValue::new("rpc.system", "grpc"),
@@ -135,12 +135,12 @@ mod tests {
         let reconcile = telemetry.reconcile_span("default", "hello");
         let parent = reconcile.span().span_context().clone();
         assert!(parent.is_valid());
-        let request = RolloutPluginRequest {
+        let request = RolloutFields {
             mwrs_name: "hello".into(),
             mwrs_namespace: "default".into(),
             placement_name: "p".into(),
             cluster_name: "c1".into(),
-            ..RolloutPluginRequest::default()
+            ..RolloutFields::default()
         };
         let hook =
             telemetry.hook_span(&reconcile, HookKind::BeginRollout, "canary", Some(&request));

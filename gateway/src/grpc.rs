@@ -10,6 +10,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use bytes::buf::Chain;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue};
 use tonic::{Code, Status};
@@ -17,14 +18,84 @@ use tonic::{Code, Status};
 /// The gRPC content type.
 pub const CONTENT_TYPE: &str = "application/grpc";
 
-/// A framed message as handed to HTTP/2: a small encoded head, then a large
-/// payload shared with the request it came from (written with `writev`, never
-/// copied). For most messages the payload is empty.
-pub type Payload = bytes::buf::Chain<Bytes, Bytes>;
+/// A framed message as handed to HTTP/2: up to four parts, small encoded
+/// heads and large pieces shared with the request they came from (written
+/// with `writev`, never copied). Most messages use the first part only.
+pub type Payload = Chain<Chain<Bytes, Bytes>, Chain<Bytes, Bytes>>;
+
+fn payload(a: Bytes, b: Bytes, c: Bytes, d: Bytes) -> Payload {
+    a.chain(b).chain(c.chain(d))
+}
 
 /// Encodes a message with its 5-byte prefix (uncompressed), in one allocation.
 pub fn encode<M: prost::Message>(message: &M) -> Payload {
     encode_with_tail(message, 0, Bytes::new())
+}
+
+/// Bytes that are already framed (another encoder's output), as a payload.
+pub fn raw(framed: Bytes) -> Payload {
+    payload(framed, Bytes::new(), Bytes::new(), Bytes::new())
+}
+
+/// Frames an already encoded message: the prefix, then `message` itself,
+/// not copied.
+pub fn frame(message: Bytes) -> Payload {
+    let mut prefix = BytesMut::with_capacity(5);
+    prefix.put_u8(0);
+    prefix.put_u32(message.len() as u32);
+    payload(prefix.freeze(), message, Bytes::new(), Bytes::new())
+}
+
+/// Frames a `MutateManifestWorkRequest` from its parts: `rollout` (field 1,
+/// an encoded `RolloutPluginRequest`, sent only when present) and the
+/// ManifestWork (field 2, sent only when not empty), neither copied. The
+/// bytes are those of the full message encoded by prost.
+pub fn frame_mutate(rollout: Option<Bytes>, manifest_work: Bytes) -> Payload {
+    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+    let field = |len: usize| key_len(1) + encoded_len_varint(len as u64) + len;
+    let rollout_len = rollout.as_ref().map_or(0, |r| field(r.len()));
+    let work_len = if manifest_work.is_empty() {
+        0
+    } else {
+        field(manifest_work.len())
+    };
+    let mut heads = BytesMut::with_capacity(5 + 2 * (key_len(1) + 10));
+    heads.put_u8(0);
+    heads.put_u32((rollout_len + work_len) as u32);
+    if let Some(r) = &rollout {
+        encode_key(1, WireType::LengthDelimited, &mut heads);
+        encode_varint(r.len() as u64, &mut heads);
+    }
+    let first = heads.split().freeze();
+    if !manifest_work.is_empty() {
+        encode_key(2, WireType::LengthDelimited, &mut heads);
+        encode_varint(manifest_work.len() as u64, &mut heads);
+    }
+    payload(
+        first,
+        rollout.unwrap_or_default(),
+        heads.freeze(),
+        manifest_work,
+    )
+}
+
+/// The message of a whole unary body, without its 5-byte prefix, after
+/// checking the prefix (compression flag, limit, length).
+pub fn message(mut body: Bytes, limit: usize) -> Result<Bytes, Status> {
+    let len = message_len(&body, limit)?;
+    body.advance(5);
+    if body.len() != len {
+        return Err(Status::internal(format!(
+            "gRPC message length {len} does not match the {} bytes received",
+            body.len()
+        )));
+    }
+    Ok(body)
+}
+
+/// Decodes a message (without its prefix) as `M`.
+pub fn decode_message<M: prost::Message + Default>(message: Bytes) -> Result<M, Status> {
+    M::decode(message).map_err(|e| Status::internal(format!("cannot decode message: {e}")))
 }
 
 /// Encodes `head` followed by a length-delimited field number `tag` holding
@@ -48,7 +119,7 @@ pub fn encode_with_tail<M: prost::Message>(head: &M, tag: u32, tail: Bytes) -> P
         prost::encoding::encode_key(tag, prost::encoding::WireType::LengthDelimited, &mut buf);
         prost::encoding::encode_varint(tail.len() as u64, &mut buf);
     }
-    buf.freeze().chain(tail)
+    payload(buf.freeze(), Bytes::new(), Bytes::new(), tail)
 }
 
 /// The whole of a payload as one `Bytes` (copies when it has two parts).
@@ -86,16 +157,8 @@ pub fn message_len(prefix: &[u8], limit: usize) -> Result<usize, Status> {
 
 /// Decodes one length-prefixed message from a whole unary body. `Bytes`
 /// fields of the message share `body`'s memory.
-pub fn decode<M: prost::Message + Default>(mut body: Bytes, limit: usize) -> Result<M, Status> {
-    let len = message_len(&body, limit)?;
-    body.advance(5);
-    if body.len() != len {
-        return Err(Status::internal(format!(
-            "gRPC message length {len} does not match the {} bytes received",
-            body.len()
-        )));
-    }
-    M::decode(body).map_err(|e| Status::internal(format!("cannot decode message: {e}")))
+pub fn decode<M: prost::Message + Default>(body: Bytes, limit: usize) -> Result<M, Status> {
+    decode_message(message(body, limit)?)
 }
 
 /// Reads a unary message body from an HTTP/2 stream, giving the flow-control
@@ -313,7 +376,7 @@ mod tests {
         };
         let split = encode_with_tail(&head, 2, work.clone());
         assert_eq!(
-            split.last_ref().as_ptr(),
+            split.last_ref().last_ref().as_ptr(),
             work.as_ptr(),
             "the tail is shared, not copied"
         );
@@ -329,6 +392,46 @@ mod tests {
             )),
             flatten(encode(&response))
         );
+    }
+
+    #[test]
+    fn framed_parts_are_the_whole_message_and_are_not_copied() {
+        use prost::Message as _;
+        use rollout_proto::v1alpha1::{MutateManifestWorkRequest, RolloutPluginRequest};
+        let request = RolloutPluginRequest {
+            cluster_name: "cluster-007".into(),
+            cluster_index: 7,
+            ..Default::default()
+        };
+        let encoded = Bytes::from(request.encode_to_vec());
+        let framed = frame(encoded.clone());
+        assert_eq!(framed.first_ref().last_ref().as_ptr(), encoded.as_ptr());
+        assert_eq!(flatten(framed), flatten(encode(&request)));
+
+        let work = Bytes::from(vec![b'x'; 70_000]);
+        for rollout in [None, Some(RolloutPluginRequest::default()), Some(request)] {
+            for manifest_work in [Bytes::new(), work.clone()] {
+                let whole = MutateManifestWorkRequest {
+                    rollout: rollout.clone(),
+                    manifest_work: manifest_work.clone(),
+                };
+                let rollout_bytes = rollout.as_ref().map(|r| Bytes::from(r.encode_to_vec()));
+                let parts = frame_mutate(rollout_bytes.clone(), manifest_work.clone());
+                if let Some(r) = rollout_bytes.filter(|r| !r.is_empty()) {
+                    assert_eq!(parts.first_ref().last_ref().as_ptr(), r.as_ptr());
+                }
+                if !manifest_work.is_empty() {
+                    assert_eq!(parts.last_ref().last_ref().as_ptr(), manifest_work.as_ptr());
+                }
+                assert_eq!(
+                    flatten(parts),
+                    flatten(encode(&whole)),
+                    "{:?}, {} bytes of work",
+                    whole.rollout,
+                    manifest_work.len()
+                );
+            }
+        }
     }
 
     #[test]

@@ -106,7 +106,7 @@ impl Health {
         while let Some(frame) = body.frame().await {
             let sent = match frame {
                 Ok(frame) => match frame.into_data() {
-                    Ok(data) => stream.send_data(bytes::Buf::chain(data, Bytes::new()), false),
+                    Ok(data) => stream.send_data(crate::grpc::raw(data), false),
                     Err(frame) => match frame.into_trailers() {
                         Ok(trailers) => stream.send_trailers(trailers),
                         Err(_) => Ok(()),

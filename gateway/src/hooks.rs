@@ -1,21 +1,88 @@
 //! The five hooks of `RolloutPluginService` as values, so one code path can
 //! carry any of them from the controller to a plugin and back.
 
+use std::sync::Arc;
+
+use bytes::Bytes;
+use prost::Message as _;
 use rollout_proto::v1alpha1::{
-    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, MutateManifestWorkResponse,
-    RolloutPluginRequest, ValidateCompletionRequest, ValidateResponse,
+    InitializeRequest, InitializeResponse, MutateManifestWorkResponse, RolloutPluginRequest,
+    ValidateCompletionRequest, ValidateResponse,
 };
+use rollout_proto::view::{MutateParts, RolloutFields, ValidateView};
+use tonic::Status;
+
+use crate::grpc;
 
 pub use rollout_proto::HookKind;
 
 /// A request for one hook.
+///
+/// The gateway is a proxy: a rollout request goes to each plugin as the
+/// caller encoded it, fields this gateway does not know included. Only the
+/// fields spans need are decoded ([`RolloutFields`]); `rollout_status`, which
+/// lists every cluster of the placement, is never decoded nor copied, so a
+/// call costs the gateway the same for 10 clusters or 10,000.
 #[derive(Debug, Clone)]
 pub enum HookRequest {
     Initialize(InitializeRequest),
-    BeginRollout(RolloutPluginRequest),
-    ProgressRollout(RolloutPluginRequest),
-    ValidateRolloutCompletion(ValidateCompletionRequest),
-    MutateManifestWork(MutateManifestWorkRequest),
+    BeginRollout(Forwarded),
+    ProgressRollout(Forwarded),
+    ValidateRolloutCompletion(Forwarded),
+    MutateManifestWork(MutateStep),
+}
+
+/// A request message as the caller encoded it (without the gRPC prefix),
+/// sent on unchanged, and its rollout fields.
+#[derive(Debug, Clone)]
+pub struct Forwarded {
+    pub message: Bytes,
+    pub rollout: Option<Arc<RolloutFields>>,
+}
+
+impl Forwarded {
+    /// A `RolloutPluginRequest` (BeginRollout, ProgressRollout).
+    pub fn rollout_request(message: Bytes) -> Result<Forwarded, Status> {
+        let fields: RolloutFields = grpc::decode_message(message.clone())?;
+        Ok(Forwarded {
+            message,
+            rollout: Some(Arc::new(fields)),
+        })
+    }
+
+    /// A `ValidateCompletionRequest`.
+    pub fn validate_request(message: Bytes) -> Result<Forwarded, Status> {
+        let view: ValidateView = grpc::decode_message(message.clone())?;
+        Ok(Forwarded {
+            message,
+            rollout: view.rollout.map(Arc::new),
+        })
+    }
+}
+
+/// One MutateManifestWork call of a chain: the caller's encoded `rollout`,
+/// sent on unchanged to every member, and the ManifestWork this member gets.
+#[derive(Debug, Clone)]
+pub struct MutateStep {
+    pub rollout: Option<Bytes>,
+    pub fields: Option<Arc<RolloutFields>>,
+    pub manifest_work: Bytes,
+}
+
+impl MutateStep {
+    /// A `MutateManifestWorkRequest`.
+    pub fn decode(message: Bytes) -> Result<MutateStep, Status> {
+        let parts: MutateParts = grpc::decode_message(message)?;
+        let fields = match &parts.rollout {
+            Some(r) => Some(Arc::new(grpc::decode_message::<RolloutFields>(r.clone())?)),
+            None => None,
+        };
+        Ok(MutateStep {
+            rollout: parts.rollout,
+            fields,
+            manifest_work: parts.manifest_work,
+        })
+    }
 }
 
 impl HookRequest {
@@ -30,12 +97,45 @@ impl HookRequest {
     }
 
     /// The rollout fields of the request, if the hook has them.
-    pub fn rollout(&self) -> Option<&RolloutPluginRequest> {
+    pub fn rollout(&self) -> Option<&RolloutFields> {
         match self {
             HookRequest::Initialize(_) => None,
-            HookRequest::BeginRollout(r) | HookRequest::ProgressRollout(r) => Some(r),
-            HookRequest::ValidateRolloutCompletion(r) => r.rollout.as_ref(),
-            HookRequest::MutateManifestWork(r) => r.rollout.as_ref(),
+            HookRequest::BeginRollout(f)
+            | HookRequest::ProgressRollout(f)
+            | HookRequest::ValidateRolloutCompletion(f) => f.rollout.as_deref(),
+            HookRequest::MutateManifestWork(m) => m.fields.as_deref(),
+        }
+    }
+
+    /// A BeginRollout request from a message (the gateway's tests and tools).
+    pub fn begin_rollout(request: &RolloutPluginRequest) -> HookRequest {
+        HookRequest::BeginRollout(Forwarded {
+            message: Bytes::from(request.encode_to_vec()),
+            rollout: Some(Arc::new(RolloutFields::from(request))),
+        })
+    }
+
+    /// A ValidateRolloutCompletion request from a message.
+    pub fn validate(request: &ValidateCompletionRequest) -> HookRequest {
+        HookRequest::ValidateRolloutCompletion(Forwarded {
+            message: Bytes::from(request.encode_to_vec()),
+            rollout: request
+                .rollout
+                .as_ref()
+                .map(|r| Arc::new(RolloutFields::from(r))),
+        })
+    }
+
+    /// The framed message for the plugin; nothing large is copied.
+    pub fn payload(&self) -> grpc::Payload {
+        match self {
+            HookRequest::Initialize(m) => grpc::encode(m),
+            HookRequest::BeginRollout(f)
+            | HookRequest::ProgressRollout(f)
+            | HookRequest::ValidateRolloutCompletion(f) => grpc::frame(f.message.clone()),
+            HookRequest::MutateManifestWork(m) => {
+                grpc::frame_mutate(m.rollout.clone(), m.manifest_work.clone())
+            }
         }
     }
 }

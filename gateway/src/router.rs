@@ -16,17 +16,14 @@ use http::HeaderMap;
 use opentelemetry::trace::SpanContext;
 use rollout_policies::FailurePolicy;
 use rollout_policies::merge::{self, Failure, Member, Merged, Outcome};
-use rollout_proto::v1alpha1::{
-    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, RolloutPluginRequest,
-    ValidateCompletionRequest, ValidateResponse,
-};
+use rollout_proto::v1alpha1::{InitializeRequest, InitializeResponse, ValidateResponse};
 use serde_json::Value;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 use tower::ServiceExt;
 
 use crate::error::GatewayError;
-use crate::hooks::{HookKind, HookRequest, HookResponse};
+use crate::hooks::{Forwarded, HookKind, HookRequest, HookResponse, MutateStep};
 use crate::manifest;
 use crate::registry::{Plugin, Target};
 use crate::stack::PluginCall;
@@ -139,7 +136,7 @@ impl CallContext<'_> {
     pub async fn ack(
         &self,
         kind: HookKind,
-        request: RolloutPluginRequest,
+        request: Forwarded,
     ) -> Result<Merged<()>, GatewayError> {
         let request = match kind {
             HookKind::BeginRollout => HookRequest::BeginRollout(request),
@@ -156,7 +153,7 @@ impl CallContext<'_> {
     /// ValidateRolloutCompletion.
     pub async fn validate(
         &self,
-        request: ValidateCompletionRequest,
+        request: Forwarded,
     ) -> Result<Merged<ValidateResponse>, GatewayError> {
         let members = self
             .fan_out(HookRequest::ValidateRolloutCompletion(request))
@@ -172,10 +169,11 @@ impl CallContext<'_> {
     /// previous output. Returns the failed-open members with the error too.
     pub async fn mutate(
         &self,
-        request: MutateManifestWorkRequest,
+        request: MutateStep,
     ) -> Result<Mutated, (GatewayError, Vec<String>)> {
-        let MutateManifestWorkRequest {
+        let MutateStep {
             rollout,
+            fields,
             manifest_work,
         } = request;
         let mut current = manifest_work;
@@ -186,16 +184,12 @@ impl CallContext<'_> {
         let mut failed_open = Vec::new();
 
         let members = self.target.members();
-        let mut rollout = rollout;
-        for (i, plugin) in members.iter().enumerate() {
-            // The last member takes the rollout fields; the others get a copy.
-            let fields = if i + 1 == members.len() {
-                rollout.take()
-            } else {
-                rollout.clone()
-            };
-            let step = HookRequest::MutateManifestWork(MutateManifestWorkRequest {
-                rollout: fields,
+        for plugin in members {
+            // Every member gets the caller's rollout bytes (shared, not
+            // copied) and the work as the previous member left it.
+            let step = HookRequest::MutateManifestWork(MutateStep {
+                rollout: rollout.clone(),
+                fields: fields.clone(),
                 manifest_work: current.clone(),
             });
             let kind = HookKind::MutateManifestWork;

@@ -10,10 +10,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use rollout_proto::v1alpha1::{
-    InitializeRequest, MutateManifestWorkRequest, MutateManifestWorkResponse, RolloutPluginRequest,
-    ValidateCompletionRequest,
-};
+use rollout_proto::v1alpha1::{InitializeRequest, MutateManifestWorkResponse};
 use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY, PLUGIN_METADATA_KEY};
 use tokio::time::Instant;
 use tonic::{Code, Status};
@@ -22,7 +19,7 @@ use tracing::Instrument;
 use crate::error::GatewayError;
 use crate::grpc::{self, Payload};
 use crate::health::{self, Health};
-use crate::hooks::HookKind;
+use crate::hooks::{Forwarded, HookKind, MutateStep};
 use crate::registry::Registry;
 use crate::router::CallContext;
 use crate::telemetry::trace::ServerSpan;
@@ -234,13 +231,15 @@ impl GatewayService {
                 ))
             }
             HookKind::BeginRollout | HookKind::ProgressRollout => {
-                let request = grpc::decode::<RolloutPluginRequest>(data, limit)?;
-                span.set_rollout(&request);
+                let request = Forwarded::rollout_request(grpc::message(data, limit)?)?;
+                if let Some(rollout) = &request.rollout {
+                    span.set_rollout(rollout);
+                }
                 let merged = ctx.ack(hook, request).await.map_err(failed)?;
                 Ok((grpc::encode(&()), failed_open(&merged.failed_open)))
             }
             HookKind::ValidateRolloutCompletion => {
-                let request = grpc::decode::<ValidateCompletionRequest>(data, limit)?;
+                let request = Forwarded::validate_request(grpc::message(data, limit)?)?;
                 if let Some(rollout) = &request.rollout {
                     span.set_rollout(rollout);
                 }
@@ -251,8 +250,8 @@ impl GatewayService {
                 ))
             }
             HookKind::MutateManifestWork => {
-                let request = grpc::decode::<MutateManifestWorkRequest>(data, limit)?;
-                if let Some(rollout) = &request.rollout {
+                let request = MutateStep::decode(grpc::message(data, limit)?)?;
+                if let Some(rollout) = &request.fields {
                     span.set_rollout(rollout);
                 }
                 match ctx.mutate(request).await {

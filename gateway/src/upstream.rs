@@ -16,8 +16,7 @@ use std::time::Duration;
 use h2::client::SendRequest;
 use http::{HeaderMap, HeaderValue};
 use rollout_proto::v1alpha1::{
-    Hook, InitializeResponse, MutateManifestWorkRequest, MutateManifestWorkResponse,
-    ValidateResponse,
+    Hook, InitializeResponse, MutateManifestWorkResponse, ValidateResponse,
 };
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -255,45 +254,23 @@ impl Upstream {
             ));
         }
         let call = async {
-            match request {
-                HookRequest::Initialize(m) => self
-                    .unary::<InitializeResponse>(
-                        HookKind::Initialize,
-                        grpc::encode(&m),
-                        deadline,
-                        forward,
-                    )
+            let kind = request.kind();
+            let payload = request.payload();
+            match kind {
+                HookKind::Initialize => self
+                    .unary::<InitializeResponse>(kind, payload, deadline, forward)
                     .await
                     .map(HookResponse::Initialize),
-                HookRequest::BeginRollout(m) => self
-                    .unary::<()>(HookKind::BeginRollout, grpc::encode(&m), deadline, forward)
+                HookKind::BeginRollout | HookKind::ProgressRollout => self
+                    .unary::<()>(kind, payload, deadline, forward)
                     .await
                     .map(|()| HookResponse::Empty),
-                HookRequest::ProgressRollout(m) => self
-                    .unary::<()>(
-                        HookKind::ProgressRollout,
-                        grpc::encode(&m),
-                        deadline,
-                        forward,
-                    )
-                    .await
-                    .map(|()| HookResponse::Empty),
-                HookRequest::ValidateRolloutCompletion(m) => self
-                    .unary::<ValidateResponse>(
-                        HookKind::ValidateRolloutCompletion,
-                        grpc::encode(&m),
-                        deadline,
-                        forward,
-                    )
+                HookKind::ValidateRolloutCompletion => self
+                    .unary::<ValidateResponse>(kind, payload, deadline, forward)
                     .await
                     .map(HookResponse::ValidateRolloutCompletion),
-                HookRequest::MutateManifestWork(m) => self
-                    .unary::<MutateManifestWorkResponse>(
-                        HookKind::MutateManifestWork,
-                        mutate_payload(m),
-                        deadline,
-                        forward,
-                    )
+                HookKind::MutateManifestWork => self
+                    .unary::<MutateManifestWorkResponse>(kind, payload, deadline, forward)
                     .await
                     .map(HookResponse::MutateManifestWork),
             }
@@ -516,19 +493,6 @@ impl MethodUris {
     fn get(&self, kind: HookKind) -> http::Uri {
         self.0[kind as usize].clone()
     }
-}
-
-/// The ManifestWork is the request's last field: it goes out without a copy.
-fn mutate_payload(m: MutateManifestWorkRequest) -> Payload {
-    let MutateManifestWorkRequest {
-        rollout,
-        manifest_work,
-    } = m;
-    let head = MutateManifestWorkRequest {
-        rollout,
-        manifest_work: Default::default(),
-    };
-    grpc::encode_with_tail(&head, 2, manifest_work)
 }
 
 /// The clock the policy layers use (tokio's, so paused-clock tests drive it).

@@ -5,9 +5,12 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use common::*;
+use rollout_gateway::grpc;
 use rollout_gateway::hooks::HookKind;
 use rollout_proto::v1alpha1::*;
 use serde_json::Value;
@@ -635,5 +638,137 @@ async fn trace_context_reaches_the_plugin_only_when_well_formed() {
         "{seen}"
     );
     assert!(!seen.contains("4bf92f3577b34da6a3ce929d0e0e4736"));
+    gw.stop().await;
+}
+
+/// A plugin on bare HTTP/2 that keeps every request's message bytes exactly
+/// as they arrived, and answers each hook with an empty message (for
+/// Initialize: every hook implemented; for MutateManifestWork: unchanged).
+async fn byte_recorder() -> (std::net::SocketAddr, Arc<Mutex<Vec<(String, Bytes)>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<(String, Bytes)>>> = Arc::default();
+    let record = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let record = record.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(stream).await else {
+                    return;
+                };
+                while let Some(Ok((request, mut respond))) = conn.accept().await {
+                    let method = request.uri().path().rsplit('/').next().unwrap().to_owned();
+                    let mut body = request.into_body();
+                    let (framed, _) = grpc::collect(&mut body, 64 << 20).await.unwrap();
+                    let message = grpc::message(framed, 64 << 20).unwrap();
+                    record.lock().unwrap().push((method.clone(), message));
+                    let answer = match method.as_str() {
+                        "Initialize" => grpc::flatten(grpc::encode(&InitializeResponse {
+                            name: "recorder".into(),
+                            version: "1".into(),
+                            hooks: vec![],
+                        })),
+                        _ => grpc::flatten(grpc::encode(&())),
+                    };
+                    let response = http::Response::builder()
+                        .header("content-type", "application/grpc")
+                        .body(())
+                        .unwrap();
+                    let mut stream = respond.send_response(response, false).unwrap();
+                    stream.send_data(answer, false).unwrap();
+                    let mut trailers = http::HeaderMap::new();
+                    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                    stream.send_trailers(trailers).unwrap();
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// A request as a newer controller might send it: the state, and a field
+/// this gateway's proto does not have.
+#[derive(Clone, PartialEq, prost::Message)]
+struct NewerRequest {
+    #[prost(string, tag = "1")]
+    mwrs_name: String,
+    #[prost(string, tag = "4")]
+    cluster_name: String,
+    #[prost(message, optional, tag = "6")]
+    rollout_status: Option<RolloutState>,
+    #[prost(string, tag = "100")]
+    added_later: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct NewerMutateRequest {
+    #[prost(message, optional, tag = "1")]
+    rollout: Option<NewerRequest>,
+    #[prost(bytes = "bytes", tag = "2")]
+    manifest_work: Bytes,
+}
+
+#[tokio::test]
+async fn rollout_requests_reach_every_member_byte_for_byte() {
+    use prost::Message as _;
+    let (a, seen_a) = byte_recorder().await;
+    let (b, seen_b) = byte_recorder().await;
+    let gw = gateway(&format!(
+        "plugins:\n  - name: a\n    endpoint: {a}\n    insecure: true\n  - name: b\n    endpoint: {b}\n    insecure: true\npipelines:\n  - name: both\n    plugins: [a, b]\n"
+    ))
+    .await;
+    let state = RolloutState {
+        completed: (1..=500)
+            .map(|i| ClusterRolloutStatus {
+                cluster_name: format!("cluster-{i:04}"),
+                manifest_revision_name: "rev".into(),
+                ..ClusterRolloutStatus::default()
+            })
+            .collect(),
+        ..RolloutState::default()
+    };
+    let request = NewerRequest {
+        mwrs_name: "web".into(),
+        cluster_name: "cluster-0501".into(),
+        rollout_status: Some(state),
+        added_later: "a field from a later API version".into(),
+    };
+    let answer = raw_unary(
+        gw.grpc,
+        "BeginRollout",
+        &request,
+        &[("ocm-rollout-plugin", "both")],
+    )
+    .await;
+    assert_eq!(answer.status().as_deref(), Some("0"), "{answer:?}");
+    let mutate = NewerMutateRequest {
+        rollout: Some(request.clone()),
+        manifest_work: work(2048),
+    };
+    let answer = raw_unary(
+        gw.grpc,
+        "MutateManifestWork",
+        &mutate,
+        &[("ocm-rollout-plugin", "both")],
+    )
+    .await;
+    assert_eq!(answer.status().as_deref(), Some("0"), "{answer:?}");
+
+    for seen in [seen_a, seen_b] {
+        let seen = seen.lock().unwrap();
+        let message = |method: &str| {
+            seen.iter()
+                .find(|(m, _)| m == method)
+                .map(|(_, bytes)| bytes.clone())
+                .unwrap_or_else(|| {
+                    panic!(
+                        "no {method} in {:?}",
+                        seen.iter().map(|s| &s.0).collect::<Vec<_>>()
+                    )
+                })
+        };
+        assert_eq!(message("BeginRollout"), request.encode_to_vec());
+        assert_eq!(message("MutateManifestWork"), mutate.encode_to_vec());
+    }
     gw.stop().await;
 }

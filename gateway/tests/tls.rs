@@ -153,7 +153,7 @@ async fn the_gateway_presents_its_client_certificate_when_configured() {
     let e = plugin
         .upstream
         .call(
-            rollout_gateway::hooks::HookRequest::BeginRollout(rollout("c1")),
+            rollout_gateway::hooks::HookRequest::begin_rollout(&rollout("c1")),
             tokio::time::Instant::now() + Duration::from_secs(5),
             &http::HeaderMap::new(),
         )

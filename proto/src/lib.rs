@@ -12,6 +12,8 @@ pub mod v1alpha1 {
     tonic::include_proto!("ocm.rolloutplugin.v1alpha1");
 }
 
+pub mod view;
+
 /// Request metadata key naming the plugin or pipeline a gateway call targets.
 pub const PLUGIN_METADATA_KEY: &str = "ocm-rollout-plugin";
 /// Response metadata (trailer) on `MutateManifestWork`: the members that changed the object, in order.

@@ -27,7 +27,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, Span,
 };
-use rollout_proto::v1alpha1::RolloutPluginRequest;
+use rollout_proto::view::RolloutFields;
 
 /// Where spans go, from the standard `OTEL_*` variables.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,7 +249,7 @@ pub fn traceparent(context: &SpanContext) -> String {
 /// Appends the CONTRACT §4 attributes of a rollout request:
 /// `ocm.mwrs.namespace`, `ocm.mwrs.name`, `ocm.placement` and, when set,
 /// `ocm.cluster`.
-pub fn rollout_attributes(attributes: &mut Vec<KeyValue>, r: &RolloutPluginRequest) {
+pub fn rollout_attributes(attributes: &mut Vec<KeyValue>, r: &RolloutFields) {
     attributes.push(KeyValue::new(
         "ocm.mwrs.namespace",
         r.mwrs_namespace.clone(),

@@ -8,6 +8,7 @@ use rollout_proto::v1alpha1::{
     InitializeRequest, InitializeResponse, MutateManifestWorkRequest, RolloutPluginRequest,
     ValidateCompletionRequest, ValidateResponse,
 };
+use rollout_proto::view::RolloutFields;
 use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY, PLUGIN_METADATA_KEY};
 use thiserror::Error;
 use tonic::metadata::{MetadataMap, MetadataValue};
@@ -168,7 +169,7 @@ impl GatewayHooks {
         &self,
         hook: HookKind,
         call: Call<'_>,
-        rollout: Option<&RolloutPluginRequest>,
+        rollout: Option<&RolloutFields>,
         message: Req,
         send: F,
     ) -> Result<tonic::Response<Resp>, HookError>
@@ -242,7 +243,7 @@ impl Hooks for GatewayHooks {
         call: Call<'_>,
         request: RolloutPluginRequest,
     ) -> Result<(), HookError> {
-        let rollout = span_identity(&request);
+        let rollout = RolloutFields::from(&request);
         self.call(
             HookKind::BeginRollout,
             call,
@@ -259,7 +260,7 @@ impl Hooks for GatewayHooks {
         call: Call<'_>,
         request: RolloutPluginRequest,
     ) -> Result<(), HookError> {
-        let rollout = span_identity(&request);
+        let rollout = RolloutFields::from(&request);
         self.call(
             HookKind::ProgressRollout,
             call,
@@ -276,7 +277,7 @@ impl Hooks for GatewayHooks {
         call: Call<'_>,
         request: ValidateCompletionRequest,
     ) -> Result<ValidateResponse, HookError> {
-        let rollout = request.rollout.as_ref().map(span_identity);
+        let rollout = request.rollout.as_ref().map(RolloutFields::from);
         let response = self
             .call(
                 HookKind::ValidateRolloutCompletion,
@@ -294,7 +295,7 @@ impl Hooks for GatewayHooks {
         call: Call<'_>,
         request: MutateManifestWorkRequest,
     ) -> Result<Mutation, HookError> {
-        let rollout = request.rollout.as_ref().map(span_identity);
+        let rollout = request.rollout.as_ref().map(RolloutFields::from);
         let response = self
             .call(
                 HookKind::MutateManifestWork,
@@ -312,19 +313,6 @@ impl Hooks for GatewayHooks {
             mutated_by,
             failed_open,
         })
-    }
-}
-
-/// The fields of a request its span needs (MWRS, placement, cluster),
-/// without `rollout_status`: that list holds every cluster of the placement,
-/// and copying it for a span would double the cost of each call at scale.
-fn span_identity(request: &RolloutPluginRequest) -> RolloutPluginRequest {
-    RolloutPluginRequest {
-        mwrs_name: request.mwrs_name.clone(),
-        mwrs_namespace: request.mwrs_namespace.clone(),
-        placement_name: request.placement_name.clone(),
-        cluster_name: request.cluster_name.clone(),
-        ..RolloutPluginRequest::default()
     }
 }
 

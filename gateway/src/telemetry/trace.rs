@@ -11,7 +11,7 @@ use http::HeaderValue;
 use opentelemetry::trace::{Span as _, SpanContext, SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::Span;
-use rollout_proto::v1alpha1::RolloutPluginRequest;
+use rollout_proto::view::RolloutFields;
 use rollout_telemetry::{
     Tracer, TracingError, TracingOptions, finish_span, parse_traceparent, rollout_attributes,
 };
@@ -80,7 +80,7 @@ impl Tracing {
         plugin: &str,
         hook: HookKind,
         attempt: u32,
-        rollout: Option<&RolloutPluginRequest>,
+        rollout: Option<&RolloutFields>,
     ) -> ClientSpan {
         let parent = if parent.is_valid() {
             Context::new().with_remote_span_context(parent.clone())
@@ -164,7 +164,7 @@ impl ServerSpan {
     }
 
     /// Adds the rollout attributes of the request.
-    pub fn set_rollout(&mut self, rollout: &RolloutPluginRequest) {
+    pub fn set_rollout(&mut self, rollout: &RolloutFields) {
         let mut attributes = Vec::with_capacity(4);
         rollout_attributes(&mut attributes, rollout);
         self.span.set_attributes(attributes);
