@@ -51,32 +51,7 @@ pub fn frame(message: Bytes) -> Payload {
 /// ManifestWork (field 2, sent only when not empty), neither copied. The
 /// bytes are those of the full message encoded by prost.
 pub fn frame_mutate(rollout: Option<Bytes>, manifest_work: Bytes) -> Payload {
-    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
-    let field = |len: usize| key_len(1) + encoded_len_varint(len as u64) + len;
-    let rollout_len = rollout.as_ref().map_or(0, |r| field(r.len()));
-    let work_len = if manifest_work.is_empty() {
-        0
-    } else {
-        field(manifest_work.len())
-    };
-    let mut heads = BytesMut::with_capacity(5 + 2 * (key_len(1) + 10));
-    heads.put_u8(0);
-    heads.put_u32((rollout_len + work_len) as u32);
-    if let Some(r) = &rollout {
-        encode_key(1, WireType::LengthDelimited, &mut heads);
-        encode_varint(r.len() as u64, &mut heads);
-    }
-    let first = heads.split().freeze();
-    if !manifest_work.is_empty() {
-        encode_key(2, WireType::LengthDelimited, &mut heads);
-        encode_varint(manifest_work.len() as u64, &mut heads);
-    }
-    payload(
-        first,
-        rollout.unwrap_or_default(),
-        heads.freeze(),
-        manifest_work,
-    )
+    frame_shared(&(), [(1, rollout), (2, non_empty(manifest_work))])
 }
 
 /// The message of a whole unary body, without its 5-byte prefix, after
@@ -103,26 +78,51 @@ pub fn decode_message<M: prost::Message + Default>(message: Bytes) -> Result<M, 
 /// ManifestWork, `head` is the message with that field empty: the result is
 /// the same bytes as encoding the whole message.
 pub fn encode_with_tail<M: prost::Message>(head: &M, tag: u32, tail: Bytes) -> Payload {
-    let head_len = head.encoded_len();
-    let field_head = if tail.is_empty() {
-        0
-    } else {
-        prost::encoding::key_len(tag) + prost::encoding::encoded_len_varint(tail.len() as u64)
-    };
-    let total = head_len + field_head + tail.len();
-    let mut buf = BytesMut::with_capacity(5 + head_len + field_head);
-    buf.put_u8(0);
-    buf.put_u32(total as u32);
-    // Encoding into a buffer of the exact size cannot fail.
-    let _ = head.encode(&mut buf);
-    if !tail.is_empty() {
-        prost::encoding::encode_key(tag, prost::encoding::WireType::LengthDelimited, &mut buf);
-        prost::encoding::encode_varint(tail.len() as u64, &mut buf);
-    }
-    payload(buf.freeze(), Bytes::new(), Bytes::new(), tail)
+    frame_shared(head, [(0, None), (tag, non_empty(tail))])
 }
 
-/// The whole of a payload as one `Bytes` (copies when it has two parts).
+/// A `bytes` field's body as proto3 sends it: not at all when empty.
+fn non_empty(body: Bytes) -> Option<Bytes> {
+    (!body.is_empty()).then_some(body)
+}
+
+/// Frames `head`, encoded here, followed by up to two length-delimited
+/// fields `(number, body)` whose bodies are shared, not copied (an absent
+/// body is not sent). When `head` is a message without those fields and they
+/// are its last ones, the bytes are those of the whole message encoded by
+/// prost.
+fn frame_shared<M: prost::Message>(head: &M, fields: [(u32, Option<Bytes>); 2]) -> Payload {
+    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
+    let field_head = |tag: u32, body: &Bytes| key_len(tag) + encoded_len_varint(body.len() as u64);
+    let head_len = head.encoded_len();
+    let (heads_len, bodies_len) = fields
+        .iter()
+        .filter_map(|(tag, body)| body.as_ref().map(|b| (field_head(*tag, b), b.len())))
+        .fold((0, 0), |(h, b), (fh, fb)| (h + fh, b + fb));
+    let mut buf = BytesMut::with_capacity(5 + head_len + heads_len);
+    buf.put_u8(0);
+    buf.put_u32((head_len + heads_len + bodies_len) as u32);
+    // Encoding into a buffer of the exact size cannot fail.
+    let _ = head.encode(&mut buf);
+    let [(first_tag, first), (second_tag, second)] = fields;
+    if let Some(body) = &first {
+        encode_key(first_tag, WireType::LengthDelimited, &mut buf);
+        encode_varint(body.len() as u64, &mut buf);
+    }
+    let before_first = buf.split().freeze();
+    if let Some(body) = &second {
+        encode_key(second_tag, WireType::LengthDelimited, &mut buf);
+        encode_varint(body.len() as u64, &mut buf);
+    }
+    payload(
+        before_first,
+        first.unwrap_or_default(),
+        buf.freeze(),
+        second.unwrap_or_default(),
+    )
+}
+
+/// The whole of a payload as one `Bytes` (copies when it has several parts).
 pub fn flatten(mut payload: Payload) -> Bytes {
     payload.copy_to_bytes(payload.remaining())
 }
