@@ -7,7 +7,7 @@ use bytes::Bytes;
 use prost::Message as _;
 use rollout_proto::v1alpha1::{
     InitializeRequest, InitializeResponse, MutateManifestWorkResponse, RolloutPluginRequest,
-    ValidateCompletionRequest, ValidateResponse,
+    ValidateResponse,
 };
 use rollout_proto::view::{MutateParts, RolloutFields, ValidateView};
 use tonic::Status;
@@ -112,17 +112,6 @@ impl HookRequest {
         HookRequest::BeginRollout(Forwarded {
             message: Bytes::from(request.encode_to_vec()),
             rollout: Some(Arc::new(RolloutFields::from(request))),
-        })
-    }
-
-    /// A ValidateRolloutCompletion request from a message.
-    pub fn validate(request: &ValidateCompletionRequest) -> HookRequest {
-        HookRequest::ValidateRolloutCompletion(Forwarded {
-            message: Bytes::from(request.encode_to_vec()),
-            rollout: request
-                .rollout
-                .as_ref()
-                .map(|r| Arc::new(RolloutFields::from(r))),
         })
     }
 
