@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::eventually;
 use futures::StreamExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
@@ -145,17 +148,6 @@ async fn next_request(api: &mut ApiHandle, watch: bool) -> (ApiRequest, Reply) {
         if watch { "watch" } else { "list" }
     );
     (request, reply)
-}
-
-/// Waits (polling) until `done` holds.
-async fn eventually(what: &str, done: impl Fn() -> bool) {
-    for _ in 0..1000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting until {what}");
 }
 
 fn generation(registry: &Registry) -> u64 {

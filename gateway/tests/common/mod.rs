@@ -119,15 +119,10 @@ impl Plugin {
     /// (counted on arrival, before any scripted delay): a test acts on a
     /// call in flight only once it is in flight, however slow the machine.
     pub async fn wait_calls(&self, hook: HookKind, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.calls(hook) < n {
-            assert!(
-                Instant::now() < deadline,
-                "{hook}: {} of {n} calls arrived in 30 s",
-                self.calls(hook)
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        eventually(&format!("{n} {hook} calls arrived"), || {
+            self.calls(hook) >= n
+        })
+        .await;
     }
 
     pub fn last(&self, hook: HookKind) -> Option<Seen> {
@@ -323,6 +318,17 @@ pub fn plugin_handle(addr: SocketAddr, behaviour: Behaviour) -> Plugin {
 }
 
 /// Starts a scripted plugin on 127.0.0.1:0.
+/// Waits (polling every 10 ms, for at most 10 s) until `done` holds.
+pub async fn eventually(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..1000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
 pub async fn plugin(behaviour: Behaviour) -> Plugin {
     plugin_on("127.0.0.1:0".parse().unwrap(), behaviour).await
 }
