@@ -899,24 +899,24 @@ fn check_host_name(host: &str) -> Result<(), String> {
             host.len()
         ));
     }
-    if name.split('.').any(|label| label.is_empty()) {
-        return Err(format!("has an invalid host {host:?}: an empty label"));
-    }
-    if let Some(label) = name.split('.').find(|label| label.len() > 63) {
-        return Err(format!(
-            "has an invalid host: the label {label:?} is over 63 characters"
-        ));
-    }
-    if let Some(label) = name
-        .split('.')
-        .find(|label| label.starts_with('-') || label.ends_with('-'))
-    {
-        return Err(format!(
-            "has an invalid host {host:?}: the label {label:?} starts or ends with '-'"
-        ));
+    let mut last = name;
+    for label in name.split('.') {
+        if label.is_empty() {
+            return Err(format!("has an invalid host {host:?}: an empty label"));
+        }
+        if label.len() > 63 {
+            return Err(format!(
+                "has an invalid host: the label {label:?} is over 63 characters"
+            ));
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(format!(
+                "has an invalid host {host:?}: the label {label:?} starts or ends with '-'"
+            ));
+        }
+        last = label;
     }
     // A name ending in a number is read as an IPv4 address, or not at all.
-    let last = name.rsplit('.').next().unwrap_or(name);
     if last.bytes().all(|b| b.is_ascii_digit()) && host.parse::<std::net::Ipv4Addr>().is_err() {
         return Err(format!(
             "has an invalid host {host:?}: neither an IPv4 address nor a DNS name (whose last label is not a number)"
