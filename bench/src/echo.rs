@@ -109,6 +109,7 @@ impl RolloutPluginService for EchoPlugin {
             name: self.name.to_string(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             hooks: Vec::new(),
+            ..Default::default()
         }))
     }
 

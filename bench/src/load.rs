@@ -475,6 +475,7 @@ fn rollout_request() -> RolloutPluginRequest {
         desired_revision: "bench-app-7".to_owned(),
         aborting: false,
         cluster_index: 2,
+        ..Default::default()
     }
 }
 

@@ -1341,6 +1341,7 @@ fn rollout_request() -> BoxedStrategy<RolloutPluginRequest> {
                     desired_revision: rev,
                     aborting,
                     cluster_index: index,
+                    ..Default::default()
                 }
             },
         )

@@ -667,6 +667,7 @@ async fn byte_recorder() -> (std::net::SocketAddr, Arc<Mutex<Vec<(String, Bytes)
                             name: "recorder".into(),
                             version: "1".into(),
                             hooks: vec![],
+                            ..Default::default()
                         })),
                         _ => grpc::flatten(grpc::encode(&())),
                     };

@@ -231,6 +231,7 @@ pub fn merge_initialize(
                 name: pipeline.to_string(),
                 version: String::new(),
                 hooks: Vec::new(),
+                ..Default::default()
             });
         return Ok(Merged { value, failed_open });
     }
@@ -255,6 +256,7 @@ pub fn merge_initialize(
             name: pipeline.to_string(),
             version: versions.join(","),
             hooks,
+            ..Default::default()
         },
         failed_open,
     })
@@ -434,6 +436,7 @@ mod tests {
                         name: "a".into(),
                         version: "1".into(),
                         hooks: vec![Hook::MutateManifestWork as i32],
+                        ..Default::default()
                     }),
                 ),
                 m(
@@ -442,6 +445,7 @@ mod tests {
                         name: "b".into(),
                         version: "2".into(),
                         hooks: vec![Hook::ValidateRolloutCompletion as i32],
+                        ..Default::default()
                     }),
                 ),
             ],

@@ -109,6 +109,7 @@ mod tests {
             desired_revision: "abc".into(),
             aborting: true,
             cluster_index: 2,
+            ..Default::default()
         }
     }
 

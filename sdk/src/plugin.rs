@@ -56,6 +56,7 @@ impl From<PluginInfo> for InitializeResponse {
             name: info.name,
             version: info.version,
             hooks: info.hooks.into_iter().map(i32::from).collect(),
+            ..Default::default()
         }
     }
 }

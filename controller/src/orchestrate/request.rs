@@ -256,6 +256,7 @@ pub fn placement_request(
         desired_revision: scope.desired_revision.to_owned(),
         aborting: scope.aborting,
         cluster_index: 0,
+        ..Default::default()
     }
 }
 

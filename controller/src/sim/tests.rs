@@ -55,6 +55,7 @@ impl Hooks for Scripted {
             name: "scripted".into(),
             version: "1".into(),
             hooks: Vec::new(),
+            ..Default::default()
         })
     }
 

@@ -158,6 +158,7 @@ impl RolloutPluginService for Plugin {
             name: "canary".into(),
             version: "1.0.0".into(),
             hooks: Vec::new(),
+            ..Default::default()
         }))
     }
 

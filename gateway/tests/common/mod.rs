@@ -247,6 +247,7 @@ impl RolloutPluginService for Scripted {
             name: b.name.clone(),
             version: "1.0.0".into(),
             hooks: b.hooks.iter().map(|h| *h as i32).collect(),
+            ..Default::default()
         }))
     }
     async fn begin_rollout(
