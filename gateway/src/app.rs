@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::configmap::{self, ConfigMapRef};
+use crate::error::DeadlineOwner;
 use crate::health::Health;
 use crate::hooks::HookRequest;
 use crate::registry::{Registry, SourceInfo};
@@ -320,16 +321,21 @@ fn initialize_fresh(registry: &Registry) {
                 });
                 let deadline = Instant::now() + Duration::from_secs(5);
                 match upstream
-                    .call(request, deadline, &http::HeaderMap::new())
+                    .call(
+                        request,
+                        deadline,
+                        DeadlineOwner::Caller,
+                        &http::HeaderMap::new(),
+                    )
                     .await
                 {
                     Ok(_) => {
                         tracing::debug!(endpoint = %upstream.key().endpoint, hooks = ?upstream.known_hooks(), "plugin initialized");
                         return;
                     }
-                    Err(status) => {
-                        tracing::debug!(endpoint = %upstream.key().endpoint, attempt, code = ?status.code(), message = status.message(), "gateway's own Initialize failed");
-                        if status.code() == tonic::Code::Unimplemented {
+                    Err(error) => {
+                        tracing::debug!(endpoint = %upstream.key().endpoint, attempt, code = ?error.code(), %error, "gateway's own Initialize failed");
+                        if error.is_unimplemented() {
                             return;
                         }
                     }
