@@ -325,3 +325,66 @@ async fn a_reload_keeps_counting_the_calls_in_flight_under_a_resized_bound() {
     second.await.unwrap().expect("second");
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_reload_rejected_across_files_changes_no_live_policy() {
+    let kept = plugin(Behaviour::new("kept")).await;
+    kept.set(|b| b.fail = Some((Code::Unavailable, "down".into())));
+    let other = plugin(Behaviour::new("other")).await;
+    let kept_entry = |failures: u32| {
+        insecure_plugin(
+            "kept",
+            &kept,
+            &format!(
+                "    retry:\n      maxAttempts: 1\n    circuitBreaker:\n      consecutiveFailures: {failures}\n      openFor: 30s\n"
+            ),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("a.yaml");
+    let second = dir.path().join("b.yaml");
+    std::fs::write(&first, format!("plugins:\n{}", kept_entry(10))).unwrap();
+    std::fs::write(
+        &second,
+        format!("plugins:\n{}", insecure_plugin("other", &other, "")),
+    )
+    .unwrap();
+    let gw = gateway_with(dir, first, |o| o.configs.push(second)).await;
+    let generation = gw.debug().await["generation"].clone();
+
+    // A change that would open the circuit after 2 failures, and that also
+    // defines "other", which the second file defines: rejected whole.
+    gw.write_config(&format!(
+        "plugins:\n{}{}",
+        kept_entry(2),
+        insecure_plugin("other", &other, "")
+    ));
+    let rejected = |debug: &Value| {
+        debug["lastReloadError"]
+            .as_str()
+            .is_some_and(|e| e.contains("already defined by another file"))
+    };
+    for _ in 0..500 {
+        if rejected(&gw.debug().await) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let debug = gw.debug().await;
+    assert!(rejected(&debug), "{debug}");
+    assert_eq!(debug["generation"], generation, "{debug}");
+
+    // The kept plugin still has the breaker of the live registry: five
+    // failures in a row do not open its circuit.
+    let mut c = gw.client().await;
+    for _ in 0..5 {
+        let e = c
+            .begin_rollout(to("kept", rollout("c1")))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable);
+        assert!(!e.message().contains("circuit open"), "{}", e.message());
+    }
+    assert_eq!(gw.debug().await["plugins"][0]["circuit"], "closed");
+    gw.stop().await;
+}
