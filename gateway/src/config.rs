@@ -14,7 +14,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use rollout_policies::policy::MAX_TIMEOUT;
 use rollout_policies::{BreakerPolicy, BudgetPolicy, FailurePolicy, Policy, RetryPolicy};
-use rollout_proto::v1alpha1::Hook;
+use rollout_proto::HookKind;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use tonic::Code;
@@ -510,12 +510,9 @@ impl Problems {
         let mut failure_policy_by_hook = base.failure_policy_by_hook.clone();
         for (hook_name, text) in raw.failure_policy_by_hook.iter().flatten() {
             let at = join(&format!("failurePolicyByHook.{hook_name}"));
-            let hook = match hook_name.as_str() {
-                "BeginRollout" => Some(Hook::BeginRollout),
-                "ProgressRollout" => Some(Hook::ProgressRollout),
-                "ValidateRolloutCompletion" => Some(Hook::ValidateRolloutCompletion),
-                "MutateManifestWork" => Some(Hook::MutateManifestWork),
-                _ => {
+            let hook = match HookKind::from_name(hook_name).and_then(HookKind::proto_hook) {
+                Some(hook) => Some(hook),
+                None => {
                     self.push(
                         at.clone(),
                         "is not a hook (BeginRollout, ProgressRollout, ValidateRolloutCompletion or MutateManifestWork)",
@@ -969,6 +966,7 @@ pub fn check_dns_subdomain(name: &str) -> Result<(), &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rollout_proto::v1alpha1::Hook;
 
     const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 

@@ -247,12 +247,7 @@ impl Upstream {
             Hook::ALL
                 .iter()
                 .filter(|h| bits & (1 << **h as u8) != 0)
-                .map(|h| match h {
-                    Hook::BeginRollout => "BeginRollout",
-                    Hook::ProgressRollout => "ProgressRollout",
-                    Hook::ValidateRolloutCompletion => "ValidateRolloutCompletion",
-                    _ => "MutateManifestWork",
-                })
+                .map(|h| h.name())
                 .collect()
         })
     }
