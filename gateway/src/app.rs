@@ -144,8 +144,9 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
     };
     // The metrics read the registry's state at scrape time, through a weak
     // reference to the registry that owns them.
-    let registry = Arc::new_cyclic(|weak| {
-        Registry::with_telemetry(sources, settings, Telemetry::new(tracing, weak.clone()))
+    let registry = Arc::new_cyclic(|weak: &std::sync::Weak<Registry>| {
+        let state: std::sync::Weak<dyn crate::telemetry::RegistryState> = weak.clone();
+        Registry::with_telemetry(sources, settings, Telemetry::new(tracing, state))
     });
 
     let mut problems = Vec::new();

@@ -14,7 +14,20 @@ use rollout_policies::merge::{Failure, MergeError};
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
-use crate::registry::ResolveError;
+/// Why a name could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolveError {
+    NotFound {
+        name: String,
+        hub: Option<String>,
+    },
+    /// The caller's hub may not call `plugin` (the target or a member of it).
+    PermissionDenied {
+        name: String,
+        plugin: String,
+        hub: Option<String>,
+    },
+}
 
 /// Whose deadline bounded a call to a plugin: the sooner of the caller's
 /// (`grpc-timeout`) and the plugin's own `timeout`.

@@ -24,12 +24,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arc_swap::ArcSwapOption;
 use rollout_policies::Policy;
+use rollout_policies::breaker::BreakerState;
 
 use crate::config::{
     self, ClientCertificate, Config, ConfigError, Endpoint, PipelineConfig, Problem,
 };
+pub use crate::error::ResolveError;
 use crate::stack::{self, PluginStack};
-use crate::telemetry::{PluginMetrics, Telemetry};
+use crate::telemetry::{PluginMetrics, RegistryState, Telemetry};
 use crate::upstream::{ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
 
 /// A registered plugin, as one snapshot sees it.
@@ -99,21 +101,6 @@ impl Target {
             Target::Pipeline { name, .. } => name,
         }
     }
-}
-
-/// Why a name could not be resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ResolveError {
-    NotFound {
-        name: String,
-        hub: Option<String>,
-    },
-    /// The caller's hub may not call `plugin` (the target or a member of it).
-    PermissionDenied {
-        name: String,
-        plugin: String,
-        hub: Option<String>,
-    },
 }
 
 /// One immutable view of the registry.
@@ -610,6 +597,24 @@ impl Registry {
             fresh,
             kept: kept_upstreams,
         })
+    }
+}
+
+impl RegistryState for Registry {
+    fn circuits(&self) -> Vec<(String, Option<String>, BreakerState)> {
+        self.load()
+            .iter()
+            .flat_map(|s| s.plugins.iter())
+            .map(|p| (p.name.clone(), p.hub.clone(), p.upstream.circuit().0))
+            .collect()
+    }
+
+    fn reload_counts(&self) -> (u64, u64) {
+        Registry::reload_counts(self)
+    }
+
+    fn generation(&self) -> u64 {
+        self.load().map_or(0, |s| s.generation)
     }
 }
 

@@ -459,7 +459,7 @@ impl Upstream {
         let label = endpoint.to_string();
         // A read buffer in front of the socket: a whole small answer arrives
         // in one read instead of two.
-        let read_buffer = crate::server::READ_BUFFER;
+        let read_buffer = crate::io::READ_BUFFER;
         match &self.tls {
             None => handshake(tokio::io::BufReader::with_capacity(read_buffer, tcp), label).await,
             Some((config, name)) => {
