@@ -12,6 +12,7 @@ pub mod v1alpha1 {
     tonic::include_proto!("ocm.rolloutplugin.v1alpha1");
 }
 
+pub mod duration;
 pub mod view;
 
 /// Request metadata key naming the plugin or pipeline a gateway call targets.
