@@ -24,8 +24,9 @@ object is valid, and the deployments are what docs/deploy.md says they are.
    a ManifestWorkReplicaSet against the Kubernetes schemas too.
 5. Asserts what the deployments promise (the `check_*` functions below), runs
    the gateway and the plugins with each container's own arguments and
-   mounted files (from target/debug, built if missing) until they listen and
-   the gateway is ready, and checks that the controller knows its flags.
+   mounted files (from target/debug, or $CARGO_TARGET_DIR/debug; built if
+   missing) until they listen and the gateway is ready, and checks that the
+   controller knows its flags.
 
 Prints a summary per kustomization and ends with `N passed, N failed`; exits
 non-zero on any failure.
