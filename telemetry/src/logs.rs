@@ -31,17 +31,12 @@ pub enum LogFormat {
 }
 
 /// Installs the global subscriber, writing to stderr: `RUST_LOG` filters
-/// (default `info`); text is coloured as [`colour`] decides for stderr and
-/// the `NO_COLOR` variable.
+/// (default `info`); text is coloured when [`stderr_colour`] says so.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let ansi = colour(
-        std::io::stderr().is_terminal(),
-        std::env::var_os("NO_COLOR").as_deref(),
-    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(ansi)
+        .with_ansi(stderr_colour())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -58,6 +53,15 @@ pub fn init(format: LogFormat) {
 /// (<https://no-color.org>).
 pub fn colour(is_terminal: bool, no_color: Option<&OsStr>) -> bool {
     is_terminal && no_color.is_none_or(OsStr::is_empty)
+}
+
+/// [`colour`] for this process's stderr and its `NO_COLOR` variable: the
+/// `with_ansi` setting of any text subscriber writing to stderr.
+pub fn stderr_colour() -> bool {
+    colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    )
 }
 
 /// The span fields lifted to the top level of a JSON line.
