@@ -17,14 +17,13 @@ use common::*;
 use prost::Message as _;
 use rollout_gateway::hooks::HookKind;
 use rollout_proto::v1alpha1::{
-    InitializeResponse, MutateManifestWorkRequest, MutateManifestWorkResponse, ValidateResponse,
-    ValidationResult,
+    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, MutateManifestWorkResponse,
+    ValidateResponse, ValidationResult,
 };
 use serde_json::Value;
 use tonic::Code;
 
-/// How the raw plugin frames its answers to the hooks (Initialize is always
-/// answered plainly).
+/// How the raw plugin frames its answers.
 #[derive(Debug, Clone, Copy)]
 enum Framing {
     /// gzip, flag 1, `grpc-encoding: gzip`: what gRPC libraries send with
@@ -93,11 +92,10 @@ async fn answer(
         gz.write_all(bytes).unwrap();
         gz.finish().unwrap()
     };
-    let (flag, bytes, encoding) = match (framing, method.as_str()) {
-        (_, "Initialize") => (0u8, message, None),
-        (Framing::Gzip, _) => (1, gzip(&message), Some("gzip")),
-        (Framing::FlagWithoutEncoding, _) => (1, message, None),
-        (Framing::UnknownEncoding, _) => (1, gzip(&message), Some("snappy")),
+    let (flag, bytes, encoding) = match framing {
+        Framing::Gzip => (1u8, gzip(&message), Some("gzip")),
+        Framing::FlagWithoutEncoding => (1, message, None),
+        Framing::UnknownEncoding => (1, gzip(&message), Some("snappy")),
     };
     let mut head = http::Response::builder()
         .status(200)
@@ -127,6 +125,9 @@ async fn a_gzip_compressed_answer_is_decoded_not_skipped() {
     let gw = gateway(&format!("plugins:\n{}", raw_entry("raw", addr))).await;
     let mut c = gw.client().await;
 
+    c.initialize(to("raw", InitializeRequest::default()))
+        .await
+        .expect("initialized");
     let v = c
         .validate_rollout_completion(to("raw", validate_request("c1")))
         .await
@@ -151,6 +152,11 @@ async fn an_answer_the_gateway_cannot_decode_is_the_plugins_failure() {
         let addr = raw_plugin(framing).await;
         let gw = gateway(&format!("plugins:\n{}", raw_entry("raw", addr))).await;
         let mut c = gw.client().await;
+        let e = c
+            .initialize(to("raw", InitializeRequest::default()))
+            .await
+            .expect_err("not answered for the plugin");
+        assert_eq!(e.code(), Code::Internal, "{framing:?}: {e:?}");
         let e = c
             .validate_rollout_completion(to("raw", validate_request("c1")))
             .await
