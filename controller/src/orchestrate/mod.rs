@@ -615,7 +615,9 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             }
             let existing = existing_statuses(&view, &order);
             let result = rollout::decide(strategy, target.groups, &existing, input.now);
-            if action == AbortAction::Proceed && result.abort_requested(strategy) {
+            if action == AbortAction::Proceed
+                && revision::abort_requested(strategy, &result, &existing)
+            {
                 let next = revision::abort_action(
                     false,
                     true,

@@ -1800,7 +1800,8 @@ mod tests {
         let failed = [st("a", Failed, Some(-1), 0, "")];
         let abort = |json: &str, existing: &[ClusterRolloutStatus]| {
             let s = strategy(json);
-            decide(&s, &groups, existing, now()).abort_requested(&s)
+            let result = decide(&s, &groups, existing, now());
+            crate::revision::abort_requested(&s, &result, existing)
         };
         let with = r#"{"type": "Progressive", "abortOnFailure": true, "progressive": {"progressDeadline": "90s", "maxFailures": 1}}"#;
         let without = r#"{"type": "Progressive", "progressive": {"progressDeadline": "90s", "maxFailures": 1}}"#;

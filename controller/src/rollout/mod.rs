@@ -133,12 +133,3 @@ pub struct RolloutResult {
     /// The smallest positive time until a rolled-out cluster's recheck time.
     pub recheck_after: Option<Duration>,
 }
-
-impl RolloutResult {
-    /// Whether the design's automatic abort should start: the strategy asks
-    /// for it and a cluster timed out in this decision or failures breached
-    /// `maxFailures`.
-    pub fn abort_requested(&self, strategy: &Strategy) -> bool {
-        strategy.abort_on_failure && (!self.clusters_timeout.is_empty() || self.max_failure_breach)
-    }
-}

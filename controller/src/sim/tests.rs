@@ -276,6 +276,64 @@ async fn a_degraded_cluster_aborts_and_the_updated_clusters_roll_back() {
     assert_eq!(abort.failures[0].cluster, "cluster-003");
 }
 
+/// `All` tolerates no failure when abortOnFailure is on: a degraded
+/// cluster aborts and every updated cluster rolls back (the issue's
+/// `simulate --clusters 10 --strategy All --fail cluster-003
+/// --abort-on-failure`).
+#[tokio::test]
+async fn all_aborts_on_one_degraded_cluster() {
+    let mut config = config(10, strategy("All", None, false, true));
+    config.fail = BTreeSet::from(["cluster-003".to_owned()]);
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let summary = c.summary.as_ref().expect("summary");
+    assert_eq!(summary.result, Outcome::Aborted);
+    let abort = summary.abort.as_ref().expect("abort");
+    assert_eq!(abort.action, "RollBack");
+    assert_eq!(abort.failures[0].cluster, "cluster-003");
+    let previous = summary.previous_revision.clone().expect("previous");
+    assert_eq!(summary.works.by_revision.get(&previous), Some(&10));
+    assert_eq!(summary.rollback_applies, 10);
+}
+
+/// `All` with a plugin: a FAILED validation aborts.
+#[tokio::test]
+async fn all_aborts_on_a_failed_validation() {
+    let config = config(4, strategy("All", None, true, true));
+    let c = simulate(&config, Scripted::new(&["cluster-002"]))
+        .await
+        .expect("runs");
+    let summary = c.summary.as_ref().expect("summary");
+    assert_eq!(summary.result, Outcome::Aborted);
+    assert_eq!(
+        summary.abort.as_ref().expect("abort").failures[0].cluster,
+        "cluster-002"
+    );
+    assert_eq!(summary.aborting_hook_calls.begin_rollout, 4);
+}
+
+/// ProgressivePerGroup tolerates a group's maxFailures: one failure in a
+/// group of three with maxFailures 1 does not abort, and the rollout ends
+/// `Failed` only where the failure stays.
+#[tokio::test]
+async fn per_group_within_max_failures_does_not_abort() {
+    let strategy = StrategyFlags {
+        kind: "ProgressivePerGroup".into(),
+        max_failures: Some("1".into()),
+        abort_on_failure: true,
+        ..StrategyFlags::default()
+    }
+    .strategy()
+    .expect("valid");
+    let mut config = config(6, strategy);
+    config.groups = 2;
+    config.fail = BTreeSet::from(["cluster-002".to_owned()]);
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let summary = c.summary.as_ref().expect("summary");
+    assert!(summary.abort.is_none(), "{:?}", summary.abort);
+    assert_eq!(summary.rollback_applies, 0);
+    assert_eq!(summary.applies, 6);
+}
+
 #[tokio::test]
 async fn a_failed_validation_aborts_with_aborting_requests() {
     let config = config(8, strategy("Progressive", Some("25%"), true, true));
