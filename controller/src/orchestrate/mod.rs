@@ -541,7 +541,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
         } else {
             Validation::None
         };
-        let order = RolloutOrder::new(target.groups);
+        let order = RolloutOrder::new(strategy, target.groups);
         let acting = target.hold.is_none();
 
         // The placement's works, one per cluster (a second one for a

@@ -757,3 +757,63 @@ fn a_mutation_cannot_change_identity_or_ownership() {
         spec_hash(&template("mutated"))
     );
 }
+
+/// `cluster_index` is the position in the order the engine really rolls
+/// out: with a mandatory group that is not the lowest index and group names
+/// not in index order, the mandatory cluster is 1 and the rest follow by
+/// name across groups (Progressive).
+#[tokio::test]
+async fn cluster_index_is_the_engine_order() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(
+        strategy(json!({"type": "Progressive", "plugin": "p",
+            "progressive": {"maxConcurrency": 1,
+                            "mandatoryDecisionGroups": [{"groupName": "late"}]}})),
+        &[],
+    );
+    let group = |index: i32, name: &str, clusters: &[&str]| ClusterGroup {
+        index,
+        name: name.into(),
+        clusters: clusters.iter().map(|c| c.to_string()).collect(),
+    };
+    f.groups = vec![
+        group(0, "zeta", &["c3", "c1"]),
+        group(1, "alpha", &["b2", "a1"]),
+        group(2, "late", &["m1"]),
+    ];
+    let mut begun = Vec::new();
+    for step in 0..6i64 {
+        let t = step * 20;
+        let out = f.step(&hooks, &world, at(t)).await;
+        for cluster in &out.placements[0].applied {
+            agent(&world, cluster, "False", false, at(t + 1));
+        }
+        let last = hooks.requests(Begin);
+        begun = last
+            .iter()
+            .map(|r| {
+                (
+                    r.cluster_name.clone(),
+                    r.cluster_index,
+                    r.total_cluster_count,
+                )
+            })
+            .collect();
+    }
+    let want: Vec<(String, i32, i32)> = [("m1", 1), ("a1", 2), ("b2", 3), ("c1", 4), ("c3", 5)]
+        .iter()
+        .map(|(c, i)| ((*c).to_owned(), *i, 5))
+        .collect();
+    assert_eq!(begun, want);
+    // The mutated works carry the same positions.
+    let index_of = |cluster: &str| {
+        world
+            .all()
+            .into_iter()
+            .find(|w| w.namespace().as_deref() == Some(cluster))
+            .map(|w| w.annotations()["test/cluster-index"].clone())
+    };
+    assert_eq!(index_of("m1").as_deref(), Some("1"));
+    assert_eq!(index_of("c3").as_deref(), Some("5"));
+}

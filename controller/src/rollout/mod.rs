@@ -24,7 +24,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-pub use engine::decide;
+pub use engine::{OrderedCluster, decide, rollout_order};
 pub use strategy::{
     InvalidStrategy, MandatoryGroup, RawStrategy, RolloutConfig, RolloutKind, Strategy,
     StrategyError, Threshold,
