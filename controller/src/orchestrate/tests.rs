@@ -817,3 +817,45 @@ async fn cluster_index_is_the_engine_order() {
     assert_eq!(index_of("m1").as_deref(), Some("1"));
     assert_eq!(index_of("c3").as_deref(), Some("5"));
 }
+
+/// The work counts (and so ManifestworkApplied) count only works of the
+/// desired revision: after a template change the old revision's Available
+/// works do not count.
+#[tokio::test]
+async fn work_counts_are_of_the_desired_revision_only() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(
+        strategy(json!({"type": "Progressive", "progressive": {"maxConcurrency": 1}})),
+        &["c1", "c2", "c3"],
+    );
+    let v1 = Revision::of(&template("v1"));
+    f.update = v1.clone();
+    for step in 0..3i64 {
+        let out = f.step(&hooks, &world, at(step * 10)).await;
+        for cluster in &out.placements[0].applied {
+            agent(&world, cluster, "False", false, at(step * 10 + 1));
+        }
+    }
+    let done = f.step(&hooks, &world, at(40)).await;
+    assert_eq!(done.placements[0].works.available, 3);
+
+    // The template moves to v2 while the placement is held: no work of v2
+    // yet, so nothing counts (upstream's NotAsExpected, not AsExpected on
+    // the strength of v1's works).
+    f.update = Revision::of(&template("v2"));
+    f.current = Some(v1);
+    f.hold = Some("plugin not loaded".into());
+    let held = f.step(&hooks, &world, at(45)).await;
+    assert_eq!(held.placements[0].works, WorkCounts::default());
+    // Then one cluster gets it, two keep v1.
+    f.hold = None;
+    let out = f.step(&hooks, &world, at(50)).await;
+    let p = &out.placements[0];
+    assert_eq!(p.applied, ["c1"]);
+    // c1's work of v2 (its status still the agent's last report), not the
+    // two works of v1.
+    assert_eq!((p.works.total, p.works.available), (1, 1));
+    let status = crate::reconcile::status::placement_summary(p);
+    assert_eq!((status.summary.total, status.summary.available), (1, 1));
+}
