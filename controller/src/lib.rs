@@ -22,6 +22,7 @@
 pub mod api;
 pub mod health;
 pub mod hooks;
+pub mod metrics;
 pub mod orchestrate;
 pub mod plan;
 pub mod reconcile;

@@ -297,8 +297,9 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
         telemetry.clone(),
     )?;
     let readiness = Readiness::default();
+    let metrics = std::sync::Arc::new(rollout_controller::metrics::ControllerMetrics::new());
     if let Some(addr) = args.health_listen {
-        let bound = health::serve(addr, readiness.clone())
+        let bound = health::serve(addr, readiness.clone(), metrics.clone())
             .await
             .with_context(|| format!("--health-listen {addr}"))?;
         tracing::info!(%bound, "serving /healthz and /readyz");
@@ -313,7 +314,8 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
         tokio::spawn(async move { registration::watch_and_register(client, &namespace).await })
     });
     tracing::info!(gateway = %args.gateway, "rollout-controller running");
-    let context = reconcile::Context::new(client, hooks, telemetry.clone(), options);
+    let context =
+        reconcile::Context::new(client, hooks, telemetry.clone(), options).with_metrics(metrics);
     reconcile::run(std::sync::Arc::new(context), readiness).await;
     if let Some(task) = registration {
         task.abort();

@@ -52,6 +52,7 @@ use crate::api::{
 };
 use crate::health::Readiness;
 use crate::hooks::{Call, GatewayHooks};
+use crate::metrics::{ControllerMetrics, Metered, ReconcileErrorKind};
 use crate::orchestrate::{
     self, DeployInput, Owner, PlacementTarget, Settings, World, WorldError, soonest,
 };
@@ -90,6 +91,15 @@ impl Error {
     /// A failed API call while doing `action`.
     pub fn kube(action: &'static str, source: kube::Error) -> Error {
         Error::Kube { action, source }
+    }
+
+    /// The cause, as the reconcile error metric counts it.
+    pub fn kind(&self) -> ReconcileErrorKind {
+        match self {
+            Error::Kube { .. } => ReconcileErrorKind::Kube,
+            Error::World(_) => ReconcileErrorKind::ManifestWork,
+            Error::NoNamespace(_) => ReconcileErrorKind::Invalid,
+        }
     }
 }
 
@@ -130,11 +140,14 @@ pub struct Context {
     pub telemetry: Telemetry,
     /// Tunables.
     pub options: Options,
+    /// The metrics every reconcile records (`/metrics`).
+    pub metrics: Arc<ControllerMetrics>,
     plugins: PluginCache,
 }
 
 impl Context {
-    /// A context over `client` and the gateway `hooks`.
+    /// A context over `client` and the gateway `hooks`, with metrics of
+    /// its own.
     pub fn new(
         client: Client,
         hooks: GatewayHooks,
@@ -147,7 +160,15 @@ impl Context {
             hooks,
             telemetry,
             options,
+            metrics: Arc::new(ControllerMetrics::new()),
         }
+    }
+
+    /// The same context, recording into `metrics` (the ones `/metrics`
+    /// serves).
+    pub fn with_metrics(mut self, metrics: Arc<ControllerMetrics>) -> Context {
+        self.metrics = metrics;
+        self
     }
 }
 
@@ -272,7 +293,11 @@ pub async fn reconcile(
         trace_id = %context.trace_id(),
         span_id = %context.span_id()
     );
-    reconcile_traced(mwrs, ctx, trace).instrument(span).await
+    let start = std::time::Instant::now();
+    let metrics = ctx.metrics.clone();
+    let result = reconcile_traced(mwrs, ctx, trace).instrument(span).await;
+    metrics.record_reconcile(start.elapsed(), result.as_ref().err().map(Error::kind));
+    result
 }
 
 async fn reconcile_traced(
@@ -289,9 +314,13 @@ async fn reconcile_traced(
     let world = KubeWorld::new(ctx.client.clone());
     let (owner_label, hashed) = mwrs.owner_label_value();
 
+    let key = format!("{namespace}/{name}");
     if mwrs.meta().deletion_timestamp.is_some() {
+        ctx.metrics.forget_rollout(&key);
         return finalize(&api, &world, &mwrs, &owner_label, &ctx.options).await;
     }
+    // Every hook call of this reconcile is counted and timed.
+    let hooks = Metered::new(ctx.hooks.clone(), ctx.metrics.clone());
     let mwrs = if has_finalizer(&mwrs) {
         mwrs
     } else {
@@ -362,7 +391,7 @@ async fn reconcile_traced(
             controller_version: env!("CARGO_PKG_VERSION").to_owned(),
             hub_name: ctx.options.hub_name.clone(),
         };
-        let result = match ctx.plugins.check(&ctx.hooks, call, request).await {
+        let result = match ctx.plugins.check(&hooks, call, request).await {
             Ok(_) => Ok(()),
             Err(error) => {
                 let message = plugins::failure_message(plugin, &error);
@@ -409,7 +438,8 @@ async fn reconcile_traced(
         settings: &ctx.options.settings,
         trace: &trace,
     };
-    let outcome = orchestrate::deploy(&ctx.hooks, &world, &input).await;
+    let outcome = orchestrate::deploy(&hooks, &world, &input).await;
+    ctx.metrics.record_rollout(&key, &outcome);
     for (placement, failure) in outcome.hook_errors() {
         tracing::warn!(mwrs = %name, namespace = %namespace, placement, error = %failure, "hook call failed");
     }

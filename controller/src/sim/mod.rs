@@ -499,6 +499,9 @@ impl<H: Hooks> Simulation<'_, H> {
             trace,
         };
         let outcome = orchestrate::deploy(self.hooks, &self.world, &input).await;
+        if let Some(metrics) = &self.config.metrics {
+            metrics.record_rollout(&format!("{}/{}", config::NAMESPACE, config::NAME), &outcome);
+        }
         let update_complete = outcome
             .placements
             .iter()

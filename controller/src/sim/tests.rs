@@ -334,6 +334,89 @@ async fn per_group_within_max_failures_does_not_abort() {
     assert_eq!(summary.applies, 6);
 }
 
+/// `/metrics` scraped over HTTP after a simulated rollout with an abort:
+/// the hook calls, the abort and the rollouts in progress match the
+/// rollout's own summary.
+#[tokio::test]
+async fn metrics_scraped_after_an_abort_match_the_rollout() {
+    use std::sync::Arc;
+
+    use crate::health::{self, Readiness};
+    use crate::metrics::{ControllerMetrics, Metered, sample};
+
+    let metrics = Arc::new(ControllerMetrics::new());
+    let mut config = config(8, strategy("Progressive", Some("25%"), true, true));
+    config.metrics = Some(metrics.clone());
+    let recorder = Recorder::new(Metered::new(
+        Scripted::new(&["cluster-004"]),
+        metrics.clone(),
+    ));
+    let mut collect = Collect::default();
+    let summary = run(
+        &config,
+        &recorder,
+        &Telemetry::disabled(),
+        Some("http://gateway"),
+        &mut collect,
+    )
+    .await
+    .expect("runs");
+    assert_eq!(summary.result, Outcome::Aborted);
+
+    let addr = health::serve(
+        "127.0.0.1:0".parse().expect("addr"),
+        Readiness::default(),
+        metrics,
+    )
+    .await
+    .expect("binds");
+    let text = health::tests::get(addr, "/metrics").await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let calls = |hook: &str| {
+        sample(
+            &text,
+            &format!(
+                r#"rollout_controller_hook_calls_total{{hook="{hook}",target="scripted",code="OK"}}"#
+            ),
+        )
+        .unwrap_or_else(|| panic!("{hook} in\n{text}"))
+    };
+    let counts = summary.hook_calls;
+    assert_eq!(calls("Initialize"), 1.0);
+    assert_eq!(calls("BeginRollout"), counts.begin_rollout as f64);
+    assert_eq!(calls("ProgressRollout"), counts.progress_rollout as f64);
+    assert_eq!(
+        calls("ValidateRolloutCompletion"),
+        counts.validate_rollout_completion as f64
+    );
+    assert_eq!(
+        calls("MutateManifestWork"),
+        counts.mutate_manifest_work as f64
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"rollout_controller_aborts_total{action="RollBack"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, r#"rollout_controller_aborts_total{action="Stop"}"#),
+        None
+    );
+    // The rollback is finished: nothing in progress.
+    for aborting in ["false", "true"] {
+        assert_eq!(
+            sample(
+                &text,
+                &format!(r#"rollout_controller_rollouts_in_progress{{aborting="{aborting}"}}"#)
+            ),
+            Some(0.0),
+            "{text}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_failed_validation_aborts_with_aborting_requests() {
     let config = config(8, strategy("Progressive", Some("25%"), true, true));
