@@ -12,6 +12,7 @@ use std::sync::Arc;
 use kube::Client;
 use thiserror::Error;
 
+use crate::events::{EventGate, Events};
 use crate::health::{self, Readiness};
 use crate::hooks::{GatewayError, GatewayHooks, GatewayOptions};
 use crate::leader::{self, LeaderElection, LeaseConfig};
@@ -136,6 +137,11 @@ pub async fn run(
         tokio::spawn(async move { registration::watch_and_register(client, &namespace).await })
     });
     tracing::info!(gateway = %options.gateway.url, "rollout-controller running");
+    // The Events' reportingInstance: this replica.
+    let instance = options
+        .leader_election
+        .as_ref()
+        .map_or_else(|| DEFAULT_SERVICE_NAME.to_owned(), |l| l.identity.clone());
     let context = Arc::new(
         Context::new(
             client.clone(),
@@ -143,7 +149,12 @@ pub async fn run(
             telemetry.clone(),
             options.reconcile.clone(),
         )
-        .with_metrics(metrics.clone()),
+        .with_metrics(metrics.clone())
+        .with_events(Arc::new(Events::new(
+            client.clone(),
+            &instance,
+            EventGate::default(),
+        ))),
     );
     match options.leader_election {
         None => {

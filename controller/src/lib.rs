@@ -24,6 +24,7 @@
 
 pub mod api;
 pub mod app;
+pub mod events;
 pub mod health;
 pub mod hooks;
 pub mod leader;

@@ -50,6 +50,7 @@ use crate::api::{
     CascadeDeletionPolicy, ManifestWork, ManifestWorkReplicaSet, Placement, PlacementDecision,
     decision_groups,
 };
+use crate::events::{self, Events};
 use crate::health::Readiness;
 use crate::hooks::{Call, GatewayHooks};
 use crate::metrics::{ControllerMetrics, Metered, ReconcileErrorKind};
@@ -142,6 +143,8 @@ pub struct Context {
     pub options: Options,
     /// The metrics every reconcile records (`/metrics`).
     pub metrics: Arc<ControllerMetrics>,
+    /// Where the Events on the ManifestWorkReplicaSets go; none by default.
+    pub events: Option<Arc<Events>>,
     plugins: PluginCache,
 }
 
@@ -161,7 +164,14 @@ impl Context {
             telemetry,
             options,
             metrics: Arc::new(ControllerMetrics::new()),
+            events: None,
         }
+    }
+
+    /// The same context, publishing Events through `events`.
+    pub fn with_events(mut self, events: Arc<Events>) -> Context {
+        self.events = Some(events);
+        self
     }
 
     /// The same context, recording into `metrics` (the ones `/metrics`
@@ -480,6 +490,13 @@ async fn reconcile_traced(
         )
         .await
         .map_err(|source| Error::kube("patching the status", source))?;
+    }
+
+    if let Some(publisher) = &ctx.events {
+        let list = events::rollout_events(&old, &new_status, &outcome, &plugin_states);
+        if !list.is_empty() {
+            publisher.publish(&mwrs.object_ref(&()), &list, now).await;
+        }
     }
 
     let mut requeue = outcome.requeue_after;
