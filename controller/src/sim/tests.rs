@@ -417,6 +417,44 @@ async fn metrics_scraped_after_an_abort_match_the_rollout() {
     }
 }
 
+/// The JSON's `index` is the cluster_index the plugin saw: with a
+/// mandatory group that is not the first, its clusters are 1 and 2.
+#[tokio::test]
+async fn applied_indexes_are_the_cluster_index_of_the_requests() {
+    let strategy = StrategyFlags {
+        kind: "ProgressivePerGroup".into(),
+        mandatory_groups: vec!["group-1".into()],
+        plugin: Some("scripted".into()),
+        ..StrategyFlags::default()
+    }
+    .strategy()
+    .expect("valid");
+    let mut config = config(4, strategy);
+    config.groups = 2;
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let applied: Vec<(&str, usize, &str)> = c
+        .steps
+        .iter()
+        .flat_map(|s| &s.applied)
+        .map(|a| {
+            (
+                a.cluster.as_str(),
+                a.index,
+                a.annotations["test/position"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        applied,
+        [
+            ("cluster-003", 1, "1/4"),
+            ("cluster-004", 2, "2/4"),
+            ("cluster-001", 3, "3/4"),
+            ("cluster-002", 4, "4/4"),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn a_failed_validation_aborts_with_aborting_requests() {
     let config = config(8, strategy("Progressive", Some("25%"), true, true));
