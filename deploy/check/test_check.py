@@ -380,5 +380,48 @@ class AlertRules(unittest.TestCase):
         self.assertEqual(scrape.families["rollout_gateway_hook_requests"], "counter")
 
 
+def pod_monitor(port: str, labels: dict) -> dict:
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+            "metadata": {"name": "m", "namespace": NS},
+            "spec": {"selector": {"matchLabels": labels},
+                     "podMetricsEndpoints": [{"port": port, "path": "/metrics"}]}}
+
+
+class PodMonitors(unittest.TestCase):
+    def setUp(self) -> None:
+        # No central overlay to fall back on.
+        self.saved = list(check._central_render)
+        check._central_render[:] = [[]]
+        self.app = deployment("rollout-controller", {"containers": [controller_container("http://127.0.0.1:10843")]},
+                              labels={"app": "c"})
+
+    def tearDown(self) -> None:
+        check._central_render[:] = self.saved
+
+    def failures(self, *objects: dict) -> list[str]:
+        report = check.Report()
+        with contextlib.redirect_stdout(io.StringIO()):
+            check.check_pod_monitors(report, list(objects))
+        return report.failures
+
+    def test_a_named_port_of_the_selected_pods_passes(self) -> None:
+        self.assertEqual(self.failures(self.app, pod_monitor("health", {"app": "c"})), [])
+
+    def test_a_port_the_pods_do_not_name_fails(self) -> None:
+        self.assertNotEqual(self.failures(self.app, pod_monitor("metrics", {"app": "c"})), [])
+
+    def test_selecting_no_pods_fails(self) -> None:
+        self.assertNotEqual(self.failures(self.app, pod_monitor("health", {"app": "other"})), [])
+
+    def test_the_monitoring_kinds_validate_strictly(self) -> None:
+        crds = check.CrdSchemas(check.HERE / "schemas")
+        good = pod_monitor("health", {"app": "c"})
+        self.assertEqual(crds.errors(good), [])
+        bad = copy.deepcopy(good)
+        bad["spec"]["podMetricsEndpoints"][0]["prot"] = "health"
+        self.assertNotEqual(crds.errors(bad), [])
+        self.assertEqual(crds.errors(rule("up == 0")), [])
+
+
 if __name__ == "__main__":
     unittest.main()
