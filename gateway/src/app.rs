@@ -13,13 +13,13 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::configmap::{self, ConfigMapRef};
-use crate::health::Health;
 use crate::hooks::HookRequest;
 use crate::registry::{Registry, SourceInfo};
-use crate::server::{self, ServerSettings};
 use crate::service::GatewayService;
 use crate::telemetry::{Telemetry, Tracing, TracingError, TracingOptions};
 use crate::tls::{ServerTls, ServerTlsFiles, TlsError};
+use crate::transport::health::Health;
+use crate::transport::server::{self, ServerSettings};
 use crate::upstream::ChannelSettings;
 use crate::{admin, watch as file_watch};
 

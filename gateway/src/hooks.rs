@@ -12,7 +12,7 @@ use rollout_proto::v1alpha1::{
 use rollout_proto::view::{MutateParts, RolloutFields, ValidateView};
 use tonic::Status;
 
-use crate::grpc;
+use crate::transport::grpc;
 
 pub use rollout_proto::HookKind;
 

@@ -17,12 +17,12 @@ use tonic::{Code, Status};
 use tracing::Instrument;
 
 use crate::error::GatewayError;
-use crate::grpc::{self, Payload};
-use crate::health::{self, Health};
 use crate::hooks::{Forwarded, HookKind, MutateStep};
 use crate::registry::Registry;
 use crate::router::CallContext;
 use crate::telemetry::trace::ServerSpan;
+use crate::transport::grpc::{self, Payload};
+use crate::transport::health::{self, Health};
 
 /// The caller's hub identity, set on each request by the server in central
 /// mode (from the client certificate); absent otherwise.

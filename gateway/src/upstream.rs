@@ -1,6 +1,6 @@
 //! One plugin as the gateway reaches it: an HTTP/2 connection (plaintext, or
 //! TLS trusting the plugin's own CA bundle alone), and what the gateway has
-//! learned of the hooks it implements. Calls are framed by [`crate::grpc`]
+//! learned of the hooks it implements. Calls are framed by [`crate::transport::grpc`]
 //! and queued on an `h2` stream whole, so a request leaves in one write.
 //!
 //! An [`Upstream`] outlives registry reloads for as long as its
@@ -28,7 +28,7 @@ use rollout_policies::breaker::{Breaker, BreakerState};
 use rollout_policies::budget::RetryBudget;
 use rollout_policies::{BudgetPolicy, Policy};
 
-use crate::grpc::{self, Payload};
+use crate::transport::grpc::{self, Payload};
 
 use crate::config::{Endpoint, Transport};
 use crate::hooks::{HookKind, HookRequest, HookResponse};
@@ -402,7 +402,7 @@ impl Upstream {
         let label = endpoint.to_string();
         // A read buffer in front of the socket: a whole small answer arrives
         // in one read instead of two.
-        let read_buffer = crate::server::READ_BUFFER;
+        let read_buffer = crate::transport::server::READ_BUFFER;
         match &self.tls {
             None => handshake(tokio::io::BufReader::with_capacity(read_buffer, tcp), label).await,
             Some((config, name)) => {

@@ -18,10 +18,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
-use crate::grpc::Payload;
-use crate::io::Coalesce;
 use crate::service::{CallerHub, GatewayService};
 use crate::tls::{ServerTls, hub_of};
+use crate::transport::grpc::Payload;
+use crate::transport::io::Coalesce;
 
 /// The read buffer of each connection; larger reads bypass it.
 pub const READ_BUFFER: usize = 16 * 1024;
