@@ -11,4 +11,5 @@ pub mod client;
 pub mod grpc;
 pub mod health;
 pub mod io;
+pub mod pending;
 pub mod server;

@@ -16,17 +16,20 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use crate::service::{CallerHub, GatewayService};
 use crate::tls::{ServerTls, hub_of};
 use crate::transport::grpc::Payload;
 use crate::transport::io::Coalesce;
+use crate::transport::pending::{PendingBudget, Pool, Scope};
 
 /// The read buffer of each connection; larger reads bypass it.
 pub const READ_BUFFER: usize = 16 * 1024;
 
-/// HTTP/2 settings of the gRPC listener.
+/// HTTP/2 settings and limits of the gRPC listener.
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
     /// How long a drain waits for in-flight calls before closing connections.
@@ -34,6 +37,19 @@ pub struct ServerSettings {
     pub max_concurrent_streams: u32,
     /// A connection that has not completed the HTTP/2 handshake by then is closed.
     pub handshake_timeout: Duration,
+    /// Connections open at once; one more is closed as soon as it is accepted.
+    pub max_connections: usize,
+    /// A connection without a call in progress for this long gets a GOAWAY
+    /// and is closed (zero: never).
+    pub idle_timeout: Duration,
+    /// A connection this old gets a GOAWAY (no new calls), and is closed
+    /// `max_connection_age_grace` later whatever is still running on it: a
+    /// client certificate is checked only at the handshake, so this bounds
+    /// how long a revoked one keeps working (zero: never).
+    pub max_connection_age: Duration,
+    pub max_connection_age_grace: Duration,
+    /// Bytes of requests still arriving that one connection may hold.
+    pub max_pending_bytes_per_connection: usize,
 }
 
 impl Default for ServerSettings {
@@ -42,6 +58,11 @@ impl Default for ServerSettings {
             drain_timeout: Duration::from_secs(10),
             max_concurrent_streams: 1024,
             handshake_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+            idle_timeout: Duration::from_secs(300),
+            max_connection_age: Duration::from_secs(3600),
+            max_connection_age_grace: Duration::from_secs(30),
+            max_pending_bytes_per_connection: 64 * 1024 * 1024,
         }
     }
 }
@@ -63,22 +84,28 @@ fn h2_builder(settings: &ServerSettings) -> h2::server::Builder {
 }
 
 /// Serves `service` on `listener` until `shutdown` resolves, then stops
-/// accepting, lets in-flight calls finish (up to the drain timeout) and returns.
+/// accepting, lets in-flight calls finish (up to the drain timeout) and
+/// returns once every connection is closed.
 ///
 /// On drain, a connection that has carried a request gets a GOAWAY and ends
 /// when its calls are done; one that never carried a request (still in the
 /// handshake, or a peer that connected and said nothing) is closed at once,
-/// so a silent peer cannot hold the drain for its whole timeout.
+/// so a silent peer cannot hold the drain for its whole timeout. At the
+/// drain timeout the connections left are closed, and the calls on them
+/// dropped. `pending` is the gateway-wide pool of bytes of requests still
+/// arriving, shared by every connection.
 pub async fn serve(
     listener: TcpListener,
     service: GatewayService,
     settings: ServerSettings,
     tls: Option<Arc<ServerTls>>,
+    pending: Arc<Pool>,
     shutdown: impl Future<Output = ()>,
 ) {
     let (draining_tx, draining) = watch::channel(false);
-    // Each connection task holds a sender; the drain is over when all are gone.
-    let (alive, mut all_closed) = mpsc::channel::<()>(1);
+    // Every connection task, so the drain can wait for them and then end them.
+    let mut connections = JoinSet::new();
+    let mut refusing = false;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -92,53 +119,76 @@ pub async fn serve(
                     continue;
                 }
             },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = &mut shutdown => break,
         };
+        while connections.try_join_next().is_some() {}
+        if connections.len() >= settings.max_connections {
+            // Closed at once: the peer sees the connection end rather than
+            // hang, and tries elsewhere or later. Logged when refusals start.
+            if !refusing {
+                tracing::warn!(%peer, max_connections = settings.max_connections, "refusing connections: --max-connections reached");
+            }
+            refusing = true;
+            drop(stream);
+            continue;
+        }
+        refusing = false;
         let _ = stream.set_nodelay(true);
         let conn = Connection {
             service: service.clone(),
             builder: h2_builder(&settings),
-            handshake_timeout: settings.handshake_timeout,
+            settings: settings.clone(),
             draining: draining.clone(),
             tls: tls.clone(),
+            pending: pending.clone(),
         };
-        let alive = alive.clone();
-        tokio::spawn(async move {
-            let _alive = alive;
+        connections.spawn(async move {
             if let Err(error) = conn.run(stream).await {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
         });
     }
     drop(listener);
-    drop(alive);
     let _ = draining_tx.send(true);
-    tracing::info!("draining");
+    tracing::info!(connections = connections.len(), "draining");
+    let all_closed = async { while connections.join_next().await.is_some() {} };
     tokio::select! {
-        _ = all_closed.recv() => tracing::info!("drained"),
+        () = all_closed => tracing::info!("drained"),
         () = tokio::time::sleep(settings.drain_timeout) => {
-            tracing::warn!(timeout_secs = settings.drain_timeout.as_secs(), "drain timed out; closing the remaining connections");
+            tracing::warn!(timeout_secs = settings.drain_timeout.as_secs(), connections = connections.len(), "drain timed out; closing the remaining connections");
         }
     }
+    // Ends every connection task left, which drops its socket and its calls.
+    connections.shutdown().await;
 }
 
 struct Connection {
     service: GatewayService,
     builder: h2::server::Builder,
-    handshake_timeout: Duration,
+    settings: ServerSettings,
     draining: watch::Receiver<bool>,
     tls: Option<Arc<ServerTls>>,
+    pending: Arc<Pool>,
+}
+
+/// Why the gateway is closing a connection (for the log).
+#[derive(Debug, Clone, Copy)]
+enum Closing {
+    Idle,
+    MaxAge,
 }
 
 impl Connection {
     async fn run(mut self, stream: TcpStream) -> Result<(), ConnectionError> {
+        let accepted = Instant::now();
         let Some(tls) = self.tls.clone() else {
-            return self.serve_h2(stream, None).await;
+            return self.serve_h2(stream, None, accepted).await;
         };
         // The TLS handshake, bounded, and abandoned if a drain starts.
         let accept = tls.acceptor().accept(stream);
         let stream = tokio::select! {
-            done = tokio::time::timeout(self.handshake_timeout, accept) => match done {
+            done = tokio::time::timeout(self.settings.handshake_timeout, accept) => match done {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => return Err(ConnectionError::Tls(e)),
                 Err(_) => return Ok(()),
@@ -157,10 +207,15 @@ impl Connection {
         } else {
             None
         };
-        self.serve_h2(stream, hub).await
+        self.serve_h2(stream, hub, accepted).await
     }
 
-    async fn serve_h2<T>(mut self, io: T, hub: Option<CallerHub>) -> Result<(), ConnectionError>
+    async fn serve_h2<T>(
+        mut self,
+        io: T,
+        hub: Option<CallerHub>,
+        accepted: Instant,
+    ) -> Result<(), ConnectionError>
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -169,41 +224,103 @@ impl Connection {
         let io = Coalesce::new(tokio::io::BufReader::with_capacity(READ_BUFFER, io));
         let handshake = self.builder.handshake::<_, Payload>(io);
         let mut conn = tokio::select! {
-            done = tokio::time::timeout(self.handshake_timeout, handshake) => match done {
+            done = tokio::time::timeout(self.settings.handshake_timeout, handshake) => match done {
                 Ok(conn) => conn?,
                 Err(_) => return Ok(()),
             },
             // Draining before the peer even said hello: nothing to finish.
             () = wait_true(&mut self.draining) => return Ok(()),
         };
+        let budget = PendingBudget {
+            connection: Arc::new(Pool::new(
+                self.settings.max_pending_bytes_per_connection,
+                Scope::Connection,
+            )),
+            gateway: self.pending.clone(),
+        };
+        // The calls of this connection: dropped with it, so closing the
+        // connection ends them.
+        let mut streams = JoinSet::new();
         let mut used = false;
         let mut goaway_sent = false;
+        let idle_timeout = or_forever(self.settings.idle_timeout);
+        let idle = tokio::time::sleep(idle_timeout);
+        let max_age =
+            tokio::time::sleep_until(accepted + or_forever(self.settings.max_connection_age));
+        // Armed once the gateway decides to close: the end of the GOAWAY's grace.
+        let grace_over = tokio::time::sleep(FOREVER);
+        let mut closing: Option<Closing> = None;
+        tokio::pin!(idle, max_age, grace_over);
         loop {
-            tokio::select! {
+            let close = tokio::select! {
                 next = conn.accept() => match next {
                     Some(Ok((mut request, respond))) => {
                         used = true;
                         if let Some(hub) = &hub {
                             request.extensions_mut().insert(hub.clone());
                         }
-                        tokio::spawn(self.service.clone().serve_stream(request, respond));
+                        request.extensions_mut().insert(budget.clone());
+                        streams.spawn(self.service.clone().serve_stream(request, respond));
+                        continue;
                     }
                     Some(Err(e)) => return Err(e.into()),
                     None => return Ok(()),
                 },
+                Some(_) = streams.join_next(), if !streams.is_empty() => {
+                    if streams.is_empty() {
+                        idle.as_mut().reset(Instant::now() + idle_timeout);
+                    }
+                    continue;
+                }
+                () = &mut idle, if streams.is_empty() && closing.is_none() => {
+                    (Closing::Idle, IDLE_GRACE)
+                }
+                () = &mut max_age, if closing.is_none() => {
+                    (Closing::MaxAge, self.settings.max_connection_age_grace)
+                }
                 () = wait_true(&mut self.draining), if !goaway_sent => {
                     if !used {
                         return Ok(());
                     }
                     // GOAWAY: no new streams; keep driving the connection so
-                    // the calls in flight finish, then `accept` ends.
+                    // the calls in flight finish (until the drain timeout).
                     conn.graceful_shutdown();
                     goaway_sent = true;
+                    continue;
                 }
+                () = &mut grace_over => {
+                    tracing::debug!(reason = ?closing, open_calls = streams.len(), "closing the connection: its GOAWAY grace is over");
+                    return Ok(());
+                }
+            };
+            // GOAWAY now (no new calls; those in flight go on), the socket
+            // when they are done or after the grace, whichever comes first.
+            let (reason, grace) = close;
+            tracing::debug!(
+                ?reason,
+                grace_ms = grace.as_millis(),
+                "closing the connection: GOAWAY"
+            );
+            closing = Some(reason);
+            if !goaway_sent {
+                conn.graceful_shutdown();
+                goaway_sent = true;
             }
+            grace_over.as_mut().reset(Instant::now() + grace);
         }
     }
 }
+
+/// A deadline that never comes (a timer not armed yet).
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A zero timeout (the flags' "never") as one that never comes.
+fn or_forever(d: Duration) -> Duration {
+    if d.is_zero() { FOREVER } else { d }
+}
+
+/// How long an idle connection's peer has, after the GOAWAY, to close it.
+const IDLE_GRACE: Duration = Duration::from_secs(1);
 
 /// Why a connection ended badly (logged at debug level: a client's problem).
 #[derive(Debug, thiserror::Error)]
