@@ -102,6 +102,10 @@ pub enum StartError {
     /// The listener's certificate, key or client CA is unusable.
     #[error("{0}")]
     Tls(#[from] TlsError),
+    /// The limits contradict each other (a message of the largest size
+    /// could never be received).
+    #[error("{0}")]
+    Limits(String),
     /// The OTLP exporter could not be built.
     #[error("{0}")]
     Tracing(#[from] TracingError),
@@ -157,6 +161,19 @@ impl Running {
 /// A missing or empty file is not fatal (the gateway waits for it, not
 /// ready); an invalid one is ([`StartError::Config`]).
 pub async fn start(options: Options) -> Result<Running, StartError> {
+    // A message being received holds its whole size (plus its 5-byte prefix).
+    let largest = options.max_message_bytes.saturating_add(5);
+    if options.max_pending_request_bytes_per_connection < largest
+        || options.max_pending_request_bytes < options.max_pending_request_bytes_per_connection
+    {
+        return Err(StartError::Limits(format!(
+            "--max-pending-request-bytes ({}) must be at least --max-pending-request-bytes-per-connection ({}), \
+             which must be at least --max-message-bytes ({}) plus 5",
+            options.max_pending_request_bytes,
+            options.max_pending_request_bytes_per_connection,
+            options.max_message_bytes
+        )));
+    }
     let tracing = Tracing::new(&options.tracing)?;
     let sources: Vec<SourceInfo> = options
         .configs

@@ -148,7 +148,7 @@ type Open = (
     Vec<h2::SendStream<Bytes>>,
 );
 
-/// Streams that declare 16 MiB messages and send `sent` bytes of each, on
+/// Streams that declare `declared`-byte messages and send `sent` bytes of each, on
 /// `connections` connections of `streams` streams each; returns each
 /// stream's answer (or `None` if it is still waiting after `wait`) and the
 /// connections, still open.
@@ -156,6 +156,7 @@ async fn flood(
     gw: &Gateway,
     connections: usize,
     streams: usize,
+    declared: usize,
     sent: usize,
     wait: Duration,
 ) -> (Vec<Option<(Code, String)>>, Vec<Open>) {
@@ -166,7 +167,7 @@ async fn flood(
         let mut bodies = Vec::new();
         for _ in 0..streams {
             let (response, body) =
-                stalled(&send, begin_rollout(None), partial_message(16 * MIB, sent)).await;
+                stalled(&send, begin_rollout(None), partial_message(declared, sent)).await;
             bodies.push(body);
             answers.push(tokio::spawn(status_of(response)));
         }
@@ -195,18 +196,16 @@ fn close(open: Vec<Open>) {
 #[tokio::test]
 async fn bytes_of_requests_still_arriving_are_bounded_per_connection() {
     let (_p, gw) = gateway_tuned(|o| {
+        o.max_message_bytes = 4 * MIB;
         o.max_pending_request_bytes_per_connection = 8 * MIB;
         o.max_pending_request_bytes = 1024 * MIB;
     })
     .await;
     let pool = gw.running.as_ref().unwrap().pending_requests.clone();
-    // Three streams of 3 MiB each on one connection: they cannot all be held.
-    let (answers, open) = flood(&gw, 1, 3, 3 * MIB, Duration::from_secs(3)).await;
+    // Three 3 MiB messages arriving on one connection: two fit in 8 MiB.
+    let (answers, open) = flood(&gw, 1, 3, 3 * MIB, 2 * MIB, Duration::from_secs(3)).await;
     let refused: Vec<_> = answers.iter().flatten().collect();
-    assert!(
-        !refused.is_empty(),
-        "some stream must be refused: {answers:?}"
-    );
+    assert_eq!(refused.len(), 1, "one stream is refused: {answers:?}");
     for (code, message) in &refused {
         assert_eq!(*code, Code::ResourceExhausted, "{message}");
         assert!(message.contains("this connection"), "{message}");
@@ -228,12 +227,12 @@ async fn bytes_of_requests_still_arriving_are_bounded_in_total() {
     // The tester's attack: messages declared at 16 MiB, 15 MiB of each sent,
     // then nothing, on several connections.
     let (_p, gw) = gateway_tuned(|o| {
-        o.max_pending_request_bytes_per_connection = 64 * MIB;
+        o.max_pending_request_bytes_per_connection = 40 * MIB;
         o.max_pending_request_bytes = 40 * MIB;
     })
     .await;
     let pool = gw.running.as_ref().unwrap().pending_requests.clone();
-    let (answers, open) = flood(&gw, 3, 2, 15 * MIB, Duration::from_secs(5)).await;
+    let (answers, open) = flood(&gw, 3, 2, 16 * MIB, 15 * MIB, Duration::from_secs(5)).await;
     let refused: Vec<_> = answers.iter().flatten().collect();
     assert!(
         refused.len() >= 3,
@@ -422,4 +421,30 @@ async fn a_drain_closes_the_connections_left_at_its_deadline() {
         .expect("the connection is closed when the drain ends");
     assert!(started.elapsed() < Duration::from_secs(3));
     assert!(response.await.is_err(), "the call was cut, not answered");
+}
+
+#[tokio::test]
+async fn limits_that_could_never_receive_the_largest_message_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "plugins: []\n").unwrap();
+    for (message, connection, total) in [(16 * MIB, 16 * MIB, 256 * MIB), (MIB, 64 * MIB, 32 * MIB)]
+    {
+        let e = rollout_gateway::app::start(Options {
+            configs: vec![path.clone()],
+            listen: "127.0.0.1:0".parse().unwrap(),
+            admin_listen: "127.0.0.1:0".parse().unwrap(),
+            max_message_bytes: message,
+            max_pending_request_bytes_per_connection: connection,
+            max_pending_request_bytes: total,
+            ..Options::default()
+        })
+        .await
+        .expect_err("contradictory limits");
+        assert!(
+            matches!(e, rollout_gateway::app::StartError::Limits(_)),
+            "{e}"
+        );
+        assert!(e.to_string().contains("--max-message-bytes"), "{e}");
+    }
 }

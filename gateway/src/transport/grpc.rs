@@ -203,8 +203,8 @@ pub enum ReceiveError<E> {
     Held(E),
 }
 
-/// The first buffer of a message that arrives in pieces: room for this much,
-/// or the whole message if smaller; it doubles from there as pieces arrive.
+/// The buffer of a message whose first piece is shorter than its 5-byte
+/// prefix (its size is not known yet).
 const FIRST_BUFFER: usize = 16 * 1024;
 
 /// The core of [`collect`]: `hold(n)` is asked before the buffered bytes
@@ -240,7 +240,7 @@ async fn collect_held<E>(
                 } else {
                     // Part of a message: copied, since the chunk shares the
                     // connection's read buffer, which keeping it would pin.
-                    let capacity = first_capacity(chunk.len(), declared);
+                    let capacity = capacity_for(chunk.len(), declared);
                     hold(capacity).map_err(ReceiveError::Held)?;
                     let mut b = BytesMut::with_capacity(capacity);
                     b.extend_from_slice(&chunk);
@@ -249,7 +249,7 @@ async fn collect_held<E>(
             }
             (Some(f), None) => {
                 let len = f.len() + chunk.len();
-                let capacity = first_capacity(len, expected);
+                let capacity = capacity_for(len, expected);
                 hold(capacity).map_err(ReceiveError::Held)?;
                 let mut b = BytesMut::with_capacity(capacity);
                 b.extend_from_slice(f);
@@ -260,12 +260,15 @@ async fn collect_held<E>(
             (_, Some(b)) => {
                 let len = b.len() + chunk.len();
                 if len > b.capacity() {
-                    // Grow ahead of time, so the held count is what is allocated.
-                    let capacity = (b.capacity() * 2)
-                        .min(expected.map_or(usize::MAX, |e| e + 5))
-                        .max(len);
-                    hold(capacity).map_err(ReceiveError::Held)?;
+                    // Grow ahead of time, so the held count is what is
+                    // allocated: to the whole message once its size is known
+                    // (a first piece shorter than the prefix is the only way
+                    // to grow twice).
+                    let capacity = capacity_for(len, expected);
+                    // While it moves, the old buffer and the new one both exist.
+                    hold(b.capacity() + capacity).map_err(ReceiveError::Held)?;
                     b.reserve(capacity - b.len());
+                    hold(b.capacity()).map_err(ReceiveError::Held)?;
                 }
                 b.extend_from_slice(&chunk);
             }
@@ -298,14 +301,14 @@ async fn collect_held<E>(
     Ok((data, trailers))
 }
 
-/// The capacity of the buffer a message gets once it arrives in more than
-/// one piece, `len` bytes so far: the whole message when it fits in double
-/// that, else room to double.
-fn first_capacity(len: usize, expected: Option<usize>) -> usize {
-    let doubled = FIRST_BUFFER.max(2 * len);
+/// The capacity of the buffer for a message that arrives in pieces, `len`
+/// bytes so far: the whole message once its prefix is known (one allocation,
+/// no copies as it grows; pages are only made resident as bytes arrive),
+/// else room for the prefix to arrive.
+fn capacity_for(len: usize, expected: Option<usize>) -> usize {
     match expected {
-        Some(e) if e + 5 <= doubled => (e + 5).max(len),
-        _ => doubled,
+        Some(e) => (e + 5).max(len),
+        None => FIRST_BUFFER.max(2 * len),
     }
 }
 

@@ -12,4 +12,5 @@ pub mod grpc;
 pub mod health;
 pub mod io;
 pub mod pending;
+pub mod reclaim;
 pub mod server;

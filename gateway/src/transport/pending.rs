@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 #[derive(Debug)]
 pub struct Pool {
     used: AtomicUsize,
+    peak: AtomicUsize,
     limit: usize,
     scope: Scope,
 }
@@ -30,6 +31,7 @@ impl Pool {
     pub fn new(limit: usize, scope: Scope) -> Pool {
         Pool {
             used: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
             limit,
             scope,
         }
@@ -38,6 +40,11 @@ impl Pool {
     /// The bytes held now.
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes held at once so far.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
     }
 
     pub fn limit(&self) -> usize {
@@ -49,7 +56,9 @@ impl Pool {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(n).filter(|after| *after <= self.limit)
             })
-            .map(drop)
+            .map(|before| {
+                self.peak.fetch_max(before + n, Ordering::Relaxed);
+            })
             .map_err(|used| PendingExceeded {
                 scope: self.scope,
                 limit: self.limit,

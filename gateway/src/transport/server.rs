@@ -25,6 +25,7 @@ use crate::tls::{ServerTls, hub_of};
 use crate::transport::grpc::Payload;
 use crate::transport::io::Coalesce;
 use crate::transport::pending::{PendingBudget, Pool, Scope};
+use crate::transport::reclaim;
 
 /// The read buffer of each connection; larger reads bypass it.
 pub const READ_BUFFER: usize = 16 * 1024;
@@ -238,6 +239,9 @@ impl Connection {
             )),
             gateway: self.pending.clone(),
         };
+        // Once the connection ends, whatever its requests held is freed: have
+        // it returned to the OS.
+        let _reclaim = Reclaim(budget.connection.clone());
         // The calls of this connection: dropped with it, so closing the
         // connection ends them.
         let mut streams = JoinSet::new();
@@ -307,6 +311,18 @@ impl Connection {
                 goaway_sent = true;
             }
             grace_over.as_mut().reset(Instant::now() + grace);
+        }
+    }
+}
+
+/// On drop (the connection is over), returns the memory its requests held
+/// to the OS, if they held any.
+struct Reclaim(Arc<Pool>);
+
+impl Drop for Reclaim {
+    fn drop(&mut self) {
+        if self.0.peak() > 0 {
+            reclaim::soon();
         }
     }
 }
