@@ -54,7 +54,7 @@ pub async fn dial(
     let label = endpoint.to_string();
     // A read buffer in front of the socket: a whole small answer arrives
     // in one read instead of two.
-    let read_buffer = crate::transport::server::READ_BUFFER;
+    let read_buffer = crate::transport::io::READ_BUFFER;
     match tls {
         None => handshake(tokio::io::BufReader::with_capacity(read_buffer, tcp), label).await,
         Some((config, name)) => {

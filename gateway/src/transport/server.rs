@@ -23,12 +23,9 @@ use tokio::time::Instant;
 use crate::service::{CallerHub, GatewayService};
 use crate::tls::{ServerTls, hub_of};
 use crate::transport::grpc::Payload;
-use crate::transport::io::Coalesce;
+use crate::transport::io::{Coalesce, READ_BUFFER};
 use crate::transport::pending::{PendingBudget, Pool, Scope};
 use crate::transport::reclaim;
-
-/// The read buffer of each connection; larger reads bypass it.
-pub const READ_BUFFER: usize = 16 * 1024;
 
 /// HTTP/2 settings and limits of the gRPC listener.
 #[derive(Debug, Clone)]
