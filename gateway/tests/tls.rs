@@ -445,8 +445,9 @@ async fn a_client_ca_removed_from_client_ca_stops_working_within_the_max_connect
     .unwrap();
     let addr = running.grpc_addr;
     let hub = old_hubs.leaf("hub-a").unwrap();
-    let mut connected = central_client(addr, &server_ca, Some(&hub)).await.unwrap();
+    // Before connecting: the gateway counts the age from when it accepted.
     let opened = std::time::Instant::now();
+    let mut connected = central_client(addr, &server_ca, Some(&hub)).await.unwrap();
     connected
         .begin_rollout(to("p", rollout("c1")))
         .await
