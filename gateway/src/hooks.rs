@@ -18,7 +18,7 @@ use rollout_policies::layer::PolicyRequest;
 use tokio::time::Instant;
 
 use crate::error::DeadlineOwner;
-use crate::grpc;
+use crate::transport::grpc;
 
 pub use rollout_proto::HookKind;
 

@@ -6,9 +6,11 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use rollout_gateway::app::{self, Options, StartError};
+use rollout_gateway::config::parse_duration;
 use rollout_gateway::configmap::ConfigMapRef;
 use rollout_gateway::tls::ServerTlsFiles;
 use rollout_telemetry::TracingOptions;
@@ -85,6 +87,38 @@ struct Flags {
         default_value = "text"
     )]
     log_format: LogFormat,
+    /// gRPC connections open at once; one more is closed as soon as it is
+    /// accepted.
+    #[arg(long, env = "ROLLOUT_GATEWAY_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
+    /// A gRPC connection with no call in progress for this long gets a GOAWAY
+    /// and is closed (0: never).
+    #[arg(long, env = "ROLLOUT_GATEWAY_IDLE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    idle_timeout: Duration,
+    /// A gRPC connection this old gets a GOAWAY and is closed
+    /// --max-connection-age-grace later, so a client certificate whose CA was
+    /// removed from --client-ca stops working within this (0: never).
+    #[arg(long, env = "ROLLOUT_GATEWAY_MAX_CONNECTION_AGE", default_value = "1h", value_parser = parse_duration)]
+    max_connection_age: Duration,
+    /// How long calls in flight may go on after the GOAWAY of
+    /// --max-connection-age before the connection is closed.
+    #[arg(long, env = "ROLLOUT_GATEWAY_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = parse_duration)]
+    max_connection_age_grace: Duration,
+    /// Bytes of gRPC requests still arriving that the gateway holds at once;
+    /// a request that would go over is refused with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "ROLLOUT_GATEWAY_MAX_PENDING_REQUEST_BYTES", default_value_t = 256 * 1024 * 1024)]
+    max_pending_request_bytes: usize,
+    /// The same bound for one connection.
+    #[arg(long, env = "ROLLOUT_GATEWAY_MAX_PENDING_REQUEST_BYTES_PER_CONNECTION", default_value_t = 64 * 1024 * 1024)]
+    max_pending_request_bytes_per_connection: usize,
+    /// A gRPC request must arrive whole within this (or the caller's
+    /// grpc-timeout, if sooner), else DEADLINE_EXCEEDED.
+    #[arg(long, env = "ROLLOUT_GATEWAY_REQUEST_RECEIVE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    request_receive_timeout: Duration,
+    /// An admin HTTP request must arrive and be answered within this; an idle
+    /// admin connection is closed after it.
+    #[arg(long, env = "ROLLOUT_GATEWAY_ADMIN_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    admin_request_timeout: Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -157,24 +191,14 @@ fn check(args: CheckArgs) -> ExitCode {
     }
 }
 
-async fn run(flags: Flags) -> ExitCode {
-    // Signal handlers first: a SIGTERM right after the listening line must drain.
-    let (mut term, mut int) = match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(t), Ok(i)) => (t, i),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("rollout-gateway: cannot install signal handlers: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+/// The gateway's options from its flags.
+fn options(flags: Flags) -> Options {
     let configs = if flags.configs.is_empty() && flags.configmaps.is_empty() {
         Options::default().configs
     } else {
         flags.configs
     };
-    let options = Options {
+    Options {
         configs,
         listen: flags.listen,
         admin_listen: flags.admin_listen,
@@ -189,8 +213,31 @@ async fn run(flags: Flags) -> ExitCode {
         },
         configmaps: flags.configmaps,
         tracing: TracingOptions::from_env("rollout-gateway"),
+        max_connections: flags.max_connections,
+        idle_timeout: flags.idle_timeout,
+        max_connection_age: flags.max_connection_age,
+        max_connection_age_grace: flags.max_connection_age_grace,
+        max_pending_request_bytes: flags.max_pending_request_bytes,
+        max_pending_request_bytes_per_connection: flags.max_pending_request_bytes_per_connection,
+        request_receive_timeout: flags.request_receive_timeout,
+        admin_request_timeout: flags.admin_request_timeout,
         ..Options::default()
+    }
+}
+
+async fn run(flags: Flags) -> ExitCode {
+    // Signal handlers first: a SIGTERM right after the listening line must drain.
+    let (mut term, mut int) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("rollout-gateway: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
     };
+    let options = options(flags);
     let running = match app::start(options).await {
         Ok(r) => r,
         Err(StartError::Config(problems)) => {
@@ -227,6 +274,8 @@ async fn run(flags: Flags) -> ExitCode {
 mod tests {
     use clap::CommandFactory;
 
+    use super::*;
+
     /// Every flag of every subcommand, as (subcommand path, long name, env).
     fn flags(cmd: &clap::Command, at: &str, out: &mut Vec<(String, String, Option<String>)>) {
         for arg in cmd.get_arguments() {
@@ -258,5 +307,32 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         super::Flags::command().debug_assert();
+    }
+
+    #[test]
+    fn flag_defaults_are_the_library_defaults() {
+        let parsed = options(Flags::parse_from(["rollout-gateway"]));
+        let library = Options::default();
+        assert_eq!(parsed.max_connections, library.max_connections);
+        assert_eq!(parsed.idle_timeout, library.idle_timeout);
+        assert_eq!(parsed.max_connection_age, library.max_connection_age);
+        assert_eq!(
+            parsed.max_connection_age_grace,
+            library.max_connection_age_grace
+        );
+        assert_eq!(
+            parsed.max_pending_request_bytes,
+            library.max_pending_request_bytes
+        );
+        assert_eq!(
+            parsed.max_pending_request_bytes_per_connection,
+            library.max_pending_request_bytes_per_connection
+        );
+        assert_eq!(
+            parsed.request_receive_timeout,
+            library.request_receive_timeout
+        );
+        assert_eq!(parsed.admin_request_timeout, library.admin_request_timeout);
+        assert_eq!(parsed.max_message_bytes, library.max_message_bytes);
     }
 }
