@@ -8,6 +8,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json};
 use axum::routing::get;
+use rollout_proto::v1alpha1::RolloutStateDetail;
 use serde_json::{Value, json};
 
 use crate::config::{Transport, format_duration};
@@ -83,6 +84,11 @@ pub fn debug_json(registry: &Registry) -> Value {
                     .collect::<serde_json::Map<String, Value>>(),
                 "hubs": p.hubs,
                 "hooks": p.upstream.known_hooks(),
+                // What its requests carry: "counts" once it declared so.
+                "stateDetail": match p.upstream.state_detail() {
+                    RolloutStateDetail::Counts => "counts",
+                    _ => "full",
+                },
             })
         })
         .collect();
