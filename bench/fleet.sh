@@ -203,7 +203,7 @@ runs = [json.loads(line) for line in open(sys.argv[1])]
 def run(clusters, detail):
     return next(r for r in runs if r["clusters"] == clusters and r["stateDetail"] == detail)
 def ok(r):
-    return r["result"] == "SUCCEEDED"
+    return r["result"].upper() == "SUCCEEDED"
 def num(v, fmt="{:.1f}"):
     return "?" if v is None else fmt.format(v)
 print()
