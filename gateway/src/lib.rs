@@ -13,10 +13,11 @@
 //! place that turns failures into gRPC statuses. [`telemetry`] traces every
 //! call and attempt and counts them; [`health`] is the gRPC health service;
 //! [`admin`] serves health, metrics and debug endpoints; [`app`] assembles
-//! everything.
+//! everything; [`check`] validates registry files offline.
 
 pub mod admin;
 pub mod app;
+pub mod check;
 pub mod config;
 pub mod configmap;
 pub mod error;

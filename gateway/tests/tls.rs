@@ -308,6 +308,17 @@ async fn central_mode_scopes_each_hub_and_requires_a_valid_client_certificate() 
     b.begin_rollout(to("shared-b-only", rollout("c1")))
         .await
         .unwrap();
+    // Both hubs' "mine" keep their own series; a shared plugin's hub is empty.
+    let text = running.registry.telemetry().metrics.encode();
+    for series in [
+        r#"rollout_gateway_hook_requests_total{hook="BeginRollout",plugin="mine",hub="hub-a",code="OK"} 1"#,
+        r#"rollout_gateway_hook_requests_total{hook="BeginRollout",plugin="mine",hub="hub-b",code="OK"} 1"#,
+        r#"rollout_gateway_upstream_attempts_total{hook="BeginRollout",plugin="mine",hub="hub-a",code="OK"} 1"#,
+        r#"rollout_gateway_hook_duration_seconds_count{hook="BeginRollout",plugin="mine",hub="hub-b"} 1"#,
+        r#"rollout_gateway_hook_requests_total{hook="BeginRollout",plugin="shared-any",hub="",code="OK"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == series), "no {series} in:\n{text}");
+    }
     // A name only hub-b has is NOT_FOUND for hub-a: nothing leaks across hubs.
     let hub_c = hubs_ca.leaf("hub-c").unwrap();
     let mut c = central_client(addr, &server_ca, Some(&hub_c))
