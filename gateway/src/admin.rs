@@ -19,6 +19,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use rollout_proto::v1alpha1::RolloutStateDetail;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -174,6 +175,11 @@ pub fn debug_json(registry: &Registry) -> Value {
                     .collect::<serde_json::Map<String, Value>>(),
                 "hubs": p.hubs,
                 "hooks": p.upstream.known_hooks(),
+                // What its requests carry: "counts" once it declared so.
+                "stateDetail": match p.upstream.state_detail() {
+                    RolloutStateDetail::Counts => "counts",
+                    _ => "full",
+                },
             })
         })
         .collect();

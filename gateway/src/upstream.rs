@@ -16,7 +16,7 @@ use std::time::Duration;
 use h2::client::SendRequest;
 use http::{HeaderMap, HeaderValue};
 use rollout_proto::v1alpha1::{
-    Hook, InitializeResponse, MutateManifestWorkResponse, ValidateResponse,
+    Hook, InitializeResponse, MutateManifestWorkResponse, RolloutStateDetail, ValidateResponse,
 };
 use rustls_pki_types::ServerName;
 use tokio::time::Instant;
@@ -81,6 +81,9 @@ impl Default for ChannelSettings {
 
 /// Bit set in [`Upstream::hooks`] once an `InitializeResponse` has been seen.
 const HOOKS_KNOWN: u8 = 1 << 7;
+/// Bit set in [`Upstream::hooks`] when that answer declared
+/// `ROLLOUT_STATE_DETAIL_COUNTS` (above the bits of the hooks, 1 to 4).
+const COUNTS_ONLY: u8 = 1 << 6;
 
 /// A connection to one plugin: one HTTP/2 connection, dialled on first use
 /// and again whenever it has closed, shared by every call.
@@ -94,7 +97,8 @@ pub struct Upstream {
     conn: ArcSwapOption<PluginConnection>,
     /// Held while dialling, so concurrent calls share one new connection.
     dialling: tokio::sync::Mutex<()>,
-    /// `HOOKS_KNOWN` plus one bit per implemented `Hook` (bit = enum value).
+    /// `HOOKS_KNOWN` plus one bit per implemented `Hook` (bit = enum value),
+    /// and `COUNTS_ONLY`: one store, so hooks and declaration change together.
     hooks: AtomicU8,
     /// The concurrency bound, circuit breaker and retry budget of the plugin:
     /// they live as long as its connection settings do, across reloads.
@@ -220,9 +224,25 @@ impl Upstream {
         bits & HOOKS_KNOWN != 0 && bits & (1 << hook as u8) == 0
     }
 
-    /// Records the hooks of the latest `InitializeResponse` seen from the plugin.
+    /// The rollout state the plugin wants: `Counts` once its latest
+    /// `InitializeResponse` declared it; `Full` otherwise (declared, unset,
+    /// or no answer seen yet).
+    pub fn state_detail(&self) -> RolloutStateDetail {
+        let bits = self.hooks.load(Ordering::Relaxed);
+        if bits & HOOKS_KNOWN != 0 && bits & COUNTS_ONLY != 0 {
+            RolloutStateDetail::Counts
+        } else {
+            RolloutStateDetail::Full
+        }
+    }
+
+    /// Records the hooks and the state detail of the latest
+    /// `InitializeResponse` seen from the plugin.
     pub fn learn(&self, answer: &InitializeResponse) {
         let mut bits = HOOKS_KNOWN;
+        if answer.state_detail() == RolloutStateDetail::Counts {
+            bits |= COUNTS_ONLY;
+        }
         if answer.hooks.is_empty() {
             for h in Hook::ALL {
                 bits |= 1 << h as u8;
@@ -280,7 +300,7 @@ impl Upstream {
         };
         let call = async {
             let kind = request.kind();
-            let payload = request.payload();
+            let payload = request.payload_for(self.state_detail());
             match kind {
                 HookKind::Initialize => self
                     .unary::<InitializeResponse>(kind, payload, deadline, forward)
