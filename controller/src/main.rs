@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use jiff::Timestamp;
 use rollout_controller::health::{self, Readiness};
 use rollout_controller::hooks::{DEFAULT_GATEWAY_URL, GatewayHooks, GatewayOptions, GatewayTls};
+use rollout_controller::orchestrate::DEFAULT_HOOK_CONCURRENCY;
 use rollout_controller::reconcile::{self, Options};
 use rollout_controller::rollout::duration::parse_go_duration;
 use rollout_controller::telemetry::{Telemetry, TracingOptions};
@@ -92,6 +93,10 @@ struct RunArgs {
     /// --gateway host.
     #[arg(long, value_name = "NAME")]
     gateway_server_name: Option<String>,
+    /// How many clusters of a placement have their hook calls in flight at
+    /// once (each cluster's calls stay in order).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_HOOK_CONCURRENCY, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    hook_concurrency: usize,
 }
 
 impl RunArgs {
@@ -212,6 +217,10 @@ struct SimulateArgs {
     /// Also write the summary, as JSON, to FILE.
     #[arg(long, value_name = "FILE")]
     summary: Option<PathBuf>,
+    /// How many clusters have their hook calls in flight at once (each
+    /// cluster's calls stay in order).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_HOOK_CONCURRENCY, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    hook_concurrency: usize,
 }
 
 impl SimulateArgs {
@@ -239,6 +248,7 @@ impl SimulateArgs {
         config.first_rollout = self.first_rollout;
         config.max_steps = self.max_steps;
         config.settings.validation_poll = self.validation_poll;
+        config.settings.hook_concurrency = self.hook_concurrency;
         config.list_works = self.list_works;
         config.check()?;
         Ok(config)
@@ -303,10 +313,11 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--health-listen {addr}"))?;
         tracing::info!(%bound, "serving /healthz and /readyz");
     }
-    let options = Options {
+    let mut options = Options {
         hub_name: args.hub_name.clone(),
         ..Options::default()
     };
+    options.settings.hook_concurrency = args.hook_concurrency;
 
     let registration = args.register_plugins_namespace.clone().map(|namespace| {
         let client = client.clone();
