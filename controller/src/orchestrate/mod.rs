@@ -604,6 +604,14 @@ struct StepState {
     abort: Option<(Timestamp, AbortReport)>,
 }
 
+/// A validation to ask for: the cluster, its deadline, and its work's name
+/// and generation (to persist the verdict on).
+struct Ask {
+    cluster: String,
+    ends: Option<Timestamp>,
+    work: Option<(String, i64)>,
+}
+
 /// How one cluster's validation went, from its concurrent task.
 struct Validated {
     cluster: String,
@@ -616,7 +624,7 @@ struct Validated {
 
 /// How one cluster's roll-out went, from its concurrent task.
 enum RolledOut {
-    Applied(ManifestWork),
+    Applied(Box<ManifestWork>),
     HookFailed(HookError),
     WriteFailed(WorldError),
 }
@@ -790,7 +798,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
         let input = self.input;
         let now = input.clock.now();
         let deadline = self.target.strategy.config().progress_deadline;
-        let mut asks: Vec<(String, Option<Timestamp>, Option<(String, i64)>)> = Vec::new();
+        let mut asks: Vec<Ask> = Vec::new();
         for cluster in self.order.clusters() {
             let Some(observed) = view.observed.get(cluster) else {
                 continue;
@@ -813,7 +821,11 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 .works
                 .get(cluster)
                 .map(|w| (w.name_any(), w.metadata.generation.unwrap_or(0)));
-            asks.push((cluster.clone(), ends, work));
+            asks.push(Ask {
+                cluster: cluster.clone(),
+                ends,
+                work,
+            });
         }
         if asks.is_empty() {
             return;
@@ -833,37 +845,46 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
         };
         let desired = view.desired.hash.as_str();
         let answers: Vec<Validated> = futures::stream::iter(asks)
-            .map(|(cluster, ends, work)| {
-                let request = requests.cluster(&cluster);
-                async move {
-                    let answer = self.hooks.validate_rollout_completion(call, request).await;
-                    let persisted = match (&answer, &work) {
-                        (Ok(response), Some((name, generation))) => match decided(response) {
-                            Some(result) => {
-                                let verdict = Verdict {
-                                    result,
-                                    message: response.message.clone(),
-                                };
-                                let annotations =
-                                    observe::verdict_annotations(&verdict, desired, *generation);
-                                let written = self
-                                    .world
-                                    .annotate_work(&cluster, name, annotations.clone())
-                                    .await;
-                                Some((annotations, written))
-                            }
-                            None => None,
-                        },
-                        _ => None,
-                    };
-                    Validated {
-                        cluster,
-                        ends,
-                        answer,
-                        persisted,
+            .map(
+                |Ask {
+                     cluster,
+                     ends,
+                     work,
+                 }| {
+                    let request = requests.cluster(&cluster);
+                    async move {
+                        let answer = self.hooks.validate_rollout_completion(call, request).await;
+                        let persisted = match (&answer, &work) {
+                            (Ok(response), Some((name, generation))) => match decided(response) {
+                                Some(result) => {
+                                    let verdict = Verdict {
+                                        result,
+                                        message: response.message.clone(),
+                                    };
+                                    let annotations = observe::verdict_annotations(
+                                        &verdict,
+                                        desired,
+                                        *generation,
+                                    );
+                                    let written = self
+                                        .world
+                                        .annotate_work(&cluster, name, annotations.clone())
+                                        .await;
+                                    Some((annotations, written))
+                                }
+                                None => None,
+                            },
+                            _ => None,
+                        };
+                        Validated {
+                            cluster,
+                            ends,
+                            answer,
+                            persisted,
+                        }
                     }
-                }
-            })
+                },
+            )
             .buffered(self.limit())
             .collect()
             .await;
@@ -1091,7 +1112,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             match rolled {
                 RolledOut::Applied(stored) => {
                     state.outcome.applied.push(cluster.clone());
-                    state.works.insert(cluster, Arc::new(stored));
+                    state.works.insert(cluster, Arc::new(*stored));
                 }
                 RolledOut::HookFailed(error) => {
                     state.messages.insert(cluster.clone(), error.to_string());
@@ -1265,7 +1286,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
 
     async fn apply(&self, work: ManifestWork) -> RolledOut {
         match self.world.apply_work(work).await {
-            Ok(stored) => RolledOut::Applied(stored),
+            Ok(stored) => RolledOut::Applied(Box::new(stored)),
             Err(err) => RolledOut::WriteFailed(err),
         }
     }
