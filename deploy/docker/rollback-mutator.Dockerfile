@@ -23,7 +23,6 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM gcr.io/distroless/cc-debian12:nonroot
 LABEL org.opencontainers.image.title="rollback-mutator" \
       org.opencontainers.image.description="Example plugin, story 3: the rollback mutation." \
-      org.opencontainers.image.source="https://github.com/open-cluster-management-io/rollout-hooks" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/rollback-mutator /usr/local/bin/rollback-mutator
 # distroless's nonroot, by number, so that runAsNonRoot can verify it.

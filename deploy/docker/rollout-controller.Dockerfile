@@ -23,7 +23,6 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM gcr.io/distroless/cc-debian12:nonroot
 LABEL org.opencontainers.image.title="rollout-controller" \
       org.opencontainers.image.description="The ManifestWorkReplicaSet controller (rollout-controller run)." \
-      org.opencontainers.image.source="https://github.com/open-cluster-management-io/rollout-hooks" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/rollout-controller /usr/local/bin/rollout-controller
 # distroless's nonroot, by number, so that runAsNonRoot can verify it.

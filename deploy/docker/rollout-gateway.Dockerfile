@@ -23,7 +23,6 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM gcr.io/distroless/cc-debian12:nonroot
 LABEL org.opencontainers.image.title="rollout-gateway" \
       org.opencontainers.image.description="The rollout gateway: routes the controller's hooks to the plugins (sidecar or central)." \
-      org.opencontainers.image.source="https://github.com/open-cluster-management-io/rollout-hooks" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/rollout-gateway /usr/local/bin/rollout-gateway
 # distroless's nonroot, by number, so that runAsNonRoot can verify it.

@@ -23,7 +23,6 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM gcr.io/distroless/cc-debian12:nonroot
 LABEL org.opencontainers.image.title="traffic-weights" \
       org.opencontainers.image.description="Example plugin, story 1: traffic weights by rollout position." \
-      org.opencontainers.image.source="https://github.com/open-cluster-management-io/rollout-hooks" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/traffic-weights /usr/local/bin/traffic-weights
 # distroless's nonroot, by number, so that runAsNonRoot can verify it.

@@ -57,16 +57,21 @@ impl TlsArgs {
 }
 
 /// Logs to stderr (stdout carries only the listening line), filtered by
-/// `RUST_LOG`, `info` when unset or invalid, in colour only on a terminal.
+/// `RUST_LOG`, `info` when unset or invalid, in colour only on a terminal
+/// and only when `NO_COLOR` is unset or empty (<https://no-color.org>).
 /// Call once, first thing in `main`; later calls do nothing.
 pub fn init_tracing() {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // The gateway's and the controller's rule (rollout-telemetry's
+    // logs::colour), which this crate does not depend on.
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     // An error means a subscriber is already set: keep it.
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(colour)
         .with_env_filter(filter)
         .try_init();
 }

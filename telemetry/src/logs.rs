@@ -5,8 +5,13 @@
 //! the controller's reconcile); in JSON each line logged inside carries them
 //! as top-level fields, so a log search leads straight to the trace in Jaeger
 //! (and back).
+//!
+//! Text lines are coloured only when stderr is a terminal and `NO_COLOR` is
+//! unset or empty ([`colour`]): a pod's log, a file or a pipe gets plain text.
 
+use std::ffi::OsStr;
 use std::fmt;
+use std::io::IsTerminal;
 
 use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
@@ -25,11 +30,13 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global subscriber: `RUST_LOG` filters (default `info`).
+/// Installs the global subscriber, writing to stderr: `RUST_LOG` filters
+/// (default `info`); text is coloured when [`stderr_colour`] says so.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(stderr_colour())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -38,6 +45,23 @@ pub fn init(format: LogFormat) {
             .event_format(JsonLines)
             .init(),
     }
+}
+
+/// Whether text logs carry ANSI colour codes: only on a terminal (a pod's
+/// log, a file or a pipe would keep the escape codes as text), and never
+/// when `NO_COLOR` is set to anything but the empty string
+/// (<https://no-color.org>).
+pub fn colour(is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(OsStr::is_empty)
+}
+
+/// [`colour`] for this process's stderr and its `NO_COLOR` variable: the
+/// `with_ansi` setting of any text subscriber writing to stderr.
+pub fn stderr_colour() -> bool {
+    colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    )
 }
 
 /// The span fields lifted to the top level of a JSON line.
@@ -153,6 +177,26 @@ mod tests {
         type Writer = Captured;
         fn make_writer(&'a self) -> Self::Writer {
             self.clone()
+        }
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        let set = |v: &'static str| Some(OsStr::new(v));
+        for (is_terminal, no_color, want) in [
+            (true, None, true),
+            (true, set(""), true),
+            (true, set("1"), false),
+            (true, set("0"), false),
+            (false, None, false),
+            (false, set(""), false),
+            (false, set("1"), false),
+        ] {
+            assert_eq!(
+                colour(is_terminal, no_color),
+                want,
+                "terminal {is_terminal}, NO_COLOR {no_color:?}"
+            );
         }
     }
 
