@@ -496,10 +496,21 @@ pub fn finish_work(
     }
 }
 
-/// Counts of `works` by condition (True only).
-pub fn count_works<'a>(works: impl IntoIterator<Item = &'a ManifestWork>) -> WorkCounts {
+/// Counts of `works` by condition (True only), as upstream's status
+/// reconciler counts them: only works of `desired_revision` as the
+/// controller applied them ([`observe::is_current`]) and not being deleted.
+/// A work of an older revision (a template change not rolled out to its
+/// cluster yet) does not count, so its `Available` cannot make the set look
+/// `AsExpected`.
+pub fn count_works<'a>(
+    works: impl IntoIterator<Item = &'a ManifestWork>,
+    desired_revision: &str,
+) -> WorkCounts {
     let mut counts = WorkCounts::default();
-    for work in works {
+    let counted = works
+        .into_iter()
+        .filter(|w| !is_deleting(w) && observe::is_current(w, desired_revision));
+    for work in counted {
         counts.total += 1;
         let is_true = |kind: &str| {
             work.status.as_ref().is_some_and(|s| {
@@ -566,7 +577,7 @@ pub async fn deploy<H: Hooks, W: World>(
             input,
             target,
             plugin: target.strategy.plugin.as_deref(),
-            order: RolloutOrder::new(target.groups),
+            order: RolloutOrder::new(target.strategy, target.groups),
         };
         let (placement, abort) = step.run(aborted).await;
         if let Some((at, report)) = abort {
@@ -964,7 +975,11 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
     /// observe again, for the revision rolled back to.
     fn abort(&self, state: &mut StepState, view: &View, result: &RolloutResult) -> bool {
         let input = self.input;
-        if state.action != AbortAction::Proceed || !result.abort_requested(self.target.strategy) {
+        if state.action != AbortAction::Proceed {
+            return false;
+        }
+        let existing = existing_statuses(view, &self.order);
+        if !revision::abort_requested(self.target.strategy, result, &existing) {
             return false;
         }
         let next = revision::abort_action(
@@ -1186,7 +1201,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             });
         }
         let update = &self.input.update.hash;
-        outcome.works = count_works(works.values().map(AsRef::as_ref));
+        outcome.works = count_works(works.values().map(AsRef::as_ref), &view.desired.hash);
         outcome.at_update = works
             .iter()
             .filter(|(c, w)| order.contains(c) && observe::is_current(w, update))

@@ -120,7 +120,8 @@ impl Cache {
 }
 
 /// Runs one watch per store, feeding it (with the watcher's default
-/// backoff), until aborted.
+/// backoff), until aborted (or the runtime ends, if the handles are
+/// dropped).
 pub fn spawn_reflectors(client: &Client, writers: StoreWriters) -> Vec<JoinHandle<()>> {
     let labelled = |label: &str| watcher::Config::default().labels(label).any_semantic();
     vec![

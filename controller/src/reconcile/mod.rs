@@ -50,8 +50,10 @@ use crate::api::labels::{MANIFEST_WORK_CLEANUP_FINALIZER, MWRS_OWNER_LABEL, PLAC
 use crate::api::{
     CascadeDeletionPolicy, ManifestWork, ManifestWorkReplicaSet, Placement, PlacementDecision,
 };
+use crate::events::{self, Events};
 use crate::health::Readiness;
 use crate::hooks::{Call, GatewayHooks, StateDetail};
+use crate::metrics::{ControllerMetrics, Metered, ReconcileErrorKind};
 use crate::orchestrate::{
     self, DeployInput, Owner, PlacementTarget, Settings, SystemClock, World, WorldError, soonest,
 };
@@ -90,6 +92,15 @@ impl Error {
     /// A failed API call while doing `action`.
     pub fn kube(action: &'static str, source: kube::Error) -> Error {
         Error::Kube { action, source }
+    }
+
+    /// The cause, as the reconcile error metric counts it.
+    pub fn kind(&self) -> ReconcileErrorKind {
+        match self {
+            Error::Kube { .. } => ReconcileErrorKind::Kube,
+            Error::World(_) => ReconcileErrorKind::ManifestWork,
+            Error::NoNamespace(_) => ReconcileErrorKind::Invalid,
+        }
     }
 }
 
@@ -130,12 +141,17 @@ pub struct Context {
     pub telemetry: Telemetry,
     /// Tunables.
     pub options: Options,
+    /// The metrics every reconcile records (`/metrics`).
+    pub metrics: Arc<ControllerMetrics>,
+    /// Where the Events on the ManifestWorkReplicaSets go; none by default.
+    pub events: Option<Arc<Events>>,
     plugins: PluginCache,
     cache: cache::Cache,
 }
 
 impl Context {
-    /// A context over `client` and the gateway `hooks`.
+    /// A context over `client` and the gateway `hooks`, with metrics of
+    /// its own.
     pub fn new(
         client: Client,
         hooks: GatewayHooks,
@@ -149,7 +165,22 @@ impl Context {
             hooks,
             telemetry,
             options,
+            metrics: Arc::new(ControllerMetrics::new()),
+            events: None,
         }
+    }
+
+    /// The same context, publishing Events through `events`.
+    pub fn with_events(mut self, events: Arc<Events>) -> Context {
+        self.events = Some(events);
+        self
+    }
+
+    /// The same context, recording into `metrics` (the ones `/metrics`
+    /// serves).
+    pub fn with_metrics(mut self, metrics: Arc<ControllerMetrics>) -> Context {
+        self.metrics = metrics;
+        self
     }
 }
 
@@ -258,7 +289,11 @@ pub async fn reconcile(
         trace_id = %context.trace_id(),
         span_id = %context.span_id()
     );
-    reconcile_traced(mwrs, ctx, trace).instrument(span).await
+    let start = std::time::Instant::now();
+    let metrics = ctx.metrics.clone();
+    let result = reconcile_traced(mwrs, ctx, trace).instrument(span).await;
+    metrics.record_reconcile(start.elapsed(), result.as_ref().err().map(Error::kind));
+    result
 }
 
 async fn reconcile_traced(
@@ -280,9 +315,13 @@ async fn reconcile_traced(
         stores: ctx.cache.synced(),
     };
 
+    let key = format!("{namespace}/{name}");
     if mwrs.meta().deletion_timestamp.is_some() {
+        ctx.metrics.forget_rollout(&key);
         return finalize(&api, &reads, &world, &mwrs, &owner_label, &ctx.options).await;
     }
+    // Every hook call of this reconcile is counted and timed.
+    let hooks = Metered::new(ctx.hooks.clone(), ctx.metrics.clone());
     let mwrs = if has_finalizer(&mwrs) {
         mwrs
     } else {
@@ -355,7 +394,7 @@ async fn reconcile_traced(
             controller_version: env!("CARGO_PKG_VERSION").to_owned(),
             hub_name: ctx.options.hub_name.clone(),
         };
-        let result = match ctx.plugins.check(&ctx.hooks, call, request).await {
+        let result = match ctx.plugins.check(&hooks, call, request).await {
             Ok(response) => {
                 details.insert(plugin.to_owned(), StateDetail::of(&response));
                 Ok(())
@@ -410,7 +449,8 @@ async fn reconcile_traced(
         settings: &ctx.options.settings,
         trace: &trace,
     };
-    let outcome = orchestrate::deploy(&ctx.hooks, &world, &input).await;
+    let outcome = orchestrate::deploy(&hooks, &world, &input).await;
+    ctx.metrics.record_rollout(&key, &outcome);
     for (placement, failure) in outcome.hook_errors() {
         tracing::warn!(mwrs = %name, namespace = %namespace, placement, error = %failure, "hook call failed");
     }
@@ -451,6 +491,13 @@ async fn reconcile_traced(
         )
         .await
         .map_err(|source| Error::kube("patching the status", source))?;
+    }
+
+    if let Some(publisher) = &ctx.events {
+        let list = events::rollout_events(&old, &new_status, &outcome, &plugin_states);
+        if !list.is_empty() {
+            publisher.publish(&mwrs.object_ref(&()), &list, now).await;
+        }
     }
 
     let mut requeue = outcome.requeue_after;
@@ -512,10 +559,11 @@ pub fn referencing(
 /// shutdown. Reconciles in flight finish before it returns.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness) {
     let client = ctx.client.clone();
-    let reflectors = ctx
-        .take_store_writers()
-        .map(|writers| cache::spawn_reflectors(&client, writers))
-        .unwrap_or_default();
+    // The stores' watches start with the first run and outlive it, so a
+    // replica that loses the lease and leads again reads warm stores.
+    if let Some(writers) = ctx.take_store_writers() {
+        cache::spawn_reflectors(&client, writers);
+    }
     let controller = Controller::new(
         Api::<ManifestWorkReplicaSet>::all(client.clone()),
         watcher::Config::default().any_semantic(),
@@ -569,9 +617,6 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness) {
         .await;
     readiness.set(false);
     ready_task.abort();
-    for reflector in reflectors {
-        reflector.abort();
-    }
 }
 
 #[cfg(test)]
