@@ -11,6 +11,7 @@ use rollout_controller::app::{self, RunOptions};
 use rollout_controller::hooks::{DEFAULT_GATEWAY_URL, GatewayHooks, GatewayOptions, GatewayTls};
 use rollout_controller::leader::{self, LeaseConfig, LeaseTimings};
 use rollout_controller::metrics::{ControllerMetrics, Metered};
+use rollout_controller::orchestrate::{DEFAULT_HOOK_CONCURRENCY, Settings};
 use rollout_controller::reconcile::Options;
 use rollout_controller::rollout::duration::parse_go_duration;
 use rollout_controller::telemetry::{Telemetry, TracingOptions};
@@ -117,6 +118,10 @@ struct RunArgs {
         env = "ROLLOUT_CONTROLLER_GATEWAY_SERVER_NAME"
     )]
     gateway_server_name: Option<String>,
+    /// How many clusters of a placement have their hook calls in flight at
+    /// once (each cluster's calls stay in order).
+    #[arg(long, value_name = "N", env = "ROLLOUT_CONTROLLER_HOOK_CONCURRENCY", default_value_t = DEFAULT_HOOK_CONCURRENCY, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    hook_concurrency: usize,
     /// Reconcile only while holding a coordination.k8s.io Lease, so that
     /// several replicas can run and exactly one reconciles.
     #[arg(long, env = "ROLLOUT_CONTROLLER_LEADER_ELECT")]
@@ -343,6 +348,10 @@ struct SimulateArgs {
     /// Also write the summary, as JSON, to FILE.
     #[arg(long, value_name = "FILE", env = "ROLLOUT_CONTROLLER_SUMMARY")]
     summary: Option<PathBuf>,
+    /// How many clusters have their hook calls in flight at once (each
+    /// cluster's calls stay in order).
+    #[arg(long, value_name = "N", env = "ROLLOUT_CONTROLLER_HOOK_CONCURRENCY", default_value_t = DEFAULT_HOOK_CONCURRENCY, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    hook_concurrency: usize,
     /// At the end, write the rollout_controller_* metrics the run recorded
     /// (as `run` serves them on /metrics, OpenMetrics text) to FILE.
     #[arg(long, value_name = "FILE", env = "ROLLOUT_CONTROLLER_METRICS")]
@@ -374,6 +383,7 @@ impl SimulateArgs {
         config.first_rollout = self.first_rollout;
         config.max_steps = self.max_steps;
         config.settings.validation_poll = self.validation_poll;
+        config.settings.hook_concurrency = self.hook_concurrency;
         config.list_works = self.list_works;
         config.check()?;
         Ok(config)
@@ -411,6 +421,10 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
         reconcile: Options {
             hub_name: args.hub_name.clone(),
+            settings: Settings {
+                hook_concurrency: args.hook_concurrency,
+                ..Settings::default()
+            },
             ..Options::default()
         },
         register_plugins_namespace: args.register_plugins_namespace.clone(),

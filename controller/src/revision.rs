@@ -451,7 +451,7 @@ mod tests {
         .expect("object");
         ManifestWorkSpec {
             workload: ManifestsTemplate {
-                manifests: vec![manifest],
+                manifests: vec![manifest].into(),
                 extra: BTreeMap::new(),
             },
             ..ManifestWorkSpec::default()

@@ -11,20 +11,39 @@ use std::time::Duration;
 
 use common::*;
 use opentelemetry::trace::TraceContextExt;
-use rollout_controller::hooks::{Call, GatewayHooks, GatewayOptions, GatewayTls, HookKind, Hooks};
+use rollout_controller::hooks::{
+    Call, GatewayHooks, GatewayOptions, GatewayTls, HookKind, Hooks, RolloutRequest, encode_state,
+};
 use rollout_controller::telemetry::Telemetry;
 use rollout_proto::v1alpha1::*;
 use serde_json::json;
 
-fn rollout(cluster: &str) -> RolloutPluginRequest {
-    RolloutPluginRequest {
+/// A request whose state (one cluster completed) is encoded ahead, as the
+/// orchestration shares it between calls.
+fn rollout(cluster: &str) -> RolloutRequest {
+    let state = RolloutState {
+        completed: vec![ClusterRolloutStatus {
+            cluster_name: "c0".into(),
+            rollout_status: RolloutStatus::Succeeded as i32,
+            manifest_revision_name: "r1".into(),
+            ..ClusterRolloutStatus::default()
+        }],
+        ..RolloutState::default()
+    };
+    RolloutRequest {
         mwrs_name: "hello".into(),
         mwrs_namespace: "default".into(),
         placement_name: "p".into(),
         cluster_name: cluster.into(),
         total_cluster_count: 4,
         cluster_index: 2,
-        ..RolloutPluginRequest::default()
+        rollout_status: Some(encode_state(&state)),
+        counts: Some(RolloutCounts {
+            succeeded: 1,
+            to_apply: 3,
+            ..RolloutCounts::default()
+        }),
+        ..RolloutRequest::default()
     }
 }
 
@@ -63,12 +82,7 @@ async fn every_hook_through_the_gateway() {
     hooks.begin_rollout(call, rollout("c1")).await.unwrap();
     hooks.progress_rollout(call, rollout("")).await.unwrap();
     let validation = hooks
-        .validate_rollout_completion(
-            call,
-            ValidateCompletionRequest {
-                rollout: Some(rollout("c1")),
-            },
-        )
+        .validate_rollout_completion(call, rollout("c1"))
         .await
         .unwrap();
     assert_eq!(validation.result, ValidationResult::Inprogress as i32);
@@ -79,10 +93,8 @@ async fn every_hook_through_the_gateway() {
     let mutation = hooks
         .mutate_manifest_work(
             call,
-            MutateManifestWorkRequest {
-                rollout: Some(rollout("c1")),
-                manifest_work: serde_json::to_vec(&work).unwrap().into(),
-            },
+            rollout("c1"),
+            serde_json::to_vec(&work).unwrap().into(),
         )
         .await
         .unwrap();
@@ -90,6 +102,26 @@ async fn every_hook_through_the_gateway() {
     assert_eq!(mutated["metadata"]["annotations"]["canary/weight"], "20");
     assert_eq!(mutation.mutated_by, ["canary"], "the gateway's trailer");
     assert!(mutation.failed_open.is_empty());
+
+    // What the plugin decoded: the full request, the pre-encoded state
+    // spliced in as the message it stands for, the counts with it.
+    for hook in [
+        HookKind::BeginRollout,
+        HookKind::ValidateRolloutCompletion,
+        HookKind::MutateManifestWork,
+    ] {
+        let seen = plugin.requests(hook);
+        assert_eq!(seen, [rollout("c1").decode_full()], "{hook}");
+        assert_eq!(
+            seen[0].rollout_status.as_ref().unwrap().completed[0].cluster_name,
+            "c0"
+        );
+        assert_eq!(seen[0].counts.unwrap().to_apply, 3);
+    }
+    assert_eq!(
+        plugin.requests(HookKind::ProgressRollout),
+        [rollout("").decode_full()]
+    );
 
     // What the plugin saw: the same trace, a deadline within ours.
     let trace_id = format!("{:032x}", trace.span().span_context().trace_id());

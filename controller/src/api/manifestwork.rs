@@ -9,6 +9,8 @@
 //! reaches the cluster intact.
 
 use std::collections::BTreeMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
@@ -66,12 +68,71 @@ pub struct ManifestWorkSpec {
 pub struct ManifestsTemplate {
     /// Complete Kubernetes objects (apiVersion, kind, metadata, ...), as
     /// raw JSON.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Manifests::is_empty")]
     #[schemars(schema_with = "schema::embedded_resources")]
-    pub manifests: Vec<Map<String, Value>>,
+    pub manifests: Manifests,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
+}
+
+/// The manifests of a work, shared: every work of a revision holds the same
+/// list (a clone is a reference count), so a fleet keeps one copy of a
+/// revision's manifests rather than one per cluster. Reads go through
+/// `Deref`; a change (`DerefMut`) copies the list first if it is shared.
+/// Serialized as the plain list.
+#[derive(Clone, Debug, Default)]
+pub struct Manifests(Arc<Vec<Map<String, Value>>>);
+
+impl Manifests {
+    /// Whether `self` and `other` are the same shared list (not merely
+    /// equal).
+    pub fn ptr_eq(&self, other: &Manifests) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Whether there are no manifests.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<Vec<Map<String, Value>>> for Manifests {
+    fn from(list: Vec<Map<String, Value>>) -> Manifests {
+        Manifests(Arc::new(list))
+    }
+}
+
+impl Deref for Manifests {
+    type Target = Vec<Map<String, Value>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl DerefMut for Manifests {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl PartialEq for Manifests {
+    fn eq(&self, other: &Manifests) -> bool {
+        self.ptr_eq(other) || self.0 == other.0
+    }
+}
+
+impl Serialize for Manifests {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Manifests {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Manifests, D::Error> {
+        Vec::deserialize(deserializer).map(Manifests::from)
+    }
 }
 
 /// `deleteOption`: the deletion strategy of a ManifestWork's resources.

@@ -32,7 +32,7 @@ pub use clustermanager::{
 pub use crd::{CrdError, CrdFile, crd_files, crds, crds_yaml};
 pub use labels::{HashedLabelValue, owner_label_value};
 pub use manifestwork::{
-    DeleteOption, ManifestWork, ManifestWorkSpec, ManifestWorkStatus, ManifestsTemplate,
+    DeleteOption, ManifestWork, ManifestWorkSpec, ManifestWorkStatus, Manifests, ManifestsTemplate,
 };
 pub use manifestworkreplicaset::{
     CascadeDeletionPolicy, ClusterCounts, ClusterRolloutSummary, LocalPlacementReference,

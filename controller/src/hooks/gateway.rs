@@ -3,17 +3,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
+use bytes::Bytes;
 use rollout_proto::v1alpha1::{
-    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, RolloutPluginRequest,
-    ValidateCompletionRequest, ValidateResponse,
+    InitializeRequest, InitializeResponse, MutateManifestWorkResponse, ValidateResponse,
 };
 use rollout_proto::view::RolloutFields;
-use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY, PLUGIN_METADATA_KEY};
+use rollout_proto::{
+    FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY, PLUGIN_METADATA_KEY, SERVICE_NAME,
+};
 use thiserror::Error;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+use super::request::{MutateWire, RolloutRequest, ValidateWire};
 use super::{Call, HookCounters, HookCounts, HookError, HookKind, Hooks, Mutation};
 use crate::telemetry::Telemetry;
 
@@ -78,7 +80,7 @@ pub struct GatewayError {
 /// (clones share the channel and the counters).
 #[derive(Debug, Clone)]
 pub struct GatewayHooks {
-    client: RolloutPluginServiceClient<Channel>,
+    client: tonic::client::Grpc<Channel>,
     timeout: Duration,
     telemetry: Telemetry,
     counters: Arc<HookCounters>,
@@ -118,7 +120,10 @@ impl GatewayHooks {
             .timeout(timeout + Duration::from_secs(1))
             .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_while_idle(true);
-        let client = RolloutPluginServiceClient::new(endpoint.connect_lazy())
+        // The generic client rather than the generated one: the requests are
+        // `RolloutRequest`s, whose shared state the generated types would
+        // have to copy.
+        let client = tonic::client::Grpc::new(endpoint.connect_lazy())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(GatewayHooks {
@@ -165,24 +170,23 @@ impl GatewayHooks {
 
     /// Makes one call: counts it, wraps it in a client span, sends it, and
     /// turns a failure into a [`HookError`].
-    async fn call<Req, Resp, F, Fut>(
+    async fn call<Req, Resp>(
         &self,
         hook: HookKind,
         call: Call<'_>,
         rollout: Option<&RolloutFields>,
         message: Req,
-        send: F,
     ) -> Result<tonic::Response<Resp>, HookError>
     where
-        F: FnOnce(RolloutPluginServiceClient<Channel>, tonic::Request<Req>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
     {
         self.counters.record(hook);
         let span = self
             .telemetry
             .hook_span(call.trace, hook, call.plugin, rollout);
         let result = match self.request(call, message, &span.traceparent()) {
-            Ok(request) => send(self.client.clone(), request).await,
+            Ok(request) => self.send(hook, request).await,
             Err(status) => Err(status),
         };
         match result {
@@ -202,6 +206,30 @@ impl GatewayHooks {
                 Err(HookError::from_status(hook, &status))
             }
         }
+    }
+
+    /// Sends one unary call of `hook` on the shared channel.
+    async fn send<Req, Resp>(
+        &self,
+        hook: HookKind,
+        mut request: tonic::Request<Req>,
+    ) -> Result<tonic::Response<Resp>, tonic::Status>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        let mut client = self.client.clone();
+        client.ready().await.map_err(|e| {
+            tonic::Status::unavailable(format!("the gateway connection is not ready: {e}"))
+        })?;
+        let path = format!("/{SERVICE_NAME}/{}", hook.as_str());
+        let path = http::uri::PathAndQuery::try_from(path)
+            .map_err(|e| tonic::Status::internal(format!("method path: {e}")))?;
+        request
+            .extensions_mut()
+            .insert(tonic::GrpcMethod::new(SERVICE_NAME, hook.as_str()));
+        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+        client.unary(request, path, codec).await
     }
 }
 
@@ -226,65 +254,47 @@ impl Hooks for GatewayHooks {
         call: Call<'_>,
         request: InitializeRequest,
     ) -> Result<InitializeResponse, HookError> {
-        let response = self
-            .call(
-                HookKind::Initialize,
-                call,
-                None,
-                request,
-                |mut c, r| async move { c.initialize(r).await },
-            )
-            .await?;
+        let response = self.call(HookKind::Initialize, call, None, request).await?;
         Ok(response.into_inner())
     }
 
     async fn begin_rollout(
         &self,
         call: Call<'_>,
-        request: RolloutPluginRequest,
+        request: RolloutRequest,
     ) -> Result<(), HookError> {
-        let rollout = RolloutFields::from(&request);
-        self.call(
-            HookKind::BeginRollout,
-            call,
-            Some(&rollout),
-            request,
-            |mut c, r| async move { c.begin_rollout(r).await },
-        )
-        .await?;
+        let rollout = request.fields();
+        self.call::<_, ()>(HookKind::BeginRollout, call, Some(&rollout), request)
+            .await?;
         Ok(())
     }
 
     async fn progress_rollout(
         &self,
         call: Call<'_>,
-        request: RolloutPluginRequest,
+        request: RolloutRequest,
     ) -> Result<(), HookError> {
-        let rollout = RolloutFields::from(&request);
-        self.call(
-            HookKind::ProgressRollout,
-            call,
-            Some(&rollout),
-            request,
-            |mut c, r| async move { c.progress_rollout(r).await },
-        )
-        .await?;
+        let rollout = request.fields();
+        self.call::<_, ()>(HookKind::ProgressRollout, call, Some(&rollout), request)
+            .await?;
         Ok(())
     }
 
     async fn validate_rollout_completion(
         &self,
         call: Call<'_>,
-        request: ValidateCompletionRequest,
+        request: RolloutRequest,
     ) -> Result<ValidateResponse, HookError> {
-        let rollout = request.rollout.as_ref().map(RolloutFields::from);
+        let rollout = request.fields();
+        let message = ValidateWire {
+            rollout: Some(request),
+        };
         let response = self
             .call(
                 HookKind::ValidateRolloutCompletion,
                 call,
-                rollout.as_ref(),
-                request,
-                |mut c, r| async move { c.validate_rollout_completion(r).await },
+                Some(&rollout),
+                message,
             )
             .await?;
         Ok(response.into_inner())
@@ -293,16 +303,20 @@ impl Hooks for GatewayHooks {
     async fn mutate_manifest_work(
         &self,
         call: Call<'_>,
-        request: MutateManifestWorkRequest,
+        request: RolloutRequest,
+        manifest_work: Bytes,
     ) -> Result<Mutation, HookError> {
-        let rollout = request.rollout.as_ref().map(RolloutFields::from);
+        let rollout = request.fields();
+        let message = MutateWire {
+            rollout: Some(request),
+            manifest_work,
+        };
         let response = self
-            .call(
+            .call::<_, MutateManifestWorkResponse>(
                 HookKind::MutateManifestWork,
                 call,
-                rollout.as_ref(),
-                request,
-                |mut c, r| async move { c.mutate_manifest_work(r).await },
+                Some(&rollout),
+                message,
             )
             .await?;
         let mutated_by = trailer_list(response.metadata(), MUTATED_BY_METADATA_KEY);

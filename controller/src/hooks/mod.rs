@@ -8,14 +8,14 @@
 //! ([`crate::orchestrate`]) only knows the trait.
 
 mod gateway;
+mod request;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use rollout_proto::v1alpha1::{
-    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, RolloutPluginRequest,
-    ValidateCompletionRequest, ValidateResponse,
+    InitializeRequest, InitializeResponse, RolloutStateDetail, ValidateResponse,
 };
 use serde::Serialize;
 use thiserror::Error;
@@ -25,6 +25,7 @@ pub use gateway::{
     GatewayTls,
 };
 
+pub use request::{RolloutRequest, encode_state};
 pub use rollout_proto::{HookKind, code_name};
 
 /// A hook call that did not succeed: the gRPC code and message, as the
@@ -47,6 +48,29 @@ impl HookError {
             hook,
             code: status.code(),
             message: status.message().to_owned(),
+        }
+    }
+}
+
+/// How much rollout state a target (plugin or pipeline) asked for in its
+/// `InitializeResponse.state_detail`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StateDetail {
+    /// Every cluster's status in `rollout_status`, and the counts: what a
+    /// plugin that declares nothing (or FULL) gets.
+    #[default]
+    Full,
+    /// The counts only: `rollout_status` is left out.
+    Counts,
+}
+
+impl StateDetail {
+    /// What `response` declares; an unknown value is read as FULL (sending
+    /// more than asked is safe, less is not).
+    pub fn of(response: &InitializeResponse) -> StateDetail {
+        match RolloutStateDetail::try_from(response.state_detail) {
+            Ok(RolloutStateDetail::Counts) => StateDetail::Counts,
+            _ => StateDetail::Full,
         }
     }
 }
@@ -77,7 +101,9 @@ pub struct Call<'a> {
 }
 
 /// The plugin API as the orchestration calls it. Every method is one call;
-/// implementations count them ([`HookCounters`]).
+/// implementations count them ([`HookCounters`]). The orchestration calls
+/// several at once (each cluster's calls in order), so implementations must
+/// bear concurrent calls.
 pub trait Hooks: Send + Sync {
     /// `Initialize`.
     fn initialize(
@@ -90,28 +116,31 @@ pub trait Hooks: Send + Sync {
     fn begin_rollout(
         &self,
         call: Call<'_>,
-        request: RolloutPluginRequest,
+        request: RolloutRequest,
     ) -> impl Future<Output = Result<(), HookError>> + Send;
 
     /// `ProgressRollout`, once per reconcile of a placement.
     fn progress_rollout(
         &self,
         call: Call<'_>,
-        request: RolloutPluginRequest,
+        request: RolloutRequest,
     ) -> impl Future<Output = Result<(), HookError>> + Send;
 
-    /// `ValidateRolloutCompletion`, for one Validating cluster.
+    /// `ValidateRolloutCompletion`, for one Validating cluster (the
+    /// request's `rollout`).
     fn validate_rollout_completion(
         &self,
         call: Call<'_>,
-        request: ValidateCompletionRequest,
+        request: RolloutRequest,
     ) -> impl Future<Output = Result<ValidateResponse, HookError>> + Send;
 
-    /// `MutateManifestWork`, for one cluster, with the ManifestWork as JSON.
+    /// `MutateManifestWork`, for one cluster (the request's `rollout`),
+    /// with the ManifestWork as JSON (`manifest_work`).
     fn mutate_manifest_work(
         &self,
         call: Call<'_>,
-        request: MutateManifestWorkRequest,
+        request: RolloutRequest,
+        manifest_work: Bytes,
     ) -> impl Future<Output = Result<Mutation, HookError>> + Send;
 }
 
@@ -213,6 +242,26 @@ mod tests {
             json!({"BeginRollout": 2, "ProgressRollout": 1,
                    "ValidateRolloutCompletion": 3, "MutateManifestWork": 1})
         );
+    }
+
+    #[test]
+    fn state_detail_defaults_to_full() {
+        let declared = |detail: i32| {
+            StateDetail::of(&InitializeResponse {
+                state_detail: detail,
+                ..InitializeResponse::default()
+            })
+        };
+        assert_eq!(
+            declared(RolloutStateDetail::Unspecified as i32),
+            StateDetail::Full
+        );
+        assert_eq!(declared(RolloutStateDetail::Full as i32), StateDetail::Full);
+        assert_eq!(
+            declared(RolloutStateDetail::Counts as i32),
+            StateDetail::Counts
+        );
+        assert_eq!(declared(99), StateDetail::Full);
     }
 
     #[test]

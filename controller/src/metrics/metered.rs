@@ -5,14 +5,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use rollout_proto::HookKind;
-use rollout_proto::v1alpha1::{
-    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, RolloutPluginRequest,
-    ValidateCompletionRequest, ValidateResponse,
-};
+use rollout_proto::v1alpha1::{InitializeRequest, InitializeResponse, ValidateResponse};
 
 use super::ControllerMetrics;
-use crate::hooks::{Call, HookError, Hooks, Mutation};
+use crate::hooks::{Call, HookError, Hooks, Mutation, RolloutRequest};
 
 /// `inner`'s hook calls, each recorded (hook, target, gRPC code, duration)
 /// when it ends. A call dropped before it ends is not recorded.
@@ -68,7 +66,7 @@ impl<H: Hooks> Hooks for Metered<H> {
     async fn begin_rollout(
         &self,
         call: Call<'_>,
-        request: RolloutPluginRequest,
+        request: RolloutRequest,
     ) -> Result<(), HookError> {
         self.timed(
             HookKind::BeginRollout,
@@ -81,7 +79,7 @@ impl<H: Hooks> Hooks for Metered<H> {
     async fn progress_rollout(
         &self,
         call: Call<'_>,
-        request: RolloutPluginRequest,
+        request: RolloutRequest,
     ) -> Result<(), HookError> {
         self.timed(
             HookKind::ProgressRollout,
@@ -94,7 +92,7 @@ impl<H: Hooks> Hooks for Metered<H> {
     async fn validate_rollout_completion(
         &self,
         call: Call<'_>,
-        request: ValidateCompletionRequest,
+        request: RolloutRequest,
     ) -> Result<ValidateResponse, HookError> {
         self.timed(
             HookKind::ValidateRolloutCompletion,
@@ -107,12 +105,14 @@ impl<H: Hooks> Hooks for Metered<H> {
     async fn mutate_manifest_work(
         &self,
         call: Call<'_>,
-        request: MutateManifestWorkRequest,
+        request: RolloutRequest,
+        manifest_work: Bytes,
     ) -> Result<Mutation, HookError> {
         self.timed(
             HookKind::MutateManifestWork,
             call,
-            self.inner.mutate_manifest_work(call, request),
+            self.inner
+                .mutate_manifest_work(call, request, manifest_work),
         )
         .await
     }

@@ -5,7 +5,7 @@
 //! status, a delete of a missing work succeeds.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
 
@@ -24,10 +24,11 @@ pub enum Write {
     Delete(String, String),
 }
 
-/// ManifestWorks in memory, keyed by namespace and name.
+/// ManifestWorks in memory, keyed by namespace and name, shared with the
+/// lists handed out (as a watch cache shares them).
 #[derive(Debug, Default)]
 pub struct MemoryWorld {
-    works: Mutex<BTreeMap<(String, String), ManifestWork>>,
+    works: Mutex<BTreeMap<(String, String), Arc<ManifestWork>>>,
     writes: Mutex<Vec<Write>>,
 }
 
@@ -42,21 +43,23 @@ impl MemoryWorld {
     pub fn insert(&self, work: ManifestWork) {
         let key = (work.namespace().unwrap_or_default(), work.name_any());
         if let Ok(mut works) = self.works.lock() {
-            works.insert(key, work);
+            works.insert(key, Arc::new(work));
         }
     }
 
     /// The work `namespace/name`.
     pub fn get(&self, namespace: &str, name: &str) -> Option<ManifestWork> {
         let works = self.works.lock().ok()?;
-        works.get(&(namespace.to_owned(), name.to_owned())).cloned()
+        works
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .map(|w| ManifestWork::clone(w))
     }
 
     /// Every work, by namespace then name.
     pub fn all(&self) -> Vec<ManifestWork> {
         self.works
             .lock()
-            .map(|w| w.values().cloned().collect())
+            .map(|w| w.values().map(|w| ManifestWork::clone(w)).collect())
             .unwrap_or_default()
     }
 
@@ -73,7 +76,7 @@ impl MemoryWorld {
         };
         match works.get_mut(&(namespace.to_owned(), name.to_owned())) {
             Some(work) => {
-                change(work);
+                change(Arc::make_mut(work));
                 true
             }
             None => false,
@@ -102,7 +105,7 @@ fn poisoned(action: &'static str) -> WorldError {
 }
 
 impl World for MemoryWorld {
-    async fn list_works(&self, owner_label: &str) -> Result<Vec<ManifestWork>, WorldError> {
+    async fn list_works(&self, owner_label: &str) -> Result<Vec<Arc<ManifestWork>>, WorldError> {
         let works = self.works.lock().map_err(|_| poisoned("listing"))?;
         Ok(works
             .values()
@@ -117,7 +120,8 @@ impl World for MemoryWorld {
             let mut works = self.works.lock().map_err(|_| poisoned("applying"))?;
             let key = (namespace.clone(), name.clone());
             let stored = match works.remove(&key) {
-                Some(mut old) => {
+                Some(old) => {
+                    let mut old = Arc::unwrap_or_clone(old);
                     if old.spec != work.spec {
                         old.metadata.generation = Some(old.metadata.generation.unwrap_or(0) + 1);
                     }
@@ -133,7 +137,7 @@ impl World for MemoryWorld {
                     new
                 }
             };
-            works.insert(key, stored.clone());
+            works.insert(key, Arc::new(stored.clone()));
             stored
         };
         self.record(Write::Apply(namespace, name));

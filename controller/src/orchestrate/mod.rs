@@ -5,30 +5,42 @@
 //!
 //! [`deploy`] is shared by `rollout-controller run` (the [`World`] is the
 //! Kubernetes API) and the simulator (the [`World`] is an in-memory fleet).
-//! For each placement it:
+//! For each placement the step runs its phases, each a method over one
+//! step state:
 //!
-//! 1. takes the placement's ManifestWorks and derives each cluster's status
-//!    for the desired revision ([`observe`]): a work of another revision, or
-//!    one changed by hand, counts as not there; with a plugin a work done
-//!    progressing is `Validating` until the plugin decided;
-//! 2. calls `ValidateRolloutCompletion` for each `Validating` cluster whose
-//!    `lastTransitionTime + progressDeadline` has not passed; SUCCEEDED and
-//!    FAILED are persisted on the work ([`World::annotate_work`]) so they
-//!    stick; INPROGRESS asks to come back after its `recheck_after` (or
-//!    [`Settings::validation_poll`]);
-//! 3. runs the engine ([`rollout::decide`]);
-//! 4. handles the abort ([`revision::abort_action`]): with abort on and a
-//!    failure, the desired revision becomes the current one and steps 1–3
-//!    run again for it, every request then saying `aborting = true`; with no
-//!    revision to go back to, nothing more is rolled out;
-//! 5. calls `ProgressRollout` once;
-//! 6. for each cluster to roll out (`ToApply`) that does not already have
-//!    the desired work: `BeginRollout`, `MutateManifestWork` with the desired
-//!    ManifestWork as JSON, then applies the mutated work
-//!    ([`World::apply_work`]);
-//! 7. deletes the works of clusters that left the placement.
+//! 1. **observe**: takes the placement's ManifestWorks and derives each
+//!    cluster's status for the desired revision ([`observe`]): a work of
+//!    another revision, or one changed by hand, counts as not there; with a
+//!    plugin a work done progressing is `Validating` until the plugin
+//!    decided;
+//! 2. **validate**: calls `ValidateRolloutCompletion` for each `Validating`
+//!    cluster whose `lastTransitionTime + progressDeadline` has not passed;
+//!    SUCCEEDED and FAILED are persisted on the work
+//!    ([`World::annotate_work`]) so they stick; INPROGRESS asks to come back
+//!    after its `recheck_after` (or [`Settings::validation_poll`]);
+//! 3. **decide**: runs the engine ([`rollout::decide`]) at the time read
+//!    then ([`Clock`]), and handles the abort ([`revision::abort_action`]):
+//!    with abort on and a failure, the desired revision becomes the current
+//!    one and phases 1–3 run again for it, every request then saying
+//!    `aborting = true`; with no revision to go back to, nothing more is
+//!    rolled out;
+//! 4. **act**: calls `ProgressRollout` once, then for each cluster to roll
+//!    out (`ToApply`) that does not already have the desired work:
+//!    `BeginRollout`, `MutateManifestWork` with the desired ManifestWork as
+//!    JSON, then applies the mutated work ([`World::apply_work`]);
+//! 5. **prune**: deletes the works of clusters that left the placement.
 //!
 //! Works of placements no longer in the spec are deleted first.
+//!
+//! The calls of the validate and act phases run concurrently, up to
+//! [`Settings::hook_concurrency`] clusters at once, each cluster's calls in
+//! the order above; a phase ends when all its calls have, so validations
+//! come before the decision and the decision before `ProgressRollout`. The
+//! outcome lists clusters in rollout order whatever order the calls finished
+//! in. Every request carries the placement's `counts`; the per-cluster
+//! `rollout_status` only goes to a target that wants it
+//! ([`PlacementTarget::state_detail`]), encoded once per phase and shared by
+//! the phase's requests ([`request::Requests`]).
 //!
 //! Without a plugin no hook is called and no cluster is ever `Validating`:
 //! OCM's behaviour. A hook that fails stops its cluster for this step (a
@@ -48,28 +60,30 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
 use rollout_proto::v1alpha1::{
-    MutateManifestWorkRequest, ValidateCompletionRequest, ValidationResult as ProtoValidation,
+    RolloutCounts, ValidateResponse, ValidationResult as ProtoValidation,
 };
 use thiserror::Error;
 
-use crate::api::ManifestWork;
 use crate::api::annotations::{OWNER_ANNOTATION, SPEC_HASH_ANNOTATION};
 use crate::api::labels::{CONTROLLER_HASH_LABEL, MWRS_OWNER_LABEL, PLACEMENT_NAME_LABEL, fnv1a64};
 use crate::api::manifestwork::CONDITION_AVAILABLE;
-use crate::hooks::{Call, HookError, HookKind, Hooks};
-use crate::revision::{self, AbortAction, Revision, spec_hash};
+use crate::api::{ManifestWork, ManifestWorkSpec};
+use crate::hooks::{Call, HookError, HookKind, Hooks, StateDetail, encode_state};
+use crate::revision::{self, AbortAction, Revision};
 use crate::rollout::work_status::{self, Validation, ValidationResult};
 use crate::rollout::{
     self, ClusterGroup, ClusterRolloutStatus, RolloutResult, RolloutStatus, Strategy,
 };
 use observe::{Observed, Verdict};
-use request::{Reported, RequestScope, RolloutOrder};
+use request::{Reported, RequestScope, Requests, RolloutOrder};
 
 /// A write to the world that failed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -86,14 +100,15 @@ pub struct WorldError {
 }
 
 /// Where the ManifestWorks live: the hub's API server for `run`, memory for
-/// the simulator. Every method is one operation.
+/// the simulator. Every method is one operation; the orchestration makes
+/// several at once.
 pub trait World: Send + Sync {
     /// Every ManifestWork labelled with the owner label value `owner_label`,
     /// in every namespace.
     fn list_works(
         &self,
         owner_label: &str,
-    ) -> impl Future<Output = Result<Vec<ManifestWork>, WorldError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Arc<ManifestWork>>, WorldError>> + Send;
 
     /// Creates or updates `work` (server-side apply: the controller owns the
     /// fields it sets) and returns it as stored.
@@ -126,14 +141,46 @@ pub struct Settings {
     pub validation_poll: Duration,
     /// How soon to try again after a hook or write failed.
     pub error_requeue: Duration,
+    /// How many clusters of a placement have their hook calls (and writes)
+    /// in flight at once within a phase; at least 1.
+    pub hook_concurrency: usize,
 }
+
+/// [`Settings::hook_concurrency`] when not configured: enough to keep a
+/// hub's gateway busy without flooding it.
+pub const DEFAULT_HOOK_CONCURRENCY: usize = 32;
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             validation_poll: Duration::from_secs(15),
             error_requeue: Duration::from_secs(5),
+            hook_concurrency: DEFAULT_HOOK_CONCURRENCY,
         }
+    }
+}
+
+/// Where the orchestration reads the time: before each validation phase,
+/// each decision and an abort, not once per step.
+pub trait Clock: fmt::Debug + Send + Sync {
+    /// The time now.
+    fn now(&self) -> Timestamp;
+}
+
+/// The system clock (`run`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+/// A clock stopped at a time (the simulator's step, tests).
+impl Clock for Timestamp {
+    fn now(&self) -> Timestamp {
+        *self
     }
 }
 
@@ -162,6 +209,10 @@ pub struct PlacementTarget<'a> {
     /// Why nothing may be done for it in this step (its plugin is not
     /// loaded); it is still observed.
     pub hold: Option<&'a str>,
+    /// How much rollout state its plugin asked for (its `Initialize`
+    /// answer): with [`StateDetail::Counts`] the requests carry no
+    /// `rollout_status`.
+    pub state_detail: StateDetail,
 }
 
 /// Everything one step of the rollout needs.
@@ -175,8 +226,9 @@ pub struct DeployInput<'a> {
     pub spec_placements: &'a [String],
     /// The placements to roll out, in spec order.
     pub placements: &'a [PlacementTarget<'a>],
-    /// Every ManifestWork the ManifestWorkReplicaSet owns.
-    pub works: &'a [ManifestWork],
+    /// Every ManifestWork the ManifestWorkReplicaSet owns (shared, as a
+    /// watch cache holds them).
+    pub works: &'a [Arc<ManifestWork>],
     /// The current template's revision.
     pub update: &'a Revision,
     /// `status.currentRevision`, the last revision rolled out everywhere.
@@ -186,8 +238,8 @@ pub struct DeployInput<'a> {
     pub current: Option<&'a Revision>,
     /// Whether an abort is under way (`status.abortedTime` is set).
     pub aborted: bool,
-    /// The time of this step.
-    pub now: Timestamp,
+    /// The time, read before each validation phase, decision and abort.
+    pub clock: &'a dyn Clock,
     /// Tunables.
     pub settings: &'a Settings,
     /// The trace context the hook calls descend from.
@@ -409,7 +461,17 @@ pub fn finish_work(
     placement: &str,
     hash: &str,
 ) -> ManifestWork {
-    let source = mutated.unwrap_or_else(|| desired.clone());
+    let source = match mutated {
+        Some(mut mutated) => {
+            // Manifests the plugin left as they were stay shared with the
+            // revision's (one copy for the fleet, not one per cluster).
+            if mutated.spec.workload.manifests == desired.spec.workload.manifests {
+                mutated.spec.workload.manifests = desired.spec.workload.manifests.clone();
+            }
+            mutated
+        }
+        None => desired.clone(),
+    };
     let mut labels = source.metadata.labels.unwrap_or_default();
     labels.extend(required_labels(owner, placement, hash));
     let mut annotations = source.metadata.annotations.unwrap_or_default();
@@ -417,7 +479,10 @@ pub fn finish_work(
         OWNER_ANNOTATION.to_owned(),
         format!("{}/{}", owner.namespace, owner.name),
     );
-    annotations.insert(SPEC_HASH_ANNOTATION.to_owned(), spec_hash(&source.spec));
+    annotations.insert(
+        SPEC_HASH_ANNOTATION.to_owned(),
+        observe::spec_hash_of(&source.spec),
+    );
     ManifestWork {
         metadata: ObjectMeta {
             name: desired.metadata.name.clone(),
@@ -511,11 +576,13 @@ pub async fn deploy<H: Hooks, W: World>(
             world,
             input,
             target,
+            plugin: target.strategy.plugin.as_deref(),
+            order: RolloutOrder::new(target.strategy, target.groups),
         };
         let (placement, abort) = step.run(aborted).await;
-        if let Some(report) = abort {
+        if let Some((at, report)) = abort {
             aborted = true;
-            outcome.aborted_at = Some(input.now);
+            outcome.aborted_at = Some(at);
             outcome.abort = Some(report);
         }
         outcome.requeue_after = soonest(outcome.requeue_after, placement.requeue_after);
@@ -527,9 +594,50 @@ pub async fn deploy<H: Hooks, W: World>(
 /// The statuses of one placement's clusters for one desired revision.
 struct View {
     desired: Revision,
+    /// Whether the requests say `aborting`.
+    aborting: bool,
     /// Observed status per cluster in the placement (work of the desired
     /// revision).
     observed: BTreeMap<String, Observed>,
+}
+
+/// What the phases of one placement's step share and build up.
+struct StepState {
+    /// The placement's works, one per cluster, as the step last wrote them.
+    works: BTreeMap<String, Arc<ManifestWork>>,
+    outcome: PlacementOutcome,
+    /// Per cluster: the validation message or the error of a hook call.
+    messages: HashMap<String, String>,
+    /// `revision/cluster` already validated in this step.
+    validated: BTreeSet<String>,
+    action: AbortAction,
+    /// When and why an abort started in this step.
+    abort: Option<(Timestamp, AbortReport)>,
+}
+
+/// A validation to ask for: the cluster, its deadline, and its work's name
+/// and generation (to persist the verdict on).
+struct Ask {
+    cluster: String,
+    ends: Option<Timestamp>,
+    work: Option<(String, i64)>,
+}
+
+/// How one cluster's validation went, from its concurrent task.
+struct Validated {
+    cluster: String,
+    /// The deadline of its validation.
+    ends: Option<Timestamp>,
+    answer: Result<ValidateResponse, HookError>,
+    /// The verdict's annotations and whether writing them succeeded.
+    persisted: Option<(BTreeMap<String, String>, Result<(), WorldError>)>,
+}
+
+/// How one cluster's roll-out went, from its concurrent task.
+enum RolledOut {
+    Applied(Box<ManifestWork>),
+    HookFailed(HookError),
+    WriteFailed(WorldError),
 }
 
 struct PlacementStep<'s, 'a, H, W> {
@@ -537,131 +645,387 @@ struct PlacementStep<'s, 'a, H, W> {
     world: &'s W,
     input: &'s DeployInput<'a>,
     target: &'s PlacementTarget<'a>,
+    plugin: Option<&'s str>,
+    order: RolloutOrder,
 }
 
 impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
-    /// Runs the step for the placement; returns its outcome and, when an
-    /// abort started here, why.
-    async fn run(&self, already_aborted: bool) -> (PlacementOutcome, Option<AbortReport>) {
-        let input = self.input;
-        let target = self.target;
-        let strategy = target.strategy;
-        let plugin = strategy.plugin.as_deref();
-        let validation = if plugin.is_some() {
+    /// Runs the step for the placement: observe, validate, decide (again
+    /// from observe after an abort turns into a rollback), act, prune;
+    /// returns its outcome and, when an abort started here, when and why.
+    async fn run(
+        &self,
+        already_aborted: bool,
+    ) -> (PlacementOutcome, Option<(Timestamp, AbortReport)>) {
+        let mut state = self.begin(already_aborted);
+        let (mut view, result) = loop {
+            let mut view = self.observe(&state);
+            if self.acting()
+                && let Some(plugin) = self.plugin
+            {
+                self.validate(plugin, &mut state, &mut view).await;
+            }
+            let result = self.decide(&view);
+            if self.abort(&mut state, &view, &result) {
+                // Observe again, for the revision rolled back to.
+                continue;
+            }
+            break (view, result);
+        };
+        // A stopped rollout did not observe again, yet it is aborting.
+        view.aborting = state.action != AbortAction::Proceed;
+        state.outcome.desired_revision = view.desired.hash.clone();
+        state.outcome.aborting = view.aborting;
+        state.outcome.stopped = state.action == AbortAction::Stop;
+        let removed = self.removed(&state);
+        if self.acting() {
+            self.act(&mut state, &view, &result, &removed).await;
+            self.prune(&mut state, &removed).await;
+        }
+        let abort = state.abort.take();
+        (self.report(state, &view, result), abort)
+    }
+
+    fn acting(&self) -> bool {
+        self.target.hold.is_none()
+    }
+
+    fn validation(&self) -> Validation {
+        if self.plugin.is_some() {
             Validation::Plugin
         } else {
             Validation::None
-        };
-        let order = RolloutOrder::new(strategy, target.groups);
-        let acting = target.hold.is_none();
+        }
+    }
 
-        // The placement's works, one per cluster (a second one for a
-        // cluster, such as a leftover of another controller, is ignored).
-        let mut works: BTreeMap<String, ManifestWork> = BTreeMap::new();
+    fn limit(&self) -> usize {
+        self.input.settings.hook_concurrency.max(1)
+    }
+
+    fn call(&self) -> Option<Call<'_>> {
+        self.plugin.map(|plugin| Call {
+            plugin,
+            trace: self.input.trace,
+        })
+    }
+
+    /// The step's starting state: the placement's works, one per cluster
+    /// (a second one for a cluster, such as a leftover of another
+    /// controller, is ignored), and the abort action so far.
+    fn begin(&self, already_aborted: bool) -> StepState {
+        let input = self.input;
+        let mut works: BTreeMap<String, Arc<ManifestWork>> = BTreeMap::new();
         for work in input.works {
-            if placement_of(work) != Some(target.name) || is_deleting(work) {
+            if placement_of(work) != Some(self.target.name) || is_deleting(work) {
                 continue;
             }
             let cluster = work.namespace().unwrap_or_default();
-            works.entry(cluster).or_insert_with(|| work.clone());
+            works.entry(cluster).or_insert_with(|| Arc::clone(work));
         }
+        StepState {
+            works,
+            outcome: PlacementOutcome {
+                name: self.target.name.to_owned(),
+                desired_revision: input.update.hash.clone(),
+                aborting: false,
+                stopped: false,
+                held: !self.acting(),
+                clusters: Vec::new(),
+                result: RolloutResult::default(),
+                works: WorkCounts::default(),
+                updated: 0,
+                at_update: 0,
+                hook_errors: Vec::new(),
+                world_errors: Vec::new(),
+                applied: Vec::new(),
+                deleted: Vec::new(),
+                requeue_after: None,
+            },
+            messages: HashMap::new(),
+            validated: BTreeSet::new(),
+            action: revision::abort_action(
+                already_aborted,
+                false,
+                &input.update.hash,
+                input.current_hash,
+                input.current,
+            ),
+            abort: None,
+        }
+    }
 
-        let mut outcome = PlacementOutcome {
-            name: target.name.to_owned(),
-            desired_revision: input.update.hash.clone(),
-            aborting: false,
-            stopped: false,
-            held: !acting,
-            clusters: Vec::new(),
-            result: RolloutResult::default(),
-            works: WorkCounts::default(),
-            updated: 0,
-            at_update: 0,
-            hook_errors: Vec::new(),
-            world_errors: Vec::new(),
-            applied: Vec::new(),
-            deleted: Vec::new(),
-            requeue_after: None,
+    /// Observe: each cluster's status for the revision the action rolls
+    /// out.
+    fn observe(&self, state: &StepState) -> View {
+        let desired = match (state.action, self.input.current) {
+            (AbortAction::RollBack, Some(current)) => current.clone(),
+            _ => self.input.update.clone(),
         };
-        let mut messages: HashMap<String, String> = HashMap::new();
+        let validation = self.validation();
+        View {
+            observed: state
+                .works
+                .iter()
+                .filter(|(cluster, _)| self.order.contains(cluster))
+                .filter_map(|(cluster, work)| {
+                    observe::observe(work, &desired.hash, validation).map(|o| (cluster.clone(), o))
+                })
+                .collect(),
+            aborting: state.action != AbortAction::Proceed,
+            desired,
+        }
+    }
 
-        let mut action = revision::abort_action(
-            already_aborted,
+    /// The requests of one phase: the state encoded once (when the target
+    /// wants it) and the counts, shared by every request.
+    fn requests<'v>(
+        &'v self,
+        view: &'v View,
+        state: &request::RolloutStateLists<'_>,
+        counts: RolloutCounts,
+    ) -> Requests<'v> {
+        Requests::new(
+            RequestScope {
+                mwrs_name: self.input.owner.name,
+                mwrs_namespace: self.input.owner.namespace,
+                placement: self.target.name,
+                desired_revision: &view.desired.hash,
+                aborting: view.aborting,
+            },
+            &self.order,
+            match self.target.state_detail {
+                StateDetail::Full => Some(encode_state(&request::rollout_state(state))),
+                StateDetail::Counts => None,
+            },
+            counts,
+        )
+    }
+
+    /// Validate: `ValidateRolloutCompletion` for each `Validating` cluster
+    /// not past its deadline (and not asked already in this step),
+    /// concurrently; SUCCEEDED and FAILED are persisted on the work and
+    /// folded into the view, INPROGRESS asks to come back.
+    async fn validate(&self, plugin: &str, state: &mut StepState, view: &mut View) {
+        let input = self.input;
+        let now = input.clock.now();
+        let deadline = self.target.strategy.config().progress_deadline;
+        let mut asks: Vec<Ask> = Vec::new();
+        for cluster in self.order.clusters() {
+            let Some(observed) = view.observed.get(cluster) else {
+                continue;
+            };
+            if observed.status.status != RolloutStatus::Validating
+                || !state
+                    .validated
+                    .insert(format!("{}/{cluster}", view.desired.hash))
+            {
+                continue;
+            }
+            // Polled until lastTransitionTime + progressDeadline; after that
+            // the engine times the cluster out.
+            let since = observed.status.last_transition_time.unwrap_or(now);
+            let ends = deadline.map(|d| since.saturating_add(d).unwrap_or(Timestamp::MAX));
+            if ends.is_some_and(|ends| now >= ends) {
+                continue;
+            }
+            let work = state
+                .works
+                .get(cluster)
+                .map(|w| (w.name_any(), w.metadata.generation.unwrap_or(0)));
+            asks.push(Ask {
+                cluster: cluster.clone(),
+                ends,
+                work,
+            });
+        }
+        if asks.is_empty() {
+            return;
+        }
+        let lists = request::RolloutStateLists {
+            order: &self.order,
+            observed: reported(view, &self.order),
+            timed_out: Vec::new(),
+            to_roll_out: Vec::new(),
+            removed: Vec::new(),
+        };
+        let counts = request::rollout_counts(&lists);
+        let requests = self.requests(view, &lists, counts);
+        let call = Call {
+            plugin,
+            trace: input.trace,
+        };
+        let desired = view.desired.hash.as_str();
+        let answers: Vec<Validated> = futures::stream::iter(asks)
+            .map(
+                |Ask {
+                     cluster,
+                     ends,
+                     work,
+                 }| {
+                    let request = requests.cluster(&cluster);
+                    async move {
+                        let answer = self.hooks.validate_rollout_completion(call, request).await;
+                        let persisted = match (&answer, &work) {
+                            (Ok(response), Some((name, generation))) => match decided(response) {
+                                Some(result) => {
+                                    let verdict = Verdict {
+                                        result,
+                                        message: response.message.clone(),
+                                    };
+                                    let annotations = observe::verdict_annotations(
+                                        &verdict,
+                                        desired,
+                                        *generation,
+                                    );
+                                    let written = self
+                                        .world
+                                        .annotate_work(&cluster, name, annotations.clone())
+                                        .await;
+                                    Some((annotations, written))
+                                }
+                                None => None,
+                            },
+                            _ => None,
+                        };
+                        Validated {
+                            cluster,
+                            ends,
+                            answer,
+                            persisted,
+                        }
+                    }
+                },
+            )
+            .buffered(self.limit())
+            .collect()
+            .await;
+        for Validated {
+            cluster,
+            ends,
+            answer,
+            persisted,
+        } in answers
+        {
+            let response = match answer {
+                Ok(response) => response,
+                Err(error) => {
+                    state.messages.insert(cluster.clone(), error.to_string());
+                    state.outcome.hook_errors.push(HookFailure {
+                        cluster: Some(cluster),
+                        error,
+                    });
+                    continue;
+                }
+            };
+            if !response.message.is_empty() {
+                state
+                    .messages
+                    .insert(cluster.clone(), response.message.clone());
+            }
+            let Some(result) = decided(&response) else {
+                // INPROGRESS, or an answer that decides nothing.
+                let hint = response
+                    .recheck_after
+                    .and_then(|d| Duration::try_from(d).ok())
+                    .filter(|d| !d.is_zero())
+                    .unwrap_or(input.settings.validation_poll);
+                let until_deadline =
+                    ends.and_then(|ends| Duration::try_from(ends.duration_since(now)).ok());
+                let wait = soonest(Some(hint), until_deadline);
+                state.outcome.requeue_after = soonest(state.outcome.requeue_after, wait);
+                continue;
+            };
+            match persisted {
+                // Keep the copy in step with the world for the counts.
+                Some((annotations, Ok(()))) => {
+                    if let Some(work) = state.works.get_mut(&cluster) {
+                        Arc::make_mut(work)
+                            .metadata
+                            .annotations
+                            .get_or_insert_default()
+                            .extend(annotations);
+                    }
+                }
+                Some((_, Err(err))) => state.outcome.world_errors.push(err),
+                None => {}
+            }
+            if let Some(observed) = view.observed.get_mut(&cluster) {
+                observed.status = work_status::apply_validation(observed.status, result);
+                observed.verdict = Some(Verdict {
+                    result,
+                    message: response.message,
+                });
+            }
+        }
+    }
+
+    /// Decide: the engine over the view, at the time read now (the
+    /// validations before it may have taken a while).
+    fn decide(&self, view: &View) -> RolloutResult {
+        let existing = existing_statuses(view, &self.order);
+        rollout::decide(
+            self.target.strategy,
+            self.target.groups,
+            &existing,
+            self.input.clock.now(),
+        )
+    }
+
+    /// Handles an abort the decision asks for; true when the step must
+    /// observe again, for the revision rolled back to.
+    fn abort(&self, state: &mut StepState, view: &View, result: &RolloutResult) -> bool {
+        let input = self.input;
+        if state.action != AbortAction::Proceed {
+            return false;
+        }
+        let existing = existing_statuses(view, &self.order);
+        if !revision::abort_requested(self.target.strategy, result, &existing) {
+            return false;
+        }
+        let next = revision::abort_action(
             false,
+            true,
             &input.update.hash,
             input.current_hash,
             input.current,
         );
-        let mut abort_report = None;
-        let mut validated: BTreeSet<String> = BTreeSet::new();
-        let (view, result) = loop {
-            let desired = match (action, input.current) {
-                (AbortAction::RollBack, Some(current)) => current.clone(),
-                _ => input.update.clone(),
-            };
-            let aborting = action != AbortAction::Proceed;
-            let mut view = View {
-                observed: works
-                    .iter()
-                    .filter(|(cluster, _)| order.contains(cluster))
-                    .filter_map(|(cluster, work)| {
-                        observe::observe(work, &desired.hash, validation)
-                            .map(|o| (cluster.clone(), o))
-                    })
-                    .collect(),
-                desired,
-            };
-            if let (Some(plugin), true) = (plugin, acting) {
-                self.validate(
-                    plugin,
-                    &order,
-                    &mut works,
-                    &mut view,
-                    aborting,
-                    &mut validated,
-                    &mut outcome,
-                    &mut messages,
-                )
-                .await;
-            }
-            let existing = existing_statuses(&view, &order);
-            let result = rollout::decide(strategy, target.groups, &existing, input.now);
-            if action == AbortAction::Proceed
-                && revision::abort_requested(strategy, &result, &existing)
-            {
-                let next = revision::abort_action(
-                    false,
-                    true,
-                    &input.update.hash,
-                    input.current_hash,
-                    input.current,
-                );
-                if next != AbortAction::Proceed {
-                    abort_report = Some(AbortReport {
-                        placement: target.name.to_owned(),
-                        action: next,
-                        failures: failures(&view, &result, &order, &messages),
-                    });
-                    action = next;
-                    if next == AbortAction::RollBack {
-                        // Observe again, for the revision rolled back to.
-                        continue;
-                    }
-                }
-            }
-            break (view, result);
-        };
-        outcome.desired_revision = view.desired.hash.clone();
-        outcome.aborting = action != AbortAction::Proceed;
-        outcome.stopped = action == AbortAction::Stop;
+        if next == AbortAction::Proceed {
+            return false;
+        }
+        state.abort = Some((
+            input.clock.now(),
+            AbortReport {
+                placement: self.target.name.to_owned(),
+                action: next,
+                failures: failures(view, result, &self.order, &state.messages),
+            },
+        ));
+        state.action = next;
+        next == AbortAction::RollBack
+    }
 
-        let scope = RequestScope {
-            mwrs_name: input.owner.name,
-            mwrs_namespace: input.owner.namespace,
-            placement: target.name,
-            desired_revision: &view.desired.hash,
-            aborting: outcome.aborting,
-        };
+    /// The clusters with a work that left the placement.
+    fn removed(&self, state: &StepState) -> Vec<Reported> {
+        let validation = self.validation();
+        state
+            .works
+            .iter()
+            .filter(|(cluster, _)| !self.order.contains(cluster))
+            .map(|(cluster, work)| removed_status(cluster, work, validation))
+            .collect()
+    }
+
+    /// Act: `ProgressRollout` once, then for each cluster to roll out
+    /// BeginRollout, MutateManifestWork and the apply, in that order per
+    /// cluster, up to [`Settings::hook_concurrency`] clusters at once.
+    /// Without a plugin, only the applies.
+    async fn act(
+        &self,
+        state: &mut StepState,
+        view: &View,
+        result: &RolloutResult,
+        removed: &[Reported],
+    ) {
         let to_roll_out: Vec<&ClusterRolloutStatus> = result
             .clusters_to_rollout
             .iter()
@@ -670,91 +1034,140 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             // the agent is waiting, not to roll out again.
             .filter(|c| !view.observed.contains_key(&c.cluster_name))
             .collect();
-        let removed: Vec<Reported> = works
-            .iter()
-            .filter(|(cluster, _)| !order.contains(cluster))
-            .map(|(cluster, work)| removed_status(cluster, work, validation))
-            .collect();
-
-        let mut progress_ok = true;
-        if let (Some(plugin), true) = (plugin, acting) {
-            let state = request::rollout_state(
-                &order,
-                &reported(&view, &order),
-                &timed_out_reported(&result, &view),
-                &to_roll_out
-                    .iter()
-                    .map(|c| Reported::new((*c).clone(), view.desired.hash.clone()))
-                    .collect::<Vec<_>>(),
-                &removed,
-            );
-            let call = Call {
-                plugin,
-                trace: input.trace,
-            };
-            if let Err(error) = self
-                .hooks
-                .progress_rollout(call, request::placement_request(scope, &order, &state))
-                .await
-            {
-                outcome.hook_errors.push(HookFailure {
-                    cluster: None,
-                    error,
-                });
-                progress_ok = false;
-            }
-
-            if progress_ok && !outcome.stopped {
-                for cluster in &to_roll_out {
-                    self.roll_out(
-                        call,
-                        scope,
-                        &order,
-                        &state,
-                        &cluster.cluster_name,
-                        &view.desired,
-                        &mut works,
-                        &mut outcome,
-                        &mut messages,
-                    )
-                    .await;
+        let requests = match self.call() {
+            Some(call) => {
+                let lists = request::RolloutStateLists {
+                    order: &self.order,
+                    observed: reported(view, &self.order),
+                    timed_out: timed_out_reported(result, view),
+                    to_roll_out: to_roll_out
+                        .iter()
+                        .map(|c| Reported::new((*c).clone(), view.desired.hash.clone()))
+                        .collect(),
+                    removed: removed.to_vec(),
+                };
+                let counts = request::rollout_counts(&lists);
+                let requests = self.requests(view, &lists, counts);
+                if let Err(error) = self
+                    .hooks
+                    .progress_rollout(call, requests.placement())
+                    .await
+                {
+                    state.outcome.hook_errors.push(HookFailure {
+                        cluster: None,
+                        error,
+                    });
+                    return;
                 }
+                Some((call, requests))
             }
-        } else if acting && !outcome.stopped {
-            for cluster in &to_roll_out {
-                let name = self.name_for(&works, &cluster.cluster_name);
+            None => None,
+        };
+        if state.outcome.stopped {
+            return;
+        }
+        // The template's JSON once for the step: each work's is its own
+        // metadata around it.
+        let spec_json = match requests {
+            Some(_) => match serde_json::to_vec(&view.desired.template) {
+                Ok(json) => Some(json),
+                Err(err) => {
+                    state.outcome.world_errors.push(WorldError {
+                        action: "encoding",
+                        namespace: String::new(),
+                        name: String::new(),
+                        message: err.to_string(),
+                    });
+                    return;
+                }
+            },
+            None => None,
+        };
+        let jobs: Vec<(String, ManifestWork)> = to_roll_out
+            .iter()
+            .map(|c| {
+                let cluster = c.cluster_name.clone();
+                let name = self.name_for(&state.works, &cluster);
                 let work = desired_work(
-                    &input.owner,
-                    target.name,
-                    &cluster.cluster_name,
+                    &self.input.owner,
+                    self.target.name,
+                    &cluster,
                     &name,
                     &view.desired,
                 );
-                let work = finish_work(&work, None, &input.owner, target.name, &view.desired.hash);
-                self.apply(&cluster.cluster_name, work, &mut works, &mut outcome)
-                    .await;
-            }
-        }
-
-        // Clusters that left the placement.
-        if acting {
-            for entry in &removed {
-                let cluster = &entry.status.cluster_name;
-                let Some(work) = works.get(cluster) else {
-                    continue;
-                };
-                let name = work.name_any();
-                match self.world.delete_work(cluster, &name).await {
-                    Ok(()) => {
-                        outcome.deleted.push(cluster.clone());
-                        works.remove(cluster);
+                (cluster, work)
+            })
+            .collect();
+        let requests = requests.as_ref();
+        let spec_json = spec_json.as_deref();
+        let done: Vec<(String, RolledOut)> = futures::stream::iter(jobs)
+            .map(|(cluster, work)| async move {
+                let rolled = match (requests, spec_json) {
+                    (Some((call, requests)), Some(spec_json)) => {
+                        self.roll_out(*call, requests, &cluster, work, spec_json, &view.desired)
+                            .await
                     }
-                    Err(err) => outcome.world_errors.push(err),
+                    _ => {
+                        let work = finish_work(
+                            &work,
+                            None,
+                            &self.input.owner,
+                            self.target.name,
+                            &view.desired.hash,
+                        );
+                        self.apply(work).await
+                    }
+                };
+                (cluster, rolled)
+            })
+            .buffered(self.limit())
+            .collect()
+            .await;
+        for (cluster, rolled) in done {
+            match rolled {
+                RolledOut::Applied(stored) => {
+                    state.outcome.applied.push(cluster.clone());
+                    state.works.insert(cluster, Arc::new(*stored));
                 }
+                RolledOut::HookFailed(error) => {
+                    state.messages.insert(cluster.clone(), error.to_string());
+                    state.outcome.hook_errors.push(HookFailure {
+                        cluster: Some(cluster),
+                        error,
+                    });
+                }
+                RolledOut::WriteFailed(err) => state.outcome.world_errors.push(err),
             }
         }
+    }
 
-        // The report.
+    /// Prune: deletes the works of clusters that left the placement.
+    async fn prune(&self, state: &mut StepState, removed: &[Reported]) {
+        for entry in removed {
+            let cluster = &entry.status.cluster_name;
+            let Some(work) = state.works.get(cluster) else {
+                continue;
+            };
+            let name = work.name_any();
+            match self.world.delete_work(cluster, &name).await {
+                Ok(()) => {
+                    state.outcome.deleted.push(cluster.clone());
+                    state.works.remove(cluster);
+                }
+                Err(err) => state.outcome.world_errors.push(err),
+            }
+        }
+    }
+
+    /// The placement's outcome after the phases.
+    fn report(&self, state: StepState, view: &View, result: RolloutResult) -> PlacementOutcome {
+        let StepState {
+            works,
+            mut outcome,
+            messages,
+            ..
+        } = state;
+        let order = &self.order;
         let timed_out: HashMap<&str, &ClusterRolloutStatus> = result
             .clusters_timeout
             .iter()
@@ -787,151 +1200,31 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 }),
             });
         }
-        outcome.works = count_works(works.values(), &view.desired.hash);
+        let update = &self.input.update.hash;
+        outcome.works = count_works(works.values().map(AsRef::as_ref), &view.desired.hash);
         outcome.at_update = works
             .iter()
-            .filter(|(c, w)| order.contains(c) && observe::is_current(w, &input.update.hash))
+            .filter(|(c, w)| order.contains(c) && observe::is_current(w, update))
             .count();
         outcome.updated = works
             .iter()
             .filter(|(c, _)| order.contains(c))
-            .filter_map(|(_, w)| observe::observe(w, &input.update.hash, validation))
+            .filter_map(|(_, w)| observe::observe(w, update, self.validation()))
             .filter(|o| o.status.status == RolloutStatus::Succeeded)
             .count();
         if !outcome.hook_errors.is_empty() || !outcome.world_errors.is_empty() {
-            outcome.requeue_after =
-                soonest(outcome.requeue_after, Some(input.settings.error_requeue));
+            outcome.requeue_after = soonest(
+                outcome.requeue_after,
+                Some(self.input.settings.error_requeue),
+            );
         }
         outcome.requeue_after = soonest(outcome.requeue_after, result.recheck_after);
         outcome.result = result;
-        (outcome, abort_report)
-    }
-
-    /// Calls `ValidateRolloutCompletion` for each `Validating` cluster of
-    /// `view` not past its deadline (and not asked already in this step),
-    /// folding SUCCEEDED and FAILED into the view and persisting them.
-    #[allow(clippy::too_many_arguments)]
-    async fn validate(
-        &self,
-        plugin: &str,
-        order: &RolloutOrder,
-        works: &mut BTreeMap<String, ManifestWork>,
-        view: &mut View,
-        aborting: bool,
-        validated: &mut BTreeSet<String>,
-        outcome: &mut PlacementOutcome,
-        messages: &mut HashMap<String, String>,
-    ) {
-        let input = self.input;
-        let deadline = self.target.strategy.config().progress_deadline;
-        let validating: Vec<String> = order
-            .clusters()
-            .iter()
-            .filter(|c| {
-                view.observed
-                    .get(*c)
-                    .is_some_and(|o| o.status.status == RolloutStatus::Validating)
-            })
-            .cloned()
-            .collect();
-        if validating.is_empty() {
-            return;
-        }
-        let removed: Vec<Reported> = Vec::new();
-        let state = request::rollout_state(order, &reported(view, order), &[], &[], &removed);
-        let scope = RequestScope {
-            mwrs_name: input.owner.name,
-            mwrs_namespace: input.owner.namespace,
-            placement: self.target.name,
-            desired_revision: &view.desired.hash,
-            aborting,
-        };
-        let call = Call {
-            plugin,
-            trace: input.trace,
-        };
-        for cluster in validating {
-            let key = format!("{}/{cluster}", view.desired.hash);
-            if !validated.insert(key) {
-                continue;
-            }
-            let Some(observed) = view.observed.get(&cluster) else {
-                continue;
-            };
-            // Polled until lastTransitionTime + progressDeadline; after that
-            // the engine times the cluster out.
-            let since = observed.status.last_transition_time.unwrap_or(input.now);
-            let ends = deadline.map(|d| since.saturating_add(d).unwrap_or(Timestamp::MAX));
-            if ends.is_some_and(|ends| input.now >= ends) {
-                continue;
-            }
-            let request = ValidateCompletionRequest {
-                rollout: Some(request::cluster_request(scope, order, &state, &cluster)),
-            };
-            let response = match self.hooks.validate_rollout_completion(call, request).await {
-                Ok(response) => response,
-                Err(error) => {
-                    messages.insert(cluster.clone(), error.to_string());
-                    outcome.hook_errors.push(HookFailure {
-                        cluster: Some(cluster.clone()),
-                        error,
-                    });
-                    continue;
-                }
-            };
-            if !response.message.is_empty() {
-                messages.insert(cluster.clone(), response.message.clone());
-            }
-            let result = match ProtoValidation::try_from(response.result) {
-                Ok(ProtoValidation::Succeeded) => ValidationResult::Succeeded,
-                Ok(ProtoValidation::Failed) => ValidationResult::Failed,
-                // INPROGRESS, or an answer that decides nothing.
-                _ => {
-                    let hint = response
-                        .recheck_after
-                        .and_then(|d| Duration::try_from(d).ok())
-                        .filter(|d| !d.is_zero())
-                        .unwrap_or(input.settings.validation_poll);
-                    let until_deadline = ends
-                        .and_then(|ends| Duration::try_from(ends.duration_since(input.now)).ok());
-                    let wait = soonest(Some(hint), until_deadline);
-                    outcome.requeue_after = soonest(outcome.requeue_after, wait);
-                    continue;
-                }
-            };
-            let verdict = Verdict {
-                result,
-                message: response.message,
-            };
-            if let Some(work) = works.get_mut(&cluster) {
-                let annotations = observe::verdict_annotations(
-                    &verdict,
-                    &view.desired.hash,
-                    work.metadata.generation.unwrap_or(0),
-                );
-                match self
-                    .world
-                    .annotate_work(&cluster, &work.name_any(), annotations.clone())
-                    .await
-                {
-                    // Keep the copy in step with the world for the counts.
-                    Ok(()) => work
-                        .metadata
-                        .annotations
-                        .get_or_insert_default()
-                        .extend(annotations),
-                    Err(err) => outcome.world_errors.push(err),
-                }
-            }
-            if let Some(observed) = view.observed.get_mut(&cluster) {
-                observed.status = work_status::apply_validation(observed.status, result);
-                observed.verdict = Some(verdict);
-            }
-        }
+        outcome
     }
 
     /// The name of `cluster`'s work: the existing one's, else a new one.
-    fn name_for(&self, works: &BTreeMap<String, ManifestWork>, cluster: &str) -> String {
+    fn name_for(&self, works: &BTreeMap<String, Arc<ManifestWork>>, cluster: &str) -> String {
         works.get(cluster).map_or_else(
             || {
                 work_name(
@@ -940,68 +1233,45 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                     self.target.name,
                 )
             },
-            ResourceExt::name_any,
+            |w| w.name_any(),
         )
     }
 
-    /// BeginRollout, MutateManifestWork and the apply, for one cluster.
-    #[allow(clippy::too_many_arguments)]
+    /// BeginRollout, MutateManifestWork and the apply, for one cluster, in
+    /// that order.
     async fn roll_out(
         &self,
         call: Call<'_>,
-        scope: RequestScope<'_>,
-        order: &RolloutOrder,
-        state: &rollout_proto::v1alpha1::RolloutState,
+        requests: &Requests<'_>,
         cluster: &str,
+        work: ManifestWork,
+        spec_json: &[u8],
         desired: &Revision,
-        works: &mut BTreeMap<String, ManifestWork>,
-        outcome: &mut PlacementOutcome,
-        messages: &mut HashMap<String, String>,
-    ) {
+    ) -> RolledOut {
         let owner = &self.input.owner;
         let placement = self.target.name;
-        let request = request::cluster_request(scope, order, state, cluster);
-        let mut fail = |error: HookError, outcome: &mut PlacementOutcome| {
-            messages.insert(cluster.to_owned(), error.to_string());
-            outcome.hook_errors.push(HookFailure {
-                cluster: Some(cluster.to_owned()),
-                error,
-            });
-        };
+        let request = requests.cluster(cluster);
         if let Err(error) = self.hooks.begin_rollout(call, request.clone()).await {
-            fail(error, outcome);
-            return;
+            return RolledOut::HookFailed(error);
         }
-        let name = self.name_for(works, cluster);
-        let work = desired_work(owner, placement, cluster, &name, desired);
-        let json = match serde_json::to_vec(&work) {
+        let json = match work_json(&work, spec_json) {
             Ok(json) => json,
             Err(err) => {
-                outcome.world_errors.push(WorldError {
+                return RolledOut::WriteFailed(WorldError {
                     action: "encoding",
                     namespace: cluster.to_owned(),
-                    name,
+                    name: work.name_any(),
                     message: err.to_string(),
                 });
-                return;
             }
         };
         let mutation = match self
             .hooks
-            .mutate_manifest_work(
-                call,
-                MutateManifestWorkRequest {
-                    rollout: Some(request),
-                    manifest_work: json.into(),
-                },
-            )
+            .mutate_manifest_work(call, request, json.into())
             .await
         {
             Ok(mutation) => mutation,
-            Err(error) => {
-                fail(error, outcome);
-                return;
-            }
+            Err(error) => return RolledOut::HookFailed(error),
         };
         let mutated = match mutation
             .work
@@ -1011,15 +1281,11 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             None => None,
             Some(Ok(mutated)) => Some(mutated),
             Some(Err(err)) => {
-                fail(
-                    HookError {
-                        hook: HookKind::MutateManifestWork,
-                        code: tonic::Code::Internal,
-                        message: format!("the mutated ManifestWork cannot be read: {err}"),
-                    },
-                    outcome,
-                );
-                return;
+                return RolledOut::HookFailed(HookError {
+                    hook: HookKind::MutateManifestWork,
+                    code: tonic::Code::Internal,
+                    message: format!("the mutated ManifestWork cannot be read: {err}"),
+                });
             }
         };
         if !mutation.failed_open.is_empty() {
@@ -1030,24 +1296,51 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             );
         }
         let work = finish_work(&work, mutated, owner, placement, &desired.hash);
-        self.apply(cluster, work, works, outcome).await;
+        self.apply(work).await
     }
 
-    async fn apply(
-        &self,
-        cluster: &str,
-        work: ManifestWork,
-        works: &mut BTreeMap<String, ManifestWork>,
-        outcome: &mut PlacementOutcome,
-    ) {
+    async fn apply(&self, work: ManifestWork) -> RolledOut {
         match self.world.apply_work(work).await {
-            Ok(stored) => {
-                outcome.applied.push(cluster.to_owned());
-                works.insert(cluster.to_owned(), stored);
-            }
-            Err(err) => outcome.world_errors.push(err),
+            Ok(stored) => RolledOut::Applied(Box::new(stored)),
+            Err(err) => RolledOut::WriteFailed(err),
         }
     }
+}
+
+/// The validation result a response decides: SUCCEEDED or FAILED; `None`
+/// for INPROGRESS or an answer that decides nothing.
+fn decided(response: &ValidateResponse) -> Option<ValidationResult> {
+    match ProtoValidation::try_from(response.result) {
+        Ok(ProtoValidation::Succeeded) => Some(ValidationResult::Succeeded),
+        Ok(ProtoValidation::Failed) => Some(ValidationResult::Failed),
+        _ => None,
+    }
+}
+
+/// The JSON of `work` with `spec_json` (its spec's JSON, encoded once for
+/// every work of the step) spliced in rather than encoded again.
+fn work_json(work: &ManifestWork, spec_json: &[u8]) -> Result<Vec<u8>, serde_json::Error> {
+    let head = ManifestWork {
+        metadata: work.metadata.clone(),
+        spec: ManifestWorkSpec::default(),
+        status: None,
+    };
+    let mut object = match serde_json::to_value(&head)? {
+        serde_json::Value::Object(object) => object,
+        _ => serde_json::Map::new(),
+    };
+    object.remove("spec");
+    object.remove("status");
+    let mut json = serde_json::to_vec(&object)?;
+    // `{…}` becomes `{…,"spec":<spec>}`.
+    json.pop();
+    if !object.is_empty() {
+        json.push(b',');
+    }
+    json.extend_from_slice(b"\"spec\":");
+    json.extend_from_slice(spec_json);
+    json.push(b'}');
+    Ok(json)
 }
 
 /// The engine's input: the observed status of each cluster of the

@@ -4,16 +4,17 @@
 //! it applied, the plugin's persisted validation verdict). Pure.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use kube::ResourceExt;
 
-use crate::api::ManifestWork;
 use crate::api::annotations::{
     SPEC_HASH_ANNOTATION, VALIDATION_ANNOTATION, VALIDATION_FAILED,
     VALIDATION_GENERATION_ANNOTATION, VALIDATION_MESSAGE_ANNOTATION,
     VALIDATION_REVISION_ANNOTATION, VALIDATION_SUCCEEDED,
 };
 use crate::api::labels::CONTROLLER_HASH_LABEL;
+use crate::api::{ManifestWork, ManifestWorkSpec};
 use crate::revision::spec_hash;
 use crate::rollout::work_status::{self, Validation, ValidationResult, WorkStatus};
 
@@ -39,6 +40,42 @@ pub struct Observed {
     pub verdict: Option<Verdict>,
 }
 
+/// The specs hashed last, with their hash: the works of a revision share
+/// their manifests ([`crate::api::Manifests`]), so the hash of a spec seen
+/// before is found by pointer instead of hashing tens of kilobytes per work
+/// per step. Holding the manifests keeps their address from being reused.
+static SPEC_HASHES: Mutex<Vec<(ManifestWorkSpec, String)>> = Mutex::new(Vec::new());
+
+/// How many specs [`SPEC_HASHES`] remembers (a few revisions, each with and
+/// without a plugin's mutation).
+const SPEC_HASHES_KEPT: usize = 16;
+
+/// [`spec_hash`] of `spec`, remembered for specs sharing their manifests
+/// with one hashed recently. The same value as [`spec_hash`].
+pub fn spec_hash_of(spec: &ManifestWorkSpec) -> String {
+    let same = |known: &ManifestWorkSpec| {
+        known.workload.manifests.ptr_eq(&spec.workload.manifests)
+            && known.workload.extra == spec.workload.extra
+            && known.delete_option == spec.delete_option
+            && known.manifest_configs == spec.manifest_configs
+            && known.executor == spec.executor
+            && known.extra == spec.extra
+    };
+    if let Ok(known) = SPEC_HASHES.lock()
+        && let Some((_, hash)) = known.iter().find(|(k, _)| same(k))
+    {
+        return hash.clone();
+    }
+    let hash = spec_hash(spec);
+    if let Ok(mut known) = SPEC_HASHES.lock() {
+        if known.len() >= SPEC_HASHES_KEPT {
+            known.remove(0);
+        }
+        known.push((spec.clone(), hash.clone()));
+    }
+    hash
+}
+
 /// The revision (template hash) a work carries in its `controller-hash`
 /// label.
 pub fn work_revision(work: &ManifestWork) -> Option<&str> {
@@ -55,7 +92,7 @@ pub fn is_current(work: &ManifestWork, desired_revision: &str) -> bool {
         return false;
     }
     match work.annotations().get(SPEC_HASH_ANNOTATION) {
-        Some(applied) => *applied == spec_hash(&work.spec),
+        Some(applied) => *applied == spec_hash_of(&work.spec),
         None => true,
     }
 }

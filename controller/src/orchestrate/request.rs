@@ -26,14 +26,21 @@
 //!     MutateManifestWork already count the cluster they are about;
 //!   - `timed_out`: clusters whose deadline passed (`TimeOut`);
 //!   - `removed`: clusters with a ManifestWork that left the placement.
+//! - `counts` ([`rollout_counts`]): the number of the placement's clusters
+//!   in each status, on every request.
+//! - `rollout_status` is sent only to a target that wants it
+//!   ([`crate::hooks::StateDetail`]); it is encoded once per phase and the
+//!   bytes shared by the phase's requests ([`Requests`]).
 //! - `desired_revision`: the revision being rolled out: the update
 //!   revision, or the current revision while aborting (`aborting = true`).
 
 use std::collections::{HashMap, HashSet};
 
+use bytes::Bytes;
 use jiff::Timestamp;
 use rollout_proto::v1alpha1 as proto;
 
+use crate::hooks::RolloutRequest;
 use crate::rollout::{self, ClusterGroup, ClusterRolloutStatus, RolloutStatus, Strategy};
 
 /// One cluster's place in its placement's rollout order.
@@ -156,24 +163,37 @@ fn to_proto(reported: &Reported) -> proto::ClusterRolloutStatus {
     }
 }
 
-/// The `rollout_status` of a request (see the module documentation):
+/// The clusters of a request's state, before they are sorted into lists:
 /// `observed` holds the statuses of the clusters whose work is the desired
 /// revision, `timed_out` those the decision timed out, `to_roll_out` the
 /// clusters about to be rolled out, `removed` the clusters that left the
-/// placement. A cluster appears in one list only: timed out first, then
-/// observed, then about to roll out.
-pub fn rollout_state(
-    order: &RolloutOrder,
-    observed: &[Reported],
-    timed_out: &[Reported],
-    to_roll_out: &[Reported],
-    removed: &[Reported],
-) -> proto::RolloutState {
-    let timed_out_names: HashSet<&str> = timed_out
+/// placement.
+#[derive(Debug, Clone)]
+pub struct RolloutStateLists<'a> {
+    /// The placement's rollout order.
+    pub order: &'a RolloutOrder,
+    /// Clusters with a work of the desired revision.
+    pub observed: Vec<Reported>,
+    /// Clusters whose deadline passed in this decision.
+    pub timed_out: Vec<Reported>,
+    /// Clusters about to be rolled out.
+    pub to_roll_out: Vec<Reported>,
+    /// Clusters that left the placement.
+    pub removed: Vec<Reported>,
+}
+
+/// The `rollout_status` of a request (see the module documentation). A
+/// cluster appears in one list only: timed out first, then observed, then
+/// about to roll out.
+pub fn rollout_state(lists: &RolloutStateLists<'_>) -> proto::RolloutState {
+    let order = lists.order;
+    let timed_out_names: HashSet<&str> = lists
+        .timed_out
         .iter()
         .map(|r| r.status.cluster_name.as_str())
         .collect();
-    let observed_names: HashSet<&str> = observed
+    let observed_names: HashSet<&str> = lists
+        .observed
         .iter()
         .map(|r| r.status.cluster_name.as_str())
         .collect();
@@ -186,12 +206,14 @@ pub fn rollout_state(
         list.into_iter().map(to_proto).collect()
     };
     let live = |r: &&Reported| !timed_out_names.contains(r.status.cluster_name.as_str());
-    let completed = observed
+    let completed = lists
+        .observed
         .iter()
         .filter(live)
         .filter(|r| r.status.status == RolloutStatus::Succeeded)
         .collect();
-    let progressing = observed
+    let progressing = lists
+        .observed
         .iter()
         .filter(live)
         .filter(|r| {
@@ -204,7 +226,8 @@ pub fn rollout_state(
             )
         })
         .chain(
-            to_roll_out
+            lists
+                .to_roll_out
                 .iter()
                 .filter(live)
                 .filter(|r| !observed_names.contains(r.status.cluster_name.as_str())),
@@ -213,9 +236,51 @@ pub fn rollout_state(
     proto::RolloutState {
         completed: sorted(completed),
         progressing: sorted(progressing),
-        timed_out: sorted(timed_out.iter().collect()),
-        removed: sorted(removed.iter().collect()),
+        timed_out: sorted(lists.timed_out.iter().collect()),
+        removed: sorted(lists.removed.iter().collect()),
     }
+}
+
+/// The `counts` of a request: each cluster of the placement once, in the
+/// status the step sees it in: `TimeOut` when the decision timed it out,
+/// else its observed status, else `ToApply` (no work of the desired
+/// revision; the clusters about to be rolled out are among them, as the
+/// engine decided on them as `ToApply`). The first seven add up to
+/// `total_cluster_count`; `removed` counts the clusters that left.
+pub fn rollout_counts(lists: &RolloutStateLists<'_>) -> proto::RolloutCounts {
+    let timed_out: HashSet<&str> = lists
+        .timed_out
+        .iter()
+        .map(|r| r.status.cluster_name.as_str())
+        .collect();
+    let observed: HashMap<&str, RolloutStatus> = lists
+        .observed
+        .iter()
+        .map(|r| (r.status.cluster_name.as_str(), r.status.status))
+        .collect();
+    let mut counts = proto::RolloutCounts::default();
+    for cluster in lists.order.clusters() {
+        let status = if timed_out.contains(cluster.as_str()) {
+            RolloutStatus::TimeOut
+        } else {
+            observed
+                .get(cluster.as_str())
+                .copied()
+                .unwrap_or(RolloutStatus::ToApply)
+        };
+        let slot = match status {
+            RolloutStatus::ToApply => &mut counts.to_apply,
+            RolloutStatus::Progressing => &mut counts.progressing,
+            RolloutStatus::Validating => &mut counts.validating,
+            RolloutStatus::Succeeded => &mut counts.succeeded,
+            RolloutStatus::Failed => &mut counts.failed,
+            RolloutStatus::TimeOut => &mut counts.timed_out,
+            RolloutStatus::Skip => &mut counts.skip,
+        };
+        *slot = slot.saturating_add(1);
+    }
+    counts.removed = i32::try_from(lists.removed.len()).unwrap_or(i32::MAX);
+    counts
 }
 
 /// Identifies the rollout a request is about.
@@ -233,40 +298,60 @@ pub struct RequestScope<'a> {
     pub aborting: bool,
 }
 
-/// The placement-wide request (ProgressRollout): no `cluster_name`,
-/// `cluster_index` 0.
-pub fn placement_request(
-    scope: RequestScope<'_>,
-    order: &RolloutOrder,
-    state: &proto::RolloutState,
-) -> proto::RolloutPluginRequest {
-    proto::RolloutPluginRequest {
-        mwrs_name: scope.mwrs_name.to_owned(),
-        mwrs_namespace: scope.mwrs_namespace.to_owned(),
-        placement_name: scope.placement.to_owned(),
-        cluster_name: String::new(),
-        total_cluster_count: i32::try_from(order.total()).unwrap_or(i32::MAX),
-        rollout_status: Some(state.clone()),
-        desired_revision: scope.desired_revision.to_owned(),
-        aborting: scope.aborting,
-        cluster_index: 0,
-        ..Default::default()
-    }
+/// The requests of one phase of a step: one scope, one state (encoded
+/// once, or left out for a counts-only target) and one set of counts,
+/// shared by every request built from it.
+#[derive(Debug, Clone)]
+pub struct Requests<'a> {
+    scope: RequestScope<'a>,
+    order: &'a RolloutOrder,
+    state: Option<Bytes>,
+    counts: proto::RolloutCounts,
 }
 
-/// The request of a per-cluster hook for `cluster`, with its
-/// `cluster_index` (0 if it is not in the placement).
-pub fn cluster_request(
-    scope: RequestScope<'_>,
-    order: &RolloutOrder,
-    state: &proto::RolloutState,
-    cluster: &str,
-) -> proto::RolloutPluginRequest {
-    let index = order.position(cluster).map_or(0, |p| p.index);
-    proto::RolloutPluginRequest {
-        cluster_name: cluster.to_owned(),
-        cluster_index: i32::try_from(index).unwrap_or(i32::MAX),
-        ..placement_request(scope, order, state)
+impl<'a> Requests<'a> {
+    /// Requests in `scope` over `order`, carrying `state` (the encoded
+    /// `RolloutState`; `None` leaves `rollout_status` out) and `counts`.
+    pub fn new(
+        scope: RequestScope<'a>,
+        order: &'a RolloutOrder,
+        state: Option<Bytes>,
+        counts: proto::RolloutCounts,
+    ) -> Requests<'a> {
+        Requests {
+            scope,
+            order,
+            state,
+            counts,
+        }
+    }
+
+    /// The placement-wide request (ProgressRollout): no `cluster_name`,
+    /// `cluster_index` 0.
+    pub fn placement(&self) -> RolloutRequest {
+        RolloutRequest {
+            mwrs_name: self.scope.mwrs_name.to_owned(),
+            mwrs_namespace: self.scope.mwrs_namespace.to_owned(),
+            placement_name: self.scope.placement.to_owned(),
+            cluster_name: String::new(),
+            total_cluster_count: i32::try_from(self.order.total()).unwrap_or(i32::MAX),
+            rollout_status: self.state.clone(),
+            desired_revision: self.scope.desired_revision.to_owned(),
+            aborting: self.scope.aborting,
+            cluster_index: 0,
+            counts: Some(self.counts),
+        }
+    }
+
+    /// The request of a per-cluster hook for `cluster`, with its
+    /// `cluster_index` (0 if it is not in the placement).
+    pub fn cluster(&self, cluster: &str) -> RolloutRequest {
+        let index = self.order.position(cluster).map_or(0, |p| p.index);
+        RolloutRequest {
+            cluster_name: cluster.to_owned(),
+            cluster_index: i32::try_from(index).unwrap_or(i32::MAX),
+            ..self.placement()
+        }
     }
 }
 
@@ -372,7 +457,29 @@ mod tests {
             ClusterRolloutStatus::new("old", RolloutStatus::Succeeded),
             "r1",
         )];
-        let state = rollout_state(&order, &observed, &timed_out, &to_roll_out, &removed);
+        let lists = RolloutStateLists {
+            order: &order,
+            observed,
+            timed_out,
+            to_roll_out,
+            removed,
+        };
+        let state = rollout_state(&lists);
+        // Each cluster once, as the step sees it: c4 timed out, c5 and c6
+        // (about to roll out) still ToApply.
+        assert_eq!(
+            rollout_counts(&lists),
+            proto::RolloutCounts {
+                to_apply: 2,
+                progressing: 0,
+                validating: 1,
+                succeeded: 1,
+                failed: 1,
+                timed_out: 1,
+                skip: 0,
+                removed: 1,
+            }
+        );
         let names = |list: &[proto::ClusterRolloutStatus]| {
             list.iter()
                 .map(|c| c.cluster_name.clone())
@@ -404,8 +511,19 @@ mod tests {
             desired_revision: "r1",
             aborting: true,
         };
-        let state = proto::RolloutState::default();
-        let progress = placement_request(scope, &order, &state);
+        let counts = proto::RolloutCounts {
+            to_apply: 3,
+            ..proto::RolloutCounts::default()
+        };
+        let state = crate::hooks::encode_state(&proto::RolloutState {
+            completed: vec![proto::ClusterRolloutStatus {
+                cluster_name: "c1".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let requests = Requests::new(scope, &order, Some(state.clone()), counts);
+        let progress = requests.placement();
         assert_eq!(
             (
                 progress.cluster_name.as_str(),
@@ -416,7 +534,18 @@ mod tests {
         );
         assert!(progress.aborting);
         assert_eq!(progress.desired_revision, "r1");
-        let begin = cluster_request(scope, &order, &state, "c2");
+        assert_eq!(progress.counts, Some(counts));
+        let begin = requests.cluster("c2");
+        // The state is the phase's bytes, shared, not a copy.
+        assert_eq!(
+            begin.rollout_status.as_ref().map(|b| b.as_ptr()),
+            Some(state.as_ptr())
+        );
+        assert_eq!(begin.counts, Some(counts));
+        let counts_only = Requests::new(scope, &order, None, counts).cluster("c2");
+        assert_eq!(counts_only.rollout_status, None);
+        assert_eq!(counts_only.decode_full().rollout_status, None);
+        assert_eq!(counts_only.decode_full().counts, Some(counts));
         assert_eq!(
             (begin.cluster_name.as_str(), begin.cluster_index),
             ("c2", 2)
@@ -429,7 +558,7 @@ mod tests {
             ),
             ("hello", "default", "p")
         );
-        assert_eq!(cluster_request(scope, &order, &state, "x").cluster_index, 0);
+        assert_eq!(requests.cluster("x").cluster_index, 0);
         assert_eq!(
             proto_time("2025-01-01T00:00:00.5Z".parse().expect("time")),
             prost_types::Timestamp {

@@ -10,11 +10,15 @@ use rollout_proto::v1alpha1::{
 };
 use serde_json::{Value, json};
 
+use bytes::Bytes;
+
 use super::memory::{MemoryWorld, Write};
 use super::*;
 use crate::api::ManifestWorkSpec;
 use crate::api::annotations::VALIDATION_ANNOTATION;
 use crate::hooks::Mutation;
+use crate::hooks::RolloutRequest;
+use crate::revision::spec_hash;
 use crate::rollout::RawStrategy;
 
 /// Hooks that record every call and answer as scripted.
@@ -115,28 +119,24 @@ impl Hooks for Script {
         Ok(InitializeResponse::default())
     }
 
-    async fn begin_rollout(
-        &self,
-        _: Call<'_>,
-        request: RolloutPluginRequest,
-    ) -> Result<(), HookError> {
-        self.enter(HookKind::BeginRollout, &request, None)
+    async fn begin_rollout(&self, _: Call<'_>, request: RolloutRequest) -> Result<(), HookError> {
+        self.enter(HookKind::BeginRollout, &request.decode_full(), None)
     }
 
     async fn progress_rollout(
         &self,
         _: Call<'_>,
-        request: RolloutPluginRequest,
+        request: RolloutRequest,
     ) -> Result<(), HookError> {
-        self.enter(HookKind::ProgressRollout, &request, None)
+        self.enter(HookKind::ProgressRollout, &request.decode_full(), None)
     }
 
     async fn validate_rollout_completion(
         &self,
         _: Call<'_>,
-        request: ValidateCompletionRequest,
+        request: RolloutRequest,
     ) -> Result<ValidateResponse, HookError> {
-        let rollout = request.rollout.unwrap_or_default();
+        let rollout = request.decode_full();
         self.enter(HookKind::ValidateRolloutCompletion, &rollout, None)?;
         Ok(self
             .validate
@@ -154,10 +154,11 @@ impl Hooks for Script {
     async fn mutate_manifest_work(
         &self,
         _: Call<'_>,
-        request: MutateManifestWorkRequest,
+        request: RolloutRequest,
+        manifest_work: Bytes,
     ) -> Result<Mutation, HookError> {
-        let rollout = request.rollout.unwrap_or_default();
-        let mut work: Value = serde_json::from_slice(&request.manifest_work).expect("JSON work");
+        let rollout = request.decode_full();
+        let mut work: Value = serde_json::from_slice(&manifest_work).expect("JSON work");
         self.enter(HookKind::MutateManifestWork, &rollout, Some(work.clone()))?;
         work["metadata"]["annotations"]["test/cluster-index"] =
             json!(rollout.cluster_index.to_string());
@@ -204,6 +205,7 @@ struct Fixture {
     hold: Option<String>,
     settings: Settings,
     labels: BTreeMap<String, String>,
+    state_detail: StateDetail,
 }
 
 impl Fixture {
@@ -217,6 +219,7 @@ impl Fixture {
             hold: None,
             settings: Settings::default(),
             labels: BTreeMap::new(),
+            state_detail: StateDetail::Full,
         }
     }
 
@@ -232,6 +235,7 @@ impl Fixture {
             strategy: &self.strategy,
             groups: &self.groups,
             hold: self.hold.as_deref(),
+            state_detail: self.state_detail,
         }];
         let trace = opentelemetry::Context::new();
         let current_hash = self.current.as_ref().map(|c| c.hash.clone());
@@ -249,7 +253,7 @@ impl Fixture {
             current_hash: current_hash.as_deref(),
             current: self.current.as_ref(),
             aborted: self.aborted,
-            now,
+            clock: &now,
             settings: &self.settings,
             trace: &trace,
         };

@@ -22,6 +22,7 @@
 //!    subresource; skipped when unchanged), built by [`status::build`];
 //! 7. requeue after the soonest recheck, capped at 30 minutes.
 
+pub mod cache;
 pub mod plugins;
 pub mod revisions;
 pub mod status;
@@ -33,7 +34,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use jiff::Timestamp;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
@@ -48,14 +49,13 @@ use crate::api::annotations::OWNER_ANNOTATION;
 use crate::api::labels::{MANIFEST_WORK_CLEANUP_FINALIZER, MWRS_OWNER_LABEL, PLACEMENT_LABEL};
 use crate::api::{
     CascadeDeletionPolicy, ManifestWork, ManifestWorkReplicaSet, Placement, PlacementDecision,
-    decision_groups,
 };
 use crate::events::{self, Events};
 use crate::health::Readiness;
-use crate::hooks::{Call, GatewayHooks};
+use crate::hooks::{Call, GatewayHooks, StateDetail};
 use crate::metrics::{ControllerMetrics, Metered, ReconcileErrorKind};
 use crate::orchestrate::{
-    self, DeployInput, Owner, PlacementTarget, Settings, World, WorldError, soonest,
+    self, DeployInput, Owner, PlacementTarget, Settings, SystemClock, World, WorldError, soonest,
 };
 use crate::revision::RevisionStatus;
 use crate::rollout::{ClusterGroup, Strategy};
@@ -146,6 +146,7 @@ pub struct Context {
     /// Where the Events on the ManifestWorkReplicaSets go; none by default.
     pub events: Option<Arc<Events>>,
     plugins: PluginCache,
+    cache: cache::Cache,
 }
 
 impl Context {
@@ -159,6 +160,7 @@ impl Context {
     ) -> Context {
         Context {
             plugins: PluginCache::new(options.plugin_ttl),
+            cache: cache::Cache::new(),
             client,
             hooks,
             telemetry,
@@ -179,6 +181,15 @@ impl Context {
     pub fn with_metrics(mut self, metrics: Arc<ControllerMetrics>) -> Context {
         self.metrics = metrics;
         self
+    }
+}
+
+impl Context {
+    /// The writers of the reflector stores reconciles read once they are
+    /// synced; handed out once, to [`run`] (or a test playing the
+    /// watches).
+    pub fn take_store_writers(&self) -> Option<cache::StoreWriters> {
+        self.cache.take_writers()
     }
 }
 
@@ -222,6 +233,7 @@ async fn patch_finalizers(
 /// once for Background).
 async fn finalize<W: World>(
     api: &Api<ManifestWorkReplicaSet>,
+    reads: &cache::Reads<'_>,
     world: &W,
     mwrs: &ManifestWorkReplicaSet,
     owner_label: &str,
@@ -230,7 +242,7 @@ async fn finalize<W: World>(
     if !has_finalizer(mwrs) {
         return Ok(Action::await_change());
     }
-    let works = world.list_works(owner_label).await?;
+    let works = reads.works(owner_label).await?;
     for work in works
         .iter()
         .filter(|w| w.metadata.deletion_timestamp.is_none())
@@ -256,32 +268,6 @@ async fn finalize<W: World>(
         .collect();
     patch_finalizers(api, mwrs, rest, "removing the finalizer").await?;
     Ok(Action::await_change())
-}
-
-/// The placement's decision groups; `Ok(None)` when the placement does not
-/// exist; `Err` with a message when its decisions cannot be read.
-async fn placement_groups(
-    client: &Client,
-    namespace: &str,
-    placement: &str,
-) -> Result<Result<Option<Vec<ClusterGroup>>, String>, Error> {
-    let placements: Api<Placement> = Api::namespaced(client.clone(), namespace);
-    if placements
-        .get_opt(placement)
-        .await
-        .map_err(|source| Error::kube("reading a Placement", source))?
-        .is_none()
-    {
-        return Ok(Ok(None));
-    }
-    let decisions: Api<PlacementDecision> = Api::namespaced(client.clone(), namespace);
-    let listed = decisions
-        .list(&ListParams::default().labels(&format!("{PLACEMENT_LABEL}={placement}")))
-        .await
-        .map_err(|source| Error::kube("listing PlacementDecisions", source))?;
-    Ok(decision_groups(&listed.items)
-        .map(Some)
-        .map_err(|e| e.to_string()))
 }
 
 /// Reconciles one ManifestWorkReplicaSet (see the module documentation).
@@ -323,11 +309,16 @@ async fn reconcile_traced(
     let api: Api<ManifestWorkReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
     let world = KubeWorld::new(ctx.client.clone());
     let (owner_label, hashed) = mwrs.owner_label_value();
+    let reads = cache::Reads {
+        client: &ctx.client,
+        world: &world,
+        stores: ctx.cache.synced(),
+    };
 
     let key = format!("{namespace}/{name}");
     if mwrs.meta().deletion_timestamp.is_some() {
         ctx.metrics.forget_rollout(&key);
-        return finalize(&api, &world, &mwrs, &owner_label, &ctx.options).await;
+        return finalize(&api, &reads, &world, &mwrs, &owner_label, &ctx.options).await;
     }
     // Every hook call of this reconcile is counted and timed.
     let hooks = Metered::new(ctx.hooks.clone(), ctx.metrics.clone());
@@ -339,8 +330,9 @@ async fn reconcile_traced(
         Arc::new(patch_finalizers(&api, &mwrs, finalizers, "adding the finalizer").await?)
     };
 
-    let works = world.list_works(&owner_label).await?;
-    let synced = revisions::sync(&ctx.client, &mwrs, &owner_label, &works).await?;
+    let works = reads.works(&owner_label).await?;
+    let listed = reads.revisions(&namespace, &owner_label).await?;
+    let synced = revisions::sync(&ctx.client, &mwrs, &owner_label, &works, &listed).await?;
     let old = mwrs.status.clone().unwrap_or_default();
     let start = RevisionStatus::begin(
         &RevisionStatus {
@@ -371,7 +363,7 @@ async fn reconcile_traced(
                 continue;
             }
         };
-        match placement_groups(&ctx.client, &namespace, &reference.name).await? {
+        match reads.placement_groups(&namespace, &reference.name).await? {
             Ok(Some(groups)) => placements.push((reference.name.clone(), strategy, groups)),
             Ok(None) => {
                 problems.insert(reference.name.clone(), PlacementProblem::NotFound);
@@ -385,6 +377,7 @@ async fn reconcile_traced(
     // PluginLoaded.
     let mut plugin_states: Vec<PluginState> = Vec::new();
     let mut failed_plugins: BTreeMap<String, String> = BTreeMap::new();
+    let mut details: BTreeMap<String, StateDetail> = BTreeMap::new();
     let mut seen = BTreeSet::new();
     for plugin in placements
         .iter()
@@ -402,7 +395,10 @@ async fn reconcile_traced(
             hub_name: ctx.options.hub_name.clone(),
         };
         let result = match ctx.plugins.check(&hooks, call, request).await {
-            Ok(_) => Ok(()),
+            Ok(response) => {
+                details.insert(plugin.to_owned(), StateDetail::of(&response));
+                Ok(())
+            }
             Err(error) => {
                 let message = plugins::failure_message(plugin, &error);
                 failed_plugins.insert(plugin.to_owned(), message.clone());
@@ -427,6 +423,11 @@ async fn reconcile_traced(
                 .as_deref()
                 .and_then(|p| failed_plugins.get(p))
                 .map(String::as_str),
+            state_detail: strategy
+                .plugin
+                .as_deref()
+                .and_then(|p| details.get(p).copied())
+                .unwrap_or_default(),
         })
         .collect();
     let labels = mwrs.labels().clone();
@@ -444,7 +445,7 @@ async fn reconcile_traced(
         current_hash: start.current.as_deref(),
         current: synced.current.as_ref(),
         aborted: start.is_aborted(),
-        now,
+        clock: &SystemClock,
         settings: &ctx.options.settings,
         trace: &trace,
     };
@@ -558,6 +559,11 @@ pub fn referencing(
 /// shutdown. Reconciles in flight finish before it returns.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness) {
     let client = ctx.client.clone();
+    // The stores' watches start with the first run and outlive it, so a
+    // replica that loses the lease and leads again reads warm stores.
+    if let Some(writers) = ctx.take_store_writers() {
+        cache::spawn_reflectors(&client, writers);
+    }
     let controller = Controller::new(
         Api::<ManifestWorkReplicaSet>::all(client.clone()),
         watcher::Config::default().any_semantic(),

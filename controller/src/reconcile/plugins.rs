@@ -123,13 +123,11 @@ impl PluginCache {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use rollout_proto::v1alpha1::{
-        MutateManifestWorkRequest, RolloutPluginRequest, ValidateCompletionRequest,
-        ValidateResponse,
-    };
+    use bytes::Bytes;
+    use rollout_proto::v1alpha1::ValidateResponse;
 
     use super::*;
-    use crate::hooks::{HookKind, Mutation};
+    use crate::hooks::{HookKind, Mutation, RolloutRequest};
 
     /// Counts Initialize calls; fails them while `down`.
     #[derive(Default)]
@@ -154,31 +152,24 @@ mod tests {
             }
             Ok(InitializeResponse::default())
         }
-        async fn begin_rollout(
-            &self,
-            _: Call<'_>,
-            _: RolloutPluginRequest,
-        ) -> Result<(), HookError> {
+        async fn begin_rollout(&self, _: Call<'_>, _: RolloutRequest) -> Result<(), HookError> {
             unreachable!()
         }
-        async fn progress_rollout(
-            &self,
-            _: Call<'_>,
-            _: RolloutPluginRequest,
-        ) -> Result<(), HookError> {
+        async fn progress_rollout(&self, _: Call<'_>, _: RolloutRequest) -> Result<(), HookError> {
             unreachable!()
         }
         async fn validate_rollout_completion(
             &self,
             _: Call<'_>,
-            _: ValidateCompletionRequest,
+            _: RolloutRequest,
         ) -> Result<ValidateResponse, HookError> {
             unreachable!()
         }
         async fn mutate_manifest_work(
             &self,
             _: Call<'_>,
-            _: MutateManifestWorkRequest,
+            _: RolloutRequest,
+            _: Bytes,
         ) -> Result<Mutation, HookError> {
             unreachable!()
         }

@@ -2,14 +2,14 @@
 //! [`crate::revision`].
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::Error;
-use crate::api::labels::MWRS_OWNER_LABEL;
 use crate::api::{ManifestWork, ManifestWorkReplicaSet};
 use crate::orchestrate::observe::work_revision;
 use crate::revision::{self, HistoryEntry, HistoryPlan, Revision};
@@ -24,7 +24,7 @@ pub struct Synced {
     pub current: Option<Revision>,
 }
 
-/// Lists `mwrs`'s ControllerRevisions, records its template's revision
+/// From `mwrs`'s ControllerRevisions (`listed`), records its template's revision
 /// (creating or renumbering one), prunes beyond `revisionHistoryLimit`
 /// (keeping the current revision and those `works` still carry), and
 /// returns the update and current revisions.
@@ -32,19 +32,14 @@ pub async fn sync(
     client: &Client,
     mwrs: &ManifestWorkReplicaSet,
     owner_label: &str,
-    works: &[ManifestWork],
+    works: &[Arc<ManifestWork>],
+    listed: &[Arc<ControllerRevision>],
 ) -> Result<Synced, Error> {
     let namespace = mwrs.namespace().unwrap_or_default();
     let api: Api<ControllerRevision> = Api::namespaced(client.clone(), &namespace);
-    let params = ListParams::default().labels(&format!("{MWRS_OWNER_LABEL}={owner_label}"));
-    let listed = api
-        .list(&params)
-        .await
-        .map_err(|source| Error::kube("listing ControllerRevisions", source))?;
     let history: Vec<HistoryEntry> = listed
-        .items
         .iter()
-        .filter_map(HistoryEntry::from_controller_revision)
+        .filter_map(|r| HistoryEntry::from_controller_revision(r))
         .collect();
 
     let status = mwrs.status.clone().unwrap_or_default();

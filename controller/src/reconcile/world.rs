@@ -1,6 +1,7 @@
 //! [`KubeWorld`]: the orchestration's [`World`] over the hub's API server.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
@@ -43,12 +44,12 @@ fn error(action: &'static str, namespace: &str, name: &str, err: &kube::Error) -
 }
 
 impl World for KubeWorld {
-    async fn list_works(&self, owner_label: &str) -> Result<Vec<ManifestWork>, WorldError> {
+    async fn list_works(&self, owner_label: &str) -> Result<Vec<Arc<ManifestWork>>, WorldError> {
         let api: Api<ManifestWork> = Api::all(self.client.clone());
         let params = ListParams::default().labels(&format!("{MWRS_OWNER_LABEL}={owner_label}"));
         api.list(&params)
             .await
-            .map(|list| list.items)
+            .map(|list| list.items.into_iter().map(Arc::new).collect())
             .map_err(|e| error("listing", "", "", &e))
     }
 

@@ -17,7 +17,7 @@
 //!   in-memory [`MemoryWorld`], with the agent reacting to every apply.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -334,7 +334,7 @@ impl FleetWorld {
 }
 
 impl World for FleetWorld {
-    async fn list_works(&self, owner_label: &str) -> Result<Vec<ManifestWork>, WorldError> {
+    async fn list_works(&self, owner_label: &str) -> Result<Vec<Arc<ManifestWork>>, WorldError> {
         self.memory.list_works(owner_label).await
     }
 

@@ -49,7 +49,7 @@ use thiserror::Error;
 
 use crate::api::ManifestWork;
 use crate::api::annotations::VALIDATION_ANNOTATION;
-use crate::hooks::{Call, HookCounts, HookError, HookKind, Hooks, code_name};
+use crate::hooks::{Call, HookCounts, HookError, HookKind, Hooks, StateDetail, code_name};
 use crate::orchestrate::observe::{self, Verdict};
 use crate::orchestrate::{
     self, DeployInput, DeployOutcome, Owner, PlacementOutcome, PlacementTarget, World, WorldError,
@@ -148,7 +148,7 @@ pub fn describe_strategy(strategy: &Strategy) -> String {
 /// winning).
 pub fn manifest_annotations(work: &ManifestWork) -> BTreeMap<String, String> {
     let mut annotations = BTreeMap::new();
-    for manifest in &work.spec.workload.manifests {
+    for manifest in work.spec.workload.manifests.iter() {
         if let Some(map) = manifest
             .get("metadata")
             .and_then(|m| m.get("annotations"))
@@ -187,6 +187,8 @@ struct Simulation<'a, H> {
     rollback_applies: usize,
     hook_errors: usize,
     abort: Option<report::AbortSummary>,
+    /// What the plugin's `Initialize` asked for.
+    state_detail: StateDetail,
 }
 
 /// Runs the whole rollout (see the module documentation), reporting to
@@ -241,6 +243,7 @@ pub async fn run<H: Hooks>(
         rollback_applies: 0,
         hook_errors: 0,
         abort: None,
+        state_detail: StateDetail::Full,
         update,
         previous,
     };
@@ -265,7 +268,7 @@ impl<H: Hooks> Simulation<'_, H> {
 
     /// `Initialize` through the gateway: what the plugin answered, as
     /// `name version`.
-    async fn initialize(&self, plugin: &str) -> Result<String, SimError> {
+    async fn initialize(&mut self, plugin: &str) -> Result<String, SimError> {
         let trace = self
             .telemetry
             .reconcile_span(config::NAMESPACE, config::NAME);
@@ -287,6 +290,7 @@ impl<H: Hooks> Simulation<'_, H> {
             })?;
         // Not part of the rollout's records.
         self.hooks.take();
+        self.state_detail = StateDetail::of(&response);
         Ok(format!("{}, version {}", response.name, response.version))
     }
 
@@ -488,6 +492,7 @@ impl<H: Hooks> Simulation<'_, H> {
             strategy: &self.config.strategy,
             groups: &self.groups,
             hold: None,
+            state_detail: self.state_detail,
         }];
         let input = DeployInput {
             owner: self.owner(),
@@ -498,7 +503,7 @@ impl<H: Hooks> Simulation<'_, H> {
             current_hash: start.current.as_deref(),
             current,
             aborted: start.is_aborted(),
-            now,
+            clock: &now,
             settings: &self.config.settings,
             trace,
         };

@@ -6,12 +6,14 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use bytes::Bytes;
 use rollout_proto::v1alpha1::{
-    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, RolloutPluginRequest,
-    ValidateCompletionRequest, ValidateResponse, ValidationResult,
+    InitializeRequest, InitializeResponse, ValidateResponse, ValidationResult,
 };
 
-use crate::hooks::{Call, HookCounters, HookCounts, HookError, HookKind, Hooks, Mutation};
+use crate::hooks::{
+    Call, HookCounters, HookCounts, HookError, HookKind, Hooks, Mutation, RolloutRequest,
+};
 
 /// What a recorded call got back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,12 +89,30 @@ impl<H> Recorder<H> {
         self.aborting.snapshot()
     }
 
-    /// The calls since the last take, in order.
+    /// The calls since the last take, in the order of a step made one at a
+    /// time (the calls of a phase run concurrently and finish in any
+    /// order): the calls before an abort, then those after it; in each,
+    /// the validations, ProgressRollout, then cluster by cluster in rollout
+    /// order, BeginRollout before MutateManifestWork.
     pub fn take(&self) -> Vec<Record> {
-        self.log
+        let mut log = self
+            .log
             .lock()
             .map(|mut log| std::mem::take(&mut *log))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let phase = |hook: HookKind| match hook {
+            HookKind::Initialize => 0,
+            HookKind::ValidateRolloutCompletion => 1,
+            HookKind::ProgressRollout => 2,
+            HookKind::BeginRollout => 3,
+            HookKind::MutateManifestWork => 4,
+        };
+        log.sort_by_key(|r| {
+            let rank = phase(r.hook);
+            // Each cluster's BeginRollout and MutateManifestWork together.
+            (r.aborting, rank.min(3), r.cluster_index, rank)
+        });
+        log
     }
 
     fn record(&self, hook: HookKind, about: About, answer: Answer) {
@@ -126,13 +146,13 @@ struct About {
 }
 
 impl About {
-    fn of(request: Option<&RolloutPluginRequest>) -> About {
-        request.map_or_else(About::default, |r| About {
+    fn of(r: &RolloutRequest) -> About {
+        About {
             cluster: r.cluster_name.clone(),
             cluster_index: r.cluster_index,
             aborting: r.aborting,
             revision: r.desired_revision.clone(),
-        })
+        }
     }
 }
 
@@ -158,9 +178,9 @@ impl<H: Hooks> Hooks for Recorder<H> {
     async fn begin_rollout(
         &self,
         call: Call<'_>,
-        request: RolloutPluginRequest,
+        request: RolloutRequest,
     ) -> Result<(), HookError> {
-        let about = About::of(Some(&request));
+        let about = About::of(&request);
         let result = self.inner.begin_rollout(call, request).await;
         self.record(
             HookKind::BeginRollout,
@@ -173,9 +193,9 @@ impl<H: Hooks> Hooks for Recorder<H> {
     async fn progress_rollout(
         &self,
         call: Call<'_>,
-        request: RolloutPluginRequest,
+        request: RolloutRequest,
     ) -> Result<(), HookError> {
-        let about = About::of(Some(&request));
+        let about = About::of(&request);
         let result = self.inner.progress_rollout(call, request).await;
         self.record(
             HookKind::ProgressRollout,
@@ -188,9 +208,9 @@ impl<H: Hooks> Hooks for Recorder<H> {
     async fn validate_rollout_completion(
         &self,
         call: Call<'_>,
-        request: ValidateCompletionRequest,
+        request: RolloutRequest,
     ) -> Result<ValidateResponse, HookError> {
-        let about = About::of(request.rollout.as_ref());
+        let about = About::of(&request);
         let result = self.inner.validate_rollout_completion(call, request).await;
         let answer = match &result {
             Ok(response) => Answer::Validation {
@@ -210,10 +230,14 @@ impl<H: Hooks> Hooks for Recorder<H> {
     async fn mutate_manifest_work(
         &self,
         call: Call<'_>,
-        request: MutateManifestWorkRequest,
+        request: RolloutRequest,
+        manifest_work: Bytes,
     ) -> Result<Mutation, HookError> {
-        let about = About::of(request.rollout.as_ref());
-        let result = self.inner.mutate_manifest_work(call, request).await;
+        let about = About::of(&request);
+        let result = self
+            .inner
+            .mutate_manifest_work(call, request, manifest_work)
+            .await;
         let answer = match &result {
             Ok(mutation) => Answer::Mutation {
                 mutated_by: mutation.mutated_by.clone(),
@@ -245,7 +269,7 @@ mod tests {
         async fn begin_rollout(
             &self,
             _: Call<'_>,
-            request: RolloutPluginRequest,
+            request: RolloutRequest,
         ) -> Result<(), HookError> {
             if request.cluster_name == "bad" {
                 return Err(HookError {
@@ -257,18 +281,14 @@ mod tests {
             Ok(())
         }
 
-        async fn progress_rollout(
-            &self,
-            _: Call<'_>,
-            _: RolloutPluginRequest,
-        ) -> Result<(), HookError> {
+        async fn progress_rollout(&self, _: Call<'_>, _: RolloutRequest) -> Result<(), HookError> {
             Ok(())
         }
 
         async fn validate_rollout_completion(
             &self,
             _: Call<'_>,
-            _: ValidateCompletionRequest,
+            _: RolloutRequest,
         ) -> Result<ValidateResponse, HookError> {
             Ok(ValidateResponse {
                 result: ValidationResult::Inprogress as i32,
@@ -283,7 +303,8 @@ mod tests {
         async fn mutate_manifest_work(
             &self,
             _: Call<'_>,
-            _: MutateManifestWorkRequest,
+            _: RolloutRequest,
+            _: Bytes,
         ) -> Result<Mutation, HookError> {
             Ok(Mutation {
                 work: None,
@@ -293,13 +314,13 @@ mod tests {
         }
     }
 
-    fn request(cluster: &str, aborting: bool) -> RolloutPluginRequest {
-        RolloutPluginRequest {
+    fn request(cluster: &str, aborting: bool) -> RolloutRequest {
+        RolloutRequest {
             cluster_name: cluster.into(),
             cluster_index: 2,
             aborting,
             desired_revision: "r1".into(),
-            ..RolloutPluginRequest::default()
+            ..RolloutRequest::default()
         }
     }
 
@@ -320,22 +341,11 @@ mod tests {
             .await
             .expect_err("fails");
         hooks
-            .validate_rollout_completion(
-                call,
-                ValidateCompletionRequest {
-                    rollout: Some(request("c1", false)),
-                },
-            )
+            .validate_rollout_completion(call, request("c1", false))
             .await
             .expect("ok");
         hooks
-            .mutate_manifest_work(
-                call,
-                MutateManifestWorkRequest {
-                    rollout: Some(request("c1", true)),
-                    manifest_work: Default::default(),
-                },
-            )
+            .mutate_manifest_work(call, request("c1", true), Bytes::new())
             .await
             .expect("ok");
 
@@ -355,9 +365,12 @@ mod tests {
         );
         let log = hooks.take();
         assert_eq!(log.len(), 4);
-        assert!(matches!(&log[1].answer, Answer::Failed(e) if e.code == tonic::Code::Unavailable));
+        // In a step's order: the validation first, then the calls after
+        // the abort (`aborting`).
+        assert_eq!(log[1].cluster, "c1");
+        assert!(matches!(&log[2].answer, Answer::Failed(e) if e.code == tonic::Code::Unavailable));
         assert_eq!(
-            log[2].answer,
+            log[0].answer,
             Answer::Validation {
                 result: ValidationResult::Inprogress,
                 message: "soaking".into(),

@@ -6,15 +6,15 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use bytes::Bytes;
 use rollout_proto::v1alpha1::{
-    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, RolloutPluginRequest,
-    ValidateCompletionRequest, ValidateResponse, ValidationResult,
+    InitializeRequest, InitializeResponse, ValidateResponse, ValidationResult,
 };
 use serde_json::{Value, json};
 
 use super::report::{Event, Plan};
 use super::*;
-use crate::hooks::Mutation;
+use crate::hooks::{Mutation, RolloutRequest};
 
 /// A plugin in memory: validation INPROGRESS on the first ask of each
 /// cluster and revision (recheck after `recheck`), then SUCCEEDED, FAILED
@@ -59,24 +59,19 @@ impl Hooks for Scripted {
         })
     }
 
-    async fn begin_rollout(&self, _: Call<'_>, _: RolloutPluginRequest) -> Result<(), HookError> {
+    async fn begin_rollout(&self, _: Call<'_>, _: RolloutRequest) -> Result<(), HookError> {
         Ok(())
     }
 
-    async fn progress_rollout(
-        &self,
-        _: Call<'_>,
-        _: RolloutPluginRequest,
-    ) -> Result<(), HookError> {
+    async fn progress_rollout(&self, _: Call<'_>, _: RolloutRequest) -> Result<(), HookError> {
         Ok(())
     }
 
     async fn validate_rollout_completion(
         &self,
         _: Call<'_>,
-        request: ValidateCompletionRequest,
+        r: RolloutRequest,
     ) -> Result<ValidateResponse, HookError> {
-        let r = request.rollout.unwrap_or_default();
         let first = self
             .asked
             .lock()
@@ -102,10 +97,10 @@ impl Hooks for Scripted {
     async fn mutate_manifest_work(
         &self,
         _: Call<'_>,
-        request: MutateManifestWorkRequest,
+        r: RolloutRequest,
+        manifest_work: Bytes,
     ) -> Result<Mutation, HookError> {
-        let r = request.rollout.unwrap_or_default();
-        let mut work: Value = serde_json::from_slice(&request.manifest_work).expect("JSON");
+        let mut work: Value = serde_json::from_slice(&manifest_work).expect("JSON");
         for manifest in work["spec"]["workload"]["manifests"]
             .as_array_mut()
             .expect("manifests")

@@ -319,7 +319,12 @@ pub fn context(client: kube::Client, url: &str) -> Arc<Context> {
         telemetry.clone(),
     )
     .unwrap();
-    Arc::new(Context::new(client, hooks, telemetry, Options::default()))
+    let mut options = Options::default();
+    // The scripted API server answers requests in a fixed order, so these
+    // tests roll out one cluster at a time; tests/concurrency.rs covers the
+    // calls in flight together.
+    options.settings.hook_concurrency = 1;
+    Arc::new(Context::new(client, hooks, telemetry, options))
 }
 
 // ---------------------------------------------------------------------------
