@@ -62,3 +62,43 @@ addr=$(start_plugin "$PYENV/bin/python" "$PYDIR/revision_stamper.py" --listen 12
 echo "revision-stamper ($addr)"
 "$ROLLOUT_PLUGIN_CHECK" "$addr"
 (cd "$PYDIR" && "$PYENV/bin/python" -m unittest -v test_revision_stamper 2>&1 | grep -v ResourceWarning)
+
+echo "-- the Go plugin (examples/go/cluster-gate)"
+GO_DEBS=(golang-go golang-google-grpc-dev golang-google-protobuf-dev
+  golang-github-golang-protobuf-1-5-dev protobuf-compiler protoc-gen-go protoc-gen-go-grpc)
+missing=()
+for deb in "${GO_DEBS[@]}"; do
+  dpkg-query -W -f='${Status}' "$deb" 2>/dev/null | grep -q 'ok installed' || missing+=("$deb")
+done
+if ((${#missing[@]})); then
+  echo "installing Debian packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# GOPATH mode, offline: Debian's Go libraries live in /usr/share/gocode; the
+# generated API package and the plugin go into a GOPATH of their own under
+# their import paths. (Without golang-github-golang-protobuf-1-5-dev,
+# grpc-go's codec panics on messages of today's protoc-gen-go.)
+GODIR=examples/go/cluster-gate
+GOWORK_DIR=$(mktemp -d)
+GOIMPORT=open-cluster-management.io/rollout-hooks
+mkdir -p "$GOWORK_DIR/src/$GOIMPORT/examples/go"
+"$GODIR/generate.sh" "$GOWORK_DIR/src/$GOIMPORT/gen/go"
+ln -s "$ROOT/$GODIR" "$GOWORK_DIR/src/$GOIMPORT/examples/go/cluster-gate"
+export GO111MODULE=off GOFLAGS= GOPATH="$GOWORK_DIR:/usr/share/gocode"
+export GOCACHE="${GOCACHE:-$HOME/.cache/rollout-hooks-go-build}"
+unformatted=$(gofmt -l "$GODIR")
+if [[ -n "$unformatted" ]]; then
+  echo "gofmt: not formatted: $unformatted" >&2
+  exit 1
+fi
+(
+  cd "$GOWORK_DIR/src/$GOIMPORT/examples/go/cluster-gate"
+  go vet .
+  go build -o "$GOWORK_DIR/cluster-gate" .
+  go test -count=1 -v . 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'
+)
+addr=$(start_plugin "$GOWORK_DIR/cluster-gate" --listen 127.0.0.1:0)
+echo "cluster-gate ($addr)"
+"$ROLLOUT_PLUGIN_CHECK" "$addr"
+rm -rf "$GOWORK_DIR"
