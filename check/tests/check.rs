@@ -229,11 +229,13 @@ impl RolloutPlugin for Flipper {
         &self,
         _request: RolloutPluginRequest,
     ) -> Result<Validation, PluginError> {
-        Ok(if self.0.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) {
-            Validation::succeeded()
-        } else {
-            Validation::failed("every other call")
-        })
+        Ok(
+            if self.0.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) {
+                Validation::succeeded()
+            } else {
+                Validation::failed("every other call")
+            },
+        )
     }
 }
 

@@ -92,7 +92,18 @@ pub fn run_plugin<P: RolloutPlugin>(
         if let Some(tls) = tls.load()? {
             options = options.tls(tls);
         }
-        tokio::runtime::Runtime::new()?.block_on(crate::serve(plugin, listen, options))?;
+        let runtime = tokio::runtime::Runtime::new()?;
+        // Spans are exported as the OTEL_* variables say (service name: the
+        // plugin's, unless OTEL_SERVICE_NAME).
+        let tracer = rollout_telemetry::Tracer::new(
+            crate::service::TRACER_SCOPE,
+            &rollout_telemetry::TracingOptions::from_env(name),
+        )?;
+        options = options.tracer(tracer.clone());
+        let result = runtime.block_on(crate::serve(plugin, listen, options));
+        // Off the runtime: exports the spans still queued (blocking).
+        tracer.shutdown();
+        result?;
         Ok(())
     })();
     match served {

@@ -15,6 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rollout_proto::SERVICE_NAME;
+use rollout_telemetry::Tracer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -44,6 +45,10 @@ pub struct ServeOptions {
     pub drain_timeout: Duration,
     /// Largest gRPC message accepted or sent.
     pub max_message_bytes: usize,
+    /// Makes (and exports, as it was configured) a server span per call;
+    /// `None`: spans are made for propagation only and never exported.
+    /// `cli::run_plugin` sets it from the `OTEL_*` variables.
+    pub tracer: Option<Tracer>,
 }
 
 impl Default for ServeOptions {
@@ -52,6 +57,7 @@ impl Default for ServeOptions {
             tls: None,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            tracer: None,
         }
     }
 }
@@ -66,6 +72,12 @@ impl ServeOptions {
     /// Sets [`ServeOptions::drain_timeout`].
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
         self.drain_timeout = timeout;
+        self
+    }
+
+    /// Sets [`ServeOptions::tracer`].
+    pub fn tracer(mut self, tracer: Tracer) -> Self {
+        self.tracer = Some(tracer);
         self
     }
 
@@ -179,7 +191,11 @@ pub async fn bind<P: RolloutPlugin>(
 
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
-    let plugin_service = PluginService::new(plugin)
+    let mut plugin_service = PluginService::new(plugin);
+    if let Some(tracer) = &options.tracer {
+        plugin_service = plugin_service.with_tracer(tracer.clone());
+    }
+    let plugin_service = plugin_service
         .into_server()
         .max_decoding_message_size(options.max_message_bytes)
         .max_encoding_message_size(options.max_message_bytes);
