@@ -49,6 +49,11 @@ pub struct ServeOptions {
     /// `None`: spans are made for propagation only and never exported.
     /// `cli::run_plugin` sets it from the `OTEL_*` variables.
     pub tracer: Option<Tracer>,
+    /// Also serve `grpc.health.v1.Health` alone, in plaintext, on this
+    /// address (port 0 picks one): kubelet's gRPC probes cannot speak TLS,
+    /// so a plugin served with (m)TLS gets a probe port this way. It reports
+    /// the same statuses as the main port.
+    pub health_listen: Option<SocketAddr>,
 }
 
 impl Default for ServeOptions {
@@ -58,6 +63,7 @@ impl Default for ServeOptions {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             tracer: None,
+            health_listen: None,
         }
     }
 }
@@ -78,6 +84,12 @@ impl ServeOptions {
     /// Sets [`ServeOptions::tracer`].
     pub fn tracer(mut self, tracer: Tracer) -> Self {
         self.tracer = Some(tracer);
+        self
+    }
+
+    /// Sets [`ServeOptions::health_listen`].
+    pub fn health_listen(mut self, addr: SocketAddr) -> Self {
+        self.health_listen = Some(addr);
         self
     }
 
@@ -191,6 +203,23 @@ pub async fn bind<P: RolloutPlugin>(
 
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
+    let health_port = match options.health_listen {
+        None => None,
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind { addr, source })?;
+            let local = listener
+                .local_addr()
+                .map_err(|source| ServeError::Bind { addr, source })?;
+            let router = tonic::transport::Server::builder().add_service(health_service.clone());
+            Some(HealthPort {
+                listener,
+                addr: local,
+                router,
+            })
+        }
+    };
     let mut plugin_service = PluginService::new(plugin);
     if let Some(tracer) = &options.tracer {
         plugin_service = plugin_service.with_tracer(tracer.clone());
@@ -207,15 +236,24 @@ pub async fn bind<P: RolloutPlugin>(
         local_addr,
         router,
         health,
+        health_port,
         drain_timeout: options.drain_timeout,
     })
+}
+
+/// The plaintext health-only port ([`ServeOptions::health_listen`]).
+struct HealthPort {
+    listener: TcpListener,
+    addr: SocketAddr,
+    router: Router,
 }
 
 /// Everything a plugin binary does after parsing its flags: installs the
 /// SIGTERM and Ctrl-C handlers ([`shutdown_signal`]), [`bind`]s, prints one
 /// line to stdout, `NAME listening grpc=ADDR` (the plugin's name and the
 /// bound address, so port 0 works for tests and scripts), then serves and
-/// drains on the first signal ([`Bound::serve_with_shutdown`]).
+/// drains on the first signal ([`Bound::serve_with_shutdown`]). With a
+/// health port the line goes on: `NAME listening grpc=ADDR health=ADDR`.
 pub async fn serve<P: RolloutPlugin>(
     plugin: P,
     addr: SocketAddr,
@@ -225,10 +263,15 @@ pub async fn serve<P: RolloutPlugin>(
     let name = plugin.info().name;
     let bound = bind(plugin, addr, options).await?;
     let local_addr = bound.local_addr();
-    tracing::info!(plugin = %name, addr = %local_addr, "listening");
+    let health = bound
+        .health_addr()
+        .map(|addr| format!(" health={addr}"))
+        .unwrap_or_default();
+    tracing::info!(plugin = %name, addr = %local_addr, health_addr = ?bound.health_addr(), "listening");
     let mut stdout = std::io::stdout().lock();
     // A closed stdout (the reader went away) must not stop the plugin.
-    let _ = writeln!(stdout, "{name} listening grpc={local_addr}").and_then(|()| stdout.flush());
+    let _ = writeln!(stdout, "{name} listening grpc={local_addr}{health}")
+        .and_then(|()| stdout.flush());
     drop(stdout);
     bound.serve_with_shutdown(signal).await
 }
@@ -239,6 +282,7 @@ pub struct Bound {
     local_addr: SocketAddr,
     router: Router,
     health: HealthReporter,
+    health_port: Option<HealthPort>,
     drain_timeout: Duration,
 }
 
@@ -254,6 +298,12 @@ impl Bound {
     /// The address actually bound (the real port when asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The plaintext health port's address, when [`ServeOptions::health_listen`]
+    /// asked for one.
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_port.as_ref().map(|p| p.addr)
     }
 
     /// The health reporter, for a plugin that wants to report NOT_SERVING
@@ -278,8 +328,23 @@ impl Bound {
             local_addr,
             router,
             health,
+            health_port,
             drain_timeout,
         } = self;
+        // The health port answers until this function returns (dropping
+        // `_health_stop` ends it), so probes see NOT_SERVING during the drain.
+        let (_health_stop, health_stopped) = oneshot::channel::<()>();
+        if let Some(port) = health_port {
+            let incoming = TcpIncoming::from(port.listener).with_nodelay(Some(true));
+            let server = port.router.serve_with_incoming_shutdown(incoming, async {
+                let _ = health_stopped.await;
+            });
+            tokio::spawn(async move {
+                if let Err(error) = server.await {
+                    tracing::warn!(%error, "the health port failed");
+                }
+            });
+        }
         let (drain_tx, drain_rx) = oneshot::channel::<()>();
         // No Nagle: an answer written in pieces (headers, a large message,
         // trailers) would otherwise wait for the peer's delayed ACK, about
@@ -315,6 +380,7 @@ impl Bound {
     /// tests).
     pub fn spawn(self) -> Running {
         let local_addr = self.local_addr;
+        let health_addr = self.health_addr();
         let health = self.health.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(self.serve_with_shutdown(async {
@@ -322,6 +388,7 @@ impl Bound {
         }));
         Running {
             local_addr,
+            health_addr,
             health,
             stop,
             task,
@@ -333,6 +400,7 @@ impl Bound {
 #[derive(Debug)]
 pub struct Running {
     local_addr: SocketAddr,
+    health_addr: Option<SocketAddr>,
     health: HealthReporter,
     stop: oneshot::Sender<()>,
     task: JoinHandle<Result<(), ServeError>>,
@@ -342,6 +410,11 @@ impl Running {
     /// The address it serves on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Its plaintext health port (see [`Bound::health_addr`]).
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_addr
     }
 
     /// Its health reporter (see [`Bound::health`]).
