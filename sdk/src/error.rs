@@ -127,6 +127,10 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    /// The reflection service could not be built from the API's
+    /// descriptors (a build of the SDK with a broken descriptor set).
+    #[error("gRPC reflection: {0}")]
+    Reflection(#[source] tonic_reflection::server::Error),
     /// The server failed while serving.
     #[error("gRPC server failed: {0}")]
     Serve(#[source] tonic::transport::Error),

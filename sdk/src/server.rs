@@ -2,6 +2,10 @@
 //! [`serve`] for both), with gRPC health, optional TLS and mTLS, and a
 //! graceful drain.
 //!
+//! The server also answers gRPC reflection (`grpc.reflection.v1` and
+//! `v1alpha`) for the plugin API, health and reflection itself, so `grpcurl
+//! ADDR list` and `grpcurl -d '{}' ADDR ...Initialize` need no .proto.
+//!
 //! Health (`grpc.health.v1.Health`) reports the plugin service
 //! (`ocm.rolloutplugin.v1alpha1.RolloutPluginService`) and the server as a
 //! whole (`""`): NOT_SERVING from [`bind`] until serving starts, SERVING
@@ -228,9 +232,22 @@ pub async fn bind<P: RolloutPlugin>(
         .into_server()
         .max_decoding_message_size(options.max_message_bytes)
         .max_encoding_message_size(options.max_message_bytes);
+    // gRPC reflection (v1, and v1alpha for older clients), so grpcurl and
+    // the like work without the .proto.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(rollout_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1().map_err(ServeError::Reflection)?;
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
+        .map_err(ServeError::Reflection)?;
     let router = builder
         .add_service(health_service)
-        .add_service(plugin_service);
+        .add_service(plugin_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha);
     Ok(Bound {
         listener,
         local_addr,
