@@ -117,7 +117,7 @@ pub enum ServeError {
     /// The certificate, key or client CA was rejected (not PEM, key does not
     /// match, …).
     #[error("invalid TLS configuration: {0}")]
-    Tls(#[source] tonic::transport::Error),
+    Tls(#[source] crate::tls::TlsConfigError),
     /// A signal handler could not be installed.
     #[error("cannot install a handler for {signal}: {source}")]
     Signal {

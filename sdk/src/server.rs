@@ -16,6 +16,8 @@ use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rollout_proto::SERVICE_NAME;
@@ -24,13 +26,13 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::server::{Router, TcpIncoming};
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::error::ServeError;
 use crate::plugin::RolloutPlugin;
 use crate::service::PluginService;
+use crate::tls::{self, Reloading, TlsFiles, server_config};
 
 /// Default for [`ServeOptions::max_message_bytes`]: 16 MiB, the gateway's
 /// default too.
@@ -106,11 +108,17 @@ impl ServeOptions {
 
 /// The server's certificate and key, and optionally a CA that every client
 /// certificate must chain to (mTLS), all PEM.
+///
+/// Options read with [`TlsOptions::from_files`] are re-read when the files
+/// change (a rotated certificate, a renewed CA bundle): each new connection
+/// re-reads them and, when they changed, gets the new configuration once it
+/// is valid (until then, the last good one). Open connections keep theirs.
 #[derive(Clone)]
 pub struct TlsOptions {
     cert_pem: Vec<u8>,
     key_pem: Vec<u8>,
     client_ca_pem: Option<Vec<u8>>,
+    files: Option<TlsFiles>,
 }
 
 impl std::fmt::Debug for TlsOptions {
@@ -130,6 +138,7 @@ impl TlsOptions {
             cert_pem: cert_pem.into(),
             key_pem: key_pem.into(),
             client_ca_pem: None,
+            files: None,
         }
     }
 
@@ -155,6 +164,11 @@ impl TlsOptions {
         if let Some(ca) = client_ca {
             tls = tls.client_ca_pem(read("client CA", ca)?);
         }
+        tls.files = Some(TlsFiles {
+            cert: cert.as_ref().to_path_buf(),
+            key: key.as_ref().to_path_buf(),
+            client_ca: client_ca.map(Path::to_path_buf),
+        });
         Ok(tls)
     }
 
@@ -170,13 +184,11 @@ impl TlsOptions {
         self.client_ca_pem.is_some()
     }
 
-    fn to_tonic(&self) -> ServerTlsConfig {
-        let config =
-            ServerTlsConfig::new().identity(Identity::from_pem(&self.cert_pem, &self.key_pem));
-        match &self.client_ca_pem {
-            Some(ca) => config.client_ca_root(Certificate::from_pem(ca)),
-            None => config,
-        }
+    /// The configuration, reloading from the files it was read from.
+    fn reloading(&self) -> Result<Reloading, ServeError> {
+        let config = server_config(&self.cert_pem, &self.key_pem, self.client_ca_pem.as_deref())
+            .map_err(ServeError::Tls)?;
+        Ok(Reloading::new(config, self.files.clone()))
     }
 }
 
@@ -193,11 +205,12 @@ pub async fn bind<P: RolloutPlugin>(
     options: ServeOptions,
 ) -> Result<Bound, ServeError> {
     let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &options.tls {
-        builder = builder
-            .tls_config(tls.to_tonic())
-            .map_err(ServeError::Tls)?;
-    }
+    let tls = options
+        .tls
+        .as_ref()
+        .map(TlsOptions::reloading)
+        .transpose()?
+        .map(Arc::new);
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })?;
@@ -254,6 +267,7 @@ pub async fn bind<P: RolloutPlugin>(
         router,
         health,
         health_port,
+        tls,
         drain_timeout: options.drain_timeout,
     })
 }
@@ -300,6 +314,7 @@ pub struct Bound {
     router: Router,
     health: HealthReporter,
     health_port: Option<HealthPort>,
+    tls: Option<Arc<Reloading>>,
     drain_timeout: Duration,
 }
 
@@ -346,6 +361,7 @@ impl Bound {
             router,
             health,
             health_port,
+            tls,
             drain_timeout,
         } = self;
         // The health port answers until this function returns (dropping
@@ -366,11 +382,20 @@ impl Bound {
         // No Nagle: an answer written in pieces (headers, a large message,
         // trailers) would otherwise wait for the peer's delayed ACK, about
         // 40 ms per call.
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let server = router.serve_with_incoming_shutdown(incoming, async {
-            // A dropped sender drains too.
+        // A dropped sender drains too.
+        let drained = async {
             let _ = drain_rx.await;
-        });
+        };
+        let server: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+            match tls {
+                Some(tls) => Box::pin(
+                    router.serve_with_incoming_shutdown(tls::incoming(listener, tls), drained),
+                ),
+                None => {
+                    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                    Box::pin(router.serve_with_incoming_shutdown(incoming, drained))
+                }
+            };
         tokio::pin!(server);
         set_health(&health, ServingStatus::Serving).await;
 
