@@ -1,7 +1,10 @@
-//! The controller's probes for the kubelet (`run --health-listen ADDR`):
-//! `GET /healthz` answers 200 while the process runs; `GET /readyz` answers
-//! 200 once the controller has listed the ManifestWorkReplicaSets, 503
-//! before and while shutting down.
+//! The controller's probes for the kubelet and its metrics
+//! (`run --health-listen ADDR`): `GET /healthz` answers 200 while the
+//! process runs; `GET /readyz` answers 200 once the controller has listed
+//! the ManifestWorkReplicaSets, 503 before and while shutting down (and on
+//! a replica that is not the leader, 200 while it waits: it is healthy and
+//! ready to take over); `GET /metrics` is the Prometheus text of
+//! [`ControllerMetrics`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,7 +13,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::get;
+
+use crate::metrics::{self, ControllerMetrics};
 
 /// Whether the controller is ready; shared with the probe server.
 #[derive(Debug, Clone, Default)]
@@ -28,12 +34,22 @@ impl Readiness {
     }
 }
 
-/// The probe routes.
-pub fn router(readiness: Readiness) -> Router {
+/// The probe and metrics routes.
+pub fn router(readiness: Readiness, metrics: Arc<ControllerMetrics>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(readiness)
+        .route(
+            "/metrics",
+            get(move || async move {
+                (
+                    [(axum::http::header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+                    metrics.encode(),
+                )
+                    .into_response()
+            }),
+        )
 }
 
 async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, &'static str) {
@@ -44,13 +60,17 @@ async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, &'static str
     }
 }
 
-/// Binds `addr` and serves the probes in a task; returns the bound address.
-/// Fails if the address cannot be bound.
-pub async fn serve(addr: SocketAddr, readiness: Readiness) -> std::io::Result<SocketAddr> {
+/// Binds `addr` and serves the probes and metrics in a task; returns the
+/// bound address. Fails if the address cannot be bound.
+pub async fn serve(
+    addr: SocketAddr,
+    readiness: Readiness,
+    metrics: Arc<ControllerMetrics>,
+) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, router(readiness)).await {
+        if let Err(error) = axum::serve(listener, router(readiness, metrics)).await {
             tracing::warn!(%error, "health listener stopped");
         }
     });
@@ -58,12 +78,13 @@ pub async fn serve(addr: SocketAddr, readiness: Readiness) -> std::io::Result<So
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
 
-    async fn get(addr: SocketAddr, path: &str) -> String {
+    /// The whole HTTP/1.1 answer to `GET path`.
+    pub(crate) async fn get(addr: SocketAddr, path: &str) -> String {
         let mut stream = tokio::net::TcpStream::connect(addr)
             .await
             .expect("connects");
@@ -81,12 +102,28 @@ mod tests {
     #[tokio::test]
     async fn probes() {
         let readiness = Readiness::default();
-        let addr = serve("127.0.0.1:0".parse().expect("addr"), readiness.clone())
-            .await
-            .expect("binds");
+        let metrics = Arc::new(ControllerMetrics::new());
+        let addr = serve(
+            "127.0.0.1:0".parse().expect("addr"),
+            readiness.clone(),
+            metrics.clone(),
+        )
+        .await
+        .expect("binds");
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
         readiness.set(true);
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        metrics.set_leader(true);
+        let scraped = get(addr, "/metrics").await;
+        assert!(scraped.starts_with("HTTP/1.1 200"), "{scraped}");
+        assert!(
+            scraped.contains("content-type: application/openmetrics-text"),
+            "{scraped}"
+        );
+        assert!(
+            scraped.contains("\nrollout_controller_leader 1\n"),
+            "{scraped}"
+        );
     }
 }

@@ -16,12 +16,19 @@
 //! [`revision`] the pure revision history and abort rules, [`orchestrate`]
 //! one rollout step of one ManifestWorkReplicaSet over the hooks and a
 //! [`orchestrate::World`] of ManifestWorks (shared by `run` and the
-//! simulator), and [`reconcile`] the kube-rs controller around it. The
-//! binary only parses flags and calls into this library.
+//! simulator), and [`reconcile`] the kube-rs controller around it.
+//! [`metrics`] counts what it does for Prometheus, [`leader`] elects the
+//! replica that reconciles, and [`app`] assembles `rollout-controller run`
+//! from all of these. The binary only parses flags and calls into this
+//! library.
 
 pub mod api;
+pub mod app;
+pub mod events;
 pub mod health;
 pub mod hooks;
+pub mod leader;
+pub mod metrics;
 pub mod orchestrate;
 pub mod plan;
 pub mod reconcile;

@@ -7,12 +7,13 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use jiff::Timestamp;
-use rollout_controller::health::{self, Readiness};
+use rollout_controller::app::{self, RunOptions};
 use rollout_controller::hooks::{DEFAULT_GATEWAY_URL, GatewayHooks, GatewayOptions, GatewayTls};
-use rollout_controller::reconcile::{self, Options};
+use rollout_controller::leader::{self, LeaseConfig, LeaseTimings};
+use rollout_controller::reconcile::Options;
 use rollout_controller::rollout::duration::parse_go_duration;
 use rollout_controller::telemetry::{Telemetry, TracingOptions};
-use rollout_controller::{api, plan, registration, sim};
+use rollout_controller::{api, plan, sim};
 
 /// Exit status for input the command cannot use (bad file, JSON or strategy).
 const EXIT_BAD_INPUT: u8 = 2;
@@ -92,7 +93,34 @@ struct RunArgs {
     /// --gateway host.
     #[arg(long, value_name = "NAME")]
     gateway_server_name: Option<String>,
+    /// Reconcile only while holding a coordination.k8s.io Lease, so that
+    /// several replicas can run and exactly one reconciles.
+    #[arg(long)]
+    leader_elect: bool,
+    /// The Lease's namespace; default: the pod's (in-cluster).
+    #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// The Lease's name.
+    #[arg(long, value_name = "NAME", default_value = "rollout-controller")]
+    leader_election_name: String,
+    /// This replica's name in the Lease (made unique per process); default:
+    /// the pod's name.
+    #[arg(long, value_name = "ID", env = "POD_NAME")]
+    leader_election_identity: Option<String>,
+    /// How long a lease lasts without renewal (whole seconds).
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    lease_duration: std::time::Duration,
+    /// How long the leader goes on without renewing before it stops
+    /// reconciling (shorter than --lease-duration).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    renew_deadline: std::time::Duration,
+    /// How often a candidate tries and the leader renews.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    retry_period: std::time::Duration,
 }
+
+/// Where an in-cluster pod finds its namespace.
+const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 impl RunArgs {
     /// The TLS settings towards the gateway, reading the files named.
@@ -115,6 +143,43 @@ impl RunArgs {
             ca_pem: self.gateway_ca.as_ref().map(read).transpose()?,
             identity,
             domain: self.gateway_server_name.clone(),
+        }))
+    }
+}
+
+impl RunArgs {
+    /// The Lease to elect a leader with, if asked.
+    fn leader_election(&self) -> anyhow::Result<Option<LeaseConfig>> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let timings = LeaseTimings {
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+        };
+        timings.check().context("--leader-elect")?;
+        let namespace = match &self.leader_election_namespace {
+            Some(namespace) => namespace.clone(),
+            None => std::fs::read_to_string(POD_NAMESPACE_FILE)
+                .map(|n| n.trim().to_owned())
+                .with_context(|| {
+                    format!(
+                        "--leader-elect needs --leader-election-namespace (or POD_NAMESPACE) \
+                         outside a pod: reading {POD_NAMESPACE_FILE}"
+                    )
+                })?,
+        };
+        let base = self
+            .leader_election_identity
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "rollout-controller".to_owned());
+        Ok(Some(LeaseConfig {
+            namespace,
+            name: self.leader_election_name.clone(),
+            identity: leader::identity(&base),
+            timings,
         }))
     }
 }
@@ -268,58 +333,22 @@ fn main() -> anyhow::Result<ExitCode> {
 
 async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
     rollout_telemetry::logs::init(args.log_format);
-
-    let client = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let config = kube::Config::from_custom_kubeconfig(
-                kubeconfig,
-                &kube::config::KubeConfigOptions::default(),
-            )
-            .await
-            .with_context(|| format!("using {}", path.display()))?;
-            kube::Client::try_from(config).context("building the Kubernetes client")?
-        }
-        None => kube::Client::try_default()
-            .await
-            .context("configuring the Kubernetes client")?,
-    };
-    let telemetry = Telemetry::new(&TracingOptions::from_env(
-        rollout_controller::telemetry::DEFAULT_SERVICE_NAME,
-    ))?;
-    let hooks = GatewayHooks::new(
-        &GatewayOptions {
+    let options = RunOptions {
+        gateway: GatewayOptions {
             url: args.gateway.clone(),
             timeout: args.hook_timeout,
             tls: args.gateway_tls()?,
         },
-        telemetry.clone(),
-    )?;
-    let readiness = Readiness::default();
-    if let Some(addr) = args.health_listen {
-        let bound = health::serve(addr, readiness.clone())
-            .await
-            .with_context(|| format!("--health-listen {addr}"))?;
-        tracing::info!(%bound, "serving /healthz and /readyz");
-    }
-    let options = Options {
-        hub_name: args.hub_name.clone(),
-        ..Options::default()
+        reconcile: Options {
+            hub_name: args.hub_name.clone(),
+            ..Options::default()
+        },
+        register_plugins_namespace: args.register_plugins_namespace.clone(),
+        health_listen: args.health_listen,
+        leader_election: args.leader_election()?,
     };
-
-    let registration = args.register_plugins_namespace.clone().map(|namespace| {
-        let client = client.clone();
-        tokio::spawn(async move { registration::watch_and_register(client, &namespace).await })
-    });
-    tracing::info!(gateway = %args.gateway, "rollout-controller running");
-    let context = reconcile::Context::new(client, hooks, telemetry.clone(), options);
-    reconcile::run(std::sync::Arc::new(context), readiness).await;
-    if let Some(task) = registration {
-        task.abort();
-    }
-    tracing::info!("rollout-controller stopped");
-    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    let client = app::client(args.kubeconfig.as_deref()).await?;
+    app::run(client, options, app::signal(), |_| {}).await?;
     Ok(ExitCode::SUCCESS)
 }
 

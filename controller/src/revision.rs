@@ -32,6 +32,7 @@ use serde_json::{Value, json};
 
 use crate::api::labels::{CONTROLLER_HASH_LABEL, MWRS_OWNER_LABEL, fnv1a64};
 use crate::api::{ManifestWorkReplicaSet, ManifestWorkSpec};
+use crate::rollout::{ClusterRolloutStatus, RolloutKind, RolloutResult, RolloutStatus, Strategy};
 
 /// The longest object name Kubernetes accepts (a DNS subdomain).
 pub const MAX_NAME_LEN: usize = 253;
@@ -375,14 +376,45 @@ pub enum AbortAction {
     Stop,
 }
 
+/// Whether a decision of the update revision asks for the design's abort
+/// (the state diagram's `Failed --> Abort`). Only with `abortOnFailure` (or
+/// `failureStrategy: AbortAll`), and then when a failure is one the
+/// strategy does not tolerate:
+///
+/// - a cluster timed out in this decision (any strategy);
+/// - `All`, which has no `maxFailures` (the engine tolerates as many
+///   failures as there are clusters, so it never reports a breach): any
+///   `Failed` cluster in `existing`, a FAILED validation included;
+/// - `Progressive` and `ProgressivePerGroup`: failures breached
+///   `maxFailures` ([`RolloutResult::max_failure_breach`]).
+///
+/// `existing` holds the statuses the decision was made from (the clusters
+/// with a work of the update revision).
+pub fn abort_requested(
+    strategy: &Strategy,
+    result: &RolloutResult,
+    existing: &[ClusterRolloutStatus],
+) -> bool {
+    if !strategy.abort_on_failure {
+        return false;
+    }
+    if !result.clusters_timeout.is_empty() {
+        return true;
+    }
+    match strategy.kind {
+        RolloutKind::All(_) => existing.iter().any(|c| c.status == RolloutStatus::Failed),
+        RolloutKind::Progressive { .. } | RolloutKind::ProgressivePerGroup { .. } => {
+            result.max_failure_breach
+        }
+    }
+}
+
 /// The abort decision for one placement: `aborted` (an abort is already
-/// under way) or `requested` now ([`RolloutResult::abort_requested`]); what
+/// under way) or `requested` now ([`abort_requested`]); what
 /// happens then depends on whether a current revision other than the update
 /// revision exists, with its template (`current`). A failure while the
 /// update revision is itself the current one (it is known good, only a new
 /// cluster failed) starts no abort.
-///
-/// [`RolloutResult::abort_requested`]: crate::rollout::RolloutResult::abort_requested
 pub fn abort_action(
     aborted: bool,
     requested: bool,
@@ -599,6 +631,62 @@ mod tests {
         let now = new.finish(Some(t0), true);
         assert_eq!(now.aborted_time, Some(t0));
         assert_eq!(now.current.as_deref(), Some("r1"));
+    }
+
+    fn strategy(json: &str) -> Strategy {
+        let raw: crate::rollout::RawStrategy = serde_json::from_str(json).expect("strategy");
+        Strategy::from_raw(&raw).expect("valid")
+    }
+
+    #[test]
+    fn abort_requests_follow_what_each_strategy_tolerates() {
+        use RolloutStatus::{Failed, Progressing, Succeeded};
+        let statuses = |list: &[(&str, RolloutStatus)]| -> Vec<ClusterRolloutStatus> {
+            list.iter()
+                .map(|(c, s)| ClusterRolloutStatus::new(*c, *s))
+                .collect()
+        };
+        let one_failed = statuses(&[("c1", Succeeded), ("c2", Failed), ("c3", Progressing)]);
+        let none_failed = statuses(&[("c1", Succeeded), ("c3", Progressing)]);
+        let quiet = RolloutResult::default();
+        let breach = RolloutResult {
+            max_failure_breach: true,
+            ..RolloutResult::default()
+        };
+        let timed_out = RolloutResult {
+            clusters_timeout: vec![ClusterRolloutStatus::new("c4", RolloutStatus::TimeOut)],
+            ..RolloutResult::default()
+        };
+
+        // All has no maxFailures: one Failed cluster (a FAILED validation is
+        // one) is not tolerated.
+        let all = strategy(r#"{"type": "All", "abortOnFailure": true}"#);
+        assert!(abort_requested(&all, &quiet, &one_failed));
+        assert!(!abort_requested(&all, &quiet, &none_failed));
+        assert!(abort_requested(&all, &timed_out, &none_failed));
+        // The default strategy (no type) is All.
+        let default = strategy(r#"{"failureStrategy": "AbortAll"}"#);
+        assert!(abort_requested(&default, &quiet, &one_failed));
+
+        // Progressive and ProgressivePerGroup tolerate failures up to
+        // maxFailures: only a breach or a time-out aborts.
+        for json in [
+            r#"{"type": "Progressive", "abortOnFailure": true,
+                "progressive": {"maxFailures": 1}}"#,
+            r#"{"type": "ProgressivePerGroup", "abortOnFailure": true,
+                "progressivePerGroup": {"maxFailures": 1}}"#,
+        ] {
+            let s = strategy(json);
+            assert!(!abort_requested(&s, &quiet, &one_failed), "{json}");
+            assert!(abort_requested(&s, &breach, &one_failed), "{json}");
+            assert!(abort_requested(&s, &timed_out, &none_failed), "{json}");
+        }
+
+        // Without abortOnFailure nothing aborts.
+        let off = strategy(r#"{"type": "All"}"#);
+        assert!(!abort_requested(&off, &timed_out, &one_failed));
+        let off = strategy(r#"{"type": "Progressive"}"#);
+        assert!(!abort_requested(&off, &breach, &one_failed));
     }
 
     #[test]

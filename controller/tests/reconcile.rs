@@ -853,3 +853,67 @@ async fn a_long_owner_name_is_hashed_with_a_visible_reason() {
     let verified = condition(&recorded[5].body["status"], "PlacementVerified");
     assert_eq!(verified["reason"], "PlacementDecisionEmpty");
 }
+
+/// With Events on (as `run` has them): an unreachable plugin gives one
+/// `PluginLoadFailed` Event on the ManifestWorkReplicaSet, after the status;
+/// the next reconcile, failing the same way, writes no second Event.
+#[tokio::test]
+async fn an_unreachable_plugin_is_one_event_not_one_per_reconcile() {
+    use rollout_controller::events::{EventGate, Events};
+
+    let gone = closed_port().await;
+    let gw = gateway(&[("gone", gone)]).await;
+    let mut obj = mwrs(
+        template("v1"),
+        json!({"type": "All", "plugin": "gone"}),
+        Value::Null,
+    );
+    let events_path = "/apis/events.k8s.io/v1/namespaces/default/events";
+    // The Events go through their own client; exactly one is written.
+    let (events_client, events_server) = api_server(vec![Expect::echo(Method::POST, events_path)]);
+    let events = Arc::new(Events::new(
+        events_client,
+        "replica-a",
+        EventGate::default(),
+    ));
+    for round in 0..2 {
+        let mut script = vec![
+            Expect::ok(Method::GET, works_path(), works(vec![])),
+            Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
+            Expect::echo(Method::POST, revisions_path()),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            Expect::ok(Method::GET, decisions_path(), decisions(&["cluster1"])),
+        ];
+        if round == 0 {
+            script.push(Expect::status(&obj));
+        }
+        let (client, server) = api_server(script);
+        let ctx = Arc::try_unwrap(context(client, &gw.url))
+            .unwrap()
+            .with_events(events.clone());
+        reconcile(object(obj.clone()), Arc::new(ctx))
+            .await
+            .expect("reconciled");
+        let recorded = server.await.unwrap();
+        if round == 0 {
+            // The next reconcile reads the status this one wrote.
+            obj["status"] = recorded[5].body["status"].clone();
+        }
+    }
+    drop(events);
+    let written = events_server.await.unwrap();
+    let event = &written[0].body;
+    assert_eq!(event["reason"], "PluginLoadFailed");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["action"], "Initialize");
+    assert_eq!(event["regarding"]["kind"], "ManifestWorkReplicaSet");
+    assert_eq!(event["regarding"]["name"], "hello");
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("gone plugin: Initialize fails"),
+        "{event}"
+    );
+    gw.running.shutdown().await;
+}

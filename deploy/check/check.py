@@ -1023,6 +1023,34 @@ def run_plugins(report: Report, bin_dir: Path, objects: list[dict], tmp: Path) -
     return started
 
 
+def check_controller_replicas(report: Report, objects: list[dict]) -> None:
+    """More than one controller replica, or a RollingUpdate (which runs two
+    for a moment), only with --leader-elect; and then a Role in the
+    controller's namespace that lets it read, create and update Leases."""
+    deployment = find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE)
+    c = container(pod_spec(deployment), "controller") if deployment else None
+    if c is None:
+        return
+    spec = deployment.get("spec") or {}
+    replicas = spec.get("replicas", 1)
+    rolling = (spec.get("strategy") or {}).get("type", "RollingUpdate") == "RollingUpdate"
+    elects = "--leader-elect" in (c.get("args") or [])
+    if replicas > 1 or rolling:
+        report.check(elects, f"the controller runs {replicas} replicas"
+                             f"{' with RollingUpdate' if rolling else ''}, so it elects a leader (--leader-elect)")
+    if not elects:
+        return
+    verbs: set[str] = set()
+    for obj in objects:
+        if obj.get("kind") != "Role" or (obj.get("metadata") or {}).get("namespace") != HUB_NAMESPACE:
+            continue
+        for rule in obj.get("rules") or []:
+            if "coordination.k8s.io" in (rule.get("apiGroups") or []) and "leases" in (rule.get("resources") or []):
+                verbs |= set(rule.get("verbs") or [])
+    report.check({"get", "create", "update"} <= verbs,
+                 f"a Role in {HUB_NAMESPACE} lets the controller get, create and update its Lease (got {sorted(verbs)})")
+
+
 def check_controller_flags(report: Report, bin_dir: Path, objects: list[dict]) -> None:
     """Every flag the controller container is given is one `rollout-controller
     run` knows."""
@@ -1156,6 +1184,7 @@ def main() -> int:
             n, custom = validate_objects(report, objects, crds)
             pods, n_containers = check_pod_security(report, objects)
             check_token_mounts(report, objects)
+            check_controller_replicas(report, objects)
             check_images(report, objects)
             parts = [f"{n} objects valid ({custom} against the CRDs)"]
             if pods:

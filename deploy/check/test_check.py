@@ -216,6 +216,43 @@ class Sidecar(unittest.TestCase):
         self.assertTrue(any("reachable by the kubelet" in f for f in failures(check.check_sidecar, objects)))
 
 
+class ControllerReplicas(unittest.TestCase):
+    @staticmethod
+    def objects(replicas: int, elect: bool, lease_verbs: list[str]) -> list[dict]:
+        objects = sidecar_objects()
+        d = check.find(objects, "Deployment", check.CONTROLLER)
+        d["spec"]["replicas"] = replicas
+        d["spec"]["strategy"] = {"type": "RollingUpdate"}
+        if elect:
+            check.pod_spec(d)["containers"][0]["args"].append("--leader-elect")
+        objects.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                        "metadata": {"name": "r", "namespace": NS},
+                        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                                   "verbs": lease_verbs}]})
+        return objects
+
+    def test_two_electing_replicas_pass(self):
+        objects = self.objects(2, True, ["get", "create", "update"])
+        self.assertEqual(failures(check.check_controller_replicas, objects), [])
+
+    def test_two_replicas_without_election_are_caught(self):
+        objects = self.objects(2, False, ["get", "create", "update"])
+        self.assertTrue(any("--leader-elect" in f for f in failures(check.check_controller_replicas, objects)))
+
+    def test_a_rolling_update_of_one_without_election_is_caught(self):
+        objects = self.objects(1, False, [])
+        self.assertTrue(any("RollingUpdate" in f for f in failures(check.check_controller_replicas, objects)))
+
+    def test_one_recreated_replica_needs_no_election(self):
+        objects = self.objects(1, False, [])
+        check.find(objects, "Deployment", check.CONTROLLER)["spec"]["strategy"] = {"type": "Recreate"}
+        self.assertEqual(failures(check.check_controller_replicas, objects), [])
+
+    def test_election_without_lease_rights_is_caught(self):
+        objects = self.objects(2, True, ["get"])
+        self.assertTrue(any("Lease" in f for f in failures(check.check_controller_replicas, objects)))
+
+
 class Central(unittest.TestCase):
     def test_the_central_gateway_passes(self):
         self.assertEqual(failures(check.check_central, central_objects()), [])

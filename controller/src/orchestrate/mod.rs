@@ -431,10 +431,21 @@ pub fn finish_work(
     }
 }
 
-/// Counts of `works` by condition (True only).
-pub fn count_works<'a>(works: impl IntoIterator<Item = &'a ManifestWork>) -> WorkCounts {
+/// Counts of `works` by condition (True only), as upstream's status
+/// reconciler counts them: only works of `desired_revision` as the
+/// controller applied them ([`observe::is_current`]) and not being deleted.
+/// A work of an older revision (a template change not rolled out to its
+/// cluster yet) does not count, so its `Available` cannot make the set look
+/// `AsExpected`.
+pub fn count_works<'a>(
+    works: impl IntoIterator<Item = &'a ManifestWork>,
+    desired_revision: &str,
+) -> WorkCounts {
     let mut counts = WorkCounts::default();
-    for work in works {
+    let counted = works
+        .into_iter()
+        .filter(|w| !is_deleting(w) && observe::is_current(w, desired_revision));
+    for work in counted {
         counts.total += 1;
         let is_true = |kind: &str| {
             work.status.as_ref().is_some_and(|s| {
@@ -541,7 +552,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
         } else {
             Validation::None
         };
-        let order = RolloutOrder::new(target.groups);
+        let order = RolloutOrder::new(strategy, target.groups);
         let acting = target.hold.is_none();
 
         // The placement's works, one per cluster (a second one for a
@@ -615,7 +626,9 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             }
             let existing = existing_statuses(&view, &order);
             let result = rollout::decide(strategy, target.groups, &existing, input.now);
-            if action == AbortAction::Proceed && result.abort_requested(strategy) {
+            if action == AbortAction::Proceed
+                && revision::abort_requested(strategy, &result, &existing)
+            {
                 let next = revision::abort_action(
                     false,
                     true,
@@ -774,7 +787,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 }),
             });
         }
-        outcome.works = count_works(works.values());
+        outcome.works = count_works(works.values(), &view.desired.hash);
         outcome.at_update = works
             .iter()
             .filter(|(c, w)| order.contains(c) && observe::is_current(w, &input.update.hash))

@@ -2,13 +2,17 @@
 //!
 //! - `total_cluster_count`: the clusters of the placement (every decision
 //!   group, each cluster once).
-//! - `cluster_index`: the 1-based position of `cluster_name` in the
-//!   placement's rollout order: decision groups by index, then by name; in a
-//!   group, clusters by name; a cluster listed in several groups counts in
-//!   the first ([`RolloutOrder`]). So with groups `0: [c2, c1]` and
-//!   `1: [a9]`, `c1` is 1 of 3, `c2` 2 of 3, `a9` 3 of 3. It is the same
-//!   order the engine rolls groups out in, and it does not change while the
-//!   placement's decisions stay the same.
+//! - `cluster_index`: the 1-based position of `cluster_name` in the order
+//!   the placement's strategy really rolls its clusters out
+//!   ([`RolloutOrder`], [`rollout::rollout_order`]): the mandatory decision
+//!   groups first, group by group (groups by index, then name) and by name
+//!   within each; then, for `Progressive` (and `All`), every other cluster by
+//!   name across groups, and for `ProgressivePerGroup` the other groups one
+//!   at a time, each by name. A cluster listed in several groups counts in
+//!   the first. So with groups `0: [c2, c1]` and `1: [a9]`, Progressive
+//!   gives `a9` 1 of 3, `c1` 2 of 3, `c2` 3 of 3, and ProgressivePerGroup
+//!   `c1`, `c2`, `a9`. It does not change while the placement's decisions
+//!   and strategy stay the same.
 //! - `rollout_status` ([`rollout_state`]), each list in rollout order, every
 //!   entry with its `manifest_revision_name` (the revision hash its work
 //!   carries, or the desired revision for a cluster about to get one), its
@@ -30,7 +34,7 @@ use std::collections::{HashMap, HashSet};
 use jiff::Timestamp;
 use rollout_proto::v1alpha1 as proto;
 
-use crate::rollout::{ClusterGroup, ClusterRolloutStatus, RolloutStatus};
+use crate::rollout::{self, ClusterGroup, ClusterRolloutStatus, RolloutStatus, Strategy};
 
 /// One cluster's place in its placement's rollout order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,30 +56,20 @@ pub struct RolloutOrder {
 }
 
 impl RolloutOrder {
-    /// The order of `groups`' clusters; empty names are ignored.
-    pub fn new(groups: &[ClusterGroup]) -> RolloutOrder {
-        let mut sorted: Vec<&ClusterGroup> = groups.iter().collect();
-        sorted.sort_by(|a, b| a.index.cmp(&b.index).then_with(|| a.name.cmp(&b.name)));
+    /// The order in which `strategy` rolls out `groups`' clusters
+    /// ([`rollout::rollout_order`]); empty names are ignored.
+    pub fn new(strategy: &Strategy, groups: &[ClusterGroup]) -> RolloutOrder {
         let mut order = RolloutOrder::default();
-        for group in sorted {
-            let mut members: Vec<&String> = group
-                .clusters
-                .iter()
-                .filter(|c| !c.is_empty() && !order.positions.contains_key(*c))
-                .collect();
-            members.sort();
-            members.dedup();
-            for cluster in members {
-                order.clusters.push(cluster.clone());
-                order.positions.insert(
-                    cluster.clone(),
-                    Position {
-                        index: order.clusters.len(),
-                        group_index: group.index,
-                        group_name: group.name.clone(),
-                    },
-                );
-            }
+        for placed in rollout::rollout_order(strategy, groups) {
+            order.clusters.push(placed.name.to_owned());
+            order.positions.insert(
+                placed.name.to_owned(),
+                Position {
+                    index: order.clusters.len(),
+                    group_index: placed.group_index,
+                    group_name: placed.group_name.to_owned(),
+                },
+            );
         }
         order
     }
@@ -292,16 +286,27 @@ mod tests {
         Timestamp::from_second(1_700_000_000 + secs).expect("time")
     }
 
+    fn strategy(json: &str) -> Strategy {
+        let raw: crate::rollout::RawStrategy = serde_json::from_str(json).expect("strategy");
+        Strategy::from_raw(&raw).expect("valid")
+    }
+
+    fn per_group() -> Strategy {
+        strategy(r#"{"type": "ProgressivePerGroup"}"#)
+    }
+
     #[test]
-    fn cluster_index_follows_groups_then_names() {
+    fn cluster_index_follows_the_engine_order() {
+        // Group names not in index order, a cluster in two groups, and a
+        // mandatory group ("late") that is not the lowest index.
         let groups = [
             group(1, "", &["a9"]),
             group(0, "canary", &["c2", "c1", "", "c1"]),
             group(0, "alpha", &["z0"]),
             // A cluster in a later group counts in the first.
-            group(2, "", &["c2", "b1"]),
+            group(2, "late", &["c2", "b1"]),
         ];
-        let order = RolloutOrder::new(&groups);
+        let order = RolloutOrder::new(&per_group(), &groups);
         assert_eq!(order.clusters(), ["z0", "c1", "c2", "a9", "b1"]);
         assert_eq!(order.total(), 5);
         let c2 = order.position("c2").expect("in the placement");
@@ -311,12 +316,36 @@ mod tests {
         );
         assert_eq!(order.position("b1").map(|p| p.index), Some(5));
         assert_eq!(order.position("gone"), None);
-        assert!(RolloutOrder::new(&[]).clusters().is_empty());
+        assert!(RolloutOrder::new(&per_group(), &[]).clusters().is_empty());
+
+        // Progressive: the mandatory group first, then by name across groups.
+        let progressive = strategy(
+            r#"{"type": "Progressive", "progressive": {"mandatoryDecisionGroups": [{"groupName": "late"}]}}"#,
+        );
+        let order = RolloutOrder::new(&progressive, &groups);
+        assert_eq!(order.clusters(), ["b1", "a9", "c1", "c2", "z0"]);
+        let b1 = order.position("b1").expect("in the placement");
+        assert_eq!(
+            (b1.index, b1.group_index, b1.group_name.as_str()),
+            (1, 2, "late")
+        );
+        // PerGroup: the mandatory group, then group by group.
+        let mandatory = strategy(
+            r#"{"type": "ProgressivePerGroup", "progressivePerGroup": {"mandatoryDecisionGroups": [{"groupIndex": 2}]}}"#,
+        );
+        let order = RolloutOrder::new(&mandatory, &groups);
+        assert_eq!(order.clusters(), ["b1", "z0", "c1", "c2", "a9"]);
+        // All: by name.
+        let all = RolloutOrder::new(&Strategy::default(), &groups);
+        assert_eq!(all.clusters(), ["a9", "b1", "c1", "c2", "z0"]);
     }
 
     #[test]
     fn state_lists_are_disjoint_and_ordered() {
-        let order = RolloutOrder::new(&[group(0, "g", &["c1", "c2", "c3", "c4", "c5", "c6"])]);
+        let order = RolloutOrder::new(
+            &per_group(),
+            &[group(0, "g", &["c1", "c2", "c3", "c4", "c5", "c6"])],
+        );
         let st = |c: &str, s: RolloutStatus, t: Option<i64>| {
             let mut status = ClusterRolloutStatus::new(c, s).in_group(0, "g");
             status.last_transition_time = t.map(at);
@@ -367,7 +396,7 @@ mod tests {
 
     #[test]
     fn requests_carry_the_scope_and_position() {
-        let order = RolloutOrder::new(&[group(0, "", &["c1", "c2", "c3"])]);
+        let order = RolloutOrder::new(&per_group(), &[group(0, "", &["c1", "c2", "c3"])]);
         let scope = RequestScope {
             mwrs_name: "hello",
             mwrs_namespace: "default",

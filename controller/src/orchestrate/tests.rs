@@ -757,3 +757,105 @@ fn a_mutation_cannot_change_identity_or_ownership() {
         spec_hash(&template("mutated"))
     );
 }
+
+/// `cluster_index` is the position in the order the engine really rolls
+/// out: with a mandatory group that is not the lowest index and group names
+/// not in index order, the mandatory cluster is 1 and the rest follow by
+/// name across groups (Progressive).
+#[tokio::test]
+async fn cluster_index_is_the_engine_order() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(
+        strategy(json!({"type": "Progressive", "plugin": "p",
+            "progressive": {"maxConcurrency": 1,
+                            "mandatoryDecisionGroups": [{"groupName": "late"}]}})),
+        &[],
+    );
+    let group = |index: i32, name: &str, clusters: &[&str]| ClusterGroup {
+        index,
+        name: name.into(),
+        clusters: clusters.iter().map(|c| c.to_string()).collect(),
+    };
+    f.groups = vec![
+        group(0, "zeta", &["c3", "c1"]),
+        group(1, "alpha", &["b2", "a1"]),
+        group(2, "late", &["m1"]),
+    ];
+    let mut begun = Vec::new();
+    for step in 0..6i64 {
+        let t = step * 20;
+        let out = f.step(&hooks, &world, at(t)).await;
+        for cluster in &out.placements[0].applied {
+            agent(&world, cluster, "False", false, at(t + 1));
+        }
+        let last = hooks.requests(Begin);
+        begun = last
+            .iter()
+            .map(|r| {
+                (
+                    r.cluster_name.clone(),
+                    r.cluster_index,
+                    r.total_cluster_count,
+                )
+            })
+            .collect();
+    }
+    let want: Vec<(String, i32, i32)> = [("m1", 1), ("a1", 2), ("b2", 3), ("c1", 4), ("c3", 5)]
+        .iter()
+        .map(|(c, i)| ((*c).to_owned(), *i, 5))
+        .collect();
+    assert_eq!(begun, want);
+    // The mutated works carry the same positions.
+    let index_of = |cluster: &str| {
+        world
+            .all()
+            .into_iter()
+            .find(|w| w.namespace().as_deref() == Some(cluster))
+            .map(|w| w.annotations()["test/cluster-index"].clone())
+    };
+    assert_eq!(index_of("m1").as_deref(), Some("1"));
+    assert_eq!(index_of("c3").as_deref(), Some("5"));
+}
+
+/// The work counts (and so ManifestworkApplied) count only works of the
+/// desired revision: after a template change the old revision's Available
+/// works do not count.
+#[tokio::test]
+async fn work_counts_are_of_the_desired_revision_only() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(
+        strategy(json!({"type": "Progressive", "progressive": {"maxConcurrency": 1}})),
+        &["c1", "c2", "c3"],
+    );
+    let v1 = Revision::of(&template("v1"));
+    f.update = v1.clone();
+    for step in 0..3i64 {
+        let out = f.step(&hooks, &world, at(step * 10)).await;
+        for cluster in &out.placements[0].applied {
+            agent(&world, cluster, "False", false, at(step * 10 + 1));
+        }
+    }
+    let done = f.step(&hooks, &world, at(40)).await;
+    assert_eq!(done.placements[0].works.available, 3);
+
+    // The template moves to v2 while the placement is held: no work of v2
+    // yet, so nothing counts (upstream's NotAsExpected, not AsExpected on
+    // the strength of v1's works).
+    f.update = Revision::of(&template("v2"));
+    f.current = Some(v1);
+    f.hold = Some("plugin not loaded".into());
+    let held = f.step(&hooks, &world, at(45)).await;
+    assert_eq!(held.placements[0].works, WorkCounts::default());
+    // Then one cluster gets it, two keep v1.
+    f.hold = None;
+    let out = f.step(&hooks, &world, at(50)).await;
+    let p = &out.placements[0];
+    assert_eq!(p.applied, ["c1"]);
+    // c1's work of v2 (its status still the agent's last report), not the
+    // two works of v1.
+    assert_eq!((p.works.total, p.works.available), (1, 1));
+    let status = crate::reconcile::status::placement_summary(p);
+    assert_eq!((status.summary.total, status.summary.available), (1, 1));
+}

@@ -50,8 +50,10 @@ use crate::api::{
     CascadeDeletionPolicy, ManifestWork, ManifestWorkReplicaSet, Placement, PlacementDecision,
     decision_groups,
 };
+use crate::events::{self, Events};
 use crate::health::Readiness;
 use crate::hooks::{Call, GatewayHooks};
+use crate::metrics::{ControllerMetrics, Metered, ReconcileErrorKind};
 use crate::orchestrate::{
     self, DeployInput, Owner, PlacementTarget, Settings, World, WorldError, soonest,
 };
@@ -90,6 +92,15 @@ impl Error {
     /// A failed API call while doing `action`.
     pub fn kube(action: &'static str, source: kube::Error) -> Error {
         Error::Kube { action, source }
+    }
+
+    /// The cause, as the reconcile error metric counts it.
+    pub fn kind(&self) -> ReconcileErrorKind {
+        match self {
+            Error::Kube { .. } => ReconcileErrorKind::Kube,
+            Error::World(_) => ReconcileErrorKind::ManifestWork,
+            Error::NoNamespace(_) => ReconcileErrorKind::Invalid,
+        }
     }
 }
 
@@ -130,11 +141,16 @@ pub struct Context {
     pub telemetry: Telemetry,
     /// Tunables.
     pub options: Options,
+    /// The metrics every reconcile records (`/metrics`).
+    pub metrics: Arc<ControllerMetrics>,
+    /// Where the Events on the ManifestWorkReplicaSets go; none by default.
+    pub events: Option<Arc<Events>>,
     plugins: PluginCache,
 }
 
 impl Context {
-    /// A context over `client` and the gateway `hooks`.
+    /// A context over `client` and the gateway `hooks`, with metrics of
+    /// its own.
     pub fn new(
         client: Client,
         hooks: GatewayHooks,
@@ -147,7 +163,22 @@ impl Context {
             hooks,
             telemetry,
             options,
+            metrics: Arc::new(ControllerMetrics::new()),
+            events: None,
         }
+    }
+
+    /// The same context, publishing Events through `events`.
+    pub fn with_events(mut self, events: Arc<Events>) -> Context {
+        self.events = Some(events);
+        self
+    }
+
+    /// The same context, recording into `metrics` (the ones `/metrics`
+    /// serves).
+    pub fn with_metrics(mut self, metrics: Arc<ControllerMetrics>) -> Context {
+        self.metrics = metrics;
+        self
     }
 }
 
@@ -272,7 +303,11 @@ pub async fn reconcile(
         trace_id = %context.trace_id(),
         span_id = %context.span_id()
     );
-    reconcile_traced(mwrs, ctx, trace).instrument(span).await
+    let start = std::time::Instant::now();
+    let metrics = ctx.metrics.clone();
+    let result = reconcile_traced(mwrs, ctx, trace).instrument(span).await;
+    metrics.record_reconcile(start.elapsed(), result.as_ref().err().map(Error::kind));
+    result
 }
 
 async fn reconcile_traced(
@@ -289,9 +324,13 @@ async fn reconcile_traced(
     let world = KubeWorld::new(ctx.client.clone());
     let (owner_label, hashed) = mwrs.owner_label_value();
 
+    let key = format!("{namespace}/{name}");
     if mwrs.meta().deletion_timestamp.is_some() {
+        ctx.metrics.forget_rollout(&key);
         return finalize(&api, &world, &mwrs, &owner_label, &ctx.options).await;
     }
+    // Every hook call of this reconcile is counted and timed.
+    let hooks = Metered::new(ctx.hooks.clone(), ctx.metrics.clone());
     let mwrs = if has_finalizer(&mwrs) {
         mwrs
     } else {
@@ -362,7 +401,7 @@ async fn reconcile_traced(
             controller_version: env!("CARGO_PKG_VERSION").to_owned(),
             hub_name: ctx.options.hub_name.clone(),
         };
-        let result = match ctx.plugins.check(&ctx.hooks, call, request).await {
+        let result = match ctx.plugins.check(&hooks, call, request).await {
             Ok(_) => Ok(()),
             Err(error) => {
                 let message = plugins::failure_message(plugin, &error);
@@ -409,7 +448,8 @@ async fn reconcile_traced(
         settings: &ctx.options.settings,
         trace: &trace,
     };
-    let outcome = orchestrate::deploy(&ctx.hooks, &world, &input).await;
+    let outcome = orchestrate::deploy(&hooks, &world, &input).await;
+    ctx.metrics.record_rollout(&key, &outcome);
     for (placement, failure) in outcome.hook_errors() {
         tracing::warn!(mwrs = %name, namespace = %namespace, placement, error = %failure, "hook call failed");
     }
@@ -450,6 +490,13 @@ async fn reconcile_traced(
         )
         .await
         .map_err(|source| Error::kube("patching the status", source))?;
+    }
+
+    if let Some(publisher) = &ctx.events {
+        let list = events::rollout_events(&old, &new_status, &outcome, &plugin_states);
+        if !list.is_empty() {
+            publisher.publish(&mwrs.object_ref(&()), &list, now).await;
+        }
     }
 
     let mut requeue = outcome.requeue_after;

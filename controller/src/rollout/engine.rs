@@ -97,6 +97,84 @@ pub fn decide(
     result
 }
 
+/// One cluster's place in the order [`rollout_order`] gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderedCluster<'a> {
+    /// The cluster.
+    pub name: &'a str,
+    /// The index of the decision group it belongs to (its first).
+    pub group_index: i32,
+    /// That group's name.
+    pub group_name: &'a str,
+}
+
+/// Every cluster of `groups`, once, in the order `strategy` rolls them out
+/// when none has a status yet — the order [`decide`] adds never-seen
+/// clusters in:
+///
+/// - `All`: every cluster by name, across groups;
+/// - `Progressive`: the mandatory groups first, group by group (groups by
+///   index, then name) and by name within each; then every other cluster
+///   by name, across groups;
+/// - `ProgressivePerGroup`: the mandatory groups first as for Progressive;
+///   then the other groups one at a time, each by name.
+///
+/// Groups are merged as [`decide`] merges them (a cluster in several groups
+/// belongs to the first; empty names are ignored), so the order does not
+/// depend on the order of `groups`.
+pub fn rollout_order<'a>(
+    strategy: &Strategy,
+    groups: &'a [ClusterGroup],
+) -> Vec<OrderedCluster<'a>> {
+    let fleet = Fleet::new(groups, &[]);
+    let place = |c: usize| {
+        let cluster = &fleet.clusters[c];
+        let group = &fleet.groups[cluster.group];
+        OrderedCluster {
+            name: cluster.name,
+            group_index: group.index,
+            group_name: group.name,
+        }
+    };
+    let by_name = |list: &mut Vec<usize>| {
+        list.sort_unstable_by(|a, b| fleet.clusters[*a].name.cmp(fleet.clusters[*b].name));
+    };
+    let group_by_group = |list: &[usize]| -> Vec<usize> {
+        list.iter()
+            .flat_map(|&g| {
+                let mut members = fleet.groups[g].members.clone();
+                by_name(&mut members);
+                members
+            })
+            .collect()
+    };
+    let positions: Vec<usize> = match &strategy.kind {
+        RolloutKind::All(_) => {
+            let mut all: Vec<usize> = (0..fleet.clusters.len()).collect();
+            by_name(&mut all);
+            all
+        }
+        RolloutKind::Progressive { mandatory, .. } => {
+            let (first, rest) = fleet.partition(mandatory);
+            let mut rest: Vec<usize> = rest
+                .iter()
+                .flat_map(|&g| fleet.groups[g].members.iter().copied())
+                .collect();
+            by_name(&mut rest);
+            let mut order = group_by_group(&first);
+            order.extend(rest);
+            order
+        }
+        RolloutKind::ProgressivePerGroup { mandatory, .. } => {
+            let (first, rest) = fleet.partition(mandatory);
+            let mut order = group_by_group(&first);
+            order.extend(group_by_group(&rest));
+            order
+        }
+    };
+    positions.into_iter().map(place).collect()
+}
+
 /// One group after merging: its clusters are those no earlier group claimed.
 struct Group<'a> {
     index: i32,
@@ -1800,7 +1878,8 @@ mod tests {
         let failed = [st("a", Failed, Some(-1), 0, "")];
         let abort = |json: &str, existing: &[ClusterRolloutStatus]| {
             let s = strategy(json);
-            decide(&s, &groups, existing, now()).abort_requested(&s)
+            let result = decide(&s, &groups, existing, now());
+            crate::revision::abort_requested(&s, &result, existing)
         };
         let with = r#"{"type": "Progressive", "abortOnFailure": true, "progressive": {"progressDeadline": "90s", "maxFailures": 1}}"#;
         let without = r#"{"type": "Progressive", "progressive": {"progressDeadline": "90s", "maxFailures": 1}}"#;
@@ -1813,6 +1892,63 @@ mod tests {
         );
         assert!(abort(breach, &failed));
         assert!(!abort(with, &[]));
+    }
+
+    #[test]
+    fn rollout_order_follows_the_strategy() {
+        // Group names not in index order; the mandatory group "m" is not the
+        // lowest index.
+        let groups = [
+            group(2, "m", &["m2", "m1"]),
+            group(0, "zeta", &["c3", "c1"]),
+            group(1, "alpha", &["b2", "a1", "c1"]),
+        ];
+        let names = |json: &str| -> Vec<(String, i32)> {
+            rollout_order(&strategy(json), &groups)
+                .iter()
+                .map(|c| (c.name.to_owned(), c.group_index))
+                .collect()
+        };
+        let pairs = |list: &[(&str, i32)]| -> Vec<(String, i32)> {
+            list.iter().map(|(n, g)| ((*n).to_owned(), *g)).collect()
+        };
+        assert_eq!(
+            names(r#"{"type": "All"}"#),
+            pairs(&[
+                ("a1", 1),
+                ("b2", 1),
+                ("c1", 0),
+                ("c3", 0),
+                ("m1", 2),
+                ("m2", 2)
+            ])
+        );
+        assert_eq!(
+            names(
+                r#"{"type": "Progressive", "progressive": {"mandatoryDecisionGroups": [{"groupName": "m"}]}}"#
+            ),
+            pairs(&[
+                ("m1", 2),
+                ("m2", 2),
+                ("a1", 1),
+                ("b2", 1),
+                ("c1", 0),
+                ("c3", 0)
+            ])
+        );
+        assert_eq!(
+            names(
+                r#"{"type": "ProgressivePerGroup", "progressivePerGroup": {"mandatoryDecisionGroups": [{"groupIndex": 2}]}}"#
+            ),
+            pairs(&[
+                ("m1", 2),
+                ("m2", 2),
+                ("c1", 0),
+                ("c3", 0),
+                ("a1", 1),
+                ("b2", 1)
+            ])
+        );
     }
 
     #[test]
@@ -2266,6 +2402,47 @@ mod tests {
                 prop_assert_eq!(got, want);
             }
 
+        }
+
+        /// The clusters `decide` adds, batch after batch, when each batch
+        /// succeeds (long soaked) before the next decision.
+        fn replayed(strategy: &super::Strategy, groups: &[ClusterGroup]) -> Vec<String> {
+            let mut existing: Vec<ClusterRolloutStatus> = Vec::new();
+            let mut order = Vec::new();
+            loop {
+                let got = decide(strategy, groups, &existing, now());
+                let added: Vec<String> = got
+                    .clusters_to_rollout
+                    .iter()
+                    .filter(|c| c.status == ToApply)
+                    .map(|c| c.cluster_name.clone())
+                    .collect();
+                if added.is_empty() {
+                    return order;
+                }
+                for name in added {
+                    let mut done = ClusterRolloutStatus::new(name.as_str(), Succeeded);
+                    done.last_transition_time = Some(Timestamp::MIN);
+                    existing.push(done);
+                    order.push(name);
+                }
+            }
+        }
+
+        proptest! {
+            /// `rollout_order` is the order `decide` really adds clusters in.
+            #[test]
+            fn rollout_order_is_the_order_decide_adds_clusters_in(
+                (groups, _) in fleet(),
+                strategy in any_strategy(),
+            ) {
+                let want = replayed(&strategy, &groups);
+                let got: Vec<String> = rollout_order(&strategy, &groups)
+                    .iter()
+                    .map(|c| c.name.to_owned())
+                    .collect();
+                prop_assert_eq!(got, want);
+            }
         }
 
         proptest! {

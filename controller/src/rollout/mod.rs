@@ -24,7 +24,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-pub use engine::decide;
+pub use engine::{OrderedCluster, decide, rollout_order};
 pub use strategy::{
     InvalidStrategy, MandatoryGroup, RawStrategy, RolloutConfig, RolloutKind, Strategy,
     StrategyError, Threshold,
@@ -132,13 +132,4 @@ pub struct RolloutResult {
     pub max_failure_breach: bool,
     /// The smallest positive time until a rolled-out cluster's recheck time.
     pub recheck_after: Option<Duration>,
-}
-
-impl RolloutResult {
-    /// Whether the design's automatic abort should start: the strategy asks
-    /// for it and a cluster timed out in this decision or failures breached
-    /// `maxFailures`.
-    pub fn abort_requested(&self, strategy: &Strategy) -> bool {
-        strategy.abort_on_failure && (!self.clusters_timeout.is_empty() || self.max_failure_breach)
-    }
 }

@@ -229,6 +229,10 @@ pub struct Config {
     pub list_works: bool,
     /// The simulated time of the first step.
     pub start: Timestamp,
+    /// Where each step's abort and rollout phase are counted, as `run`
+    /// counts them (with the hooks wrapped in
+    /// [`Metered`](crate::metrics::Metered), the hook calls too).
+    pub metrics: Option<std::sync::Arc<crate::metrics::ControllerMetrics>>,
 }
 
 impl Config {
@@ -255,6 +259,7 @@ impl Config {
             },
             list_works: false,
             start: Timestamp::now(),
+            metrics: None,
         }
     }
 

@@ -204,7 +204,10 @@ pub async fn run<H: Hooks>(
 ) -> Result<Summary, SimError> {
     let clusters = fleet::cluster_names(config.clusters);
     let groups = fleet::decision_groups(&clusters, config.groups);
-    let index = clusters
+    // Each cluster's cluster_index: its place in the engine's order.
+    let order = crate::orchestrate::request::RolloutOrder::new(&config.strategy, &groups);
+    let index = order
+        .clusters()
         .iter()
         .enumerate()
         .map(|(i, c)| (c.clone(), i + 1))
@@ -499,6 +502,9 @@ impl<H: Hooks> Simulation<'_, H> {
             trace,
         };
         let outcome = orchestrate::deploy(self.hooks, &self.world, &input).await;
+        if let Some(metrics) = &self.config.metrics {
+            metrics.record_rollout(&format!("{}/{}", config::NAMESPACE, config::NAME), &outcome);
+        }
         let update_complete = outcome
             .placements
             .iter()

@@ -276,6 +276,185 @@ async fn a_degraded_cluster_aborts_and_the_updated_clusters_roll_back() {
     assert_eq!(abort.failures[0].cluster, "cluster-003");
 }
 
+/// `All` tolerates no failure when abortOnFailure is on: a degraded
+/// cluster aborts and every updated cluster rolls back (the issue's
+/// `simulate --clusters 10 --strategy All --fail cluster-003
+/// --abort-on-failure`).
+#[tokio::test]
+async fn all_aborts_on_one_degraded_cluster() {
+    let mut config = config(10, strategy("All", None, false, true));
+    config.fail = BTreeSet::from(["cluster-003".to_owned()]);
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let summary = c.summary.as_ref().expect("summary");
+    assert_eq!(summary.result, Outcome::Aborted);
+    let abort = summary.abort.as_ref().expect("abort");
+    assert_eq!(abort.action, "RollBack");
+    assert_eq!(abort.failures[0].cluster, "cluster-003");
+    let previous = summary.previous_revision.clone().expect("previous");
+    assert_eq!(summary.works.by_revision.get(&previous), Some(&10));
+    assert_eq!(summary.rollback_applies, 10);
+}
+
+/// `All` with a plugin: a FAILED validation aborts.
+#[tokio::test]
+async fn all_aborts_on_a_failed_validation() {
+    let config = config(4, strategy("All", None, true, true));
+    let c = simulate(&config, Scripted::new(&["cluster-002"]))
+        .await
+        .expect("runs");
+    let summary = c.summary.as_ref().expect("summary");
+    assert_eq!(summary.result, Outcome::Aborted);
+    assert_eq!(
+        summary.abort.as_ref().expect("abort").failures[0].cluster,
+        "cluster-002"
+    );
+    assert_eq!(summary.aborting_hook_calls.begin_rollout, 4);
+}
+
+/// ProgressivePerGroup tolerates a group's maxFailures: one failure in a
+/// group of three with maxFailures 1 does not abort, and the rollout ends
+/// `Failed` only where the failure stays.
+#[tokio::test]
+async fn per_group_within_max_failures_does_not_abort() {
+    let strategy = StrategyFlags {
+        kind: "ProgressivePerGroup".into(),
+        max_failures: Some("1".into()),
+        abort_on_failure: true,
+        ..StrategyFlags::default()
+    }
+    .strategy()
+    .expect("valid");
+    let mut config = config(6, strategy);
+    config.groups = 2;
+    config.fail = BTreeSet::from(["cluster-002".to_owned()]);
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let summary = c.summary.as_ref().expect("summary");
+    assert!(summary.abort.is_none(), "{:?}", summary.abort);
+    assert_eq!(summary.rollback_applies, 0);
+    assert_eq!(summary.applies, 6);
+}
+
+/// `/metrics` scraped over HTTP after a simulated rollout with an abort:
+/// the hook calls, the abort and the rollouts in progress match the
+/// rollout's own summary.
+#[tokio::test]
+async fn metrics_scraped_after_an_abort_match_the_rollout() {
+    use std::sync::Arc;
+
+    use crate::health::{self, Readiness};
+    use crate::metrics::{ControllerMetrics, Metered, sample};
+
+    let metrics = Arc::new(ControllerMetrics::new());
+    let mut config = config(8, strategy("Progressive", Some("25%"), true, true));
+    config.metrics = Some(metrics.clone());
+    let recorder = Recorder::new(Metered::new(
+        Scripted::new(&["cluster-004"]),
+        metrics.clone(),
+    ));
+    let mut collect = Collect::default();
+    let summary = run(
+        &config,
+        &recorder,
+        &Telemetry::disabled(),
+        Some("http://gateway"),
+        &mut collect,
+    )
+    .await
+    .expect("runs");
+    assert_eq!(summary.result, Outcome::Aborted);
+
+    let addr = health::serve(
+        "127.0.0.1:0".parse().expect("addr"),
+        Readiness::default(),
+        metrics,
+    )
+    .await
+    .expect("binds");
+    let text = health::tests::get(addr, "/metrics").await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let calls = |hook: &str| {
+        sample(
+            &text,
+            &format!(
+                r#"rollout_controller_hook_calls_total{{hook="{hook}",target="scripted",code="OK"}}"#
+            ),
+        )
+        .unwrap_or_else(|| panic!("{hook} in\n{text}"))
+    };
+    let counts = summary.hook_calls;
+    assert_eq!(calls("Initialize"), 1.0);
+    assert_eq!(calls("BeginRollout"), counts.begin_rollout as f64);
+    assert_eq!(calls("ProgressRollout"), counts.progress_rollout as f64);
+    assert_eq!(
+        calls("ValidateRolloutCompletion"),
+        counts.validate_rollout_completion as f64
+    );
+    assert_eq!(
+        calls("MutateManifestWork"),
+        counts.mutate_manifest_work as f64
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"rollout_controller_aborts_total{action="RollBack"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, r#"rollout_controller_aborts_total{action="Stop"}"#),
+        None
+    );
+    // The rollback is finished: nothing in progress.
+    for aborting in ["false", "true"] {
+        assert_eq!(
+            sample(
+                &text,
+                &format!(r#"rollout_controller_rollouts_in_progress{{aborting="{aborting}"}}"#)
+            ),
+            Some(0.0),
+            "{text}"
+        );
+    }
+}
+
+/// The JSON's `index` is the cluster_index the plugin saw: with a
+/// mandatory group that is not the first, its clusters are 1 and 2.
+#[tokio::test]
+async fn applied_indexes_are_the_cluster_index_of_the_requests() {
+    let strategy = StrategyFlags {
+        kind: "ProgressivePerGroup".into(),
+        mandatory_groups: vec!["group-1".into()],
+        plugin: Some("scripted".into()),
+        ..StrategyFlags::default()
+    }
+    .strategy()
+    .expect("valid");
+    let mut config = config(4, strategy);
+    config.groups = 2;
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let applied: Vec<(&str, usize, &str)> = c
+        .steps
+        .iter()
+        .flat_map(|s| &s.applied)
+        .map(|a| {
+            (
+                a.cluster.as_str(),
+                a.index,
+                a.annotations["test/position"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        applied,
+        [
+            ("cluster-003", 1, "1/4"),
+            ("cluster-004", 2, "2/4"),
+            ("cluster-001", 3, "3/4"),
+            ("cluster-002", 4, "4/4"),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn a_failed_validation_aborts_with_aborting_requests() {
     let config = config(8, strategy("Progressive", Some("25%"), true, true));

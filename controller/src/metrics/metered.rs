@@ -1,0 +1,119 @@
+//! [`Metered`]: any [`Hooks`] with each call counted and timed in
+//! [`ControllerMetrics`].
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rollout_proto::HookKind;
+use rollout_proto::v1alpha1::{
+    InitializeRequest, InitializeResponse, MutateManifestWorkRequest, RolloutPluginRequest,
+    ValidateCompletionRequest, ValidateResponse,
+};
+
+use super::ControllerMetrics;
+use crate::hooks::{Call, HookError, Hooks, Mutation};
+
+/// `inner`'s hook calls, each recorded (hook, target, gRPC code, duration)
+/// when it ends. A call dropped before it ends is not recorded.
+#[derive(Debug, Clone)]
+pub struct Metered<H> {
+    inner: H,
+    metrics: Arc<ControllerMetrics>,
+}
+
+impl<H> Metered<H> {
+    /// `inner`, counted in `metrics`.
+    pub fn new(inner: H, metrics: Arc<ControllerMetrics>) -> Metered<H> {
+        Metered { inner, metrics }
+    }
+
+    /// The hooks being counted.
+    pub fn inner(&self) -> &H {
+        &self.inner
+    }
+
+    async fn timed<T>(
+        &self,
+        hook: HookKind,
+        call: Call<'_>,
+        future: impl Future<Output = Result<T, HookError>>,
+    ) -> Result<T, HookError> {
+        let start = Instant::now();
+        let result = future.await;
+        let code = match &result {
+            Ok(_) => tonic::Code::Ok,
+            Err(error) => error.code,
+        };
+        self.metrics
+            .record_hook(hook, call.plugin, code, start.elapsed());
+        result
+    }
+}
+
+impl<H: Hooks> Hooks for Metered<H> {
+    async fn initialize(
+        &self,
+        call: Call<'_>,
+        request: InitializeRequest,
+    ) -> Result<InitializeResponse, HookError> {
+        self.timed(
+            HookKind::Initialize,
+            call,
+            self.inner.initialize(call, request),
+        )
+        .await
+    }
+
+    async fn begin_rollout(
+        &self,
+        call: Call<'_>,
+        request: RolloutPluginRequest,
+    ) -> Result<(), HookError> {
+        self.timed(
+            HookKind::BeginRollout,
+            call,
+            self.inner.begin_rollout(call, request),
+        )
+        .await
+    }
+
+    async fn progress_rollout(
+        &self,
+        call: Call<'_>,
+        request: RolloutPluginRequest,
+    ) -> Result<(), HookError> {
+        self.timed(
+            HookKind::ProgressRollout,
+            call,
+            self.inner.progress_rollout(call, request),
+        )
+        .await
+    }
+
+    async fn validate_rollout_completion(
+        &self,
+        call: Call<'_>,
+        request: ValidateCompletionRequest,
+    ) -> Result<ValidateResponse, HookError> {
+        self.timed(
+            HookKind::ValidateRolloutCompletion,
+            call,
+            self.inner.validate_rollout_completion(call, request),
+        )
+        .await
+    }
+
+    async fn mutate_manifest_work(
+        &self,
+        call: Call<'_>,
+        request: MutateManifestWorkRequest,
+    ) -> Result<Mutation, HookError> {
+        self.timed(
+            HookKind::MutateManifestWork,
+            call,
+            self.inner.mutate_manifest_work(call, request),
+        )
+        .await
+    }
+}
