@@ -79,7 +79,7 @@ pub fn debug_json(registry: &Registry) -> Value {
                     .policy
                     .failure_policy_by_hook
                     .iter()
-                    .map(|(hook, policy)| (hook_name(*hook).to_string(), Value::from(policy.as_str())))
+                    .map(|(hook, policy)| (rollout_proto::v1alpha1::Hook::name(*hook).to_string(), Value::from(policy.as_str())))
                     .collect::<serde_json::Map<String, Value>>(),
                 "hubs": p.hubs,
                 "hooks": p.upstream.known_hooks(),
@@ -100,15 +100,4 @@ pub fn debug_json(registry: &Registry) -> Value {
         "reloads": {"success": success, "failure": failure},
         "sources": registry.source_labels(),
     })
-}
-
-fn hook_name(hook: rollout_proto::v1alpha1::Hook) -> &'static str {
-    use rollout_proto::v1alpha1::Hook;
-    match hook {
-        Hook::BeginRollout => "BeginRollout",
-        Hook::ProgressRollout => "ProgressRollout",
-        Hook::ValidateRolloutCompletion => "ValidateRolloutCompletion",
-        Hook::MutateManifestWork => "MutateManifestWork",
-        Hook::Unspecified => "Unspecified",
-    }
 }

@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::configmap::{self, ConfigMapRef};
+use crate::error::DeadlineOwner;
 use crate::health::Health;
 use crate::hooks::HookRequest;
 use crate::registry::{Registry, SourceInfo};
@@ -143,8 +144,9 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
     };
     // The metrics read the registry's state at scrape time, through a weak
     // reference to the registry that owns them.
-    let registry = Arc::new_cyclic(|weak| {
-        Registry::with_telemetry(sources, settings, Telemetry::new(tracing, weak.clone()))
+    let registry = Arc::new_cyclic(|weak: &std::sync::Weak<Registry>| {
+        let state: std::sync::Weak<dyn crate::telemetry::RegistryState> = weak.clone();
+        Registry::with_telemetry(sources, settings, Telemetry::new(tracing, state))
     });
 
     let mut problems = Vec::new();
@@ -320,16 +322,21 @@ fn initialize_fresh(registry: &Registry) {
                 });
                 let deadline = Instant::now() + Duration::from_secs(5);
                 match upstream
-                    .call(request, deadline, &http::HeaderMap::new())
+                    .call(
+                        request,
+                        deadline,
+                        DeadlineOwner::Caller,
+                        &http::HeaderMap::new(),
+                    )
                     .await
                 {
                     Ok(_) => {
                         tracing::debug!(endpoint = %upstream.key().endpoint, hooks = ?upstream.known_hooks(), "plugin initialized");
                         return;
                     }
-                    Err(status) => {
-                        tracing::debug!(endpoint = %upstream.key().endpoint, attempt, code = ?status.code(), message = status.message(), "gateway's own Initialize failed");
-                        if status.code() == tonic::Code::Unimplemented {
+                    Err(error) => {
+                        tracing::debug!(endpoint = %upstream.key().endpoint, attempt, code = ?error.code(), %error, "gateway's own Initialize failed");
+                        if error.is_unimplemented() {
                             return;
                         }
                     }

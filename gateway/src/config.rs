@@ -14,7 +14,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use rollout_policies::policy::MAX_TIMEOUT;
 use rollout_policies::{BreakerPolicy, BudgetPolicy, FailurePolicy, Policy, RetryPolicy};
-use rollout_proto::v1alpha1::Hook;
+use rollout_proto::HookKind;
+use rollout_proto::duration::{DurationError, parse_go_duration};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use tonic::Code;
@@ -510,12 +511,9 @@ impl Problems {
         let mut failure_policy_by_hook = base.failure_policy_by_hook.clone();
         for (hook_name, text) in raw.failure_policy_by_hook.iter().flatten() {
             let at = join(&format!("failurePolicyByHook.{hook_name}"));
-            let hook = match hook_name.as_str() {
-                "BeginRollout" => Some(Hook::BeginRollout),
-                "ProgressRollout" => Some(Hook::ProgressRollout),
-                "ValidateRolloutCompletion" => Some(Hook::ValidateRolloutCompletion),
-                "MutateManifestWork" => Some(Hook::MutateManifestWork),
-                _ => {
+            let hook = match HookKind::from_name(hook_name).and_then(HookKind::proto_hook) {
+                Some(hook) => Some(hook),
+                None => {
                     self.push(
                         at.clone(),
                         "is not a hook (BeginRollout, ProgressRollout, ValidateRolloutCompletion or MutateManifestWork)",
@@ -738,69 +736,25 @@ impl Problems {
     }
 }
 
-/// Parses a Go/Kubernetes-style duration: `500ms`, `10s`, `2m`, `1h30m`, `1.5s`.
-/// Units: ns, us (µs), ms, s, m, h. A bare `0` is zero.
+/// Parses a registry duration: Go's syntax (`500ms`, `10s`, `2m`, `1h30m`,
+/// `1.5s`; units ns, us (µs), ms, s, m, h; a bare `0`), read by the
+/// workspace's one parser ([`rollout_proto::duration`]), with no sign and at
+/// most 10^9 s. Blanks around it are ignored.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    /// The longest duration a registry takes, in nanoseconds (10^9 s).
+    const MAX_NANOS: i64 = 1_000_000_000 * 1_000_000_000;
     let s = text.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
+    if s.starts_with(['-', '+']) {
+        return Err("a duration takes no sign".into());
     }
-    if s.is_empty() {
-        return Err("empty".into());
+    match parse_go_duration(s) {
+        Ok(nanos) if nanos > MAX_NANOS => Err("too large".into()),
+        // Never negative: no sign.
+        Ok(nanos) => Ok(Duration::from_nanos(nanos.unsigned_abs())),
+        Err(DurationError::OutOfRange(_)) => Err("too large".into()),
+        Err(DurationError::Invalid(_)) if s.is_empty() => Err("empty".into()),
+        Err(e) => Err(e.to_string()),
     }
-    // Exact integer arithmetic in nanoseconds: "5658710759ms" must read back
-    // as exactly what it says (f64 seconds drift by a nanosecond up there).
-    let mut total: u128 = 0;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("missing unit after \"{rest}\" (use ms, s, m or h)"))?;
-        if num_len == 0 {
-            return Err(format!("expected a number at \"{rest}\""));
-        }
-        let number = &rest[..num_len];
-        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-        if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
-            return Err(format!("bad number \"{number}\""));
-        }
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        let nanos_per_unit: u128 = match unit {
-            "ns" => 1,
-            "us" | "µs" | "μs" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            other => return Err(format!("unknown unit \"{other}\" (use ms, s, m or h)")),
-        };
-        let too_large = || "too large".to_string();
-        let whole: u128 = if whole.is_empty() {
-            0
-        } else {
-            whole.parse().map_err(|_| too_large())?
-        };
-        let mut value = whole.checked_mul(nanos_per_unit).ok_or_else(too_large)?;
-        // The fraction, digit by digit, rounded down to whole nanoseconds.
-        let mut scale = nanos_per_unit;
-        for digit in fraction.bytes().take(30) {
-            scale /= 10;
-            value = value
-                .checked_add(u128::from(digit - b'0') * scale)
-                .ok_or_else(too_large)?;
-        }
-        total = total.checked_add(value).ok_or_else(too_large)?;
-        rest = &rest[unit_len..];
-    }
-    if total > 1_000_000_000 * 1_000_000_000 {
-        return Err("too large".into());
-    }
-    let secs = u64::try_from(total / 1_000_000_000).map_err(|_| "too large".to_string())?;
-    Ok(Duration::new(secs, (total % 1_000_000_000) as u32))
 }
 
 /// Formats a duration the way the config spells it (`500ms`, `10s`, `2m`).
@@ -969,6 +923,7 @@ pub fn check_dns_subdomain(name: &str) -> Result<(), &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rollout_proto::v1alpha1::Hook;
 
     const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 

@@ -153,7 +153,7 @@ pub fn spawn(
                             // The API answered.
                             backoff.reset();
                         }
-                        if feed.event(event) {
+                        if feed.event(event).await {
                             on_loaded();
                         }
                     }
@@ -197,7 +197,7 @@ impl Feed {
     }
 
     /// Handles one watcher event. Returns whether a new snapshot was loaded.
-    fn event(&mut self, event: Event<ConfigMap>) -> bool {
+    async fn event(&mut self, event: Event<ConfigMap>) -> bool {
         match event {
             Event::Init => {
                 self.listed = false;
@@ -210,7 +210,7 @@ impl Feed {
                 }
                 self.listed = true;
                 self.existed = true;
-                self.applied(&object)
+                self.applied(&object).await
             }
             Event::Delete(object) => {
                 if object.metadata.name.as_deref() == Some(self.cm.name.as_str()) {
@@ -233,15 +233,20 @@ impl Feed {
         }
     }
 
-    /// Applies the `config.yaml` of a listed or changed ConfigMap.
-    fn applied(&mut self, object: &ConfigMap) -> bool {
+    /// Applies the `config.yaml` of a listed or changed ConfigMap (parsed and
+    /// planned on the blocking pool).
+    async fn applied(&mut self, object: &ConfigMap) -> bool {
         let Some(text) = object.data.as_ref().and_then(|data| data.get(KEY)) else {
             self.fail(format!("has no key {KEY}"));
             return false;
         };
         // The registry's own outcome replaces whatever was recorded before.
         self.last_failure = None;
-        match self.registry.apply(self.source, text) {
+        match self
+            .registry
+            .apply_blocking(self.source, text.clone())
+            .await
+        {
             Ok(Applied::Loaded(generation)) => {
                 tracing::info!(configmap = %self.cm, generation, "registry loaded");
                 true
@@ -404,50 +409,53 @@ mod tests {
     #[tokio::test]
     async fn a_listed_configmap_loads_and_an_unchanged_one_does_not_reload() {
         let mut f = feed();
-        assert!(!f.event(Event::Init));
-        assert!(f.event(Event::InitApply(object("cfg", Some(VALID)))));
-        assert!(!f.event(Event::InitDone));
+        assert!(!f.event(Event::Init).await);
+        assert!(f.event(Event::InitApply(object("cfg", Some(VALID)))).await);
+        assert!(!f.event(Event::InitDone).await);
         assert_eq!(f.registry.load().unwrap().generation, 1);
         // A relist after an expired watch finds the same text.
         f.watch_failed(&gone());
         assert!(f.registry.last_error().is_none());
-        f.event(Event::Init);
-        assert!(!f.event(Event::InitApply(object("cfg", Some(VALID)))));
-        f.event(Event::InitDone);
+        f.event(Event::Init).await;
+        assert!(!f.event(Event::InitApply(object("cfg", Some(VALID)))).await);
+        f.event(Event::InitDone).await;
         assert_eq!(f.registry.reload_counts(), (1, 0));
         // Another object (never let through by the selector) is ignored.
-        assert!(!f.event(Event::Apply(object("other", Some("plugins: [")))));
+        assert!(
+            !f.event(Event::Apply(object("other", Some("plugins: ["))))
+                .await
+        );
         assert!(f.registry.last_error().is_none());
     }
 
     #[tokio::test]
     async fn missing_key_absent_and_deleted_configmaps_are_recorded_once() {
         let mut f = feed();
-        f.event(Event::Init);
-        f.event(Event::InitDone);
+        f.event(Event::Init).await;
+        f.event(Event::InitDone).await;
         assert_eq!(
             f.registry.last_error().as_deref(),
             Some("configmap ns/cfg: not found")
         );
-        f.event(Event::Apply(object("cfg", None)));
+        f.event(Event::Apply(object("cfg", None))).await;
         assert_eq!(
             f.registry.last_error().as_deref(),
             Some("configmap ns/cfg: has no key config.yaml")
         );
-        assert!(f.event(Event::Apply(object("cfg", Some(VALID)))));
+        assert!(f.event(Event::Apply(object("cfg", Some(VALID)))).await);
         assert!(f.registry.last_error().is_none());
-        f.event(Event::Delete(object("cfg", Some(VALID))));
+        f.event(Event::Delete(object("cfg", Some(VALID)))).await;
         assert_eq!(
             f.registry.last_error().as_deref(),
             Some("configmap ns/cfg: was deleted")
         );
         // The relist that follows finds nothing: same failure, not counted again.
-        f.event(Event::Init);
-        f.event(Event::InitDone);
+        f.event(Event::Init).await;
+        f.event(Event::InitDone).await;
         assert_eq!(f.registry.reload_counts(), (1, 3));
         assert!(f.registry.load().is_some(), "the snapshot stays");
         // Recreated with the same text: loads again, clearing the error.
-        assert!(f.event(Event::Apply(object("cfg", Some(VALID)))));
+        assert!(f.event(Event::Apply(object("cfg", Some(VALID)))).await);
         assert!(f.registry.last_error().is_none());
     }
 
@@ -468,8 +476,8 @@ mod tests {
         );
         assert_eq!(f.registry.reload_counts(), (0, 1));
         // Once the API answers, the list loads and clears the error.
-        f.event(Event::Init);
-        assert!(f.event(Event::InitApply(object("cfg", Some(VALID)))));
+        f.event(Event::Init).await;
+        assert!(f.event(Event::InitApply(object("cfg", Some(VALID)))).await);
         assert!(f.registry.last_error().is_none());
         f.watch_failed(&forbidden());
         assert_eq!(f.registry.reload_counts(), (1, 2));

@@ -1,10 +1,197 @@
 //! The gateway's errors, and the one place they become a `tonic::Status`.
+//!
+//! Two levels: [`CallError`] is why one call to one plugin failed, made by the
+//! layers of its stack and its connection, each kind its own variant;
+//! [`GatewayError`] is why a gateway call failed, and
+//! [`GatewayError::into_status`] is the one place a gRPC status is made.
+//! Nothing reads an error's message to decide what it is.
 
-use rollout_policies::merge::MergeError;
+use std::borrow::Cow;
+
+use rollout_policies::breaker::{CallOutcome, Rejected, is_failure};
+use rollout_policies::layer::{PolicyError, circuit_message};
+use rollout_policies::merge::{Failure, MergeError};
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
-use crate::registry::ResolveError;
+/// Why a name could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolveError {
+    NotFound {
+        name: String,
+        hub: Option<String>,
+    },
+    /// The caller's hub may not call `plugin` (the target or a member of it).
+    PermissionDenied {
+        name: String,
+        plugin: String,
+        hub: Option<String>,
+    },
+}
+
+/// Whose deadline bounded a call to a plugin: the sooner of the caller's
+/// (`grpc-timeout`) and the plugin's own `timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadlineOwner {
+    /// The caller's deadline came first: its passing says nothing of the
+    /// plugin's health.
+    Caller,
+    /// The plugin's own `timeout` came first: the plugin took longer than its
+    /// registry entry allows, which counts against it.
+    Plugin,
+}
+
+/// Why one call to one plugin failed.
+///
+/// What each kind means for the plugin's circuit breaker and for retries is
+/// [`PolicyError`]'s implementation below; the gRPC code it carries to the
+/// caller is [`CallError::code`].
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The plugin's own non-OK status (a trailers-only answer or the
+    /// trailers), or the HTTP status its server answered with. Only this kind
+    /// with UNIMPLEMENTED means "the plugin does not implement this hook".
+    #[error("{}", .0.message())]
+    Plugin(Status),
+    /// Refused by the plugin's open circuit; the plugin was not called.
+    #[error("{}", circuit_message(plugin, *rejected))]
+    CircuitOpen { plugin: String, rejected: Rejected },
+    /// Refused by the plugin's concurrency bound; the plugin was not called.
+    #[error("too many calls in flight (limit {max})")]
+    Overloaded { max: usize },
+    /// The deadline had passed before the plugin was called.
+    #[error("deadline exceeded before the call")]
+    DeadlineBeforeCall,
+    /// The time given passed: no answer came in time, or the plugin said
+    /// DEADLINE_EXCEEDED or CANCELLED (it gave up on the `grpc-timeout` it
+    /// was sent). `owner` says whose deadline it was.
+    #[error("{message}")]
+    Expired {
+        owner: DeadlineOwner,
+        message: String,
+    },
+    /// The plugin could not be reached, or the connection failed during the
+    /// call (refused, TLS verification, reset…).
+    #[error("{0}")]
+    Unreachable(String),
+    /// The plugin's answer could not be read: a message the gateway cannot
+    /// decode (bad compression flag, unknown `grpc-encoding`, bad protobuf,
+    /// several messages on a unary call, OK without a message, no status).
+    #[error("undecodable answer: {0}")]
+    Undecodable(String),
+    /// The plugin's answer is over the gateway's message limit.
+    #[error("answer too large: {0}")]
+    TooLarge(String),
+}
+
+impl CallError {
+    /// The gRPC code the caller sees for this failure: the one place it is
+    /// decided.
+    pub fn code(&self) -> Code {
+        match self {
+            CallError::Plugin(status) => status.code(),
+            CallError::CircuitOpen { .. } | CallError::Unreachable(_) => Code::Unavailable,
+            CallError::Overloaded { .. } | CallError::TooLarge(_) => Code::ResourceExhausted,
+            CallError::DeadlineBeforeCall | CallError::Expired { .. } => Code::DeadlineExceeded,
+            CallError::Undecodable(_) => Code::Internal,
+        }
+    }
+
+    /// Whether this is the plugin's own answer that it does not implement the
+    /// hook (and so is skipped, not failed).
+    pub fn is_unimplemented(&self) -> bool {
+        matches!(self, CallError::Plugin(status) if status.code() == Code::Unimplemented)
+    }
+
+    /// Whether the plugin's open circuit refused the call.
+    pub fn is_circuit_open(&self) -> bool {
+        matches!(self, CallError::CircuitOpen { .. })
+    }
+
+    /// The failure of one member, as the merge rules take it; the message is
+    /// bounded ([`bounded`]).
+    pub fn failure(&self) -> Failure {
+        Failure {
+            code: self.code(),
+            message: bounded(&self.to_string()).into_owned(),
+        }
+    }
+}
+
+/// Which failures count against a plugin (its circuit breaker) and which may
+/// be retried. A failure counts when the plugin failed within the time the
+/// gateway gave it under its own timeout: its own failing statuses
+/// (UNAVAILABLE, INTERNAL, UNKNOWN, DEADLINE_EXCEEDED — see
+/// [`is_failure`]), its own timeout passing, an answer the gateway cannot read
+/// or that is too large, a connection that fails. The caller's deadline
+/// passing, a deadline already passed before the call, and the gateway's own
+/// refusals say nothing of the plugin and do not count.
+impl PolicyError for CallError {
+    fn circuit_open(plugin: &str, rejected: Rejected) -> Self {
+        CallError::CircuitOpen {
+            plugin: plugin.to_string(),
+            rejected,
+        }
+    }
+
+    fn overloaded(max: usize) -> Self {
+        CallError::Overloaded { max }
+    }
+
+    fn retry_code(&self) -> Option<Code> {
+        match self {
+            CallError::CircuitOpen { .. }
+            | CallError::Overloaded { .. }
+            | CallError::DeadlineBeforeCall => None,
+            other => Some(other.code()),
+        }
+    }
+
+    fn outcome(&self) -> CallOutcome {
+        match self {
+            CallError::Plugin(status) if is_failure(status.code()) => CallOutcome::Failure,
+            CallError::Plugin(_) => CallOutcome::Neutral,
+            CallError::Expired {
+                owner: DeadlineOwner::Plugin,
+                ..
+            }
+            | CallError::Unreachable(_)
+            | CallError::Undecodable(_)
+            | CallError::TooLarge(_) => CallOutcome::Failure,
+            CallError::Expired {
+                owner: DeadlineOwner::Caller,
+                ..
+            }
+            | CallError::CircuitOpen { .. }
+            | CallError::Overloaded { .. }
+            | CallError::DeadlineBeforeCall => CallOutcome::Neutral,
+        }
+    }
+}
+
+/// The most bytes of a message the gateway forwards: gRPC clients refuse
+/// metadata over 16 KiB, and a status message travels as percent-encoded
+/// `grpc-message` (up to three bytes per byte), so a longer message would cost
+/// the caller the status itself.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024;
+
+/// `message`, cut to at most [`MAX_MESSAGE_BYTES`] on a character boundary
+/// and marked as cut (`… [N bytes cut]`), the mark included in the bound.
+pub fn bounded(message: &str) -> Cow<'_, str> {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return Cow::Borrowed(message);
+    }
+    // The mark's length depends on the number it shows; 32 bytes hold any.
+    let mut end = MAX_MESSAGE_BYTES - 32;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!(
+        "{}… [{} bytes cut]",
+        &message[..end],
+        message.len() - end
+    ))
+}
 
 /// Why a gateway call failed.
 #[derive(Debug, thiserror::Error)]
@@ -92,22 +279,17 @@ impl GatewayError {
     }
 
     /// A single plugin's failure, as the merge rules would report it.
-    pub fn plugin(name: &str, code: Code, message: &str) -> GatewayError {
+    pub fn plugin(name: &str, failure: Failure) -> GatewayError {
         GatewayError::Members(MergeError {
-            failures: vec![(
-                name.to_string(),
-                rollout_policies::merge::Failure {
-                    code,
-                    message: message.to_string(),
-                },
-            )],
+            failures: vec![(name.to_string(), failure)],
         })
     }
 
-    /// The status sent to the caller; `failed_open` names members skipped under
-    /// `failurePolicy: Ignore` before the failure (the trailer).
+    /// The status sent to the caller, its message bounded ([`bounded`]);
+    /// `failed_open` names members skipped under `failurePolicy: Ignore`
+    /// before the failure (the trailer).
     pub fn into_status(self, failed_open: &[String]) -> Status {
-        let mut status = Status::new(self.code(), self.to_string());
+        let mut status = Status::new(self.code(), bounded(&self.to_string()));
         if !failed_open.is_empty()
             && let Ok(v) = MetadataValue::try_from(failed_open.join(","))
         {
@@ -116,5 +298,66 @@ impl GatewayError {
                 .insert(rollout_proto::FAILED_OPEN_METADATA_KEY, v);
         }
         status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut_on_a_character_boundary_and_marked() {
+        assert_eq!(bounded("short"), "short");
+        let exact = "x".repeat(MAX_MESSAGE_BYTES);
+        assert_eq!(bounded(&exact), exact.as_str());
+        // Three-byte characters: the cut must not split one.
+        let long = "€".repeat(20_000);
+        let cut = bounded(&long);
+        assert!(cut.len() <= MAX_MESSAGE_BYTES, "{}", cut.len());
+        assert!(cut.ends_with(" bytes cut]"), "{cut}");
+        let kept = cut.split('…').next().unwrap_or_default();
+        assert!(kept.chars().all(|c| c == '€'));
+        assert_eq!(
+            cut.as_ref(),
+            format!("{kept}… [{} bytes cut]", long.len() - kept.len())
+        );
+    }
+
+    #[test]
+    fn only_the_plugins_own_failures_count_against_it() {
+        let expired = |owner| CallError::Expired {
+            owner,
+            message: "no answer within 200 ms".into(),
+        };
+        let cases = [
+            (expired(DeadlineOwner::Caller), CallOutcome::Neutral),
+            (expired(DeadlineOwner::Plugin), CallOutcome::Failure),
+            (CallError::DeadlineBeforeCall, CallOutcome::Neutral),
+            (CallError::Overloaded { max: 1 }, CallOutcome::Neutral),
+            (
+                CallError::Unreachable("refused".into()),
+                CallOutcome::Failure,
+            ),
+            (
+                CallError::Undecodable("flag 1".into()),
+                CallOutcome::Failure,
+            ),
+            (CallError::TooLarge("big".into()), CallOutcome::Failure),
+            (
+                CallError::Plugin(Status::unavailable("down")),
+                CallOutcome::Failure,
+            ),
+            (
+                CallError::Plugin(Status::failed_precondition("no")),
+                CallOutcome::Neutral,
+            ),
+        ];
+        for (error, outcome) in cases {
+            assert_eq!(error.outcome(), outcome, "{error:?}");
+        }
+        assert!(CallError::Plugin(Status::unimplemented("no")).is_unimplemented());
+        // The gateway's own UNIMPLEMENTED-looking failures are not a skip.
+        assert!(!CallError::Undecodable("compressed".into()).is_unimplemented());
+        assert_eq!(CallError::DeadlineBeforeCall.retry_code(), None);
     }
 }

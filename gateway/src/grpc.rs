@@ -18,6 +18,10 @@ use tonic::{Code, Status};
 /// The gRPC content type.
 pub const CONTENT_TYPE: &str = "application/grpc";
 
+/// The compressed encodings the gateway reads in a plugin's answer, as sent
+/// in `grpc-accept-encoding`.
+pub const ACCEPT_ENCODING: &str = "gzip,deflate";
+
 /// A framed message as handed to HTTP/2: up to four parts, small encoded
 /// heads and large pieces shared with the request they came from (written
 /// with `writev`, never copied). Most messages use the first part only.
@@ -66,6 +70,65 @@ pub fn message(mut body: Bytes, limit: usize) -> Result<Bytes, Status> {
         )));
     }
     Ok(body)
+}
+
+/// Why a plugin's answer could not be taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreadable {
+    /// Over the message limit once decompressed.
+    TooLarge(String),
+    /// Not a readable gRPC message.
+    Invalid(String),
+}
+
+/// The message of a whole unary answer, without its 5-byte prefix,
+/// decompressed when its flag says so with the answer's `grpc-encoding`
+/// (`gzip` or `deflate`), and at most `limit` bytes once decompressed.
+pub fn uncompressed(
+    mut body: Bytes,
+    encoding: Option<&str>,
+    limit: usize,
+) -> Result<Bytes, Unreadable> {
+    let len = frame_len(&body, limit).map_err(|s| match s.code() {
+        Code::ResourceExhausted => Unreadable::TooLarge(s.message().to_string()),
+        _ => Unreadable::Invalid(s.message().to_string()),
+    })?;
+    let compressed = body[0] == 1;
+    body.advance(5);
+    if body.len() != len {
+        return Err(Unreadable::Invalid(format!(
+            "gRPC message length {len} does not match the {} bytes received",
+            body.len()
+        )));
+    }
+    if !compressed {
+        return Ok(body);
+    }
+    let read = |reader: &mut dyn std::io::Read, name: &str| {
+        let mut out = Vec::new();
+        // One byte over the limit is enough to know it is over: a small
+        // answer that inflates without end is never held whole.
+        let mut bounded = std::io::Read::take(reader, limit as u64 + 1);
+        std::io::Read::read_to_end(&mut bounded, &mut out).map_err(|e| {
+            Unreadable::Invalid(format!("cannot decompress the {name} message: {e}"))
+        })?;
+        if out.len() > limit {
+            return Err(Unreadable::TooLarge(format!(
+                "message larger than the limit of {limit} bytes once decompressed"
+            )));
+        }
+        Ok(Bytes::from(out))
+    };
+    match encoding {
+        Some("gzip") => read(&mut flate2::read::GzDecoder::new(&body[..]), "gzip"),
+        Some("deflate") => read(&mut flate2::read::ZlibDecoder::new(&body[..]), "deflate"),
+        None | Some("identity") => Err(Unreadable::Invalid(
+            "message flagged compressed without a grpc-encoding".into(),
+        )),
+        Some(other) => Err(Unreadable::Invalid(format!(
+            "message compressed with unsupported grpc-encoding \"{other}\""
+        ))),
+    }
 }
 
 /// Decodes a message (without its prefix) as `M`.
@@ -128,18 +191,24 @@ pub fn flatten(mut payload: Payload) -> Bytes {
 }
 
 /// Reads the 5-byte prefix: the message length, after checking the
-/// compression flag and the limit.
+/// compression flag (the gateway's callers must not compress) and the limit.
 pub fn message_len(prefix: &[u8], limit: usize) -> Result<usize, Status> {
+    if prefix.first() == Some(&1) {
+        return Err(Status::unimplemented(
+            "compressed messages are not supported (send grpc-encoding identity)",
+        ));
+    }
+    frame_len(prefix, limit)
+}
+
+/// Reads the 5-byte prefix: the message length, after checking that the
+/// compression flag is 0 or 1 and the limit.
+fn frame_len(prefix: &[u8], limit: usize) -> Result<usize, Status> {
     if prefix.len() < 5 {
         return Err(Status::internal("truncated gRPC message prefix"));
     }
     match prefix[0] {
-        0 => {}
-        1 => {
-            return Err(Status::unimplemented(
-                "compressed messages are not supported (send grpc-encoding identity)",
-            ));
-        }
+        0 | 1 => {}
         f => {
             return Err(Status::internal(format!(
                 "invalid gRPC compression flag {f}"
@@ -197,7 +266,7 @@ pub async fn collect(
             _ => &[],
         };
         if expected.is_none() && seen.len() >= 5 {
-            expected = Some(message_len(seen, limit)?);
+            expected = Some(frame_len(seen, limit)?);
         }
         if let Some(e) = expected
             && seen.len() > e + 5
@@ -458,6 +527,46 @@ mod tests {
                 .code(),
             Code::Internal
         );
+    }
+
+    #[test]
+    fn compressed_answers_are_read_with_their_encoding() {
+        use std::io::Write as _;
+        let framed = |flag: u8, message: &[u8]| {
+            let mut b = vec![flag];
+            b.extend_from_slice(&(message.len() as u32).to_be_bytes());
+            b.extend_from_slice(message);
+            Bytes::from(b)
+        };
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(b"hello").expect("gzip");
+        let gzipped = gz.finish().expect("gzip");
+        assert_eq!(
+            uncompressed(framed(1, &gzipped), Some("gzip"), 100).expect("gzip"),
+            Bytes::from_static(b"hello")
+        );
+        assert_eq!(
+            uncompressed(framed(0, b"hello"), Some("gzip"), 10).expect("flag 0"),
+            Bytes::from_static(b"hello")
+        );
+        for encoding in [None, Some("identity"), Some("snappy")] {
+            assert!(matches!(
+                uncompressed(framed(1, b"hello"), encoding, 10),
+                Err(Unreadable::Invalid(_))
+            ));
+        }
+        assert!(matches!(
+            uncompressed(framed(1, b"not gzip"), Some("gzip"), 10),
+            Err(Unreadable::Invalid(_))
+        ));
+        // Inflating past the limit is refused, whatever the compressed size.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(&[0; 100_000]).expect("gzip");
+        let bomb = gz.finish().expect("gzip");
+        assert!(matches!(
+            uncompressed(framed(1, &bomb), Some("gzip"), 1_000),
+            Err(Unreadable::TooLarge(_))
+        ));
     }
 
     #[test]

@@ -12,9 +12,44 @@ use rollout_proto::v1alpha1::{
 use rollout_proto::view::{MutateParts, RolloutFields, ValidateView};
 use tonic::Status;
 
+use http::HeaderMap;
+use opentelemetry::trace::SpanContext;
+use rollout_policies::layer::PolicyRequest;
+use tokio::time::Instant;
+
+use crate::error::DeadlineOwner;
 use crate::grpc;
 
 pub use rollout_proto::HookKind;
+
+/// One call to one plugin, as it travels down the plugin's stack (cloned per
+/// attempt).
+#[derive(Debug, Clone)]
+pub struct PluginCall {
+    pub request: HookRequest,
+    /// Every attempt and every backoff fits before it.
+    pub deadline: Instant,
+    /// Whose deadline `deadline` is: the caller's, or the plugin's own
+    /// `timeout` (only the latter passing counts against the plugin).
+    pub owner: DeadlineOwner,
+    /// Caller headers passed on to the plugin (trace context); each attempt
+    /// replaces the `traceparent` with its own span's.
+    pub forward: Arc<HeaderMap>,
+    /// The server span of the gateway call: each attempt's span is its child.
+    pub parent: SpanContext,
+    /// 1-based attempt number, set by the retry layer.
+    pub attempt: u32,
+}
+
+impl PolicyRequest for PluginCall {
+    fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    fn set_attempt(&mut self, attempt: u32) {
+        self.attempt = attempt;
+    }
+}
 
 /// A request for one hook.
 ///

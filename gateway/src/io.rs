@@ -15,6 +15,10 @@ use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// The read buffer of each connection, the callers' and the plugins'; larger
+/// reads bypass it.
+pub const READ_BUFFER: usize = 16 * 1024;
+
 /// Writes at least this large are not copied into the buffer.
 const PASS_THROUGH: usize = 16 * 1024;
 

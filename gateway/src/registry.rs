@@ -3,10 +3,19 @@
 //! Each registry source (a `--config` file, later a watched ConfigMap) holds
 //! its last valid [`Config`]. A change to a source is parsed and validated on
 //! its own, then every source is combined into a new snapshot (hub scopes,
-//! name clashes across files, pipelines naming shared plugins) and stored in
-//! one atomic swap. A change that fails keeps the previous snapshot, and is
-//! recorded for `/debug/plugins` and counted. Calls load the snapshot once and
-//! finish on it, whatever reloads happen meanwhile.
+//! name clashes across files, pipelines naming shared plugins): the whole new
+//! registry is planned first, touching nothing live, and only a plan without
+//! problems is committed — the kept plugins take their new concurrency bound,
+//! breaker and budget settings, and the snapshot is stored in one atomic
+//! swap. A change that fails changes nothing: the previous snapshot and every
+//! plugin's settings stay, and the failure is recorded for `/debug/plugins`
+//! and counted. Calls load the snapshot once and finish on it, whatever
+//! reloads happen meanwhile.
+//!
+//! Parsing and planning take time in proportion to the registry (a 50 MB
+//! registry takes a good fraction of a second): [`Registry::apply_blocking`]
+//! does them on the blocking pool, never on the runtime's workers, and no
+//! lock that the call path or the admin endpoints take is held meanwhile.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,12 +24,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arc_swap::ArcSwapOption;
 use rollout_policies::Policy;
+use rollout_policies::breaker::BreakerState;
 
 use crate::config::{
     self, ClientCertificate, Config, ConfigError, Endpoint, PipelineConfig, Problem,
 };
+pub use crate::error::ResolveError;
 use crate::stack::{self, PluginStack};
-use crate::telemetry::{PluginMetrics, Telemetry};
+use crate::telemetry::{PluginMetrics, RegistryState, Telemetry};
 use crate::upstream::{ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
 
 /// A registered plugin, as one snapshot sees it.
@@ -92,21 +103,6 @@ impl Target {
     }
 }
 
-/// Why a name could not be resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ResolveError {
-    NotFound {
-        name: String,
-        hub: Option<String>,
-    },
-    /// The caller's hub may not call `plugin` (the target or a member of it).
-    PermissionDenied {
-        name: String,
-        plugin: String,
-        hub: Option<String>,
-    },
-}
-
 /// One immutable view of the registry.
 #[derive(Debug, Default)]
 pub struct Snapshot {
@@ -164,7 +160,16 @@ struct SourceState {
 #[derive(Debug, Default)]
 struct Inner {
     sources: Vec<SourceState>,
-    last_error: Option<String>,
+}
+
+/// A new registry, planned and not yet live: committing it stores the
+/// snapshot and applies the kept plugins' new settings.
+struct Plan {
+    snapshot: Snapshot,
+    /// Upstreams made for this plan, whose own Initialize is pending.
+    fresh: Vec<(Option<String>, Arc<Upstream>)>,
+    /// Kept upstreams, with the policy they take on commit.
+    kept: Vec<(Arc<Upstream>, Policy)>,
 }
 
 /// What became of a change to a source.
@@ -190,7 +195,11 @@ pub struct ReloadError {
 #[derive(Debug)]
 pub struct Registry {
     current: ArcSwapOption<Snapshot>,
+    /// Held while a change is checked, planned and committed (the sources'
+    /// state); never by the call path or the admin endpoints.
     inner: Mutex<Inner>,
+    labels: Vec<String>,
+    last_error: Mutex<Option<String>>,
     generation: AtomicU64,
     reload_success: AtomicU64,
     reload_failure: AtomicU64,
@@ -218,6 +227,7 @@ impl Registry {
     ) -> Registry {
         Registry {
             current: ArcSwapOption::empty(),
+            labels: sources.iter().map(|s| s.label.clone()).collect(),
             inner: Mutex::new(Inner {
                 sources: sources
                     .into_iter()
@@ -226,8 +236,8 @@ impl Registry {
                         ..Default::default()
                     })
                     .collect(),
-                last_error: None,
             }),
+            last_error: Mutex::new(None),
             generation: AtomicU64::new(0),
             reload_success: AtomicU64::new(0),
             reload_failure: AtomicU64::new(0),
@@ -277,7 +287,11 @@ impl Registry {
 
     /// The last rejected change, until a later change loads.
     pub fn last_error(&self) -> Option<String> {
-        self.lock().last_error.clone()
+        lock(&self.last_error).clone()
+    }
+
+    fn set_last_error(&self, error: Option<String>) {
+        *lock(&self.last_error) = error;
     }
 
     /// Counts of successful and failed reloads.
@@ -290,23 +304,17 @@ impl Registry {
 
     /// The labels of the sources.
     pub fn source_labels(&self) -> Vec<String> {
-        self.lock()
-            .sources
-            .iter()
-            .map(|s| s.label.clone())
-            .collect()
+        self.labels.clone()
     }
 
     /// The upstreams created by the reloads since the last call (the gateway
     /// sends each its own Initialize to learn its hooks).
     pub fn take_fresh_upstreams(&self) -> Vec<(Option<String>, Arc<Upstream>)> {
-        std::mem::take(&mut *self.fresh.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *lock(&self.fresh))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // A panic while holding the lock leaves consistent data (every update
-        // is a whole assignment), so a poisoned lock is still usable.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner)
     }
 
     /// Records that a source could not be read (missing file, API error).
@@ -317,7 +325,7 @@ impl Registry {
             .get(source)
             .map(|s| s.label.clone())
             .unwrap_or_default();
-        inner.last_error = Some(format!("{label}: {message}"));
+        self.set_last_error(Some(format!("{label}: {message}")));
         // Reading it again later must apply even identical text.
         if let Some(s) = inner.sources.get_mut(source) {
             s.last_text = None;
@@ -325,8 +333,45 @@ impl Registry {
         self.reload_failure.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Applies new text for `source`: parse, validate, combine with the other
-    /// sources, store. On error the previous snapshot stays.
+    /// [`Registry::apply`] on the blocking pool, for the watchers: a large
+    /// registry is parsed and planned there, and the runtime's workers go on
+    /// serving calls meanwhile. Text that did not change is told at once,
+    /// without a thread (the watchers poll).
+    pub async fn apply_blocking(
+        self: &Arc<Self>,
+        source: usize,
+        text: String,
+    ) -> Result<Applied, ReloadError> {
+        // The common case on every poll, text that did not change, needs no
+        // thread (and never waits for another source's reload).
+        let unchanged = match self.inner.try_lock() {
+            Ok(inner) => {
+                inner
+                    .sources
+                    .get(source)
+                    .and_then(|s| s.last_text.as_deref())
+                    == Some(text.as_str())
+            }
+            Err(_) => false,
+        };
+        if unchanged {
+            return Ok(Applied::Unchanged);
+        }
+        let registry = self.clone();
+        match tokio::task::spawn_blocking(move || registry.apply(source, &text)).await {
+            Ok(applied) => applied,
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // The runtime is shutting down: nothing was applied.
+                Err(_) => Ok(Applied::Unchanged),
+            },
+        }
+    }
+
+    /// Applies new text for `source`: parse and validate it, plan the whole
+    /// new registry with the other sources, and commit the plan only if it
+    /// has no problem. On error nothing changes: the previous snapshot and
+    /// every plugin's settings stay. Blocking: see [`Registry::apply_blocking`].
     pub fn apply(&self, source: usize, text: &str) -> Result<Applied, ReloadError> {
         let mut inner = self.lock();
         let label = inner
@@ -352,20 +397,14 @@ impl Registry {
             let mut configs: Vec<Option<&Config>> =
                 inner.sources.iter().map(|s| s.config.as_ref()).collect();
             configs[source] = Some(&cfg);
-            let snapshot = self.build(&configs, &inner.sources)?;
-            Ok((cfg, snapshot))
+            let plan = self.plan(&configs, &inner.sources)?;
+            Ok((cfg, plan))
         });
         match result {
-            Ok((cfg, (snapshot, fresh))) => {
+            Ok((cfg, plan)) => {
                 inner.sources[source].config = Some(cfg);
-                inner.last_error = None;
-                let generation = snapshot.generation;
-                self.current.store(Some(Arc::new(snapshot)));
-                self.publish_readiness();
-                self.fresh
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend(fresh);
+                self.set_last_error(None);
+                let generation = self.commit(plan);
                 self.reload_success.fetch_add(1, Ordering::Relaxed);
                 Ok(Applied::Loaded(generation))
             }
@@ -374,26 +413,47 @@ impl Registry {
                     source_label: label,
                     error,
                 };
-                inner.last_error = Some(err.to_string());
+                self.set_last_error(Some(err.to_string()));
                 self.reload_failure.fetch_add(1, Ordering::Relaxed);
                 Err(err)
             }
         }
     }
 
-    /// Combines the sources' configs into a snapshot, reusing the upstream of
-    /// every plugin whose endpoint and TLS settings did not change.
-    #[allow(clippy::type_complexity)]
-    fn build(
+    /// Makes a plan live: the kept plugins take their new settings, then the
+    /// snapshot is stored, in one swap. Returns its generation.
+    fn commit(&self, plan: Plan) -> u64 {
+        let Plan {
+            mut snapshot,
+            fresh,
+            kept,
+        } = plan;
+        for (upstream, policy) in kept {
+            upstream.update_policy(&policy);
+        }
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        snapshot.generation = generation;
+        self.current.store(Some(Arc::new(snapshot)));
+        self.publish_readiness();
+        lock(&self.fresh).extend(fresh);
+        generation
+    }
+
+    /// Plans a snapshot combining the sources' configs, reusing the upstream
+    /// of every plugin whose endpoint and TLS settings did not change. Changes
+    /// nothing live: a kept upstream's new settings are in the plan, applied
+    /// by [`Registry::commit`].
+    fn plan(
         &self,
         configs: &[Option<&Config>],
         sources: &[SourceState],
-    ) -> Result<(Snapshot, Vec<(Option<String>, Arc<Upstream>)>), ConfigError> {
+    ) -> Result<Plan, ConfigError> {
         let previous = self.current.load_full();
         let mut problems = Vec::new();
         let mut scopes: HashMap<Option<String>, HashMap<String, Target>> = HashMap::new();
         let mut plugins = Vec::new();
         let mut fresh = Vec::new();
+        let mut kept_upstreams = Vec::new();
 
         // Plugins first, so pipelines of any file can name them.
         for (si, cfg) in configs.iter().enumerate() {
@@ -443,7 +503,7 @@ impl Registry {
                 });
                 let upstream = match kept {
                     Some(u) => {
-                        u.update_policy(&pc.policy);
+                        kept_upstreams.push((u.clone(), pc.policy.clone()));
                         u
                     }
                     None => match Upstream::new(key, &self.settings, &pc.policy) {
@@ -526,17 +586,42 @@ impl Registry {
         if !problems.is_empty() {
             return Err(ConfigError { problems });
         }
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        Ok((
-            Snapshot {
-                generation,
+        Ok(Plan {
+            snapshot: Snapshot {
+                // Set on commit.
+                generation: 0,
                 scopes,
                 plugins,
                 pipelines,
             },
             fresh,
-        ))
+            kept: kept_upstreams,
+        })
     }
+}
+
+impl RegistryState for Registry {
+    fn circuits(&self) -> Vec<(String, Option<String>, BreakerState)> {
+        self.load()
+            .iter()
+            .flat_map(|s| s.plugins.iter())
+            .map(|p| (p.name.clone(), p.hub.clone(), p.upstream.circuit().0))
+            .collect()
+    }
+
+    fn reload_counts(&self) -> (u64, u64) {
+        Registry::reload_counts(self)
+    }
+
+    fn generation(&self) -> u64 {
+        self.load().map_or(0, |s| s.generation)
+    }
+}
+
+/// A poisoned lock still holds consistent data (every update is a whole
+/// assignment).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn read_identity(cc: &ClientCertificate) -> Result<ClientIdentity, String> {
@@ -659,5 +744,77 @@ mod tests {
                 .contains("\"ghost\" is not a plugin of hub hub-a or a shared plugin"),
             "{err}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_large_registry_is_parsed_and_planned_off_the_runtime() {
+        let mut text = String::from("plugins:\n");
+        for i in 0..2_000 {
+            text.push_str(&format!(
+                "  - name: p{i}\n    endpoint: 127.0.0.1:{}\n    insecure: true\n",
+                1_000 + i
+            ));
+        }
+        let r = Arc::new(registry(1));
+        // This test's runtime has one thread: a parse on it would let nothing
+        // else run until it is done.
+        let ticks = Arc::new(AtomicU64::new(0));
+        let ticker = {
+            let ticks = ticks.clone();
+            tokio::spawn(async move {
+                loop {
+                    ticks.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        tokio::task::yield_now().await;
+        let before = ticks.load(Ordering::Relaxed);
+        assert_eq!(
+            r.apply_blocking(0, text).await.expect("valid"),
+            Applied::Loaded(1)
+        );
+        ticker.abort();
+        assert!(
+            ticks.load(Ordering::Relaxed) > before,
+            "the runtime was held during the reload"
+        );
+        assert_eq!(r.load().expect("loaded").plugins.len(), 2_000);
+    }
+
+    #[tokio::test]
+    async fn a_change_rejected_across_files_leaves_the_kept_plugins_settings() {
+        let r = registry(2);
+        let with = |failures: u32, max: u32, per_second: u32| {
+            format!(
+                "plugins:\n  - name: a\n    endpoint: 127.0.0.1:7001\n    insecure: true\n    maxConcurrentCalls: {max}\n    circuitBreaker:\n      consecutiveFailures: {failures}\n    retryBudget:\n      minPerSecond: {per_second}\n"
+            )
+        };
+        r.apply(0, &with(7, 4, 3)).expect("ok");
+        r.apply(
+            1,
+            "plugins:\n  - name: b\n    endpoint: 127.0.0.1:7002\n    insecure: true\n",
+        )
+        .expect("ok");
+        let settings = |r: &Registry| match r.load().expect("loaded").resolve(None, "a") {
+            Ok(Target::Plugin(p)) => p.upstream.kept_settings(),
+            other => panic!("{other:?}"),
+        };
+        let before = settings(&r);
+        assert_eq!(before.0, 4);
+        // New settings for "a", and a name the other file defines.
+        let clash = format!(
+            "{}  - name: b\n    endpoint: 127.0.0.1:7003\n    insecure: true\n",
+            with(2, 9, 50)
+        );
+        let err = r.apply(0, &clash).expect_err("clash");
+        assert!(err.to_string().contains("already defined"), "{err}");
+        assert_eq!(settings(&r), before);
+        // Accepted, the same settings do apply to the kept upstream.
+        r.apply(0, &with(2, 9, 50)).expect("ok");
+        let after = settings(&r);
+        assert_eq!(after.0, 9);
+        assert_eq!(after.1.consecutive_failures, 2);
+        assert_eq!(after.2.min_per_second, 50);
     }
 }

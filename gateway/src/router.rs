@@ -4,7 +4,8 @@
 //!
 //! Each member call is bounded by the sooner of the caller's deadline and the
 //! member's own `timeout`. A member that does not implement the hook is not
-//! called (or, answering UNIMPLEMENTED, is skipped); a member that fails is
+//! called (or, answering UNIMPLEMENTED itself, is skipped: only the plugin's
+//! own answer means that, never a failure of the gateway's); a member that fails is
 //! dropped (failure policy `Ignore`) or fails the call (`Fail`). The answers
 //! are merged by `rollout_policies::merge`.
 
@@ -19,14 +20,13 @@ use rollout_policies::merge::{self, Failure, Member, Merged, Outcome};
 use rollout_proto::v1alpha1::{InitializeRequest, InitializeResponse, ValidateResponse};
 use serde_json::Value;
 use tokio::time::Instant;
-use tonic::{Code, Status};
+use tonic::Code;
 use tower::ServiceExt;
 
-use crate::error::GatewayError;
-use crate::hooks::{Forwarded, HookKind, HookRequest, HookResponse, MutateStep};
+use crate::error::{DeadlineOwner, GatewayError};
+use crate::hooks::{Forwarded, HookKind, HookRequest, HookResponse, MutateStep, PluginCall};
 use crate::manifest;
 use crate::registry::{Plugin, Target};
-use crate::stack::PluginCall;
 
 /// What every member call of one gateway call shares.
 #[derive(Debug)]
@@ -75,21 +75,22 @@ impl CallContext<'_> {
         }
         let started = Instant::now();
         let own = started + plugin.policy.timeout;
-        let deadline = match self.deadline {
-            Some(d) if d < own => d,
-            _ => own,
+        let (deadline, owner) = match self.deadline {
+            Some(d) if d < own => (d, DeadlineOwner::Caller),
+            _ => (own, DeadlineOwner::Plugin),
         };
         let call = PluginCall {
             request,
             deadline,
+            owner,
             forward: self.forward.clone(),
             parent: self.parent.clone(),
             attempt: 1,
         };
         match plugin.stack.clone().oneshot(call).await {
             Ok(answer) => Sent::Done(started, Ok(answer)),
-            Err(status) if status.code() == Code::Unimplemented => Sent::Skipped,
-            Err(status) => Sent::Done(started, Err(failure(&status))),
+            Err(error) if error.is_unimplemented() => Sent::Skipped,
+            Err(error) => Sent::Done(started, Err(error.failure())),
         }
     }
 
@@ -246,10 +247,7 @@ impl CallContext<'_> {
                 Outcome::Skipped | Outcome::Answered(_) => {}
                 Outcome::FailedOpen(_) => failed_open.push(plugin.name.clone()),
                 Outcome::Failed(f) => {
-                    return Err((
-                        GatewayError::plugin(&plugin.name, f.code, &f.message),
-                        failed_open,
-                    ));
+                    return Err((GatewayError::plugin(&plugin.name, f), failed_open));
                 }
             }
         }
@@ -320,13 +318,6 @@ fn check_mutation(
     }
     let changed = *input_value != out;
     Ok((out, changed))
-}
-
-fn failure(status: &Status) -> Failure {
-    Failure {
-        code: status.code(),
-        message: status.message().to_string(),
-    }
 }
 
 fn wrong_answer() -> Failure {

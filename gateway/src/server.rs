@@ -19,12 +19,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::grpc::Payload;
-use crate::io::Coalesce;
+use crate::io::{Coalesce, READ_BUFFER};
 use crate::service::{CallerHub, GatewayService};
 use crate::tls::{ServerTls, hub_of};
-
-/// The read buffer of each connection; larger reads bypass it.
-pub const READ_BUFFER: usize = 16 * 1024;
 
 /// HTTP/2 settings of the gRPC listener.
 #[derive(Debug, Clone)]

@@ -89,7 +89,12 @@ impl GatewayService {
     async fn answer(&self, request: http::Request<h2::RecvStream>) -> Reply {
         let received = Instant::now();
         let (parts, mut body) = request.into_parts();
-        let Some(hook) = parts.uri.path().strip_prefix(PATH_PREFIX).and_then(hook_of) else {
+        let Some(hook) = parts
+            .uri
+            .path()
+            .strip_prefix(PATH_PREFIX)
+            .and_then(HookKind::from_name)
+        else {
             return Reply::Status(Status::unimplemented(format!(
                 "unknown method {}",
                 parts.uri.path()
@@ -104,11 +109,7 @@ impl GatewayService {
             return Reply::Http(StatusCode::UNSUPPORTED_MEDIA_TYPE);
         }
         let telemetry = self.registry.telemetry();
-        let traceparent = parts
-            .headers
-            .get("traceparent")
-            .map(|v| v.as_bytes())
-            .filter(|v| valid_traceparent(v));
+        let traceparent = parts.headers.get("traceparent").map(|v| v.as_bytes());
         let mut span = telemetry.tracing.server_span(hook, traceparent);
         let context = span.context();
         // Log lines of this call carry its trace, to go from a log to Jaeger.
@@ -186,7 +187,7 @@ impl GatewayService {
         let mut forward = HeaderMap::new();
         if let Some(ts) = headers
             .get("traceparent")
-            .filter(|v| valid_traceparent(v.as_bytes()))
+            .filter(|v| rollout_telemetry::parse_traceparent(v.as_bytes()).is_some())
             .and_then(|_| headers.get("tracestate"))
             .filter(|v| valid_tracestate(v.as_bytes()))
         {
@@ -273,43 +274,9 @@ impl GatewayService {
     }
 }
 
-/// A W3C `traceparent`: `VERSION-TRACEID-PARENTID-FLAGS`, lowercase hex of 2,
-/// 32, 16 and 2 digits, with non-zero ids and a version other than `ff`.
-pub fn valid_traceparent(v: &[u8]) -> bool {
-    let hex = |s: &[u8]| {
-        s.iter()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
-    };
-    let zero = |s: &[u8]| s.iter().all(|b| *b == b'0');
-    v.len() >= 55
-        && v[2] == b'-'
-        && v[35] == b'-'
-        && v[52] == b'-'
-        && hex(&v[0..2])
-        && &v[0..2] != b"ff"
-        && hex(&v[3..35])
-        && !zero(&v[3..35])
-        && hex(&v[36..52])
-        && !zero(&v[36..52])
-        && hex(&v[53..55])
-        // Version 00 has exactly these fields; later versions may add some.
-        && (v.len() == 55 || (&v[0..2] != b"00" && v[55] == b'-'))
-}
-
 /// A W3C `tracestate`: at most 512 bytes of printable ASCII list members.
 pub fn valid_tracestate(v: &[u8]) -> bool {
     v.len() <= 512 && v.iter().all(|b| (0x20..0x7f).contains(b))
-}
-
-fn hook_of(method: &str) -> Option<HookKind> {
-    Some(match method {
-        "Initialize" => HookKind::Initialize,
-        "BeginRollout" => HookKind::BeginRollout,
-        "ProgressRollout" => HookKind::ProgressRollout,
-        "ValidateRolloutCompletion" => HookKind::ValidateRolloutCompletion,
-        "MutateManifestWork" => HookKind::MutateManifestWork,
-        _ => return None,
-    })
 }
 
 fn target_name(headers: &HeaderMap) -> Result<String, GatewayError> {
@@ -389,23 +356,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_well_formed_trace_context_is_passed_on() {
-        let good = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        assert!(valid_traceparent(good));
-        for bad in [
-            &b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"[..],
-            b"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-            b"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
-            b"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-            b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
-            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
-            b"garbage",
-        ] {
-            assert!(!valid_traceparent(bad), "{}", String::from_utf8_lossy(bad));
-        }
-        assert!(valid_traceparent(
-            b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future"
-        ));
+    fn only_well_formed_trace_state_is_passed_on() {
         assert!(valid_tracestate(b"congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"));
         assert!(!valid_tracestate(&[b'a'; 513]));
     }

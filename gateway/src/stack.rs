@@ -16,58 +16,33 @@
 //!                    as the plugin's grpc-timeout
 //! ```
 //!
-//! The breaker and the retry budget belong to the plugin's [`Upstream`], so they
-//! outlive a reload that keeps the plugin's endpoint and TLS settings; the
-//! policy values come from the current registry snapshot.
+//! The concurrency bound, the breaker and the retry budget belong to the
+//! plugin's [`Upstream`], so they outlive a reload that keeps the plugin's
+//! endpoint and TLS settings (the calls in flight stay counted, the circuit
+//! stays open); their settings follow the registry when a reload commits.
+//!
+//! Every layer speaks [`CallError`]: the layers make their refusals with it and
+//! ask it whether an error is retried and whether it counts against the
+//! plugin (see its [`rollout_policies::PolicyError`] implementation).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::HeaderMap;
-use opentelemetry::trace::SpanContext;
 use rollout_policies::Policy;
-use rollout_policies::layer::{
-    CircuitBreakerLayer, ConcurrencyLimitLayer, PolicyRequest, RetryLayer, RetryObserver,
-};
-use tokio::time::Instant;
-use tonic::Status;
+use rollout_policies::layer::{CircuitBreakerLayer, RetryLayer, RetryObserver};
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
 
-use crate::hooks::{HookRequest, HookResponse};
+use crate::error::CallError;
+use crate::hooks::{HookResponse, PluginCall};
 use crate::telemetry::attempt::AttemptTelemetryLayer;
 use crate::telemetry::{PluginMetrics, Telemetry};
 use crate::upstream::Upstream;
 
-/// One call to one plugin, as it travels down the stack (cloned per attempt).
-#[derive(Debug, Clone)]
-pub struct PluginCall {
-    pub request: HookRequest,
-    /// Every attempt and every backoff fits before it.
-    pub deadline: Instant,
-    /// Caller headers passed on to the plugin (trace context); each attempt
-    /// replaces the `traceparent` with its own span's.
-    pub forward: Arc<HeaderMap>,
-    /// The server span of the gateway call: each attempt's span is its child.
-    pub parent: SpanContext,
-    /// 1-based attempt number, set by the retry layer.
-    pub attempt: u32,
-}
-
-impl PolicyRequest for PluginCall {
-    fn deadline(&self) -> Instant {
-        self.deadline
-    }
-
-    fn set_attempt(&mut self, attempt: u32) {
-        self.attempt = attempt;
-    }
-}
-
 /// A plugin's stack: a cheap-to-clone service.
-pub type PluginStack = BoxCloneSyncService<PluginCall, HookResponse, Status>;
+pub type PluginStack = BoxCloneSyncService<PluginCall, HookResponse, CallError>;
 
 /// The bottom of the stack: one call over the plugin's connection.
 #[derive(Debug, Clone)]
@@ -75,10 +50,10 @@ pub struct UpstreamService(pub Arc<Upstream>);
 
 impl tower::Service<PluginCall> for UpstreamService {
     type Response = HookResponse;
-    type Error = Status;
-    type Future = Pin<Box<dyn Future<Output = Result<HookResponse, Status>> + Send>>;
+    type Error = CallError;
+    type Future = Pin<Box<dyn Future<Output = Result<HookResponse, CallError>> + Send>>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), CallError>> {
         Poll::Ready(Ok(()))
     }
 
@@ -86,13 +61,15 @@ impl tower::Service<PluginCall> for UpstreamService {
         let upstream = self.0.clone();
         Box::pin(async move {
             upstream
-                .call(call.request, call.deadline, &call.forward)
+                .call(call.request, call.deadline, call.owner, &call.forward)
                 .await
         })
     }
 }
 
-/// Builds the stack of one plugin, in the order above.
+/// Builds the stack of one plugin, in the order above. The concurrency bound,
+/// the breaker and the budget are the upstream's own, so they carry over from
+/// the stack of the previous snapshot; the retry policy is `policy`'s.
 pub fn build(
     name: &str,
     policy: &Policy,
@@ -103,7 +80,7 @@ pub fn build(
     let service = ServiceBuilder::new()
         // Outermost: a slow plugin holds at most this many of the gateway's
         // calls; the rest are refused at once rather than queued.
-        .layer(ConcurrencyLimitLayer::new(policy.max_concurrent_calls))
+        .layer(upstream.limit())
         // Retries inside the limit (they take no extra slot) and above the
         // breaker (each attempt meets the circuit).
         .layer(

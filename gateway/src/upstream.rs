@@ -26,8 +26,10 @@ use tonic::{Code, Status};
 
 use rollout_policies::breaker::{Breaker, BreakerState};
 use rollout_policies::budget::RetryBudget;
+use rollout_policies::layer::ConcurrencyLimitLayer;
 use rollout_policies::{BudgetPolicy, Policy};
 
+use crate::error::{CallError, DeadlineOwner};
 use crate::grpc::{self, Payload};
 
 use crate::config::{Endpoint, Transport};
@@ -95,8 +97,9 @@ pub struct Upstream {
     dialling: tokio::sync::Mutex<()>,
     /// `HOOKS_KNOWN` plus one bit per implemented `Hook` (bit = enum value).
     hooks: AtomicU8,
-    /// The circuit breaker and retry budget of the plugin: they live as long
-    /// as its connection settings do, across reloads.
+    /// The concurrency bound, circuit breaker and retry budget of the plugin:
+    /// they live as long as its connection settings do, across reloads.
+    limit: ConcurrencyLimitLayer,
     breaker: Arc<Mutex<Breaker>>,
     budget: Arc<Mutex<RetryBudget>>,
     budget_policy: Mutex<BudgetPolicy>,
@@ -149,6 +152,7 @@ impl Upstream {
             conn: ArcSwapOption::empty(),
             dialling: tokio::sync::Mutex::new(()),
             hooks: AtomicU8::new(0),
+            limit: ConcurrencyLimitLayer::new(policy.max_concurrent_calls),
             breaker: Arc::new(Mutex::new(Breaker::new(&policy.circuit_breaker))),
             budget: Arc::new(Mutex::new(RetryBudget::new(&policy.retry_budget, now()))),
             budget_policy: Mutex::new(policy.retry_budget.clone()),
@@ -156,15 +160,34 @@ impl Upstream {
     }
 
     /// Applies the policy of a new registry snapshot to the state this
-    /// upstream keeps: the breaker keeps its state under new thresholds; the
-    /// budget starts over only if its own settings changed.
+    /// upstream keeps: the concurrency bound is resized and keeps counting
+    /// the calls in flight; the breaker keeps its state under new thresholds;
+    /// the budget starts over only if its own settings changed. Called only
+    /// once the snapshot is committed.
     pub fn update_policy(&self, policy: &Policy) {
+        self.limit.set_max(policy.max_concurrent_calls);
         lock(&self.breaker).set_policy(&policy.circuit_breaker);
         let mut current = lock(&self.budget_policy);
         if *current != policy.retry_budget {
             *lock(&self.budget) = RetryBudget::new(&policy.retry_budget, now());
             *current = policy.retry_budget.clone();
         }
+    }
+
+    /// The plugin's concurrency bound (shared with its stack).
+    pub fn limit(&self) -> ConcurrencyLimitLayer {
+        self.limit.clone()
+    }
+
+    /// The settings of the state kept across reloads, for `/debug/plugins`
+    /// and tests: the concurrency bound, and the breaker's and budget's
+    /// policies.
+    pub fn kept_settings(&self) -> (usize, rollout_policies::BreakerPolicy, BudgetPolicy) {
+        (
+            self.limit.max(),
+            lock(&self.breaker).policy().clone(),
+            lock(&self.budget_policy).clone(),
+        )
     }
 
     /// The plugin's circuit breaker (shared with its stack).
@@ -224,35 +247,38 @@ impl Upstream {
             Hook::ALL
                 .iter()
                 .filter(|h| bits & (1 << **h as u8) != 0)
-                .map(|h| match h {
-                    Hook::BeginRollout => "BeginRollout",
-                    Hook::ProgressRollout => "ProgressRollout",
-                    Hook::ValidateRolloutCompletion => "ValidateRolloutCompletion",
-                    _ => "MutateManifestWork",
-                })
+                .map(|h| h.name())
                 .collect()
         })
     }
 
-    /// One call to the plugin, bounded by `deadline`, whose remaining time is
-    /// sent on as the plugin's `grpc-timeout`. `forward` holds the caller's
-    /// headers to pass on (trace context).
+    /// One call to the plugin, bounded by `deadline` (whose deadline it is:
+    /// `owner`), whose remaining time is sent on as the plugin's
+    /// `grpc-timeout`. `forward` holds the caller's headers to pass on (trace
+    /// context).
     ///
-    /// Errors: the plugin's own status; DEADLINE_EXCEEDED when the deadline
-    /// passes first; UNAVAILABLE when the plugin cannot be reached (the
-    /// message says why: connection refused, TLS certificate verification…).
+    /// Errors: the plugin's own status ([`CallError::Plugin`]);
+    /// [`CallError::Expired`] when the deadline passes first or the plugin
+    /// says it did; [`CallError::DeadlineBeforeCall`];
+    /// [`CallError::Unreachable`] when the plugin cannot be reached (the
+    /// message says why: connection refused, TLS certificate verification…);
+    /// [`CallError::Undecodable`] / [`CallError::TooLarge`] for an answer the
+    /// gateway cannot take.
     pub async fn call(
         &self,
         request: HookRequest,
         deadline: Instant,
+        owner: DeadlineOwner,
         forward: &HeaderMap,
-    ) -> Result<HookResponse, Status> {
+    ) -> Result<HookResponse, CallError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
-            return Err(Status::deadline_exceeded(
-                "deadline exceeded before the call",
-            ));
+            return Err(CallError::DeadlineBeforeCall);
         }
+        let expired = || CallError::Expired {
+            owner,
+            message: format!("no answer within {} ms", remaining.as_millis()),
+        };
         let call = async {
             let kind = request.kind();
             let payload = request.payload();
@@ -282,11 +308,20 @@ impl Upstream {
                 }
                 Ok(answer)
             }
-            Ok(Err(status)) => Err(normalise(status, remaining)),
-            Err(_) => Err(Status::deadline_exceeded(format!(
-                "no answer within {} ms",
-                remaining.as_millis()
-            ))),
+            Ok(Err(Failed::Call(error))) => Err(error),
+            // A plugin server that gave up on the forwarded `grpc-timeout`
+            // answers DEADLINE_EXCEEDED (or CANCELLED, as tonic's does): that
+            // is the deadline passing, whoever's it was.
+            Ok(Err(Failed::Plugin(status)))
+                if matches!(status.code(), Code::DeadlineExceeded | Code::Cancelled) =>
+            {
+                Err(CallError::Expired {
+                    owner,
+                    message: status.message().to_string(),
+                })
+            }
+            Ok(Err(Failed::Plugin(status))) => Err(CallError::Plugin(status)),
+            Err(_) => Err(expired()),
         }
     }
 
@@ -296,10 +331,13 @@ impl Upstream {
         payload: Payload,
         deadline: Instant,
         forward: &HeaderMap,
-    ) -> Result<Resp, Status> {
+    ) -> Result<Resp, Failed> {
         let sender = self.sender(deadline).await?;
         let unavailable = |e: h2::Error| {
-            Status::unavailable(format!("request to {} failed: {e}", self.key.endpoint))
+            Failed::Call(CallError::Unreachable(format!(
+                "request to {} failed: {e}",
+                self.key.endpoint
+            )))
         };
         // Waits while the plugin's stream limit is reached.
         let mut sender = sender.ready().await.map_err(unavailable)?;
@@ -318,6 +356,12 @@ impl Upstream {
             http::header::USER_AGENT,
             HeaderValue::from_static(USER_AGENT),
         );
+        // What the gateway can read: gzip is what gRPC libraries send when
+        // compression is switched on.
+        headers.insert(
+            "grpc-accept-encoding",
+            HeaderValue::from_static(grpc::ACCEPT_ENCODING),
+        );
         for (k, v) in forward {
             headers.insert(k.clone(), v.clone());
         }
@@ -329,55 +373,68 @@ impl Upstream {
         // A trailers-only answer: the status is in the headers.
         if let Some(status) = grpc::status_from_headers(&parts.headers) {
             return Err(if status.code() == Code::Ok {
-                Status::internal("answered OK without a message")
+                undecodable("answered OK without a message".into())
             } else {
-                status
+                Failed::Plugin(status)
             });
         }
         if parts.status != http::StatusCode::OK {
-            return Err(grpc::status_from_http(parts.status));
+            return Err(Failed::Plugin(grpc::status_from_http(parts.status)));
         }
-        let (data, trailers) = grpc::collect(&mut body, self.settings.max_message_bytes)
-            .await
-            .map_err(|s| {
-                if s.code() == Code::ResourceExhausted {
-                    Status::resource_exhausted(format!("answer too large: {}", s.message()))
-                } else {
-                    s
-                }
-            })?;
+        let limit = self.settings.max_message_bytes;
+        let (data, trailers) =
+            grpc::collect(&mut body, limit)
+                .await
+                .map_err(|s| match s.code() {
+                    Code::Unavailable => {
+                        Failed::Call(CallError::Unreachable(s.message().to_string()))
+                    }
+                    Code::ResourceExhausted => {
+                        Failed::Call(CallError::TooLarge(s.message().to_string()))
+                    }
+                    _ => undecodable(s.message().to_string()),
+                })?;
         match trailers.as_ref().and_then(grpc::status_from_headers) {
             Some(status) if status.code() == Code::Ok => {
-                grpc::decode(data, self.settings.max_message_bytes)
+                let encoding = parts
+                    .headers
+                    .get("grpc-encoding")
+                    .map(|v| v.to_str().unwrap_or("(not text)"));
+                let message = grpc::uncompressed(data, encoding, limit).map_err(|e| match e {
+                    grpc::Unreadable::TooLarge(why) => Failed::Call(CallError::TooLarge(why)),
+                    grpc::Unreadable::Invalid(why) => undecodable(why),
+                })?;
+                grpc::decode_message(message).map_err(|s| undecodable(s.message().to_string()))
             }
-            Some(status) => Err(status),
-            None => Err(Status::internal("answer ended without a grpc-status")),
+            Some(status) => Err(Failed::Plugin(status)),
+            None => Err(undecodable("answer ended without a grpc-status".into())),
         }
     }
 
     /// The shared connection, dialled (once, for all waiting calls) if there
     /// is none or it has closed.
-    async fn sender(&self, deadline: Instant) -> Result<SendRequest<Payload>, Status> {
+    async fn sender(&self, deadline: Instant) -> Result<SendRequest<Payload>, Failed> {
         if let Some(s) = self.current() {
             return Ok(s);
         }
-        let _dialling = tokio::time::timeout_at(deadline, self.dialling.lock())
-            .await
-            .map_err(|_| {
-                Status::deadline_exceeded(format!("still connecting to {}", self.key.endpoint))
-            })?;
+        // Waiting for another call's dial: the deadline passing here is the
+        // call's own timer's (see `call`), whose owner it knows.
+        let Ok(_dialling) = tokio::time::timeout_at(deadline, self.dialling.lock()).await else {
+            return std::future::pending().await;
+        };
         if let Some(s) = self.current() {
             return Ok(s);
         }
         let limit = deadline.min(Instant::now() + self.settings.connect_timeout);
         let conn = match tokio::time::timeout_at(limit, self.dial()).await {
             Ok(Ok(c)) => c,
-            Ok(Err(message)) => return Err(Status::unavailable(message)),
+            Ok(Err(message)) => return Err(Failed::Call(CallError::Unreachable(message))),
+            Err(_) if Instant::now() >= deadline => return std::future::pending().await,
             Err(_) => {
-                return Err(Status::unavailable(format!(
+                return Err(Failed::Call(CallError::Unreachable(format!(
                     "connecting to {} timed out",
                     self.key.endpoint
-                )));
+                ))));
             }
         };
         let sender = conn.sender.clone();
@@ -402,7 +459,7 @@ impl Upstream {
         let label = endpoint.to_string();
         // A read buffer in front of the socket: a whole small answer arrives
         // in one read instead of two.
-        let read_buffer = crate::server::READ_BUFFER;
+        let read_buffer = crate::io::READ_BUFFER;
         match &self.tls {
             None => handshake(tokio::io::BufReader::with_capacity(read_buffer, tcp), label).await,
             Some((config, name)) => {
@@ -559,17 +616,13 @@ fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// Makes the plugin's answer read well through the gateway: a plugin server
-/// that gave up on the forwarded `grpc-timeout` says CANCELLED, which is our
-/// deadline passing; a too-large answer is RESOURCE_EXHAUSTED.
-fn normalise(status: Status, remaining: Duration) -> Status {
-    match status.code() {
-        Code::Cancelled if status.message().contains("Timeout expired") => {
-            Status::deadline_exceeded(format!("no answer within {} ms", remaining.as_millis()))
-        }
-        Code::OutOfRange if status.message().contains("message length too large") => {
-            Status::resource_exhausted(format!("answer too large: {}", status.message()))
-        }
-        _ => status,
-    }
+/// How [`Upstream::unary`] failed: the plugin's own non-OK status (which
+/// [`Upstream::call`] reads in the light of the deadline), or anything else.
+enum Failed {
+    Plugin(Status),
+    Call(CallError),
+}
+
+fn undecodable(why: String) -> Failed {
+    Failed::Call(CallError::Undecodable(why))
 }

@@ -22,11 +22,12 @@ use crate::registry::{Applied, Registry};
 /// the kubelet's swap) before reading.
 const DEBOUNCE: Duration = Duration::from_millis(50);
 
-/// Reads one registry file into the registry. Returns whether a new snapshot
-/// was loaded. `last_read_error` suppresses repeating the same read error on
-/// every poll.
-pub fn reload_file(
-    registry: &Registry,
+/// Reads one registry file into the registry, parsing and planning off the
+/// runtime ([`Registry::apply_blocking`]: a large registry must not stall the
+/// calls). Returns whether a new snapshot was loaded. `last_read_error`
+/// suppresses repeating the same read error on every poll.
+pub async fn reload_file(
+    registry: &Arc<Registry>,
     index: usize,
     path: &Path,
     last_read_error: &mut Option<String>,
@@ -34,7 +35,7 @@ pub fn reload_file(
     match std::fs::read_to_string(path) {
         Ok(text) => {
             *last_read_error = None;
-            match registry.apply(index, &text) {
+            match registry.apply_blocking(index, text).await {
                 Ok(Applied::Loaded(generation)) => {
                     tracing::info!(path = %path.display(), generation, "registry loaded");
                     true
@@ -139,7 +140,7 @@ pub fn spawn(
             }
             let mut loaded = false;
             for (i, path) in files.iter().enumerate() {
-                loaded |= reload_file(&registry, i, path, &mut errors[i]);
+                loaded |= reload_file(&registry, i, path, &mut errors[i]).await;
             }
             if loaded {
                 on_loaded();

@@ -32,7 +32,6 @@ async fn unavailable_twice_then_ok_takes_three_attempts() {
         )
     ))
     .await;
-    tokio::time::sleep(Duration::from_millis(20)).await;
     let mut c = gw.client().await;
     c.begin_rollout(to("flaky", rollout("c1")))
         .await
@@ -54,7 +53,6 @@ async fn invalid_argument_is_not_retried() {
         )
     ))
     .await;
-    tokio::time::sleep(Duration::from_millis(20)).await;
     let e = gw
         .client()
         .await
@@ -228,7 +226,8 @@ async fn retries_stay_within_the_budget_under_a_sustained_outage() {
     let seconds = started.elapsed().as_secs_f64();
     let calls = calls.load(Ordering::Relaxed) as f64;
     let attempts = p.calls(HookKind::BeginRollout) as f64;
-    let bound = (1.0 + ratio) * calls + per_second * seconds;
+    // A fresh budget holds one second's minPerSecond in reserve.
+    let bound = (1.0 + ratio) * calls + per_second * (seconds + 1.0);
     assert!(
         attempts <= bound,
         "{attempts} attempts for {calls} calls in {seconds:.2} s: over the budget ({bound:.0})"

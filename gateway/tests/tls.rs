@@ -155,6 +155,7 @@ async fn the_gateway_presents_its_client_certificate_when_configured() {
         .call(
             rollout_gateway::hooks::HookRequest::begin_rollout(&rollout("c1")),
             tokio::time::Instant::now() + Duration::from_secs(5),
+            rollout_gateway::error::DeadlineOwner::Plugin,
             &http::HeaderMap::new(),
         )
         .await

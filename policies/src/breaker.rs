@@ -125,6 +125,11 @@ enum State {
 }
 
 impl Breaker {
+    /// The policy in force.
+    pub fn policy(&self) -> &BreakerPolicy {
+        &self.policy
+    }
+
     /// A closed circuit. A `consecutive_failures` of 0 counts as 1.
     pub fn new(policy: &BreakerPolicy) -> Self {
         Breaker {

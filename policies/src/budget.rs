@@ -8,8 +8,12 @@
 //! retry, every rounding against the retry):
 //!
 //! - **Since creation.** At any time `T`, the retries allowed so far are at most
-//!   `ratio × calls deposited + min_per_second × seconds elapsed` (fractional
-//!   seconds, from the budget's creation). A new budget therefore starts empty.
+//!   `ratio × calls deposited + min_per_second × (seconds elapsed + 1)`
+//!   (fractional seconds, from the budget's creation). A new budget therefore
+//!   starts with one second's `min_per_second` in reserve, as gRFC A6's retry
+//!   throttle and tower's `TpsBudget` start able to retry: the first failures
+//!   of a plugin that is warming up right after the gateway (re)starts are
+//!   retried, as `min_per_second` promises whatever the traffic.
 //! - **Over the last 10 s.** When a retry is allowed at time `t`, the retries
 //!   allowed in `[t − 10 s, t]` (that one included) are at most
 //!   `ratio × calls deposited in [t − 10 s, t] + min_per_second × 10`. Credit
@@ -62,8 +66,9 @@ struct Bucket {
 }
 
 impl RetryBudget {
-    /// An empty budget created at `now`: no retry is allowed until calls are
-    /// deposited or time passes.
+    /// A budget created at `now`, holding one second's `min_per_second` of
+    /// retries and nothing else: more are allowed as calls are deposited and
+    /// time passes.
     ///
     /// A `ratio` that is negative or not a number counts as zero.
     pub fn new(policy: &BudgetPolicy, now: Instant) -> Self {
@@ -100,9 +105,13 @@ impl RetryBudget {
 
         let elapsed_nanos = i128::try_from(self.latest.duration_since(self.created).as_nanos())
             .unwrap_or(i128::MAX);
-        // min_per_second × elapsed, in units: retries/s × ns × UNIT / 1e9.
+        // min_per_second × (elapsed + the one-second reserve), in units:
+        // retries/s × ns × UNIT / 1e9.
         let since_creation = self.credit_per_call * i128::from(self.deposited)
-            + self.min_per_second.saturating_mul(elapsed_nanos) / 1_000;
+            + self
+                .min_per_second
+                .saturating_mul(elapsed_nanos.saturating_add(1_000_000_000))
+                / 1_000;
         if i128::from(self.withdrawn + 1) * UNIT > since_creation {
             return false;
         }
@@ -201,22 +210,24 @@ mod tests {
     fn since_creation_table() {
         // (ratio, min_per_second, calls deposited at start, time waited, retries allowed)
         let table = [
-            (0.2, 10, 0, ms(0), 0),
-            (0.2, 10, 4, ms(0), 0),
-            (0.2, 10, 5, ms(0), 1),
-            (0.2, 10, 9, ms(0), 1),
-            (0.2, 10, 10, ms(0), 2),
-            (0.2, 10, 0, ms(99), 0),
-            (0.2, 10, 0, ms(100), 1),
-            (0.2, 10, 0, ms(1_000), 10),
-            (0.2, 10, 0, ms(2_550), 25),
-            (0.2, 10, 5, ms(100), 2),
-            (0.2, 10, 4, ms(100), 1), // 0.8 + 1.0: fractions of each do not add up to a retry
+            // A fresh budget holds one second's min_per_second.
+            (0.2, 10, 0, ms(0), 10),
+            (0.2, 10, 4, ms(0), 10),
+            (0.2, 10, 5, ms(0), 11),
+            (0.2, 10, 9, ms(0), 11),
+            (0.2, 10, 10, ms(0), 12),
+            (0.2, 10, 0, ms(99), 10),
+            (0.2, 10, 0, ms(100), 11),
+            (0.2, 10, 0, ms(1_000), 20),
+            (0.2, 10, 0, ms(2_550), 35),
+            (0.2, 10, 5, ms(100), 12),
+            (0.2, 10, 4, ms(100), 11), // 0.8 + 11.0: fractions of each do not add up to a retry
             (0.5, 0, 7, ms(5_000), 3),
             (1.0, 0, 3, ms(0), 3),
             (3.0, 0, 2, ms(0), 6),
             (0.0, 0, 1_000, ms(9_000), 0),
-            (0.0, 1, 0, ms(1_500), 1),
+            (0.0, 1, 0, ms(0), 1),
+            (0.0, 1, 0, ms(1_500), 2),
             (-1.0, 0, 100, ms(0), 0),
             (f64::NAN, 0, 100, ms(0), 0),
         ];
@@ -295,7 +306,11 @@ mod tests {
         let t0 = Instant::now();
         let mut b = RetryBudget::new(&policy(0.0, 10), t0);
         let later = t0 + Duration::from_secs(1);
-        assert_eq!(drain(&mut b, later, 1_000), 10);
+        assert_eq!(
+            drain(&mut b, later, 1_000),
+            20,
+            "the reserve and one second"
+        );
         // An earlier instant counts as the latest one: no extra credit, no
         // forgotten retries.
         assert_eq!(drain(&mut b, t0, 1_000), 0);
@@ -357,7 +372,8 @@ mod tests {
                             in_window(&retries)
                         );
                     }
-                    let since = ratio * calls.len() as f64 + f64::from(mps) * when.as_secs_f64();
+                    let since =
+                        ratio * calls.len() as f64 + f64::from(mps) * (when.as_secs_f64() + 1.0);
                     assert!(
                         retries.len() as f64 <= since + 1e-9,
                         "at {when:?}: {} retries since creation, bound {since}",
@@ -370,7 +386,7 @@ mod tests {
         // The budget is not merely shut: it hands out most of what the bound
         // since creation allows (short of it by the quiet spells' unused
         // min_per_second and the window's whole-second rounding).
-        let since = ratio * calls.len() as f64 + f64::from(mps) * end.as_secs_f64();
+        let since = ratio * calls.len() as f64 + f64::from(mps) * (end.as_secs_f64() + 1.0);
         assert!(
             retries.len() as f64 >= 0.8 * since,
             "{} retries of {since} allowed",

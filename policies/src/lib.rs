@@ -40,7 +40,7 @@ pub use backoff::{backoff_delay, should_retry};
 pub use breaker::{Breaker, BreakerState, CallOutcome, Permit, Rejected, is_failure};
 pub use budget::RetryBudget;
 pub use layer::{
-    CircuitBreakerLayer, ConcurrencyLimitLayer, NoopRetryObserver, PolicyRequest, RetryLayer,
-    RetryObserver, is_circuit_rejection,
+    CircuitBreakerLayer, ConcurrencyLimitLayer, NoopRetryObserver, PolicyError, PolicyRequest,
+    RetryLayer, RetryObserver, is_circuit_rejection,
 };
 pub use policy::{BreakerPolicy, BudgetPolicy, FailurePolicy, Policy, RetryPolicy};

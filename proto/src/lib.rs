@@ -12,6 +12,7 @@ pub mod v1alpha1 {
     tonic::include_proto!("ocm.rolloutplugin.v1alpha1");
 }
 
+pub mod duration;
 pub mod view;
 
 /// Request metadata key naming the plugin or pipeline a gateway call targets.
@@ -41,6 +42,12 @@ impl v1alpha1::Hook {
         v1alpha1::Hook::ValidateRolloutCompletion,
         v1alpha1::Hook::MutateManifestWork,
     ];
+
+    /// The rpc's name (`BeginRollout`, …), from [`HookKind::as_str`];
+    /// `Unspecified` for `HOOK_UNSPECIFIED`.
+    pub fn name(self) -> &'static str {
+        HookKind::of_hook(self).map_or("Unspecified", HookKind::as_str)
+    }
 }
 
 /// One of the plugin API's calls (Initialize included) as a value, for code
@@ -62,6 +69,28 @@ pub enum HookKind {
 }
 
 impl HookKind {
+    /// Every call, in the proto's order.
+    pub const ALL: [HookKind; 5] = [
+        HookKind::Initialize,
+        HookKind::BeginRollout,
+        HookKind::ProgressRollout,
+        HookKind::ValidateRolloutCompletion,
+        HookKind::MutateManifestWork,
+    ];
+
+    /// The call named `name` (the rpc's name, as [`HookKind::as_str`] gives
+    /// it), if there is one: the one table of hook names is `as_str`.
+    pub fn from_name(name: &str) -> Option<HookKind> {
+        HookKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// The call of a `Hook` a plugin lists; `None` for `HOOK_UNSPECIFIED`.
+    pub fn of_hook(hook: v1alpha1::Hook) -> Option<HookKind> {
+        HookKind::ALL
+            .into_iter()
+            .find(|k| k.proto_hook() == Some(hook))
+    }
+
     /// The rpc's name, as in the proto, span names and metric labels.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -120,6 +149,20 @@ pub fn code_name(code: tonic::Code) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hook_names_round_trip() {
+        for kind in HookKind::ALL {
+            assert_eq!(HookKind::from_name(kind.as_str()), Some(kind));
+            if let Some(hook) = kind.proto_hook() {
+                assert_eq!(HookKind::of_hook(hook), Some(kind));
+                assert_eq!(hook.name(), kind.as_str());
+            }
+        }
+        assert_eq!(HookKind::from_name("beginRollout"), None);
+        assert_eq!(HookKind::of_hook(v1alpha1::Hook::Unspecified), None);
+        assert_eq!(v1alpha1::Hook::Unspecified.name(), "Unspecified");
+    }
 
     #[test]
     fn names_are_the_protos() {

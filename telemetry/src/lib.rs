@@ -217,14 +217,34 @@ impl ExportRuntime {
     }
 }
 
-/// Reads a W3C `traceparent` (`VERSION-TRACEID-PARENTID-FLAGS`) that the
-/// caller has checked is well-formed; `None` when its ids do not parse or
-/// are zero.
+/// Reads a W3C `traceparent`, strictly: `VERSION-TRACEID-PARENTID-FLAGS`,
+/// lowercase hex of 2, 32, 16 and 2 digits, with non-zero ids and a version
+/// other than `ff`; version `00` has exactly these fields, a later version
+/// may add some after a `-`. `None` for anything else: the one parser of
+/// the workspace, so that what is accepted as a parent is what is passed on.
 pub fn parse_traceparent(v: &[u8]) -> Option<SpanContext> {
-    let text = std::str::from_utf8(v).ok()?;
-    let trace_id = TraceId::from_hex(text.get(3..35)?).ok()?;
-    let span_id = SpanId::from_hex(text.get(36..52)?).ok()?;
-    let flags = u8::from_str_radix(text.get(53..55)?, 16).ok()?;
+    let hex = |s: &[u8]| {
+        s.iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    };
+    let well_formed = v.len() >= 55
+        && v[2] == b'-'
+        && v[35] == b'-'
+        && v[52] == b'-'
+        && hex(&v[0..2])
+        && &v[0..2] != b"ff"
+        && hex(&v[3..35])
+        && hex(&v[36..52])
+        && hex(&v[53..55])
+        && (v.len() == 55 || (&v[0..2] != b"00" && v[55] == b'-'));
+    if !well_formed {
+        return None;
+    }
+    // All ASCII hex, checked above.
+    let text = std::str::from_utf8(&v[..55]).ok()?;
+    let trace_id = TraceId::from_hex(&text[3..35]).ok()?;
+    let span_id = SpanId::from_hex(&text[36..52]).ok()?;
+    let flags = u8::from_str_radix(&text[53..55], 16).ok()?;
     let context = SpanContext::new(
         trace_id,
         span_id,
@@ -232,6 +252,7 @@ pub fn parse_traceparent(v: &[u8]) -> Option<SpanContext> {
         true,
         TraceState::NONE,
     );
+    // Zero ids are invalid.
     context.is_valid().then_some(context)
 }
 
@@ -335,6 +356,30 @@ mod tests {
         );
         assert!(
             parse_traceparent(b"00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none()
+        );
+    }
+
+    #[test]
+    fn only_well_formed_trace_context_parses() {
+        for bad in [
+            &b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"[..],
+            b"00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            b"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736+00f067aa0ba902b7-01",
+            b"garbage",
+        ] {
+            assert!(
+                parse_traceparent(bad).is_none(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert!(
+            parse_traceparent(b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future")
+                .is_some()
         );
     }
 

@@ -17,24 +17,7 @@
 use jiff::SignedDuration;
 use thiserror::Error;
 
-/// Why a string is not a Go duration. The messages follow Go's wording.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum DurationError {
-    /// Not of the form `[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+`, or out of range.
-    #[error("invalid duration {0:?}")]
-    Invalid(String),
-    /// A number without a unit, such as `10`.
-    #[error("missing unit in duration {0:?}")]
-    MissingUnit(String),
-    /// A unit Go does not know, such as the `d` of `2d`.
-    #[error("unknown unit {unit:?} in duration {input:?}")]
-    UnknownUnit {
-        /// The unit as written.
-        unit: String,
-        /// The whole input.
-        input: String,
-    },
-}
+pub use rollout_proto::duration::DurationError;
 
 /// Why a string is not a valid `progressDeadline`.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -47,98 +30,10 @@ pub enum DeadlineError {
     Duration(#[from] DurationError),
 }
 
-/// Parses a Go duration (`time.ParseDuration`).
-///
-/// Accepts an optional sign and a sequence of decimal numbers, each with an
-/// optional fraction and a unit among `ns`, `us` (`µs`, `μs`), `ms`, `s`, `m`,
-/// `h`; the bare string `0` is zero. Fractions are truncated to the
-/// nanosecond as Go does. Fails on anything else, or when the total does not
-/// fit in an `i64` of nanoseconds.
+/// Parses a Go duration (`time.ParseDuration`), with the workspace's one
+/// parser ([`rollout_proto::duration`]).
 pub fn parse_go_duration(input: &str) -> Result<SignedDuration, DurationError> {
-    let invalid = || DurationError::Invalid(input.to_owned());
-    let mut rest = input;
-    let mut negative = false;
-    if let Some(first) = rest.bytes().next()
-        && (first == b'-' || first == b'+')
-    {
-        negative = first == b'-';
-        rest = &rest[1..];
-    }
-    if rest == "0" {
-        return Ok(SignedDuration::ZERO);
-    }
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-
-    // Accumulated as unsigned nanoseconds, with 1 << 63 allowed so that the
-    // most negative duration still parses, as in Go.
-    const LIMIT: u64 = 1 << 63;
-    let mut total: u64 = 0;
-    while !rest.is_empty() {
-        let bytes = rest.as_bytes();
-        if !(bytes[0] == b'.' || bytes[0].is_ascii_digit()) {
-            return Err(invalid());
-        }
-        let (whole, after_int, had_int) = leading_int(rest).ok_or_else(invalid)?;
-        rest = after_int;
-        let mut fraction = 0u64;
-        let mut scale = 1f64;
-        let mut had_fraction = false;
-        if let Some(after_dot) = rest.strip_prefix('.') {
-            let (f, s, after_fraction) = leading_fraction(after_dot);
-            had_fraction = after_fraction.len() != after_dot.len();
-            fraction = f;
-            scale = s;
-            rest = after_fraction;
-        }
-        if !had_int && !had_fraction {
-            return Err(invalid());
-        }
-        // The unit runs up to the next digit or dot; both are ASCII, so the
-        // split falls on a character boundary even for `µs`.
-        let unit_len = rest
-            .bytes()
-            .position(|b| b == b'.' || b.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if unit_len == 0 {
-            return Err(DurationError::MissingUnit(input.to_owned()));
-        }
-        let (unit, after_unit) = rest.split_at(unit_len);
-        rest = after_unit;
-        let unit_nanos = unit_nanos(unit).ok_or_else(|| DurationError::UnknownUnit {
-            unit: unit.to_owned(),
-            input: input.to_owned(),
-        })?;
-        if whole > LIMIT / unit_nanos {
-            return Err(invalid());
-        }
-        let mut value = whole * unit_nanos;
-        if fraction > 0 {
-            // Same float arithmetic as Go, so fractions round the same way.
-            value += (fraction as f64 * (unit_nanos as f64 / scale)) as u64;
-            if value > LIMIT {
-                return Err(invalid());
-            }
-        }
-        total = total.checked_add(value).ok_or_else(invalid)?;
-        if total > LIMIT {
-            return Err(invalid());
-        }
-    }
-    if negative {
-        // total <= 1 << 63, so the negation fits.
-        let nanos = if total == LIMIT {
-            i64::MIN
-        } else {
-            -(total as i64)
-        };
-        return Ok(SignedDuration::from_nanos(nanos));
-    }
-    if total > i64::MAX as u64 {
-        return Err(invalid());
-    }
-    Ok(SignedDuration::from_nanos(total as i64))
+    rollout_proto::duration::parse_go_duration(input).map(SignedDuration::from_nanos)
 }
 
 /// Parses a `progressDeadline` the way OCM's `parseTimeout` does.
@@ -164,69 +59,6 @@ fn matches_deadline_pattern(input: &str) -> bool {
     let digits = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
     let first_branch = digits > 0 && matches!(bytes.get(digits), Some(b'h' | b'|' | b'm' | b's'));
     first_branch || input.ends_with("None")
-}
-
-fn unit_nanos(unit: &str) -> Option<u64> {
-    Some(match unit {
-        "ns" => 1,
-        "us" | "\u{00b5}s" | "\u{03bc}s" => 1_000,
-        "ms" => 1_000_000,
-        "s" => 1_000_000_000,
-        "m" => 60 * 1_000_000_000,
-        "h" => 3_600 * 1_000_000_000,
-        _ => return None,
-    })
-}
-
-/// Consumes leading ASCII digits: `(value, rest, consumed_any)`, or `None` on
-/// overflow past 1 << 63.
-fn leading_int(s: &str) -> Option<(u64, &str, bool)> {
-    let mut value: u64 = 0;
-    let mut len = 0;
-    for b in s.bytes() {
-        if !b.is_ascii_digit() {
-            break;
-        }
-        if value > (1 << 63) / 10 {
-            return None;
-        }
-        value = value * 10 + u64::from(b - b'0');
-        if value > 1 << 63 {
-            return None;
-        }
-        len += 1;
-    }
-    Some((value, &s[len..], len > 0))
-}
-
-/// Consumes the digits of a fraction: `(digits as integer, 10^kept, rest)`.
-/// Digits beyond what fits are skipped without error, as Go does.
-fn leading_fraction(s: &str) -> (u64, f64, &str) {
-    let mut value: u64 = 0;
-    let mut scale = 1f64;
-    let mut overflow = false;
-    let mut len = 0;
-    for b in s.bytes() {
-        if !b.is_ascii_digit() {
-            break;
-        }
-        len += 1;
-        if overflow {
-            continue;
-        }
-        if value > (i64::MAX as u64) / 10 {
-            overflow = true;
-            continue;
-        }
-        let next = value * 10 + u64::from(b - b'0');
-        if next > 1 << 63 {
-            overflow = true;
-            continue;
-        }
-        value = next;
-        scale *= 10.0;
-    }
-    (value, scale, &s[len..])
 }
 
 #[cfg(test)]
@@ -279,9 +111,12 @@ mod tests {
             ),
             (
                 "9223372036854775808ns",
-                Err(DurationError::Invalid("9223372036854775808ns".into())),
+                Err(DurationError::OutOfRange("9223372036854775808ns".into())),
             ),
-            ("3000000h", Err(DurationError::Invalid("3000000h".into()))),
+            (
+                "3000000h",
+                Err(DurationError::OutOfRange("3000000h".into())),
+            ),
             ("10", Err(DurationError::MissingUnit("10".into()))),
             (
                 "2d",

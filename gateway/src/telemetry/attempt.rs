@@ -13,14 +13,13 @@ use std::task::{Context, Poll, ready};
 
 use http::HeaderMap;
 use pin_project_lite::pin_project;
-use rollout_policies::layer::is_circuit_rejection;
-use tonic::{Code, Status};
+use tonic::Code;
 use tower::{Layer, Service};
 
 use super::metrics::PluginMetrics;
 use super::trace::{ClientSpan, Tracing, traceparent};
-use crate::hooks::{HookKind, HookResponse};
-use crate::stack::PluginCall;
+use crate::error::CallError;
+use crate::hooks::{HookKind, HookResponse, PluginCall};
 
 /// Applies [`AttemptTelemetry`] for one plugin.
 #[derive(Debug, Clone)]
@@ -60,13 +59,13 @@ pub struct AttemptTelemetry<S> {
 
 impl<S> Service<PluginCall> for AttemptTelemetry<S>
 where
-    S: Service<PluginCall, Response = HookResponse, Error = Status>,
+    S: Service<PluginCall, Response = HookResponse, Error = CallError>,
 {
     type Response = HookResponse;
-    type Error = Status;
+    type Error = CallError;
     type Future = ResponseFuture<S::Future>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), CallError>> {
         self.inner.poll_ready(cx)
     }
 
@@ -122,19 +121,19 @@ pin_project! {
 
 impl<F> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<HookResponse, Status>>,
+    F: Future<Output = Result<HookResponse, CallError>>,
 {
-    type Output = Result<HookResponse, Status>;
+    type Output = Result<HookResponse, CallError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let result = ready!(this.inner.poll(cx));
         let (code, message, rejected) = match &result {
-            Ok(_) => (Code::Ok, "", false),
-            Err(status) => (
-                status.code(),
-                status.message(),
-                is_circuit_rejection(status),
+            Ok(_) => (Code::Ok, String::new(), false),
+            Err(error) => (
+                error.code(),
+                crate::error::bounded(&error.to_string()).into_owned(),
+                error.is_circuit_open(),
             ),
         };
         if rejected {
@@ -143,7 +142,7 @@ where
             this.metrics.record_attempt(*this.hook, *this.attempt, code);
         }
         if let Some(span) = this.span.take() {
-            span.finish(code, message, rejected);
+            span.finish(code, &message, rejected);
         }
         Poll::Ready(result)
     }

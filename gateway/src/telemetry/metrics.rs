@@ -24,7 +24,6 @@ use rollout_policies::BreakerState;
 use tonic::Code;
 
 use crate::hooks::HookKind;
-use crate::registry::Registry;
 
 /// Bucket bounds of the duration histograms, in seconds: hook calls take from
 /// about a millisecond (a local plugin) to the 30 s contract limit.
@@ -140,8 +139,9 @@ pub struct Metrics {
 
 impl Metrics {
     /// The metric families, and collectors reading `registry` (weakly: the
-    /// metrics never keep a registry alive) and this process at scrape time.
-    pub fn new(registry: Weak<Registry>) -> Metrics {
+    /// metrics never keep a registry alive; `None`: no registry metrics) and
+    /// this process at scrape time.
+    pub fn new(registry: Option<Weak<dyn RegistryState>>) -> Metrics {
         let mut r = MetricRegistry::default();
         let hook_requests = Family::<CodeLabels, Counter>::default();
         r.register(
@@ -370,16 +370,34 @@ impl PluginMetrics {
     }
 }
 
+/// What the metrics read of the plugin registry at scrape time. The registry
+/// implements it; the metrics hold it weakly and never import the registry.
+pub trait RegistryState: Send + Sync {
+    /// Each plugin of the current snapshot: its name, its hub (`None` for the
+    /// shared scope) and the state of its circuit.
+    fn circuits(&self) -> Vec<(String, Option<String>, BreakerState)>;
+
+    /// Counts of successful and failed reloads.
+    fn reload_counts(&self) -> (u64, u64);
+
+    /// The generation of the current snapshot (0 before the first load).
+    fn generation(&self) -> u64;
+}
+
 /// The registry's state at scrape time: circuit states, reloads, generation.
-#[derive(Debug)]
-struct RegistryCollector(Weak<Registry>);
+struct RegistryCollector(Option<Weak<dyn RegistryState>>);
+
+impl fmt::Debug for RegistryCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RegistryCollector")
+    }
+}
 
 impl Collector for RegistryCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        let Some(registry) = self.0.upgrade() else {
+        let Some(registry) = self.0.as_ref().and_then(Weak::upgrade) else {
             return Ok(());
         };
-        let snapshot = registry.load();
 
         let mut metric = encoder.encode_descriptor(
             "rollout_gateway_circuit_state",
@@ -387,8 +405,7 @@ impl Collector for RegistryCollector {
             None,
             prometheus_client::metrics::MetricType::Gauge,
         )?;
-        for plugin in snapshot.iter().flat_map(|s| s.plugins.iter()) {
-            let (state, _) = plugin.upstream.circuit();
+        for (plugin, hub, state) in registry.circuits() {
             let value: i64 = match state {
                 BreakerState::Closed => 0,
                 BreakerState::Open => 1,
@@ -397,8 +414,8 @@ impl Collector for RegistryCollector {
             // A plugin name may repeat across hubs (central mode): the hub
             // label keeps the series apart ("" for the shared scope).
             let labels = [
-                ("plugin", plugin.name.as_str()),
-                ("hub", plugin.hub.as_deref().unwrap_or("")),
+                ("plugin", plugin.as_str()),
+                ("hub", hub.as_deref().unwrap_or("")),
             ];
             ConstGauge::new(value).encode(metric.encode_family(&labels)?)?;
         }
@@ -413,7 +430,7 @@ impl Collector for RegistryCollector {
         ConstCounter::new(success).encode(metric.encode_family(&[("result", "success")])?)?;
         ConstCounter::new(failure).encode(metric.encode_family(&[("result", "failure")])?)?;
 
-        let generation = snapshot.as_ref().map_or(0, |s| s.generation);
+        let generation = registry.generation();
         let metric = encoder.encode_descriptor(
             "rollout_gateway_config_generation",
             "Generation of the registry snapshot in use (0 before the first load)",

@@ -9,9 +9,7 @@ pub mod trace;
 
 use std::sync::{Arc, Weak};
 
-use crate::registry::Registry;
-
-pub use metrics::{Metrics, PluginMetrics};
+pub use metrics::{Metrics, PluginMetrics, RegistryState};
 pub use rollout_telemetry::{TracingError, TracingOptions};
 pub use trace::Tracing;
 
@@ -25,15 +23,18 @@ pub struct Telemetry {
 impl Telemetry {
     /// Telemetry whose registry-state metrics (circuits, reloads, generation)
     /// read `registry` at scrape time.
-    pub fn new(tracing: Tracing, registry: Weak<Registry>) -> Telemetry {
+    pub fn new(tracing: Tracing, registry: Weak<dyn RegistryState>) -> Telemetry {
         Telemetry {
             tracing,
-            metrics: Arc::new(Metrics::new(registry)),
+            metrics: Arc::new(Metrics::new(Some(registry))),
         }
     }
 
     /// No export and no registry: for registries built outside [`crate::app`].
     pub fn disabled() -> Telemetry {
-        Telemetry::new(Tracing::disabled(), Weak::new())
+        Telemetry {
+            tracing: Tracing::disabled(),
+            metrics: Arc::new(Metrics::new(None)),
+        }
     }
 }

@@ -52,7 +52,7 @@ impl Tracing {
     }
 
     /// Starts the server span of one call, as a child of the caller's
-    /// `traceparent` (already validated as W3C) or as a new trace.
+    /// `traceparent` when it is well-formed W3C, or as a new trace.
     pub fn server_span(&self, hook: HookKind, traceparent: Option<&[u8]>) -> ServerSpan {
         let parent = match traceparent.and_then(parse_traceparent) {
             Some(remote) => Context::new().with_remote_span_context(remote),

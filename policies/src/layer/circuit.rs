@@ -5,15 +5,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use tonic::Status;
-use tonic::metadata::MetadataValue;
 use tower::{Layer, Service};
 
-use super::{CIRCUIT_METADATA_KEY, lock, now};
-use crate::breaker::{Breaker, CallOutcome, Permit, Rejected};
+use super::{PolicyError, lock, now};
+use crate::breaker::{Breaker, CallOutcome, Permit};
 
 /// Applies [`CircuitBreaker`]. Every service this layer makes shares the one
 /// breaker of the plugin.
@@ -48,13 +45,11 @@ impl<S> Layer<S> for CircuitBreakerLayer {
 }
 
 /// Makes each call only if the breaker allows it; otherwise answers at once,
-/// without calling the inner service, with UNAVAILABLE "circuit open: NAME
-/// failed repeatedly; …" marked as a circuit rejection
-/// ([`super::is_circuit_rejection`]).
+/// without calling the inner service, with [`PolicyError::circuit_open`].
 ///
 /// The outcome of each call it makes is recorded when the call ends: `Ok` is a
-/// success; an error is a failure when [`crate::breaker::is_failure`] says so,
-/// and neutral otherwise; a call dropped before it ended is neutral.
+/// success; an error is what [`PolicyError::outcome`] says; a call dropped
+/// before it ended (the caller gave up) is neutral.
 #[derive(Debug, Clone)]
 pub struct CircuitBreaker<S> {
     inner: S,
@@ -64,13 +59,14 @@ pub struct CircuitBreaker<S> {
 
 impl<S, R> Service<R> for CircuitBreaker<S>
 where
-    S: Service<R, Error = Status>,
+    S: Service<R>,
+    S::Error: PolicyError,
 {
     type Response = S::Response;
-    type Error = Status;
-    type Future = ResponseFuture<S::Future>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, S::Error>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
@@ -88,28 +84,10 @@ where
             Err(rejected) => ResponseFuture {
                 inner: None,
                 guard: None,
-                rejected: Some(rejection(&self.name, rejected)),
+                rejected: Some(S::Error::circuit_open(&self.name, rejected)),
             },
         }
     }
-}
-
-/// The answer to a call refused by the open circuit of plugin `name`.
-fn rejection(name: &str, rejected: Rejected) -> Status {
-    let message = if rejected.probing {
-        format!("circuit open: {name} failed repeatedly; a probe call is in flight")
-    } else {
-        // Whole milliseconds, rounded up, read better than nanoseconds.
-        let retry_in = Duration::from_millis(
-            u64::try_from(rejected.retry_in.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
-        );
-        format!("circuit open: {name} failed repeatedly; next probe in {retry_in:?}")
-    };
-    let mut status = Status::unavailable(message);
-    status
-        .metadata_mut()
-        .insert(CIRCUIT_METADATA_KEY, MetadataValue::from_static("open"));
-    status
 }
 
 /// Gives the permit back to the breaker exactly once: with the outcome when
@@ -136,19 +114,20 @@ impl Drop for Guard {
 pin_project! {
     /// The response of [`CircuitBreaker`]: the call with its permit, or the
     /// refusal.
-    pub struct ResponseFuture<F> {
+    pub struct ResponseFuture<F, E> {
         #[pin]
         inner: Option<F>,
         guard: Option<Guard>,
-        rejected: Option<Status>,
+        rejected: Option<E>,
     }
 }
 
-impl<F, T> Future for ResponseFuture<F>
+impl<F, T, E> Future for ResponseFuture<F, E>
 where
-    F: Future<Output = Result<T, Status>>,
+    F: Future<Output = Result<T, E>>,
+    E: PolicyError,
 {
-    type Output = Result<T, Status>;
+    type Output = Result<T, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -156,14 +135,17 @@ where
             Some(inner) => {
                 let output = std::task::ready!(inner.poll(cx));
                 if let Some(mut guard) = this.guard.take() {
-                    guard.record(CallOutcome::of(&output));
+                    guard.record(match &output {
+                        Ok(_) => CallOutcome::Success,
+                        Err(error) => error.outcome(),
+                    });
                 }
                 Poll::Ready(output)
             }
-            None => Poll::Ready(Err(this
-                .rejected
-                .take()
-                .unwrap_or_else(|| Status::internal("response polled after completion")))),
+            None => match this.rejected.take() {
+                Some(rejected) => Poll::Ready(Err(rejected)),
+                None => panic!("circuit breaker response polled after completion"),
+            },
         }
     }
 }

@@ -8,10 +8,10 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use tonic::{Code, Status};
+use tonic::Code;
 use tower::{Layer, Service};
 
-use super::{PolicyRequest, is_circuit_rejection, lock};
+use super::{PolicyError, PolicyRequest, lock};
 use crate::backoff::{backoff_delay, should_retry};
 use crate::budget::RetryBudget;
 use crate::policy::RetryPolicy;
@@ -95,8 +95,9 @@ impl<S> Layer<S> for RetryLayer {
 
 /// Sends each call as up to `max_attempts` attempts, each on a clone of the
 /// request. After a failed attempt it tries again only if all of these hold:
-/// the code is retryable and attempts are left ([`should_retry`]); the error is
-/// not a refusal by an open circuit ([`is_circuit_rejection`]); the backoff
+/// the error may be retried at all ([`PolicyError::retry_code`]: not a refusal
+/// by an open circuit, for one); its code is retryable and attempts are left
+/// ([`should_retry`]); the backoff
 /// ([`backoff_delay`]) ends before the request's deadline; and the budget allows
 /// a retry. Otherwise the call ends with the last attempt's error.
 ///
@@ -116,14 +117,15 @@ struct Shared {
 
 impl Shared {
     /// The wait before attempt `attempt + 1`, if there is to be one after
-    /// attempt `attempt` failed with `status`.
-    fn retry_after(
+    /// attempt `attempt` failed with `error`.
+    fn retry_after<E: PolicyError>(
         &self,
         attempt: u32,
-        status: &Status,
+        error: &E,
         deadline: tokio::time::Instant,
     ) -> Option<Duration> {
-        if is_circuit_rejection(status) || !should_retry(&self.policy, attempt, status.code()) {
+        let code = error.retry_code()?;
+        if !should_retry(&self.policy, attempt, code) {
             return None;
         }
         let delay = backoff_delay(&self.policy, attempt, (self.random)());
@@ -136,7 +138,7 @@ impl Shared {
             self.observer.on_budget_exhausted();
             return None;
         }
-        self.observer.on_retry(attempt + 1, status.code(), delay);
+        self.observer.on_retry(attempt + 1, code, delay);
         Some(delay)
     }
 
@@ -151,14 +153,15 @@ impl Shared {
 
 impl<S, R> Service<R> for Retry<S>
 where
-    S: Service<R, Error = Status> + Clone,
+    S: Service<R> + Clone,
+    S::Error: PolicyError,
     R: PolicyRequest,
 {
     type Response = S::Response;
-    type Error = Status;
+    type Error = S::Error;
     type Future = ResponseFuture<S, R>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
@@ -194,7 +197,7 @@ pin_project! {
         // The number of the attempt in flight or last made.
         attempt: u32,
         // The error of the attempt last made, while waiting for the next.
-        last_error: Option<Status>,
+        last_error: Option<S::Error>,
         shared: Arc<Shared>,
     }
 }
@@ -213,29 +216,30 @@ pin_project! {
 
 impl<S, R> Future for ResponseFuture<S, R>
 where
-    S: Service<R, Error = Status>,
+    S: Service<R>,
+    S::Error: PolicyError,
     R: PolicyRequest,
 {
-    type Output = Result<S::Response, Status>;
+    type Output = Result<S::Response, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
                 StateProj::Calling { future } => {
-                    let status = match ready!(future.poll(cx)) {
+                    let error = match ready!(future.poll(cx)) {
                         Ok(response) => return Poll::Ready(Ok(response)),
-                        Err(status) => status,
+                        Err(error) => error,
                     };
                     let deadline = this.request.deadline();
-                    match this.shared.retry_after(*this.attempt, &status, deadline) {
+                    match this.shared.retry_after(*this.attempt, &error, deadline) {
                         Some(delay) => {
-                            *this.last_error = Some(status);
+                            *this.last_error = Some(error);
                             this.state.set(State::Backoff {
                                 sleep: tokio::time::sleep(delay),
                             });
                         }
-                        None => return Poll::Ready(Err(status)),
+                        None => return Poll::Ready(Err(error)),
                     }
                 }
                 StateProj::Backoff { sleep } => {
@@ -249,9 +253,9 @@ where
                     // it: the call then ends with the error that caused the
                     // retry, not a deadline error about an attempt never made.
                     if tokio::time::Instant::now() >= this.request.deadline()
-                        && let Some(status) = this.last_error.take()
+                        && let Some(error) = this.last_error.take()
                     {
-                        return Poll::Ready(Err(status));
+                        return Poll::Ready(Err(error));
                     }
                     *this.attempt += 1;
                     let request = this.shared.attempt(this.request, *this.attempt);
