@@ -132,17 +132,6 @@ pub struct Observed {
     pub elapsed: Duration,
 }
 
-/// The rpc name of a hook (`BeginRollout`, ...), for reasons.
-pub fn hook_name(hook: Hook) -> &'static str {
-    match hook {
-        Hook::Unspecified => "HOOK_UNSPECIFIED",
-        Hook::BeginRollout => "BeginRollout",
-        Hook::ProgressRollout => "ProgressRollout",
-        Hook::ValidateRolloutCompletion => "ValidateRolloutCompletion",
-        Hook::MutateManifestWork => "MutateManifestWork",
-    }
-}
-
 /// `initialize`: the call answers, with a name and only known hooks. Returns
 /// the hooks to check the other rules on (all four when the plugin declares
 /// none, or when Initialize failed).
@@ -197,7 +186,7 @@ pub fn judge_deadline(
     with_short: &Observed,
     slack: Duration,
 ) -> Verdict {
-    let name = hook_name(hook);
+    let name = hook.name();
     match &with_generous.ended {
         Ended::Answer(_) if with_generous.elapsed <= generous + slack => {}
         Ended::Answer(_) => {
@@ -232,7 +221,7 @@ pub fn judge_deadline(
 /// MutateManifestWork's work as JSON, the other hooks' answer itself; errors
 /// by their code.
 pub fn judge_idempotent(hook: Hook, first: &Observed, second: &Observed) -> Verdict {
-    let name = hook_name(hook);
+    let name = hook.name();
     let differ = |a: &dyn fmt::Display, b: &dyn fmt::Display| {
         Verdict::Fail(format!(
             "{name} answered the same request first with {a}, then with {b}"
@@ -330,10 +319,7 @@ pub fn judge_identity(sent: &Value, observed: &Observed) -> Verdict {
 pub fn judge_accepted(hook: Hook, what: &str, observed: &Observed) -> Verdict {
     match &observed.ended {
         Ended::Answer(_) => Verdict::Pass,
-        other => Verdict::Fail(format!(
-            "{} with {what} ended with {other}",
-            hook_name(hook)
-        )),
+        other => Verdict::Fail(format!("{} with {what} ended with {other}", hook.name())),
     }
 }
 

@@ -50,12 +50,8 @@ impl Checker {
     }
 
     async fn hook(&self, hook: Hook, message: Bytes, deadline: Duration) -> rules::Observed {
-        self.call(
-            &format!("{SERVICE}{}", rules::hook_name(hook)),
-            message,
-            deadline,
-        )
-        .await
+        self.call(&format!("{SERVICE}{}", hook.name()), message, deadline)
+            .await
     }
 
     /// Every rule's outcome; `Err` when the first call's stream failed (the

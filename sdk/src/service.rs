@@ -162,17 +162,11 @@ fn rollout_of(rollout: Option<RolloutPluginRequest>) -> Result<RolloutPluginRequ
     rollout.ok_or_else(|| PluginError::invalid_argument("request has no `rollout`"))
 }
 
-/// The caller's trace context, from its W3C `traceparent` (a malformed one
-/// is ignored: the call starts a trace of its own).
+/// The caller's trace context, from its W3C `traceparent` (the workspace's
+/// one strict parser; a malformed one is ignored: the call starts a trace of
+/// its own).
 fn parent_of(metadata: &MetadataMap) -> Option<SpanContext> {
-    let value = metadata.get("traceparent")?;
-    let bytes = value.as_bytes();
-    // `VERSION-TRACEID-PARENTID-FLAGS`, version 00 (the W3C form).
-    let well_formed =
-        bytes.len() == 55 && bytes.starts_with(b"00-") && bytes[35] == b'-' && bytes[52] == b'-';
-    well_formed
-        .then(|| rollout_telemetry::parse_traceparent(bytes))
-        .flatten()
+    rollout_telemetry::parse_traceparent(metadata.get("traceparent")?.as_bytes())
 }
 
 /// Logs a failed hook and turns it into its status.
