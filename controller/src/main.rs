@@ -10,6 +10,7 @@ use jiff::Timestamp;
 use rollout_controller::app::{self, RunOptions};
 use rollout_controller::hooks::{DEFAULT_GATEWAY_URL, GatewayHooks, GatewayOptions, GatewayTls};
 use rollout_controller::leader::{self, LeaseConfig, LeaseTimings};
+use rollout_controller::metrics::{ControllerMetrics, Metered};
 use rollout_controller::reconcile::Options;
 use rollout_controller::rollout::duration::parse_go_duration;
 use rollout_controller::telemetry::{Telemetry, TracingOptions};
@@ -277,6 +278,10 @@ struct SimulateArgs {
     /// Also write the summary, as JSON, to FILE.
     #[arg(long, value_name = "FILE")]
     summary: Option<PathBuf>,
+    /// At the end, write the rollout_controller_* metrics the run recorded
+    /// (as `run` serves them on /metrics, OpenMetrics text) to FILE.
+    #[arg(long, value_name = "FILE")]
+    metrics: Option<PathBuf>,
 }
 
 impl SimulateArgs {
@@ -387,7 +392,10 @@ fn simulate_command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(EXIT_BAD_INPUT));
             }
         };
-        let hooks = sim::Recorder::new(gateway);
+        let metrics = std::sync::Arc::new(ControllerMetrics::new());
+        let mut config = config;
+        config.metrics = Some(metrics.clone());
+        let hooks = sim::Recorder::new(Metered::new(gateway, metrics.clone()));
         let mut report: Box<dyn sim::Report> = if args.json {
             Box::new(sim::JsonLines::new(std::io::stdout()))
         } else {
@@ -397,6 +405,10 @@ fn simulate_command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         let result = sim::run(&config, &hooks, &telemetry, url, report.as_mut()).await;
         let exporter = telemetry.clone();
         let _ = tokio::task::spawn_blocking(move || exporter.shutdown()).await;
+        if let Some(path) = &args.metrics {
+            std::fs::write(path, metrics.encode())
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
         let summary = match result {
             Ok(summary) => summary,
             Err(err) => {

@@ -231,3 +231,50 @@ fn an_unreachable_gateway_is_named() {
     );
     assert!(output.stdout.is_empty(), "no step was run");
 }
+
+/// `--metrics FILE`: the run's rollout_controller_* series, as `run` serves
+/// them: one reconcile per step, the abort, nothing left in progress.
+#[test]
+fn metrics_are_written_to_a_file() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("controller.metrics");
+    let output = simulate(&[
+        "--clusters",
+        "8",
+        "--strategy",
+        "Progressive",
+        "--max-concurrency",
+        "2",
+        "--abort-on-failure",
+        "--fail",
+        "cluster-003",
+        "--json",
+        "--metrics",
+        file.to_str().expect("a UTF-8 path"),
+    ]);
+    let (steps, summary) = json_lines(&output);
+    assert_eq!(summary["result"], "Aborted");
+    let text = std::fs::read_to_string(&file).expect("the metrics file");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    let value = |series: &str| -> f64 {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("{series} in\n{text}"))
+            .parse()
+            .expect("a number")
+    };
+    assert_eq!(
+        value(r#"rollout_controller_reconciles_total{result="success"}"#),
+        steps.len() as f64
+    );
+    assert_eq!(
+        value(r#"rollout_controller_aborts_total{action="RollBack"}"#),
+        1.0
+    );
+    assert_eq!(
+        value(r#"rollout_controller_rollouts_in_progress{aborting="true"}"#),
+        0.0
+    );
+}

@@ -70,6 +70,7 @@ LAYOUTS = {
     "sidecar": "sidecar",
     "tracing": "sidecar",
     "example-plugins": "sidecar",
+    "monitoring": "sidecar",
     "central": "central",
 }
 # Overlays whose secretGenerator reads certificates that make-certs writes.
@@ -469,12 +470,12 @@ class CrdSchemas:
     """The project's CRDs (deploy/crds): group, version and kind to a
     jsonschema validator, and each kind's scope."""
 
-    def __init__(self, crd_dir: Path) -> None:
+    def __init__(self, *crd_dirs: Path) -> None:
         import jsonschema
         import yaml
         self.validators: dict[tuple[str, str, str], object] = {}
         self.scopes: dict[tuple[str, str], str] = {}
-        for path in sorted(crd_dir.glob("*.yaml")):
+        for path in sorted(p for d in crd_dirs for p in d.glob("*.yaml")):
             for doc in yaml.safe_load_all(path.read_text()):
                 if not doc or doc.get("kind") != "CustomResourceDefinition":
                     continue
@@ -1068,6 +1069,162 @@ def check_controller_flags(report: Report, bin_dir: Path, objects: list[dict]) -
 
 
 # ---------------------------------------------------------------------------
+# Monitoring: PodMonitors and the PrometheusRule (deploy/overlays/monitoring)
+# ---------------------------------------------------------------------------
+
+MONITORING_KINDS = {"PodMonitor", "PrometheusRule"}
+
+
+def check_pod_monitors(report: Report, objects: list[dict]) -> int:
+    """Each PodMonitor selects pods rendered here (or, in an overlay of the
+    sidecar layout, the central gateway's: a combination of overlays), and
+    each endpoint's port is a named port of a container of those pods.
+    Returns the endpoints that point at a rendered port."""
+    central = render_central_gateway() or []
+    endpoints = 0
+    for monitor in (o for o in objects if o.get("kind") == "PodMonitor"):
+        spec = monitor.get("spec") or {}
+        want = (spec.get("selector") or {}).get("matchLabels") or {}
+        if not report.check(bool(want), f"{ident(monitor)} selects by labels"):
+            continue
+        def matches(pool: list[dict]) -> list[dict]:
+            return [o for o in pool if pod_spec(o) is not None and
+                    want.items() <= ((((o.get("spec") or {}).get("template") or {}).get("metadata") or {})
+                                     .get("labels") or {}).items()]
+        pods = matches(objects) or matches(central)
+        if not report.check(bool(pods), f"{ident(monitor)} selects the pods of a workload of the project "
+                                        f"(matchLabels {want})"):
+            continue
+        ports = {p.get("name") for o in pods for c in containers(pod_spec(o)) for p in c.get("ports") or []}
+        for endpoint in spec.get("podMetricsEndpoints") or []:
+            ok = report.check(endpoint.get("port") in ports,
+                              f"{ident(monitor)}: port {endpoint.get('port')!r} is a named container port "
+                              f"of the pods it selects ({sorted(p for p in ports if p)})")
+            report.check(endpoint.get("path", "/metrics") == "/metrics",
+                         f"{ident(monitor)}: scrapes /metrics (got {endpoint.get('path')})")
+            endpoints += ok
+    return endpoints
+
+
+_central_render: list = []
+
+
+def render_central_gateway() -> list[dict] | None:
+    """The central overlay's objects, rendered once (a PodMonitor may select
+    its gateway); None when it does not render here."""
+    if not _central_render:
+        kubectl = os.environ.get("KUBECTL") or pinned_kubectl()
+        objects = None
+        if kubectl:
+            with tempfile.TemporaryDirectory() as tmp:
+                work = Path(tmp) / "deploy"
+                shutil.copytree(DEPLOY, work)
+                if subprocess.run([str(work / "make-certs"), "central"], capture_output=True,
+                                  timeout=120).returncode == 0:
+                    objects, _, _ = render(kubectl, work / "overlays" / "central")
+        _central_render.append(objects)
+    return _central_render[0]
+
+
+def scrape_a_rollout(report: Report, bin_dir: Path, tmp: Path) -> list:
+    """Real series to check the alerts against: two example plugins and one
+    that is down (failurePolicy Ignore: fail-open, retries refused by the
+    budget, an open circuit) in a pipeline behind the real gateway,
+    `rollout-controller simulate` rolling 8 clusters out through it with an
+    abort, then the gateway's /metrics and the controller's (`simulate
+    --metrics`). Returns [gateway scrape, controller scrape] (empty on a
+    failure, reported)."""
+    import alerts
+    root = Path(tempfile.mkdtemp(dir=tmp))
+    procs = []
+    try:
+        endpoints = {}
+        for plugin, extra in (("traffic-weights", []), ("smoke-test", ["--soak", "0s"])):
+            proc, line, err = run_until_listening([str(bin_dir / plugin), "--listen", "127.0.0.1:0", *extra])
+            procs.append(proc)
+            if not report.check(bool(line), f"{plugin} starts for the scrape" + (f"\n      {err}" if err else "")):
+                return []
+            endpoints[plugin] = re.search(r"grpc=(\S+)", line).group(1)
+        config = root / "config.yaml"
+        config.write_text(f"""plugins:
+  - name: traffic-weights
+    endpoint: {endpoints["traffic-weights"]}
+    insecure: true
+  - name: smoke-test
+    endpoint: {endpoints["smoke-test"]}
+    insecure: true
+  # Nothing listens on port 1: every call fails, and is skipped.
+  - name: down
+    endpoint: 127.0.0.1:1
+    insecure: true
+    failurePolicy: Ignore
+    retry:
+      maxAttempts: 3
+      initialBackoff: 1ms
+    retryBudget:
+      ratio: 0.01
+      minPerSecond: 1
+    circuitBreaker:
+      consecutiveFailures: 3
+      openFor: 1m
+pipelines:
+  - name: canary
+    plugins: [traffic-weights, down, smoke-test]
+""")
+        proc, line, err = run_until_listening([str(bin_dir / "rollout-gateway"), "--config", str(config),
+                                               "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        procs.append(proc)
+        if not report.check(bool(line), "the gateway starts for the scrape" + (f"\n      {err}" if err else "")):
+            return []
+        grpc = re.search(r"grpc=(\S+)", line).group(1)
+        admin = re.search(r"admin=(\S+)", line).group(1)
+        metrics_file = root / "controller.metrics"
+        sim = subprocess.run([str(bin_dir / "rollout-controller"), "simulate", "--clusters", "8",
+                              "--strategy", "Progressive", "--max-concurrency", "25%", "--abort-on-failure",
+                              "--fail", "cluster-004", "--plugin", "canary", "--gateway", f"http://{grpc}",
+                              "--metrics", str(metrics_file)],
+                             capture_output=True, text=True, timeout=300)
+        if not report.check(sim.returncode == 0 and metrics_file.exists(),
+                            "rollout-controller simulate rolls out through the gateway and writes its metrics"
+                            f"\n      {sim.stderr.strip()[-600:]}"):
+            return []
+        with urllib.request.urlopen(f"http://{admin}/metrics", timeout=10) as resp:
+            gateway_text = resp.read().decode()
+        return [alerts.parse_scrape("gateway's /metrics after the rollout", gateway_text),
+                alerts.parse_scrape("controller's metrics of `simulate`", metrics_file.read_text())]
+    finally:
+        for proc in procs:
+            stop(proc)
+
+
+def check_monitoring(report: Report, objects: list[dict], bin_dir: Path | None, tmp: Path,
+                     scrapes: dict) -> str:
+    """The PodMonitors point at real ports, and every PrometheusRule passes
+    promtool and matches what the binaries really export (alerts.py). The
+    scrape is made once per run (`scrapes` keeps it)."""
+    import alerts
+    parts = [f"{check_pod_monitors(report, objects)} PodMonitor endpoints on named ports"]
+    rules = [o for o in objects if o.get("kind") == "PrometheusRule"]
+    if not rules:
+        return parts[0]
+    if "promtool" not in scrapes:
+        scrapes["promtool"], how = alerts.find_promtool(cache_dir())
+        print(f"deploy check: {how}", flush=True)
+        report.check(scrapes["promtool"] is not None, f"promtool is available: {how}")
+    if "series" not in scrapes:
+        started = time.monotonic()
+        scrapes["series"] = scrape_a_rollout(report, bin_dir, tmp) if bin_dir is not None else []
+        print(f"  scraped a rollout through the real binaries in {time.monotonic() - started:.1f}s", flush=True)
+    if not scrapes["promtool"] or not scrapes["series"]:
+        report.fail("the alerts are checked against real series with promtool")
+        return parts[0]
+    for rule in rules:
+        work = Path(tempfile.mkdtemp(dir=tmp))
+        parts.append(alerts.check_rules(report, rule, scrapes["series"], scrapes["promtool"], work))
+    return "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------
 # Images and Dockerfiles
 # ---------------------------------------------------------------------------
 
@@ -1147,7 +1304,9 @@ def main() -> int:
         return 1
     (_, kubectl), others = kubectls[0], kubectls[1:]
 
-    crds = CrdSchemas(DEPLOY / "crds")
+    # The project's CRDs, and the part of the Prometheus Operator's that the
+    # monitoring overlay uses (deploy/check/schemas: not applied anywhere).
+    crds = CrdSchemas(DEPLOY / "crds", HERE / "schemas")
     tmp = Path(tempfile.mkdtemp(prefix="deploy-check."))
     try:
         work = tmp / "deploy"
@@ -1164,6 +1323,7 @@ def main() -> int:
         targets = [("overlay", o, work / "overlays" / o) for o in overlays] + \
                   [("example", e, work / "examples" / e) for e in examples]
         summaries = []
+        scrapes: dict = {}
         for what, name, directory in targets:
             report.where = f"{what} {name}"
             print(f"{what} {name}:", flush=True)
@@ -1206,6 +1366,8 @@ def main() -> int:
                 plugins = run_plugins(report, bin_dir, objects, tmp)
                 if plugins:
                     parts.append(f"{plugins} plugins serve with their arguments")
+            if any(o.get("kind") in MONITORING_KINDS for o in objects):
+                parts.append(check_monitoring(report, objects, bin_dir, tmp, scrapes))
             summaries.append(f"{what} {name}: " + "; ".join(parts))
             print("  " + "; ".join(parts), flush=True)
         report.where = ""

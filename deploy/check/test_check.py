@@ -319,5 +319,109 @@ class CrdSchema(unittest.TestCase):
         self.assertNotEqual(self.crds.errors(bad), [])
 
 
+GATEWAY_SCRAPE = """# TYPE rollout_gateway_hook_requests counter
+rollout_gateway_hook_requests_total{hook="BeginRollout",plugin="a",code="OK"} 4
+# TYPE rollout_gateway_circuit_state gauge
+rollout_gateway_circuit_state{plugin="a",hub=""} 0
+# TYPE rollout_gateway_hook_duration_seconds histogram
+rollout_gateway_hook_duration_seconds_bucket{hook="BeginRollout",plugin="a",le="0.001"} 1
+rollout_gateway_hook_duration_seconds_bucket{hook="BeginRollout",plugin="a",le="+Inf"} 4
+rollout_gateway_hook_duration_seconds_sum{hook="BeginRollout",plugin="a"} 0.01
+rollout_gateway_hook_duration_seconds_count{hook="BeginRollout",plugin="a"} 4
+# EOF
+"""
+
+
+def rule(*exprs: str) -> dict:
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+            "metadata": {"name": "r", "namespace": NS},
+            "spec": {"groups": [{"name": "g", "rules": [
+                {"alert": f"A{i}", "expr": e} for i, e in enumerate(exprs)]}]}}
+
+
+class AlertRules(unittest.TestCase):
+    def setUp(self) -> None:
+        import alerts
+        self.alerts = alerts
+        self.scrapes = [alerts.parse_scrape("gateway", GATEWAY_SCRAPE)]
+
+    def failures(self, *exprs: str) -> list[str]:
+        report = check.Report()
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.alerts.check_names(report, rule(*exprs), self.scrapes)
+        return report.failures
+
+    def test_reads_selectors_and_grouping_labels(self) -> None:
+        expr = self.alerts.parse_expr(
+            'histogram_quantile(0.99, sum by (le, plugin) (rate(x_bucket{code!="OK", a=~"b.*"}[10m]))) > 5\n'
+            '  / ignoring(hub) group_left sum(rate(y_total[5m])) and on() vector(1)  # z_total')
+        self.assertEqual([(s.metric, s.matchers) for s in expr.selectors],
+                         [("x_bucket", [("code", "!=", "OK"), ("a", "=~", "b.*")]), ("y_total", [])])
+        self.assertEqual(expr.labels, {"le", "plugin", "hub"})
+
+    def test_real_names_pass(self) -> None:
+        self.assertEqual(self.failures(
+            'sum by (plugin, hook) (rate(rollout_gateway_hook_requests_total{code!="OK"}[10m])) > 0',
+            "max by (plugin, hub) (rollout_gateway_circuit_state) == 1",
+            "histogram_quantile(0.99, sum by (le, plugin) (rate(rollout_gateway_hook_duration_seconds_bucket[5m]))) > 5",
+        ), [])
+
+    def test_a_typo_in_a_metric_fails(self) -> None:
+        failures = self.failures("sum(rate(rollout_gateway_hook_request_total[10m])) > 0")
+        self.assertTrue(any("rollout_gateway_hook_request_total" in f for f in failures), failures)
+
+    def test_a_typo_in_a_label_fails(self) -> None:
+        self.assertNotEqual(self.failures('rate(rollout_gateway_hook_requests_total{cod!="OK"}[5m]) > 0'), [])
+        self.assertNotEqual(self.failures("max by (plugins) (rollout_gateway_circuit_state) == 1"), [])
+
+    def test_scraped_samples_and_families(self) -> None:
+        scrape = self.scrapes[0]
+        self.assertEqual(scrape.series("rollout_gateway_circuit_state"), [{"plugin": "a", "hub": ""}])
+        self.assertEqual(scrape.families["rollout_gateway_hook_requests"], "counter")
+
+
+def pod_monitor(port: str, labels: dict) -> dict:
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+            "metadata": {"name": "m", "namespace": NS},
+            "spec": {"selector": {"matchLabels": labels},
+                     "podMetricsEndpoints": [{"port": port, "path": "/metrics"}]}}
+
+
+class PodMonitors(unittest.TestCase):
+    def setUp(self) -> None:
+        # No central overlay to fall back on.
+        self.saved = list(check._central_render)
+        check._central_render[:] = [[]]
+        self.app = deployment("rollout-controller", {"containers": [controller_container("http://127.0.0.1:10843")]},
+                              labels={"app": "c"})
+
+    def tearDown(self) -> None:
+        check._central_render[:] = self.saved
+
+    def failures(self, *objects: dict) -> list[str]:
+        report = check.Report()
+        with contextlib.redirect_stdout(io.StringIO()):
+            check.check_pod_monitors(report, list(objects))
+        return report.failures
+
+    def test_a_named_port_of_the_selected_pods_passes(self) -> None:
+        self.assertEqual(self.failures(self.app, pod_monitor("health", {"app": "c"})), [])
+
+    def test_a_port_the_pods_do_not_name_fails(self) -> None:
+        self.assertNotEqual(self.failures(self.app, pod_monitor("metrics", {"app": "c"})), [])
+
+    def test_selecting_no_pods_fails(self) -> None:
+        self.assertNotEqual(self.failures(self.app, pod_monitor("health", {"app": "other"})), [])
+
+    def test_the_monitoring_kinds_validate_strictly(self) -> None:
+        crds = check.CrdSchemas(check.HERE / "schemas")
+        good = pod_monitor("health", {"app": "c"})
+        self.assertEqual(crds.errors(good), [])
+        bad = copy.deepcopy(good)
+        bad["spec"]["podMetricsEndpoints"][0]["prot"] = "health"
+        self.assertNotEqual(crds.errors(bad), [])
+        self.assertEqual(crds.errors(rule("up == 0")), [])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -50,6 +50,7 @@ async fn a_pipeline_mutate_is_one_server_span_with_a_client_span_per_attempt() {
             otlp_endpoint: Some(format!("http://{otlp_addr}")),
             service_name: "gateway-under-test".into(),
             schedule_delay: Some(Duration::from_millis(50)),
+            ..TracingOptions::new("gateway-under-test")
         };
     })
     .await;

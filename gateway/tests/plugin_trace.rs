@@ -29,8 +29,8 @@ impl RolloutPlugin for Validator {
 fn exporting(service: &str, otlp: std::net::SocketAddr) -> TracingOptions {
     TracingOptions {
         otlp_endpoint: Some(format!("http://{otlp}")),
-        service_name: service.into(),
         schedule_delay: Some(Duration::from_millis(50)),
+        ..TracingOptions::new(service)
     }
 }
 

@@ -29,16 +29,57 @@ use opentelemetry_sdk::trace::{
 };
 use rollout_proto::view::RolloutFields;
 
+/// The OTLP transport (`OTEL_EXPORTER_OTLP_PROTOCOL`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum OtlpProtocol {
+    /// OTLP/gRPC (`grpc`, port 4317): the default.
+    #[default]
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies (`http/protobuf`, port 4318), over
+    /// plaintext HTTP.
+    HttpProtobuf,
+    /// A value this build cannot export with (`http/json`, a typo):
+    /// [`Tracer::new`] refuses it, naming the value.
+    Unsupported(String),
+}
+
+/// The compression of OTLP requests (`OTEL_EXPORTER_OTLP_COMPRESSION`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum OtlpCompression {
+    /// Uncompressed (`none`): the default.
+    #[default]
+    None,
+    /// gzip (`gzip`): `Content-Encoding: gzip` over HTTP, `grpc-encoding:
+    /// gzip` over gRPC.
+    Gzip,
+    /// A value this build cannot compress with (`zstd`, a typo):
+    /// [`Tracer::new`] refuses it, naming the value.
+    Unsupported(String),
+}
+
 /// Where spans go, from the standard `OTEL_*` variables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TracingOptions {
-    /// The OTLP/gRPC collector (`http://host:4317`); `None`: nothing is exported.
+    /// The collector: for OTLP/gRPC its address (`http://host:4317`), for
+    /// OTLP/HTTP the full URL spans are posted to
+    /// (`http://host:4318/v1/traces`); `None`: nothing is exported.
     pub otlp_endpoint: Option<String>,
     /// The `service.name` resource attribute.
     pub service_name: String,
     /// The batch processor's export delay (`OTEL_BSP_SCHEDULE_DELAY` when unset here).
     pub schedule_delay: Option<Duration>,
+    /// The transport to the collector.
+    pub otlp_protocol: OtlpProtocol,
+    /// The compression of each export request.
+    pub otlp_compression: OtlpCompression,
 }
+
+/// The path OTLP/HTTP appends to `OTEL_EXPORTER_OTLP_ENDPOINT` for traces
+/// (a `_TRACES_ENDPOINT` is used as it is).
+const HTTP_TRACES_PATH: &str = "v1/traces";
+
+/// How long one OTLP/HTTP export may take (OTLP's default timeout).
+const HTTP_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl TracingOptions {
     /// No export, under `service_name`.
@@ -47,11 +88,18 @@ impl TracingOptions {
             otlp_endpoint: None,
             service_name: service_name.into(),
             schedule_delay: None,
+            otlp_protocol: OtlpProtocol::Grpc,
+            otlp_compression: OtlpCompression::None,
         }
     }
 
     /// Reads `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (unset or blank: no export), and
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (unset or blank: no export; over HTTP
+    /// `/v1/traces` is appended to the latter, as OTLP specifies),
+    /// `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` else `OTEL_EXPORTER_OTLP_PROTOCOL`
+    /// (`grpc`, the default, or `http/protobuf`),
+    /// `OTEL_EXPORTER_OTLP_TRACES_COMPRESSION` else
+    /// `OTEL_EXPORTER_OTLP_COMPRESSION` (`none`, the default, or `gzip`), and
     /// `OTEL_SERVICE_NAME` (default `default_service`). `OTEL_SDK_DISABLED=true`
     /// turns export off. The sampler (`OTEL_TRACES_SAMPLER`, `_ARG`) and the
     /// batch settings (`OTEL_BSP_*`) are read by the SDK itself.
@@ -64,17 +112,46 @@ impl TracingOptions {
         default_service: &str,
         var: impl Fn(&str) -> Option<String>,
     ) -> TracingOptions {
-        let var = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        let var = |name: &str| {
+            var(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let otlp_protocol = match var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"))
+        {
+            None => OtlpProtocol::Grpc,
+            Some(v) if v.eq_ignore_ascii_case("grpc") => OtlpProtocol::Grpc,
+            Some(v) if v.eq_ignore_ascii_case("http/protobuf") => OtlpProtocol::HttpProtobuf,
+            Some(v) => OtlpProtocol::Unsupported(v),
+        };
+        let otlp_compression = match var("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION")
+            .or_else(|| var("OTEL_EXPORTER_OTLP_COMPRESSION"))
+        {
+            None => OtlpCompression::None,
+            Some(v) if v.eq_ignore_ascii_case("none") => OtlpCompression::None,
+            Some(v) if v.eq_ignore_ascii_case("gzip") => OtlpCompression::Gzip,
+            Some(v) => OtlpCompression::Unsupported(v),
+        };
+        let otlp_endpoint = if disabled {
+            None
+        } else if let Some(traces) = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+            Some(traces)
+        } else {
+            var("OTEL_EXPORTER_OTLP_ENDPOINT").map(|base| match otlp_protocol {
+                OtlpProtocol::HttpProtobuf => {
+                    format!("{}/{HTTP_TRACES_PATH}", base.trim_end_matches('/'))
+                }
+                _ => base,
+            })
+        };
         TracingOptions {
-            otlp_endpoint: if disabled {
-                None
-            } else {
-                var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                    .or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT"))
-            },
+            otlp_endpoint,
             service_name: var("OTEL_SERVICE_NAME").unwrap_or_else(|| default_service.into()),
             schedule_delay: None,
+            otlp_protocol,
+            otlp_compression,
         }
     }
 }
@@ -110,11 +187,52 @@ impl Tracer {
                 endpoint: endpoint.clone(),
                 message,
             };
+            let gzip = match &options.otlp_compression {
+                OtlpCompression::None => false,
+                OtlpCompression::Gzip => true,
+                OtlpCompression::Unsupported(v) => {
+                    return Err(failed(format!(
+                        "OTEL_EXPORTER_OTLP_COMPRESSION={v} is not supported (none or gzip)"
+                    )));
+                }
+            };
+            let http = match &options.otlp_protocol {
+                OtlpProtocol::Grpc => false,
+                OtlpProtocol::HttpProtobuf => true,
+                OtlpProtocol::Unsupported(v) => {
+                    return Err(failed(format!(
+                        "OTEL_EXPORTER_OTLP_PROTOCOL={v} is not supported (grpc or http/protobuf)"
+                    )));
+                }
+            };
+            if http && !endpoint.starts_with("http://") {
+                return Err(failed(
+                    "OTLP/HTTP is exported over plaintext http:// only (use grpc for TLS)".into(),
+                ));
+            }
             let (runtime, exporter) = ExportRuntime::start(|| {
-                opentelemetry_otlp::SpanExporter::builder()
-                    .with_tonic()
-                    .with_endpoint(endpoint.clone())
-                    .build()
+                use opentelemetry_otlp::{WithHttpConfig, WithTonicConfig};
+                let compression = gzip.then_some(opentelemetry_otlp::Compression::Gzip);
+                if http {
+                    let mut builder = opentelemetry_otlp::SpanExporter::builder()
+                        .with_http()
+                        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                        .with_endpoint(endpoint.clone())
+                        .with_timeout(HTTP_EXPORT_TIMEOUT)
+                        .with_http_client(OnExportRuntime::new());
+                    if let Some(compression) = compression {
+                        builder = builder.with_compression(compression);
+                    }
+                    builder.build()
+                } else {
+                    let mut builder = opentelemetry_otlp::SpanExporter::builder()
+                        .with_tonic()
+                        .with_endpoint(endpoint.clone());
+                    if let Some(compression) = compression {
+                        builder = builder.with_compression(compression);
+                    }
+                    builder.build()
+                }
             })
             .map_err(|e| failed(format!("cannot start its thread: {e}")))?;
             let exporter = exporter.map_err(|e| failed(e.to_string()))?;
@@ -214,6 +332,42 @@ impl ExportRuntime {
         if let Some(thread) = thread {
             let _ = thread.join();
         }
+    }
+}
+
+/// The OTLP/HTTP client: hyper's, with every request run on the export
+/// runtime. The batch processor calls the exporter from its own thread,
+/// outside any runtime, and hyper's client needs one for its connections
+/// and its timeout.
+#[derive(Debug)]
+struct OnExportRuntime {
+    client: opentelemetry_http::hyper::HyperClient,
+    runtime: tokio::runtime::Handle,
+}
+
+impl OnExportRuntime {
+    /// Must be called on the export runtime ([`ExportRuntime::start`]'s `build`).
+    fn new() -> OnExportRuntime {
+        OnExportRuntime {
+            client: opentelemetry_http::hyper::HyperClient::with_default_connector(
+                HTTP_EXPORT_TIMEOUT,
+                None,
+            ),
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl opentelemetry_http::HttpClient for OnExportRuntime {
+    async fn send_bytes(
+        &self,
+        request: http::Request<bytes::Bytes>,
+    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
+        let client = self.client.clone();
+        self.runtime
+            .spawn(async move { client.send_bytes(request).await })
+            .await?
     }
 }
 
@@ -338,6 +492,86 @@ mod tests {
         let blank =
             TracingOptions::from_lookup("svc", env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")]));
         assert_eq!(blank.otlp_endpoint, None);
+    }
+
+    #[test]
+    fn protocol_and_compression_from_the_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let default = TracingOptions::from_lookup(
+            "svc",
+            env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317")]),
+        );
+        assert_eq!(default.otlp_protocol, OtlpProtocol::Grpc);
+        assert_eq!(default.otlp_compression, OtlpCompression::None);
+        assert_eq!(default.otlp_endpoint.as_deref(), Some("http://c:4317"));
+        // Over HTTP the base endpoint gets the traces path; a traces endpoint
+        // is used as it is.
+        let http = TracingOptions::from_lookup(
+            "svc",
+            env(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+                ("OTEL_EXPORTER_OTLP_COMPRESSION", "GZIP"),
+            ]),
+        );
+        assert_eq!(http.otlp_protocol, OtlpProtocol::HttpProtobuf);
+        assert_eq!(http.otlp_compression, OtlpCompression::Gzip);
+        assert_eq!(
+            http.otlp_endpoint.as_deref(),
+            Some("http://c:4318/v1/traces")
+        );
+        let traces = TracingOptions::from_lookup(
+            "svc",
+            env(&[
+                ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4318/custom"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"),
+                ("OTEL_EXPORTER_OTLP_COMPRESSION", "none"),
+            ]),
+        );
+        assert_eq!(traces.otlp_protocol, OtlpProtocol::HttpProtobuf);
+        assert_eq!(traces.otlp_compression, OtlpCompression::None);
+        assert_eq!(
+            traces.otlp_endpoint.as_deref(),
+            Some("http://c:4318/custom")
+        );
+    }
+
+    #[test]
+    fn an_unsupported_protocol_or_compression_is_refused_by_name() {
+        let mut options = TracingOptions::new("svc");
+        options.otlp_endpoint = Some("http://127.0.0.1:9".into());
+        options.otlp_protocol = OtlpProtocol::Unsupported("http/json".into());
+        let error = Tracer::new("test", &options)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            error.contains("OTEL_EXPORTER_OTLP_PROTOCOL=http/json"),
+            "{error}"
+        );
+        options.otlp_protocol = OtlpProtocol::Grpc;
+        options.otlp_compression = OtlpCompression::Unsupported("zstd".into());
+        let error = Tracer::new("test", &options)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            error.contains("OTEL_EXPORTER_OTLP_COMPRESSION=zstd"),
+            "{error}"
+        );
+        options.otlp_compression = OtlpCompression::Gzip;
+        options.otlp_protocol = OtlpProtocol::HttpProtobuf;
+        options.otlp_endpoint = Some("https://collector:4318/v1/traces".into());
+        let error = Tracer::new("test", &options)
+            .expect_err("refused")
+            .to_string();
+        assert!(error.contains("plaintext"), "{error}");
     }
 
     #[test]

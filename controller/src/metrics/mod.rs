@@ -65,6 +65,13 @@ pub enum ReconcileErrorKind {
 }
 
 impl ReconcileErrorKind {
+    /// Every kind, each a series from the start.
+    pub const ALL: [ReconcileErrorKind; 3] = [
+        ReconcileErrorKind::Kube,
+        ReconcileErrorKind::ManifestWork,
+        ReconcileErrorKind::Invalid,
+    ];
+
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -208,6 +215,15 @@ impl ControllerMetrics {
             Unit::Seconds,
             hook_duration.clone(),
         );
+        // Every result and cause is a series from the start: rate() sees
+        // the first failure (a series born at 1 has no increase), and the
+        // alerts on them never miss a series.
+        for result in ["success", "error"] {
+            let _ = reconciles.get_or_create(&One("result", result));
+        }
+        for kind in ReconcileErrorKind::ALL {
+            let _ = reconcile_errors.get_or_create(&One("error", kind.as_str()));
+        }
         let in_progress = Family::<One, Gauge>::default();
         r.register(
             "rollout_controller_rollouts_in_progress",

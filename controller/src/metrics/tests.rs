@@ -77,6 +77,27 @@ fn reconciles_hooks_rollouts_and_aborts_are_counted() {
         Some(0.0)
     );
     assert_eq!(sample(&text, "rollout_controller_leader"), Some(0.0));
+    // So do the reconcile counters, at 0 for every result and cause.
+    for result in ["success", "error"] {
+        assert_eq!(
+            sample(
+                &text,
+                &format!(r#"rollout_controller_reconciles_total{{result="{result}"}}"#)
+            ),
+            Some(0.0),
+            "{text}"
+        );
+    }
+    for error in ["kube", "manifestwork", "invalid"] {
+        assert_eq!(
+            sample(
+                &text,
+                &format!(r#"rollout_controller_reconcile_errors_total{{error="{error}"}}"#)
+            ),
+            Some(0.0),
+            "{text}"
+        );
+    }
 
     m.record_reconcile(Duration::from_millis(20), None);
     m.record_reconcile(Duration::from_millis(40), Some(ReconcileErrorKind::Kube));

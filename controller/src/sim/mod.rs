@@ -474,6 +474,7 @@ impl<H: Hooks> Simulation<'_, H> {
         now: Timestamp,
         trace: &opentelemetry::Context,
     ) -> Result<DeployOutcome, SimError> {
+        let began = std::time::Instant::now();
         let works = self.world.list_works(config::OWNER_LABEL).await?;
         let start = RevisionStatus::begin(&self.status, &self.update.hash);
         let current = start
@@ -504,6 +505,8 @@ impl<H: Hooks> Simulation<'_, H> {
         let outcome = orchestrate::deploy(self.hooks, &self.world, &input).await;
         if let Some(metrics) = &self.config.metrics {
             metrics.record_rollout(&format!("{}/{}", config::NAMESPACE, config::NAME), &outcome);
+            // A step is one reconcile; the simulated world's calls cannot fail.
+            metrics.record_reconcile(began.elapsed(), None);
         }
         let update_complete = outcome
             .placements

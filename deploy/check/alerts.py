@@ -1,0 +1,281 @@
+"""The alerting rules of a PrometheusRule, checked against what the binaries
+really export (used by check.py).
+
+- `promtool check rules` on the rule groups (syntax, PromQL, templates);
+- every metric an alert's expression selects must have series in a real
+  scrape (the gateway's /metrics after a rollout through it, the metrics of
+  `rollout-controller simulate --metrics`), every label it matches on or
+  groups by must be a label of those series: a typo in a metric or label
+  name fails;
+- `promtool test rules` with those scraped series as input: each selector
+  finds them (`absent(...)` is empty) and each alert's whole expression
+  evaluates without error.
+
+The PromQL is read by a small tokenizer (selectors, label matchers and the
+label lists of by/without/on/ignoring/group_left/group_right), enough for
+the expressions of deploy/overlays/monitoring; promtool judges the syntax.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# The Debian package promtool comes from when it is not on PATH.
+PROMETHEUS_DEB = "prometheus"
+
+KEYWORDS = {
+    "and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
+    "group_left", "group_right", "inf", "nan", "start", "end", "atan2",
+    # Aggregations, which may come before their `by (...)`.
+    "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values",
+    "bottomk", "topk", "quantile", "limitk", "limit_ratio",
+}
+LABEL_LISTS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
+IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*,?')
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass
+class Selector:
+    metric: str
+    matchers: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def promql(self) -> str:
+        inner = ",".join(f'{k}{op}{json.dumps(v)}' for k, op, v in self.matchers)
+        return f"{self.metric}{{{inner}}}" if inner else self.metric
+
+
+@dataclass
+class Expression:
+    selectors: list[Selector]
+    labels: set[str]
+
+
+def parse_expr(expr: str) -> Expression:
+    """The selectors and grouping labels of a PromQL expression."""
+    text = re.sub(r"#[^\n]*", "", expr)
+    text = re.sub(r"\[[^\]]*\]", " ", text)  # range and subquery durations
+    selectors: list[Selector] = []
+    labels: set[str] = set()
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "\"'`":
+            end = text.index(ch, i + 1)
+            while text[end - 1] == "\\":
+                end = text.index(ch, end + 1)
+            i = end + 1
+            continue
+        if ch.isdigit() or (ch == "." and text[i + 1:i + 2].isdigit()):
+            number = re.match(r"[0-9.eE+xXa-fA-F_]+[smhdwy]*", text[i:])
+            i += number.end() if number else 1
+            continue
+        ident = IDENT.match(text, i)
+        if not ident:
+            i += 1
+            continue
+        word = ident.group(0)
+        j = ident.end()
+        rest = text[j:].lstrip()
+        j += len(text[j:]) - len(rest)
+        if word in LABEL_LISTS and rest.startswith("("):
+            close = text.index(")", j)
+            labels.update(IDENT.findall(text[j + 1:close]))
+            i = close + 1
+        elif rest.startswith("(") or word.lower() in KEYWORDS:
+            i = j
+        else:
+            selector = Selector(word)
+            if rest.startswith("{"):
+                close = j + 1
+                while True:
+                    m = MATCHER.match(text, close)
+                    if not m:
+                        break
+                    selector.matchers.append((m.group(1), m.group(2), m.group(3)))
+                    close = m.end()
+                if text[close:close + 1] != "}":
+                    raise ValueError(f"cannot read the label matchers of {word} at {text[j:j + 40]!r}")
+                j = close + 1
+            selectors.append(selector)
+            i = j
+    return Expression(selectors, labels)
+
+
+@dataclass
+class Scrape:
+    """Samples and declared families of one /metrics text."""
+    what: str
+    samples: list[tuple[str, dict[str, str], float]]
+    families: dict[str, str]
+
+    def series(self, metric: str) -> list[dict[str, str]]:
+        return [labels for name, labels, _ in self.samples if name == metric]
+
+
+def parse_scrape(what: str, text: str) -> Scrape:
+    samples, families = [], {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            parts = line.split()
+            if len(parts) >= 4:
+                families[parts[2]] = parts[3]
+            continue
+        if not line or line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        if m:
+            labels = {k: v for k, v in LABEL.findall(m.group(2) or "")}
+            samples.append((m.group(1), labels, float(m.group(3))))
+    return Scrape(what, samples, families)
+
+
+def alerts_of(rule_obj: dict) -> list[dict]:
+    return [r for g in ((rule_obj.get("spec") or {}).get("groups") or [])
+            for r in g.get("rules") or [] if r.get("alert")]
+
+
+def check_names(report, rule_obj: dict, scrapes: list[Scrape]) -> list[tuple[str, Expression]]:
+    """Every selector of every alert names series that a scrape has, with the
+    labels it matches and groups by; returns the parsed expressions."""
+    parsed = []
+    for rule in alerts_of(rule_obj):
+        alert = rule["alert"]
+        try:
+            expr = parse_expr(str(rule.get("expr", "")))
+        except (ValueError, IndexError) as err:
+            report.fail(f"alert {alert}: its expression can be read ({err})")
+            continue
+        parsed.append((alert, expr))
+        report.check(bool(expr.selectors), f"alert {alert} selects at least one metric")
+        known_labels: set[str] = set()
+        for selector in expr.selectors:
+            source = next((s for s in scrapes if s.series(selector.metric)), None)
+            if source is None:
+                report.fail(f"alert {alert}: {selector.metric} has series in a real scrape "
+                            f"({', '.join(s.what for s in scrapes)}); no such metric")
+                continue
+            names = set().union(*(set(labels) for labels in source.series(selector.metric)))
+            known_labels |= names
+            for label, _, _ in selector.matchers:
+                report.check(label in names,
+                             f"alert {alert}: {selector.metric} has a label {label!r} "
+                             f"(the {source.what} exports {sorted(names)})")
+        if expr.selectors:
+            for label in sorted(expr.labels):
+                report.check(label in known_labels,
+                             f"alert {alert}: it groups or matches on {label!r}, a label of "
+                             f"the metrics it selects (they have {sorted(known_labels)})")
+    return parsed
+
+
+def series_line(name: str, labels: dict[str, str]) -> str:
+    # An empty label is no label to Prometheus.
+    inner = ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()) if v)
+    return f"{name}{{{inner}}}"
+
+
+def promtool_test(rule_obj: dict, parsed: list[tuple[str, Expression]], scrapes: list[Scrape],
+                  promtool: str, workdir: Path) -> tuple[bool, str]:
+    """`promtool test rules` over the scraped series: every selector finds
+    series, every alert expression evaluates. (ok, promtool's output)."""
+    import yaml
+    steps = 30
+    input_series = []
+    for scrape in scrapes:
+        for name, labels, value in scrape.samples:
+            if name.endswith("_created"):
+                continue
+            family_type = next((t for f, t in scrape.families.items()
+                                if name == f or name.startswith(f + "_")), "")
+            counter = family_type in ("counter", "histogram", "summary")
+            values = f"0+{value!r}x{steps}" if counter else f"{value!r}x{steps}"
+            input_series.append({"series": series_line(name, labels), "values": values})
+    tests = []
+    seen = set()
+    for alert, expr in parsed:
+        for selector in expr.selectors:
+            if selector.metric in seen:
+                continue
+            seen.add(selector.metric)
+            tests.append({"expr": f"absent({selector.metric})", "eval_time": f"{steps - 5}m",
+                          "exp_samples": []})
+        rule = next(r for r in alerts_of(rule_obj) if r["alert"] == alert)
+        tests.append({"expr": f"clamp_max(count(({rule['expr']}) or on() vector(0)), 1)",
+                      "eval_time": f"{steps - 5}m",
+                      "exp_samples": [{"labels": "{}", "value": 1}]})
+    rules = workdir / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": (rule_obj.get("spec") or {}).get("groups") or []}))
+    test = workdir / "test.yaml"
+    test.write_text(yaml.safe_dump({
+        "rule_files": [rules.name], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": input_series, "promql_expr_test": tests}],
+    }, sort_keys=False))
+    got = subprocess.run([promtool, "test", "rules", test.name], cwd=workdir,
+                         capture_output=True, text=True, timeout=120)
+    return got.returncode == 0, (got.stdout + got.stderr).strip()
+
+
+def promtool_check(rule_obj: dict, promtool: str, workdir: Path) -> tuple[bool, str]:
+    import yaml
+    rules = workdir / "check-rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": (rule_obj.get("spec") or {}).get("groups") or []}))
+    got = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=120)
+    return got.returncode == 0, (got.stdout + got.stderr).strip()
+
+
+def find_promtool(cache: Path) -> tuple[str | None, str]:
+    """promtool on PATH, else from Debian's `prometheus` package unpacked
+    into `cache` (apt-get download and dpkg-deb -x: no daemon is installed
+    or started). (path or None, what happened)."""
+    on_path = shutil.which("promtool")
+    if on_path:
+        return on_path, f"promtool on PATH ({on_path})"
+    unpacked = cache / "prometheus-deb"
+    promtool = unpacked / "usr" / "bin" / "promtool"
+    if promtool.is_file():
+        return str(promtool), f"promtool of Debian's {PROMETHEUS_DEB} package ({promtool})"
+    if not (shutil.which("apt-get") and shutil.which("dpkg-deb")):
+        return None, "no promtool on PATH and no apt-get/dpkg-deb to fetch Debian's prometheus package"
+    download = Path(tempfile.mkdtemp(prefix="prometheus-deb."))
+    try:
+        def fetch() -> subprocess.CompletedProcess:
+            return subprocess.run(["apt-get", "download", PROMETHEUS_DEB], cwd=download,
+                                  capture_output=True, text=True, timeout=600)
+        got = fetch()
+        if got.returncode != 0:
+            # No package lists yet (a fresh container): read them once.
+            subprocess.run(["apt-get", "update"], capture_output=True, text=True, timeout=600)
+            got = fetch()
+        debs = sorted(download.glob(f"{PROMETHEUS_DEB}_*.deb"))
+        if got.returncode != 0 or not debs:
+            return None, f"apt-get download {PROMETHEUS_DEB} failed: {got.stderr.strip()[-300:]}"
+        building = Path(tempfile.mkdtemp(prefix="prometheus-deb.", dir=cache))
+        subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(building)], check=True, timeout=300)
+        shutil.rmtree(unpacked, ignore_errors=True)
+        building.rename(unpacked)
+        return str(promtool), f"promtool of Debian's {PROMETHEUS_DEB} package, unpacked into {unpacked}"
+    except (OSError, subprocess.SubprocessError) as err:
+        return None, f"unpacking Debian's {PROMETHEUS_DEB} package failed: {err}"
+    finally:
+        shutil.rmtree(download, ignore_errors=True)
+
+
+def check_rules(report, rule_obj: dict, scrapes: list[Scrape], promtool: str, workdir: Path) -> str:
+    """All of the above for one PrometheusRule; a summary."""
+    name = (rule_obj.get("metadata") or {}).get("name")
+    ok, out = promtool_check(rule_obj, promtool, workdir)
+    report.check(ok, f"PrometheusRule {name}: promtool check rules\n      {out}")
+    parsed = check_names(report, rule_obj, scrapes)
+    ok, out = promtool_test(rule_obj, parsed, scrapes, promtool, workdir)
+    report.check(ok, f"PrometheusRule {name}: promtool test rules over the scraped series\n      {out[-3000:]}")
+    samples = sum(len(s.samples) for s in scrapes)
+    return f"{len(parsed)} alerts checked by promtool against {samples} scraped samples"
