@@ -7,9 +7,15 @@
 //! work annotated `NAME.rollout-hooks.io/position: "I of N"` from the request's
 //! `cluster_index` and `total_cluster_count`; validation always succeeds;
 //! `BeginRollout` and `ProgressRollout` answer `Empty`; `Initialize` gives the
-//! plugin's name (`echo` unless set) and claims every hook.
+//! plugin's name (`echo` unless set), claims every hook and declares the
+//! rollout state it wants ([`StateDetail`], the full list unless set).
+//!
+//! It counts the rollout requests it receives (every hook but `Initialize`)
+//! and their message bytes ([`Received`]): what a rollout sends a plugin.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use rollout_proto::v1alpha1::rollout_plugin_service_server::{
@@ -17,7 +23,8 @@ use rollout_proto::v1alpha1::rollout_plugin_service_server::{
 };
 use rollout_proto::v1alpha1::{
     InitializeRequest, InitializeResponse, MutateManifestWorkRequest, MutateManifestWorkResponse,
-    RolloutPluginRequest, ValidateCompletionRequest, ValidateResponse, ValidationResult,
+    RolloutPluginRequest, RolloutStateDetail, ValidateCompletionRequest, ValidateResponse,
+    ValidationResult,
 };
 use tokio::net::TcpListener;
 use tonic::transport::Server;
@@ -46,11 +53,62 @@ pub enum EchoMode {
     Annotate,
 }
 
+/// The rollout state the plugin declares in `InitializeResponse.state_detail`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum StateDetail {
+    /// `ROLLOUT_STATE_DETAIL_FULL`: every cluster's status in each request.
+    #[default]
+    Full,
+    /// `ROLLOUT_STATE_DETAIL_COUNTS`: the counts only.
+    Counts,
+    /// The field left unset, as by a plugin written before it existed (the
+    /// gateway then sends the full list).
+    Unset,
+}
+
+impl From<StateDetail> for i32 {
+    fn from(detail: StateDetail) -> i32 {
+        match detail {
+            StateDetail::Full => RolloutStateDetail::Full.into(),
+            StateDetail::Counts => RolloutStateDetail::Counts.into(),
+            StateDetail::Unset => RolloutStateDetail::Unspecified.into(),
+        }
+    }
+}
+
+/// The rollout requests received so far (every hook but `Initialize`) and
+/// their message bytes (the encoded request, without gRPC or HTTP/2 framing).
+#[derive(Debug, Default)]
+pub struct Received {
+    requests: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl Received {
+    /// Requests received.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Their message bytes, summed.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn add(&self, message: &impl prost::Message) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.bytes
+            .fetch_add(message.encoded_len() as u64, Ordering::Relaxed);
+    }
+}
+
 /// The plugin.
 #[derive(Debug, Clone)]
 pub struct EchoPlugin {
     mode: EchoMode,
-    name: std::sync::Arc<str>,
+    name: Arc<str>,
+    state_detail: StateDetail,
+    received: Arc<Received>,
 }
 
 impl EchoPlugin {
@@ -64,7 +122,20 @@ impl EchoPlugin {
         Self {
             mode,
             name: name.into(),
+            state_detail: StateDetail::default(),
+            received: Arc::default(),
         }
+    }
+
+    /// Declares `detail` in `Initialize`.
+    pub fn with_state_detail(mut self, detail: StateDetail) -> Self {
+        self.state_detail = detail;
+        self
+    }
+
+    /// The counters of what it received, shared with the serving plugin.
+    pub fn received(&self) -> Arc<Received> {
+        self.received.clone()
     }
 }
 
@@ -109,28 +180,31 @@ impl RolloutPluginService for EchoPlugin {
             name: self.name.to_string(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             hooks: Vec::new(),
-            ..Default::default()
+            state_detail: self.state_detail.into(),
         }))
     }
 
     async fn begin_rollout(
         &self,
-        _request: Request<RolloutPluginRequest>,
+        request: Request<RolloutPluginRequest>,
     ) -> Result<Response<()>, Status> {
+        self.received.add(request.get_ref());
         Ok(Response::new(()))
     }
 
     async fn progress_rollout(
         &self,
-        _request: Request<RolloutPluginRequest>,
+        request: Request<RolloutPluginRequest>,
     ) -> Result<Response<()>, Status> {
+        self.received.add(request.get_ref());
         Ok(Response::new(()))
     }
 
     async fn validate_rollout_completion(
         &self,
-        _request: Request<ValidateCompletionRequest>,
+        request: Request<ValidateCompletionRequest>,
     ) -> Result<Response<ValidateResponse>, Status> {
+        self.received.add(request.get_ref());
         Ok(Response::new(ValidateResponse {
             result: ValidationResult::Succeeded as i32,
             message: String::new(),
@@ -142,6 +216,7 @@ impl RolloutPluginService for EchoPlugin {
         &self,
         request: Request<MutateManifestWorkRequest>,
     ) -> Result<Response<MutateManifestWorkResponse>, Status> {
+        self.received.add(request.get_ref());
         let manifest_work = match self.mode {
             EchoMode::Echo => request.into_inner().manifest_work,
             EchoMode::Empty => Bytes::new(),
@@ -179,4 +254,67 @@ pub async fn serve(
         .add_service(service(plugin))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use prost::Message as _;
+    use rollout_proto::v1alpha1::{ClusterRolloutStatus, RolloutState};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn declares_its_state_detail_and_counts_what_it_receives() {
+        for (detail, want) in [
+            (StateDetail::Full, RolloutStateDetail::Full),
+            (StateDetail::Counts, RolloutStateDetail::Counts),
+            (StateDetail::Unset, RolloutStateDetail::Unspecified),
+        ] {
+            let plugin = EchoPlugin::new(EchoMode::Empty).with_state_detail(detail);
+            let init = plugin
+                .initialize(Request::new(InitializeRequest::default()))
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(init.state_detail(), want);
+        }
+
+        let plugin = EchoPlugin::new(EchoMode::Empty);
+        let received = plugin.received();
+        let request = RolloutPluginRequest {
+            cluster_name: "c2".into(),
+            rollout_status: Some(RolloutState {
+                completed: vec![ClusterRolloutStatus {
+                    cluster_name: "c1".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mutate = MutateManifestWorkRequest {
+            rollout: Some(request.clone()),
+            manifest_work: Bytes::from_static(b"{}"),
+        };
+        plugin
+            .begin_rollout(Request::new(request.clone()))
+            .await
+            .unwrap();
+        plugin
+            .mutate_manifest_work(Request::new(mutate.clone()))
+            .await
+            .unwrap();
+        // Initialize is not a rollout request.
+        plugin
+            .initialize(Request::new(InitializeRequest::default()))
+            .await
+            .unwrap();
+        assert_eq!(received.requests(), 2);
+        assert_eq!(
+            received.bytes(),
+            (request.encode_to_vec().len() + mutate.encode_to_vec().len()) as u64
+        );
+    }
 }

@@ -13,6 +13,7 @@
 
 pub mod compare;
 pub mod echo;
+pub mod hostile;
 pub mod load;
 pub mod manifest;
 pub mod otlp;

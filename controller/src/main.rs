@@ -43,10 +43,10 @@ enum Command {
 #[derive(Debug, Args)]
 struct PlanArgs {
     /// The input document; `-` reads standard input.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "ROLLOUT_CONTROLLER_INPUT")]
     input: String,
     /// Indent the output.
-    #[arg(long)]
+    #[arg(long, env = "ROLLOUT_CONTROLLER_PRETTY")]
     pretty: bool,
 }
 
@@ -56,10 +56,10 @@ struct RunArgs {
     #[arg(long, value_name = "URL", default_value = DEFAULT_GATEWAY_URL, env = "ROLLOUT_CONTROLLER_GATEWAY")]
     gateway: String,
     /// A kubeconfig file; default: in-cluster, else $KUBECONFIG or ~/.kube/config.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", env = "ROLLOUT_CONTROLLER_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
     /// The deadline of each hook call (a Go duration, at most 30s).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_HOOK_TIMEOUT")]
     hook_timeout: std::time::Duration,
     /// The hub's name, sent in InitializeRequest.hub_name.
     #[arg(
@@ -71,52 +71,80 @@ struct RunArgs {
     hub_name: String,
     /// Also keep the gateway's registry ConfigMap `work-controller-config` in
     /// NS up to date with the ClusterManager's workConfiguration.plugins.
-    #[arg(long, value_name = "NS")]
+    #[arg(
+        long,
+        value_name = "NS",
+        env = "ROLLOUT_CONTROLLER_REGISTER_PLUGINS_NAMESPACE"
+    )]
     register_plugins_namespace: Option<String>,
     /// Log format on stderr; json lines carry trace_id and span_id inside a reconcile.
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "text",
+        env = "ROLLOUT_CONTROLLER_LOG_FORMAT"
+    )]
     log_format: rollout_telemetry::logs::LogFormat,
     /// Serve /healthz and /readyz for the kubelet on this address.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "ROLLOUT_CONTROLLER_HEALTH_LISTEN")]
     health_listen: Option<std::net::SocketAddr>,
     /// The CA bundle (PEM) that signed a TLS gateway's certificate (an
     /// `https://` --gateway).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "ROLLOUT_CONTROLLER_GATEWAY_CA")]
     gateway_ca: Option<PathBuf>,
     /// The client certificate (PEM) presented to a central gateway; its
     /// first DNS SAN (else its CN) names this hub. Needs --client-key.
-    #[arg(long, value_name = "FILE", requires = "client_key")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "client_key",
+        env = "ROLLOUT_CONTROLLER_CLIENT_CERT"
+    )]
     client_cert: Option<PathBuf>,
     /// The key (PEM) of --client-cert.
-    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "client_cert",
+        env = "ROLLOUT_CONTROLLER_CLIENT_KEY"
+    )]
     client_key: Option<PathBuf>,
     /// The name to verify in the gateway's certificate, when not the
     /// --gateway host.
-    #[arg(long, value_name = "NAME")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "ROLLOUT_CONTROLLER_GATEWAY_SERVER_NAME"
+    )]
     gateway_server_name: Option<String>,
     /// Reconcile only while holding a coordination.k8s.io Lease, so that
     /// several replicas can run and exactly one reconciles.
-    #[arg(long)]
+    #[arg(long, env = "ROLLOUT_CONTROLLER_LEADER_ELECT")]
     leader_elect: bool,
     /// The Lease's namespace; default: the pod's (in-cluster).
     #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
     leader_election_namespace: Option<String>,
     /// The Lease's name.
-    #[arg(long, value_name = "NAME", default_value = "rollout-controller")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "rollout-controller",
+        env = "ROLLOUT_CONTROLLER_LEADER_ELECTION_NAME"
+    )]
     leader_election_name: String,
     /// This replica's name in the Lease (made unique per process); default:
     /// the pod's name.
     #[arg(long, value_name = "ID", env = "POD_NAME")]
     leader_election_identity: Option<String>,
     /// How long a lease lasts without renewal (whole seconds).
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_LEASE_DURATION")]
     lease_duration: std::time::Duration,
     /// How long the leader goes on without renewing before it stops
     /// reconciling (shorter than --lease-duration).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_RENEW_DEADLINE")]
     renew_deadline: std::time::Duration,
     /// How often a candidate tries and the leader renews.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_RETRY_PERIOD")]
     retry_period: std::time::Duration,
 }
 
@@ -200,87 +228,124 @@ Failed), 2 for bad flags, 1 when the gateway cannot be reached or the rollout do
 )]
 struct SimulateArgs {
     /// Clusters in the fleet, named cluster-001, cluster-002, …
-    #[arg(long, value_name = "N", default_value_t = 20)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 20,
+        env = "ROLLOUT_CONTROLLER_CLUSTERS"
+    )]
     clusters: usize,
     /// Decision groups: contiguous runs of clusters named group-0, group-1, …
-    #[arg(long, value_name = "G", default_value_t = 1)]
+    #[arg(
+        long,
+        value_name = "G",
+        default_value_t = 1,
+        env = "ROLLOUT_CONTROLLER_GROUPS"
+    )]
     groups: usize,
     /// The rollout strategy type.
     #[arg(long, value_name = "TYPE", default_value = "All",
-          value_parser = ["All", "Progressive", "ProgressivePerGroup"])]
+          value_parser = ["All", "Progressive", "ProgressivePerGroup"],
+        env = "ROLLOUT_CONTROLLER_STRATEGY"
+    )]
     strategy: String,
     /// maxConcurrency (Progressive): a count or a percentage such as 25%.
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", env = "ROLLOUT_CONTROLLER_MAX_CONCURRENCY")]
     max_concurrency: Option<String>,
     /// maxFailures: a count or a percentage.
-    #[arg(long, value_name = "X")]
+    #[arg(long, value_name = "X", env = "ROLLOUT_CONTROLLER_MAX_FAILURES")]
     max_failures: Option<String>,
     /// progressDeadline: a Go duration such as 10m, or None.
-    #[arg(long, value_name = "D")]
+    #[arg(long, value_name = "D", env = "ROLLOUT_CONTROLLER_PROGRESS_DEADLINE")]
     progress_deadline: Option<String>,
     /// minSuccessTime (Progressive, ProgressivePerGroup): a Go duration.
-    #[arg(long, value_name = "D")]
+    #[arg(long, value_name = "D", env = "ROLLOUT_CONTROLLER_MIN_SUCCESS_TIME")]
     min_success_time: Option<String>,
     /// mandatoryDecisionGroups: group names or indices, comma-separated.
-    #[arg(long, value_name = "GROUP", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "GROUP",
+        value_delimiter = ',',
+        env = "ROLLOUT_CONTROLLER_MANDATORY_GROUPS"
+    )]
     mandatory_groups: Vec<String>,
     /// abortOnFailure: roll the updated clusters back on a failure.
-    #[arg(long)]
+    #[arg(long, env = "ROLLOUT_CONTROLLER_ABORT_ON_FAILURE")]
     abort_on_failure: bool,
     /// The plugin or gateway pipeline to call; none: no hook (OCM's own
     /// rollout) and no gateway needed.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", env = "ROLLOUT_CONTROLLER_PLUGIN")]
     plugin: Option<String>,
     /// The rollout gateway's gRPC address (plaintext).
     #[arg(long, value_name = "URL", default_value = DEFAULT_GATEWAY_URL, env = "ROLLOUT_CONTROLLER_GATEWAY")]
     gateway: String,
     /// The deadline of each hook call (at most 30s).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_HOOK_TIMEOUT")]
     hook_timeout: std::time::Duration,
     /// A cluster whose work of the new revision turns Degraded; repeatable
     /// or comma-separated.
-    #[arg(long = "fail", value_name = "CLUSTER", value_delimiter = ',')]
+    #[arg(
+        long = "fail",
+        value_name = "CLUSTER",
+        value_delimiter = ',',
+        env = "ROLLOUT_CONTROLLER_FAIL"
+    )]
     fail: Vec<String>,
     /// One JSON object per step, then the summary, one per line.
-    #[arg(long)]
+    #[arg(long, env = "ROLLOUT_CONTROLLER_JSON")]
     json: bool,
     /// Simulated time from a work's apply to done (or Degraded).
-    #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_APPLY_LATENCY")]
     apply_latency: std::time::Duration,
     /// Simulated time from a work's apply to the agent's first report
     /// (Applied, Progressing).
-    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_AGENT_DELAY")]
     agent_delay: std::time::Duration,
     /// Vary each latency by up to ± this percentage.
-    #[arg(long, value_name = "PCT", default_value_t = 0.0)]
+    #[arg(
+        long,
+        value_name = "PCT",
+        default_value_t = 0.0,
+        env = "ROLLOUT_CONTROLLER_LATENCY_JITTER"
+    )]
     latency_jitter: f64,
     /// Seeds the latency variation.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        env = "ROLLOUT_CONTROLLER_SEED"
+    )]
     seed: u64,
     /// Move the simulated clock by this much per step instead of to the
     /// next event (like a resync period).
-    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_STEP")]
     step: Option<std::time::Duration>,
     /// How soon to ask a plugin again when it answers INPROGRESS without
     /// recheck_after (real time).
-    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_VALIDATION_POLL")]
     validation_poll: std::time::Duration,
     /// Start from an empty fleet (no earlier revision: an abort stops the
     /// rollout instead of rolling back).
-    #[arg(long)]
+    #[arg(long, env = "ROLLOUT_CONTROLLER_FIRST_ROLLOUT")]
     first_rollout: bool,
     /// Give up (exit 1) after this many steps.
-    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 100_000,
+        env = "ROLLOUT_CONTROLLER_MAX_STEPS"
+    )]
     max_steps: usize,
     /// List every work at the end (cluster, revision, manifest annotations).
-    #[arg(long)]
+    #[arg(long, env = "ROLLOUT_CONTROLLER_LIST_WORKS")]
     list_works: bool,
     /// Also write the summary, as JSON, to FILE.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "ROLLOUT_CONTROLLER_SUMMARY")]
     summary: Option<PathBuf>,
     /// At the end, write the rollout_controller_* metrics the run recorded
     /// (as `run` serves them on /metrics, OpenMetrics text) to FILE.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "ROLLOUT_CONTROLLER_METRICS")]
     metrics: Option<PathBuf>,
 }
 
@@ -319,7 +384,7 @@ impl SimulateArgs {
 struct CrdArgs {
     /// Write one file per CRD and a kustomization.yaml into DIR (created if
     /// missing) instead of printing.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", env = "ROLLOUT_CONTROLLER_OUT")]
     out: Option<PathBuf>,
 }
 
@@ -484,4 +549,53 @@ fn plan_command(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     .context("encoding the plan")?;
     println!("{text}");
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Flags whose variables Kubernetes' downward API conventionally sets.
+    const POD_VARIABLES: [(&str, &str); 2] = [
+        ("leader-election-namespace", "POD_NAMESPACE"),
+        ("leader-election-identity", "POD_NAME"),
+    ];
+
+    /// Every flag of every subcommand, as (subcommand path, long name, env).
+    fn flags(cmd: &clap::Command, at: &str, out: &mut Vec<(String, String, Option<String>)>) {
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            out.push((at.to_owned(), long.to_owned(), env));
+        }
+        for sub in cmd.get_subcommands() {
+            flags(sub, &format!("{at} {}", sub.get_name()), out);
+        }
+    }
+
+    /// A new flag without an environment variable fails here; the variable
+    /// is the flag's name in ROLLOUT_CONTROLLER_ form (one name for a flag
+    /// shared by subcommands), but for the pod's own variables.
+    #[test]
+    fn every_flag_has_an_env_var_named_after_it() {
+        let mut all = Vec::new();
+        flags(&super::Cli::command(), "rollout-controller", &mut all);
+        assert!(all.len() >= 40, "{all:?}");
+        for (at, long, env) in all {
+            let want = POD_VARIABLES
+                .iter()
+                .find(|(flag, _)| *flag == long)
+                .map(|(_, var)| (*var).to_owned())
+                .unwrap_or_else(|| {
+                    format!(
+                        "ROLLOUT_CONTROLLER_{}",
+                        long.to_uppercase().replace('-', "_")
+                    )
+                });
+            assert_eq!(env.as_deref(), Some(want.as_str()), "{at} --{long}");
+        }
+    }
 }

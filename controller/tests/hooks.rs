@@ -101,7 +101,7 @@ async fn every_hook_through_the_gateway() {
         let timeout = s
             .timeout
             .as_deref()
-            .and_then(rollout_gateway::grpc::parse_timeout)
+            .and_then(rollout_gateway::transport::grpc::parse_timeout)
             .expect("grpc-timeout");
         assert!(
             timeout <= Duration::from_secs(8),

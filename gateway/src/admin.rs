@@ -1,26 +1,118 @@
 //! The admin HTTP endpoints (CONTRACT §4): `/healthz`, `/readyz`,
 //! `/metrics`, `/debug/plugins`. Bound to loopback by default.
+//!
+//! Every request is bounded: its headers must arrive, and the whole exchange
+//! end, within the admin request timeout (a peer that sends half a request
+//! and stops is cut off, as is a keep-alive connection left idle that long);
+//! bodies are small; connections open at once are bounded.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json};
 use axum::routing::get;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use rollout_proto::v1alpha1::RolloutStateDetail;
 use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tower::ServiceBuilder;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
 use crate::config::{Transport, format_duration};
 use crate::registry::Registry;
 
-/// The admin router over the shared registry.
-pub fn router(registry: Arc<Registry>) -> Router {
+/// The default of `--admin-request-timeout`.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Admin connections open at once; more are closed as they are accepted.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// The largest admin request body (the endpoints take none).
+const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// The admin router over the shared registry; a request not answered within
+/// `timeout` gets 408, its body too (a body that stops arriving ends there).
+pub fn router(registry: Arc<Registry>, timeout: Duration) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/debug/plugins", get(debug_plugins))
         .with_state(registry)
+        .layer(
+            ServiceBuilder::new()
+                .layer(TimeoutLayer::with_status_code(
+                    StatusCode::REQUEST_TIMEOUT,
+                    timeout,
+                ))
+                .layer(RequestBodyTimeoutLayer::new(timeout))
+                .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES)),
+        )
+}
+
+/// Serves `router` over HTTP/1.1 on `listener` until `shutdown` resolves;
+/// then lets requests in progress finish (for at most `request_timeout`)
+/// and closes every connection. A connection's request headers must arrive
+/// within `request_timeout`, counted from when the connection is ready for
+/// them (so an idle keep-alive connection is closed after it as well).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    request_timeout: Duration,
+    shutdown: impl Future<Output = ()>,
+) {
+    let graceful = GracefulShutdown::new();
+    let mut connections = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(error) => {
+                    tracing::warn!(%error, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            () = &mut shutdown => break,
+        };
+        while connections.try_join_next().is_some() {}
+        if connections.len() >= MAX_CONNECTIONS {
+            tracing::debug!(%peer, "admin connection refused: too many open");
+            continue;
+        }
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(request_timeout)
+            .serve_connection(
+                TokioIo::new(stream),
+                TowerToHyperService::new(router.clone()),
+            );
+        let conn = graceful.watch(conn);
+        connections.spawn(async move {
+            if let Err(error) = conn.await {
+                tracing::debug!(%peer, %error, "admin connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(request_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::debug!("admin requests still running at shutdown; closing them");
+    }
+    connections.shutdown().await;
 }
 
 async fn readyz(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
@@ -83,6 +175,11 @@ pub fn debug_json(registry: &Registry) -> Value {
                     .collect::<serde_json::Map<String, Value>>(),
                 "hubs": p.hubs,
                 "hooks": p.upstream.known_hooks(),
+                // What its requests carry: "counts" once it declared so.
+                "stateDetail": match p.upstream.state_detail() {
+                    RolloutStateDetail::Counts => "counts",
+                    _ => "full",
+                },
             })
         })
         .collect();

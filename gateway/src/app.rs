@@ -14,13 +14,14 @@ use tokio::time::Instant;
 
 use crate::configmap::{self, ConfigMapRef};
 use crate::error::DeadlineOwner;
-use crate::health::Health;
 use crate::hooks::HookRequest;
 use crate::registry::{Registry, SourceInfo};
-use crate::server::{self, ServerSettings};
 use crate::service::GatewayService;
 use crate::telemetry::{Telemetry, Tracing, TracingError, TracingOptions};
 use crate::tls::{ServerTls, ServerTlsFiles, TlsError};
+use crate::transport::health::Health;
+use crate::transport::pending::{Pool, Scope};
+use crate::transport::server::{self, ServerSettings};
 use crate::upstream::ChannelSettings;
 use crate::{admin, watch as file_watch};
 
@@ -44,20 +45,48 @@ pub struct Options {
     pub configmaps: Vec<ConfigMapRef>,
     /// Where spans are exported (the `OTEL_*` variables in the binary).
     pub tracing: TracingOptions,
+    /// gRPC connections open at once (`--max-connections`).
+    pub max_connections: usize,
+    /// A gRPC connection with no call for this long is closed (`--idle-timeout`).
+    pub idle_timeout: Duration,
+    /// A gRPC connection this old gets a GOAWAY (`--max-connection-age`), and is
+    /// closed the grace later (`--max-connection-age-grace`).
+    pub max_connection_age: Duration,
+    pub max_connection_age_grace: Duration,
+    /// Bytes of requests still arriving, held at once by the whole gateway
+    /// (`--max-pending-request-bytes`) and by one connection
+    /// (`--max-pending-request-bytes-per-connection`).
+    pub max_pending_request_bytes: usize,
+    pub max_pending_request_bytes_per_connection: usize,
+    /// A request must arrive whole within this, or the caller's deadline if
+    /// sooner (`--request-receive-timeout`).
+    pub request_receive_timeout: Duration,
+    /// An admin request (headers, body and answer) must be done within this
+    /// (`--admin-request-timeout`).
+    pub admin_request_timeout: Duration,
 }
 
 impl Default for Options {
     fn default() -> Self {
+        let server = ServerSettings::default();
         Options {
             configs: vec![PathBuf::from("/var/run/config/work/config.yaml")],
             listen: SocketAddr::from(([127, 0, 0, 1], 10843)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 10844)),
             max_message_bytes: 16 * 1024 * 1024,
-            drain_timeout: Duration::from_secs(10),
+            drain_timeout: server.drain_timeout,
             poll_interval: Duration::from_secs(2),
             tls: None,
             configmaps: Vec::new(),
             tracing: TracingOptions::new("rollout-gateway"),
+            max_connections: server.max_connections,
+            idle_timeout: server.idle_timeout,
+            max_connection_age: server.max_connection_age,
+            max_connection_age_grace: server.max_connection_age_grace,
+            max_pending_request_bytes: 256 * 1024 * 1024,
+            max_pending_request_bytes_per_connection: server.max_pending_bytes_per_connection,
+            request_receive_timeout: Duration::from_secs(30),
+            admin_request_timeout: admin::DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }
@@ -74,6 +103,10 @@ pub enum StartError {
     /// The listener's certificate, key or client CA is unusable.
     #[error("{0}")]
     Tls(#[from] TlsError),
+    /// The limits contradict each other (a message of the largest size
+    /// could never be received).
+    #[error("{0}")]
+    Limits(String),
     /// The OTLP exporter could not be built.
     #[error("{0}")]
     Tracing(#[from] TracingError),
@@ -91,6 +124,8 @@ pub struct Running {
     pub grpc_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub registry: Arc<Registry>,
+    /// The gateway-wide pool of bytes of requests still arriving.
+    pub pending_requests: Arc<Pool>,
     stop: watch::Sender<bool>,
     grpc: JoinHandle<()>,
     admin: JoinHandle<()>,
@@ -127,6 +162,19 @@ impl Running {
 /// A missing or empty file is not fatal (the gateway waits for it, not
 /// ready); an invalid one is ([`StartError::Config`]).
 pub async fn start(options: Options) -> Result<Running, StartError> {
+    // A message being received holds its whole size (plus its 5-byte prefix).
+    let largest = options.max_message_bytes.saturating_add(5);
+    if options.max_pending_request_bytes_per_connection < largest
+        || options.max_pending_request_bytes < options.max_pending_request_bytes_per_connection
+    {
+        return Err(StartError::Limits(format!(
+            "--max-pending-request-bytes ({}) must be at least --max-pending-request-bytes-per-connection ({}), \
+             which must be at least --max-message-bytes ({}) plus 5",
+            options.max_pending_request_bytes,
+            options.max_pending_request_bytes_per_connection,
+            options.max_message_bytes
+        )));
+    }
     let tracing = Tracing::new(&options.tracing)?;
     let sources: Vec<SourceInfo> = options
         .configs
@@ -228,29 +276,35 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
     let health_service = Health::new().await;
     let health = health_service.track(&registry);
     let (stop, stopped) = watch::channel(false);
-    let service = GatewayService::new(registry.clone(), options.max_message_bytes, health_service);
+    let service = GatewayService::new(
+        registry.clone(),
+        options.max_message_bytes,
+        options.request_receive_timeout,
+        health_service,
+    );
+    let pending_requests = Arc::new(Pool::new(options.max_pending_request_bytes, Scope::Gateway));
     let grpc = tokio::spawn(server::serve(
         grpc_listener,
         service,
         ServerSettings {
             drain_timeout: options.drain_timeout,
+            max_connections: options.max_connections,
+            idle_timeout: options.idle_timeout,
+            max_connection_age: options.max_connection_age,
+            max_connection_age_grace: options.max_connection_age_grace,
+            max_pending_bytes_per_connection: options.max_pending_request_bytes_per_connection,
             ..ServerSettings::default()
         },
         tls.clone(),
+        pending_requests.clone(),
         wait_for(stopped.clone()),
     ));
-    let admin = {
-        let router = admin::router(registry.clone());
-        let stopped = stopped.clone();
-        tokio::spawn(async move {
-            if let Err(error) = axum::serve(admin_listener, router)
-                .with_graceful_shutdown(wait_for(stopped))
-                .await
-            {
-                tracing::error!(%error, "admin server failed");
-            }
-        })
-    };
+    let admin = tokio::spawn(admin::serve(
+        admin_listener,
+        admin::router(registry.clone(), options.admin_request_timeout),
+        options.admin_request_timeout,
+        wait_for(stopped.clone()),
+    ));
     let configmap_watchers: Vec<JoinHandle<()>> = match kube_client {
         None => Vec::new(),
         Some(client) => options
@@ -288,6 +342,7 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
         grpc_addr,
         admin_addr,
         registry,
+        pending_requests,
         stop,
         grpc,
         admin,

@@ -16,6 +16,7 @@ use rollout_policies::policy::MAX_TIMEOUT;
 use rollout_policies::{BreakerPolicy, BudgetPolicy, FailurePolicy, Policy, RetryPolicy};
 use rollout_proto::HookKind;
 use rollout_proto::duration::{DurationError, parse_go_duration};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use tonic::Code;
@@ -74,90 +75,140 @@ impl ConfigError {
 // ---------------------------------------------------------------------------
 
 /// `config.yaml` as written.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(
+    title = "rollout-gateway registry (config.yaml)",
+    description = "The plugin registry of rollout-gateway: plugins, pipelines and their policies. See docs/configuration.md.",
+    deny_unknown_fields
+)]
 pub struct RawConfig {
+    /// Central mode: every name in this file belongs to this hub (a DNS
+    /// subdomain). Without it the file's plugins are shared by every hub.
     pub hub: Option<String>,
+    /// The client certificate the gateway presents to this file's TLS plugins.
     pub client_certificate: Option<RawClientCertificate>,
+    /// Policy defaults for every plugin of this file.
     pub defaults: Option<RawPolicy>,
+    /// The plugins, each reachable by its name.
     #[serde(default)]
     pub plugins: Vec<RawPlugin>,
+    /// Named lists of plugins called as one target.
     #[serde(default)]
     pub pipelines: Vec<RawPipeline>,
     #[serde(flatten)]
+    #[schemars(skip)]
     pub unknown: BTreeMap<String, IgnoredAny>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(deny_unknown_fields)]
 pub struct RawClientCertificate {
+    /// A PEM certificate file.
     pub cert_file: Option<String>,
+    /// The PEM key file of certFile.
     pub key_file: Option<String>,
     #[serde(flatten)]
+    #[schemars(skip)]
     pub unknown: BTreeMap<String, IgnoredAny>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(deny_unknown_fields)]
 pub struct RawCaCertificate {
+    /// The CA bundle that signed the plugin's certificate: PEM, base64-encoded.
     pub ca_bundle: Option<String>,
     #[serde(flatten)]
+    #[schemars(skip)]
     pub unknown: BTreeMap<String, IgnoredAny>,
 }
 
 /// The policy fields shared by `defaults` and each plugin.
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(deny_unknown_fields)]
 pub struct RawPolicy {
+    /// Each call's deadline, a Go duration such as 10s (at most 30s).
     pub timeout: Option<String>,
+    /// What a failed call means for the rollout.
+    #[schemars(extend("enum" = ["Fail", "Ignore", null]))]
     pub failure_policy: Option<String>,
+    /// failurePolicy for single hooks, by hook name.
     pub failure_policy_by_hook: Option<BTreeMap<String, String>>,
+    /// Retries of failed attempts.
     pub retry: Option<RawRetry>,
+    /// The share of calls that may be retried.
     pub retry_budget: Option<RawBudget>,
+    /// Failing fast after consecutive failures.
     pub circuit_breaker: Option<RawBreaker>,
+    /// Calls in flight to the plugin at most.
     pub max_concurrent_calls: Option<i64>,
     #[serde(flatten)]
+    #[schemars(skip)]
     pub unknown: BTreeMap<String, IgnoredAny>,
 }
 
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(deny_unknown_fields)]
 pub struct RawRetry {
+    /// Attempts in all, the first included.
     pub max_attempts: Option<i64>,
+    /// A Go duration.
     pub initial_backoff: Option<String>,
+    /// A Go duration.
     pub max_backoff: Option<String>,
     pub backoff_multiplier: Option<f64>,
+    /// gRPC code names, such as UNAVAILABLE.
     pub retryable_status_codes: Option<Vec<String>>,
     #[serde(flatten)]
+    #[schemars(skip)]
     pub unknown: BTreeMap<String, IgnoredAny>,
 }
 
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(deny_unknown_fields)]
 pub struct RawBudget {
     pub ratio: Option<f64>,
     pub min_per_second: Option<i64>,
     #[serde(flatten)]
+    #[schemars(skip)]
     pub unknown: BTreeMap<String, IgnoredAny>,
 }
 
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(deny_unknown_fields)]
 pub struct RawBreaker {
     pub consecutive_failures: Option<i64>,
+    /// A Go duration.
     pub open_for: Option<String>,
+    /// A Go duration.
     pub max_open_for: Option<String>,
     #[serde(flatten)]
+    #[schemars(skip)]
     pub unknown: BTreeMap<String, IgnoredAny>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+/// One plugin: its name, where it is, how to reach it, and its policy.
+#[schemars(deny_unknown_fields)]
 pub struct RawPlugin {
+    /// The name callers use (a DNS subdomain).
+    #[schemars(required)]
     pub name: Option<String>,
+    /// host:port.
+    #[schemars(required)]
     pub endpoint: Option<String>,
+    /// TLS to the plugin, with this CA; required unless insecure is true.
     pub ca_certificate: Option<RawCaCertificate>,
+    /// Plaintext, only when said explicitly.
     pub insecure: Option<bool>,
+    /// Central mode: only these hubs may call a shared plugin.
     pub hubs: Option<Vec<String>>,
     // The policy fields sit on the plugin itself (CONTRACT §3), so they are
     // flattened in; their unknown-key map also collects the plugin's.
@@ -165,12 +216,20 @@ pub struct RawPlugin {
     pub policy: RawPolicy,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+/// Plugins called as one target: concurrently, or in order for
+/// MutateManifestWork.
+#[schemars(deny_unknown_fields)]
 pub struct RawPipeline {
+    /// The name callers use.
+    #[schemars(required)]
     pub name: Option<String>,
+    /// Its members, plugins' names, in order.
+    #[schemars(required)]
     pub plugins: Option<Vec<String>>,
     #[serde(flatten)]
+    #[schemars(skip)]
     pub unknown: BTreeMap<String, IgnoredAny>,
 }
 
@@ -250,6 +309,17 @@ pub struct PluginConfig {
 pub struct PipelineConfig {
     pub name: String,
     pub plugins: Vec<String>,
+}
+
+/// The JSON Schema of `config.yaml`, generated from the raw types: what an
+/// editor can check as the file is written (`docs/config.schema.json`).
+/// [`validate`] remains the judge: it also checks what a schema cannot
+/// (durations, endpoints, names across the file).
+pub fn json_schema() -> String {
+    let schema = schemars::schema_for!(RawConfig);
+    let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    text.push('\n');
+    text
 }
 
 /// Parses and validates one registry file on its own. A hub-scoped file's

@@ -14,6 +14,8 @@ use rollout_policies::merge::{Failure, MergeError};
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
+use crate::transport::pending::PendingExceeded;
+
 /// Why a name could not be resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResolveError {
@@ -210,6 +212,25 @@ pub enum GatewayError {
     /// The caller's request is unusable (for example a ManifestWork that is not JSON).
     #[error("{0}")]
     InvalidRequest(String),
+    /// The request did not arrive whole in time: by the caller's deadline
+    /// (`by_caller`), else by the gateway's receive timeout.
+    #[error("{}", receive_timeout_message(*.waited, *.by_caller))]
+    ReceiveTimeout {
+        waited: std::time::Duration,
+        by_caller: bool,
+    },
+    /// Buffering the request would go over a pending-bytes limit.
+    #[error("{0}")]
+    PendingBytes(PendingExceeded),
+}
+
+fn receive_timeout_message(waited: std::time::Duration, by_caller: bool) -> String {
+    let ms = waited.as_millis();
+    if by_caller {
+        format!("the request had not arrived whole when the caller's deadline passed ({ms} ms)")
+    } else {
+        format!("the request had not arrived whole after {ms} ms (--request-receive-timeout)")
+    }
 }
 
 /// [`ResolveError`] with its message.
@@ -268,6 +289,8 @@ impl GatewayError {
             | GatewayError::InvalidTarget(_)
             | GatewayError::InvalidRequest(_) => Code::InvalidArgument,
             GatewayError::NotReady => Code::Unavailable,
+            GatewayError::ReceiveTimeout { .. } => Code::DeadlineExceeded,
+            GatewayError::PendingBytes(_) => Code::ResourceExhausted,
             GatewayError::Resolve(ResolveErrorDisplay(ResolveError::NotFound { .. })) => {
                 Code::NotFound
             }

@@ -7,9 +7,9 @@ use bytes::Bytes;
 use prost::Message as _;
 use rollout_proto::v1alpha1::{
     InitializeRequest, InitializeResponse, MutateManifestWorkResponse, RolloutPluginRequest,
-    ValidateResponse,
+    RolloutStateDetail, ValidateResponse,
 };
-use rollout_proto::view::{MutateParts, RolloutFields, ValidateView};
+use rollout_proto::view::{self, MutateParts, RolloutFields, ValidateView};
 use tonic::Status;
 
 use http::HeaderMap;
@@ -18,7 +18,7 @@ use rollout_policies::layer::PolicyRequest;
 use tokio::time::Instant;
 
 use crate::error::DeadlineOwner;
-use crate::grpc;
+use crate::transport::grpc;
 
 pub use rollout_proto::HookKind;
 
@@ -161,6 +161,40 @@ impl HookRequest {
                 grpc::frame_mutate(m.rollout.clone(), m.manifest_work.clone())
             }
         }
+    }
+}
+
+impl HookRequest {
+    /// The framed message for a plugin that declared `detail`: as
+    /// [`HookRequest::payload`] for `Full`; for `Counts`, without
+    /// `rollout_status` (only the top-level fields of the rollout request
+    /// are walked, every other byte is kept, the ManifestWork is not copied).
+    pub fn payload_for(&self, detail: RolloutStateDetail) -> grpc::Payload {
+        if detail != RolloutStateDetail::Counts {
+            return self.payload();
+        }
+        let counts_only = match self {
+            HookRequest::Initialize(_) => return self.payload(),
+            HookRequest::BeginRollout(f) | HookRequest::ProgressRollout(f) => {
+                view::without_rollout_status(&f.message).map(grpc::frame)
+            }
+            HookRequest::ValidateRolloutCompletion(f) => {
+                view::validate_without_rollout_status(&f.message).map(grpc::frame)
+            }
+            HookRequest::MutateManifestWork(m) => m
+                .rollout
+                .as_ref()
+                .map(view::without_rollout_status)
+                .transpose()
+                .map(|rollout| grpc::frame_mutate(rollout, m.manifest_work.clone())),
+        };
+        counts_only.unwrap_or_else(|error| {
+            // Unreachable for a request the gateway decoded (prost walked the
+            // same fields); should it happen, the list is a superset of what
+            // the plugin asked for, so the caller's bytes still serve it.
+            tracing::warn!(hook = %self.kind(), %error, "cannot take rollout_status out; forwarding the request whole");
+            self.payload()
+        })
     }
 }
 

@@ -1,13 +1,16 @@
 //! `rollout-gateway`: parses flags, starts the gateway, prints the listening
-//! line, and drains on SIGTERM or SIGINT. Everything else is in the library.
+//! line, and drains on SIGTERM or SIGINT; `rollout-gateway check` validates
+//! registry files and exits. Everything else is in the library.
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::Parser;
+use clap::{Args, Parser, Subcommand};
 use rollout_gateway::app::{self, Options, StartError};
+use rollout_gateway::config::parse_duration;
 use rollout_gateway::configmap::ConfigMapRef;
 use rollout_gateway::tls::ServerTlsFiles;
 use rollout_telemetry::TracingOptions;
@@ -24,6 +27,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(name = "rollout-gateway", version, about)]
 struct Flags {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// A registry file; repeatable (central mode: one per hub). Reloaded on
     /// change. Default /var/run/config/work/config.yaml when no --config and
     /// no --configmap is given.
@@ -31,7 +36,12 @@ struct Flags {
     configs: Vec<PathBuf>,
     /// Watch a ConfigMap (key config.yaml) through the Kubernetes API as a
     /// registry source, as NAMESPACE/NAME; repeatable (central mode).
-    #[arg(long = "configmap", value_name = "NAMESPACE/NAME")]
+    #[arg(
+        long = "configmap",
+        value_name = "NAMESPACE/NAME",
+        env = "ROLLOUT_GATEWAY_CONFIGMAP",
+        value_delimiter = ','
+    )]
     configmaps: Vec<ConfigMapRef>,
     /// gRPC address for the controller.
     #[arg(
@@ -48,17 +58,21 @@ struct Flags {
     )]
     admin_listen: SocketAddr,
     /// Serve gRPC over TLS with this certificate (PEM; central mode). Reloaded on change.
-    #[arg(long, requires = "tls_key")]
+    #[arg(long, requires = "tls_key", env = "ROLLOUT_GATEWAY_TLS_CERT")]
     tls_cert: Option<PathBuf>,
     /// The key of --tls-cert (PEM).
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, requires = "tls_cert", env = "ROLLOUT_GATEWAY_TLS_KEY")]
     tls_key: Option<PathBuf>,
     /// Require client certificates signed by this CA (PEM); the calling hub is
     /// the certificate's first DNS SAN, else its CN.
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, requires = "tls_cert", env = "ROLLOUT_GATEWAY_CLIENT_CA")]
     client_ca: Option<PathBuf>,
     /// Largest gRPC message accepted or sent.
-    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    #[arg(
+        long,
+        env = "ROLLOUT_GATEWAY_MAX_MESSAGE_BYTES",
+        default_value_t = 16 * 1024 * 1024
+    )]
     max_message_bytes: usize,
     /// Runtime worker threads. The gateway is I/O-bound: one thread serves
     /// tens of thousands of calls a second and avoids cross-thread wakeups;
@@ -66,8 +80,61 @@ struct Flags {
     #[arg(long, env = "ROLLOUT_GATEWAY_WORKER_THREADS", default_value_t = 1)]
     worker_threads: usize,
     /// Log format on stderr; json lines carry trace_id and span_id inside a call.
-    #[arg(long, value_enum, default_value = "text")]
+    #[arg(
+        long,
+        value_enum,
+        env = "ROLLOUT_GATEWAY_LOG_FORMAT",
+        default_value = "text"
+    )]
     log_format: LogFormat,
+    /// gRPC connections open at once; one more is closed as soon as it is
+    /// accepted.
+    #[arg(long, env = "ROLLOUT_GATEWAY_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
+    /// A gRPC connection with no call in progress for this long gets a GOAWAY
+    /// and is closed (0: never).
+    #[arg(long, env = "ROLLOUT_GATEWAY_IDLE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    idle_timeout: Duration,
+    /// A gRPC connection this old gets a GOAWAY and is closed
+    /// --max-connection-age-grace later, so a client certificate whose CA was
+    /// removed from --client-ca stops working within this (0: never).
+    #[arg(long, env = "ROLLOUT_GATEWAY_MAX_CONNECTION_AGE", default_value = "1h", value_parser = parse_duration)]
+    max_connection_age: Duration,
+    /// How long calls in flight may go on after the GOAWAY of
+    /// --max-connection-age before the connection is closed.
+    #[arg(long, env = "ROLLOUT_GATEWAY_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = parse_duration)]
+    max_connection_age_grace: Duration,
+    /// Bytes of gRPC requests still arriving that the gateway holds at once;
+    /// a request that would go over is refused with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "ROLLOUT_GATEWAY_MAX_PENDING_REQUEST_BYTES", default_value_t = 256 * 1024 * 1024)]
+    max_pending_request_bytes: usize,
+    /// The same bound for one connection.
+    #[arg(long, env = "ROLLOUT_GATEWAY_MAX_PENDING_REQUEST_BYTES_PER_CONNECTION", default_value_t = 64 * 1024 * 1024)]
+    max_pending_request_bytes_per_connection: usize,
+    /// A gRPC request must arrive whole within this (or the caller's
+    /// grpc-timeout, if sooner), else DEADLINE_EXCEEDED.
+    #[arg(long, env = "ROLLOUT_GATEWAY_REQUEST_RECEIVE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    request_receive_timeout: Duration,
+    /// An admin HTTP request must arrive and be answered within this; an idle
+    /// admin connection is closed after it.
+    #[arg(long, env = "ROLLOUT_GATEWAY_ADMIN_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    admin_request_timeout: Duration,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate registry files offline, as a start-up or reload would, and
+    /// exit: every problem on stdout, one per line, naming its file and
+    /// field; exit status 0 when valid, 64 when not. Starts nothing.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+struct CheckArgs {
+    /// A registry file; repeatable, checked together as the gateway would
+    /// load them. Default /var/run/config/work/config.yaml.
+    #[arg(long = "config", env = "ROLLOUT_GATEWAY_CONFIG", value_delimiter = ',')]
+    configs: Vec<PathBuf>,
 }
 
 /// Exit status for a bad start-up configuration (sysexits' EX_USAGE, as the
@@ -75,7 +142,10 @@ struct Flags {
 const EXIT_BAD_CONFIG: u8 = 64;
 
 fn main() -> ExitCode {
-    let flags = Flags::parse();
+    let mut flags = Flags::parse();
+    if let Some(Command::Check(args)) = flags.command.take() {
+        return check(args);
+    }
     logs::init(flags.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(flags.worker_threads.max(1))
@@ -92,24 +162,43 @@ fn main() -> ExitCode {
     runtime.block_on(run(flags))
 }
 
-async fn run(flags: Flags) -> ExitCode {
-    // Signal handlers first: a SIGTERM right after the listening line must drain.
-    let (mut term, mut int) = match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(t), Ok(i)) => (t, i),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("rollout-gateway: cannot install signal handlers: {e}");
-            return ExitCode::FAILURE;
-        }
+fn check(args: CheckArgs) -> ExitCode {
+    let files = if args.configs.is_empty() {
+        Options::default().configs
+    } else {
+        args.configs
     };
+    let problems = rollout_gateway::check::check_files(&files);
+    let mut out = std::io::stdout().lock();
+    for p in &problems {
+        let _ = writeln!(out, "{p}");
+    }
+    let _ = out.flush();
+    if problems.is_empty() {
+        eprintln!(
+            "rollout-gateway check: {} file{} valid",
+            files.len(),
+            if files.len() == 1 { "" } else { "s" }
+        );
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "rollout-gateway check: {} problem{}",
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" }
+        );
+        ExitCode::from(EXIT_BAD_CONFIG)
+    }
+}
+
+/// The gateway's options from its flags.
+fn options(flags: Flags) -> Options {
     let configs = if flags.configs.is_empty() && flags.configmaps.is_empty() {
         Options::default().configs
     } else {
         flags.configs
     };
-    let options = Options {
+    Options {
         configs,
         listen: flags.listen,
         admin_listen: flags.admin_listen,
@@ -124,8 +213,31 @@ async fn run(flags: Flags) -> ExitCode {
         },
         configmaps: flags.configmaps,
         tracing: TracingOptions::from_env("rollout-gateway"),
+        max_connections: flags.max_connections,
+        idle_timeout: flags.idle_timeout,
+        max_connection_age: flags.max_connection_age,
+        max_connection_age_grace: flags.max_connection_age_grace,
+        max_pending_request_bytes: flags.max_pending_request_bytes,
+        max_pending_request_bytes_per_connection: flags.max_pending_request_bytes_per_connection,
+        request_receive_timeout: flags.request_receive_timeout,
+        admin_request_timeout: flags.admin_request_timeout,
         ..Options::default()
+    }
+}
+
+async fn run(flags: Flags) -> ExitCode {
+    // Signal handlers first: a SIGTERM right after the listening line must drain.
+    let (mut term, mut int) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("rollout-gateway: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
     };
+    let options = options(flags);
     let running = match app::start(options).await {
         Ok(r) => r,
         Err(StartError::Config(problems)) => {
@@ -156,4 +268,71 @@ async fn run(flags: Flags) -> ExitCode {
     }
     running.shutdown().await;
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every flag of every subcommand, as (subcommand path, long name, env).
+    fn flags(cmd: &clap::Command, at: &str, out: &mut Vec<(String, String, Option<String>)>) {
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            out.push((at.to_owned(), long.to_owned(), env));
+        }
+        for sub in cmd.get_subcommands() {
+            flags(sub, &format!("{at} {}", sub.get_name()), out);
+        }
+    }
+
+    /// A new flag without an environment variable fails here; the variable
+    /// is the flag's name in ROLLOUT_GATEWAY_ form.
+    #[test]
+    fn every_flag_has_an_env_var_named_after_it() {
+        let mut all = Vec::new();
+        flags(&super::Flags::command(), "rollout-gateway", &mut all);
+        assert!(all.len() >= 9, "{all:?}");
+        for (at, long, env) in all {
+            let want = format!("ROLLOUT_GATEWAY_{}", long.to_uppercase().replace('-', "_"));
+            assert_eq!(env.as_deref(), Some(want.as_str()), "{at} --{long}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::Flags::command().debug_assert();
+    }
+
+    #[test]
+    fn flag_defaults_are_the_library_defaults() {
+        let parsed = options(Flags::parse_from(["rollout-gateway"]));
+        let library = Options::default();
+        assert_eq!(parsed.max_connections, library.max_connections);
+        assert_eq!(parsed.idle_timeout, library.idle_timeout);
+        assert_eq!(parsed.max_connection_age, library.max_connection_age);
+        assert_eq!(
+            parsed.max_connection_age_grace,
+            library.max_connection_age_grace
+        );
+        assert_eq!(
+            parsed.max_pending_request_bytes,
+            library.max_pending_request_bytes
+        );
+        assert_eq!(
+            parsed.max_pending_request_bytes_per_connection,
+            library.max_pending_request_bytes_per_connection
+        );
+        assert_eq!(
+            parsed.request_receive_timeout,
+            library.request_receive_timeout
+        );
+        assert_eq!(parsed.admin_request_timeout, library.admin_request_timeout);
+        assert_eq!(parsed.max_message_bytes, library.max_message_bytes);
+    }
 }

@@ -22,6 +22,25 @@ pub fn parse_object(bytes: &[u8]) -> Result<Value, String> {
     }
 }
 
+/// Checks that `bytes` are one JSON object, as [`parse_object`] would
+/// accept, without building it: a syntax pass only, allocating nothing for
+/// the values. The error reads as [`parse_object`]'s.
+pub fn check_object(bytes: &[u8]) -> Result<(), String> {
+    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+        return Err(format!("is not JSON ({e})"));
+    }
+    // Valid JSON: its first significant byte says what it is.
+    let kind = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => return Ok(()),
+        Some(b'[') => "array",
+        Some(b'"') => "string",
+        Some(b't' | b'f') => "boolean",
+        Some(b'n') => "null",
+        _ => "number",
+    };
+    Err(format!("is a JSON {kind}, not an object"))
+}
+
 /// The first identity field whose value differs between `input` and
 /// `output`, with both values, if any.
 pub fn identity_change(input: &Value, output: &Value) -> Option<(&'static str, String, String)> {
@@ -69,6 +88,36 @@ mod tests {
                 .starts_with("is not JSON")
         );
         assert!(parse_object(b"").is_err());
+    }
+
+    #[test]
+    fn the_cheap_check_agrees_with_parsing() {
+        for text in [
+            &br#"{"kind":"ManifestWork"}"#[..],
+            b" \n{ } ",
+            b"[1]",
+            b"\"s\"",
+            b"true",
+            b"null",
+            b"-1.5e3",
+            b"{not json",
+            b"{} {}",
+            b"",
+            b"{\"a\": [1, 2,]}",
+        ] {
+            // The same verdict; a syntax error's wording may differ.
+            let (cheap, full) = (check_object(text), parse_object(text).map(drop));
+            let summary = |r: &Result<(), String>| {
+                r.clone()
+                    .map_err(|e| e.split(" (").next().unwrap_or_default().to_string())
+            };
+            assert_eq!(
+                summary(&cheap),
+                summary(&full),
+                "{}: {cheap:?} vs {full:?}",
+                String::from_utf8_lossy(text)
+            );
+        }
     }
 
     #[test]

@@ -521,7 +521,7 @@ impl Registry {
                         }
                     },
                 };
-                let metrics = self.telemetry.metrics.plugin(&pc.name);
+                let metrics = self.telemetry.metrics.plugin(&pc.name, cfg.hub.as_deref());
                 let plugin = Arc::new(Plugin {
                     name: pc.name.clone(),
                     hub: cfg.hub.clone(),

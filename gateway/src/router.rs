@@ -261,7 +261,7 @@ impl CallContext<'_> {
 
 /// Above this size, parsing a ManifestWork is moved off the runtime thread,
 /// so one multi-MiB work does not stall every other call.
-const OFF_THREAD_BYTES: usize = 256 * 1024;
+pub(crate) const OFF_THREAD_BYTES: usize = 256 * 1024;
 
 /// [`check_mutation`], on the blocking pool for large works. The input's
 /// parsed form is consumed: on success the output's takes its place, and after

@@ -7,6 +7,7 @@
 //! write and wakes the caller once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
@@ -17,12 +18,14 @@ use tonic::{Code, Status};
 use tracing::Instrument;
 
 use crate::error::GatewayError;
-use crate::grpc::{self, Payload};
-use crate::health::{self, Health};
 use crate::hooks::{Forwarded, HookKind, MutateStep};
+use crate::manifest;
 use crate::registry::Registry;
-use crate::router::CallContext;
+use crate::router::{CallContext, OFF_THREAD_BYTES};
 use crate::telemetry::trace::ServerSpan;
+use crate::transport::grpc::{self, Payload, ReceiveError};
+use crate::transport::health::{self, Health};
+use crate::transport::pending::{PendingBudget, Reservation};
 
 /// The caller's hub identity, set on each request by the server in central
 /// mode (from the client certificate); absent otherwise.
@@ -37,6 +40,7 @@ const PATH_PREFIX: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/";
 pub struct GatewayService {
     registry: Arc<Registry>,
     max_message_bytes: usize,
+    receive_timeout: Duration,
     health: Health,
 }
 
@@ -53,15 +57,18 @@ enum Reply {
 
 impl GatewayService {
     /// The service over `registry` (whose telemetry it reports to), with the
-    /// gRPC health service alongside.
+    /// gRPC health service alongside. A request must arrive whole within
+    /// `receive_timeout` (or the caller's deadline, if sooner).
     pub fn new(
         registry: Arc<Registry>,
         max_message_bytes: usize,
+        receive_timeout: Duration,
         health: Health,
     ) -> GatewayService {
         GatewayService {
             registry,
             max_message_bytes,
+            receive_timeout,
             health,
         }
     }
@@ -120,9 +127,18 @@ impl GatewayService {
             span_id = %context.span_id()
         );
         let mut target = None;
+        // The caller's deadline covers the whole call, receiving the request
+        // included: a request that stops arriving cannot hold the stream (and
+        // what it sent so far) past it.
+        let deadline = parts
+            .headers
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(grpc::parse_timeout)
+            .map(|d| received + d);
         let answer = async {
-            let (data, _) = grpc::collect(&mut body, self.max_message_bytes).await?;
-            self.route(hook, &parts, received, data, &mut span, &mut target)
+            let data = self.receive(&mut body, &parts, received, deadline).await?;
+            self.route(hook, &parts, deadline, data, &mut span, &mut target)
                 .await
         }
         .instrument(log_span)
@@ -163,11 +179,43 @@ impl GatewayService {
         reply
     }
 
+    /// Reads the request message, within the sooner of the caller's deadline
+    /// and the receive timeout, holding what is buffered meanwhile against the
+    /// connection's and the gateway's pending-bytes pools.
+    async fn receive(
+        &self,
+        body: &mut h2::RecvStream,
+        parts: &http::request::Parts,
+        received: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<Bytes, Status> {
+        let own = received + self.receive_timeout;
+        let (until, by_caller) = match deadline {
+            Some(d) if d <= own => (d, true),
+            _ => (own, false),
+        };
+        let mut reservation = Reservation::new(parts.extensions.get::<PendingBudget>().cloned());
+        let collect = grpc::collect_reserved(body, self.max_message_bytes, &mut reservation);
+        match tokio::time::timeout_at(until, collect).await {
+            Ok(Ok((data, _))) => Ok(data),
+            Ok(Err(ReceiveError::Framing(status))) => Err(status),
+            Ok(Err(ReceiveError::Held(exceeded))) => {
+                tracing::warn!(error = %exceeded, "request refused: too many bytes still arriving");
+                Err(GatewayError::PendingBytes(exceeded).into_status(&[]))
+            }
+            Err(_) => Err(GatewayError::ReceiveTimeout {
+                waited: until.saturating_duration_since(received),
+                by_caller,
+            }
+            .into_status(&[])),
+        }
+    }
+
     async fn route(
         &self,
         hook: HookKind,
         parts: &http::request::Parts,
-        received: Instant,
+        deadline: Option<Instant>,
         data: Bytes,
         span: &mut ServerSpan,
         resolved: &mut Option<String>,
@@ -175,11 +223,6 @@ impl GatewayService {
         let headers = &parts.headers;
         let name = target_name(headers).map_err(|e| e.into_status(&[]))?;
         span.set_target(&name);
-        let deadline = headers
-            .get("grpc-timeout")
-            .and_then(|v| v.to_str().ok())
-            .and_then(grpc::parse_timeout)
-            .map(|d| received + d);
         // Each attempt sends its own span as the plugin's traceparent (the
         // attempt layer); what passes through from the caller is its
         // tracestate, only when well-formed and beside a well-formed
@@ -255,6 +298,12 @@ impl GatewayService {
                 if let Some(rollout) = &request.fields {
                     span.set_rollout(rollout);
                 }
+                // The caller's ManifestWork must be a JSON object before any
+                // plugin sees it: a plugin is not blamed for the caller's bytes.
+                check_work(&request.manifest_work).await.map_err(|why| {
+                    GatewayError::InvalidRequest(format!("the ManifestWork to mutate {why}"))
+                        .into_status(&[])
+                })?;
                 match ctx.mutate(request).await {
                     Ok(m) => {
                         let mut trailers = vec![(MUTATED_BY_METADATA_KEY, m.mutated_by.join(","))];
@@ -272,6 +321,18 @@ impl GatewayService {
             }
         }
     }
+}
+
+/// [`manifest::check_object`], on the blocking pool for large works so a
+/// syntax pass over megabytes does not stall other calls.
+async fn check_work(work: &Bytes) -> Result<(), String> {
+    if work.len() < OFF_THREAD_BYTES {
+        return manifest::check_object(work);
+    }
+    let work = work.clone();
+    tokio::task::spawn_blocking(move || manifest::check_object(&work))
+        .await
+        .unwrap_or_else(|e| Err(format!("could not be checked ({e})")))
 }
 
 /// A W3C `tracestate`: at most 512 bytes of printable ASCII list members.

@@ -1,13 +1,13 @@
 //! One plugin as the gateway reaches it: an HTTP/2 connection (plaintext, or
 //! TLS trusting the plugin's own CA bundle alone), and what the gateway has
-//! learned of the hooks it implements. Calls are framed by [`crate::grpc`]
+//! learned of the hooks it implements. Calls are framed by [`crate::transport::grpc`]
 //! and queued on an `h2` stream whole, so a request leaves in one write.
 //!
 //! An [`Upstream`] outlives registry reloads for as long as its
 //! [`UpstreamKey`] (endpoint and TLS settings) does not change, so the
 //! connection, and the knowledge gathered on it, is kept.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwapOption;
@@ -16,11 +16,9 @@ use std::time::Duration;
 use h2::client::SendRequest;
 use http::{HeaderMap, HeaderValue};
 use rollout_proto::v1alpha1::{
-    Hook, InitializeResponse, MutateManifestWorkResponse, ValidateResponse,
+    Hook, InitializeResponse, MutateManifestWorkResponse, RolloutStateDetail, ValidateResponse,
 };
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio::net::TcpStream;
+use rustls_pki_types::ServerName;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
@@ -30,7 +28,8 @@ use rollout_policies::layer::ConcurrencyLimitLayer;
 use rollout_policies::{BudgetPolicy, Policy};
 
 use crate::error::{CallError, DeadlineOwner};
-use crate::grpc::{self, Payload};
+use crate::transport::client::{self, PluginConnection, tls_config};
+use crate::transport::grpc::{self, Payload};
 
 use crate::config::{Endpoint, Transport};
 use crate::hooks::{HookKind, HookRequest, HookResponse};
@@ -82,6 +81,9 @@ impl Default for ChannelSettings {
 
 /// Bit set in [`Upstream::hooks`] once an `InitializeResponse` has been seen.
 const HOOKS_KNOWN: u8 = 1 << 7;
+/// Bit set in [`Upstream::hooks`] when that answer declared
+/// `ROLLOUT_STATE_DETAIL_COUNTS` (above the bits of the hooks, 1 to 4).
+const COUNTS_ONLY: u8 = 1 << 6;
 
 /// A connection to one plugin: one HTTP/2 connection, dialled on first use
 /// and again whenever it has closed, shared by every call.
@@ -92,10 +94,11 @@ pub struct Upstream {
     uris: MethodUris,
     tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
     /// The current connection; read on every call, so lock-free.
-    conn: ArcSwapOption<Conn>,
+    conn: ArcSwapOption<PluginConnection>,
     /// Held while dialling, so concurrent calls share one new connection.
     dialling: tokio::sync::Mutex<()>,
-    /// `HOOKS_KNOWN` plus one bit per implemented `Hook` (bit = enum value).
+    /// `HOOKS_KNOWN` plus one bit per implemented `Hook` (bit = enum value),
+    /// and `COUNTS_ONLY`: one store, so hooks and declaration change together.
     hooks: AtomicU8,
     /// The concurrency bound, circuit breaker and retry budget of the plugin:
     /// they live as long as its connection settings do, across reloads.
@@ -221,9 +224,25 @@ impl Upstream {
         bits & HOOKS_KNOWN != 0 && bits & (1 << hook as u8) == 0
     }
 
-    /// Records the hooks of the latest `InitializeResponse` seen from the plugin.
+    /// The rollout state the plugin wants: `Counts` once its latest
+    /// `InitializeResponse` declared it; `Full` otherwise (declared, unset,
+    /// or no answer seen yet).
+    pub fn state_detail(&self) -> RolloutStateDetail {
+        let bits = self.hooks.load(Ordering::Relaxed);
+        if bits & HOOKS_KNOWN != 0 && bits & COUNTS_ONLY != 0 {
+            RolloutStateDetail::Counts
+        } else {
+            RolloutStateDetail::Full
+        }
+    }
+
+    /// Records the hooks and the state detail of the latest
+    /// `InitializeResponse` seen from the plugin.
     pub fn learn(&self, answer: &InitializeResponse) {
         let mut bits = HOOKS_KNOWN;
+        if answer.state_detail() == RolloutStateDetail::Counts {
+            bits |= COUNTS_ONLY;
+        }
         if answer.hooks.is_empty() {
             for h in Hook::ALL {
                 bits |= 1 << h as u8;
@@ -281,7 +300,7 @@ impl Upstream {
         };
         let call = async {
             let kind = request.kind();
-            let payload = request.payload();
+            let payload = request.payload_for(self.state_detail());
             match kind {
                 HookKind::Initialize => self
                     .unary::<InitializeResponse>(kind, payload, deadline, forward)
@@ -437,7 +456,7 @@ impl Upstream {
                 ))));
             }
         };
-        let sender = conn.sender.clone();
+        let sender = conn.sender();
         self.conn.store(Some(Arc::new(conn)));
         Ok(sender)
     }
@@ -446,87 +465,13 @@ impl Upstream {
         let guard = self.conn.load();
         guard
             .as_ref()
-            .filter(|c| !c.closed.load(Ordering::Relaxed))
-            .map(|c| c.sender.clone())
+            .filter(|c| !c.is_closed())
+            .map(|c| c.sender())
     }
 
-    async fn dial(&self) -> Result<Conn, String> {
-        let endpoint = &self.key.endpoint;
-        let tcp = TcpStream::connect((endpoint.host.as_str(), endpoint.port))
-            .await
-            .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
-        let _ = tcp.set_nodelay(true);
-        let label = endpoint.to_string();
-        // A read buffer in front of the socket: a whole small answer arrives
-        // in one read instead of two.
-        let read_buffer = crate::io::READ_BUFFER;
-        match &self.tls {
-            None => handshake(tokio::io::BufReader::with_capacity(read_buffer, tcp), label).await,
-            Some((config, name)) => {
-                let tls = tokio_rustls::TlsConnector::from(config.clone())
-                    .connect(name.clone(), tcp)
-                    .await
-                    .map_err(|e| format!("TLS handshake with {endpoint} failed: {}", chain(&e)))?;
-                handshake(tokio::io::BufReader::with_capacity(read_buffer, tls), label).await
-            }
-        }
+    async fn dial(&self) -> Result<PluginConnection, String> {
+        client::dial(&self.key.endpoint, self.tls.as_ref()).await
     }
-}
-
-/// An HTTP/2 connection to a plugin: the handle to open streams, and whether
-/// the connection has ended (the next call then dials anew).
-struct Conn {
-    sender: SendRequest<Payload>,
-    closed: Arc<AtomicBool>,
-}
-
-/// How often an idle-or-not connection is pinged, and how long a ping may
-/// wait for its answer before the connection is given up.
-const PING_EVERY: Duration = Duration::from_secs(30);
-const PING_TIMEOUT: Duration = Duration::from_secs(10);
-
-async fn handshake<T>(io: T, endpoint: String) -> Result<Conn, String>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (sender, mut connection) = h2::client::Builder::new()
-        // Large windows: a 64 KiB ManifestWork must not wait for a
-        // WINDOW_UPDATE round trip, and multi-MiB ones should stream.
-        .initial_window_size(4 * 1024 * 1024)
-        .initial_connection_window_size(8 * 1024 * 1024)
-        // Large frames: an answer up to 1 MiB arrives in one frame.
-        .max_frame_size(1024 * 1024)
-        .max_send_buffer_size(4 * 1024 * 1024)
-        .handshake::<_, Payload>(io)
-        .await
-        .map_err(|e| format!("HTTP/2 handshake with {endpoint} failed: {e}"))?;
-    let closed = Arc::new(AtomicBool::new(false));
-    let ping = connection.ping_pong();
-    let flag = closed.clone();
-    tokio::spawn(async move {
-        let keepalive = async {
-            let Some(mut ping) = ping else {
-                return std::future::pending::<String>().await;
-            };
-            loop {
-                tokio::time::sleep(PING_EVERY).await;
-                match tokio::time::timeout(PING_TIMEOUT, ping.ping(h2::Ping::opaque())).await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => return format!("keepalive ping failed: {e}"),
-                    Err(_) => return "keepalive ping unanswered".to_string(),
-                }
-            }
-        };
-        let ended = tokio::select! {
-            result = connection => result.err().map(|e| e.to_string()),
-            why = keepalive => Some(why),
-        };
-        flag.store(true, Ordering::Relaxed);
-        if let Some(error) = ended {
-            tracing::debug!(%endpoint, %error, "plugin connection closed");
-        }
-    });
-    Ok(Conn { sender, closed })
 }
 
 /// The URI of each method of one plugin, built once.
@@ -563,58 +508,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 const USER_AGENT: &str = concat!("rollout-gateway/", env!("CARGO_PKG_VERSION"));
-
-/// A client TLS configuration trusting only `ca_bundle_pem`, presenting
-/// `identity` when given, speaking HTTP/2.
-pub fn tls_config(
-    ca_bundle_pem: &[u8],
-    identity: Option<&ClientIdentity>,
-) -> Result<rustls::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_bundle_pem) {
-        let cert = cert.map_err(|e| format!("caBundle: {e}"))?;
-        roots.add(cert).map_err(|e| format!("caBundle: {e}"))?;
-    }
-    if roots.is_empty() {
-        return Err("caBundle holds no certificate".into());
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
-    .with_root_certificates(roots);
-    let mut config = match identity {
-        None => builder.with_no_client_auth(),
-        Some(id) => {
-            let certs = CertificateDer::pem_slice_iter(&id.cert_pem)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("certFile: {e}"))?;
-            let key =
-                PrivateKeyDer::from_pem_slice(&id.key_pem).map_err(|e| format!("keyFile: {e}"))?;
-            builder
-                .with_client_auth_cert(certs, key)
-                .map_err(|e| format!("client certificate: {e}"))?
-        }
-    };
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(config)
-}
-
-/// An error with its sources, `a: b: c`.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
-}
 
 /// How [`Upstream::unary`] failed: the plugin's own non-OK status (which
 /// [`Upstream::call`] reads in the light of the deadline), or anything else.

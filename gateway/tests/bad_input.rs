@@ -113,23 +113,35 @@ async fn a_same_value_answer_in_other_bytes_is_not_a_mutation() {
 }
 
 #[tokio::test]
-async fn a_caller_work_that_is_not_json_is_invalid_argument() {
-    let (_p, gw) = one_mutator(Mutation::Fixed(Bytes::from_static(b"{\"kind\":\"x\"}"))).await;
-    let e = gw
-        .client()
-        .await
-        .mutate_manifest_work(to(
-            "rogue",
-            mutate_request("c1", Bytes::from_static(b"{oops")),
-        ))
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), Code::InvalidArgument);
-    assert!(
-        e.message()
-            .contains("the ManifestWork to mutate is not JSON"),
-        "{}",
-        e.message()
+async fn a_caller_work_that_is_not_a_json_object_is_invalid_argument_and_no_plugin_is_called() {
+    let (p, gw) = one_mutator(Mutation::Fixed(Bytes::from_static(b"{\"kind\":\"x\"}"))).await;
+    for (work, why) in [
+        (&b"{oops"[..], "is not JSON"),
+        (b"[1, 2]", "is a JSON array, not an object"),
+        (b"", "is not JSON"),
+        (b"{} trailing", "is not JSON"),
+    ] {
+        let e = gw
+            .client()
+            .await
+            .mutate_manifest_work(to(
+                "rogue",
+                mutate_request("c1", Bytes::copy_from_slice(work)),
+            ))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+        assert!(
+            e.message()
+                .starts_with(&format!("the ManifestWork to mutate {why}")),
+            "{}",
+            e.message()
+        );
+    }
+    assert_eq!(
+        p.calls(rollout_gateway::hooks::HookKind::MutateManifestWork),
+        0,
+        "the plugin never saw the caller's bad work"
     );
     gw.stop().await;
 }

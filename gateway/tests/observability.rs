@@ -293,27 +293,27 @@ async fn metrics_count_exactly_what_happened() {
         .collect();
     let expected: BTreeMap<&str, f64> = [
         // Per plugin call, by the gateway's verdict.
-        (r#"rollout_gateway_hook_requests_total{code="OK",hook="BeginRollout",plugin="good"}"#, 3.0),
-        (r#"rollout_gateway_hook_requests_total{code="INVALID_ARGUMENT",hook="BeginRollout",plugin="bad"}"#, 1.0),
-        (r#"rollout_gateway_hook_requests_total{code="OK",hook="BeginRollout",plugin="flaky"}"#, 1.0),
-        (r#"rollout_gateway_hook_requests_total{code="INTERNAL",hook="BeginRollout",plugin="soft"}"#, 1.0),
-        (r#"rollout_gateway_hook_requests_total{code="UNAVAILABLE",hook="BeginRollout",plugin="gone"}"#, 3.0),
+        (r#"rollout_gateway_hook_requests_total{code="OK",hook="BeginRollout",hub="",plugin="good"}"#, 3.0),
+        (r#"rollout_gateway_hook_requests_total{code="INVALID_ARGUMENT",hook="BeginRollout",hub="",plugin="bad"}"#, 1.0),
+        (r#"rollout_gateway_hook_requests_total{code="OK",hook="BeginRollout",hub="",plugin="flaky"}"#, 1.0),
+        (r#"rollout_gateway_hook_requests_total{code="INTERNAL",hook="BeginRollout",hub="",plugin="soft"}"#, 1.0),
+        (r#"rollout_gateway_hook_requests_total{code="UNAVAILABLE",hook="BeginRollout",hub="",plugin="gone"}"#, 3.0),
         // Per attempt actually sent.
-        (r#"rollout_gateway_upstream_attempts_total{code="OK",hook="BeginRollout",plugin="good"}"#, 3.0),
-        (r#"rollout_gateway_upstream_attempts_total{code="INVALID_ARGUMENT",hook="BeginRollout",plugin="bad"}"#, 1.0),
-        (r#"rollout_gateway_upstream_attempts_total{code="UNAVAILABLE",hook="BeginRollout",plugin="flaky"}"#, 1.0),
-        (r#"rollout_gateway_upstream_attempts_total{code="OK",hook="BeginRollout",plugin="flaky"}"#, 1.0),
-        (r#"rollout_gateway_upstream_attempts_total{code="INTERNAL",hook="BeginRollout",plugin="soft"}"#, 1.0),
-        (r#"rollout_gateway_upstream_attempts_total{code="UNAVAILABLE",hook="BeginRollout",plugin="gone"}"#, 2.0),
-        (r#"rollout_gateway_retries_total{hook="BeginRollout",plugin="flaky"}"#, 1.0),
-        (r#"rollout_gateway_fail_open_total{hook="BeginRollout",plugin="soft"}"#, 1.0),
-        (r#"rollout_gateway_circuit_rejections_total{hook="BeginRollout",plugin="gone"}"#, 1.0),
+        (r#"rollout_gateway_upstream_attempts_total{code="OK",hook="BeginRollout",hub="",plugin="good"}"#, 3.0),
+        (r#"rollout_gateway_upstream_attempts_total{code="INVALID_ARGUMENT",hook="BeginRollout",hub="",plugin="bad"}"#, 1.0),
+        (r#"rollout_gateway_upstream_attempts_total{code="UNAVAILABLE",hook="BeginRollout",hub="",plugin="flaky"}"#, 1.0),
+        (r#"rollout_gateway_upstream_attempts_total{code="OK",hook="BeginRollout",hub="",plugin="flaky"}"#, 1.0),
+        (r#"rollout_gateway_upstream_attempts_total{code="INTERNAL",hook="BeginRollout",hub="",plugin="soft"}"#, 1.0),
+        (r#"rollout_gateway_upstream_attempts_total{code="UNAVAILABLE",hook="BeginRollout",hub="",plugin="gone"}"#, 2.0),
+        (r#"rollout_gateway_retries_total{hook="BeginRollout",hub="",plugin="flaky"}"#, 1.0),
+        (r#"rollout_gateway_fail_open_total{hook="BeginRollout",hub="",plugin="soft"}"#, 1.0),
+        (r#"rollout_gateway_circuit_rejections_total{hook="BeginRollout",hub="",plugin="gone"}"#, 1.0),
         // Histogram counts: one observation per plugin call.
-        (r#"rollout_gateway_hook_duration_seconds_count{hook="BeginRollout",plugin="good"}"#, 3.0),
-        (r#"rollout_gateway_hook_duration_seconds_count{hook="BeginRollout",plugin="bad"}"#, 1.0),
-        (r#"rollout_gateway_hook_duration_seconds_count{hook="BeginRollout",plugin="flaky"}"#, 1.0),
-        (r#"rollout_gateway_hook_duration_seconds_count{hook="BeginRollout",plugin="soft"}"#, 1.0),
-        (r#"rollout_gateway_hook_duration_seconds_count{hook="BeginRollout",plugin="gone"}"#, 3.0),
+        (r#"rollout_gateway_hook_duration_seconds_count{hook="BeginRollout",hub="",plugin="good"}"#, 3.0),
+        (r#"rollout_gateway_hook_duration_seconds_count{hook="BeginRollout",hub="",plugin="bad"}"#, 1.0),
+        (r#"rollout_gateway_hook_duration_seconds_count{hook="BeginRollout",hub="",plugin="flaky"}"#, 1.0),
+        (r#"rollout_gateway_hook_duration_seconds_count{hook="BeginRollout",hub="",plugin="soft"}"#, 1.0),
+        (r#"rollout_gateway_hook_duration_seconds_count{hook="BeginRollout",hub="",plugin="gone"}"#, 3.0),
         // Per call from the controller, by target.
         (r#"rollout_gateway_calls_total{code="OK",hook="BeginRollout",target="good"}"#, 2.0),
         (r#"rollout_gateway_calls_total{code="INVALID_ARGUMENT",hook="BeginRollout",target="bad"}"#, 1.0),
@@ -445,7 +445,7 @@ async fn metric_families_are_typed_and_appear_with_their_first_series() {
         assert!(text.contains(family), "{family} missing from:\n{text}");
     }
     // The buckets span 1 ms to 30 s.
-    assert!(text.contains(r#"rollout_gateway_hook_duration_seconds_bucket{le="0.001",hook="BeginRollout",plugin="p"}"#), "{text}");
-    assert!(text.contains(r#"rollout_gateway_hook_duration_seconds_bucket{le="30.0",hook="BeginRollout",plugin="p"}"#), "{text}");
+    assert!(text.contains(r#"rollout_gateway_hook_duration_seconds_bucket{le="0.001",hook="BeginRollout",plugin="p",hub=""}"#), "{text}");
+    assert!(text.contains(r#"rollout_gateway_hook_duration_seconds_bucket{le="30.0",hook="BeginRollout",plugin="p",hub=""}"#), "{text}");
     gw.stop().await;
 }

@@ -24,7 +24,8 @@ use proptest::option;
 use proptest::prelude::*;
 use proptest::test_runner::{TestCaseResult, TestRunner};
 use rollout_gateway::config::{self, Config, Transport};
-use rollout_gateway::{grpc, manifest};
+use rollout_gateway::manifest;
+use rollout_gateway::transport::grpc;
 use rollout_policies::{FailurePolicy, Policy};
 use rollout_proto::v1alpha1::{
     ClusterRolloutStatus, Hook, MutateManifestWorkRequest, MutateManifestWorkResponse,

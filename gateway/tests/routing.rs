@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::*;
-use rollout_gateway::grpc;
 use rollout_gateway::hooks::HookKind;
+use rollout_gateway::transport::grpc;
 use rollout_proto::v1alpha1::*;
 use serde_json::Value;
 use tonic::Code;

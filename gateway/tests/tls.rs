@@ -308,6 +308,17 @@ async fn central_mode_scopes_each_hub_and_requires_a_valid_client_certificate() 
     b.begin_rollout(to("shared-b-only", rollout("c1")))
         .await
         .unwrap();
+    // Both hubs' "mine" keep their own series; a shared plugin's hub is empty.
+    let text = running.registry.telemetry().metrics.encode();
+    for series in [
+        r#"rollout_gateway_hook_requests_total{hook="BeginRollout",plugin="mine",hub="hub-a",code="OK"} 1"#,
+        r#"rollout_gateway_hook_requests_total{hook="BeginRollout",plugin="mine",hub="hub-b",code="OK"} 1"#,
+        r#"rollout_gateway_upstream_attempts_total{hook="BeginRollout",plugin="mine",hub="hub-a",code="OK"} 1"#,
+        r#"rollout_gateway_hook_duration_seconds_count{hook="BeginRollout",plugin="mine",hub="hub-b"} 1"#,
+        r#"rollout_gateway_hook_requests_total{hook="BeginRollout",plugin="shared-any",hub="",code="OK"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == series), "no {series} in:\n{text}");
+    }
     // A name only hub-b has is NOT_FOUND for hub-a: nothing leaks across hubs.
     let hub_c = hubs_ca.leaf("hub-c").unwrap();
     let mut c = central_client(addr, &server_ca, Some(&hub_c))
@@ -408,5 +419,86 @@ async fn the_listeners_own_certificate_is_reloaded_without_a_restart() {
         Ok(mut c) => c.begin_rollout(to("p", rollout("c1"))).await.is_err(),
     };
     assert!(stale, "the old certificate is still served");
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_ca_removed_from_client_ca_stops_working_within_the_max_connection_age() {
+    let server_ca = Ca::new("gateway-server").unwrap();
+    let old_hubs = Ca::new("old-hubs").unwrap();
+    let new_hubs = Ca::new("new-hubs").unwrap();
+    let p = plugin(Behaviour::new("p")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_ca.server().unwrap();
+    let client_ca = write(dir.path(), "hubs-ca.crt", &old_hubs.pem());
+    let config = write(
+        dir.path(),
+        "config.yaml",
+        &format!("plugins:\n{}", insecure_plugin("p", &p, "")),
+    );
+    let max_age = Duration::from_secs(1);
+    let grace = Duration::from_millis(200);
+    let running = app::start(Options {
+        configs: vec![config],
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        poll_interval: Duration::from_millis(100),
+        tls: Some(ServerTlsFiles {
+            cert: write(dir.path(), "tls.crt", &server.cert),
+            key: write(dir.path(), "tls.key", &server.key),
+            client_ca: Some(client_ca.clone()),
+        }),
+        max_connection_age: max_age,
+        max_connection_age_grace: grace,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let addr = running.grpc_addr;
+    let hub = old_hubs.leaf("hub-a").unwrap();
+    // Before connecting: the gateway counts the age from when it accepted.
+    let opened = std::time::Instant::now();
+    let mut connected = central_client(addr, &server_ca, Some(&hub)).await.unwrap();
+    connected
+        .begin_rollout(to("p", rollout("c1")))
+        .await
+        .unwrap();
+
+    // The old CA is removed; new handshakes with its certificates fail.
+    std::fs::write(&client_ca, new_hubs.pem()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let refused = match central_client(addr, &server_ca, Some(&hub)).await {
+            Err(_) => true,
+            Ok(mut c) => c.begin_rollout(to("p", rollout("c1"))).await.is_err(),
+        };
+        if refused {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the client CA was not reloaded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The connection made before goes on until its age (plus the grace):
+    // then the client is told to reconnect, and cannot.
+    let deadline = opened + max_age + grace + Duration::from_secs(3);
+    loop {
+        if connected
+            .begin_rollout(to("p", rollout("c1")))
+            .await
+            .is_err()
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the connection with a removed CA's certificate still works after {:?}",
+            opened.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(opened.elapsed() >= max_age, "{:?}", opened.elapsed());
     running.shutdown().await;
 }

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use rollout_proto::v1alpha1::{Hook, InitializeResponse, ValidateResponse, ValidationResult};
+use rollout_proto::v1alpha1::{
+    Hook, InitializeResponse, RolloutStateDetail, ValidateResponse, ValidationResult,
+};
 use tonic::Code;
 
 /// Why a member failed: its code and message, as the plugin (or the gateway on
@@ -207,13 +209,18 @@ pub fn merge_validate(
 
 /// Initialize. With `single` the plugin's answer passes through unchanged.
 /// For a pipeline: `name` is the pipeline's, `version` lists the members as
-/// `NAME=VERSION,…`, and `hooks` is the union of the members' hooks, spelled
-/// out (a member with an empty list implements all).
+/// `NAME=VERSION,…`, `hooks` is the union of the members' hooks, spelled
+/// out (a member with an empty list implements all), and `state_detail` is
+/// `COUNTS` only when every member declared `COUNTS`, `FULL` otherwise: a
+/// member that wants the list (or did not say, or failed open or answered
+/// UNIMPLEMENTED, so its wish is unknown) must be able to get it. The gateway drops the list for each
+/// counts-only member on its own.
 pub fn merge_initialize(
     pipeline: &str,
     single: bool,
     members: Vec<Member<InitializeResponse>>,
 ) -> Result<Merged<InitializeResponse>, MergeError> {
+    let members_len = members.len();
     let Partitioned {
         answered,
         failed_open,
@@ -237,6 +244,13 @@ pub fn merge_initialize(
     }
     let mut implemented = [false; Hook::ALL.len()];
     let mut versions = Vec::with_capacity(answered.len());
+    // Every member answered (none failed open or said UNIMPLEMENTED), and
+    // each declared counts only.
+    let counts_only = answered.len() == members_len
+        && members_len > 0
+        && answered
+            .iter()
+            .all(|(_, a)| a.state_detail() == RolloutStateDetail::Counts);
     for (name, answer) in &answered {
         versions.push(format!("{name}={}", answer.version));
         for (i, hook) in Hook::ALL.iter().enumerate() {
@@ -256,7 +270,12 @@ pub fn merge_initialize(
             name: pipeline.to_string(),
             version: versions.join(","),
             hooks,
-            ..Default::default()
+            state_detail: if counts_only {
+                RolloutStateDetail::Counts
+            } else {
+                RolloutStateDetail::Full
+            }
+            .into(),
         },
         failed_open,
     })
@@ -460,6 +479,54 @@ mod tests {
                 Hook::MutateManifestWork as i32
             ]
         );
+    }
+
+    fn declaring(name: &str, detail: RolloutStateDetail) -> Member<InitializeResponse> {
+        m(
+            name,
+            Outcome::Answered(InitializeResponse {
+                name: name.into(),
+                state_detail: detail.into(),
+                ..Default::default()
+            }),
+        )
+    }
+
+    #[test]
+    fn initialize_pipeline_wants_the_full_state_if_any_member_does() {
+        use RolloutStateDetail::{Counts, Full, Unspecified};
+        let down = || m("d", Outcome::FailedOpen(fail(Code::Unavailable, "down")));
+        let table: [(Vec<Member<InitializeResponse>>, RolloutStateDetail); 7] = [
+            (vec![declaring("a", Counts), declaring("b", Counts)], Counts),
+            (vec![declaring("a", Counts), declaring("b", Full)], Full),
+            // A member written before the field existed wants the list.
+            (
+                vec![declaring("a", Counts), declaring("b", Unspecified)],
+                Full,
+            ),
+            (vec![declaring("a", Unspecified)], Full),
+            // A member whose answer is missing may want it too.
+            (vec![declaring("a", Counts), down()], Full),
+            (vec![down()], Full),
+            (vec![declaring("a", Counts), m("u", Outcome::Skipped)], Full),
+        ];
+        for (members, want) in table {
+            let names: Vec<_> = members.iter().map(|m| m.name.clone()).collect();
+            let got = merge_initialize("p", false, members).expect("ok");
+            assert_eq!(got.value.state_detail(), want, "{names:?}");
+        }
+    }
+
+    #[test]
+    fn initialize_single_plugin_declaration_passes_through() {
+        for detail in [
+            RolloutStateDetail::Unspecified,
+            RolloutStateDetail::Full,
+            RolloutStateDetail::Counts,
+        ] {
+            let got = merge_initialize("a", true, vec![declaring("a", detail)]).expect("ok");
+            assert_eq!(got.value.state_detail(), detail);
+        }
     }
 
     #[test]

@@ -7,8 +7,17 @@
 //! skip that field (protobuf skips fields a message does not declare, without
 //! allocating), so reading who a request is about costs the same for 10 or
 //! 10,000 clusters. The bytes themselves can then be forwarded untouched.
+//!
+//! For a plugin that declared it wants only the counts
+//! (`InitializeResponse.state_detail = ROLLOUT_STATE_DETAIL_COUNTS`),
+//! [`without_rollout_status`] and [`validate_without_rollout_status`] take the
+//! state out of the encoded bytes by walking their top-level fields: nothing
+//! else is decoded, and every other field's bytes (unknown ones included) stay
+//! as they were, in their order.
 
-use bytes::Bytes;
+use std::ops::Range;
+
+use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::v1alpha1::RolloutPluginRequest;
 
@@ -77,6 +86,260 @@ pub struct MutateParts {
     /// `manifest_work`, the ManifestWork as JSON.
     #[prost(bytes = "bytes", tag = "2")]
     pub manifest_work: Bytes,
+}
+
+/// `RolloutPluginRequest.rollout_status`, every cluster's status.
+pub const ROLLOUT_STATUS_FIELD: u32 = 6;
+/// `ValidateCompletionRequest.rollout` and `MutateManifestWorkRequest.rollout`,
+/// the `RolloutPluginRequest`.
+pub const ROLLOUT_FIELD: u32 = 1;
+
+/// Bytes that are not a well-formed protobuf message; `at` is the offset of
+/// the field where the walk stopped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("message truncated in the field at byte {at}")]
+    Truncated { at: usize },
+    #[error("invalid field key at byte {at}")]
+    InvalidKey { at: usize },
+    #[error("invalid wire type {wire_type} at byte {at}")]
+    InvalidWireType { wire_type: u8, at: usize },
+    #[error("end of a group that was not started, at byte {at}")]
+    UnbalancedGroup { at: usize },
+}
+
+/// An encoded `RolloutPluginRequest` without `rollout_status` (field 6): the
+/// counts-only form of a request. Every other field keeps its bytes and its
+/// place. When the field is absent, the same bytes are returned (not copied).
+pub fn without_rollout_status(request: &Bytes) -> Result<Bytes, WireError> {
+    drop_field(request, ROLLOUT_STATUS_FIELD)
+}
+
+/// An encoded `ValidateCompletionRequest` whose `rollout` has no
+/// `rollout_status` (see [`without_rollout_status`]); every other byte kept.
+pub fn validate_without_rollout_status(request: &Bytes) -> Result<Bytes, WireError> {
+    map_field(request, ROLLOUT_FIELD, without_rollout_status)
+}
+
+/// `message` without any occurrence of its top-level field `number`, the
+/// other fields' bytes unchanged and in order; only the keys and lengths of
+/// the top-level fields are read. The same bytes (not copied) when the field
+/// is absent.
+pub fn drop_field(message: &Bytes, number: u32) -> Result<Bytes, WireError> {
+    let mut kept: Vec<Range<usize>> = Vec::new();
+    let mut dropped = false;
+    for field in Fields::new(message) {
+        let field = field?;
+        if field.number == number {
+            dropped = true;
+        } else {
+            match kept.last_mut() {
+                Some(last) if last.end == field.span.start => last.end = field.span.end,
+                _ => kept.push(field.span),
+            }
+        }
+    }
+    if !dropped {
+        return Ok(message.clone());
+    }
+    let mut out = BytesMut::with_capacity(kept.iter().map(|r| r.len()).sum());
+    for range in kept {
+        out.put_slice(&message[range]);
+    }
+    Ok(out.freeze())
+}
+
+/// `message` with the body of each occurrence of its length-delimited
+/// top-level field `number` replaced by `change(body)`, other bytes
+/// unchanged. The same bytes (not copied) when `change` changed nothing.
+fn map_field(
+    message: &Bytes,
+    number: u32,
+    change: impl Fn(&Bytes) -> Result<Bytes, WireError>,
+) -> Result<Bytes, WireError> {
+    // (the field's span, its new body) for each changed occurrence.
+    let mut changed: Vec<(Range<usize>, Bytes)> = Vec::new();
+    for field in Fields::new(message) {
+        let field = field?;
+        if field.number == number && field.wire_type == LENGTH_DELIMITED {
+            let body = message.slice(field.body.clone());
+            let new = change(&body)?;
+            if new.len() != body.len() || new != body {
+                changed.push((field.span, new));
+            }
+        }
+    }
+    if changed.is_empty() {
+        return Ok(message.clone());
+    }
+    let mut out = BytesMut::new();
+    let mut copied = 0;
+    for (span, body) in changed {
+        out.put_slice(&message[copied..span.start]);
+        put_varint(
+            &mut out,
+            u64::from(number) << 3 | u64::from(LENGTH_DELIMITED),
+        );
+        put_varint(&mut out, body.len() as u64);
+        out.put_slice(&body);
+        copied = span.end;
+    }
+    out.put_slice(&message[copied..]);
+    Ok(out.freeze())
+}
+
+const VARINT: u8 = 0;
+const FIXED64: u8 = 1;
+const LENGTH_DELIMITED: u8 = 2;
+const START_GROUP: u8 = 3;
+const END_GROUP: u8 = 4;
+const FIXED32: u8 = 5;
+
+/// One top-level field of an encoded message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Field {
+    number: u32,
+    wire_type: u8,
+    /// The whole field, key included.
+    span: Range<usize>,
+    /// The field's value; for a length-delimited field, its body.
+    body: Range<usize>,
+}
+
+/// The top-level fields of an encoded message, in order. Stops after the
+/// first error.
+struct Fields<'a> {
+    buf: &'a [u8],
+    at: usize,
+    failed: bool,
+}
+
+impl<'a> Fields<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Fields {
+            buf,
+            at: 0,
+            failed: false,
+        }
+    }
+
+    /// The field starting at `self.at`, and where it ends.
+    fn field(&self) -> Result<Field, WireError> {
+        let start = self.at;
+        let (number, wire_type, mut at) = key(self.buf, start)?;
+        if wire_type == END_GROUP {
+            return Err(WireError::UnbalancedGroup { at: start });
+        }
+        let body_start;
+        if wire_type == LENGTH_DELIMITED {
+            let (len, after) = varint(self.buf, at).ok_or(WireError::Truncated { at: start })?;
+            body_start = after;
+            at = usize::try_from(len)
+                .ok()
+                .and_then(|len| after.checked_add(len))
+                .filter(|end| *end <= self.buf.len())
+                .ok_or(WireError::Truncated { at: start })?;
+        } else if wire_type == START_GROUP {
+            // Groups (proto2) nest: skip to the end of this one.
+            body_start = at;
+            let mut depth = 1usize;
+            while depth > 0 {
+                let (_, inner, after) = key(self.buf, at)?;
+                at = match inner {
+                    START_GROUP => {
+                        depth += 1;
+                        after
+                    }
+                    END_GROUP => {
+                        depth -= 1;
+                        after
+                    }
+                    _ => skip_value(self.buf, inner, after, start)?,
+                };
+            }
+        } else {
+            body_start = at;
+            at = skip_value(self.buf, wire_type, at, start)?;
+        }
+        Ok(Field {
+            number,
+            wire_type,
+            span: start..at,
+            body: body_start..at,
+        })
+    }
+}
+
+impl Iterator for Fields<'_> {
+    type Item = Result<Field, WireError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.at >= self.buf.len() {
+            return None;
+        }
+        let field = self.field();
+        match &field {
+            Ok(f) => self.at = f.span.end,
+            Err(_) => self.failed = true,
+        }
+        Some(field)
+    }
+}
+
+/// The field key at `at`: number, wire type, and where the value starts.
+fn key(buf: &[u8], at: usize) -> Result<(u32, u8, usize), WireError> {
+    let (key, after) = varint(buf, at).ok_or(WireError::Truncated { at })?;
+    let number = u32::try_from(key >> 3)
+        .ok()
+        .filter(|n| *n >= 1 && *n <= MAX_FIELD_NUMBER)
+        .ok_or(WireError::InvalidKey { at })?;
+    Ok((number, (key & 7) as u8, after))
+}
+
+const MAX_FIELD_NUMBER: u32 = (1 << 29) - 1;
+
+/// Where a value of `wire_type` (not a group, not length-delimited unless
+/// asked) starting at `at` ends; `field` is where its field starts, for errors.
+fn skip_value(buf: &[u8], wire_type: u8, at: usize, field: usize) -> Result<usize, WireError> {
+    let end = match wire_type {
+        VARINT => varint(buf, at).map(|(_, end)| end),
+        FIXED64 => at.checked_add(8),
+        FIXED32 => at.checked_add(4),
+        LENGTH_DELIMITED => varint(buf, at).and_then(|(len, after)| {
+            usize::try_from(len)
+                .ok()
+                .and_then(|len| after.checked_add(len))
+        }),
+        other => {
+            return Err(WireError::InvalidWireType {
+                wire_type: other,
+                at: field,
+            });
+        }
+    };
+    end.filter(|end| *end <= buf.len())
+        .ok_or(WireError::Truncated { at: field })
+}
+
+/// The varint at `at` and where it ends; `None` when truncated or longer
+/// than ten bytes.
+fn varint(buf: &[u8], at: usize) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for (i, byte) in buf.get(at..)?.iter().take(10).enumerate() {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((value, at + i + 1));
+        }
+    }
+    None
+}
+
+fn put_varint(out: &mut BytesMut, mut value: u64) {
+    while value >= 0x80 {
+        out.put_u8((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.put_u8(value as u8);
 }
 
 #[cfg(test)]
@@ -157,6 +420,195 @@ mod tests {
             };
             let parts = MutateParts::decode(m.encode_to_vec().as_slice()).expect("decodes");
             assert_eq!(parts.encode_to_vec(), m.encode_to_vec());
+        }
+    }
+
+    fn counted() -> RolloutPluginRequest {
+        RolloutPluginRequest {
+            counts: Some(crate::v1alpha1::RolloutCounts {
+                succeeded: 1,
+                progressing: 1,
+                removed: 1,
+                ..Default::default()
+            }),
+            ..request()
+        }
+    }
+
+    /// Appends a field key.
+    fn key(out: &mut Vec<u8>, number: u32, wire_type: u8) {
+        let mut b = BytesMut::new();
+        put_varint(&mut b, u64::from(number) << 3 | u64::from(wire_type));
+        out.extend_from_slice(&b);
+    }
+
+    /// Unknown fields of every wire type, a group with a nested group included.
+    fn unknown_fields() -> Vec<u8> {
+        let mut out = Vec::new();
+        key(&mut out, 100, VARINT);
+        out.extend_from_slice(&[0xac, 0x02]);
+        key(&mut out, 101, FIXED64);
+        out.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        key(&mut out, 102, LENGTH_DELIMITED);
+        out.extend_from_slice(&[3, b'n', b'e', b'w']);
+        key(&mut out, 103, START_GROUP);
+        key(&mut out, 1, VARINT);
+        out.push(7);
+        key(&mut out, 104, START_GROUP);
+        key(&mut out, 104, END_GROUP);
+        key(&mut out, 103, END_GROUP);
+        key(&mut out, 105, FIXED32);
+        out.extend_from_slice(&[9, 9, 9, 9]);
+        out
+    }
+
+    #[test]
+    fn dropping_the_state_is_prosts_encoding_without_it() {
+        let full = Bytes::from(counted().encode_to_vec());
+        let counts_only = without_rollout_status(&full).expect("walks");
+        let expected = RolloutPluginRequest {
+            rollout_status: None,
+            ..counted()
+        };
+        assert_eq!(counts_only, expected.encode_to_vec());
+        // The counts are untouched.
+        let back = RolloutPluginRequest::decode(counts_only).expect("decodes");
+        assert_eq!(back.counts, counted().counts);
+    }
+
+    #[test]
+    fn a_request_without_state_is_passed_on_not_copied() {
+        let request = Bytes::from(
+            RolloutPluginRequest {
+                rollout_status: None,
+                ..counted()
+            }
+            .encode_to_vec(),
+        );
+        let same = without_rollout_status(&request).expect("walks");
+        assert_eq!(same.as_ptr(), request.as_ptr());
+        assert_eq!(same.len(), request.len());
+        let validate = Bytes::from(
+            ValidateCompletionRequest {
+                rollout: Some(RolloutPluginRequest::decode(request).expect("decodes")),
+            }
+            .encode_to_vec(),
+        );
+        let same = validate_without_rollout_status(&validate).expect("walks");
+        assert_eq!(same.as_ptr(), validate.as_ptr());
+    }
+
+    #[test]
+    fn every_other_byte_is_kept_in_place_unknown_fields_included() {
+        // unknown fields, then the state split in two occurrences (a parser
+        // merges them), with known and unknown fields around and between.
+        let state = |name: &str| {
+            RolloutState {
+                completed: vec![ClusterRolloutStatus {
+                    cluster_name: name.into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }
+            .encode_to_vec()
+        };
+        let head = RolloutPluginRequest {
+            mwrs_name: "web".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let tail = RolloutPluginRequest {
+            cluster_index: 4,
+            counts: counted().counts,
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut message = Vec::new();
+        let mut expected = Vec::new();
+        for part in [&head, &unknown_fields()] {
+            message.extend_from_slice(part);
+            expected.extend_from_slice(part);
+        }
+        for name in ["c1", "c2"] {
+            let body = state(name);
+            key(&mut message, ROLLOUT_STATUS_FIELD, LENGTH_DELIMITED);
+            message.push(body.len() as u8);
+            message.extend_from_slice(&body);
+            message.extend_from_slice(&tail);
+            expected.extend_from_slice(&tail);
+        }
+        let message = Bytes::from(message);
+        assert_eq!(without_rollout_status(&message).expect("walks"), expected);
+
+        // The same request inside a ValidateCompletionRequest, with unknown
+        // fields of its own around it.
+        let mut outer = unknown_fields();
+        key(&mut outer, ROLLOUT_FIELD, LENGTH_DELIMITED);
+        let mut len = BytesMut::new();
+        put_varint(&mut len, message.len() as u64);
+        let mut expected_outer = outer.clone();
+        outer.extend_from_slice(&len);
+        outer.extend_from_slice(&message);
+        let mut len = BytesMut::new();
+        put_varint(&mut len, expected.len() as u64);
+        expected_outer.extend_from_slice(&len);
+        expected_outer.extend_from_slice(&expected);
+        outer.extend_from_slice(&unknown_fields());
+        expected_outer.extend_from_slice(&unknown_fields());
+        let outer = Bytes::from(outer);
+        assert_eq!(
+            validate_without_rollout_status(&outer).expect("walks"),
+            expected_outer
+        );
+        // And prost agrees on the meaning.
+        let decoded = ValidateCompletionRequest::decode(expected_outer.as_slice()).expect("ok");
+        let rollout = decoded.rollout.expect("rollout");
+        assert_eq!(rollout.rollout_status, None);
+        assert_eq!(rollout.counts, counted().counts);
+        assert_eq!(rollout.cluster_index, 4);
+    }
+
+    #[test]
+    fn malformed_bytes_are_refused_naming_where() {
+        let full = counted().encode_to_vec();
+        // Every truncation inside a field is refused, never read past.
+        let mut boundaries = vec![0];
+        for field in Fields::new(&full) {
+            boundaries.push(field.expect("valid").span.end);
+        }
+        for cut in 1..full.len() {
+            let got = drop_field(&Bytes::copy_from_slice(&full[..cut]), ROLLOUT_STATUS_FIELD);
+            assert_eq!(got.is_ok(), boundaries.contains(&cut), "cut at {cut}");
+        }
+        let bad =
+            |bytes: &[u8]| drop_field(&Bytes::copy_from_slice(bytes), 6).expect_err("malformed");
+        assert_eq!(
+            bad(&[0x0f, 0]),
+            WireError::InvalidWireType {
+                wire_type: 7,
+                at: 0
+            }
+        );
+        assert_eq!(bad(&[0x08, 1, 0x0c]), WireError::UnbalancedGroup { at: 2 });
+        assert_eq!(bad(&[0x00, 1]), WireError::InvalidKey { at: 0 });
+        assert_eq!(bad(&[0x32, 5, 1]), WireError::Truncated { at: 0 });
+        assert_eq!(bad(&[0x08; 11]), WireError::Truncated { at: 10 });
+        // A group that never ends.
+        assert!(matches!(bad(&[0x0b, 0x08, 1]), WireError::Truncated { .. }));
+    }
+
+    proptest::proptest! {
+        /// Any bytes: no panic; when prost reads them as a request, the walk
+        /// agrees, and its output is that request without its state.
+        #[test]
+        fn the_walk_agrees_with_prost(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            let bytes = Bytes::from(bytes);
+            let walked = without_rollout_status(&bytes);
+            if let Ok(request) = RolloutPluginRequest::decode(bytes.clone()) {
+                let walked = walked.expect("prost accepted it");
+                let back = RolloutPluginRequest::decode(walked).expect("still a request");
+                proptest::prop_assert_eq!(back, RolloutPluginRequest { rollout_status: None, ..request });
+            }
         }
     }
 }

@@ -15,6 +15,7 @@ impl RolloutPlugin for Stamp {
     fn info(&self) -> PluginInfo {
         PluginInfo::new("stamp", env!("CARGO_PKG_VERSION"))
             .hooks([Hook::MutateManifestWork, Hook::ValidateRolloutCompletion])
+            .state_detail(RolloutStateDetail::Counts)
     }
 
     async fn mutate_manifest_work(

@@ -84,7 +84,9 @@ pub use tonic_health::{ServingStatus, server::HealthReporter};
 
 /// What a plugin usually needs, in one `use`.
 pub mod prelude {
-    pub use crate::proto::{Hook, InitializeRequest, RolloutPluginRequest, ValidationResult};
+    pub use crate::proto::{
+        Hook, InitializeRequest, RolloutPluginRequest, RolloutStateDetail, ValidationResult,
+    };
     pub use crate::{
         ClusterPosition, ManifestWork, Mutation, PluginError, PluginInfo, RolloutPlugin,
         RolloutRequestExt, ServeError, ServeOptions, TlsOptions, Validation,

@@ -6,15 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rollout_proto::v1alpha1::{
-    Hook, InitializeRequest, InitializeResponse, RolloutPluginRequest, ValidateResponse,
-    ValidationResult,
+    Hook, InitializeRequest, InitializeResponse, RolloutPluginRequest, RolloutStateDetail,
+    ValidateResponse, ValidationResult,
 };
 
 use crate::error::PluginError;
 use crate::work::ManifestWork;
 
-/// What a plugin answers to `Initialize`: its name, its version and the
-/// hooks it implements.
+/// What a plugin answers to `Initialize`: its name, its version, the hooks
+/// it implements and how much of the rollout state it wants.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginInfo {
     /// The plugin's name (by convention the name it is registered under).
@@ -24,6 +24,14 @@ pub struct PluginInfo {
     /// The hooks it implements. Empty means all: the gateway then calls every
     /// hook, and the ones the plugin does not override answer neutrally.
     pub hooks: Vec<Hook>,
+    /// How much rollout state its requests carry: `Full` (the default) sends
+    /// every cluster's status in `rollout_status`; `Counts` leaves that list
+    /// out and sends only `counts` (clusters per status). A plugin that reads
+    /// only its own cluster, its position (`cluster_index` of
+    /// `total_cluster_count`) or the counts should declare `Counts`: a request
+    /// late in a rollout of 10,000 clusters is then a few hundred bytes
+    /// instead of half a megabyte.
+    pub state_detail: RolloutStateDetail,
 }
 
 impl PluginInfo {
@@ -34,6 +42,7 @@ impl PluginInfo {
             name: name.into(),
             version: version.into(),
             hooks: Vec::new(),
+            state_detail: RolloutStateDetail::Full,
         }
     }
 
@@ -42,6 +51,22 @@ impl PluginInfo {
     pub fn hooks(mut self, hooks: impl IntoIterator<Item = Hook>) -> Self {
         self.hooks = hooks.into_iter().collect();
         self
+    }
+
+    /// Declares how much rollout state the plugin wants (see
+    /// [`PluginInfo::state_detail`]); `Unspecified` means `Full`.
+    pub fn state_detail(mut self, detail: RolloutStateDetail) -> Self {
+        self.state_detail = match detail {
+            RolloutStateDetail::Unspecified => RolloutStateDetail::Full,
+            other => other,
+        };
+        self
+    }
+
+    /// Whether the plugin's requests carry `rollout_status`, every cluster's
+    /// status (anything but a `Counts` declaration).
+    pub fn wants_full_state(&self) -> bool {
+        self.state_detail != RolloutStateDetail::Counts
     }
 
     /// Whether the plugin declares `hook` (an empty list declares all).
@@ -56,7 +81,7 @@ impl From<PluginInfo> for InitializeResponse {
             name: info.name,
             version: info.version,
             hooks: info.hooks.into_iter().map(i32::from).collect(),
-            ..Default::default()
+            state_detail: info.state_detail.into(),
         }
     }
 }
@@ -180,8 +205,10 @@ pub trait RolloutPlugin: Send + Sync + 'static {
         async { Ok(()) }
     }
 
-    /// `ProgressRollout`: one reconcile of the placement, with the rollout
-    /// state of every cluster in `request.rollout_status`.
+    /// `ProgressRollout`: one reconcile of the placement, with the number of
+    /// clusters in each status in `request.counts` and, unless the plugin
+    /// declared [`RolloutStateDetail::Counts`], every cluster's status in
+    /// `request.rollout_status`.
     fn progress_rollout(
         &self,
         request: RolloutPluginRequest,
@@ -273,6 +300,25 @@ mod tests {
         let response = InitializeResponse::from(one);
         assert_eq!(response.hooks, [Hook::MutateManifestWork as i32]);
         assert_eq!(response.name, "p");
+    }
+
+    #[test]
+    fn info_declares_the_state_it_wants() {
+        // The default is today's behaviour: the full list, said explicitly.
+        let full = PluginInfo::new("p", "1");
+        assert!(full.wants_full_state());
+        assert_eq!(
+            InitializeResponse::from(full).state_detail(),
+            RolloutStateDetail::Full
+        );
+        let counts = PluginInfo::new("p", "1").state_detail(RolloutStateDetail::Counts);
+        assert!(!counts.wants_full_state());
+        assert_eq!(
+            InitializeResponse::from(counts).state_detail(),
+            RolloutStateDetail::Counts
+        );
+        let unspecified = PluginInfo::new("p", "1").state_detail(RolloutStateDetail::Unspecified);
+        assert_eq!(unspecified.state_detail, RolloutStateDetail::Full);
     }
 
     #[test]

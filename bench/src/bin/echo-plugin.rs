@@ -1,14 +1,16 @@
 //! `echo-plugin`: a do-nothing rollout plugin, the upstream of every
 //! benchmark. It serves `RolloutPluginService` (plaintext HTTP/2) on
 //! `--listen`, prints `echo-plugin listening grpc=ADDR` once bound, and exits
-//! 0 after draining on SIGTERM or SIGINT.
+//! 0 after draining on SIGTERM or SIGINT, printing first
+//! `echo-plugin received requests=N bytes=B`: the rollout requests (every hook
+//! but Initialize) it received and their message bytes.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
 
 use anyhow::Context as _;
 use clap::Parser;
-use rollout_bench::echo::{self, EchoMode};
+use rollout_bench::echo::{self, EchoMode, StateDetail};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -26,6 +28,11 @@ struct Args {
     /// The name given in InitializeResponse (and in the annotation).
     #[arg(long, default_value = echo::PLUGIN_NAME)]
     name: String,
+    /// The rollout state declared in InitializeResponse: the full list of
+    /// every cluster's status, the counts only, or the field left unset (as a
+    /// plugin written before it existed; treated as full).
+    #[arg(long, value_enum, default_value_t = StateDetail::Full)]
+    state_detail: StateDetail,
     /// Runtime threads. 1 (the default) runs a single-threaded runtime: the
     /// plugin does no work, so one thread keeps up and leaves the other cores
     /// to what is being measured.
@@ -58,11 +65,19 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     writeln!(stdout, "echo-plugin listening grpc={address}").context("cannot write to stdout")?;
     stdout.flush().context("cannot write to stdout")?;
     drop(stdout);
-    echo::serve(
-        listener,
-        echo::EchoPlugin::named(&args.name, args.mode),
-        shutdown,
+    let plugin =
+        echo::EchoPlugin::named(&args.name, args.mode).with_state_detail(args.state_detail);
+    let received = plugin.received();
+    echo::serve(listener, plugin, shutdown)
+        .await
+        .context("the server failed")?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(
+        stdout,
+        "echo-plugin received requests={} bytes={}",
+        received.requests(),
+        received.bytes()
     )
-    .await
-    .context("the server failed")
+    .and_then(|()| stdout.flush())
+    .context("cannot write to stdout")
 }

@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use rollout_gateway::grpc;
+use rollout_gateway::transport::grpc;
 use rollout_proto::v1alpha1::{MutateManifestWorkRequest, MutateManifestWorkResponse};
 
 fuzz_target!(|data: &[u8]| {

@@ -38,11 +38,14 @@ const CODES: usize = 17;
 /// The number of hooks ([`HookKind`] is 0..=4).
 const HOOKS: usize = 5;
 
-/// Labels `{hook, plugin, code}`; `plugin` is a plugin's or a target's name.
+/// Labels `{hook, plugin, hub, code}`: `hub` is the plugin's hub, empty for
+/// a shared plugin (and always in sidecar mode), so that plugins of the same
+/// name in two hubs' registries keep their own series.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct CodeLabels {
     hook: &'static str,
     plugin: Arc<str>,
+    hub: Arc<str>,
     code: &'static str,
 }
 
@@ -51,22 +54,29 @@ impl EncodeLabelSet for CodeLabels {
         [
             ("hook", self.hook),
             ("plugin", &*self.plugin),
+            ("hub", &*self.hub),
             ("code", self.code),
         ]
         .encode(encoder)
     }
 }
 
-/// Labels `{hook, plugin}`.
+/// Labels `{hook, plugin, hub}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct HookLabels {
     hook: &'static str,
     plugin: Arc<str>,
+    hub: Arc<str>,
 }
 
 impl EncodeLabelSet for HookLabels {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> fmt::Result {
-        [("hook", self.hook), ("plugin", &*self.plugin)].encode(encoder)
+        [
+            ("hook", self.hook),
+            ("plugin", &*self.plugin),
+            ("hub", &*self.hub),
+        ]
+        .encode(encoder)
     }
 }
 
@@ -102,15 +112,16 @@ impl EncodeLabelSet for TargetLabels {
     }
 }
 
-/// Labels `{plugin}`.
+/// Labels `{plugin, hub}`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct PluginLabels {
     plugin: Arc<str>,
+    hub: Arc<str>,
 }
 
 impl EncodeLabelSet for PluginLabels {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> fmt::Result {
-        [("plugin", &*self.plugin)].encode(encoder)
+        [("plugin", &*self.plugin), ("hub", &*self.hub)].encode(encoder)
     }
 }
 
@@ -228,11 +239,13 @@ impl Metrics {
         out
     }
 
-    /// Handles for one plugin, resolved once per registry snapshot. Series
-    /// are created on first use, so a plugin shows only what it did.
-    pub fn plugin(self: &Arc<Self>, name: &str) -> Arc<PluginMetrics> {
+    /// Handles for one plugin of `hub` (`None`: a shared plugin, labelled
+    /// `hub=""`), resolved once per registry snapshot. Series are created on
+    /// first use, so a plugin shows only what it did.
+    pub fn plugin(self: &Arc<Self>, name: &str, hub: Option<&str>) -> Arc<PluginMetrics> {
         Arc::new(PluginMetrics {
             name: Arc::from(name),
+            hub: Arc::from(hub.unwrap_or_default()),
             metrics: self.clone(),
             requests: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),
             attempts: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),
@@ -266,6 +279,7 @@ impl Metrics {
 #[derive(Debug)]
 pub struct PluginMetrics {
     name: Arc<str>,
+    hub: Arc<str>,
     metrics: Arc<Metrics>,
     requests: [[OnceLock<Counter>; CODES]; HOOKS],
     attempts: [[OnceLock<Counter>; CODES]; HOOKS],
@@ -280,6 +294,7 @@ impl PluginMetrics {
         CodeLabels {
             hook: hook.as_str(),
             plugin: self.name.clone(),
+            hub: self.hub.clone(),
             code: code_name(code),
         }
     }
@@ -288,6 +303,7 @@ impl PluginMetrics {
         HookLabels {
             hook: hook.as_str(),
             plugin: self.name.clone(),
+            hub: self.hub.clone(),
         }
     }
 
@@ -365,6 +381,7 @@ impl PluginMetrics {
             .budget_exhausted
             .get_or_create(&PluginLabels {
                 plugin: self.name.clone(),
+                hub: self.hub.clone(),
             })
             .inc();
     }

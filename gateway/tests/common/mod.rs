@@ -178,7 +178,7 @@ impl Scripted {
             timeout: md
                 .get("grpc-timeout")
                 .and_then(|v| v.to_str().ok())
-                .and_then(rollout_gateway::grpc::parse_timeout),
+                .and_then(rollout_gateway::transport::grpc::parse_timeout),
             traceparent: md
                 .get("traceparent")
                 .and_then(|v| v.to_str().ok())

@@ -18,7 +18,9 @@
 //!   revision is promoted as soon as it is ready.
 //!
 //! Outside an abort the work is left unchanged. Applying the plugin twice
-//! gives the same work. It declares only the `MutateManifestWork` hook.
+//! gives the same work. It declares only the `MutateManifestWork` hook, and
+//! only the rollout counts: it reads `aborting` and `desired_revision`, never
+//! the list of every cluster's status.
 
 use rollout_plugin_sdk::prelude::*;
 use serde_json::{Value, json};
@@ -81,7 +83,10 @@ fn skip_argo_steps(rollout: &mut rollout_plugin_sdk::ManifestMut<'_>) -> Result<
 
 impl RolloutPlugin for RollbackMutator {
     fn info(&self) -> PluginInfo {
-        PluginInfo::new(NAME, env!("CARGO_PKG_VERSION")).hooks([Hook::MutateManifestWork])
+        // It reads `aborting` and the revision, not the per-cluster list.
+        PluginInfo::new(NAME, env!("CARGO_PKG_VERSION"))
+            .hooks([Hook::MutateManifestWork])
+            .state_detail(RolloutStateDetail::Counts)
     }
 
     async fn mutate_manifest_work(

@@ -6,7 +6,7 @@
 
 use rollback_mutator::{ROLLBACK_ANNOTATION, RollbackMutator, SKIPPED_STEPS_ANNOTATION};
 use rollout_plugin_sdk::proto::rollout_plugin_service_client::RolloutPluginServiceClient;
-use rollout_plugin_sdk::proto::{Hook, InitializeRequest};
+use rollout_plugin_sdk::proto::{Hook, InitializeRequest, RolloutStateDetail};
 use rollout_plugin_sdk::test_certs::TestCa;
 use rollout_plugin_sdk::testing::{self, PluginProcess};
 use rollout_plugin_sdk::tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
@@ -31,6 +31,7 @@ async fn rewrites_only_while_aborting() {
         .into_inner();
     assert_eq!(init.name, "rollback-mutator");
     assert_eq!(init.hooks().collect::<Vec<_>>(), [Hook::MutateManifestWork]);
+    assert_eq!(init.state_detail(), RolloutStateDetail::Counts);
 
     let work = testing::sample_work("cluster1");
     let out = client

@@ -19,7 +19,9 @@
 //! idempotent: asking again during or after the soak gives the same answer
 //! (with less time left).
 //!
-//! It declares only the `ValidateRolloutCompletion` hook.
+//! It declares only the `ValidateRolloutCompletion` hook, and only the
+//! rollout counts: it reads its own cluster, revision and `aborting`, never
+//! the list of every cluster's status.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -211,7 +213,10 @@ impl SmokeTest {
 
 impl RolloutPlugin for SmokeTest {
     fn info(&self) -> PluginInfo {
-        PluginInfo::new(NAME, env!("CARGO_PKG_VERSION")).hooks([Hook::ValidateRolloutCompletion])
+        // It soaks its own cluster: the per-cluster list would only cost bytes.
+        PluginInfo::new(NAME, env!("CARGO_PKG_VERSION"))
+            .hooks([Hook::ValidateRolloutCompletion])
+            .state_detail(RolloutStateDetail::Counts)
     }
 
     async fn validate_rollout_completion(

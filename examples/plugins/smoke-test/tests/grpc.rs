@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use rollout_plugin_sdk::proto::rollout_plugin_service_client::RolloutPluginServiceClient;
-use rollout_plugin_sdk::proto::{Hook, InitializeRequest, ValidateResponse, ValidationResult};
+use rollout_plugin_sdk::proto::{
+    Hook, InitializeRequest, RolloutStateDetail, ValidateResponse, ValidationResult,
+};
 use rollout_plugin_sdk::testing::{self, PluginProcess};
 use rollout_plugin_sdk::tonic::transport::Channel;
 use smoke_test::{Settings, SmokeTest};
@@ -67,6 +69,7 @@ async fn soaks_then_passes_or_fails_the_named_clusters() {
         init.hooks().collect::<Vec<_>>(),
         [Hook::ValidateRolloutCompletion]
     );
+    assert_eq!(init.state_detail(), RolloutStateDetail::Counts);
 
     let first = validate(&mut client, "cluster-001", false).await;
     assert_eq!(first.result(), ValidationResult::Inprogress);

@@ -22,7 +22,9 @@
 //! position (`1 <= cluster_index <= total_cluster_count`) fails with
 //! `INVALID_ARGUMENT`.
 //!
-//! It declares only the `MutateManifestWork` hook.
+//! It declares only the `MutateManifestWork` hook, and only the rollout
+//! counts: it reads where its own cluster stands (`cluster_index` of
+//! `total_cluster_count`), never the list of every cluster's status.
 
 use rollout_plugin_sdk::prelude::*;
 
@@ -81,7 +83,11 @@ impl TrafficWeights {
 
 impl RolloutPlugin for TrafficWeights {
     fn info(&self) -> PluginInfo {
-        PluginInfo::new(NAME, env!("CARGO_PKG_VERSION")).hooks([Hook::MutateManifestWork])
+        // How far along the rollout is comes from the request's own position:
+        // the per-cluster list would only cost bytes.
+        PluginInfo::new(NAME, env!("CARGO_PKG_VERSION"))
+            .hooks([Hook::MutateManifestWork])
+            .state_detail(RolloutStateDetail::Counts)
     }
 
     async fn mutate_manifest_work(

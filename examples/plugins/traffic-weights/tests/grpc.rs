@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use rollout_plugin_sdk::proto::{Hook, InitializeRequest};
+use rollout_plugin_sdk::proto::{Hook, InitializeRequest, RolloutStateDetail};
 use rollout_plugin_sdk::testing::{self, PluginProcess};
 use rollout_plugin_sdk::tonic::Code;
 use serde_json::Value;
@@ -36,6 +36,7 @@ async fn annotates_each_cluster_by_its_position() {
         .into_inner();
     assert_eq!(init.name, "traffic-weights");
     assert_eq!(init.hooks().collect::<Vec<_>>(), [Hook::MutateManifestWork]);
+    assert_eq!(init.state_detail(), RolloutStateDetail::Counts);
 
     for (index, weight) in [(1, "25"), (2, "50"), (3, "75"), (4, "100")] {
         let cluster = format!("cluster{index}");

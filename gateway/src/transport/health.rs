@@ -5,7 +5,7 @@
 //! The overall status (`""`) and the `RolloutPluginService` status are
 //! SERVING exactly when `/readyz` is 200: a registry is loaded and the gateway
 //! is not draining. The gateway serves HTTP/2 streams itself
-//! ([`crate::server`]), so this module carries a stream to tonic's generated
+//! ([`crate::transport::server`]), so this module carries a stream to tonic's generated
 //! `HealthServer` and its answer (a unary `Check` or a streaming `Watch`) back.
 
 use std::convert::Infallible;
@@ -20,8 +20,8 @@ use tonic_health::server::HealthReporter;
 use tower::ServiceExt;
 use tower::util::BoxCloneSyncService;
 
-use crate::grpc::Payload;
 use crate::registry::Registry;
+use crate::transport::grpc::Payload;
 
 /// The path prefix of the health service's methods.
 pub const PATH_PREFIX: &str = "/grpc.health.v1.Health/";
@@ -106,7 +106,7 @@ impl Health {
         while let Some(frame) = body.frame().await {
             let sent = match frame {
                 Ok(frame) => match frame.into_data() {
-                    Ok(data) => stream.send_data(crate::grpc::raw(data), false),
+                    Ok(data) => stream.send_data(crate::transport::grpc::raw(data), false),
                     Err(frame) => match frame.into_trailers() {
                         Ok(trailers) => stream.send_trailers(trailers),
                         Err(_) => Ok(()),
@@ -114,7 +114,11 @@ impl Health {
                 },
                 Err(status) => {
                     let mut trailers = http::HeaderMap::new();
-                    crate::grpc::put_status(&mut trailers, status.code(), status.message());
+                    crate::transport::grpc::put_status(
+                        &mut trailers,
+                        status.code(),
+                        status.message(),
+                    );
                     stream.send_trailers(trailers)
                 }
             };

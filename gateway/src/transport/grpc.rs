@@ -7,6 +7,7 @@
 //! and wakes the peer once, and lets an over-large message be refused from
 //! its 5-byte prefix before it is buffered.
 
+use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -14,6 +15,8 @@ use bytes::buf::Chain;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue};
 use tonic::{Code, Status};
+
+use crate::transport::pending::{PendingExceeded, Reservation};
 
 /// The gRPC content type.
 pub const CONTENT_TYPE: &str = "application/grpc";
@@ -238,27 +241,106 @@ pub async fn collect(
     body: &mut h2::RecvStream,
     limit: usize,
 ) -> Result<(Bytes, Option<HeaderMap>), Status> {
+    collect_held(body, limit, |_| Ok::<(), Infallible>(()))
+        .await
+        .map_err(|e| match e {
+            ReceiveError::Framing(status) => status,
+            ReceiveError::Held(never) => match never {},
+        })
+}
+
+/// [`collect`], with the bytes buffered while the message is incomplete held
+/// in `reservation` (given back when this returns): the message is refused
+/// with [`ReceiveError::Held`] as soon as the reservation cannot grow.
+pub async fn collect_reserved(
+    body: &mut h2::RecvStream,
+    limit: usize,
+    reservation: &mut Reservation,
+) -> Result<(Bytes, Option<HeaderMap>), ReceiveError<PendingExceeded>> {
+    let collected = collect_held(body, limit, |bytes| reservation.hold(bytes)).await;
+    // Whole or failed, the request is no longer arriving.
+    let _ = reservation.hold(0);
+    collected
+}
+
+/// Why a request body could not be received.
+#[derive(Debug)]
+pub enum ReceiveError<E> {
+    /// The stream failed or the message is malformed or too large.
+    Framing(Status),
+    /// Holding the bytes received so far was refused.
+    Held(E),
+}
+
+/// The buffer of a message whose first piece is shorter than its 5-byte
+/// prefix (its size is not known yet).
+const FIRST_BUFFER: usize = 16 * 1024;
+
+/// The core of [`collect`]: `hold(n)` is asked before the buffered bytes
+/// (counted by capacity, what the allocator holds) grow to `n`, and may
+/// refuse.
+async fn collect_held<E>(
+    body: &mut h2::RecvStream,
+    limit: usize,
+    mut hold: impl FnMut(usize) -> Result<(), E>,
+) -> Result<(Bytes, Option<HeaderMap>), ReceiveError<E>> {
+    let framing = ReceiveError::Framing;
     let mut first: Option<Bytes> = None;
     let mut buf: Option<BytesMut> = None;
     let mut expected: Option<usize> = None;
     while let Some(chunk) = body.data().await {
-        let chunk = chunk.map_err(|e| Status::unavailable(format!("reading the message: {e}")))?;
+        let chunk =
+            chunk.map_err(|e| framing(Status::unavailable(format!("reading the message: {e}"))))?;
         let _ = body.flow_control().release_capacity(chunk.len());
         if chunk.is_empty() {
             continue;
         }
         // The common case: the whole message in one frame, kept without a copy.
         match (&mut first, &mut buf) {
-            (None, None) => first = Some(chunk),
+            (None, None) => {
+                let declared = if chunk.len() >= 5 {
+                    Some(frame_len(&chunk, limit).map_err(framing)?)
+                } else {
+                    None
+                };
+                if declared.is_some_and(|e| chunk.len() >= e + 5) {
+                    hold(chunk.len()).map_err(ReceiveError::Held)?;
+                    first = Some(chunk);
+                } else {
+                    // Part of a message: copied, since the chunk shares the
+                    // connection's read buffer, which keeping it would pin.
+                    let capacity = capacity_for(chunk.len(), declared);
+                    hold(capacity).map_err(ReceiveError::Held)?;
+                    let mut b = BytesMut::with_capacity(capacity);
+                    b.extend_from_slice(&chunk);
+                    buf = Some(b);
+                }
+            }
             (Some(f), None) => {
-                let total = expected.map_or(0, |e| e + 5).max(f.len() + chunk.len());
-                let mut b = BytesMut::with_capacity(total);
+                let len = f.len() + chunk.len();
+                let capacity = capacity_for(len, expected);
+                hold(capacity).map_err(ReceiveError::Held)?;
+                let mut b = BytesMut::with_capacity(capacity);
                 b.extend_from_slice(f);
                 b.extend_from_slice(&chunk);
                 first = None;
                 buf = Some(b);
             }
-            (_, Some(b)) => b.extend_from_slice(&chunk),
+            (_, Some(b)) => {
+                let len = b.len() + chunk.len();
+                if len > b.capacity() {
+                    // Grow ahead of time, so the held count is what is
+                    // allocated: to the whole message once its size is known
+                    // (a first piece shorter than the prefix is the only way
+                    // to grow twice).
+                    let capacity = capacity_for(len, expected);
+                    // While it moves, the old buffer and the new one both exist.
+                    hold(b.capacity() + capacity).map_err(ReceiveError::Held)?;
+                    b.reserve(capacity - b.len());
+                    hold(b.capacity()).map_err(ReceiveError::Held)?;
+                }
+                b.extend_from_slice(&chunk);
+            }
         }
         let seen: &[u8] = match (&first, &buf) {
             (Some(f), _) => f,
@@ -266,26 +348,37 @@ pub async fn collect(
             _ => &[],
         };
         if expected.is_none() && seen.len() >= 5 {
-            expected = Some(frame_len(seen, limit)?);
+            expected = Some(frame_len(seen, limit).map_err(framing)?);
         }
         if let Some(e) = expected
             && seen.len() > e + 5
         {
-            return Err(Status::unimplemented(
+            return Err(framing(Status::unimplemented(
                 "more than one message on a unary call",
-            ));
+            )));
         }
     }
     let trailers = body
         .trailers()
         .await
-        .map_err(|e| Status::unavailable(format!("reading the trailers: {e}")))?;
+        .map_err(|e| framing(Status::unavailable(format!("reading the trailers: {e}"))))?;
     let data = match (first, buf) {
         (Some(f), _) => f,
         (_, Some(b)) => b.freeze(),
         _ => Bytes::new(),
     };
     Ok((data, trailers))
+}
+
+/// The capacity of the buffer for a message that arrives in pieces, `len`
+/// bytes so far: the whole message once its prefix is known (one allocation,
+/// no copies as it grows; pages are only made resident as bytes arrive),
+/// else room for the prefix to arrive.
+fn capacity_for(len: usize, expected: Option<usize>) -> usize {
+    match expected {
+        Some(e) => (e + 5).max(len),
+        None => FIRST_BUFFER.max(2 * len),
+    }
 }
 
 /// The status carried by `grpc-status` / `grpc-message` in a header map, if any.

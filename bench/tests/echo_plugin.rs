@@ -1,0 +1,61 @@
+//! The `echo-plugin` binary as a process: `--state-detail` reaches its
+//! Initialize answer, and on SIGTERM it says what it received.
+
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::process::{Command, Stdio};
+
+use prost::Message as _;
+use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
+use rollout_proto::v1alpha1::{InitializeRequest, RolloutPluginRequest, RolloutStateDetail};
+
+#[tokio::test]
+async fn declares_its_state_detail_and_reports_the_bytes_received_at_exit() -> anyhow::Result<()> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_echo-plugin"))
+        .args(["--listen", "127.0.0.1:0", "--state-detail", "counts"])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    stdout.read_line(&mut line)?;
+    let address = line
+        .trim()
+        .strip_prefix("echo-plugin listening grpc=")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+
+    let mut client = RolloutPluginServiceClient::connect(format!("http://{address}")).await?;
+    let init = client
+        .initialize(InitializeRequest::default())
+        .await?
+        .into_inner();
+    assert_eq!(init.state_detail(), RolloutStateDetail::Counts);
+    let request = RolloutPluginRequest {
+        mwrs_name: "web".into(),
+        cluster_name: "cluster-1".into(),
+        ..Default::default()
+    };
+    client.begin_rollout(request.clone()).await?;
+    client.progress_rollout(request.clone()).await?;
+    drop(client);
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()?;
+    assert!(status.success());
+    // Read on a blocking thread: the client's connection task, on this
+    // runtime, must run to close the connection the plugin's drain waits for.
+    let (rest, exit) = tokio::task::spawn_blocking(move || {
+        let mut rest = String::new();
+        stdout.read_to_string(&mut rest)?;
+        anyhow::Ok((rest, child.wait()?))
+    })
+    .await??;
+    assert!(exit.success());
+    // Initialize is not counted; the two rollout requests are.
+    let want = format!(
+        "echo-plugin received requests=2 bytes={}",
+        2 * request.encode_to_vec().len()
+    );
+    assert_eq!(rest.trim(), want);
+    Ok(())
+}

@@ -1,0 +1,164 @@
+//! Connections to plugins: dialling (TCP, then TLS trusting the plugin's own
+//! CA bundle when it has one), the HTTP/2 client handshake, and a keepalive
+//! that notices a dead peer. What a plugin's connection is used for, and the
+//! state kept per plugin, is [`crate::upstream`]'s.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use h2::client::SendRequest;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::net::TcpStream;
+
+use crate::config::Endpoint;
+use crate::transport::grpc::Payload;
+use crate::upstream::ClientIdentity;
+
+/// An HTTP/2 connection to a plugin: the handle to open streams, and whether
+/// the connection has ended (the next call then dials anew).
+pub struct PluginConnection {
+    sender: SendRequest<Payload>,
+    closed: Arc<AtomicBool>,
+}
+
+impl PluginConnection {
+    /// The handle to open streams on.
+    pub fn sender(&self) -> SendRequest<Payload> {
+        self.sender.clone()
+    }
+
+    /// Whether the connection has ended (a new one must be dialled).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+}
+
+/// How often an idle-or-not connection is pinged, and how long a ping may
+/// wait for its answer before the connection is given up.
+const PING_EVERY: Duration = Duration::from_secs(30);
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Dials `endpoint`: TCP, then TLS with `tls` (the client configuration and
+/// the name the certificate must carry) when given, then the HTTP/2
+/// handshake. The error says which step failed, naming the endpoint.
+pub async fn dial(
+    endpoint: &Endpoint,
+    tls: Option<&(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+) -> Result<PluginConnection, String> {
+    let tcp = TcpStream::connect((endpoint.host.as_str(), endpoint.port))
+        .await
+        .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    let label = endpoint.to_string();
+    // A read buffer in front of the socket: a whole small answer arrives
+    // in one read instead of two.
+    let read_buffer = crate::transport::io::READ_BUFFER;
+    match tls {
+        None => handshake(tokio::io::BufReader::with_capacity(read_buffer, tcp), label).await,
+        Some((config, name)) => {
+            let tls = tokio_rustls::TlsConnector::from(config.clone())
+                .connect(name.clone(), tcp)
+                .await
+                .map_err(|e| format!("TLS handshake with {endpoint} failed: {}", chain(&e)))?;
+            handshake(tokio::io::BufReader::with_capacity(read_buffer, tls), label).await
+        }
+    }
+}
+
+async fn handshake<T>(io: T, endpoint: String) -> Result<PluginConnection, String>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, mut connection) = h2::client::Builder::new()
+        // Large windows: a 64 KiB ManifestWork must not wait for a
+        // WINDOW_UPDATE round trip, and multi-MiB ones should stream.
+        .initial_window_size(4 * 1024 * 1024)
+        .initial_connection_window_size(8 * 1024 * 1024)
+        // Large frames: an answer up to 1 MiB arrives in one frame.
+        .max_frame_size(1024 * 1024)
+        .max_send_buffer_size(4 * 1024 * 1024)
+        .handshake::<_, Payload>(io)
+        .await
+        .map_err(|e| format!("HTTP/2 handshake with {endpoint} failed: {e}"))?;
+    let closed = Arc::new(AtomicBool::new(false));
+    let ping = connection.ping_pong();
+    let flag = closed.clone();
+    tokio::spawn(async move {
+        let keepalive = async {
+            let Some(mut ping) = ping else {
+                return std::future::pending::<String>().await;
+            };
+            loop {
+                tokio::time::sleep(PING_EVERY).await;
+                match tokio::time::timeout(PING_TIMEOUT, ping.ping(h2::Ping::opaque())).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return format!("keepalive ping failed: {e}"),
+                    Err(_) => return "keepalive ping unanswered".to_string(),
+                }
+            }
+        };
+        let ended = tokio::select! {
+            result = connection => result.err().map(|e| e.to_string()),
+            why = keepalive => Some(why),
+        };
+        flag.store(true, Ordering::Relaxed);
+        if let Some(error) = ended {
+            tracing::debug!(%endpoint, %error, "plugin connection closed");
+        }
+    });
+    Ok(PluginConnection { sender, closed })
+}
+
+/// A client TLS configuration trusting only `ca_bundle_pem`, presenting
+/// `identity` when given, speaking HTTP/2.
+pub fn tls_config(
+    ca_bundle_pem: &[u8],
+    identity: Option<&ClientIdentity>,
+) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_bundle_pem) {
+        let cert = cert.map_err(|e| format!("caBundle: {e}"))?;
+        roots.add(cert).map_err(|e| format!("caBundle: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err("caBundle holds no certificate".into());
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots);
+    let mut config = match identity {
+        None => builder.with_no_client_auth(),
+        Some(id) => {
+            let certs = CertificateDer::pem_slice_iter(&id.cert_pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("certFile: {e}"))?;
+            let key =
+                PrivateKeyDer::from_pem_slice(&id.key_pem).map_err(|e| format!("keyFile: {e}"))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| format!("client certificate: {e}"))?
+        }
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
+/// An error with its sources, `a: b: c`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}

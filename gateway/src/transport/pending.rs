@@ -1,0 +1,190 @@
+//! The bound on request bytes held while a request is still arriving.
+//!
+//! A unary request is buffered until its message is whole; a peer that
+//! declares large messages and stops sending would otherwise hold that memory
+//! for as long as it keeps the stream open. Every such buffer holds a
+//! [`Reservation`] against two [`Pool`]s, its connection's and the
+//! gateway's, and grows only while both have room. The bytes go back to the
+//! pools the moment the buffer is handed on (the message is whole) or
+//! dropped (the stream failed, timed out, or its connection closed).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A number of bytes that reservations draw from, up to a limit.
+#[derive(Debug)]
+pub struct Pool {
+    used: AtomicUsize,
+    peak: AtomicUsize,
+    limit: usize,
+    scope: Scope,
+}
+
+/// Which pool ran out: the connection's or the gateway's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Connection,
+    Gateway,
+}
+
+impl Pool {
+    pub fn new(limit: usize, scope: Scope) -> Pool {
+        Pool {
+            used: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            limit,
+            scope,
+        }
+    }
+
+    /// The bytes held now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes held at once so far.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    fn take(&self, n: usize) -> Result<(), PendingExceeded> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|after| *after <= self.limit)
+            })
+            .map(|before| {
+                self.peak.fetch_max(before + n, Ordering::Relaxed);
+            })
+            .map_err(|used| PendingExceeded {
+                scope: self.scope,
+                limit: self.limit,
+                used,
+                wanted: n,
+            })
+    }
+
+    fn give(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+}
+
+/// The pools a request on one connection draws from.
+#[derive(Debug, Clone)]
+pub struct PendingBudget {
+    pub connection: Arc<Pool>,
+    pub gateway: Arc<Pool>,
+}
+
+/// Bytes held by one request being received; given back on drop.
+#[derive(Debug, Default)]
+pub struct Reservation {
+    budget: Option<PendingBudget>,
+    held: usize,
+}
+
+impl Reservation {
+    /// A reservation against `budget`; `None` is unbounded.
+    pub fn new(budget: Option<PendingBudget>) -> Reservation {
+        Reservation { budget, held: 0 }
+    }
+
+    /// The bytes held now.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Sets the bytes this request holds to `bytes`. Growing fails, holding
+    /// what was held before, when either pool would go over its limit.
+    pub fn hold(&mut self, bytes: usize) -> Result<(), PendingExceeded> {
+        let Some(budget) = &self.budget else {
+            self.held = bytes;
+            return Ok(());
+        };
+        if bytes > self.held {
+            let more = bytes - self.held;
+            budget.connection.take(more)?;
+            if let Err(e) = budget.gateway.take(more) {
+                budget.connection.give(more);
+                return Err(e);
+            }
+        } else {
+            let less = self.held - bytes;
+            budget.connection.give(less);
+            budget.gateway.give(less);
+        }
+        self.held = bytes;
+        Ok(())
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let _ = self.hold(0);
+    }
+}
+
+/// Receiving a request would hold more bytes than a pool allows.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "{} bytes of requests still arriving on {} would exceed its limit of {limit} bytes ({used} held)",
+    .used + .wanted,
+    match .scope { Scope::Connection => "this connection", Scope::Gateway => "the gateway" }
+)]
+pub struct PendingExceeded {
+    pub scope: Scope,
+    pub limit: usize,
+    pub used: usize,
+    pub wanted: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(conn: usize, total: usize) -> PendingBudget {
+        PendingBudget {
+            connection: Arc::new(Pool::new(conn, Scope::Connection)),
+            gateway: Arc::new(Pool::new(total, Scope::Gateway)),
+        }
+    }
+
+    #[test]
+    fn reservations_draw_from_both_pools_and_give_back_on_drop() {
+        let b = budget(100, 150);
+        let mut r1 = Reservation::new(Some(b.clone()));
+        r1.hold(60).expect("room");
+        let mut r2 = Reservation::new(Some(b.clone()));
+        assert_eq!(
+            r2.hold(50).expect_err("connection full").scope,
+            Scope::Connection
+        );
+        assert_eq!((b.connection.used(), b.gateway.used()), (60, 60));
+        r2.hold(40).expect("room");
+        r1.hold(10).expect("shrinking always works");
+        assert_eq!((b.connection.used(), b.gateway.used()), (50, 50));
+
+        // Another connection shares the gateway pool only.
+        let other = PendingBudget {
+            connection: Arc::new(Pool::new(200, Scope::Connection)),
+            gateway: b.gateway.clone(),
+        };
+        let mut r3 = Reservation::new(Some(other.clone()));
+        let e = r3.hold(101).expect_err("gateway full");
+        assert_eq!(e.scope, Scope::Gateway);
+        assert_eq!(other.connection.used(), 0, "the failed take is undone");
+        r3.hold(100).expect("room");
+        drop((r1, r2, r3));
+        assert_eq!((b.connection.used(), b.gateway.used()), (0, 0));
+    }
+
+    #[test]
+    fn unbounded_reservations_never_fail() {
+        let mut r = Reservation::new(None);
+        r.hold(usize::MAX).expect("unbounded");
+        assert_eq!(r.held(), usize::MAX);
+    }
+}

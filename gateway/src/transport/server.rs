@@ -1,0 +1,349 @@
+//! The gRPC listener: an HTTP/2 accept loop (the `h2` crate) around the
+//! gateway service.
+//!
+//! The gateway runs its own loop rather than tonic's `Server`: an expired
+//! `grpc-timeout` must answer DEADLINE_EXCEEDED (tonic's server layer answers
+//! CANCELLED), central mode needs the peer certificate of each connection to
+//! know the calling hub, draining on SIGTERM must be bounded, and an answer
+//! should leave in one write ([`crate::service`] queues headers, data and
+//! trailers together). A bad connection (garbage bytes, a failed handshake)
+//! only ends that connection.
+
+use std::future::Future;
+use std::time::Duration;
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::service::{CallerHub, GatewayService};
+use crate::tls::{ServerTls, hub_of};
+use crate::transport::grpc::Payload;
+use crate::transport::io::{Coalesce, READ_BUFFER};
+use crate::transport::pending::{PendingBudget, Pool, Scope};
+use crate::transport::reclaim;
+
+/// HTTP/2 settings and limits of the gRPC listener.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// How long a drain waits for in-flight calls before closing connections.
+    pub drain_timeout: Duration,
+    pub max_concurrent_streams: u32,
+    /// A connection that has not completed the HTTP/2 handshake by then is closed.
+    pub handshake_timeout: Duration,
+    /// Connections open at once; one more is closed as soon as it is accepted.
+    pub max_connections: usize,
+    /// A connection without a call in progress for this long gets a GOAWAY
+    /// and is closed (zero: never).
+    pub idle_timeout: Duration,
+    /// A connection this old gets a GOAWAY (no new calls), and is closed
+    /// `max_connection_age_grace` later whatever is still running on it: a
+    /// client certificate is checked only at the handshake, so this bounds
+    /// how long a revoked one keeps working (zero: never).
+    pub max_connection_age: Duration,
+    pub max_connection_age_grace: Duration,
+    /// Bytes of requests still arriving that one connection may hold.
+    pub max_pending_bytes_per_connection: usize,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            drain_timeout: Duration::from_secs(10),
+            max_concurrent_streams: 1024,
+            handshake_timeout: Duration::from_secs(10),
+            max_connections: 1024,
+            idle_timeout: Duration::from_secs(300),
+            max_connection_age: Duration::from_secs(3600),
+            max_connection_age_grace: Duration::from_secs(30),
+            max_pending_bytes_per_connection: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// The HTTP/2 settings every connection gets.
+fn h2_builder(settings: &ServerSettings) -> h2::server::Builder {
+    let mut b = h2::server::Builder::new();
+    b.max_concurrent_streams(settings.max_concurrent_streams)
+        // Large windows so a 64 KiB ManifestWork arrives without waiting for a
+        // WINDOW_UPDATE round trip, and multi-MiB ones stream.
+        .initial_window_size(4 * 1024 * 1024)
+        .initial_connection_window_size(8 * 1024 * 1024)
+        // Large frames: a message up to 1 MiB arrives in one frame, and is
+        // decoded where it landed, without a reassembly copy.
+        .max_frame_size(1024 * 1024)
+        .max_header_list_size(64 * 1024)
+        .max_send_buffer_size(4 * 1024 * 1024);
+    b
+}
+
+/// Serves `service` on `listener` until `shutdown` resolves, then stops
+/// accepting, lets in-flight calls finish (up to the drain timeout) and
+/// returns once every connection is closed.
+///
+/// On drain, a connection that has carried a request gets a GOAWAY and ends
+/// when its calls are done; one that never carried a request (still in the
+/// handshake, or a peer that connected and said nothing) is closed at once,
+/// so a silent peer cannot hold the drain for its whole timeout. At the
+/// drain timeout the connections left are closed, and the calls on them
+/// dropped. `pending` is the gateway-wide pool of bytes of requests still
+/// arriving, shared by every connection.
+pub async fn serve(
+    listener: TcpListener,
+    service: GatewayService,
+    settings: ServerSettings,
+    tls: Option<Arc<ServerTls>>,
+    pending: Arc<Pool>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let (draining_tx, draining) = watch::channel(false);
+    // Every connection task, so the drain can wait for them and then end them.
+    let mut connections = JoinSet::new();
+    let mut refusing = false;
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(error) => {
+                    // Out of file descriptors and the like: back off briefly
+                    // rather than spin.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            () = &mut shutdown => break,
+        };
+        while connections.try_join_next().is_some() {}
+        if connections.len() >= settings.max_connections {
+            // Closed at once: the peer sees the connection end rather than
+            // hang, and tries elsewhere or later. Logged when refusals start.
+            if !refusing {
+                tracing::warn!(%peer, max_connections = settings.max_connections, "refusing connections: --max-connections reached");
+            }
+            refusing = true;
+            drop(stream);
+            continue;
+        }
+        refusing = false;
+        let _ = stream.set_nodelay(true);
+        let conn = Connection {
+            service: service.clone(),
+            builder: h2_builder(&settings),
+            settings: settings.clone(),
+            draining: draining.clone(),
+            tls: tls.clone(),
+            pending: pending.clone(),
+        };
+        connections.spawn(async move {
+            if let Err(error) = conn.run(stream).await {
+                tracing::debug!(%peer, %error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    let _ = draining_tx.send(true);
+    tracing::info!(connections = connections.len(), "draining");
+    let all_closed = async { while connections.join_next().await.is_some() {} };
+    tokio::select! {
+        () = all_closed => tracing::info!("drained"),
+        () = tokio::time::sleep(settings.drain_timeout) => {
+            tracing::warn!(timeout_secs = settings.drain_timeout.as_secs(), connections = connections.len(), "drain timed out; closing the remaining connections");
+        }
+    }
+    // Ends every connection task left, which drops its socket and its calls.
+    connections.shutdown().await;
+}
+
+struct Connection {
+    service: GatewayService,
+    builder: h2::server::Builder,
+    settings: ServerSettings,
+    draining: watch::Receiver<bool>,
+    tls: Option<Arc<ServerTls>>,
+    pending: Arc<Pool>,
+}
+
+/// Why the gateway is closing a connection (for the log).
+#[derive(Debug, Clone, Copy)]
+enum Closing {
+    Idle,
+    MaxAge,
+}
+
+impl Connection {
+    async fn run(mut self, stream: TcpStream) -> Result<(), ConnectionError> {
+        let accepted = Instant::now();
+        let Some(tls) = self.tls.clone() else {
+            return self.serve_h2(stream, None, accepted).await;
+        };
+        // The TLS handshake, bounded, and abandoned if a drain starts.
+        let accept = tls.acceptor().accept(stream);
+        let stream = tokio::select! {
+            done = tokio::time::timeout(self.settings.handshake_timeout, accept) => match done {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return Err(ConnectionError::Tls(e)),
+                Err(_) => return Ok(()),
+            },
+            () = wait_true(&mut self.draining) => return Ok(()),
+        };
+        // A verified certificate that names no hub can call only shared
+        // plugins without `hubs:`.
+        let hub = if tls.requires_client_certificate() {
+            let peer = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first());
+            peer.and_then(hub_of).map(CallerHub)
+        } else {
+            None
+        };
+        self.serve_h2(stream, hub, accepted).await
+    }
+
+    async fn serve_h2<T>(
+        mut self,
+        io: T,
+        hub: Option<CallerHub>,
+        accepted: Instant,
+    ) -> Result<(), ConnectionError>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        // A read buffer in front of the socket: a whole small request arrives in
+        // one read instead of two (h2's own buffer splits at its free space).
+        let io = Coalesce::new(tokio::io::BufReader::with_capacity(READ_BUFFER, io));
+        let handshake = self.builder.handshake::<_, Payload>(io);
+        let mut conn = tokio::select! {
+            done = tokio::time::timeout(self.settings.handshake_timeout, handshake) => match done {
+                Ok(conn) => conn?,
+                Err(_) => return Ok(()),
+            },
+            // Draining before the peer even said hello: nothing to finish.
+            () = wait_true(&mut self.draining) => return Ok(()),
+        };
+        let budget = PendingBudget {
+            connection: Arc::new(Pool::new(
+                self.settings.max_pending_bytes_per_connection,
+                Scope::Connection,
+            )),
+            gateway: self.pending.clone(),
+        };
+        // Once the connection ends, whatever its requests held is freed: have
+        // it returned to the OS.
+        let _reclaim = Reclaim(budget.connection.clone());
+        // The calls of this connection: dropped with it, so closing the
+        // connection ends them.
+        let mut streams = JoinSet::new();
+        let mut used = false;
+        let mut goaway_sent = false;
+        let idle_timeout = or_forever(self.settings.idle_timeout);
+        let idle = tokio::time::sleep(idle_timeout);
+        let max_age =
+            tokio::time::sleep_until(accepted + or_forever(self.settings.max_connection_age));
+        // Armed once the gateway decides to close: the end of the GOAWAY's grace.
+        let grace_over = tokio::time::sleep(FOREVER);
+        let mut closing: Option<Closing> = None;
+        tokio::pin!(idle, max_age, grace_over);
+        loop {
+            let close = tokio::select! {
+                next = conn.accept() => match next {
+                    Some(Ok((mut request, respond))) => {
+                        used = true;
+                        if let Some(hub) = &hub {
+                            request.extensions_mut().insert(hub.clone());
+                        }
+                        request.extensions_mut().insert(budget.clone());
+                        streams.spawn(self.service.clone().serve_stream(request, respond));
+                        continue;
+                    }
+                    Some(Err(e)) => return Err(e.into()),
+                    None => return Ok(()),
+                },
+                Some(_) = streams.join_next(), if !streams.is_empty() => {
+                    if streams.is_empty() {
+                        idle.as_mut().reset(Instant::now() + idle_timeout);
+                    }
+                    continue;
+                }
+                () = &mut idle, if streams.is_empty() && closing.is_none() => {
+                    (Closing::Idle, IDLE_GRACE)
+                }
+                () = &mut max_age, if closing.is_none() => {
+                    (Closing::MaxAge, self.settings.max_connection_age_grace)
+                }
+                () = wait_true(&mut self.draining), if !goaway_sent => {
+                    if !used {
+                        return Ok(());
+                    }
+                    // GOAWAY: no new streams; keep driving the connection so
+                    // the calls in flight finish (until the drain timeout).
+                    conn.graceful_shutdown();
+                    goaway_sent = true;
+                    continue;
+                }
+                () = &mut grace_over => {
+                    tracing::debug!(reason = ?closing, open_calls = streams.len(), "closing the connection: its GOAWAY grace is over");
+                    return Ok(());
+                }
+            };
+            // GOAWAY now (no new calls; those in flight go on), the socket
+            // when they are done or after the grace, whichever comes first.
+            let (reason, grace) = close;
+            tracing::debug!(
+                ?reason,
+                grace_ms = grace.as_millis(),
+                "closing the connection: GOAWAY"
+            );
+            closing = Some(reason);
+            if !goaway_sent {
+                conn.graceful_shutdown();
+                goaway_sent = true;
+            }
+            grace_over.as_mut().reset(Instant::now() + grace);
+        }
+    }
+}
+
+/// On drop (the connection is over), returns the memory its requests held
+/// to the OS, if they held any.
+struct Reclaim(Arc<Pool>);
+
+impl Drop for Reclaim {
+    fn drop(&mut self) {
+        if self.0.peak() > 0 {
+            reclaim::soon();
+        }
+    }
+}
+
+/// A deadline that never comes (a timer not armed yet).
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A zero timeout (the flags' "never") as one that never comes.
+fn or_forever(d: Duration) -> Duration {
+    if d.is_zero() { FOREVER } else { d }
+}
+
+/// How long an idle connection's peer has, after the GOAWAY, to close it.
+const IDLE_GRACE: Duration = Duration::from_secs(1);
+
+/// Why a connection ended badly (logged at debug level: a client's problem).
+#[derive(Debug, thiserror::Error)]
+enum ConnectionError {
+    #[error("TLS handshake failed: {0}")]
+    Tls(std::io::Error),
+    #[error("HTTP/2: {0}")]
+    H2(#[from] h2::Error),
+}
+
+async fn wait_true(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|d| *d).await;
+}
