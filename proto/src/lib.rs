@@ -25,6 +25,12 @@ pub const FAILED_OPEN_METADATA_KEY: &str = "ocm-rollout-failed-open";
 /// The fully qualified gRPC service name.
 pub const SERVICE_NAME: &str = "ocm.rolloutplugin.v1alpha1.RolloutPluginService";
 
+/// The plugin API's file descriptors (with the well-known types it
+/// imports), encoded as a `google.protobuf.FileDescriptorSet`: what a gRPC
+/// reflection service serves.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/rollout_plugin_fds.bin"));
+
 /// The source of the plugin API, for tools that want to show or ship it.
 pub const PROTO_SOURCE: &str = include_str!("../ocm/rolloutplugin/v1alpha1/rollout_plugin.proto");
 

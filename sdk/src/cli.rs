@@ -56,11 +56,38 @@ impl TlsArgs {
     }
 }
 
+/// How log lines look (`--log-format`): human-readable text, or one JSON
+/// object per line carrying the `trace_id` and `span_id` of the call it was
+/// logged in (the gateway's and the controller's format too).
+pub use rollout_telemetry::logs::LogFormat;
+
+/// What every plugin binary's flags have beyond its own: the TLS flags,
+/// `--log-format` and `--health-listen`. Flatten it into the plugin's clap
+/// flags and pass it to [`run_plugin_with`].
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// Log lines as `text`, or as `json`: one object per line, with the
+    /// call's trace_id and span_id.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+    /// Also serve gRPC health alone, in plaintext, on this address (for
+    /// kubelet gRPC probes, which cannot speak TLS, when --tls-cert is set).
+    #[arg(long, value_name = "ADDR")]
+    pub health_listen: Option<SocketAddr>,
+}
+
 /// Logs to stderr (stdout carries only the listening line), filtered by
 /// `RUST_LOG`, `info` when unset or invalid, in colour only on a terminal
 /// and only when `NO_COLOR` is unset or empty (<https://no-color.org>).
 /// Call once, first thing in `main`; later calls do nothing.
 pub fn init_tracing() {
+    init_tracing_with(LogFormat::Text);
+}
+
+/// [`init_tracing`] in either format.
+pub fn init_tracing_with(format: LogFormat) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -68,31 +95,69 @@ pub fn init_tracing() {
     // logs::colour), which this crate does not depend on.
     let colour = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    // An error means a subscriber is already set: keep it.
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(colour)
-        .with_env_filter(filter)
-        .try_init();
+        .with_env_filter(filter);
+    // An error means a subscriber is already set: keep it.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(rollout_telemetry::logs::JsonLines)
+            .try_init(),
+    };
 }
 
-/// The rest of a plugin binary's `main`, once its flags are parsed: logging
-/// ([`init_tracing`]), a runtime, TLS from `tls`, then [`crate::serve`] on
-/// `listen` until SIGTERM or Ctrl-C. A failure (a file that cannot be read,
-/// a taken port) is printed as `NAME: error` and exits 1.
+/// The rest of a plugin binary's `main`, once its flags are parsed: text
+/// logs, a runtime, TLS from `tls`, then [`crate::serve`] on `listen` until
+/// SIGTERM or Ctrl-C ([`run_plugin_with`] with the other flags unset).
 pub fn run_plugin<P: RolloutPlugin>(
     name: &str,
     plugin: P,
     listen: SocketAddr,
     tls: &TlsArgs,
 ) -> ExitCode {
-    init_tracing();
+    let args = ServeArgs {
+        tls: tls.clone(),
+        log_format: LogFormat::Text,
+        health_listen: None,
+    };
+    run_plugin_with(name, plugin, listen, &args)
+}
+
+/// The rest of a plugin binary's `main`, once its flags are parsed: logging
+/// ([`init_tracing_with`] `--log-format`), a runtime, TLS from the TLS
+/// flags, spans exported as the `OTEL_*` variables say (service name `name`
+/// unless `OTEL_SERVICE_NAME`), the `--health-listen` port, then
+/// [`crate::serve`] on `listen` until SIGTERM or Ctrl-C. A failure (a file
+/// that cannot be read, a taken port) is printed as `NAME: error` and exits
+/// 1.
+pub fn run_plugin_with<P: RolloutPlugin>(
+    name: &str,
+    plugin: P,
+    listen: SocketAddr,
+    args: &ServeArgs,
+) -> ExitCode {
+    init_tracing_with(args.log_format);
     let served = (|| -> Result<(), Box<dyn std::error::Error>> {
         let mut options = ServeOptions::default();
-        if let Some(tls) = tls.load()? {
+        if let Some(tls) = args.tls.load()? {
             options = options.tls(tls);
         }
-        tokio::runtime::Runtime::new()?.block_on(crate::serve(plugin, listen, options))?;
+        if let Some(addr) = args.health_listen {
+            options = options.health_listen(addr);
+        }
+        let runtime = tokio::runtime::Runtime::new()?;
+        let tracer = rollout_telemetry::Tracer::new(
+            crate::service::TRACER_SCOPE,
+            &rollout_telemetry::TracingOptions::from_env(name),
+        )?;
+        options = options.tracer(tracer.clone());
+        let result = runtime.block_on(crate::serve(plugin, listen, options));
+        // Off the runtime: exports the spans still queued (blocking).
+        tracer.shutdown();
+        result?;
         Ok(())
     })();
     match served {

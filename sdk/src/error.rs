@@ -117,7 +117,7 @@ pub enum ServeError {
     /// The certificate, key or client CA was rejected (not PEM, key does not
     /// match, …).
     #[error("invalid TLS configuration: {0}")]
-    Tls(#[source] tonic::transport::Error),
+    Tls(#[source] crate::tls::TlsConfigError),
     /// A signal handler could not be installed.
     #[error("cannot install a handler for {signal}: {source}")]
     Signal {
@@ -127,6 +127,10 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    /// The reflection service could not be built from the API's
+    /// descriptors (a build of the SDK with a broken descriptor set).
+    #[error("gRPC reflection: {0}")]
+    Reflection(#[source] tonic_reflection::server::Error),
     /// The server failed while serving.
     #[error("gRPC server failed: {0}")]
     Serve(#[source] tonic::transport::Error),

@@ -57,6 +57,7 @@ mod service;
 #[cfg(feature = "test-certs")]
 pub mod test_certs;
 pub mod testing;
+mod tls;
 pub mod work;
 
 pub use error::{PluginError, ServeError};
@@ -67,6 +68,7 @@ pub use server::{
     bind, serve, shutdown_signal,
 };
 pub use service::PluginService;
+pub use tls::TlsConfigError;
 pub use work::{Manifest, ManifestMut, ManifestWork, WorkError};
 
 /// `ocm.rolloutplugin.v1alpha1.RolloutPluginService`, the name health

@@ -2,6 +2,10 @@
 //! [`serve`] for both), with gRPC health, optional TLS and mTLS, and a
 //! graceful drain.
 //!
+//! The server also answers gRPC reflection (`grpc.reflection.v1` and
+//! `v1alpha`) for the plugin API, health and reflection itself, so `grpcurl
+//! ADDR list` and `grpcurl -d '{}' ADDR ...Initialize` need no .proto.
+//!
 //! Health (`grpc.health.v1.Health`) reports the plugin service
 //! (`ocm.rolloutplugin.v1alpha1.RolloutPluginService`) and the server as a
 //! whole (`""`): NOT_SERVING from [`bind`] until serving starts, SERVING
@@ -12,20 +16,23 @@ use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rollout_proto::SERVICE_NAME;
+use rollout_telemetry::Tracer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::server::{Router, TcpIncoming};
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::error::ServeError;
 use crate::plugin::RolloutPlugin;
 use crate::service::PluginService;
+use crate::tls::{self, Reloading, TlsFiles, server_config};
 
 /// Default for [`ServeOptions::max_message_bytes`]: 16 MiB, the gateway's
 /// default too.
@@ -44,6 +51,15 @@ pub struct ServeOptions {
     pub drain_timeout: Duration,
     /// Largest gRPC message accepted or sent.
     pub max_message_bytes: usize,
+    /// Makes (and exports, as it was configured) a server span per call;
+    /// `None`: spans are made for propagation only and never exported.
+    /// `cli::run_plugin` sets it from the `OTEL_*` variables.
+    pub tracer: Option<Tracer>,
+    /// Also serve `grpc.health.v1.Health` alone, in plaintext, on this
+    /// address (port 0 picks one): kubelet's gRPC probes cannot speak TLS,
+    /// so a plugin served with (m)TLS gets a probe port this way. It reports
+    /// the same statuses as the main port.
+    pub health_listen: Option<SocketAddr>,
 }
 
 impl Default for ServeOptions {
@@ -52,6 +68,8 @@ impl Default for ServeOptions {
             tls: None,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            tracer: None,
+            health_listen: None,
         }
     }
 }
@@ -69,6 +87,18 @@ impl ServeOptions {
         self
     }
 
+    /// Sets [`ServeOptions::tracer`].
+    pub fn tracer(mut self, tracer: Tracer) -> Self {
+        self.tracer = Some(tracer);
+        self
+    }
+
+    /// Sets [`ServeOptions::health_listen`].
+    pub fn health_listen(mut self, addr: SocketAddr) -> Self {
+        self.health_listen = Some(addr);
+        self
+    }
+
     /// Sets [`ServeOptions::max_message_bytes`].
     pub fn max_message_bytes(mut self, bytes: usize) -> Self {
         self.max_message_bytes = bytes;
@@ -78,11 +108,17 @@ impl ServeOptions {
 
 /// The server's certificate and key, and optionally a CA that every client
 /// certificate must chain to (mTLS), all PEM.
+///
+/// Options read with [`TlsOptions::from_files`] are re-read when the files
+/// change (a rotated certificate, a renewed CA bundle): each new connection
+/// re-reads them and, when they changed, gets the new configuration once it
+/// is valid (until then, the last good one). Open connections keep theirs.
 #[derive(Clone)]
 pub struct TlsOptions {
     cert_pem: Vec<u8>,
     key_pem: Vec<u8>,
     client_ca_pem: Option<Vec<u8>>,
+    files: Option<TlsFiles>,
 }
 
 impl std::fmt::Debug for TlsOptions {
@@ -102,6 +138,7 @@ impl TlsOptions {
             cert_pem: cert_pem.into(),
             key_pem: key_pem.into(),
             client_ca_pem: None,
+            files: None,
         }
     }
 
@@ -127,6 +164,11 @@ impl TlsOptions {
         if let Some(ca) = client_ca {
             tls = tls.client_ca_pem(read("client CA", ca)?);
         }
+        tls.files = Some(TlsFiles {
+            cert: cert.as_ref().to_path_buf(),
+            key: key.as_ref().to_path_buf(),
+            client_ca: client_ca.map(Path::to_path_buf),
+        });
         Ok(tls)
     }
 
@@ -142,13 +184,11 @@ impl TlsOptions {
         self.client_ca_pem.is_some()
     }
 
-    fn to_tonic(&self) -> ServerTlsConfig {
-        let config =
-            ServerTlsConfig::new().identity(Identity::from_pem(&self.cert_pem, &self.key_pem));
-        match &self.client_ca_pem {
-            Some(ca) => config.client_ca_root(Certificate::from_pem(ca)),
-            None => config,
-        }
+    /// The configuration, reloading from the files it was read from.
+    fn reloading(&self) -> Result<Reloading, ServeError> {
+        let config = server_config(&self.cert_pem, &self.key_pem, self.client_ca_pem.as_deref())
+            .map_err(ServeError::Tls)?;
+        Ok(Reloading::new(config, self.files.clone()))
     }
 }
 
@@ -165,11 +205,12 @@ pub async fn bind<P: RolloutPlugin>(
     options: ServeOptions,
 ) -> Result<Bound, ServeError> {
     let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &options.tls {
-        builder = builder
-            .tls_config(tls.to_tonic())
-            .map_err(ServeError::Tls)?;
-    }
+    let tls = options
+        .tls
+        .as_ref()
+        .map(TlsOptions::reloading)
+        .transpose()?
+        .map(Arc::new);
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })?;
@@ -179,27 +220,71 @@ pub async fn bind<P: RolloutPlugin>(
 
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
-    let plugin_service = PluginService::new(plugin)
+    let health_port = match options.health_listen {
+        None => None,
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind { addr, source })?;
+            let local = listener
+                .local_addr()
+                .map_err(|source| ServeError::Bind { addr, source })?;
+            let router = tonic::transport::Server::builder().add_service(health_service.clone());
+            Some(HealthPort {
+                listener,
+                addr: local,
+                router,
+            })
+        }
+    };
+    let mut plugin_service = PluginService::new(plugin);
+    if let Some(tracer) = &options.tracer {
+        plugin_service = plugin_service.with_tracer(tracer.clone());
+    }
+    let plugin_service = plugin_service
         .into_server()
         .max_decoding_message_size(options.max_message_bytes)
         .max_encoding_message_size(options.max_message_bytes);
+    // gRPC reflection (v1, and v1alpha for older clients), so grpcurl and
+    // the like work without the .proto.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(rollout_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1().map_err(ServeError::Reflection)?;
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
+        .map_err(ServeError::Reflection)?;
     let router = builder
         .add_service(health_service)
-        .add_service(plugin_service);
+        .add_service(plugin_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha);
     Ok(Bound {
         listener,
         local_addr,
         router,
         health,
+        health_port,
+        tls,
         drain_timeout: options.drain_timeout,
     })
+}
+
+/// The plaintext health-only port ([`ServeOptions::health_listen`]).
+struct HealthPort {
+    listener: TcpListener,
+    addr: SocketAddr,
+    router: Router,
 }
 
 /// Everything a plugin binary does after parsing its flags: installs the
 /// SIGTERM and Ctrl-C handlers ([`shutdown_signal`]), [`bind`]s, prints one
 /// line to stdout, `NAME listening grpc=ADDR` (the plugin's name and the
 /// bound address, so port 0 works for tests and scripts), then serves and
-/// drains on the first signal ([`Bound::serve_with_shutdown`]).
+/// drains on the first signal ([`Bound::serve_with_shutdown`]). With a
+/// health port the line goes on: `NAME listening grpc=ADDR health=ADDR`.
 pub async fn serve<P: RolloutPlugin>(
     plugin: P,
     addr: SocketAddr,
@@ -209,10 +294,15 @@ pub async fn serve<P: RolloutPlugin>(
     let name = plugin.info().name;
     let bound = bind(plugin, addr, options).await?;
     let local_addr = bound.local_addr();
-    tracing::info!(plugin = %name, addr = %local_addr, "listening");
+    let health = bound
+        .health_addr()
+        .map(|addr| format!(" health={addr}"))
+        .unwrap_or_default();
+    tracing::info!(plugin = %name, addr = %local_addr, health_addr = ?bound.health_addr(), "listening");
     let mut stdout = std::io::stdout().lock();
     // A closed stdout (the reader went away) must not stop the plugin.
-    let _ = writeln!(stdout, "{name} listening grpc={local_addr}").and_then(|()| stdout.flush());
+    let _ = writeln!(stdout, "{name} listening grpc={local_addr}{health}")
+        .and_then(|()| stdout.flush());
     drop(stdout);
     bound.serve_with_shutdown(signal).await
 }
@@ -223,6 +313,8 @@ pub struct Bound {
     local_addr: SocketAddr,
     router: Router,
     health: HealthReporter,
+    health_port: Option<HealthPort>,
+    tls: Option<Arc<Reloading>>,
     drain_timeout: Duration,
 }
 
@@ -238,6 +330,12 @@ impl Bound {
     /// The address actually bound (the real port when asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The plaintext health port's address, when [`ServeOptions::health_listen`]
+    /// asked for one.
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_port.as_ref().map(|p| p.addr)
     }
 
     /// The health reporter, for a plugin that wants to report NOT_SERVING
@@ -262,17 +360,42 @@ impl Bound {
             local_addr,
             router,
             health,
+            health_port,
+            tls,
             drain_timeout,
         } = self;
+        // The health port answers until this function returns (dropping
+        // `_health_stop` ends it), so probes see NOT_SERVING during the drain.
+        let (_health_stop, health_stopped) = oneshot::channel::<()>();
+        if let Some(port) = health_port {
+            let incoming = TcpIncoming::from(port.listener).with_nodelay(Some(true));
+            let server = port.router.serve_with_incoming_shutdown(incoming, async {
+                let _ = health_stopped.await;
+            });
+            tokio::spawn(async move {
+                if let Err(error) = server.await {
+                    tracing::warn!(%error, "the health port failed");
+                }
+            });
+        }
         let (drain_tx, drain_rx) = oneshot::channel::<()>();
         // No Nagle: an answer written in pieces (headers, a large message,
         // trailers) would otherwise wait for the peer's delayed ACK, about
         // 40 ms per call.
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-        let server = router.serve_with_incoming_shutdown(incoming, async {
-            // A dropped sender drains too.
+        // A dropped sender drains too.
+        let drained = async {
             let _ = drain_rx.await;
-        });
+        };
+        let server: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+            match tls {
+                Some(tls) => Box::pin(
+                    router.serve_with_incoming_shutdown(tls::incoming(listener, tls), drained),
+                ),
+                None => {
+                    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+                    Box::pin(router.serve_with_incoming_shutdown(incoming, drained))
+                }
+            };
         tokio::pin!(server);
         set_health(&health, ServingStatus::Serving).await;
 
@@ -299,6 +422,7 @@ impl Bound {
     /// tests).
     pub fn spawn(self) -> Running {
         let local_addr = self.local_addr;
+        let health_addr = self.health_addr();
         let health = self.health.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(self.serve_with_shutdown(async {
@@ -306,6 +430,7 @@ impl Bound {
         }));
         Running {
             local_addr,
+            health_addr,
             health,
             stop,
             task,
@@ -317,6 +442,7 @@ impl Bound {
 #[derive(Debug)]
 pub struct Running {
     local_addr: SocketAddr,
+    health_addr: Option<SocketAddr>,
     health: HealthReporter,
     stop: oneshot::Sender<()>,
     task: JoinHandle<Result<(), ServeError>>,
@@ -326,6 +452,11 @@ impl Running {
     /// The address it serves on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Its plaintext health port (see [`Bound::health_addr`]).
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_addr
     }
 
     /// Its health reporter (see [`Bound::health`]).

@@ -132,6 +132,7 @@ pub fn sample_work(cluster: &str) -> Value {
 pub struct PluginProcess {
     child: Child,
     addr: SocketAddr,
+    health_addr: Option<SocketAddr>,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -190,13 +191,19 @@ impl PluginProcess {
             .unwrap_or_default();
         let addr = line
             .split_once(" listening grpc=")
-            .and_then(|(_, addr)| addr.trim().parse().ok())
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .and_then(|addr| addr.parse().ok())
             .ok_or_else(|| ProcessError::NoListeningLine(line.clone()))?;
+        let health_addr = line
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("health="))
+            .and_then(|addr| addr.parse().ok());
         // Keep draining stdout so the plugin never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Ok(Self {
             child,
             addr,
+            health_addr,
             stderr,
         })
     }
@@ -204,6 +211,11 @@ impl PluginProcess {
     /// The address it printed.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The plaintext health port its line printed (`health=ADDR`), if any.
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_addr
     }
 
     /// What it wrote to stderr so far (its logs).

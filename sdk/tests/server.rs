@@ -466,3 +466,61 @@ async fn messages_over_the_limit_are_refused() {
     assert_eq!(e.code(), Code::OutOfRange);
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn reflection_lists_the_services_and_serves_the_api_file() {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let server = testing::spawn(Neutral).await.unwrap();
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", server.local_addr()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let ask = |request: MessageRequest| ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(request),
+    };
+    let requests = tokio_stream::iter([
+        ask(MessageRequest::ListServices(String::new())),
+        ask(MessageRequest::FileContainingSymbol(
+            "ocm.rolloutplugin.v1alpha1.RolloutPluginService".into(),
+        )),
+    ]);
+    let mut answers = ServerReflectionClient::new(channel)
+        .server_reflection_info(requests)
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(MessageResponse::ListServicesResponse(list)) =
+        answers.message().await.unwrap().unwrap().message_response
+    else {
+        panic!("not a service list")
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for name in [
+        rollout_plugin_sdk::SERVICE_NAME,
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+    ] {
+        assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+    }
+    let Some(MessageResponse::FileDescriptorResponse(files)) =
+        answers.message().await.unwrap().unwrap().message_response
+    else {
+        panic!("not a file descriptor")
+    };
+    let needle = b"ocm/rolloutplugin/v1alpha1/rollout_plugin.proto";
+    assert!(
+        files
+            .file_descriptor_proto
+            .iter()
+            .any(|f| f.windows(needle.len()).any(|w| w == needle)),
+        "the API's file"
+    );
+    server.shutdown().await.unwrap();
+}

@@ -150,3 +150,67 @@ async fn tls_files_are_read_and_bad_pem_is_rejected_at_bind() {
         .unwrap_err();
     assert!(matches!(err, ServeError::Tls(_)), "{err}");
 }
+
+/// Writes `text` to `path` the way rotation tools do: a new file renamed
+/// over the old one.
+fn replace(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test]
+async fn rotated_certificate_files_are_served_from_the_next_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, client_ca) = (
+        dir.path().join("tls.crt"),
+        dir.path().join("tls.key"),
+        dir.path().join("ca.crt"),
+    );
+    let old_ca = Ca::new("old-ca").unwrap();
+    let old_leaf = old_ca.server().unwrap();
+    let hub = old_ca.leaf("hub").unwrap();
+    replace(&cert, &old_leaf.cert);
+    replace(&key, &old_leaf.key);
+    replace(&client_ca, &old_ca.pem());
+    let tls = TlsOptions::from_files(&cert, &key, Some(&client_ca)).unwrap();
+    let server = testing::spawn_with(Plain, ServeOptions::default().tls(tls))
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    let kept = tls_client(addr, &old_ca, Some(&hub)).await.unwrap();
+    assert!(answers(Ok(kept.clone())).await, "before the rotation");
+
+    // Rotate everything to a new CA: the server's certificate and the CA
+    // its clients must chain to.
+    let new_ca = Ca::new("new-ca").unwrap();
+    let new_leaf = new_ca.server().unwrap();
+    let new_hub = new_ca.leaf("hub").unwrap();
+    replace(&client_ca, &new_ca.pem());
+    replace(&key, &new_leaf.key);
+    replace(&cert, &new_leaf.cert);
+
+    assert!(
+        answers(tls_client(addr, &new_ca, Some(&new_hub)).await).await,
+        "a new connection gets the new certificate and trusts the new client CA"
+    );
+    assert!(
+        !answers(tls_client(addr, &old_ca, Some(&hub)).await).await,
+        "a new connection no longer gets the old certificate"
+    );
+    assert!(
+        !answers(tls_client(addr, &new_ca, Some(&hub)).await).await,
+        "a client certificate of the old CA is refused"
+    );
+    assert!(answers(Ok(kept)).await, "an open connection carries on");
+
+    // A half-written rotation (a key that does not match) keeps the last
+    // good configuration.
+    let other = new_ca.server().unwrap();
+    replace(&key, &other.key);
+    assert!(
+        answers(tls_client(addr, &new_ca, Some(&new_hub)).await).await,
+        "the last good configuration"
+    );
+    server.shutdown().await.unwrap();
+}

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use rollback_mutator::RollbackMutator;
-use rollout_plugin_sdk::cli::{TlsArgs, run_plugin};
+use rollout_plugin_sdk::cli::{ServeArgs, run_plugin_with};
 
 /// While a rollout aborts, marks every manifest of the rolled-back work
 /// (`rollout.ocm.io/rollback: "true"`, `rollout.ocm.io/rollback-revision`)
@@ -23,15 +23,15 @@ struct Flags {
     )]
     listen: SocketAddr,
     #[command(flatten)]
-    tls: TlsArgs,
+    serve: ServeArgs,
 }
 
 fn main() -> ExitCode {
     let flags = Flags::parse();
-    run_plugin(
+    run_plugin_with(
         "rollback-mutator",
         RollbackMutator,
         flags.listen,
-        &flags.tls,
+        &flags.serve,
     )
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use rollout_plugin_sdk::cli::{TlsArgs, run_plugin};
+use rollout_plugin_sdk::cli::{ServeArgs, run_plugin_with};
 use smoke_test::{DEFAULT_MAX_TRACKED, Settings, SmokeTest, parse_duration};
 
 /// Validates each cluster like a post-deployment smoke test: INPROGRESS for
@@ -31,7 +31,7 @@ struct Flags {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_TRACKED)]
     max_tracked: usize,
     #[command(flatten)]
-    tls: TlsArgs,
+    serve: ServeArgs,
 }
 
 fn main() -> ExitCode {
@@ -41,5 +41,5 @@ fn main() -> ExitCode {
         fail: flags.fail.into_iter().collect(),
         max_tracked: flags.max_tracked,
     });
-    run_plugin("smoke-test", plugin, flags.listen, &flags.tls)
+    run_plugin_with("smoke-test", plugin, flags.listen, &flags.serve)
 }

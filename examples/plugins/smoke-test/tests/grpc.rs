@@ -153,3 +153,83 @@ async fn the_binary_rejects_a_bad_soak() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not a duration"));
 }
+
+#[tokio::test]
+async fn json_logs_carry_the_callers_trace_and_a_plaintext_health_port_answers() {
+    use rollout_plugin_sdk::tonic;
+    use rollout_plugin_sdk::tonic::transport::Endpoint;
+
+    let plugin = PluginProcess::start(
+        env!("CARGO_BIN_EXE_smoke-test"),
+        [
+            "--listen",
+            "127.0.0.1:0",
+            "--soak",
+            "0s",
+            "--log-format",
+            "json",
+            "--health-listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .await
+    .unwrap();
+    let health_addr = plugin
+        .health_addr()
+        .expect("health=ADDR on the listening line");
+    assert_ne!(health_addr, plugin.addr());
+
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut request = tonic::Request::new(testing::validate_request(testing::rollout(
+        "cluster-json",
+        1,
+        1,
+    )));
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{trace}-00f067aa0ba902b7-01").parse().unwrap(),
+    );
+    let mut client = testing::connect(plugin.addr()).await.unwrap();
+    client.validate_rollout_completion(request).await.unwrap();
+
+    // The health port: health alone, in plaintext.
+    let channel = Endpoint::from_shared(format!("http://{health_addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: rollout_plugin_sdk::SERVICE_NAME.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status();
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving
+    );
+    let elsewhere = RolloutPluginServiceClient::new(channel)
+        .initialize(InitializeRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(elsewhere.code(), tonic::Code::Unimplemented);
+
+    // The call's log line, as JSON, carries the caller's trace id.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let logs = plugin.stderr();
+        if let Some(line) = logs.lines().find(|l| l.contains("cluster-json")) {
+            break line.to_string();
+        }
+        assert!(Instant::now() < deadline, "no log line of the call: {logs}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let json: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+    assert_eq!(json["trace_id"], trace, "{line}");
+    assert_eq!(json["message"], "validated", "{line}");
+    let status = plugin.terminate().await.unwrap();
+    assert!(status.success(), "{status:?}");
+}

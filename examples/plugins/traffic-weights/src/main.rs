@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::Parser;
-use rollout_plugin_sdk::cli::{TlsArgs, run_plugin};
+use rollout_plugin_sdk::cli::{ServeArgs, run_plugin_with};
 use traffic_weights::TrafficWeights;
 
 /// Annotates each workload manifest with the cluster's position in the
@@ -19,10 +19,15 @@ struct Flags {
     #[arg(long, env = "TRAFFIC_WEIGHTS_LISTEN", default_value = "127.0.0.1:7002")]
     listen: SocketAddr,
     #[command(flatten)]
-    tls: TlsArgs,
+    serve: ServeArgs,
 }
 
 fn main() -> ExitCode {
     let flags = Flags::parse();
-    run_plugin("traffic-weights", TrafficWeights, flags.listen, &flags.tls)
+    run_plugin_with(
+        "traffic-weights",
+        TrafficWeights,
+        flags.listen,
+        &flags.serve,
+    )
 }

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Plugins in any language: runs rollout-plugin-check against every example
+# plugin (the three Rust ones, the Go one, the Python one), and the Go and
+# Python plugins' own tests (which check them and call them through a real
+# rollout-gateway). Builds the Rust binaries it needs (debug, as the tests
+# left them). Go comes from Debian's packages (offline, GOPATH mode), Python's
+# grpcio from PyPI into a venv under ~/.cache; both are installed when
+# missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+BIN="$TARGET/debug"
+
+cargo build -q -p rollout-plugin-check -p rollout-gateway \
+  -p smoke-test -p traffic-weights -p rollback-mutator
+export ROLLOUT_PLUGIN_CHECK="$BIN/rollout-plugin-check"
+export ROLLOUT_GATEWAY="$BIN/rollout-gateway"
+export ROLLOUT_HOOKS_E2E=1
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+# Starts a plugin ("$@") and echoes the address of its listening line.
+start_plugin() {
+  local out
+  out=$(mktemp)
+  "$@" >"$out" 2>/dev/null &
+  PIDS+=($!)
+  for _ in $(seq 300); do
+    if grep -q ' listening grpc=' "$out"; then
+      sed -n 's/.* listening grpc=\([^ ]*\).*/\1/p' "$out" | head -1
+      return
+    fi
+    sleep 0.1
+  done
+  echo "plugin $1 printed no listening line" >&2
+  return 1
+}
+
+echo "-- rollout-plugin-check against the Rust example plugins"
+for plugin in "smoke-test --soak 30s" traffic-weights rollback-mutator; do
+  # shellcheck disable=SC2086
+  addr=$(start_plugin $BIN/$plugin --listen 127.0.0.1:0)
+  echo "$plugin ($addr)"
+  "$ROLLOUT_PLUGIN_CHECK" "$addr"
+done
+
+echo "-- the Python plugin (examples/python/revision-stamper)"
+PYENV="${ROLLOUT_HOOKS_PY_VENV:-$HOME/.cache/rollout-hooks-py}"
+PYDIR=examples/python/revision-stamper
+if ! "$PYENV/bin/python" -c 'import grpc, grpc_tools, grpc_health' 2>/dev/null; then
+  echo "making the venv $PYENV (grpcio from PyPI)"
+  python3 -m venv "$PYENV"
+  "$PYENV/bin/pip" install -q --disable-pip-version-check -r "$PYDIR/requirements.txt"
+fi
+PYTHON="$PYENV/bin/python" "$PYDIR/generate.sh"
+addr=$(start_plugin "$PYENV/bin/python" "$PYDIR/revision_stamper.py" --listen 127.0.0.1:0)
+echo "revision-stamper ($addr)"
+"$ROLLOUT_PLUGIN_CHECK" "$addr"
+(cd "$PYDIR" && "$PYENV/bin/python" -m unittest -v test_revision_stamper 2>&1 | grep -v ResourceWarning)
+
+echo "-- the Go plugin (examples/go/cluster-gate)"
+GO_DEBS=(golang-go golang-google-grpc-dev golang-google-protobuf-dev
+  golang-github-golang-protobuf-1-5-dev protobuf-compiler protoc-gen-go protoc-gen-go-grpc)
+missing=()
+for deb in "${GO_DEBS[@]}"; do
+  dpkg-query -W -f='${Status}' "$deb" 2>/dev/null | grep -q 'ok installed' || missing+=("$deb")
+done
+if ((${#missing[@]})); then
+  echo "installing Debian packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# GOPATH mode, offline: Debian's Go libraries live in /usr/share/gocode; the
+# generated API package and the plugin go into a GOPATH of their own under
+# their import paths. (Without golang-github-golang-protobuf-1-5-dev,
+# grpc-go's codec panics on messages of today's protoc-gen-go.)
+GODIR=examples/go/cluster-gate
+GOWORK_DIR=$(mktemp -d)
+GOIMPORT=open-cluster-management.io/rollout-hooks
+mkdir -p "$GOWORK_DIR/src/$GOIMPORT/examples/go"
+"$GODIR/generate.sh" "$GOWORK_DIR/src/$GOIMPORT/gen/go"
+ln -s "$ROOT/$GODIR" "$GOWORK_DIR/src/$GOIMPORT/examples/go/cluster-gate"
+export GO111MODULE=off GOFLAGS= GOPATH="$GOWORK_DIR:/usr/share/gocode"
+export GOCACHE="${GOCACHE:-$HOME/.cache/rollout-hooks-go-build}"
+unformatted=$(gofmt -l "$GODIR")
+if [[ -n "$unformatted" ]]; then
+  echo "gofmt: not formatted: $unformatted" >&2
+  exit 1
+fi
+(
+  cd "$GOWORK_DIR/src/$GOIMPORT/examples/go/cluster-gate"
+  go vet .
+  go build -o "$GOWORK_DIR/cluster-gate" .
+  go test -count=1 -v . 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'
+)
+addr=$(start_plugin "$GOWORK_DIR/cluster-gate" --listen 127.0.0.1:0)
+echo "cluster-gate ($addr)"
+"$ROLLOUT_PLUGIN_CHECK" "$addr"
+rm -rf "$GOWORK_DIR"

@@ -1,0 +1,560 @@
+//! The rules a plugin must follow, and the pure judgments of what was
+//! observed against them: each takes what a call returned (and how long it
+//! took) and returns a [`Verdict`], with no I/O, so each rule is tested on
+//! its own.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message;
+use rollout_proto::v1alpha1::{
+    Hook, InitializeResponse, MutateManifestWorkResponse, ValidateResponse,
+};
+use serde_json::Value;
+use tonic::Code;
+
+/// One rule, by the name the checker prints (docs/plugin-api.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Rule {
+    /// Initialize names the plugin and its hooks.
+    Initialize,
+    /// Each declared hook answers within the deadline it is given, and a
+    /// short deadline ends the call at that deadline, not later.
+    Deadline,
+    /// The same request twice gets the same answer.
+    Idempotent,
+    /// A MutateManifestWork answer keeps apiVersion, kind, metadata.name and
+    /// metadata.namespace.
+    Identity,
+    /// Request fields the plugin does not know are tolerated.
+    UnknownFields,
+    /// A 10,000-cluster rollout state is accepted.
+    LargeState,
+    /// gRPC health is served.
+    Health,
+}
+
+impl Rule {
+    /// Every rule, in the order the checker runs and prints them.
+    pub const ALL: [Rule; 7] = [
+        Rule::Initialize,
+        Rule::Deadline,
+        Rule::Idempotent,
+        Rule::Identity,
+        Rule::UnknownFields,
+        Rule::LargeState,
+        Rule::Health,
+    ];
+
+    /// The rule's name, as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::Initialize => "initialize",
+            Rule::Deadline => "deadline",
+            Rule::Idempotent => "idempotent",
+            Rule::Identity => "identity",
+            Rule::UnknownFields => "unknown-fields",
+            Rule::LargeState => "large-state",
+            Rule::Health => "health",
+        }
+    }
+}
+
+/// Whether a rule held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    /// It did not; the reason names the hook and what was seen.
+    Fail(String),
+}
+
+impl Verdict {
+    /// The first failure of `verdicts`, or `Pass`.
+    pub fn all(verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
+        verdicts
+            .into_iter()
+            .find(|v| matches!(v, Verdict::Fail(_)))
+            .unwrap_or(Verdict::Pass)
+    }
+}
+
+/// A rule and its verdict: one line of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub rule: Rule,
+    pub verdict: Verdict,
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.verdict {
+            Verdict::Pass => write!(f, "PASS {}", self.rule.name()),
+            Verdict::Fail(reason) => write!(f, "FAIL {}: {reason}", self.rule.name()),
+        }
+    }
+}
+
+/// How one call ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// OK, with the answer's encoded message.
+    Answer(Bytes),
+    /// A gRPC status other than OK.
+    Status { code: Code, message: String },
+    /// The answer broke the gRPC protocol (HTTP status, framing, no
+    /// grpc-status).
+    Broken(String),
+    /// The stream or the connection failed (reset, closed, not HTTP/2).
+    Transport(String),
+    /// The checker stopped waiting (its own bound, past any deadline sent).
+    Abandoned,
+}
+
+impl fmt::Display for Ended {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ended::Answer(_) => f.write_str("an answer"),
+            Ended::Status { code, message } if message.is_empty() => write!(f, "{code:?}"),
+            Ended::Status { code, message } => write!(f, "{code:?} ({message})"),
+            Ended::Broken(why) => write!(f, "a broken answer: {why}"),
+            Ended::Transport(why) => write!(f, "a failed stream: {why}"),
+            Ended::Abandoned => f.write_str("no end (the checker stopped waiting)"),
+        }
+    }
+}
+
+/// One call as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    pub ended: Ended,
+    /// From sending the request to the end of the answer.
+    pub elapsed: Duration,
+}
+
+/// `initialize`: the call answers, with a name and only known hooks. Returns
+/// the hooks to check the other rules on (all four when the plugin declares
+/// none, or when Initialize failed).
+pub fn judge_initialize(observed: &Observed) -> (Verdict, Vec<Hook>) {
+    let all = Hook::ALL.to_vec();
+    let bytes = match &observed.ended {
+        Ended::Answer(bytes) => bytes,
+        other => return (Verdict::Fail(format!("Initialize ended with {other}")), all),
+    };
+    let answer = match InitializeResponse::decode(bytes.clone()) {
+        Ok(answer) => answer,
+        Err(e) => {
+            return (
+                Verdict::Fail(format!("Initialize answered an undecodable message: {e}")),
+                all,
+            );
+        }
+    };
+    if answer.name.trim().is_empty() {
+        return (Verdict::Fail("Initialize answered no name".into()), all);
+    }
+    let mut hooks = Vec::new();
+    for number in &answer.hooks {
+        match Hook::try_from(*number) {
+            Ok(Hook::Unspecified) => {}
+            Ok(hook) if !hooks.contains(&hook) => hooks.push(hook),
+            Ok(_) => {}
+            Err(_) => {
+                return (
+                    Verdict::Fail(format!(
+                        "Initialize declares hook number {number}, which is no hook"
+                    )),
+                    all,
+                );
+            }
+        }
+    }
+    if hooks.is_empty() {
+        hooks = all;
+    }
+    (Verdict::Pass, hooks)
+}
+
+/// `deadline`, for one hook: with a generous deadline the call answers
+/// (not DEADLINE_EXCEEDED, and within it); with a short one it ends, one
+/// way or the other, by `short + slack`.
+pub fn judge_deadline(
+    hook: Hook,
+    generous: Duration,
+    with_generous: &Observed,
+    short: Duration,
+    with_short: &Observed,
+    slack: Duration,
+) -> Verdict {
+    let name = hook.name();
+    match &with_generous.ended {
+        Ended::Answer(_) if with_generous.elapsed <= generous + slack => {}
+        Ended::Answer(_) => {
+            return Verdict::Fail(format!(
+                "{name} answered after {:?}, past its deadline of {generous:?}",
+                with_generous.elapsed
+            ));
+        }
+        other => {
+            return Verdict::Fail(format!(
+                "{name} with a deadline of {generous:?} ended with {other} after {:?}",
+                with_generous.elapsed
+            ));
+        }
+    }
+    if matches!(
+        with_short.ended,
+        Ended::Abandoned | Ended::Broken(_) | Ended::Transport(_)
+    ) || with_short.elapsed > short + slack
+    {
+        return Verdict::Fail(format!(
+            "{name} with a deadline of {short:?} ended with {} after {:?}: a call must end at its deadline",
+            with_short.ended, with_short.elapsed
+        ));
+    }
+    Verdict::Pass
+}
+
+/// `idempotent`, for one hook: two calls with the same request end the same
+/// way. Answers compare by what they decide: ValidateRolloutCompletion's
+/// result (its message and recheck_after may change with time),
+/// MutateManifestWork's work as JSON, the other hooks' answer itself; errors
+/// by their code.
+pub fn judge_idempotent(hook: Hook, first: &Observed, second: &Observed) -> Verdict {
+    let name = hook.name();
+    let differ = |a: &dyn fmt::Display, b: &dyn fmt::Display| {
+        Verdict::Fail(format!(
+            "{name} answered the same request first with {a}, then with {b}"
+        ))
+    };
+    match (&first.ended, &second.ended) {
+        (Ended::Answer(a), Ended::Answer(b)) => match hook {
+            Hook::ValidateRolloutCompletion => {
+                match (
+                    ValidateResponse::decode(a.clone()),
+                    ValidateResponse::decode(b.clone()),
+                ) {
+                    (Ok(a), Ok(b)) if a.result == b.result => Verdict::Pass,
+                    (Ok(a), Ok(b)) => differ(&a.result().as_str_name(), &b.result().as_str_name()),
+                    (Err(e), _) | (_, Err(e)) => {
+                        Verdict::Fail(format!("{name} answered an undecodable message: {e}"))
+                    }
+                }
+            }
+            Hook::MutateManifestWork => match (work_of(a), work_of(b)) {
+                (Ok(a), Ok(b)) if a == b => Verdict::Pass,
+                (Ok(_), Ok(_)) => Verdict::Fail(format!(
+                    "{name} answered the same request with two different works"
+                )),
+                (Err(e), _) | (_, Err(e)) => Verdict::Fail(format!("{name}: {e}")),
+            },
+            _ if a == b => Verdict::Pass,
+            _ => Verdict::Fail(format!(
+                "{name} answered the same request with two different messages"
+            )),
+        },
+        (Ended::Status { code: a, .. }, Ended::Status { code: b, .. }) if a == b => Verdict::Pass,
+        (a, b) => differ(a, b),
+    }
+}
+
+/// The work a MutateManifestWork answer carries, as JSON; `Null` for an
+/// empty one ("unchanged").
+fn work_of(answer: &Bytes) -> Result<Value, String> {
+    let answer = MutateManifestWorkResponse::decode(answer.clone())
+        .map_err(|e| format!("undecodable answer: {e}"))?;
+    if answer.manifest_work.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_slice(&answer.manifest_work)
+        .map_err(|e| format!("the answer's manifest_work is not JSON: {e}"))
+}
+
+/// The fields of a work that say which object it is.
+const IDENTITY: [(&str, &[&str]); 4] = [
+    ("apiVersion", &["apiVersion"]),
+    ("kind", &["kind"]),
+    ("metadata.name", &["metadata", "name"]),
+    ("metadata.namespace", &["metadata", "namespace"]),
+];
+
+/// `identity`: a MutateManifestWork answer (to a request carrying `sent`)
+/// is empty ("unchanged") or a JSON object with the same apiVersion, kind,
+/// metadata.name and metadata.namespace.
+pub fn judge_identity(sent: &Value, observed: &Observed) -> Verdict {
+    let bytes = match &observed.ended {
+        Ended::Answer(bytes) => bytes,
+        other => return Verdict::Fail(format!("MutateManifestWork ended with {other}")),
+    };
+    let answer = match work_of(bytes) {
+        Ok(Value::Null) => return Verdict::Pass,
+        Ok(answer) => answer,
+        Err(e) => return Verdict::Fail(format!("MutateManifestWork: {e}")),
+    };
+    if !answer.is_object() {
+        return Verdict::Fail(
+            "MutateManifestWork answered a work that is not a JSON object".into(),
+        );
+    }
+    for (field, path) in IDENTITY {
+        let at = |v: &Value| {
+            path.iter()
+                .try_fold(v.clone(), |v, key| v.get(key).cloned())
+        };
+        let (want, got) = (at(sent), at(&answer));
+        if want != got {
+            let show =
+                |v: Option<Value>| v.map_or_else(|| "nothing".to_string(), |v| v.to_string());
+            return Verdict::Fail(format!(
+                "MutateManifestWork changed {field} from {} to {}",
+                show(want),
+                show(got)
+            ));
+        }
+    }
+    Verdict::Pass
+}
+
+/// `unknown-fields` and `large-state`, for one hook: the call answers OK.
+pub fn judge_accepted(hook: Hook, what: &str, observed: &Observed) -> Verdict {
+    match &observed.ended {
+        Ended::Answer(_) => Verdict::Pass,
+        other => Verdict::Fail(format!("{} with {what} ended with {other}", hook.name())),
+    }
+}
+
+/// `health`: `grpc.health.v1.Health/Check` for the whole server (service
+/// "") answers SERVING.
+pub fn judge_health(observed: &Observed) -> Verdict {
+    use tonic_health::pb::{HealthCheckResponse, health_check_response::ServingStatus};
+    let bytes = match &observed.ended {
+        Ended::Answer(bytes) => bytes,
+        other => return Verdict::Fail(format!("grpc.health.v1.Health/Check ended with {other}")),
+    };
+    match HealthCheckResponse::decode(bytes.clone()) {
+        Ok(answer) if answer.status() == ServingStatus::Serving => Verdict::Pass,
+        Ok(answer) => Verdict::Fail(format!(
+            "grpc.health.v1.Health/Check answered {}, not SERVING",
+            answer.status().as_str_name()
+        )),
+        Err(e) => Verdict::Fail(format!(
+            "grpc.health.v1.Health/Check: undecodable answer: {e}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use serde_json::json;
+
+    fn answer(message: impl Message) -> Observed {
+        Observed {
+            ended: Ended::Answer(message.encode_to_vec().into()),
+            elapsed: Duration::from_millis(5),
+        }
+    }
+
+    fn status(code: Code, after_ms: u64) -> Observed {
+        Observed {
+            ended: Ended::Status {
+                code,
+                message: String::new(),
+            },
+            elapsed: Duration::from_millis(after_ms),
+        }
+    }
+
+    fn failed(v: Verdict) -> String {
+        match v {
+            Verdict::Fail(reason) => reason,
+            Verdict::Pass => panic!("expected a failure"),
+        }
+    }
+
+    #[test]
+    fn rule_names_are_the_documented_ones() {
+        let names: Vec<_> = Rule::ALL.iter().map(|r| r.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "initialize",
+                "deadline",
+                "idempotent",
+                "identity",
+                "unknown-fields",
+                "large-state",
+                "health"
+            ]
+        );
+        let line = Outcome {
+            rule: Rule::Identity,
+            verdict: Verdict::Fail("why".into()),
+        };
+        assert_eq!(line.to_string(), "FAIL identity: why");
+    }
+
+    #[test]
+    fn initialize_needs_a_name_and_known_hooks() {
+        let ok = InitializeResponse {
+            name: "p".into(),
+            hooks: vec![Hook::MutateManifestWork.into(), 0],
+            ..Default::default()
+        };
+        assert_eq!(
+            judge_initialize(&answer(ok)),
+            (Verdict::Pass, vec![Hook::MutateManifestWork])
+        );
+        let all = InitializeResponse {
+            name: "p".into(),
+            ..Default::default()
+        };
+        assert_eq!(judge_initialize(&answer(all)).1, Hook::ALL.to_vec());
+        let nameless = InitializeResponse::default();
+        assert!(failed(judge_initialize(&answer(nameless)).0).contains("no name"));
+        let unknown = InitializeResponse {
+            name: "p".into(),
+            hooks: vec![9],
+            ..Default::default()
+        };
+        assert!(failed(judge_initialize(&answer(unknown)).0).contains("number 9"));
+        let err = judge_initialize(&status(Code::Unimplemented, 1)).0;
+        assert!(failed(err).contains("Unimplemented"));
+    }
+
+    #[test]
+    fn a_short_deadline_must_end_the_call() {
+        let ms = Duration::from_millis;
+        let ok = answer(());
+        let hook = Hook::BeginRollout;
+        let judge = |short: &Observed| judge_deadline(hook, ms(5000), &ok, ms(200), short, ms(500));
+        assert_eq!(judge(&status(Code::DeadlineExceeded, 210)), Verdict::Pass);
+        assert_eq!(judge(&answer(())), Verdict::Pass);
+        let late = failed(judge(&status(Code::DeadlineExceeded, 1500)));
+        assert!(
+            late.contains("BeginRollout with a deadline of 200ms"),
+            "{late}"
+        );
+        let gave_up = Observed {
+            ended: Ended::Abandoned,
+            elapsed: ms(5000),
+        };
+        assert!(failed(judge(&gave_up)).contains("must end at its deadline"));
+        let exceeded = judge_deadline(
+            hook,
+            ms(5000),
+            &status(Code::DeadlineExceeded, 5000),
+            ms(200),
+            &ok,
+            ms(500),
+        );
+        assert!(failed(exceeded).contains("deadline of 5s ended with DeadlineExceeded"));
+    }
+
+    #[test]
+    fn idempotence_compares_what_answers_decide() {
+        let v = |result: rollout_proto::v1alpha1::ValidationResult, msg: &str| {
+            answer(ValidateResponse {
+                result: result.into(),
+                message: msg.into(),
+                recheck_after: None,
+            })
+        };
+        use rollout_proto::v1alpha1::ValidationResult as R;
+        let hook = Hook::ValidateRolloutCompletion;
+        assert_eq!(
+            judge_idempotent(
+                hook,
+                &v(R::Inprogress, "5s left"),
+                &v(R::Inprogress, "4s left")
+            ),
+            Verdict::Pass
+        );
+        let reason = failed(judge_idempotent(
+            hook,
+            &v(R::Succeeded, ""),
+            &v(R::Failed, ""),
+        ));
+        assert!(
+            reason.contains("VALIDATION_RESULT_SUCCEEDED, then with VALIDATION_RESULT_FAILED"),
+            "{reason}"
+        );
+        let work = |w: &str| {
+            answer(MutateManifestWorkResponse {
+                manifest_work: w.as_bytes().to_vec().into(),
+            })
+        };
+        let m = Hook::MutateManifestWork;
+        assert_eq!(
+            judge_idempotent(m, &work(r#"{"a":1,"b":2}"#), &work(r#"{"b":2, "a":1}"#)),
+            Verdict::Pass
+        );
+        assert!(
+            failed(judge_idempotent(
+                m,
+                &work(r#"{"a":1}"#),
+                &work(r#"{"a":2}"#)
+            ))
+            .contains("two different works")
+        );
+        assert_eq!(
+            judge_idempotent(
+                m,
+                &status(Code::InvalidArgument, 1),
+                &status(Code::InvalidArgument, 1)
+            ),
+            Verdict::Pass
+        );
+        assert!(
+            failed(judge_idempotent(m, &work("{}"), &status(Code::Internal, 1)))
+                .contains("then with Internal")
+        );
+    }
+
+    #[test]
+    fn identity_is_kept_or_the_work_is_unchanged() {
+        let sent = json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+            "metadata": {"name": "w", "namespace": "c1"}, "spec": {}});
+        let work = |v: &Value| {
+            answer(MutateManifestWorkResponse {
+                manifest_work: serde_json::to_vec(v).unwrap().into(),
+            })
+        };
+        let mut changed = sent.clone();
+        changed["spec"] = json!({"x": 1});
+        assert_eq!(judge_identity(&sent, &work(&changed)), Verdict::Pass);
+        assert_eq!(
+            judge_identity(&sent, &answer(MutateManifestWorkResponse::default())),
+            Verdict::Pass
+        );
+        let mut renamed = sent.clone();
+        renamed["metadata"]["name"] = json!("other");
+        assert_eq!(
+            failed(judge_identity(&sent, &work(&renamed))),
+            r#"MutateManifestWork changed metadata.name from "w" to "other""#
+        );
+        let mut no_ns = sent.clone();
+        no_ns["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("namespace");
+        assert!(failed(judge_identity(&sent, &work(&no_ns))).contains("from \"c1\" to nothing"));
+        assert!(failed(judge_identity(&sent, &work(&json!([1])))).contains("not a JSON object"));
+    }
+
+    #[test]
+    fn health_must_say_serving() {
+        use tonic_health::pb::HealthCheckResponse;
+        assert_eq!(
+            judge_health(&answer(HealthCheckResponse { status: 1 })),
+            Verdict::Pass
+        );
+        assert!(
+            failed(judge_health(&answer(HealthCheckResponse { status: 2 })))
+                .contains("NOT_SERVING")
+        );
+        assert!(failed(judge_health(&status(Code::Unimplemented, 1))).contains("Unimplemented"));
+    }
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Generates the plugin API's Go package from the repository's .proto with
+# protoc, protoc-gen-go and protoc-gen-go-grpc, into OUT (default: gen/, not
+# committed), as the Go module open-cluster-management.io/rollout-hooks/gen/go
+# that go.mod replaces with ./gen. The package itself is
+# OUT/ocm/rolloutplugin/v1alpha1 (the .proto's go_package).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+proto="$here/../../../proto"
+out="${1:-$here/gen}"
+module=open-cluster-management.io/rollout-hooks/gen/go
+rm -rf "$out"
+mkdir -p "$out"
+protoc -I "$proto" \
+  --go_out="$out" --go_opt=module="$module" \
+  --go-grpc_out="$out" --go-grpc_opt=module="$module" \
+  ocm/rolloutplugin/v1alpha1/rollout_plugin.proto
+cat >"$out/go.mod" <<MOD
+module $module
+
+go 1.19
+
+require (
+	google.golang.org/grpc v1.33.3
+	google.golang.org/protobuf v1.28.1
+)
+MOD

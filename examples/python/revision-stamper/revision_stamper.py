@@ -1,0 +1,172 @@
+"""revision-stamper: an OCM rollout plugin in Python (grpcio).
+
+It implements one hook, MutateManifestWork: every manifest of the work gets
+the annotations
+
+    rollout.ocm.io/revision: <desired_revision>
+    rollout.ocm.io/placement: <placement_name>
+
+so each cluster's objects say which revision of which placement put them
+there. The work's own apiVersion, kind, metadata.name and metadata.namespace
+are never touched (the gateway refuses an answer that changes them), and the
+answer depends only on the request, so a repeated call gets the same answer.
+
+Run:  python revision_stamper.py --listen 127.0.0.1:0
+Prints `revision-stamper listening grpc=ADDR` on stdout once bound, logs on
+stderr, serves grpc.health.v1.Health, and drains on SIGTERM or Ctrl-C.
+Generate the API's modules first with ./generate.sh (into gen/).
+"""
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from concurrent import futures
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen"))
+
+import grpc  # noqa: E402
+from google.protobuf import empty_pb2  # noqa: E402
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # noqa: E402
+from ocm.rolloutplugin.v1alpha1 import rollout_plugin_pb2 as pb  # noqa: E402
+from ocm.rolloutplugin.v1alpha1 import rollout_plugin_pb2_grpc as pb_grpc  # noqa: E402
+
+NAME = "revision-stamper"
+VERSION = "0.1.0"
+SERVICE_NAME = "ocm.rolloutplugin.v1alpha1.RolloutPluginService"
+REVISION_ANNOTATION = "rollout.ocm.io/revision"
+PLACEMENT_ANNOTATION = "rollout.ocm.io/placement"
+# The SDK's default, so the 10,000-cluster states the controller may send fit.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+log = logging.getLogger(NAME)
+
+
+class BadWork(ValueError):
+    """The request's work is not a ManifestWork this plugin can stamp."""
+
+
+def stamp(work: dict, revision: str, placement: str) -> dict:
+    """Returns a copy of `work` whose manifests carry the two annotations.
+
+    Pure: the answer depends only on its inputs. Raises BadWork when the
+    work is not a JSON object or a manifest is not one.
+    """
+    if not isinstance(work, dict):
+        raise BadWork("manifest_work is not a JSON object")
+    out = json.loads(json.dumps(work))
+    manifests = out.get("spec", {}).get("workload", {}).get("manifests", [])
+    if not isinstance(manifests, list):
+        raise BadWork("spec.workload.manifests is not a list")
+    for i, manifest in enumerate(manifests):
+        if not isinstance(manifest, dict):
+            raise BadWork(f"spec.workload.manifests[{i}] is not an object")
+        metadata = manifest.setdefault("metadata", {})
+        annotations = metadata.get("annotations") or {}
+        annotations[REVISION_ANNOTATION] = revision
+        annotations[PLACEMENT_ANNOTATION] = placement
+        metadata["annotations"] = annotations
+    return out
+
+
+class RevisionStamper(pb_grpc.RolloutPluginServiceServicer):
+    """The gRPC service: Initialize and MutateManifestWork.
+
+    The hooks it does not declare answer neutrally, should a caller call
+    them anyway.
+    """
+
+    def Initialize(self, request, context):
+        log.info("initialized by %s", request.controller_version or "an unnamed caller")
+        return pb.InitializeResponse(
+            name=NAME, version=VERSION, hooks=[pb.HOOK_MUTATE_MANIFEST_WORK]
+        )
+
+    def BeginRollout(self, request, context):
+        return empty_pb2.Empty()
+
+    def ProgressRollout(self, request, context):
+        return empty_pb2.Empty()
+
+    def ValidateRolloutCompletion(self, request, context):
+        return pb.ValidateResponse(result=pb.VALIDATION_RESULT_SUCCEEDED)
+
+    def MutateManifestWork(self, request, context):
+        rollout = request.rollout
+        try:
+            work = json.loads(request.manifest_work or b"null")
+            stamped = stamp(work, rollout.desired_revision, rollout.placement_name)
+        except (ValueError, BadWork) as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"manifest_work: {e}")
+        log.info(
+            "stamped cluster=%s revision=%s aborting=%s",
+            rollout.cluster_name,
+            rollout.desired_revision,
+            rollout.aborting,
+        )
+        return pb.MutateManifestWorkResponse(
+            manifest_work=json.dumps(stamped, separators=(",", ":")).encode()
+        )
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def serve(listen, tls_cert=None, tls_key=None, client_ca=None):
+    """Starts the server; returns (server, bound address)."""
+    options = [
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=options)
+    pb_grpc.add_RolloutPluginServiceServicer_to_server(RevisionStamper(), server)
+    health_servicer = health.HealthServicer()
+    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if tls_cert:
+        credentials = grpc.ssl_server_credentials(
+            [(_read(tls_key), _read(tls_cert))],
+            root_certificates=_read(client_ca) if client_ca else None,
+            require_client_auth=bool(client_ca),
+        )
+        port = server.add_secure_port(listen, credentials)
+    else:
+        port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}")
+    server.start()
+    host = listen.rsplit(":", 1)[0]
+    return server, f"{host}:{port}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog=NAME, description=__doc__.split("\n")[0])
+    parser.add_argument("--listen", default="127.0.0.1:7004", help="gRPC address (port 0 picks one)")
+    parser.add_argument("--tls-cert", help="serve TLS with this certificate chain (PEM)")
+    parser.add_argument("--tls-key", help="the private key of --tls-cert (PEM)")
+    parser.add_argument("--client-ca", help="require client certificates from this CA (mutual TLS)")
+    args = parser.parse_args(argv)
+    if bool(args.tls_cert) != bool(args.tls_key) or (args.client_ca and not args.tls_cert):
+        parser.error("--tls-cert and --tls-key go together; --client-ca needs them")
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    server, addr = serve(args.listen, args.tls_cert, args.tls_key, args.client_ca)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"{NAME} listening grpc={addr}", flush=True)
+    stop.wait()
+    log.info("draining")
+    server.stop(grace=10).wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Tests of revision-stamper: its logic, then the real process checked by
+rollout-plugin-check and called through a real rollout-gateway.
+
+The end-to-end tests need the binaries: ROLLOUT_PLUGIN_CHECK and
+ROLLOUT_GATEWAY name them (.ci/plugins.sh sets both, and ROLLOUT_HOOKS_E2E=1
+so that a missing binary fails instead of skipping).
+
+Run:  python -m unittest -v test_revision_stamper
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import urllib.request
+
+import revision_stamper as rs
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+WORK = {
+    "apiVersion": "work.open-cluster-management.io/v1",
+    "kind": "ManifestWork",
+    "metadata": {"name": "web", "namespace": "cluster1"},
+    "spec": {
+        "workload": {
+            "manifests": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}},
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "annotations": {"a": "b"}}},
+            ]
+        }
+    },
+}
+
+
+class StampTest(unittest.TestCase):
+    def test_every_manifest_is_stamped_and_the_work_keeps_its_identity(self):
+        out = rs.stamp(WORK, "rev-2", "canary")
+        for manifest in out["spec"]["workload"]["manifests"]:
+            self.assertEqual(manifest["metadata"]["annotations"][rs.REVISION_ANNOTATION], "rev-2")
+            self.assertEqual(manifest["metadata"]["annotations"][rs.PLACEMENT_ANNOTATION], "canary")
+        self.assertEqual(out["spec"]["workload"]["manifests"][1]["metadata"]["annotations"]["a"], "b")
+        for key in ("apiVersion", "kind", "metadata"):
+            self.assertEqual(out[key], WORK[key])
+        self.assertNotIn("annotations", WORK["spec"]["workload"]["manifests"][0]["metadata"], "input untouched")
+
+    def test_stamping_is_idempotent(self):
+        once = rs.stamp(WORK, "rev-2", "canary")
+        self.assertEqual(rs.stamp(once, "rev-2", "canary"), once)
+
+    def test_a_work_that_is_not_an_object_is_refused(self):
+        for bad in ([1], None, {"spec": {"workload": {"manifests": "x"}}}, {"spec": {"workload": {"manifests": [1]}}}):
+            with self.assertRaises(rs.BadWork):
+                rs.stamp(bad, "r", "p")
+
+
+def binary(var):
+    path = os.environ.get(var)
+    if not path:
+        if os.environ.get("ROLLOUT_HOOKS_E2E") == "1":
+            raise AssertionError(f"{var} is not set")
+        raise unittest.SkipTest(f"{var} names no binary")
+    return path
+
+
+def start(args):
+    """Starts a process that prints `NAME listening grpc=ADDR ...` first;
+    returns it and the words of that line."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    if " listening grpc=" not in line:
+        proc.kill()
+        raise AssertionError(f"{args[0]} printed {line!r}, not its listening line")
+    fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+    return proc, fields
+
+
+def stop(proc):
+    proc.stdout.close()
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return proc.returncode
+
+
+class EndToEndTest(unittest.TestCase):
+    def setUp(self):
+        self.plugin, fields = start([sys.executable, os.path.join(HERE, "revision_stamper.py"), "--listen", "127.0.0.1:0"])
+        self.addr = fields["grpc"]
+
+    def tearDown(self):
+        self.assertEqual(stop(self.plugin), 0, "a clean drain on SIGTERM")
+
+    def test_rollout_plugin_check_passes(self):
+        check = subprocess.run([binary("ROLLOUT_PLUGIN_CHECK"), self.addr], capture_output=True, text=True, timeout=60)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+        self.assertEqual(
+            [line.split()[1] for line in check.stdout.splitlines()],
+            ["initialize", "deadline", "idempotent", "identity", "unknown-fields", "large-state", "health"],
+        )
+
+    def test_a_call_through_the_gateway(self):
+        import grpc
+
+        gateway_bin = binary("ROLLOUT_GATEWAY")
+        with tempfile.TemporaryDirectory() as d:
+            config = os.path.join(d, "config.yaml")
+            with open(config, "w") as f:
+                f.write(f"plugins:\n  - name: stamper\n    endpoint: {self.addr}\n    insecure: true\n")
+            gateway, fields = start(
+                [gateway_bin, "--config", config, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
+            )
+            try:
+                with urllib.request.urlopen(f"http://{fields['admin']}/readyz", timeout=10) as ready:
+                    self.assertEqual(ready.status, 200)
+                with grpc.insecure_channel(fields["grpc"]) as channel:
+                    client = rs.pb_grpc.RolloutPluginServiceStub(channel)
+                    rollout = rs.pb.RolloutPluginRequest(
+                        mwrs_name="web", mwrs_namespace="default", placement_name="canary",
+                        cluster_name="cluster1", cluster_index=1, total_cluster_count=2,
+                        desired_revision="rev-7",
+                    )
+                    answer = client.MutateManifestWork(
+                        rs.pb.MutateManifestWorkRequest(rollout=rollout, manifest_work=json.dumps(WORK).encode()),
+                        metadata=[("ocm-rollout-plugin", "stamper")],
+                        timeout=10,
+                    )
+                work = json.loads(answer.manifest_work)
+                annotations = work["spec"]["workload"]["manifests"][0]["metadata"]["annotations"]
+                self.assertEqual(annotations[rs.REVISION_ANNOTATION], "rev-7")
+                self.assertEqual(annotations[rs.PLACEMENT_ANNOTATION], "canary")
+            finally:
+                self.assertEqual(stop(gateway), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
