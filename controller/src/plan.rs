@@ -1,5 +1,5 @@
 //! One decision of the rollout engine as JSON in and out: the `plan` command
-//! (CONTRACT §5).
+//! (docs/plugin-api.md §5).
 //!
 //! The input names a strategy exactly as the Kubernetes `rolloutStrategy`
 //! field, the placement's decision groups, the existing cluster statuses and

@@ -4,7 +4,7 @@
 //! namespace, which the gateway mounts (or watches with `--configmap`).
 //!
 //! [`render_registry`] is the pure half: configuration in, `config.yaml` text
-//! out, in the registry format of CONTRACT §3. [`apply_registry`] and
+//! out, in the registry format of docs/plugin-api.md §3. [`apply_registry`] and
 //! [`register_plugins`] write it with a server-side apply, so the controller
 //! owns exactly the fields it sets and repeated calls are no-ops.
 

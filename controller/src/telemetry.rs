@@ -1,5 +1,5 @@
 //! OpenTelemetry traces of the controller, consistent with the gateway's
-//! (`gateway/src/telemetry/trace.rs`, CONTRACT §4): one span per reconcile of
+//! (`gateway/src/telemetry/trace.rs`, docs/plugin-api.md §4): one span per reconcile of
 //! one ManifestWorkReplicaSet, and one client span per hook call, a child of
 //! it, whose context travels to the gateway as the W3C `traceparent` header.
 //! The gateway makes its server span a child of that one, and each plugin's

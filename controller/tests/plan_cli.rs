@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rollout-controller");
 
-/// The input example of CONTRACT §5.
+/// The input example of docs/plugin-api.md §5.
 const CONTRACT_EXAMPLE: &str = r#"{"strategy": {"type": "Progressive", "progressive": {"maxConcurrency": 2, "maxFailures": 1, "progressDeadline": "90s"}},
  "groups": [{"index": 0, "name": "canary", "clusters": ["c1", "c2"]}, {"index": 1, "name": "", "clusters": ["c3"]}],
  "existing": [{"clusterName": "c1", "status": "Succeeded", "lastTransitionTime": "2022-01-01T00:00:00Z", "groupIndex": 0, "groupName": "canary"}],

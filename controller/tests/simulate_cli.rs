@@ -1,5 +1,5 @@
 //! `rollout-controller simulate` as a user runs it, without a plugin (so
-//! without a gateway): the JSON lines of CONTRACT §5, OCM's own rollout
+//! without a gateway): the JSON lines of docs/plugin-api.md §5, OCM's own rollout
 //! over the simulated fleet, the terminal's output, and the exit statuses
 //! of bad flags and of a gateway that is not there. The rollout through
 //! the real gateway and plugins is `demo/tests/e2e.rs`.

@@ -1,4 +1,4 @@
-//! The admin HTTP endpoints (CONTRACT §4): `/healthz`, `/readyz`,
+//! The admin HTTP endpoints (docs/plugin-api.md §4): `/healthz`, `/readyz`,
 //! `/metrics`, `/debug/plugins`. Bound to loopback by default.
 //!
 //! Every request is bounded: its headers must arrive, and the whole exchange

@@ -1,4 +1,4 @@
-//! The plugin registry file, `config.yaml` (CONTRACT §3).
+//! The plugin registry file, `config.yaml` (docs/plugin-api.md §3).
 //!
 //! Parsing happens in two steps, in the manner of vector's config: serde reads
 //! the YAML into lenient raw types (durations and codes as strings, unknown
@@ -210,7 +210,7 @@ pub struct RawPlugin {
     pub insecure: Option<bool>,
     /// Central mode: only these hubs may call a shared plugin.
     pub hubs: Option<Vec<String>>,
-    // The policy fields sit on the plugin itself (CONTRACT §3), so they are
+    // The policy fields sit on the plugin itself (docs/plugin-api.md §3), so they are
     // flattened in; their unknown-key map also collects the plugin's.
     #[serde(flatten)]
     pub policy: RawPolicy,

@@ -282,7 +282,7 @@ impl From<MergeError> for GatewayError {
 }
 
 impl GatewayError {
-    /// The gRPC code of the error (CONTRACT §2).
+    /// The gRPC code of the error (docs/plugin-api.md §2).
     pub fn code(&self) -> Code {
         match self {
             GatewayError::MissingTarget

@@ -1,4 +1,4 @@
-//! The checks on a `MutateManifestWork` answer (CONTRACT §2): it must be a
+//! The checks on a `MutateManifestWork` answer (docs/plugin-api.md §2): it must be a
 //! JSON object that keeps its input's `apiVersion`, `kind`, `metadata.name` and
 //! `metadata.namespace`; "changed the object" means a different JSON value,
 //! not different bytes.

@@ -1,5 +1,5 @@
 //! Routing through the real gateway to real plugin servers: each hook, every
-//! answer of CONTRACT §2, pipelines (fan-out and the mutate chain), deadlines.
+//! answer of docs/plugin-api.md §2, pipelines (fan-out and the mutate chain), deadlines.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -385,7 +385,7 @@ async fn validate_aggregation_for_every_combination_of_member_results() {
             let got = c
                 .validate_rollout_completion(to("both", validate_request("c1")))
                 .await;
-            // The expectation, spelled out from CONTRACT §2.
+            // The expectation, spelled out from docs/plugin-api.md §2.
             if s == Vote::Error {
                 let e = got.expect_err("a Fail member's error fails the call");
                 assert_eq!(e.code(), Code::Unavailable, "{s:?}/{l:?}");

@@ -2,7 +2,7 @@
 //!
 //! This crate has no I/O of its own. [`policy`] holds the typed, validated
 //! policy values a registry entry carries; [`merge`] holds the rules that turn
-//! the answers of a pipeline's members into one answer, as CONTRACT §2 defines
+//! the answers of a pipeline's members into one answer, as docs/plugin-api.md §2 defines
 //! them. The policies themselves come in two parts: pure state machines that
 //! take time and randomness as arguments, and the tower layers that apply them
 //! to each upstream call.

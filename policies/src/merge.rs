@@ -1,4 +1,4 @@
-//! The merge rules of fan-out (CONTRACT §2): how the answers of a pipeline's
+//! The merge rules of fan-out (docs/plugin-api.md §2): how the answers of a pipeline's
 //! members become the one answer the controller sees.
 //!
 //! Pure functions over [`Member`] outcomes, in pipeline order. The gateway

@@ -421,7 +421,7 @@ pub fn traceparent(context: &SpanContext) -> String {
     )
 }
 
-/// Appends the CONTRACT §4 attributes of a rollout request:
+/// Appends the docs/plugin-api.md §4 attributes of a rollout request:
 /// `ocm.mwrs.namespace`, `ocm.mwrs.name`, `ocm.placement` and, when set,
 /// `ocm.cluster`.
 pub fn rollout_attributes(attributes: &mut Vec<KeyValue>, r: &RolloutFields) {

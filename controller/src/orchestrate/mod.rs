@@ -1,6 +1,6 @@
 //! The rollout of one ManifestWorkReplicaSet, one reconcile step at a time:
-//! the design's sequence (DESIGN-rollout-plugin.md, "Rollout sequence with
-//! plugin") over the pure engine, the plugin [`Hooks`] and a [`World`] that
+//! the design's sequence of hook calls (docs/design.md, "The proposal") over
+//! the pure engine, the plugin [`Hooks`] and a [`World`] that
 //! holds the ManifestWorks.
 //!
 //! [`deploy`] is shared by `rollout-controller run` (the [`World`] is the

@@ -1,4 +1,4 @@
-//! The hook requests (CONTRACT §1), built from one placement's state. Pure.
+//! The hook requests (docs/plugin-api.md §1), built from one placement's state. Pure.
 //!
 //! - `total_cluster_count`: the clusters of the placement (every decision
 //!   group, each cluster once).

@@ -3,7 +3,7 @@
 //! ([`Report`]): JSON lines ([`JsonLines`], `--json`) or the terminal
 //! ([`super::terminal::Terminal`]).
 //!
-//! The JSON of a step (CONTRACT §5 and more), one object per line:
+//! The JSON of a step (docs/plugin-api.md §5 and more), one object per line:
 //!
 //! ```json
 //! {"step": 5, "time": "…", "elapsedSeconds": 90.6, "wallSeconds": 1.2,
@@ -29,7 +29,7 @@ use serde::Serialize;
 use crate::hooks::HookCounts;
 use crate::rollout::RolloutStatus;
 
-/// The clusters per status (CONTRACT §5's `clusters` object).
+/// The clusters per status (docs/plugin-api.md §5's `clusters` object).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct StatusCounts {
     /// No work of the revision yet.
@@ -328,7 +328,7 @@ pub struct AbortSummary {
     pub trace_id: String,
 }
 
-/// The final line (CONTRACT §5 and more).
+/// The final line (docs/plugin-api.md §5 and more).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {

@@ -1,4 +1,4 @@
-//! The gateway's Prometheus metrics (CONTRACT §4), served on the admin
+//! The gateway's Prometheus metrics (docs/plugin-api.md §4), served on the admin
 //! listener's `/metrics`.
 //!
 //! The hot path never looks a series up by name: each plugin of a registry

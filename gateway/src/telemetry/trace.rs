@@ -1,4 +1,4 @@
-//! OpenTelemetry spans (CONTRACT §4): one server span per call from the
+//! OpenTelemetry spans (docs/plugin-api.md §4): one server span per call from the
 //! controller, a child of the caller's W3C `traceparent`; one client span per
 //! attempt at a plugin, a child of the server span, whose context the plugin
 //! receives as its `traceparent`.
