@@ -29,6 +29,7 @@ use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
 use crate::config::{Transport, format_duration};
 use crate::registry::Registry;
+use crate::transport::accept::{self, Accepted};
 
 /// The default of `--admin-request-timeout`.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -74,23 +75,21 @@ pub async fn serve(
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(error) => {
-                    tracing::warn!(%error, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            () = &mut shutdown => break,
+        let (stream, peer) = match accept::next(
+            &listener,
+            &mut connections,
+            MAX_CONNECTIONS,
+            shutdown.as_mut(),
+        )
+        .await
+        {
+            Accepted::Open(stream, peer) => (stream, peer),
+            Accepted::Refused(peer) => {
+                tracing::debug!(%peer, "admin connection refused: too many open");
+                continue;
+            }
+            Accepted::Shutdown => break,
         };
-        while connections.try_join_next().is_some() {}
-        if connections.len() >= MAX_CONNECTIONS {
-            tracing::debug!(%peer, "admin connection refused: too many open");
-            continue;
-        }
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(request_timeout)

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::service::{CallerHub, GatewayService};
 use crate::tls::{ServerTls, hub_of};
+use crate::transport::accept::{self, Accepted};
 use crate::transport::grpc::Payload;
 use crate::transport::io::{Coalesce, READ_BUFFER};
 use crate::transport::pending::{PendingBudget, Pool, Scope};
@@ -106,31 +107,25 @@ pub async fn serve(
     let mut refusing = false;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(error) => {
-                    // Out of file descriptors and the like: back off briefly
-                    // rather than spin.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
+        let (stream, peer) = match accept::next(
+            &listener,
+            &mut connections,
+            settings.max_connections,
+            shutdown.as_mut(),
+        )
+        .await
+        {
+            Accepted::Open(stream, peer) => (stream, peer),
+            Accepted::Refused(peer) => {
+                // Logged when refusals start, not for each one.
+                if !refusing {
+                    tracing::warn!(%peer, max_connections = settings.max_connections, "refusing connections: --max-connections reached");
                 }
-            },
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            () = &mut shutdown => break,
-        };
-        while connections.try_join_next().is_some() {}
-        if connections.len() >= settings.max_connections {
-            // Closed at once: the peer sees the connection end rather than
-            // hang, and tries elsewhere or later. Logged when refusals start.
-            if !refusing {
-                tracing::warn!(%peer, max_connections = settings.max_connections, "refusing connections: --max-connections reached");
+                refusing = true;
+                continue;
             }
-            refusing = true;
-            drop(stream);
-            continue;
-        }
+            Accepted::Shutdown => break,
+        };
         refusing = false;
         let _ = stream.set_nodelay(true);
         let conn = Connection {
