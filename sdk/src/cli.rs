@@ -88,13 +88,10 @@ pub fn init_tracing() {
 
 /// [`init_tracing`] in either format.
 pub fn init_tracing_with(format: LogFormat) {
-    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // The gateway's and the controller's rule (rollout-telemetry's
-    // logs::colour), which this crate does not depend on.
-    let colour = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    // The gateway's and the controller's rule, from its one source.
+    let colour = rollout_telemetry::logs::stderr_colour();
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(colour)
