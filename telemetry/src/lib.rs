@@ -7,10 +7,13 @@
 //!
 //! Spans are always made, so the trace context always propagates; they leave
 //! the process only when an OTLP endpoint is configured, through the SDK's
-//! batch processor: a bounded queue drained by its own thread, which drops
-//! spans when full rather than block the caller. The OTLP client's
-//! connection runs on a runtime of its own, on its own thread, so exporting
-//! never takes a worker thread from the work being traced.
+//! batch processor: a bounded queue, which drops spans when full rather than
+//! block the caller, drained by its own thread. Ending a span is a send on
+//! that queue and nothing more (no wakeup: the batch thread is woken once
+//! per full batch, or by its timer). The batch thread hands each batch to
+//! the exporter's own runtime and thread (`otlp-export`), which converts the
+//! spans to protobuf, encodes them and drives the OTLP client's connection:
+//! exporting never takes a worker thread from the work being traced.
 
 pub mod logs;
 
@@ -24,8 +27,10 @@ use opentelemetry::trace::{
     TracerProvider as _,
 };
 use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, Span,
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, Span, SpanData,
+    SpanExporter,
 };
 use rollout_proto::view::RolloutFields;
 
@@ -235,7 +240,10 @@ impl Tracer {
                 }
             })
             .map_err(|e| failed(format!("cannot start its thread: {e}")))?;
-            let exporter = exporter.map_err(|e| failed(e.to_string()))?;
+            let exporter = OnExportThread {
+                inner: Arc::new(exporter.map_err(|e| failed(e.to_string()))?),
+                runtime: runtime.handle.clone(),
+            };
             export = Some(Arc::new(runtime));
             let mut batch = BatchConfigBuilder::default();
             if let Some(delay) = options.schedule_delay {
@@ -291,6 +299,7 @@ impl Tracer {
 /// client's connection, until stopped.
 #[derive(Debug)]
 struct ExportRuntime {
+    handle: tokio::runtime::Handle,
     stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -306,6 +315,7 @@ impl ExportRuntime {
             let _entered = runtime.enter();
             build()
         };
+        let handle = runtime.handle().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("otlp-export".into())
@@ -316,6 +326,7 @@ impl ExportRuntime {
             })?;
         Ok((
             ExportRuntime {
+                handle,
                 stop: Mutex::new(Some(stop)),
                 thread: Mutex::new(Some(thread)),
             },
@@ -331,6 +342,49 @@ impl ExportRuntime {
         let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(thread) = thread {
             let _ = thread.join();
+        }
+    }
+}
+
+/// The OTLP exporter, run on the export runtime. The batch processor's
+/// thread only hands each batch over; the conversion of the spans to
+/// protobuf, their encoding and the freeing of both all happen on the
+/// `otlp-export` thread. Split over two threads, every structure the
+/// conversion allocated was freed by the other thread, and the allocator's
+/// slow path (collecting those remote frees, searching for free pages) was
+/// half of the batch thread's time (docs/performance.md).
+#[derive(Debug)]
+struct OnExportThread<E> {
+    inner: Arc<E>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl<E: SpanExporter + 'static> SpanExporter for OnExportThread<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let inner = self.inner.clone();
+        self.runtime
+            .spawn(async move { inner.export(batch).await })
+            .await
+            .unwrap_or_else(|e| {
+                Err(OTelSdkError::InternalFailure(format!(
+                    "the export task ended: {e}"
+                )))
+            })
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        // Exports are awaited one at a time by the batch thread, which is
+        // also the caller here: no export holds a clone now.
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.set_resource(resource);
         }
     }
 }
