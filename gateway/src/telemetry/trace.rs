@@ -7,6 +7,8 @@
 //! context; how they are exported (never blocking a hook) is
 //! `rollout_telemetry`'s.
 
+use std::sync::Arc;
+
 use http::HeaderValue;
 use opentelemetry::trace::{Span as _, SpanContext, SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
@@ -63,11 +65,7 @@ impl Tracing {
             .sdk()
             .span_builder(server_span_name(hook))
             .with_kind(SpanKind::Server)
-            .with_attributes([
-                KeyValue::new("rpc.system", "grpc"),
-                KeyValue::new("rpc.service", rollout_proto::SERVICE_NAME),
-                KeyValue::new("rpc.method", hook.as_str()),
-            ])
+            .with_attributes(server_attributes(hook))
             .start_with_context(self.tracer.sdk(), &parent);
         ServerSpan { span }
     }
@@ -77,7 +75,7 @@ impl Tracing {
     pub fn client_span(
         &self,
         parent: &SpanContext,
-        plugin: &str,
+        plugin: &Arc<str>,
         hook: HookKind,
         attempt: u32,
         rollout: Option<&RolloutFields>,
@@ -87,21 +85,29 @@ impl Tracing {
         } else {
             Context::new()
         };
-        let mut attributes = Vec::with_capacity(9);
+        // Room for the status code set at the end as well: the span's
+        // attributes are this vector, never grown on the hot path.
+        let mut attributes = Vec::with_capacity(CLIENT_ATTRIBUTES);
         attributes.extend([
             KeyValue::new("rpc.system", "grpc"),
             KeyValue::new("rpc.service", rollout_proto::SERVICE_NAME),
             KeyValue::new("rpc.method", hook.as_str()),
-            KeyValue::new("ocm.rollout.plugin", plugin.to_string()),
+            // Shared with the layer: a reference count, not a copy.
+            KeyValue::new("ocm.rollout.plugin", Arc::clone(plugin)),
             KeyValue::new("ocm.rollout.attempt", i64::from(attempt)),
         ]);
         if let Some(r) = rollout {
             rollout_attributes(&mut attributes, r);
         }
+        let mut name = String::with_capacity(8 + plugin.len() + hook.as_str().len());
+        name.push_str("plugin ");
+        name.push_str(plugin);
+        name.push(' ');
+        name.push_str(hook.as_str());
         let mut span = self
             .tracer
             .sdk()
-            .span_builder(format!("plugin {plugin} {}", hook.as_str()))
+            .span_builder(name)
             .with_kind(SpanKind::Client)
             .with_attributes(attributes)
             .start_with_context(self.tracer.sdk(), &parent);
@@ -113,6 +119,27 @@ impl Tracing {
         }
         ClientSpan { span }
     }
+}
+
+/// The most attributes a server span carries: the three of
+/// [`server_attributes`], `ocm.rollout.plugin`, `ocm.hub`, the four rollout
+/// attributes, `rpc.grpc.status_code` and `ocm.rollout.failed_open`.
+const SERVER_ATTRIBUTES: usize = 11;
+
+/// The most attributes a client span carries: five set at its start, the
+/// four rollout attributes and `rpc.grpc.status_code`.
+const CLIENT_ATTRIBUTES: usize = 10;
+
+/// The attributes a server span starts with, in a vector with room for all
+/// it may get later, so that setting them never reallocates it.
+fn server_attributes(hook: HookKind) -> Vec<KeyValue> {
+    let mut attributes = Vec::with_capacity(SERVER_ATTRIBUTES);
+    attributes.extend([
+        KeyValue::new("rpc.system", "grpc"),
+        KeyValue::new("rpc.service", rollout_proto::SERVICE_NAME),
+        KeyValue::new("rpc.method", hook.as_str()),
+    ]);
+    attributes
 }
 
 fn server_span_name(hook: HookKind) -> &'static str {
@@ -227,7 +254,7 @@ mod tests {
             format!("{:032x}", parent.trace_id()),
             "4bf92f3577b34da6a3ce929d0e0e4736"
         );
-        let client = tracing.client_span(&parent, "p", HookKind::BeginRollout, 1, None);
+        let client = tracing.client_span(&parent, &Arc::from("p"), HookKind::BeginRollout, 1, None);
         assert_eq!(client.context().trace_id(), parent.trace_id());
         assert_ne!(client.context().span_id(), parent.span_id());
         client.finish(Code::Ok, "", false);
