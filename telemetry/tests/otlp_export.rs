@@ -237,3 +237,38 @@ async fn grpc_with_gzip_sends_gzip_messages() {
     assert_eq!(got.span_names, ["over-grpc"]);
     assert_eq!(got.service.as_deref(), Some("otlp-grpc-test"));
 }
+
+/// A collector that accepts connections and then says nothing stalls the
+/// export on the export thread; the batch queue (2048 spans by default)
+/// fills, and ending more spans drops them instead of waiting. If ending a
+/// span blocked, this test would never finish.
+#[test]
+fn a_stalled_collector_drops_spans_and_never_blocks_the_caller() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (accepted_tx, accepted) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            // Kept open and never read: the h2 handshake never completes.
+            held.push(stream);
+            let _ = accepted_tx.send(());
+        }
+    });
+    let mut options = TracingOptions::new("stalled-test");
+    options.otlp_endpoint = Some(format!("http://{addr}"));
+    let tracer = Tracer::new("test", &options).expect("the exporter builds");
+    let end_spans = |n: usize| {
+        for _ in 0..n {
+            tracer.sdk().start("hook").end();
+        }
+    };
+    // One full batch makes the batch thread start an export, which connects.
+    end_spans(512);
+    accepted.recv().expect("the exporter connects");
+    // The export is now stuck: four queues' worth must be dropped, not waited for.
+    end_spans(4 * 2048);
+    // Shutting down would wait for the stuck export's timeout; the test is
+    // over once the spans above were ended.
+    std::mem::forget(tracer);
+}
