@@ -95,14 +95,15 @@ impl CertificateFiles {
     }
 }
 
-/// Reads the live snapshot's certificate files and has the registry rebuild
-/// the plugins whose files changed. Returns whether a new snapshot was loaded.
-pub async fn reload_certificates(registry: &Arc<Registry>, files: &mut CertificateFiles) -> bool {
-    let wanted = registry
-        .load()
-        .map(|s| s.certificate_files())
-        .unwrap_or_default();
-    let changed = files.changed(&wanted);
+/// Reads `wanted`, the live snapshot's certificate files, and has the
+/// registry rebuild the plugins whose files changed. Returns whether a new
+/// snapshot was loaded.
+pub async fn reload_certificates(
+    registry: &Arc<Registry>,
+    files: &mut CertificateFiles,
+    wanted: &BTreeSet<PathBuf>,
+) -> bool {
+    let changed = files.changed(wanted);
     if changed.is_empty() {
         return false;
     }
@@ -252,13 +253,14 @@ pub fn spawn(
             for (i, path) in files.iter().enumerate() {
                 loaded |= reload_file(&registry, i, path, &mut errors[i]).await;
             }
-            loaded |= reload_certificates(&registry, &mut certificates).await;
-            // The snapshot may name other certificate files now.
+            // The snapshot may name other certificate files now: watch them
+            // before reading them, so no change falls in between.
             let wanted = registry
                 .load()
                 .map(|s| s.certificate_files())
                 .unwrap_or_default();
             watched.follow(&wanted);
+            loaded |= reload_certificates(&registry, &mut certificates, &wanted).await;
             if loaded {
                 on_loaded();
             }
