@@ -464,3 +464,65 @@ async fn a_client_certificate_replaced_by_rename_is_used_without_a_failed_call()
 async fn a_client_certificate_swapped_like_the_kubelet_is_used_without_a_failed_call() {
     a_client_certificate_rotates_while_calls_flow(Swap::Kubelet).await;
 }
+
+#[tokio::test]
+async fn a_ca_file_gone_bad_keeps_the_previous_ca_and_is_reported() {
+    let ca = Ca::new("ca-1").unwrap();
+    let plugin = TlsPlugin::start("ca-1", &ca.server().unwrap(), None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut certs = CertDir::new(
+        dir.path().join("plugin-ca"),
+        Swap::Kubelet,
+        &[("ca.crt", &ca.pem())],
+    );
+    let ca_file = certs.path("ca.crt");
+    let gw = start_gateway(
+        dir,
+        &format!(
+            "defaults:\n  retry:\n    maxAttempts: 1\nplugins:\n{}",
+            ca_file_entry("p", plugin.addr, &ca_file)
+        ),
+    )
+    .await;
+    let calls = Calls::start(&gw, "p").await;
+    calls.flow(20).await;
+    let generation_before = generation(&gw).await;
+
+    certs.update(&[("ca.crt", "-----BEGIN NOTHING-----\n")]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let error = loop {
+        if let Some(e) = gw.debug().await["lastReloadError"].as_str() {
+            break e.to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the bad file was not reported"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        error.contains(&format!("{} holds no PEM CERTIFICATE", ca_file.display()))
+            && error.contains("plugins[0] (p).caCertificate.caFile"),
+        "{error}"
+    );
+    let debug = gw.debug().await;
+    assert_eq!(debug["reloads"]["failure"], 1, "{debug}");
+    assert_eq!(generation(&gw).await, generation_before);
+    // The previous CA stays in use: calls go on.
+    calls.flow(20).await;
+    assert_eq!(call_once(&gw, "p").await, Ok(()));
+
+    // Put right, the error clears.
+    certs.update(&[("ca.crt", &ca.pem())]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !gw.debug().await["lastReloadError"].is_null() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the error was not cleared"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    calls.flow(20).await;
+    calls.finish().await;
+    gw.stop().await;
+}
