@@ -220,6 +220,9 @@ fn rollout(cluster: &str, aborting: bool) -> RolloutPluginRequest {
             to_apply: 1,
             ..Default::default()
         }),
+        // A rollout without a plugin configuration: every plugin must work
+        // with its own defaults.
+        plugin_config_json: String::new(),
     }
 }
 
@@ -264,6 +267,7 @@ fn large_rollout(clusters: usize) -> RolloutPluginRequest {
             to_apply: total - done_count,
             ..Default::default()
         }),
+        plugin_config_json: String::new(),
     }
 }
 
