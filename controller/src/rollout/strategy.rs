@@ -5,9 +5,10 @@
 //! it appears in a ManifestWorkReplicaSet (camelCase, `type` plus one of
 //! `all`, `progressive`, `progressivePerGroup`), with the design's additions
 //! `plugin`, `pluginConfig`, `abortOnFailure` and its other spelling
-//! `failureStrategy: AbortAll`. [`Strategy::from_raw`] checks every field at once and returns
-//! either a [`Strategy`] or every problem found, each naming its field and the
-//! bad value. Unknown fields are ignored, as the API server prunes them.
+//! `failureStrategy: AbortAll`. [`Strategy::from_raw`] checks every field at
+//! once and returns either a [`Strategy`] or every problem found, each naming
+//! its field and the bad value. Unknown fields are ignored, as the API server
+//! prunes them.
 //!
 //! Validation follows what a hub would accept: `progressDeadline` must match
 //! the CRD pattern and be a Go duration; a count-or-percentage must be an

@@ -199,7 +199,7 @@ impl FirstSeen {
 /// The answer for `request` under `rules`, first seen at `first_seen`, at
 /// `now`.
 pub fn decide(
-    settings: &Rules<'_>,
+    rules: &Rules<'_>,
     request: &RolloutPluginRequest,
     first_seen: Instant,
     now: Instant,
@@ -207,23 +207,23 @@ pub fn decide(
     let cluster = &request.cluster_name;
     let revision = &request.desired_revision;
     let elapsed = now.saturating_duration_since(first_seen);
-    if let Some(left) = settings.soak.checked_sub(elapsed).filter(|d| !d.is_zero()) {
+    if let Some(left) = rules.soak.checked_sub(elapsed).filter(|d| !d.is_zero()) {
         return Validation::in_progress(format!(
             "smoke test soaking on {cluster} (revision {revision}): {} of {} left",
             millis(left),
-            millis(settings.soak)
+            millis(rules.soak)
         ))
         .recheck_after(left);
     }
-    if settings.fail.contains(cluster) && !request.aborting {
+    if rules.fail.contains(cluster) && !request.aborting {
         return Validation::failed(format!(
             "smoke test failed on {cluster} (revision {revision}): the cluster is listed by {}",
-            settings.fail_source
+            rules.fail_source
         ));
     }
     Validation::succeeded().with_message(format!(
         "smoke test passed on {cluster} (revision {revision}) after a {} soak",
-        millis(settings.soak)
+        millis(rules.soak)
     ))
 }
 
