@@ -5,7 +5,11 @@
 //! `Bytes`, no copy) in [`EchoMode::Echo`], with an empty one ("unchanged")
 //! in [`EchoMode::Empty`], or, in [`EchoMode::Annotate`] (for demos), with the
 //! work annotated `NAME.rollout-hooks.io/position: "I of N"` from the request's
-//! `cluster_index` and `total_cluster_count`; validation always succeeds;
+//! `cluster_index` and `total_cluster_count`, or, in [`EchoMode::Mutate`]
+//! (the benchmark's realistic plugin, doing what a mutating plugin such as
+//! `traffic-weights` does to the work), with the work parsed into a
+//! `serde_json::Value`, changed ([`mutate`]) and serialised again;
+//! validation always succeeds;
 //! `BeginRollout` and `ProgressRollout` answer `Empty`; `Initialize` gives the
 //! plugin's name (`echo` unless set), claims every hook and declares the
 //! rollout state it wants ([`StateDetail`], the full list unless set).
@@ -51,7 +55,18 @@ pub enum EchoMode {
     Empty,
     /// Add an annotation with the cluster's position in the rollout.
     Annotate,
+    /// Parse the work, change it ([`mutate`]: a counter annotation on the
+    /// work, an annotation on its first manifest) and serialise it again,
+    /// keeping its identity: the work of a real mutating plugin.
+    Mutate,
 }
+
+/// Annotation on the ManifestWork that [`EchoMode::Mutate`] sets to the
+/// number of times the work went through it (its value plus one).
+pub const MUTATIONS_ANNOTATION: &str = "bench.rollout-hooks.io/mutations";
+/// Annotation on the work's first manifest that [`EchoMode::Mutate`] sets to
+/// the plugin's name.
+pub const MUTATED_BY_ANNOTATION: &str = "bench.rollout-hooks.io/mutated-by";
 
 /// The rollout state the plugin declares in `InitializeResponse.state_detail`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -139,35 +154,92 @@ impl EchoPlugin {
     }
 }
 
+/// Parses a ManifestWork, which must be a JSON object.
+fn parse_work(work: &[u8]) -> Result<serde_json::Value, Status> {
+    let work: serde_json::Value = serde_json::from_slice(work)
+        .map_err(|e| Status::invalid_argument(format!("ManifestWork is not JSON: {e}")))?;
+    if !work.is_object() {
+        return Err(Status::invalid_argument(
+            "ManifestWork is not a JSON object",
+        ));
+    }
+    Ok(work)
+}
+
+/// `metadata.annotations` of a Kubernetes object, created when absent.
+/// `what` names the object in the error when it, or its metadata, is not a
+/// JSON object.
+fn annotations_mut<'a>(
+    object: &'a mut serde_json::Value,
+    what: &str,
+) -> Result<&'a mut serde_json::Map<String, serde_json::Value>, Status> {
+    let not_object =
+        |field: &str| Status::invalid_argument(format!("{what}{field} is not a JSON object"));
+    object
+        .as_object_mut()
+        .ok_or_else(|| not_object(""))?
+        .entry("metadata")
+        .or_insert_with(|| serde_json::json!({}))
+        .as_object_mut()
+        .ok_or_else(|| not_object(".metadata"))?
+        .entry("annotations")
+        .or_insert_with(|| serde_json::json!({}))
+        .as_object_mut()
+        .ok_or_else(|| not_object(".metadata.annotations"))
+}
+
+fn serialise(work: &serde_json::Value) -> Result<Bytes, Status> {
+    serde_json::to_vec(work)
+        .map(Bytes::from)
+        .map_err(|e| Status::internal(e.to_string()))
+}
+
 /// Annotates a ManifestWork with the cluster's position in the rollout.
 fn annotate(
     work: &[u8],
     plugin: &str,
     rollout: Option<&RolloutPluginRequest>,
 ) -> Result<Bytes, Status> {
-    let mut work: serde_json::Value = serde_json::from_slice(work)
-        .map_err(|e| Status::invalid_argument(format!("ManifestWork is not JSON: {e}")))?;
+    let mut work = parse_work(work)?;
     let position = rollout.map_or_else(String::new, |r| {
         format!("{} of {}", r.cluster_index, r.total_cluster_count)
     });
-    let annotations = work
-        .as_object_mut()
-        .ok_or_else(|| Status::invalid_argument("ManifestWork is not a JSON object"))?
-        .entry("metadata")
-        .or_insert_with(|| serde_json::json!({}))
-        .as_object_mut()
-        .ok_or_else(|| Status::invalid_argument("metadata is not an object"))?
-        .entry("annotations")
-        .or_insert_with(|| serde_json::json!({}));
-    if let Some(map) = annotations.as_object_mut() {
-        map.insert(
-            format!("{plugin}.rollout-hooks.io/position"),
-            serde_json::Value::String(position),
+    annotations_mut(&mut work, "ManifestWork")?.insert(
+        format!("{plugin}.rollout-hooks.io/position"),
+        serde_json::Value::String(position),
+    );
+    serialise(&work)
+}
+
+/// The mutation of [`EchoMode::Mutate`]: parses `work` into a tree, sets
+/// [`MUTATIONS_ANNOTATION`] on the work to its previous value plus one (1
+/// when absent or not a number) and [`MUTATED_BY_ANNOTATION`] on the first
+/// manifest of `spec.workload.manifests` (when there is one) to `plugin`,
+/// and serialises the tree again. `apiVersion`, `kind`, `metadata.name` and
+/// `metadata.namespace` are left as they are, so the gateway's identity
+/// check passes.
+///
+/// Fails with `INVALID_ARGUMENT` when the work is not a JSON object, or an
+/// object on the way to an annotation is something else.
+pub fn mutate(work: &[u8], plugin: &str) -> Result<Bytes, Status> {
+    let mut work = parse_work(work)?;
+    let annotations = annotations_mut(&mut work, "ManifestWork")?;
+    let count = annotations
+        .get(MUTATIONS_ANNOTATION)
+        .and_then(serde_json::Value::as_str)
+        .and_then(|count| count.parse::<u64>().ok())
+        .unwrap_or(0);
+    annotations.insert(
+        MUTATIONS_ANNOTATION.to_owned(),
+        serde_json::Value::String(count.saturating_add(1).to_string()),
+    );
+    if let Some(manifest) = work.pointer_mut("/spec/workload/manifests/0") {
+        annotations_mut(manifest, "the first manifest")?.insert(
+            MUTATED_BY_ANNOTATION.to_owned(),
+            serde_json::Value::String(plugin.to_owned()),
         );
     }
-    serde_json::to_vec(&work)
-        .map(Bytes::from)
-        .map_err(|e| Status::internal(e.to_string()))
+    serialise(&work)
 }
 
 #[tonic::async_trait]
@@ -224,6 +296,7 @@ impl RolloutPluginService for EchoPlugin {
                 let request = request.into_inner();
                 annotate(&request.manifest_work, &self.name, request.rollout.as_ref())?
             }
+            EchoMode::Mutate => mutate(&request.into_inner().manifest_work, &self.name)?,
         };
         Ok(Response::new(MutateManifestWorkResponse { manifest_work }))
     }
@@ -264,6 +337,70 @@ mod tests {
     use rollout_proto::v1alpha1::{ClusterRolloutStatus, RolloutState};
 
     use super::*;
+
+    fn identity(work: &serde_json::Value) -> [&serde_json::Value; 4] {
+        [
+            &work["apiVersion"],
+            &work["kind"],
+            &work["metadata"]["name"],
+            &work["metadata"]["namespace"],
+        ]
+    }
+
+    #[test]
+    fn mutate_changes_the_work_and_keeps_its_identity() {
+        let original = crate::manifest::manifest_work_json(4096);
+        let once = mutate(&original, "mutate").unwrap();
+        assert_ne!(once, original);
+        let before: serde_json::Value = serde_json::from_slice(&original).unwrap();
+        let after: serde_json::Value = serde_json::from_slice(&once).unwrap();
+        assert_eq!(identity(&after), identity(&before));
+        assert_eq!(after["metadata"]["annotations"][MUTATIONS_ANNOTATION], "1");
+        assert_eq!(
+            after["spec"]["workload"]["manifests"][0]["metadata"]["annotations"]
+                [MUTATED_BY_ANNOTATION],
+            "mutate"
+        );
+        // The rest of the work is untouched: remove what was added and
+        // the trees are equal again.
+        let mut undone = after.clone();
+        undone["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("annotations");
+        undone["spec"]["workload"]["manifests"][0]["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(MUTATED_BY_ANNOTATION);
+        assert_eq!(undone, before);
+        // The counter counts.
+        let twice: serde_json::Value =
+            serde_json::from_slice(&mutate(&once, "mutate").unwrap()).unwrap();
+        assert_eq!(twice["metadata"]["annotations"][MUTATIONS_ANNOTATION], "2");
+        // A bare object gets its metadata; no manifests, nothing else to do.
+        let bare: serde_json::Value = serde_json::from_slice(&mutate(b"{}", "m").unwrap()).unwrap();
+        assert_eq!(
+            bare,
+            serde_json::json!({"metadata": {"annotations": {MUTATIONS_ANNOTATION: "1"}}})
+        );
+    }
+
+    #[test]
+    fn mutate_refuses_what_is_not_a_work() {
+        for (work, culprit) in [
+            (&b"not json"[..], "not JSON"),
+            (b"[1]", "ManifestWork is not a JSON object"),
+            (b"{\"metadata\": 3}", "ManifestWork.metadata is not"),
+            (
+                b"{\"spec\": {\"workload\": {\"manifests\": [7]}}}",
+                "the first manifest is not",
+            ),
+        ] {
+            let status = mutate(work, "m").unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument);
+            assert!(status.message().contains(culprit), "{}", status.message());
+        }
+    }
 
     #[tokio::test]
     async fn declares_its_state_detail_and_counts_what_it_receives() {

@@ -2,12 +2,12 @@
 //!
 //! - [`load`]: the load generator behind `hookbench` (concurrent unary calls
 //!   of one hook, per-request latency, a JSON report);
-//! - [`echo`]: the do-nothing plugin behind `echo-plugin`, the upstream of
-//!   every benchmark;
+//! - [`echo`]: the do-nothing (or mutating) plugin behind `echo-plugin`, the
+//!   upstream of every benchmark;
 //! - [`compare`]: the pure parts of `gwbench`, the driver that compares the
 //!   plugin called directly, through `rollout-gateway` (with and without
-//!   exported tracing) and through nginx (scenarios, generated
-//!   configurations, `/proc` readings, summaries);
+//!   exported tracing) and through nginx and HAProxy (scenarios, generated
+//!   configurations, `/proc` readings, the machine, summaries and goals);
 //! - [`otlp`]: the OTLP/gRPC trace receiver the traced gateway exports to;
 //! - [`manifest`], [`stats`], [`units`]: payloads, percentiles, flag values.
 

@@ -1,5 +1,6 @@
 //! The load library against a real echo plugin on `127.0.0.1:0`: every hook
-//! succeeds, the report adds up, and a mutation echoes its ManifestWork.
+//! succeeds, the report adds up, a mutation echoes its ManifestWork, and the
+//! mutating plugin changes it but keeps its identity.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -122,6 +123,58 @@ async fn the_plugin_echoes_or_empties_the_work() -> anyhow::Result<()> {
             .into_inner();
         assert_eq!(answer.manifest_work, expected, "{mode:?}");
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_mutating_plugin_changes_the_work_and_keeps_its_identity() -> anyhow::Result<()> {
+    let work = bytes::Bytes::from(manifest_work_json(4 << 10));
+    let (address, _stop) = start_plugin(EchoMode::Mutate).await?;
+    let mut client = RolloutPluginServiceClient::connect(format!("http://{address}")).await?;
+    let answer = client
+        .mutate_manifest_work(MutateManifestWorkRequest {
+            rollout: None,
+            manifest_work: work.clone(),
+        })
+        .await?
+        .into_inner()
+        .manifest_work;
+    assert_ne!(answer, work);
+    let before: serde_json::Value = serde_json::from_slice(&work)?;
+    let after: serde_json::Value = serde_json::from_slice(&answer)?;
+    for pointer in [
+        "/apiVersion",
+        "/kind",
+        "/metadata/name",
+        "/metadata/namespace",
+    ] {
+        assert_eq!(after.pointer(pointer), before.pointer(pointer), "{pointer}");
+        assert!(after.pointer(pointer).is_some_and(|v| v.is_string()));
+    }
+    assert_eq!(
+        after["metadata"]["annotations"][echo::MUTATIONS_ANNOTATION],
+        "1"
+    );
+    assert_eq!(
+        after["spec"]["workload"]["manifests"][0]["metadata"]["annotations"]
+            [echo::MUTATED_BY_ANNOTATION],
+        echo::PLUGIN_NAME
+    );
+
+    // Under load every call succeeds.
+    let report = load::run(&config(address, Hook::Mutate)).await?;
+    assert_eq!(report.errors, 0, "{:?}", report.error_samples);
+
+    // A work that is not JSON is refused, naming why.
+    let refused = client
+        .mutate_manifest_work(MutateManifestWorkRequest {
+            rollout: None,
+            manifest_work: bytes::Bytes::from_static(b"<xml/>"),
+        })
+        .await
+        .expect_err("not JSON");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("not JSON"), "{refused}");
     Ok(())
 }
 

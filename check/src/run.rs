@@ -135,12 +135,16 @@ impl Checker {
         });
 
         let mut verdicts = Vec::new();
+        // Unknown fields, and a plugin configuration holding only another
+        // plugin's key: a pipeline's members all get the same object.
+        let mut unknown = rollout("check-unknown-fields", false);
+        unknown.plugin_config_json = OTHER_PLUGINS_CONFIG.into();
         for &hook in &hooks {
-            let request = with_unknown_fields(hook, &rollout("check-unknown-fields", false));
+            let request = with_unknown_fields(hook, &unknown);
             let observed = self.hook(hook, request, DEADLINE).await;
             verdicts.push(rules::judge_accepted(
                 hook,
-                "unknown request fields",
+                "unknown request fields and another plugin's pluginConfig key",
                 &observed,
             ));
         }
@@ -220,6 +224,9 @@ fn rollout(cluster: &str, aborting: bool) -> RolloutPluginRequest {
             to_apply: 1,
             ..Default::default()
         }),
+        // A rollout without a plugin configuration: every plugin must work
+        // with its own defaults.
+        plugin_config_json: String::new(),
     }
 }
 
@@ -264,6 +271,7 @@ fn large_rollout(clusters: usize) -> RolloutPluginRequest {
             to_apply: total - done_count,
             ..Default::default()
         }),
+        plugin_config_json: String::new(),
     }
 }
 
@@ -312,6 +320,10 @@ fn hook_request(hook: Hook, rollout: &RolloutPluginRequest, work: Option<&Value>
     }
     .into()
 }
+
+/// The `plugin_config_json` of the `unknown-fields` rule: a key no plugin
+/// but the checker reads (docs/plugin-api.md §1, "Plugin configuration").
+const OTHER_PLUGINS_CONFIG: &str = r#"{"rollout-plugin-check":{"probe":true}}"#;
 
 /// Field numbers no version of the API uses (the API adds fields under new
 /// numbers, far below these).

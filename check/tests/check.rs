@@ -216,6 +216,31 @@ async fn serve_raw(
     (addr, task)
 }
 
+/// Refuses any plugin configuration key it does not know, as a pipeline
+/// member must not.
+struct Strict;
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct StrictConfig {
+    threshold: Option<u32>,
+}
+
+impl RolloutPlugin for Strict {
+    fn info(&self) -> PluginInfo {
+        PluginInfo::new("strict", "0.1.0").hooks([ProtoHook::ValidateRolloutCompletion])
+    }
+
+    async fn validate_rollout_completion(
+        &self,
+        request: RolloutPluginRequest,
+    ) -> Result<Validation, PluginError> {
+        let _config: Option<StrictConfig> = request.plugin_config()?;
+        Ok(Validation::succeeded())
+    }
+}
+
 /// Succeeds and fails by turns.
 #[derive(Default)]
 struct Flipper(AtomicUsize);
@@ -250,6 +275,19 @@ async fn a_plugin_that_renames_the_work_fails_identity() {
         r#"MutateManifestWork changed metadata.name from "rollout-plugin-check" to "somewhere-else""#,
     );
     server.abort();
+}
+
+#[tokio::test]
+async fn a_plugin_refusing_other_plugins_config_keys_fails_unknown_fields() {
+    let server = testing::spawn(Strict).await.unwrap();
+    let (code, out, _) = checker(&[&server.local_addr().to_string()]).await;
+    assert_eq!(code, 1, "{out}");
+    assert_fails_only(
+        &out,
+        "unknown-fields",
+        "ValidateRolloutCompletion with unknown request fields and another plugin's pluginConfig key ended with InvalidArgument (plugin_config_json",
+    );
+    server.shutdown().await.unwrap();
 }
 
 #[tokio::test]

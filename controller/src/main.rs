@@ -281,6 +281,11 @@ struct SimulateArgs {
     /// rollout) and no gateway needed.
     #[arg(long, value_name = "NAME", env = "ROLLOUT_CONTROLLER_PLUGIN")]
     plugin: Option<String>,
+    /// rolloutStrategy.pluginConfig: the plugin's settings for this rollout,
+    /// a JSON object sent with every hook call (such as
+    /// '{"soakTime":"2s","failClusters":["cluster-008"]}' for smoke-test).
+    #[arg(long, value_name = "JSON", env = "ROLLOUT_CONTROLLER_PLUGIN_CONFIG")]
+    plugin_config: Option<String>,
     /// The rollout gateway's gRPC address (plaintext).
     #[arg(long, value_name = "URL", default_value = DEFAULT_GATEWAY_URL, env = "ROLLOUT_CONTROLLER_GATEWAY")]
     gateway: String,
@@ -369,6 +374,7 @@ impl SimulateArgs {
             min_success_time: self.min_success_time.clone(),
             mandatory_groups: self.mandatory_groups.clone(),
             plugin: self.plugin.clone(),
+            plugin_config: self.plugin_config.clone(),
             abort_on_failure: self.abort_on_failure,
         }
         .strategy()?;

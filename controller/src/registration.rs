@@ -59,7 +59,8 @@ struct Registry<'a> {
 }
 
 /// The registry `config.yaml` for `work`: a `plugins` list with each
-/// plugin's `name`, `endpoint`, `caCertificate.caBundle` and any further
+/// plugin's `name`, `endpoint`, `caCertificate` (`caBundle` unless empty,
+/// `caFile` when set) and any further
 /// fields it carries, in the ClusterManager's order; then `pipelines` when
 /// there are any. No work configuration, or no plugins, gives
 /// `plugins: []`, a registry that serves nothing (rather than an empty file,
@@ -180,6 +181,7 @@ mod tests {
             endpoint: endpoint.into(),
             ca_certificate: ca.map(|b| CaCertificate {
                 ca_bundle: b.into(),
+                ca_file: None,
             }),
             extra: BTreeMap::new(),
         }
@@ -258,7 +260,7 @@ mod tests {
         // Values YAML would otherwise read as another type stay strings.
         let tricky = work(vec![
             plugin("yes", "on:123", Some("0x10")),
-            plugin("a: b", "#x", Some("")),
+            plugin("a: b", "#x", Some("~")),
         ]);
         let text = render_registry(Some(&tricky)).expect("encodes");
         let parsed: Value = serde_saphyr::from_str(&text).expect("valid YAML");
@@ -266,8 +268,30 @@ mod tests {
             parsed,
             json!({"plugins": [
                 {"name": "yes", "endpoint": "on:123", "caCertificate": {"caBundle": "0x10"}},
-                {"name": "a: b", "endpoint": "#x", "caCertificate": {"caBundle": ""}}
+                {"name": "a: b", "endpoint": "#x", "caCertificate": {"caBundle": "~"}}
             ]})
+        );
+    }
+
+    #[test]
+    fn a_ca_file_passes_through_and_an_empty_bundle_is_left_out() {
+        let from_file = RolloutPlugin {
+            ca_certificate: Some(CaCertificate {
+                ca_bundle: String::new(),
+                ca_file: Some("/var/run/secrets/plugin-ca/ca.crt".into()),
+            }),
+            ..plugin("p", "p.ns:1", None)
+        };
+        let got = render_registry(Some(&work(vec![
+            from_file,
+            plugin("q", "q.ns:1", Some("")),
+        ])))
+        .expect("encodes");
+        assert_eq!(
+            got,
+            "plugins:\n\
+             - name: p\n  endpoint: p.ns:1\n  caCertificate:\n    caFile: /var/run/secrets/plugin-ca/ca.crt\n\
+             - name: q\n  endpoint: q.ns:1\n  caCertificate: {}\n"
         );
     }
 

@@ -110,8 +110,9 @@ async fn a_progressive_rollout_issues_writes_and_hook_calls_in_order() {
     let v2 = template("v2");
     let hash = hash_of(&v2);
     let name = work_name(NS, MWRS, PLACEMENT);
-    let strategy =
-        json!({"type": "Progressive", "plugin": "canary", "progressive": {"maxConcurrency": 2}});
+    let strategy = json!({"type": "Progressive", "plugin": "canary",
+                          "pluginConfig": {"weights": [5, 50, 100]},
+                          "progressive": {"maxConcurrency": 2}});
     let clusters = ["cluster1", "cluster2", "cluster3"];
 
     // Step 1: nothing exists yet.
@@ -200,6 +201,15 @@ async fn a_progressive_rollout_issues_writes_and_hook_calls_in_order() {
             s.hook
         );
         assert!(s.timeout.is_some(), "{:?} has a deadline", s.hook);
+        // Through the gateway, every rollout hook carries the strategy's
+        // pluginConfig (Initialize has no such field).
+        if let Some(request) = &s.request {
+            assert_eq!(
+                request.plugin_config_json, r#"{"weights":[5,50,100]}"#,
+                "{:?}",
+                s.hook
+            );
+        }
     }
     let begins = plugin.requests(Begin);
     assert_eq!(
@@ -818,6 +828,43 @@ async fn a_missing_placement_is_reported_and_its_works_kept() {
         (Some("False"), Some("PlacementDecisionNotFound"))
     );
     assert_eq!(verified["message"], "placement canary-placement not found");
+}
+
+#[tokio::test]
+async fn a_plugin_config_above_the_limit_is_refused_naming_the_limit() {
+    let v1 = template("v1");
+    let w1 = stored_work("cluster1", &v1, 1, json!({}), Value::Null);
+    let big = "x".repeat(70_000);
+    let obj = mwrs(
+        v1.clone(),
+        json!({"type": "All", "plugin": "canary", "pluginConfig": {"blob": big}}),
+        Value::Null,
+    );
+    // No placement read, no plugin call, no work written: only the status.
+    let (client, server) = api_server(vec![
+        Expect::ok(Method::GET, works_path(), works(vec![w1])),
+        Expect::ok(
+            Method::GET,
+            revisions_path(),
+            revisions(vec![controller_revision(&v1, 1)]),
+        ),
+        Expect::status(&obj),
+    ]);
+    let ctx = context(client, "http://127.0.0.1:1");
+    reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    let verified = condition(&recorded[2].body["status"], "PlacementVerified");
+    assert_eq!(
+        (verified["status"].as_str(), verified["reason"].as_str()),
+        (Some("False"), Some("NotAsExpected"))
+    );
+    assert_eq!(
+        verified["message"],
+        "placement canary-placement: invalid rollout strategy: pluginConfig: 70011 bytes of JSON, above the limit of 65536 bytes"
+    );
 }
 
 #[tokio::test]

@@ -185,7 +185,7 @@ fn the_terminal_shows_a_table_and_the_result() {
 
 #[test]
 fn bad_flags_exit_2_with_the_reason() {
-    let table: [(&[&str], &str); 5] = [
+    let table: [(&[&str], &str); 6] = [
         (&["--strategy", "Rolling"], "invalid value 'Rolling'"),
         (
             &["--strategy", "Progressive", "--max-concurrency", "120%"],
@@ -202,6 +202,10 @@ fn bad_flags_exit_2_with_the_reason() {
         (
             &["--progress-deadline", "2d"],
             "invalid progressDeadline \"2d\"",
+        ),
+        (
+            &["--plugin-config", "[\"soakTime\"]"],
+            "--plugin-config must be a JSON object",
         ),
     ];
     for (args, reason) in table {

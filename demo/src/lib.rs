@@ -1,7 +1,9 @@
 //! The demo's moving parts, shared by the `demo` binary and the end-to-end
 //! tests: where the binaries are, the gateway's registry (a pipeline of the
-//! three example plugins), and starting the plugins and the gateway as
-//! processes on loopback (port 0), each stopped when its guard is dropped.
+//! three example plugins), starting the plugins and the gateway as
+//! processes on loopback (port 0), each stopped when its guard is dropped,
+//! and the rollout's `simulate` arguments, with smoke-test's parameters as
+//! the rollout's plugin configuration ([`RolloutParams`]).
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -23,7 +25,7 @@ pub const PLUGINS: [(&str, &str); 3] = [
     ),
     (
         "smoke-test",
-        "ValidateRolloutCompletion: INPROGRESS for a soak, then SUCCEEDED (FAILED on --fail clusters)",
+        "ValidateRolloutCompletion: INPROGRESS for a soak, then SUCCEEDED (FAILED on the rollout's failClusters)",
     ),
     (
         "rollback-mutator",
@@ -164,13 +166,11 @@ pub fn registry(plugins: &[(&str, &str)], extra_plugins: &str, extra_pipelines: 
     yaml
 }
 
-/// How the plugins behave and where the gateway listens.
+/// Where the gateway listens. The plugins run with their own defaults:
+/// smoke-test soaks 10 s and fails no cluster unless a rollout's plugin
+/// configuration says otherwise ([`RolloutParams`]).
 #[derive(Debug, Clone)]
 pub struct StackOptions {
-    /// smoke-test's `--soak`.
-    pub soak: String,
-    /// smoke-test's `--fail` clusters.
-    pub fail: Vec<String>,
     /// The gateway's `--listen`.
     pub gateway_listen: String,
 }
@@ -178,10 +178,36 @@ pub struct StackOptions {
 impl Default for StackOptions {
     fn default() -> Self {
         StackOptions {
-            soak: "300ms".into(),
-            fail: vec!["cluster-008".into()],
             gateway_listen: "127.0.0.1:0".into(),
         }
+    }
+}
+
+/// smoke-test's parameters for the demo's rollout, sent as the rollout's
+/// `rolloutStrategy.pluginConfig` (docs/plugin-api.md §1, "Plugin
+/// configuration"), not as the plugin's flags: the plugin process keeps its
+/// defaults, and this one rollout soaks and fails as it says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolloutParams {
+    /// `soakTime`.
+    pub soak: String,
+    /// `failClusters`.
+    pub fail: Vec<String>,
+}
+
+impl Default for RolloutParams {
+    fn default() -> Self {
+        RolloutParams {
+            soak: "300ms".into(),
+            fail: vec!["cluster-008".into()],
+        }
+    }
+}
+
+impl RolloutParams {
+    /// The `pluginConfig` object, as JSON text.
+    pub fn plugin_config(&self) -> String {
+        serde_json::json!({"soakTime": self.soak, "failClusters": self.fail}).to_string()
     }
 }
 
@@ -210,14 +236,7 @@ impl Stack {
         check_port(&options.gateway_listen, "--gateway-listen")?;
         let mut plugins = Vec::new();
         for (name, _) in PLUGINS {
-            let mut args = vec!["--listen", "127.0.0.1:0"];
-            let fail = options.fail.join(",");
-            if name == "smoke-test" {
-                args.extend(["--soak", options.soak.as_str()]);
-                if !fail.is_empty() {
-                    args.extend(["--fail", fail.as_str()]);
-                }
-            }
+            let args = ["--listen", "127.0.0.1:0"];
             let started = start(
                 name,
                 &bins.path(name)?,
@@ -286,8 +305,9 @@ impl Stack {
 
 /// The `rollout-controller simulate` arguments of the demo's rollout:
 /// `clusters` clusters, Progressive with maxConcurrency 25 %, abort on
-/// failure, through [`PIPELINE`] at `gateway`.
-pub fn simulate_args(gateway: &str, clusters: usize) -> Vec<String> {
+/// failure, through [`PIPELINE`] at `gateway`, with `params` as the
+/// rollout's plugin configuration.
+pub fn simulate_args(gateway: &str, clusters: usize, params: &RolloutParams) -> Vec<String> {
     [
         "simulate",
         "--clusters",
@@ -299,6 +319,8 @@ pub fn simulate_args(gateway: &str, clusters: usize) -> Vec<String> {
         "--abort-on-failure",
         "--plugin",
         PIPELINE,
+        "--plugin-config",
+        &params.plugin_config(),
         "--gateway",
         gateway,
     ]
@@ -346,6 +368,21 @@ mod tests {
         );
         assert!(
             yaml.ends_with("  - name: safe-rollout\n    plugins: [traffic-weights, smoke-test]\n")
+        );
+    }
+
+    #[test]
+    fn the_rollout_params_are_the_plugin_config() {
+        let params = RolloutParams::default();
+        let args = simulate_args("http://127.0.0.1:1", 20, &params);
+        let at = args
+            .iter()
+            .position(|a| a == "--plugin-config")
+            .expect("the flag");
+        let config: serde_json::Value = serde_json::from_str(&args[at + 1]).expect("JSON");
+        assert_eq!(
+            config,
+            serde_json::json!({"soakTime": "300ms", "failClusters": ["cluster-008"]})
         );
     }
 

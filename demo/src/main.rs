@@ -1,11 +1,13 @@
 //! `demo`: the project's story in one command, as real processes on
 //! loopback.
 //!
-//! It starts the three example plugins (traffic-weights, smoke-test with a
-//! short soak failing one cluster, rollback-mutator) and the gateway with a
-//! pipeline of the three, then runs `rollout-controller simulate` over 20
-//! clusters (Progressive, maxConcurrency 25 %, abort on failure) through the
-//! gateway, streaming its progress: canary weights injected cluster by
+//! It starts the three example plugins (traffic-weights, smoke-test with
+//! its defaults, rollback-mutator) and the gateway with a pipeline of the
+//! three, then runs `rollout-controller simulate` over 20 clusters
+//! (Progressive, maxConcurrency 25 %, abort on failure) through the gateway,
+//! the rollout's plugin configuration giving smoke-test a short soak and
+//! one failing cluster (per rollout, not per process), streaming its
+//! progress: canary weights injected cluster by
 //! cluster, the smoke test failing on one cluster, the abort, the rollback
 //! with `aborting = true`. It tells the outcome, then hot-reloads the
 //! registry and measures the gateway's added latency. When
@@ -23,7 +25,9 @@ use bytes::Bytes;
 use clap::Parser;
 use rollout_bench::load::{self, Hook, LoadConfig, Stop};
 use rollout_bench::manifest::manifest_work_json;
-use rollout_demo::{Binaries, PIPELINE, PLUGINS, Stack, StackOptions, WorkDir, simulate_args};
+use rollout_demo::{
+    Binaries, PIPELINE, PLUGINS, RolloutParams, Stack, StackOptions, WorkDir, simulate_args,
+};
 use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
 use rollout_proto::v1alpha1::{MutateManifestWorkRequest, RolloutPluginRequest};
 use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY, PLUGIN_METADATA_KEY};
@@ -41,10 +45,12 @@ struct Flags {
     /// Clusters in the simulated fleet.
     #[arg(long, value_name = "N", default_value_t = 20)]
     clusters: usize,
-    /// smoke-test's soak per cluster (real time).
+    /// smoke-test's soak per cluster (real time), as the rollout's
+    /// pluginConfig soakTime.
     #[arg(long, value_name = "DURATION", default_value = "300ms")]
     soak: String,
-    /// The cluster whose smoke test fails; repeatable; "none" for none.
+    /// The cluster whose smoke test fails, as the rollout's pluginConfig
+    /// failClusters; repeatable; "none" for none.
     #[arg(long = "fail", value_name = "CLUSTER", default_value = "cluster-008")]
     fail: Vec<String>,
     /// The gateway's gRPC address; port 0 picks a free one.
@@ -99,9 +105,11 @@ async fn run(flags: &Flags, dir: &Path) -> anyhow::Result<()> {
         .map(str::to_owned)
         .collect();
     let options = StackOptions {
+        gateway_listen: flags.gateway_listen.clone(),
+    };
+    let params = RolloutParams {
         soak: flags.soak.clone(),
         fail: fail.clone(),
-        gateway_listen: flags.gateway_listen.clone(),
     };
 
     println!(
@@ -113,13 +121,7 @@ async fn run(flags: &Flags, dir: &Path) -> anyhow::Result<()> {
     for ((name, role), (_, started)) in PLUGINS.iter().zip(&stack.plugins) {
         println!("   plugin {name:<17} grpc={:<16} {role}", started.grpc);
     }
-    if !fail.is_empty() {
-        println!(
-            "   (smoke-test soaks {} per cluster and fails {})",
-            flags.soak,
-            fail.join(", ")
-        );
-    }
+    println!("   (smoke-test runs with its defaults: a 10s soak, no failing cluster)");
     println!(
         "   rollout-gateway         grpc={:<16} admin={}",
         stack.gateway.grpc, stack.admin
@@ -131,12 +133,23 @@ async fn run(flags: &Flags, dir: &Path) -> anyhow::Result<()> {
         members.join(", ")
     );
 
-    let args = simulate_args(&stack.gateway_url(), flags.clusters);
+    let args = simulate_args(&stack.gateway_url(), flags.clusters, &params);
     println!(
         "\n2. The rollout: {} clusters, Progressive, maxConcurrency 25%, abort on failure, every hook through the gateway",
         flags.clusters
     );
-    println!("   $ rollout-controller {} --list-works\n", args.join(" "));
+    println!(
+        "   its pluginConfig {}: smoke-test soaks {} per cluster in this rollout and fails {}",
+        params.plugin_config(),
+        flags.soak,
+        if fail.is_empty() {
+            "none".to_owned()
+        } else {
+            fail.join(", ")
+        }
+    );
+    let shown: Vec<String> = args.iter().map(|a| shell_word(a)).collect();
+    println!("   $ rollout-controller {} --list-works\n", shown.join(" "));
     let summary_path = dir.join("summary.json");
     simulate(&controller, &args, &summary_path).await?;
     let text = std::fs::read_to_string(&summary_path)
@@ -153,6 +166,16 @@ async fn run(flags: &Flags, dir: &Path) -> anyhow::Result<()> {
     traces(&summary);
     drop(stack);
     Ok(())
+}
+
+/// `arg` as a shell would need it: in single quotes when it holds JSON or
+/// spaces.
+fn shell_word(arg: &str) -> String {
+    if arg.contains(|c: char| c.is_whitespace() || "\"'{}[]$*?;&|<>()\\".contains(c)) {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    } else {
+        arg.to_owned()
+    }
 }
 
 /// Runs `rollout-controller ARGS`, its output streamed with an indent; the

@@ -13,7 +13,7 @@ use std::process::{Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use rollout_demo::{Binaries, Stack, StackOptions, simulate_args};
+use rollout_demo::{Binaries, RolloutParams, Stack, StackOptions, simulate_args};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
@@ -128,7 +128,10 @@ async fn the_rollout_through_the_gateway_aborts_on_the_failed_smoke_test_and_rol
         .await
         .expect("the plugins and the gateway start");
     let controller = bins.path("rollout-controller").expect("built");
-    let mut args = simulate_args(&stack.gateway_url(), 20);
+    // smoke-test runs with its defaults (10 s soak, no failing cluster):
+    // the 300 ms soak and cluster-008's failure come from this rollout's
+    // pluginConfig alone.
+    let mut args = simulate_args(&stack.gateway_url(), 20, &RolloutParams::default());
     args.extend(["--json".into(), "--list-works".into()]);
     let output = run(&controller, &args).await;
     assert!(
@@ -187,9 +190,9 @@ async fn the_rollout_through_the_gateway_aborts_on_the_failed_smoke_test_and_rol
         .expect("a FAILED validation triggers the abort");
     assert_eq!(failed["cluster"], "cluster-008");
     assert!(
-        failed["message"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("smoke-test: smoke test failed on cluster-008")),
+        failed["message"].as_str().is_some_and(|m| m
+            .starts_with("smoke-test: smoke test failed on cluster-008")
+            && m.ends_with("listed by the rollout's failClusters")),
         "{failed}"
     );
     let abort = events.iter().find(|e| e["type"] == "abort").expect("abort");
@@ -372,7 +375,7 @@ async fn the_rollout_through_the_gateway_aborts_on_the_failed_smoke_test_and_rol
     assert_eq!(summary["hookErrors"], 0);
 
     // A plugin the gateway does not know: a clear error, exit 1.
-    let mut args = simulate_args(&stack.gateway_url(), 3);
+    let mut args = simulate_args(&stack.gateway_url(), 3, &RolloutParams::default());
     let plugin = args
         .iter()
         .position(|a| a == "safe-rollout")
@@ -423,6 +426,9 @@ async fn the_demo_tells_the_whole_story_and_stops_everything() {
     );
     for expected in [
         "pipeline safe-rollout = [traffic-weights, smoke-test, rollback-mutator]",
+        "smoke-test runs with its defaults: a 10s soak, no failing cluster",
+        r#"its pluginConfig {"failClusters":["cluster-008"],"soakTime":"300ms"}"#,
+        "listed by the rollout's failClusters",
         "│ Result: Aborted after",
         "canary-weight=5,10,15,20,25",
         "✗ cluster-008 FAILED · smoke-test: smoke test failed on cluster-008",

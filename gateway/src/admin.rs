@@ -27,7 +27,7 @@ use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
-use crate::config::{Transport, format_duration};
+use crate::config::format_duration;
 use crate::registry::Registry;
 use crate::transport::accept::{self, Accepted};
 
@@ -159,9 +159,9 @@ pub fn debug_json(registry: &Registry) -> Value {
                 "hub": p.hub,
                 "circuit": circuit.as_str(),
                 "consecutiveFailures": failures,
-                "transport": match p.upstream.key().transport {
-                    Transport::Plaintext => "plaintext",
-                    Transport::Tls { .. } => "tls",
+                "transport": match p.upstream.key().ca_bundle {
+                    None => "plaintext",
+                    Some(_) => "tls",
                 },
                 "clientCertificate": p.upstream.key().client_identity.is_some(),
                 "timeout": format_duration(p.policy.timeout),

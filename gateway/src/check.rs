@@ -14,9 +14,10 @@ use crate::upstream::ChannelSettings;
 /// A file that cannot be read or holds nothing is a problem here, although
 /// the running gateway waits for such a file instead of failing. Cross-file
 /// problems (a plugin defined twice for the same hub, a pipeline naming a
-/// plugin no file defines) are checked among the files that parse. Plugins'
-/// client certificate files are read, as a reload reads them; no connection
-/// is made. Blocking.
+/// plugin no file defines) are checked among the files that parse. The
+/// certificate files the registry names (`caFile`, `clientCertificate`) are
+/// read, as a reload reads them, and one that cannot be read or holds no
+/// certificate is a problem naming it; no connection is made. Blocking.
 pub fn check_files(files: &[PathBuf]) -> Vec<String> {
     let labels: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
     let registry = Registry::new(

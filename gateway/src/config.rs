@@ -119,7 +119,11 @@ pub struct RawClientCertificate {
 #[schemars(deny_unknown_fields)]
 pub struct RawCaCertificate {
     /// The CA bundle that signed the plugin's certificate: PEM, base64-encoded.
+    /// Exactly one of caBundle and caFile.
     pub ca_bundle: Option<String>,
+    /// A PEM file holding the CA bundle (such as a mounted Secret's ca.crt),
+    /// watched and reloaded when it changes. Exactly one of caBundle and caFile.
+    pub ca_file: Option<String>,
     #[serde(flatten)]
     #[schemars(skip)]
     pub unknown: BTreeMap<String, IgnoredAny>,
@@ -255,23 +259,32 @@ pub struct ClientCertificate {
 }
 
 /// How the gateway reaches a plugin.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Transport {
     /// Plaintext HTTP/2 (h2c); only when `insecure: true` is set explicitly.
     Plaintext,
-    /// TLS, verifying the plugin's certificate against this CA bundle (PEM) alone.
-    Tls { ca_bundle_pem: Vec<u8> },
+    /// TLS, verifying the plugin's certificate against this CA bundle alone.
+    Tls { ca: CaSource },
 }
 
-impl fmt::Debug for Transport {
+/// Where a plugin's CA bundle comes from.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum CaSource {
+    /// `caBundle`: the PEM bundle, decoded from the file's base64.
+    Bundle { pem: Vec<u8> },
+    /// `caFile`: a PEM file, read when the registry is planned and again
+    /// whenever it changes (the path as written: a relative path is taken
+    /// from the gateway's working directory, as `clientCertificate`'s are).
+    File { path: String },
+}
+
+impl fmt::Debug for CaSource {
     // Never print certificate bodies (they are not secret, but they are noise
     // in logs, and the same rule then holds for everything TLS).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Transport::Plaintext => f.write_str("Plaintext"),
-            Transport::Tls { ca_bundle_pem } => {
-                write!(f, "Tls {{ ca_bundle: {} bytes }}", ca_bundle_pem.len())
-            }
+            CaSource::Bundle { pem } => write!(f, "Bundle {{ {} bytes }}", pem.len()),
+            CaSource::File { path } => write!(f, "File {{ {path:?} }}"),
         }
     }
 }
@@ -775,10 +788,28 @@ impl Problems {
             }
             (Some(ca), false) => {
                 self.unknown(&format!("{at}.caCertificate"), &ca.unknown);
-                match decode_ca_bundle(ca.ca_bundle.as_deref().unwrap_or_default()) {
-                    Ok(pem) => Some(Transport::Tls { ca_bundle_pem: pem }),
-                    Err(why) => {
-                        self.push(format!("{at}.caCertificate.caBundle"), why);
+                match (ca.ca_bundle, ca.ca_file) {
+                    (Some(b64), None) => match decode_ca_bundle(&b64) {
+                        Ok(pem) => Some(Transport::Tls {
+                            ca: CaSource::Bundle { pem },
+                        }),
+                        Err(why) => {
+                            self.push(format!("{at}.caCertificate.caBundle"), why);
+                            None
+                        }
+                    },
+                    (None, Some(path)) if path.trim().is_empty() => {
+                        self.push(format!("{at}.caCertificate.caFile"), "is empty");
+                        None
+                    }
+                    (None, Some(path)) => Some(Transport::Tls {
+                        ca: CaSource::File { path },
+                    }),
+                    (Some(_), Some(_)) | (None, None) => {
+                        self.push(
+                            format!("{at}.caCertificate"),
+                            "set exactly one of caBundle and caFile",
+                        );
                         None
                     }
                 }
@@ -959,12 +990,16 @@ fn decode_ca_bundle(b64: &str) -> Result<Vec<u8>, String> {
     let pem = base64::engine::general_purpose::STANDARD
         .decode(cleaned.as_bytes())
         .map_err(|e| format!("is not base64: {e}"))?;
-    let text =
-        std::str::from_utf8(&pem).map_err(|_| "does not decode to a PEM bundle".to_string())?;
-    if !text.contains("-----BEGIN CERTIFICATE-----") {
+    if !holds_pem_certificate(&pem) {
         return Err("does not decode to a PEM bundle holding a CERTIFICATE".into());
     }
     Ok(pem)
+}
+
+/// Whether `pem` is text holding at least one PEM `CERTIFICATE` block: the
+/// check `caBundle`, `caFile` and `clientCertificate.certFile` all pass.
+pub fn holds_pem_certificate(pem: &[u8]) -> bool {
+    std::str::from_utf8(pem).is_ok_and(|text| text.contains("-----BEGIN CERTIFICATE-----"))
 }
 
 /// DNS-1123 subdomain: lowercase alphanumerics, `-` and `.`, at most 253
@@ -1193,6 +1228,44 @@ pipelines:
                 .expect_err("bad")
                 .to_string()
                 .contains("exclude each other")
+        );
+    }
+
+    #[test]
+    fn a_ca_may_come_from_a_file_and_exactly_one_source_is_set() {
+        let text = "plugins:\n  - name: a\n    endpoint: h:1\n    caCertificate:\n      caFile: /etc/plugin-ca/ca.crt\n";
+        let cfg = parse(text).expect("valid");
+        assert_eq!(
+            cfg.plugins[0].transport,
+            Transport::Tls {
+                ca: CaSource::File {
+                    path: "/etc/plugin-ca/ca.crt".into()
+                }
+            }
+        );
+        let both = format!(
+            "plugins:\n  - name: a\n    endpoint: h:1\n    caCertificate:\n      caFile: ca.crt\n      caBundle: \"{}\"\n",
+            b64(CA_PEM)
+        );
+        let neither = "plugins:\n  - name: a\n    endpoint: h:1\n    caCertificate: {}\n";
+        for text in [both.as_str(), neither] {
+            let err = parse(text).expect_err("one source");
+            assert_eq!(
+                err.problems,
+                vec![Problem {
+                    path: "plugins[0] (a).caCertificate".into(),
+                    message: "set exactly one of caBundle and caFile".into()
+                }],
+                "{text}"
+            );
+        }
+        let empty =
+            "plugins:\n  - name: a\n    endpoint: h:1\n    caCertificate:\n      caFile: \"\"\n";
+        assert!(
+            parse(empty)
+                .expect_err("empty")
+                .to_string()
+                .contains("plugins[0] (a).caCertificate.caFile: is empty")
         );
     }
 

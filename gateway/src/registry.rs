@@ -17,7 +17,8 @@
 //! does them on the blocking pool, never on the runtime's workers, and no
 //! lock that the call path or the admin endpoints take is held meanwhile.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,12 +28,13 @@ use rollout_policies::Policy;
 use rollout_policies::breaker::BreakerState;
 
 use crate::config::{
-    self, ClientCertificate, Config, ConfigError, Endpoint, PipelineConfig, Problem,
+    self, CaSource, ClientCertificate, Config, ConfigError, Endpoint, PipelineConfig, Problem,
+    Transport,
 };
 pub use crate::error::ResolveError;
 use crate::stack::{self, PluginStack};
 use crate::telemetry::{PluginMetrics, RegistryState, Telemetry};
-use crate::upstream::{ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
+use crate::upstream::{CaBundle, ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
 
 /// A registered plugin, as one snapshot sees it.
 pub struct Plugin {
@@ -47,6 +49,10 @@ pub struct Plugin {
     pub stack: PluginStack,
     /// Its metric handles.
     pub metrics: Arc<PluginMetrics>,
+    /// The files its TLS material was read from (its `caFile`, its file's
+    /// `clientCertificate` files), as written in the registry: a change to
+    /// one of them rebuilds its upstream.
+    pub certificate_files: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -116,6 +122,15 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Every certificate file some plugin of this snapshot was built from:
+    /// what the watcher watches.
+    pub fn certificate_files(&self) -> BTreeSet<PathBuf> {
+        self.plugins
+            .iter()
+            .flat_map(|p| p.certificate_files.iter().cloned())
+            .collect()
+    }
+
     /// Resolves `name` for a caller: in the caller's hub scope first, then the
     /// shared one; then checks that the caller's hub may call every plugin
     /// behind the name.
@@ -141,6 +156,19 @@ impl Snapshot {
         Ok(target)
     }
 }
+
+/// The plugins of `snapshot` whose TLS material comes from one of the
+/// `changed` files: those a certificate reload rebuilds.
+pub fn affected_plugins<'a>(snapshot: &'a Snapshot, changed: &[PathBuf]) -> Vec<&'a Arc<Plugin>> {
+    snapshot
+        .plugins
+        .iter()
+        .filter(|p| p.certificate_files.iter().any(|f| changed.contains(f)))
+        .collect()
+}
+
+/// The label of certificate reloads in messages (they belong to no source).
+pub const CERTIFICATE_FILES: &str = "certificate files";
 
 /// Where a source's text came from, for messages and listings.
 #[derive(Debug, Clone)]
@@ -200,6 +228,9 @@ pub struct Registry {
     inner: Mutex<Inner>,
     labels: Vec<String>,
     last_error: Mutex<Option<String>>,
+    /// The last error of a certificate reload, if it is still `last_error`:
+    /// a certificate file put back as it was clears it.
+    last_certificate_error: Mutex<Option<String>>,
     generation: AtomicU64,
     reload_success: AtomicU64,
     reload_failure: AtomicU64,
@@ -238,6 +269,7 @@ impl Registry {
                     .collect(),
             }),
             last_error: Mutex::new(None),
+            last_certificate_error: Mutex::new(None),
             generation: AtomicU64::new(0),
             reload_success: AtomicU64::new(0),
             reload_failure: AtomicU64::new(0),
@@ -292,6 +324,7 @@ impl Registry {
 
     fn set_last_error(&self, error: Option<String>) {
         *lock(&self.last_error) = error;
+        *lock(&self.last_certificate_error) = None;
     }
 
     /// Counts of successful and failed reloads.
@@ -420,6 +453,73 @@ impl Registry {
         }
     }
 
+    /// [`Registry::refresh_certificates`] on the blocking pool, for the watcher.
+    pub async fn refresh_certificates_blocking(
+        self: &Arc<Self>,
+        changed: Vec<PathBuf>,
+    ) -> Result<Applied, ReloadError> {
+        let registry = self.clone();
+        match tokio::task::spawn_blocking(move || registry.refresh_certificates(&changed)).await {
+            Ok(applied) => applied,
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => Ok(Applied::Unchanged),
+            },
+        }
+    }
+
+    /// Reads the certificate files again after `changed` (paths as the
+    /// registry names them) changed: the registry is planned anew from the
+    /// sources' current configs, so every plugin whose TLS material differs
+    /// gets a new upstream and the others keep theirs, and a plan that makes
+    /// a new upstream is committed in one swap (calls in flight finish on
+    /// the old connections). A file that is unreadable or holds no
+    /// certificate is rejected as a bad registry change is: the previous
+    /// snapshot and material stay, and the error is recorded and counted.
+    /// Blocking (it reads files).
+    pub fn refresh_certificates(&self, changed: &[PathBuf]) -> Result<Applied, ReloadError> {
+        let inner = self.lock();
+        let Some(current) = self.load() else {
+            return Ok(Applied::Unchanged);
+        };
+        if affected_plugins(&current, changed).is_empty() {
+            return Ok(Applied::Unchanged);
+        }
+        let configs: Vec<Option<&Config>> =
+            inner.sources.iter().map(|s| s.config.as_ref()).collect();
+        match self.plan(&configs, &inner.sources) {
+            Ok(plan) if plan.fresh.is_empty() => {
+                // The files hold what the live upstreams were built from
+                // (a file put back after a bad rotation, or a rewrite of the
+                // same bytes): nothing to swap.
+                let mut last = lock(&self.last_error);
+                let mut cert = lock(&self.last_certificate_error);
+                if cert.is_some() && *cert == *last {
+                    *last = None;
+                    *cert = None;
+                }
+                Ok(Applied::Unchanged)
+            }
+            Ok(plan) => {
+                self.set_last_error(None);
+                let generation = self.commit(plan);
+                self.reload_success.fetch_add(1, Ordering::Relaxed);
+                Ok(Applied::Loaded(generation))
+            }
+            Err(error) => {
+                let err = ReloadError {
+                    source_label: CERTIFICATE_FILES.to_string(),
+                    error,
+                };
+                let message = err.to_string();
+                *lock(&self.last_error) = Some(message.clone());
+                *lock(&self.last_certificate_error) = Some(message);
+                self.reload_failure.fetch_add(1, Ordering::Relaxed);
+                Err(err)
+            }
+        }
+    }
+
     /// Makes a plan live: the kept plugins take their new settings, then the
     /// snapshot is stored, in one swap. Returns its generation.
     fn commit(&self, plan: Plan) -> u64 {
@@ -454,6 +554,9 @@ impl Registry {
         let mut plugins = Vec::new();
         let mut fresh = Vec::new();
         let mut kept_upstreams = Vec::new();
+        // Each certificate file is read once a plan: every plugin naming it
+        // sees the same bytes.
+        let mut files = FileCache::default();
 
         // Plugins first, so pipelines of any file can name them.
         for (si, cfg) in configs.iter().enumerate() {
@@ -461,7 +564,7 @@ impl Registry {
             let label = &sources[si].label;
             let identity = match &cfg.client_certificate {
                 None => None,
-                Some(cc) => match read_identity(cc) {
+                Some(cc) => match read_identity(cc, &mut files) {
                     Ok(id) => Some(id),
                     Err(message) => {
                         problems.push(Problem {
@@ -472,6 +575,11 @@ impl Registry {
                     }
                 },
             };
+            let identity_files: Vec<PathBuf> = cfg
+                .client_certificate
+                .iter()
+                .flat_map(|cc| [PathBuf::from(&cc.cert_file), PathBuf::from(&cc.key_file)])
+                .collect();
             let scope = scopes.entry(cfg.hub.clone()).or_default();
             for (pi, pc) in cfg.plugins.iter().enumerate() {
                 let at = format!("{label}: plugins[{pi}] ({})", pc.name);
@@ -485,9 +593,40 @@ impl Registry {
                     });
                     continue;
                 }
+                let mut certificate_files = Vec::new();
+                let ca_bundle = match &pc.transport {
+                    Transport::Plaintext => None,
+                    Transport::Tls {
+                        ca: CaSource::Bundle { pem },
+                    } => Some(CaBundle(pem.clone())),
+                    Transport::Tls {
+                        ca: CaSource::File { path },
+                    } => match files.read(path).and_then(|pem| {
+                        if config::holds_pem_certificate(&pem) {
+                            Ok(pem)
+                        } else {
+                            Err(format!("{path} holds no PEM CERTIFICATE"))
+                        }
+                    }) {
+                        Ok(pem) => {
+                            certificate_files.push(PathBuf::from(path));
+                            Some(CaBundle(pem))
+                        }
+                        Err(message) => {
+                            problems.push(Problem {
+                                path: format!("{at}.caCertificate.caFile"),
+                                message,
+                            });
+                            continue;
+                        }
+                    },
+                };
+                // The key holds the identity whatever the transport: the
+                // files it came from are the plugin's too.
+                certificate_files.extend(identity_files.iter().cloned());
                 let key = UpstreamKey {
                     endpoint: pc.endpoint.clone(),
-                    transport: pc.transport.clone(),
+                    ca_bundle,
                     client_identity: identity.clone(),
                 };
                 let kept = previous.as_ref().and_then(|snap| {
@@ -513,10 +652,16 @@ impl Registry {
                             u
                         }
                         Err(e) => {
-                            problems.push(Problem {
-                                path: at,
-                                message: e.to_string(),
-                            });
+                            let message = if certificate_files.is_empty() {
+                                e.to_string()
+                            } else {
+                                let names: Vec<String> = certificate_files
+                                    .iter()
+                                    .map(|f| f.display().to_string())
+                                    .collect();
+                                format!("{e} (read from {})", names.join(", "))
+                            };
+                            problems.push(Problem { path: at, message });
                             continue;
                         }
                     },
@@ -531,6 +676,7 @@ impl Registry {
                     stack: stack::build(&pc.name, &pc.policy, &upstream, &self.telemetry, &metrics),
                     upstream,
                     metrics,
+                    certificate_files,
                 });
                 scope.insert(pc.name.clone(), Target::Plugin(plugin.clone()));
                 plugins.push(plugin);
@@ -624,11 +770,37 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn read_identity(cc: &ClientCertificate) -> Result<ClientIdentity, String> {
-    let cert_pem = std::fs::read(&cc.cert_file)
-        .map_err(|e| format!("cannot read certFile {}: {e}", cc.cert_file))?;
-    let key_pem = std::fs::read(&cc.key_file)
-        .map_err(|e| format!("cannot read keyFile {}: {e}", cc.key_file))?;
+/// The certificate files one plan has read, by path as written.
+#[derive(Default)]
+struct FileCache {
+    read: HashMap<String, Result<Vec<u8>, String>>,
+}
+
+impl FileCache {
+    /// The file's bytes, or why it cannot be read (naming it).
+    fn read(&mut self, path: &str) -> Result<Vec<u8>, String> {
+        self.read
+            .entry(path.to_string())
+            .or_insert_with(|| {
+                std::fs::read(Path::new(path)).map_err(|e| format!("cannot read {path}: {e}"))
+            })
+            .clone()
+    }
+}
+
+fn read_identity(cc: &ClientCertificate, files: &mut FileCache) -> Result<ClientIdentity, String> {
+    let cert_pem = files
+        .read(&cc.cert_file)
+        .map_err(|e| format!("certFile: {e}"))?;
+    if !config::holds_pem_certificate(&cert_pem) {
+        return Err(format!(
+            "certFile: {} holds no PEM CERTIFICATE",
+            cc.cert_file
+        ));
+    }
+    let key_pem = files
+        .read(&cc.key_file)
+        .map_err(|e| format!("keyFile: {e}"))?;
     Ok(ClientIdentity { cert_pem, key_pem })
 }
 
@@ -816,5 +988,147 @@ mod tests {
         assert_eq!(after.0, 9);
         assert_eq!(after.1.consecutive_failures, 2);
         assert_eq!(after.2.min_per_second, 50);
+    }
+
+    fn plugin_named<'a>(s: &'a Snapshot, name: &str) -> &'a Arc<Plugin> {
+        s.plugins.iter().find(|p| p.name == name).expect(name)
+    }
+
+    #[tokio::test]
+    async fn the_plugins_affected_by_a_file_are_those_built_from_it() {
+        use rollout_plugin_sdk::test_certs::TestCa;
+        let dir = tempfile::tempdir().expect("dir");
+        let ca = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, TestCa::new(name).expect("ca").pem()).expect("write");
+            path
+        };
+        let (one, two) = (ca("one.crt"), ca("two.crt"));
+        let clients = TestCa::new("clients").expect("ca");
+        let me = clients.leaf("gateway").expect("leaf");
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        std::fs::write(&cert, &me.cert).expect("write");
+        std::fs::write(&key, &me.key).expect("write");
+        let r = registry(2);
+        r.apply(
+            0,
+            &format!(
+                "plugins:\n  - name: a\n    endpoint: 127.0.0.1:7001\n    caCertificate:\n      caFile: {}\n  - name: b\n    endpoint: 127.0.0.1:7002\n    caCertificate:\n      caFile: {}\n  - name: c\n    endpoint: 127.0.0.1:7003\n    insecure: true\n",
+                one.display(),
+                two.display()
+            ),
+        )
+        .expect("file 0");
+        r.apply(
+            1,
+            &format!(
+                "hub: hub-a\nclientCertificate:\n  certFile: {}\n  keyFile: {}\nplugins:\n  - name: d\n    endpoint: 127.0.0.1:7004\n    caCertificate:\n      caFile: {}\n",
+                cert.display(),
+                key.display(),
+                one.display()
+            ),
+        )
+        .expect("file 1");
+        let snap = r.load().expect("loaded");
+        assert_eq!(
+            snap.certificate_files(),
+            BTreeSet::from([one.clone(), two.clone(), cert.clone(), key.clone()])
+        );
+        let names = |changed: &[PathBuf]| -> Vec<String> {
+            affected_plugins(&snap, changed)
+                .iter()
+                .map(|p| p.name.clone())
+                .collect()
+        };
+        assert_eq!(names(std::slice::from_ref(&one)), vec!["a", "d"]);
+        assert_eq!(names(std::slice::from_ref(&two)), vec!["b"]);
+        assert_eq!(names(std::slice::from_ref(&key)), vec!["d"]);
+        assert_eq!(names(&[dir.path().join("other.crt")]), Vec::<String>::new());
+        assert_eq!(names(&[]), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_changed_ca_file_rebuilds_only_its_plugins_and_a_bad_one_keeps_the_previous() {
+        use rollout_plugin_sdk::test_certs::TestCa;
+        let dir = tempfile::tempdir().expect("dir");
+        let (one, two) = (dir.path().join("one.crt"), dir.path().join("two.crt"));
+        let first = TestCa::new("first").expect("ca").pem();
+        std::fs::write(&one, &first).expect("write");
+        std::fs::write(&two, TestCa::new("other").expect("ca").pem()).expect("write");
+        let r = registry(1);
+        r.apply(
+            0,
+            &format!(
+                "plugins:\n  - name: a\n    endpoint: 127.0.0.1:7001\n    caCertificate:\n      caFile: {}\n  - name: b\n    endpoint: 127.0.0.1:7002\n    caCertificate:\n      caFile: {}\n",
+                one.display(),
+                two.display()
+            ),
+        )
+        .expect("valid");
+        let s1 = r.load().expect("loaded");
+        let _ = r.take_fresh_upstreams();
+        // Same bytes: nothing to swap.
+        assert_eq!(
+            r.refresh_certificates(std::slice::from_ref(&one)).ok(),
+            Some(Applied::Unchanged)
+        );
+        // A new CA in the file: a new upstream for "a" alone.
+        std::fs::write(&one, TestCa::new("second").expect("ca").pem()).expect("write");
+        assert_eq!(
+            r.refresh_certificates(std::slice::from_ref(&one)).ok(),
+            Some(Applied::Loaded(2))
+        );
+        let s2 = r.load().expect("loaded");
+        assert!(!Arc::ptr_eq(
+            &plugin_named(&s1, "a").upstream,
+            &plugin_named(&s2, "a").upstream
+        ));
+        assert!(Arc::ptr_eq(
+            &plugin_named(&s1, "b").upstream,
+            &plugin_named(&s2, "b").upstream
+        ));
+        assert_eq!(r.take_fresh_upstreams().len(), 1);
+        // A file without a certificate, then no file: rejected, naming the
+        // file, and the previous snapshot stays.
+        std::fs::write(&one, "not a certificate\n").expect("write");
+        let err = r
+            .refresh_certificates(std::slice::from_ref(&one))
+            .expect_err("no certificate");
+        let text = err.to_string();
+        assert!(
+            text.contains("plugins[0] (a).caCertificate.caFile")
+                && text.contains(&format!("{} holds no PEM CERTIFICATE", one.display())),
+            "{text}"
+        );
+        std::fs::remove_file(&one).expect("remove");
+        let err = r
+            .refresh_certificates(std::slice::from_ref(&one))
+            .expect_err("no file");
+        assert!(
+            err.to_string()
+                .contains(&format!("cannot read {}", one.display())),
+            "{err}"
+        );
+        assert!(Arc::ptr_eq(&s2, &r.load().expect("loaded")));
+        assert_eq!(r.last_error(), Some(err.to_string()));
+        assert_eq!(r.reload_counts(), (2, 2));
+        // The file put back as the live upstream has it clears the error.
+        std::fs::write(&one, s2_pem(&s2, "a")).expect("write");
+        assert_eq!(
+            r.refresh_certificates(std::slice::from_ref(&one)).ok(),
+            Some(Applied::Unchanged)
+        );
+        assert_eq!(r.last_error(), None);
+    }
+
+    fn s2_pem(s: &Snapshot, name: &str) -> Vec<u8> {
+        plugin_named(s, name)
+            .upstream
+            .key()
+            .ca_bundle
+            .as_ref()
+            .expect("tls")
+            .0
+            .clone()
     }
 }

@@ -31,17 +31,32 @@ use crate::error::{CallError, DeadlineOwner};
 use crate::transport::client::{self, PluginConnection, tls_config};
 use crate::transport::grpc::{self, Payload};
 
-use crate::config::{Endpoint, Transport};
+use crate::config::Endpoint;
 use crate::hooks::{HookKind, HookRequest, HookResponse};
 
 /// What makes two registry entries the same connection: a plugin whose key did
-/// not change across a reload keeps its [`Upstream`].
+/// not change across a reload keeps its [`Upstream`]. The key holds the TLS
+/// material itself, not where it came from: a `caFile` or client certificate
+/// file whose content changed makes a new key, and so a new connection.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UpstreamKey {
     pub endpoint: Endpoint,
-    pub transport: Transport,
+    /// The CA bundle (PEM) the plugin's certificate is verified against;
+    /// `None` = plaintext.
+    pub ca_bundle: Option<CaBundle>,
     /// The gateway's client certificate and key (PEM), when it presents one.
     pub client_identity: Option<ClientIdentity>,
+}
+
+/// A CA bundle, PEM bytes, from `caBundle` or read from `caFile`.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct CaBundle(pub Vec<u8>);
+
+impl std::fmt::Debug for CaBundle {
+    // Certificate bodies are noise in logs: their size says enough.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CaBundle {{ {} bytes }}", self.0.len())
+    }
 }
 
 /// A client certificate chain and key, as PEM bytes read from the configured files.
@@ -128,9 +143,9 @@ impl Upstream {
         settings: &ChannelSettings,
         policy: &Policy,
     ) -> Result<Upstream, UpstreamError> {
-        let tls = match &key.transport {
-            Transport::Plaintext => None,
-            Transport::Tls { ca_bundle_pem } => {
+        let tls = match &key.ca_bundle {
+            None => None,
+            Some(CaBundle(ca_bundle_pem)) => {
                 let config =
                     tls_config(ca_bundle_pem, key.client_identity.as_ref()).map_err(|e| {
                         UpstreamError(format!("TLS settings for {}: {e}", key.endpoint))

@@ -1,14 +1,20 @@
-//! Reloading registry files when they change.
+//! Reloading registry files, and the certificate files the live registry
+//! names, when they change.
 //!
 //! Each file's parent directory is watched (not the file itself): the kubelet
-//! updates a mounted ConfigMap by swapping the `..data` symlink, which a watch
-//! on the old file would never see. Events are debounced, then every file is
-//! read again and applied; the registry ignores text that did not change. A
-//! slow poll backs the watch up, for file systems that send no events.
+//! updates a mounted ConfigMap or Secret by swapping the `..data` symlink,
+//! which a watch on the old file would never see. Events are debounced, then
+//! every registry file is read again and applied (the registry ignores text
+//! that did not change), and every certificate file of the live snapshot
+//! (`caFile`, `clientCertificate` files) is read again: those whose content
+//! changed go to [`Registry::refresh_certificates`]. The set of certificate
+//! files follows the snapshot, and their directories are watched as they
+//! appear. A slow poll backs the watch up, for file systems that send no
+//! events.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use std::ffi::OsString;
@@ -63,11 +69,63 @@ pub async fn reload_file(
     }
 }
 
+/// What the certificate files held when last read: bytes, or why they could
+/// not be read. A file counts as changed when this differs.
+#[derive(Debug, Default)]
+pub struct CertificateFiles {
+    seen: BTreeMap<PathBuf, Result<Vec<u8>, String>>,
+}
+
+impl CertificateFiles {
+    /// Reads `wanted` (the live snapshot's certificate files) and returns
+    /// those whose content changed since the last read, or that are new
+    /// here (the registry then finds whether they differ from what its
+    /// upstreams were built from). Forgets files no longer wanted.
+    pub fn changed(&mut self, wanted: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
+        self.seen.retain(|path, _| wanted.contains(path));
+        let mut changed = Vec::new();
+        for path in wanted {
+            let now = std::fs::read(path).map_err(|e| e.to_string());
+            if self.seen.get(path) != Some(&now) {
+                self.seen.insert(path.clone(), now);
+                changed.push(path.clone());
+            }
+        }
+        changed
+    }
+}
+
+/// Reads `wanted`, the live snapshot's certificate files, and has the
+/// registry rebuild the plugins whose files changed. Returns whether a new
+/// snapshot was loaded.
+pub async fn reload_certificates(
+    registry: &Arc<Registry>,
+    files: &mut CertificateFiles,
+    wanted: &BTreeSet<PathBuf>,
+) -> bool {
+    let changed = files.changed(wanted);
+    if changed.is_empty() {
+        return false;
+    }
+    let paths: Vec<String> = changed.iter().map(|p| p.display().to_string()).collect();
+    match registry.refresh_certificates_blocking(changed).await {
+        Ok(Applied::Loaded(generation)) => {
+            tracing::info!(files = ?paths, generation, "certificate files reloaded");
+            true
+        }
+        Ok(_) => false,
+        Err(error) => {
+            tracing::error!(files = ?paths, %error, "certificate reload rejected; keeping the previous certificates");
+            false
+        }
+    }
+}
+
 /// Whether an event can have changed one of the files: a change of content or
 /// of a directory entry (not a read: the gateway's own reads would otherwise
 /// wake it again and again), on a watched file or on one of the kubelet's
 /// `..data` / `..<timestamp>` entries.
-fn is_relevant(event: &notify::Event, names: &[OsString]) -> bool {
+fn is_relevant(event: &notify::Event, names: &BTreeSet<OsString>) -> bool {
     if matches!(event.kind, EventKind::Access(_) | EventKind::Other) {
         return false;
     }
@@ -78,8 +136,58 @@ fn is_relevant(event: &notify::Event, names: &[OsString]) -> bool {
     })
 }
 
-/// Watches `files` (index = registry source) and reloads on change, until
-/// the returned task is aborted. `on_loaded` runs after each new snapshot.
+/// The directory a file's changes show in (`.` for a bare file name).
+fn parent_dir(file: &Path) -> PathBuf {
+    file.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf()
+}
+
+/// The file names events are looked for, and the directories watched: the
+/// registry files' for good, the certificate files' as the snapshot names them.
+struct Watched {
+    watcher: Option<notify::RecommendedWatcher>,
+    names: Arc<Mutex<BTreeSet<OsString>>>,
+    registry_dirs: BTreeSet<PathBuf>,
+    registry_names: BTreeSet<OsString>,
+    certificate_dirs: BTreeSet<PathBuf>,
+}
+
+impl Watched {
+    /// Follows the certificate files of the live snapshot: their names are
+    /// looked for, their directories watched (and no longer, once unnamed).
+    fn follow(&mut self, certificate_files: &BTreeSet<PathBuf>) {
+        let mut names = self.registry_names.clone();
+        names.extend(
+            certificate_files
+                .iter()
+                .filter_map(|f| f.file_name().map(OsString::from)),
+        );
+        *self.names.lock().unwrap_or_else(|e| e.into_inner()) = names;
+        let dirs: BTreeSet<PathBuf> = certificate_files
+            .iter()
+            .map(|f| parent_dir(f))
+            .filter(|d| !self.registry_dirs.contains(d))
+            .collect();
+        let Some(w) = self.watcher.as_mut() else {
+            return;
+        };
+        for gone in self.certificate_dirs.difference(&dirs) {
+            let _ = w.unwatch(gone);
+        }
+        for new in dirs.difference(&self.certificate_dirs) {
+            if let Err(error) = w.watch(new, RecursiveMode::NonRecursive) {
+                tracing::warn!(dir = %new.display(), %error, "cannot watch; relying on polling");
+            }
+        }
+        self.certificate_dirs = dirs;
+    }
+}
+
+/// Watches `files` (index = registry source), and the certificate files the
+/// live registry names, and reloads on change, until the returned task is
+/// aborted. `on_loaded` runs after each new snapshot.
 pub fn spawn(
     registry: Arc<Registry>,
     files: Vec<PathBuf>,
@@ -87,30 +195,27 @@ pub fn spawn(
     on_loaded: impl Fn() + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
-    let names: Vec<OsString> = files
+    let registry_names: BTreeSet<OsString> = files
         .iter()
         .filter_map(|f| f.file_name().map(OsString::from))
         .collect();
+    let names = Arc::new(Mutex::new(registry_names.clone()));
+    let looked_for = names.clone();
     let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if let Ok(event) = event
-            && is_relevant(&event, &names)
+            && is_relevant(
+                &event,
+                &looked_for.lock().unwrap_or_else(|e| e.into_inner()),
+            )
         {
             let _ = tx.send(());
         }
     });
+    let registry_dirs: BTreeSet<PathBuf> = files.iter().map(|f| parent_dir(f)).collect();
     let watcher = match watcher {
         Ok(mut w) => {
-            let dirs: BTreeSet<PathBuf> = files
-                .iter()
-                .map(|f| {
-                    f.parent()
-                        .filter(|p| !p.as_os_str().is_empty())
-                        .unwrap_or(Path::new("."))
-                        .to_path_buf()
-                })
-                .collect();
-            for dir in dirs {
-                if let Err(error) = w.watch(&dir, RecursiveMode::NonRecursive) {
+            for dir in &registry_dirs {
+                if let Err(error) = w.watch(dir, RecursiveMode::NonRecursive) {
                     tracing::warn!(dir = %dir.display(), %error, "cannot watch; relying on polling");
                 }
             }
@@ -121,9 +226,15 @@ pub fn spawn(
             None
         }
     };
+    let mut watched = Watched {
+        watcher,
+        names,
+        registry_dirs,
+        registry_names,
+        certificate_dirs: BTreeSet::new(),
+    };
     tokio::spawn(async move {
-        // The watcher lives as long as this task.
-        let _watcher = watcher;
+        let mut certificates = CertificateFiles::default();
         let mut errors: Vec<Option<String>> = vec![None; files.len()];
         let mut poll = tokio::time::interval(poll_every);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -142,6 +253,14 @@ pub fn spawn(
             for (i, path) in files.iter().enumerate() {
                 loaded |= reload_file(&registry, i, path, &mut errors[i]).await;
             }
+            // The snapshot may name other certificate files now: watch them
+            // before reading them, so no change falls in between.
+            let wanted = registry
+                .load()
+                .map(|s| s.certificate_files())
+                .unwrap_or_default();
+            watched.follow(&wanted);
+            loaded |= reload_certificates(&registry, &mut certificates, &wanted).await;
             if loaded {
                 on_loaded();
             }
@@ -160,7 +279,7 @@ mod tests {
 
     #[test]
     fn only_content_changes_of_watched_entries_count() {
-        let names = vec![OsString::from("config.yaml")];
+        let names = BTreeSet::from([OsString::from("config.yaml")]);
         let modify = EventKind::Modify(ModifyKind::Any);
         assert!(is_relevant(&event(modify, "/etc/gw/config.yaml"), &names));
         assert!(is_relevant(
@@ -180,5 +299,29 @@ mod tests {
             &names
         ));
         assert!(!is_relevant(&event(modify, "/etc/gw/other.log"), &names));
+    }
+
+    #[test]
+    fn a_certificate_file_counts_as_changed_when_its_content_does() {
+        let dir = tempfile::tempdir().expect("dir");
+        let (a, b) = (dir.path().join("a.crt"), dir.path().join("b.crt"));
+        std::fs::write(&a, "one").expect("write");
+        let mut files = CertificateFiles::default();
+        let wanted = BTreeSet::from([a.clone(), b.clone()]);
+        // New here: both (b unreadable).
+        assert_eq!(files.changed(&wanted), vec![a.clone(), b.clone()]);
+        assert!(files.changed(&wanted).is_empty());
+        std::fs::write(&a, "one").expect("same bytes");
+        assert!(files.changed(&wanted).is_empty());
+        std::fs::write(&a, "two").expect("write");
+        std::fs::write(&b, "now readable").expect("write");
+        assert_eq!(files.changed(&wanted), vec![a.clone(), b.clone()]);
+        std::fs::remove_file(&a).expect("remove");
+        assert_eq!(files.changed(&wanted), vec![a.clone()]);
+        // No longer wanted: forgotten, so new again when wanted again.
+        let only_b = BTreeSet::from([b.clone()]);
+        assert!(files.changed(&only_b).is_empty());
+        std::fs::write(&a, "two").expect("write");
+        assert_eq!(files.changed(&wanted), vec![a]);
     }
 }

@@ -115,3 +115,79 @@ fn several_problems_exit_64_listing_every_one_by_file_and_field() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("6 problems"), "{stderr}");
 }
+
+#[test]
+fn a_ca_file_is_read_and_an_unusable_one_is_a_problem_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = rollout_plugin_sdk::test_certs::TestCa::new("plugin-ca").unwrap();
+    let good = write(dir.path(), "ca.crt", &ca.pem());
+    let empty = write(dir.path(), "empty.crt", "no certificate here\n");
+    let missing = dir.path().join("missing.crt");
+    let entry = |name: &str, port: u16, file: &Path| {
+        format!(
+            "  - name: {name}\n    endpoint: 127.0.0.1:{port}\n    caCertificate:\n      caFile: {}\n",
+            file.display()
+        )
+    };
+    let valid = write(
+        dir.path(),
+        "valid.yaml",
+        &format!("plugins:\n{}", entry("good", 1, &good)),
+    );
+    let out = check(&[&valid]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let config = write(
+        dir.path(),
+        "config.yaml",
+        &format!(
+            "plugins:\n{}{}{}  - name: both\n    endpoint: 127.0.0.1:4\n    caCertificate: {{}}\n",
+            entry("good", 1, &good),
+            entry("empty", 2, &empty),
+            entry("missing", 3, &missing),
+        ),
+    );
+    let out = check(&[&config]);
+    assert_eq!(out.status.code(), Some(64));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let label = config.display();
+    assert!(
+        stdout.contains(&format!(
+            "{label}: plugins[3] (both).caCertificate: set exactly one of caBundle and caFile"
+        )),
+        "{stdout}"
+    );
+    // With the syntax right, the files themselves.
+    let config = write(
+        dir.path(),
+        "config.yaml",
+        &format!(
+            "plugins:\n{}{}{}",
+            entry("good", 1, &good),
+            entry("empty", 2, &empty),
+            entry("missing", 3, &missing),
+        ),
+    );
+    let out = check(&[&config]);
+    assert_eq!(out.status.code(), Some(64));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "{label}: plugins[1] (empty).caCertificate.caFile: {} holds no PEM CERTIFICATE",
+            empty.display()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "{label}: plugins[2] (missing).caCertificate.caFile: cannot read {}",
+            missing.display()
+        )),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("(good)"), "{stdout}");
+}

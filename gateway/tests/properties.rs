@@ -23,7 +23,7 @@ use bytes::Bytes;
 use proptest::option;
 use proptest::prelude::*;
 use proptest::test_runner::{TestCaseResult, TestRunner};
-use rollout_gateway::config::{self, Config, Transport};
+use rollout_gateway::config::{self, CaSource, Config, Transport};
 use rollout_gateway::manifest;
 use rollout_gateway::transport::grpc;
 use rollout_policies::{FailurePolicy, Policy};
@@ -991,8 +991,11 @@ fn check_config_invariants(cfg: &Config) -> TestCaseResult {
             config::parse_endpoint(&p.endpoint.to_string()),
             Ok(p.endpoint.clone())
         );
-        if let Transport::Tls { ca_bundle_pem } = &p.transport {
-            prop_assert!(!ca_bundle_pem.is_empty());
+        if let Transport::Tls {
+            ca: CaSource::Bundle { pem },
+        } = &p.transport
+        {
+            prop_assert!(!pem.is_empty());
         }
         let pol = &p.policy;
         prop_assert!(

@@ -173,6 +173,9 @@ fn rollout_request(index: usize, total: usize) -> RolloutPluginRequest {
             succeeded: (index - 1) as i32,
             ..Default::default()
         }),
+        // The rollout's plugin configuration passes through untouched, as
+        // every field but the state does.
+        plugin_config_json: r#"{"soakTime":"1s","failClusters":["cluster-000002"]}"#.into(),
     }
 }
 

@@ -9,7 +9,9 @@
 //! `grpc.health.v1.Health`, optional TLS and mutual TLS, and a graceful
 //! drain on SIGTERM or Ctrl-C. [`ManifestWork`] reads and patches the
 //! ManifestWork JSON that `MutateManifestWork` carries, and
-//! [`RolloutRequestExt`] reads a request's cluster position. With the `cli`
+//! [`RolloutRequestExt`] reads a request's cluster position and its
+//! per-rollout configuration, typed by the plugin
+//! ([`RolloutRequestExt::plugin_config`]). With the `cli`
 //! feature, `cli::TlsArgs` gives the usual `--tls-cert/--tls-key/--client-ca`
 //! flags; [`testing`] starts a plugin on `127.0.0.1:0` and connects a
 //! client, for tests, and with the `test-certs` feature `test_certs` makes a
@@ -62,7 +64,7 @@ pub mod work;
 
 pub use error::{PluginError, ServeError};
 pub use plugin::{Mutation, PluginInfo, RolloutPlugin, Validation};
-pub use request::{ClusterPosition, RolloutRequestExt};
+pub use request::{ClusterPosition, PluginConfigError, RolloutRequestExt};
 pub use server::{
     Bound, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES, Running, ServeOptions, TlsOptions,
     bind, serve, shutdown_signal,
@@ -88,7 +90,7 @@ pub mod prelude {
         Hook, InitializeRequest, RolloutPluginRequest, RolloutStateDetail, ValidationResult,
     };
     pub use crate::{
-        ClusterPosition, ManifestWork, Mutation, PluginError, PluginInfo, RolloutPlugin,
-        RolloutRequestExt, ServeError, ServeOptions, TlsOptions, Validation,
+        ClusterPosition, ManifestWork, Mutation, PluginConfigError, PluginError, PluginInfo,
+        RolloutPlugin, RolloutRequestExt, ServeError, ServeOptions, TlsOptions, Validation,
     };
 }

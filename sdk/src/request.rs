@@ -1,9 +1,13 @@
 //! Convenient reads of a [`RolloutPluginRequest`]: which cluster, where it
-//! stands in the rollout order, which MWRS.
+//! stands in the rollout order, which MWRS, and the rollout's plugin
+//! configuration as the plugin's own type.
 
 use std::fmt;
 
 use rollout_proto::v1alpha1::RolloutPluginRequest;
+use serde::de::DeserializeOwned;
+
+use crate::PluginError;
 
 /// A cluster's place in its placement's rollout order: "cluster `index` of
 /// `total`", 1-based, with `1 <= index <= total`. Displays as `index/total`.
@@ -58,6 +62,36 @@ pub trait RolloutRequestExt {
 
     /// The MWRS as `namespace/name`.
     fn mwrs_key(&self) -> String;
+
+    /// `plugin_config_json` (the rollout's `rolloutStrategy.pluginConfig`,
+    /// docs/plugin-api.md §1, "Plugin configuration") decoded as the
+    /// plugin's settings type `T`; `Ok(None)` when the rollout has none.
+    ///
+    /// `T` is usually a `#[derive(Deserialize)]` struct of `Option` fields
+    /// (or `#[serde(default)]`), so a key the rollout leaves out falls back
+    /// to the plugin's own default (its flag). Keys `T` does not declare are
+    /// ignored, unless `T` says `#[serde(deny_unknown_fields)]`: in a
+    /// pipeline every member gets the same object. The error converts into
+    /// [`PluginError`] as `INVALID_ARGUMENT` naming the field and serde's
+    /// reason, so `?` in a hook reports a bad configuration to the
+    /// controller.
+    fn plugin_config<T: DeserializeOwned>(&self) -> Result<Option<T>, PluginConfigError>;
+}
+
+/// A `plugin_config_json` that does not decode as the plugin's settings
+/// type: not JSON, or a key of the wrong type.
+#[derive(Debug, thiserror::Error)]
+#[error("plugin_config_json (the rollout's pluginConfig) does not fit this plugin: {source}")]
+pub struct PluginConfigError {
+    #[source]
+    source: serde_json::Error,
+}
+
+impl From<PluginConfigError> for PluginError {
+    /// `INVALID_ARGUMENT`: the rollout, not the plugin, must be fixed.
+    fn from(error: PluginConfigError) -> Self {
+        PluginError::InvalidArgument(error.to_string())
+    }
 }
 
 impl RolloutRequestExt for RolloutPluginRequest {
@@ -73,6 +107,15 @@ impl RolloutRequestExt for RolloutPluginRequest {
 
     fn mwrs_key(&self) -> String {
         format!("{}/{}", self.mwrs_namespace, self.mwrs_name)
+    }
+
+    fn plugin_config<T: DeserializeOwned>(&self) -> Result<Option<T>, PluginConfigError> {
+        if self.plugin_config_json.trim().is_empty() {
+            return Ok(None);
+        }
+        serde_json::from_str(&self.plugin_config_json)
+            .map(Some)
+            .map_err(|source| PluginConfigError { source })
     }
 }
 
@@ -112,6 +155,79 @@ mod tests {
         assert!((p.fraction() - 0.3).abs() < 1e-9);
         assert!(!p.is_last());
         assert!(ClusterPosition::new(4, 4).unwrap().is_last());
+    }
+
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Settings {
+        soak_time: Option<String>,
+        #[serde(default)]
+        fail_clusters: Vec<String>,
+    }
+
+    fn configured(json: &str) -> RolloutPluginRequest {
+        RolloutPluginRequest {
+            plugin_config_json: json.into(),
+            ..request(1, 1, "c1")
+        }
+    }
+
+    #[test]
+    fn plugin_config_reads_as_the_plugin_type() {
+        assert_eq!(configured("").plugin_config::<Settings>().unwrap(), None);
+        assert_eq!(
+            configured(r#"{"soakTime":"5m","failClusters":["c1"],"other":{"x":1}}"#)
+                .plugin_config::<Settings>()
+                .unwrap(),
+            Some(Settings {
+                soak_time: Some("5m".into()),
+                fail_clusters: vec!["c1".into()],
+            }),
+            "unknown keys are another plugin's"
+        );
+        assert_eq!(
+            configured("{}").plugin_config::<Settings>().unwrap(),
+            Some(Settings {
+                soak_time: None,
+                fail_clusters: vec![],
+            })
+        );
+        // Any type that deserializes, such as a plain JSON value.
+        assert_eq!(
+            configured(r#"{"n":9007199254740993}"#)
+                .plugin_config::<serde_json::Value>()
+                .unwrap()
+                .unwrap()["n"]
+                .as_u64(),
+            Some(9_007_199_254_740_993)
+        );
+    }
+
+    #[test]
+    fn a_config_of_the_wrong_shape_is_invalid_argument_naming_field_and_reason() {
+        for (json, reason) in [
+            (
+                r#"{"soakTime":5}"#,
+                "invalid type: integer `5`, expected a string",
+            ),
+            (
+                r#"{"failClusters":"c1"}"#,
+                "invalid type: string \"c1\", expected a sequence",
+            ),
+            ("not json", "expected ident"),
+        ] {
+            let err = configured(json).plugin_config::<Settings>().unwrap_err();
+            let status = tonic::Status::from(PluginError::from(err));
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{json}");
+            assert!(
+                status.message().starts_with(
+                    "plugin_config_json (the rollout's pluginConfig) does not fit this plugin: "
+                ),
+                "{}",
+                status.message()
+            );
+            assert!(status.message().contains(reason), "{}", status.message());
+        }
     }
 
     #[test]

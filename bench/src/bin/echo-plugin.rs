@@ -22,7 +22,8 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
     /// MutateManifestWork answer: the work as received, empty ("unchanged"),
-    /// or annotated with the cluster's position.
+    /// annotated with the cluster's position, or mutated as a real plugin
+    /// would (parsed, two annotations changed, serialised again).
     #[arg(long, value_enum, default_value_t = EchoMode::Echo)]
     mode: EchoMode,
     /// The name given in InitializeResponse (and in the annotation).

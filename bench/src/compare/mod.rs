@@ -1,12 +1,15 @@
-//! The pure parts of `gwbench`, the driver that compares one echo plugin
-//! called directly, through `rollout-gateway` (without and with exported
-//! tracing) and through nginx: scenarios, the generated gateway and nginx
-//! configurations, `/proc` readings and the summary (medians over rounds,
-//! added latency, the cost of tracing, Markdown).
+//! The pure parts of `gwbench`, the driver that compares a plugin (the echo
+//! plugin, or the mutating one) called directly, through `rollout-gateway`
+//! (without and with exported tracing) and through two plain gRPC proxies,
+//! nginx and HAProxy: scenarios, the generated gateway, nginx and HAProxy
+//! configurations, `/proc` readings, the machine, and the summary (medians
+//! over rounds, added latency, the cost of tracing, the issue's goals,
+//! Markdown).
 //!
 //! Starting and stopping the processes is the binary's business.
 
 pub mod config;
+pub mod machine;
 pub mod procfs;
 pub mod summary;
 
@@ -14,29 +17,96 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::echo::EchoMode;
 use crate::units::{UnitError, format_size, parse_size};
 
-/// One load shape: calls in flight and ManifestWork size.
+/// The plugin behind every target of a scenario. `gwbench` runs one
+/// `echo-plugin` process per mode, and every target of a scenario (direct,
+/// the gateways, nginx, HAProxy) calls the same one.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginMode {
+    /// `echo-plugin --mode echo`: answers with the work it received, as is.
+    #[default]
+    Echo,
+    /// `echo-plugin --mode mutate`: parses the work, changes it, serialises
+    /// it again, as a real mutating plugin does.
+    Mutate,
+}
+
+impl PluginMode {
+    /// Every mode, in order.
+    pub const ALL: [PluginMode; 2] = [PluginMode::Echo, PluginMode::Mutate];
+
+    /// The suffix of scenario names in this mode: none for echo, `-mut`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            PluginMode::Echo => "",
+            PluginMode::Mutate => "-mut",
+        }
+    }
+
+    /// The plugin's name in the gateway's registry (and the
+    /// `ocm-rollout-plugin` metadata of calls through the gateway).
+    pub fn plugin_name(self) -> &'static str {
+        match self {
+            PluginMode::Echo => "echo",
+            PluginMode::Mutate => "mutate",
+        }
+    }
+
+    /// The `echo-plugin --mode` of the plugin process.
+    pub fn echo_mode(self) -> EchoMode {
+        match self {
+            PluginMode::Echo => EchoMode::Echo,
+            PluginMode::Mutate => EchoMode::Mutate,
+        }
+    }
+
+    /// The name of that mode on `echo-plugin`'s command line.
+    pub fn echo_mode_arg(self) -> &'static str {
+        match self {
+            PluginMode::Echo => "echo",
+            PluginMode::Mutate => "mutate",
+        }
+    }
+}
+
+/// One load shape: calls in flight, ManifestWork size and the plugin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Scenario {
-    /// `c{concurrency}-{size}`, e.g. `c32-4k`.
+    /// `c{concurrency}-{size}` with the mode's suffix, e.g. `c32-4k`,
+    /// `c1-4k-mut`.
     pub name: String,
     /// Calls in flight.
     pub concurrency: usize,
     /// ManifestWork JSON size in bytes.
     pub work_bytes: u64,
+    /// The plugin behind the targets (results written before it existed
+    /// read as echo).
+    #[serde(default)]
+    pub plugin_mode: PluginMode,
 }
 
-/// The default scenarios: latency alone, small calls under load, larger
-/// works under moderate load.
-pub const DEFAULT_SCENARIOS: &[&str] = &["c1-4k", "c32-4k", "c8-64k"];
+/// The default scenarios, the ones issue 15's goals name: one call in
+/// flight with the echo plugin and with the mutating one, 32 in flight with
+/// the mutating one; then larger works under moderate load.
+pub const DEFAULT_SCENARIOS: &[&str] = &["c1-4k", "c1-4k-mut", "c32-4k-mut", "c8-64k"];
 
-/// A scenario name that is not `c{N}-{SIZE}`.
+/// The scenarios the traced gateway runs in by default: the ones the
+/// tracing goals name (1 and 32 in flight), with the mutating plugin.
+pub const DEFAULT_TRACED_SCENARIOS: &[&str] = &["c1-4k-mut", "c32-4k-mut"];
+
+/// A scenario name that is not `c{N}-{SIZE}[-mut]`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScenarioError {
-    /// Not of the form `c{N}-{SIZE}`.
-    #[error("scenario {0:?} is not of the form c{{CONCURRENCY}}-{{SIZE}}, e.g. c32-4k")]
+    /// Not of the form `c{N}-{SIZE}[-mut]`.
+    #[error(
+        "scenario {0:?} is not of the form c{{CONCURRENCY}}-{{SIZE}}[-mut], e.g. c32-4k or c1-4k-mut"
+    )]
     Malformed(String),
     /// The size part is not a size.
     #[error("scenario {name:?}: {source}")]
@@ -49,10 +119,15 @@ pub enum ScenarioError {
 }
 
 impl Scenario {
-    /// Parses `c{concurrency}-{size}`: `c1-4k`, `c32-4k`, `c8-64k`, `c4-4m`.
+    /// Parses `c{concurrency}-{size}`, with `-mut` at the end for the
+    /// mutating plugin: `c1-4k`, `c32-4k`, `c8-64k`, `c4-4m`, `c1-4k-mut`.
     pub fn parse(name: &str) -> Result<Self, ScenarioError> {
         let malformed = || ScenarioError::Malformed(name.to_owned());
-        let (concurrency, size) = name
+        let (shape, plugin_mode) = match name.strip_suffix(PluginMode::Mutate.suffix()) {
+            Some(shape) => (shape, PluginMode::Mutate),
+            None => (name, PluginMode::Echo),
+        };
+        let (concurrency, size) = shape
             .strip_prefix('c')
             .and_then(|rest| rest.split_once('-'))
             .ok_or_else(malformed)?;
@@ -65,9 +140,14 @@ impl Scenario {
             source,
         })?;
         Ok(Self {
-            name: format!("c{concurrency}-{}", format_size(work_bytes)),
+            name: format!(
+                "c{concurrency}-{}{}",
+                format_size(work_bytes),
+                plugin_mode.suffix()
+            ),
             concurrency,
             work_bytes,
+            plugin_mode,
         })
     }
 }
@@ -84,8 +164,11 @@ pub enum TargetKind {
     /// OTLP/gRPC (`OTEL_EXPORTER_OTLP_ENDPOINT`) to a receiver in `gwbench`.
     #[serde(rename = "gateway-traced")]
     GatewayTraced,
-    /// nginx `grpc_pass` in front of the echo plugin: a plain proxy for scale.
+    /// nginx `grpc_pass` in front of the plugin: a plain proxy for scale.
     Nginx,
+    /// HAProxy (`mode http`, h2c on both sides) in front of the plugin: the
+    /// second plain proxy.
+    Haproxy,
 }
 
 impl TargetKind {
@@ -96,6 +179,7 @@ impl TargetKind {
             TargetKind::Gateway => "gateway",
             TargetKind::GatewayTraced => "gateway-traced",
             TargetKind::Nginx => "nginx",
+            TargetKind::Haproxy => "haproxy",
         }
     }
 
@@ -124,20 +208,39 @@ mod tests {
             Scenario {
                 name: "c32-4k".to_owned(),
                 concurrency: 32,
-                work_bytes: 4096
+                work_bytes: 4096,
+                plugin_mode: PluginMode::Echo,
             }
         );
+        let mutating = Scenario::parse("c1-4KiB-mut").expect("valid");
+        assert_eq!(
+            (
+                mutating.name.as_str(),
+                mutating.concurrency,
+                mutating.plugin_mode
+            ),
+            ("c1-4k-mut", 1, PluginMode::Mutate)
+        );
+        for name in DEFAULT_TRACED_SCENARIOS {
+            assert_eq!(Scenario::parse(name).expect("valid").name, *name);
+        }
+        // Written before the mode existed: echo.
+        let old: Scenario =
+            serde_json::from_str(r#"{"name":"c1-4k","concurrency":1,"workBytes":4096}"#)
+                .expect("readable");
+        assert_eq!(old.plugin_mode, PluginMode::Echo);
         assert_eq!(Scenario::parse("c8-64KiB").expect("valid").name, "c8-64k");
         assert_eq!(Scenario::parse("c4-4m").expect("valid").work_bytes, 4 << 20);
         for name in DEFAULT_SCENARIOS {
             assert_eq!(Scenario::parse(name).expect("valid").name, *name);
         }
-        for bad in ["32-4k", "c-4k", "c0-4k", "c4", "cx-4k"] {
+        for bad in ["32-4k", "c-4k", "c0-4k", "c4", "cx-4k", "c1-mut"] {
             assert!(
                 matches!(Scenario::parse(bad), Err(ScenarioError::Malformed(_))),
                 "{bad}"
             );
         }
+        assert!(Scenario::parse("c1-4k-mut-mut").is_err());
         assert!(matches!(
             Scenario::parse("c4-4q"),
             Err(ScenarioError::Size { .. })
@@ -151,6 +254,7 @@ mod tests {
             TargetKind::Gateway,
             TargetKind::GatewayTraced,
             TargetKind::Nginx,
+            TargetKind::Haproxy,
         ] {
             // The JSON name is the displayed one.
             assert_eq!(

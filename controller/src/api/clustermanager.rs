@@ -103,10 +103,18 @@ pub struct RolloutPlugin {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CaCertificate {
-    /// The base64 encoding of a PEM bundle of CA certificates.
-    #[serde(default)]
+    /// The base64 encoding of a PEM bundle of CA certificates. Exactly one of
+    /// caBundle and caFile.
+    // Left out of the registry when empty, so that a caFile alone is one
+    // source, as the gateway wants.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(extend("format" = "byte"))]
     pub ca_bundle: String,
+    /// A PEM file of CA certificates in the gateway's container (such as a
+    /// mounted cert-manager Secret's ca.crt), watched and reloaded when it
+    /// changes. Exactly one of caBundle and caFile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
 }
 
 /// A named ordered list of plugins.

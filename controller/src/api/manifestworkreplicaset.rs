@@ -5,8 +5,10 @@
 //!
 //! Additions over upstream:
 //!
-//! - `rolloutStrategy.plugin`, `rolloutStrategy.abortOnFailure` and its other
-//!   spelling `rolloutStrategy.failureStrategy: AbortAll`. The field is the
+//! - `rolloutStrategy.plugin`, `rolloutStrategy.pluginConfig` (free-form
+//!   settings sent to the plugin with every hook call of the rollout),
+//!   `rolloutStrategy.abortOnFailure` and its other spelling
+//!   `rolloutStrategy.failureStrategy: AbortAll`. The field is the
 //!   engine's [`RawStrategy`], so [`LocalPlacementReference::strategy`]
 //!   validates it with the same code the `plan` command runs.
 //! - `spec.revisionHistoryLimit`; `status.currentRevision`,
@@ -394,6 +396,12 @@ struct RolloutStrategySchema {
     /// The rollout plugin, or pipeline of plugins, registered with the
     /// rollout gateway to call at each phase of the rollout.
     plugin: Option<String>,
+    /// Settings for the plugin, free-form (each plugin defines its own
+    /// keys), sent with every hook call of this placement's rollout; the
+    /// same object for every member of a pipeline. At most 64 KiB as JSON.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::any_object")]
+    plugin_config: Option<Value>,
     /// Abort the rollout when a cluster fails or times out: the clusters
     /// already updated go back to the current revision.
     abort_on_failure: Option<bool>,
@@ -509,6 +517,8 @@ mod tests {
     /// (recursively, through arrays).
     fn assert_schema_covers(schema: &Value, value: &Value, path: &str) {
         match value {
+            // A free-form object: the API server keeps whatever it holds.
+            Value::Object(_) if schema["x-kubernetes-preserve-unknown-fields"] == json!(true) => {}
             Value::Object(map) => {
                 for (key, v) in map {
                     let property = &schema["properties"][key];
@@ -529,6 +539,7 @@ mod tests {
     fn every_raw_strategy_field_is_in_the_schema() {
         let full = json!({
             "type": "Progressive", "plugin": "p", "abortOnFailure": true, "failureStrategy": "AbortAll",
+            "pluginConfig": {"soakTime": "5m", "nested": {"any": [1, "two"]}},
             "all": {"minSuccessTime": "1m", "progressDeadline": "90s", "maxFailures": 1},
             "progressive": {"minSuccessTime": "1m", "progressDeadline": "90s", "maxFailures": "10%",
                             "maxConcurrency": 2,
@@ -577,6 +588,11 @@ mod tests {
         assert_eq!(
             progressive["mandatoryDecisionGroups"]["items"]["properties"]["groupIndex"]["format"],
             json!("int32")
+        );
+        assert_eq!(
+            s["properties"]["pluginConfig"],
+            json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                   "description": s["properties"]["pluginConfig"]["description"]})
         );
         // Nothing in a strategy is required.
         assert!(s.get("required").is_none(), "{s}");

@@ -9,7 +9,8 @@
 //! and a `bytes` field are both length-delimited, so [`RolloutRequest`]
 //! encodes to exactly the bytes of the equivalent `RolloutPluginRequest`;
 //! [`RolloutRequest::decode_full`] reads it back as one (for tests and
-//! tools).
+//! tools). `plugin_config_json` (field 11, the strategy's `pluginConfig`) is
+//! shared the same way: encoded once when the strategy is validated.
 
 use bytes::Bytes;
 use prost::Message as _;
@@ -51,6 +52,11 @@ pub struct RolloutRequest {
     /// `counts`: always set by the controller.
     #[prost(message, optional, tag = "10")]
     pub counts: Option<RolloutCounts>,
+    /// `plugin_config_json`: the strategy's `pluginConfig` as JSON text,
+    /// encoded once per rollout and shared like the state (a `string` and a
+    /// `bytes` field encode alike); `None` when the strategy has none.
+    #[prost(bytes = "bytes", optional, tag = "11")]
+    pub plugin_config_json: Option<Bytes>,
 }
 
 /// The bytes of `state`, to share between the requests of one step.
@@ -147,6 +153,7 @@ mod tests {
                 removed: 1,
                 ..RolloutCounts::default()
             }),
+            plugin_config_json: r#"{"soakTime":"5m"}"#.into(),
         }
     }
 
@@ -162,6 +169,7 @@ mod tests {
             aborting: full.aborting,
             cluster_index: full.cluster_index,
             counts: full.counts,
+            plugin_config_json: Some(Bytes::from(full.plugin_config_json.clone())),
         }
     }
 

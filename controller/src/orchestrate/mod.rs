@@ -791,6 +791,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 placement: self.target.name,
                 desired_revision: &view.desired.hash,
                 aborting: view.aborting,
+                plugin_config: self.target.strategy.plugin_config.as_ref(),
             },
             &self.order,
             match self.target.state_detail {

@@ -33,6 +33,9 @@
 //!   bytes shared by the phase's requests ([`Requests`]).
 //! - `desired_revision`: the revision being rolled out: the update
 //!   revision, or the current revision while aborting (`aborting = true`).
+//! - `plugin_config_json`: the strategy's `pluginConfig`, the same bytes
+//!   (encoded once, when the strategy was validated) on every request of
+//!   the rollout, aborting or not.
 
 use std::collections::{HashMap, HashSet};
 
@@ -296,6 +299,8 @@ pub struct RequestScope<'a> {
     pub desired_revision: &'a str,
     /// Whether this is a rollback to the current revision.
     pub aborting: bool,
+    /// The strategy's `pluginConfig`, encoded ([`Strategy::plugin_config`]).
+    pub plugin_config: Option<&'a Bytes>,
 }
 
 /// The requests of one phase of a step: one scope, one state (encoded
@@ -340,6 +345,7 @@ impl<'a> Requests<'a> {
             aborting: self.scope.aborting,
             cluster_index: 0,
             counts: Some(self.counts),
+            plugin_config_json: self.scope.plugin_config.cloned(),
         }
     }
 
@@ -503,6 +509,7 @@ mod tests {
 
     #[test]
     fn requests_carry_the_scope_and_position() {
+        let config = Bytes::from_static(br#"{"soakTime":"1s"}"#);
         let order = RolloutOrder::new(&per_group(), &[group(0, "", &["c1", "c2", "c3"])]);
         let scope = RequestScope {
             mwrs_name: "hello",
@@ -510,6 +517,7 @@ mod tests {
             placement: "p",
             desired_revision: "r1",
             aborting: true,
+            plugin_config: Some(&config),
         };
         let counts = proto::RolloutCounts {
             to_apply: 3,
@@ -542,6 +550,17 @@ mod tests {
             Some(state.as_ptr())
         );
         assert_eq!(begin.counts, Some(counts));
+        // So is the plugin configuration, on every request of the rollout.
+        for request in [&progress, &begin] {
+            assert_eq!(
+                request.plugin_config_json.as_ref().map(|b| b.as_ptr()),
+                Some(config.as_ptr())
+            );
+        }
+        assert_eq!(
+            begin.decode_full().plugin_config_json,
+            r#"{"soakTime":"1s"}"#
+        );
         let counts_only = Requests::new(scope, &order, None, counts).cluster("c2");
         assert_eq!(counts_only.rollout_status, None);
         assert_eq!(counts_only.decode_full().rollout_status, None);

@@ -531,6 +531,7 @@ async fn a_failed_validation_aborts_and_rolls_back() {
     let mut f = Fixture::new(
         strategy(
             json!({"type": "Progressive", "plugin": "p", "abortOnFailure": true,
+                        "pluginConfig": {"soakTime": "1s", "failClusters": ["c1"]},
                         "progressive": {"maxConcurrency": 1}}),
         ),
         &["c1", "c2"],
@@ -572,6 +573,17 @@ async fn a_failed_validation_aborts_and_rolls_back() {
             call(Mutate, "c1")
         ]
     );
+    // Every hook of the rollout, aborting or not, carries the strategy's
+    // pluginConfig as JSON text.
+    for hook in [Validate, Progress, Begin, Mutate] {
+        for r in hooks.requests(hook) {
+            assert_eq!(
+                r.plugin_config_json, r#"{"failClusters":["c1"],"soakTime":"1s"}"#,
+                "{hook} (aborting {})",
+                r.aborting
+            );
+        }
+    }
     let validate = &hooks.requests(Validate)[0];
     assert!(!validate.aborting);
     assert_eq!(validate.desired_revision, f.update.hash);

@@ -2328,6 +2328,7 @@ mod tests {
             kind.prop_map(|kind| super::Strategy {
                 kind,
                 plugin: None,
+                plugin_config: None,
                 abort_on_failure: false,
             })
         }
@@ -2474,6 +2475,7 @@ mod tests {
                 let strategy = super::Strategy {
                     kind: RolloutKind::Progressive { config, mandatory: vec![], max_concurrency },
                     plugin: None,
+                    plugin_config: None,
                     abort_on_failure: false,
                 };
                 let got = decide(&strategy, &groups, &existing, now());

@@ -4,10 +4,11 @@
 //! [`RawStrategy`] is the `rolloutStrategy` field of a placement reference as
 //! it appears in a ManifestWorkReplicaSet (camelCase, `type` plus one of
 //! `all`, `progressive`, `progressivePerGroup`), with the design's additions
-//! `plugin`, `abortOnFailure` and its other spelling `failureStrategy:
-//! AbortAll`. [`Strategy::from_raw`] checks every field at once and returns
-//! either a [`Strategy`] or every problem found, each naming its field and the
-//! bad value. Unknown fields are ignored, as the API server prunes them.
+//! `plugin`, `pluginConfig`, `abortOnFailure` and its other spelling
+//! `failureStrategy: AbortAll`. [`Strategy::from_raw`] checks every field at
+//! once and returns either a [`Strategy`] or every problem found, each naming
+//! its field and the bad value. Unknown fields are ignored, as the API server
+//! prunes them.
 //!
 //! Validation follows what a hub would accept: `progressDeadline` must match
 //! the CRD pattern and be a Go duration; a count-or-percentage must be an
@@ -17,9 +18,11 @@
 
 use std::fmt;
 
+use bytes::Bytes;
 use jiff::SignedDuration;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
 use thiserror::Error;
 
 use super::duration::{DeadlineError, DurationError, parse_go_duration, parse_progress_deadline};
@@ -104,6 +107,10 @@ pub struct RawStrategy {
     /// The design's rollout plugin (or gateway pipeline) name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<String>,
+    /// Free-form settings for the plugin, sent with every hook call of the
+    /// rollout (docs/plugin-api.md §1, "Plugin configuration").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin_config: Option<Map<String, Value>>,
     /// The design's automatic abort on failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abort_on_failure: Option<bool>,
@@ -250,6 +257,11 @@ pub struct Strategy {
     pub kind: RolloutKind,
     /// The rollout plugin to call, if any (never empty).
     pub plugin: Option<String>,
+    /// `pluginConfig` as compact JSON text, at most
+    /// [`MAX_PLUGIN_CONFIG_BYTES`]: encoded once when the strategy is
+    /// validated, then shared (a reference count) by every hook request of
+    /// the rollout. `None` when the strategy has none.
+    pub plugin_config: Option<Bytes>,
     /// Whether a failure aborts the rollout (`abortOnFailure: true` or
     /// `failureStrategy: AbortAll`).
     pub abort_on_failure: bool,
@@ -261,6 +273,7 @@ impl Default for Strategy {
         Strategy {
             kind: RolloutKind::All(RolloutConfig::default()),
             plugin: None,
+            plugin_config: None,
             abort_on_failure: false,
         }
     }
@@ -311,7 +324,20 @@ pub enum StrategyError {
     /// `abortOnFailure: false` next to `failureStrategy: AbortAll`.
     #[error("abortOnFailure: false contradicts failureStrategy: AbortAll")]
     AbortConflict,
+    /// A `pluginConfig` whose JSON is larger than [`MAX_PLUGIN_CONFIG_BYTES`].
+    #[error("pluginConfig: {size} bytes of JSON, above the limit of {limit} bytes")]
+    PluginConfigTooLarge {
+        /// Its size as compact JSON.
+        size: usize,
+        /// [`MAX_PLUGIN_CONFIG_BYTES`].
+        limit: usize,
+    },
 }
+
+/// The largest `pluginConfig`, as compact JSON: 64 KiB. It is sent with every
+/// hook call of the rollout, so it stays far below a gRPC message's limit
+/// (docs/plugin-api.md §1, "Plugin configuration").
+pub const MAX_PLUGIN_CONFIG_BYTES: usize = 64 * 1024;
 
 /// Every problem found in a strategy, at least one.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -393,11 +419,25 @@ impl Strategy {
         if abort_all && raw.abort_on_failure == Some(false) {
             problems.push(StrategyError::AbortConflict);
         }
+        let plugin_config = raw.plugin_config.as_ref().and_then(|config| {
+            // A map of JSON values always serializes; the fallback is never
+            // taken.
+            let text = serde_json::to_vec(config).unwrap_or_default();
+            if text.len() > MAX_PLUGIN_CONFIG_BYTES {
+                problems.push(StrategyError::PluginConfigTooLarge {
+                    size: text.len(),
+                    limit: MAX_PLUGIN_CONFIG_BYTES,
+                });
+                return None;
+            }
+            Some(Bytes::from(text))
+        });
 
         match kind {
             Some(kind) if problems.is_empty() => Ok(Strategy {
                 kind,
                 plugin: raw.plugin.clone().filter(|p| !p.is_empty()),
+                plugin_config,
                 abort_on_failure: abort_all || raw.abort_on_failure == Some(true),
             }),
             _ => Err(InvalidStrategy { problems }),
@@ -563,6 +603,57 @@ mod tests {
                 ],
                 max_concurrency: Threshold::Count(3),
             }
+        );
+    }
+
+    #[test]
+    fn the_plugin_config_is_encoded_once_and_bounded() {
+        let s = strategy(
+            r#"{"plugin": "smoke-test", "pluginConfig": {"failClusters": ["c1"], "n": 9007199254740993, "soakTime": "5m"}}"#,
+        )
+        .expect("valid");
+        let text = s.plugin_config.expect("a config");
+        // Compact JSON, integers exact (2^53 + 1 would be rounded as a double).
+        assert_eq!(
+            std::str::from_utf8(&text).expect("UTF-8"),
+            r#"{"failClusters":["c1"],"n":9007199254740993,"soakTime":"5m"}"#
+        );
+        assert_eq!(
+            strategy(r#"{"plugin": "p"}"#).expect("valid").plugin_config,
+            None
+        );
+        assert_eq!(
+            strategy(r#"{"pluginConfig": {}}"#)
+                .expect("valid")
+                .plugin_config,
+            Some(Bytes::from_static(b"{}"))
+        );
+
+        // {"k":"…"} is 8 bytes around the string: exactly at the limit, then one over.
+        let sized = |n: usize| {
+            let mut config = Map::new();
+            config.insert("k".into(), Value::String("x".repeat(n - 8)));
+            Strategy::from_raw(&RawStrategy {
+                plugin_config: Some(config),
+                ..RawStrategy::default()
+            })
+        };
+        let at_limit = sized(MAX_PLUGIN_CONFIG_BYTES).expect("at the limit");
+        assert_eq!(
+            at_limit.plugin_config.map(|b| b.len()),
+            Some(MAX_PLUGIN_CONFIG_BYTES)
+        );
+        let err = sized(MAX_PLUGIN_CONFIG_BYTES + 1).expect_err("over the limit");
+        assert_eq!(
+            err.problems,
+            [StrategyError::PluginConfigTooLarge {
+                size: 65_537,
+                limit: 65_536
+            }]
+        );
+        assert_eq!(
+            err.to_string(),
+            "invalid rollout strategy: pluginConfig: 65537 bytes of JSON, above the limit of 65536 bytes"
         );
     }
 

@@ -74,6 +74,9 @@ pub enum ConfigError {
     /// The engine refuses the strategy.
     #[error(transparent)]
     Strategy(#[from] InvalidStrategy),
+    /// `--plugin-config` is not a JSON object.
+    #[error("--plugin-config must be a JSON object: {0}")]
+    PluginConfig(String),
     /// The flags do not make a `rolloutStrategy`.
     #[error("the rollout strategy cannot be built: {0}")]
     Raw(String),
@@ -120,6 +123,8 @@ pub struct StrategyFlags {
     pub mandatory_groups: Vec<String>,
     /// `--plugin`.
     pub plugin: Option<String>,
+    /// `--plugin-config`: `pluginConfig` as JSON text.
+    pub plugin_config: Option<String>,
     /// `--abort-on-failure`.
     pub abort_on_failure: bool,
 }
@@ -185,6 +190,13 @@ impl StrategyFlags {
         let mut raw = json!({"type": self.kind, field: config});
         if let Some(plugin) = &self.plugin {
             raw["plugin"] = json!(plugin);
+        }
+        if let Some(text) = &self.plugin_config {
+            match serde_json::from_str::<Value>(text) {
+                Ok(config @ Value::Object(_)) => raw["pluginConfig"] = config,
+                Ok(other) => return Err(ConfigError::PluginConfig(format!("got {other}"))),
+                Err(e) => return Err(ConfigError::PluginConfig(e.to_string())),
+            }
         }
         if self.abort_on_failure {
             raw["abortOnFailure"] = json!(true);
@@ -317,6 +329,7 @@ mod tests {
         .strategy()
         .expect("valid");
         assert_eq!(strategy.plugin.as_deref(), Some("safe-rollout"));
+        assert_eq!(strategy.plugin_config, None);
         assert!(strategy.abort_on_failure);
         let RolloutKind::Progressive {
             config,
@@ -374,11 +387,47 @@ mod tests {
                 },
                 "--mandatory-groups does not apply",
             ),
+            (
+                StrategyFlags {
+                    plugin_config: Some("[1]".into()),
+                    ..flags("All")
+                },
+                "--plugin-config must be a JSON object: got [1]",
+            ),
+            (
+                StrategyFlags {
+                    plugin_config: Some("{soak".into()),
+                    ..flags("All")
+                },
+                "--plugin-config must be a JSON object: key must be a string",
+            ),
+            (
+                StrategyFlags {
+                    plugin_config: Some(format!(r#"{{"k":"{}"}}"#, "x".repeat(70_000))),
+                    ..flags("All")
+                },
+                "pluginConfig: 70008 bytes of JSON, above the limit of 65536 bytes",
+            ),
         ];
         for (flags, want) in table {
             let err = flags.strategy().expect_err("invalid");
             assert!(err.to_string().contains(want), "{err} (want {want})");
         }
+    }
+
+    #[test]
+    fn the_plugin_config_flag_is_the_strategy_plugin_config() {
+        let strategy = StrategyFlags {
+            plugin: Some("smoke-test".into()),
+            plugin_config: Some(r#" {"soakTime": "2s"} "#.into()),
+            ..flags("All")
+        }
+        .strategy()
+        .expect("valid");
+        assert_eq!(
+            strategy.plugin_config.as_deref(),
+            Some(br#"{"soakTime":"2s"}"#.as_slice())
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! rollback, the ends.
 
 use std::collections::{BTreeSet, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,13 +19,19 @@ use crate::hooks::{Mutation, RolloutRequest};
 /// A plugin in memory: validation INPROGRESS on the first ask of each
 /// cluster and revision (recheck after `recheck`), then SUCCEEDED, FAILED
 /// for `fail` unless aborting; the mutation stamps the position and the
-/// `aborting` flag.
+/// `aborting` flag. A rollout's plugin configuration
+/// `{"failClusters": [...]}` replaces `fail`, as smoke-test's does; every
+/// hook's configuration is recorded in `configs`.
 struct Scripted {
     fail: HashSet<String>,
     recheck: Duration,
     asked: Mutex<HashSet<(String, String)>>,
     down: bool,
+    configs: Arc<Mutex<Vec<SeenConfig>>>,
 }
+
+/// A hook call and the plugin configuration it carried.
+type SeenConfig = (HookKind, Option<Bytes>);
 
 impl Scripted {
     fn new(fail: &[&str]) -> Scripted {
@@ -34,6 +40,26 @@ impl Scripted {
             recheck: Duration::from_millis(5),
             asked: Mutex::new(HashSet::new()),
             down: false,
+            configs: Arc::default(),
+        }
+    }
+
+    fn record(&self, hook: HookKind, r: &RolloutRequest) {
+        self.configs
+            .lock()
+            .expect("lock")
+            .push((hook, r.plugin_config_json.clone()));
+    }
+
+    /// Whether `cluster` fails in the rollout of `r`.
+    fn fails(&self, r: &RolloutRequest) -> bool {
+        let config: Option<Value> = r
+            .plugin_config_json
+            .as_ref()
+            .map(|b| serde_json::from_slice(b).expect("JSON config"));
+        match config.as_ref().and_then(|c| c["failClusters"].as_array()) {
+            Some(list) => list.iter().any(|c| c == r.cluster_name.as_str()),
+            None => self.fail.contains(&r.cluster_name),
         }
     }
 }
@@ -59,11 +85,13 @@ impl Hooks for Scripted {
         })
     }
 
-    async fn begin_rollout(&self, _: Call<'_>, _: RolloutRequest) -> Result<(), HookError> {
+    async fn begin_rollout(&self, _: Call<'_>, r: RolloutRequest) -> Result<(), HookError> {
+        self.record(HookKind::BeginRollout, &r);
         Ok(())
     }
 
-    async fn progress_rollout(&self, _: Call<'_>, _: RolloutRequest) -> Result<(), HookError> {
+    async fn progress_rollout(&self, _: Call<'_>, r: RolloutRequest) -> Result<(), HookError> {
+        self.record(HookKind::ProgressRollout, &r);
         Ok(())
     }
 
@@ -72,6 +100,7 @@ impl Hooks for Scripted {
         _: Call<'_>,
         r: RolloutRequest,
     ) -> Result<ValidateResponse, HookError> {
+        self.record(HookKind::ValidateRolloutCompletion, &r);
         let first = self
             .asked
             .lock()
@@ -79,7 +108,7 @@ impl Hooks for Scripted {
             .insert((r.cluster_name.clone(), r.desired_revision.clone()));
         let (result, message) = if first {
             (ValidationResult::Inprogress, "soaking")
-        } else if self.fail.contains(&r.cluster_name) && !r.aborting {
+        } else if self.fails(&r) && !r.aborting {
             (ValidationResult::Failed, "smoke test failed")
         } else {
             (ValidationResult::Succeeded, "passed")
@@ -100,6 +129,7 @@ impl Hooks for Scripted {
         r: RolloutRequest,
         manifest_work: Bytes,
     ) -> Result<Mutation, HookError> {
+        self.record(HookKind::MutateManifestWork, &r);
         let mut work: Value = serde_json::from_slice(&manifest_work).expect("JSON");
         for manifest in work["spec"]["workload"]["manifests"]
             .as_array_mut()
@@ -523,6 +553,56 @@ async fn a_failed_validation_aborts_with_aborting_requests() {
             assert_eq!(w.annotations["test/aborting"], "true");
             assert_eq!(w.validation.as_deref(), Some("Succeeded"));
         }
+    }
+}
+
+#[tokio::test]
+async fn the_plugin_config_reaches_every_hook_and_decides_the_failure() {
+    // The flags' plugin would fail cluster-002; the rollout's configuration
+    // says cluster-003.
+    let strategy = StrategyFlags {
+        kind: "Progressive".into(),
+        max_concurrency: Some("25%".into()),
+        plugin: Some("scripted".into()),
+        plugin_config: Some(r#"{"failClusters": ["cluster-003"]}"#.into()),
+        abort_on_failure: true,
+        ..StrategyFlags::default()
+    }
+    .strategy()
+    .expect("valid");
+    let hooks = Scripted::new(&["cluster-002"]);
+    let configs = Arc::clone(&hooks.configs);
+    let c = simulate(&config(8, strategy), hooks).await.expect("runs");
+    let summary = c.summary.as_ref().expect("summary");
+    assert_eq!(summary.result, Outcome::Aborted);
+    let failed: Vec<&str> = c
+        .steps
+        .iter()
+        .flat_map(|s| &s.events)
+        .filter_map(|e| match e {
+            Event::ValidationFailed { cluster, .. } => Some(cluster.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed, ["cluster-003"]);
+
+    let configs = configs.lock().expect("lock");
+    for hook in [
+        HookKind::BeginRollout,
+        HookKind::ProgressRollout,
+        HookKind::ValidateRolloutCompletion,
+        HookKind::MutateManifestWork,
+    ] {
+        assert!(configs.iter().any(|(h, _)| *h == hook), "{hook} called");
+    }
+    // The same bytes on every call, the rollback's included.
+    assert!(summary.aborting_hook_calls.begin_rollout > 0);
+    for (hook, config) in configs.iter() {
+        assert_eq!(
+            config.as_deref(),
+            Some(br#"{"failClusters":["cluster-003"]}"#.as_slice()),
+            "{hook}"
+        );
     }
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"sort"
@@ -40,6 +41,38 @@ func NewGate(blocked []string) *Gate {
 	return g
 }
 
+// RolloutConfig is what the gate reads from a rollout's plugin
+// configuration (plugin_config_json, the ManifestWorkReplicaSet's
+// rolloutStrategy.pluginConfig). Keys of other plugins are ignored.
+type RolloutConfig struct {
+	// FailClusters, when present, replaces -fail for this rollout (an empty
+	// list blocks none).
+	FailClusters *[]string `json:"failClusters"`
+}
+
+// isBlocked says whether r's cluster is blocked in r's rollout: by the
+// rollout's failClusters if it has one, else by -fail.
+func (g *Gate) isBlocked(r *pb.RolloutPluginRequest) (bool, error) {
+	cluster := r.GetClusterName()
+	js := r.GetPluginConfigJson()
+	if js == "" {
+		return g.Blocked[cluster], nil
+	}
+	var config RolloutConfig
+	if err := json.Unmarshal([]byte(js), &config); err != nil {
+		return false, status.Errorf(codes.InvalidArgument, "plugin_config_json (the rollout's pluginConfig): %v", err)
+	}
+	if config.FailClusters == nil {
+		return g.Blocked[cluster], nil
+	}
+	for _, c := range *config.FailClusters {
+		if c == cluster {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // Decide is the gate's answer for one request. It depends only on the
 // request, so the same request always gets the same answer.
 func (g *Gate) Decide(r *pb.RolloutPluginRequest) (*pb.ValidateResponse, error) {
@@ -47,7 +80,11 @@ func (g *Gate) Decide(r *pb.RolloutPluginRequest) (*pb.ValidateResponse, error) 
 		return nil, status.Error(codes.InvalidArgument, "ValidateRolloutCompletion without a cluster_name")
 	}
 	cluster, revision := r.GetClusterName(), r.GetDesiredRevision()
-	if g.Blocked[cluster] && !r.GetAborting() {
+	blocked, err := g.isBlocked(r)
+	if err != nil {
+		return nil, err
+	}
+	if blocked && !r.GetAborting() {
 		return &pb.ValidateResponse{
 			Result:  pb.ValidationResult_VALIDATION_RESULT_FAILED,
 			Message: fmt.Sprintf("cluster-gate: %s is blocked (revision %s)", cluster, revision),

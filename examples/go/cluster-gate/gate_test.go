@@ -54,6 +54,37 @@ func TestTheGateFailsBlockedClustersUnlessAborting(t *testing.T) {
 	}
 }
 
+func TestTheRolloutConfigReplacesTheFailList(t *testing.T) {
+	gate := NewGate([]string{"bad"})
+	configured := func(cluster, config string) *pb.RolloutPluginRequest {
+		r := request(cluster, false)
+		r.PluginConfigJson = config
+		return r
+	}
+	failed := pb.ValidationResult_VALIDATION_RESULT_FAILED
+	succeeded := pb.ValidationResult_VALIDATION_RESULT_SUCCEEDED
+	cases := []struct {
+		cluster, config string
+		want            pb.ValidationResult
+	}{
+		{"other", `{"failClusters":["other"]}`, failed},
+		{"bad", `{"failClusters":["other"]}`, succeeded},
+		{"bad", `{"failClusters":[]}`, succeeded},
+		{"bad", `{"soakTime":"5m"}`, failed}, // another plugin's key: -fail holds
+		{"bad", ``, failed},
+	}
+	for _, c := range cases {
+		got, err := gate.Decide(configured(c.cluster, c.config))
+		if err != nil || got.GetResult() != c.want {
+			t.Errorf("%s with %q: got %v, %v; want %v", c.cluster, c.config, got.GetResult(), err, c.want)
+		}
+	}
+	_, err := gate.Decide(configured("bad", `{"failClusters":"bad"}`))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "plugin_config_json") {
+		t.Errorf("a config of the wrong type: got %v, want InvalidArgument naming plugin_config_json", err)
+	}
+}
+
 // binary is the path in the environment variable name, or skips the test
 // (fails it when ROLLOUT_HOOKS_E2E=1, as in CI).
 func binary(t *testing.T, name string) string {

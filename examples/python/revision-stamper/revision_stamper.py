@@ -7,7 +7,14 @@ the annotations
     rollout.ocm.io/placement: <placement_name>
 
 so each cluster's objects say which revision of which placement put them
-there. The work's own apiVersion, kind, metadata.name and metadata.namespace
+there, plus the annotations the rollout's plugin configuration asks for under
+its own key (the keys of a pipeline's other plugins are ignored):
+
+    rolloutStrategy:
+      pluginConfig:
+        revision-stamper:
+          annotations: {team: payments}
+ The work's own apiVersion, kind, metadata.name and metadata.namespace
 are never touched (the gateway refuses an answer that changes them), and the
 answer depends only on the request, so a repeated call gets the same answer.
 
@@ -49,8 +56,37 @@ class BadWork(ValueError):
     """The request's work is not a ManifestWork this plugin can stamp."""
 
 
-def stamp(work: dict, revision: str, placement: str) -> dict:
-    """Returns a copy of `work` whose manifests carry the two annotations.
+class BadConfig(ValueError):
+    """The rollout's plugin configuration does not fit this plugin."""
+
+
+def extra_annotations(plugin_config_json: str) -> dict:
+    """The annotations a rollout's plugin_config_json asks for, under
+    `revision-stamper.annotations` (a map of strings); {} when it asks for
+    none. Raises BadConfig naming the key when the value does not fit.
+    """
+    if not plugin_config_json:
+        return {}
+    try:
+        config = json.loads(plugin_config_json)
+    except ValueError as e:
+        raise BadConfig(f"not JSON: {e}") from e
+    if not isinstance(config, dict):
+        raise BadConfig("not a JSON object")
+    mine = config.get(NAME, {})
+    if not isinstance(mine, dict):
+        raise BadConfig(f"{NAME}: not an object")
+    annotations = mine.get("annotations", {})
+    if not isinstance(annotations, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()
+    ):
+        raise BadConfig(f"{NAME}.annotations: not a map of strings")
+    return annotations
+
+
+def stamp(work: dict, revision: str, placement: str, extra: dict = None) -> dict:
+    """Returns a copy of `work` whose manifests carry the two annotations
+    (and `extra`, which never overrides them).
 
     Pure: the answer depends only on its inputs. Raises BadWork when the
     work is not a JSON object or a manifest is not one.
@@ -66,6 +102,7 @@ def stamp(work: dict, revision: str, placement: str) -> dict:
             raise BadWork(f"spec.workload.manifests[{i}] is not an object")
         metadata = manifest.setdefault("metadata", {})
         annotations = metadata.get("annotations") or {}
+        annotations.update(extra or {})
         annotations[REVISION_ANNOTATION] = revision
         annotations[PLACEMENT_ANNOTATION] = placement
         metadata["annotations"] = annotations
@@ -97,8 +134,14 @@ class RevisionStamper(pb_grpc.RolloutPluginServiceServicer):
     def MutateManifestWork(self, request, context):
         rollout = request.rollout
         try:
+            extra = extra_annotations(rollout.plugin_config_json)
+        except BadConfig as e:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"plugin_config_json (the rollout's pluginConfig): {e}"
+            )
+        try:
             work = json.loads(request.manifest_work or b"null")
-            stamped = stamp(work, rollout.desired_revision, rollout.placement_name)
+            stamped = stamp(work, rollout.desired_revision, rollout.placement_name, extra)
         except (ValueError, BadWork) as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"manifest_work: {e}")
         log.info(

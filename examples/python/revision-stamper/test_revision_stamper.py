@@ -56,6 +56,36 @@ class StampTest(unittest.TestCase):
                 rs.stamp(bad, "r", "p")
 
 
+class ConfigTest(unittest.TestCase):
+    def test_the_plugins_own_key_adds_annotations(self):
+        config = json.dumps({"revision-stamper": {"annotations": {"team": "payments"}}, "soakTime": "5m"})
+        extra = rs.extra_annotations(config)
+        self.assertEqual(extra, {"team": "payments"})
+        out = rs.stamp(WORK, "rev-2", "canary", extra)
+        for manifest in out["spec"]["workload"]["manifests"]:
+            self.assertEqual(manifest["metadata"]["annotations"]["team"], "payments")
+
+    def test_no_config_or_other_plugins_keys_add_nothing(self):
+        for config in ("", "{}", '{"soakTime": "5m", "failClusters": ["c1"]}'):
+            self.assertEqual(rs.extra_annotations(config), {}, config)
+
+    def test_the_stamps_are_not_overridden(self):
+        extra = {rs.REVISION_ANNOTATION: "forged"}
+        out = rs.stamp(WORK, "rev-2", "canary", extra)
+        self.assertEqual(out["spec"]["workload"]["manifests"][0]["metadata"]["annotations"][rs.REVISION_ANNOTATION], "rev-2")
+
+    def test_a_config_that_does_not_fit_names_the_key(self):
+        for bad, says in (
+            ("[1]", "not a JSON object"),
+            ("{", "not JSON"),
+            ('{"revision-stamper": 1}', "revision-stamper: not an object"),
+            ('{"revision-stamper": {"annotations": {"n": 1}}}', "revision-stamper.annotations"),
+        ):
+            with self.assertRaises(rs.BadConfig) as caught:
+                rs.extra_annotations(bad)
+            self.assertIn(says, str(caught.exception), bad)
+
+
 def binary(var):
     path = os.environ.get(var)
     if not path:

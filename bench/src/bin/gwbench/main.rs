@@ -1,11 +1,13 @@
-//! `gwbench`: the gateway benchmark. It starts an echo plugin, the gateway
-//! (with a registry of `--registered` plugins), a second gateway exporting
-//! its spans over OTLP/gRPC to a receiver inside `gwbench`, and nginx (a
-//! plain gRPC proxy for scale) in front of it, runs `hookbench` against the
-//! targets, alternating them within every round, and reports medians over
-//! the rounds with the latency, throughput and CPU the gateway adds, what
-//! exporting spans adds to that, plus memory. The full results go to a JSON
-//! file, Markdown tables to stdout, progress to stderr.
+//! `gwbench`: the gateway benchmark. It starts one `echo-plugin` per plugin
+//! mode the scenarios use (the echo plugin; the mutating one, for scenarios
+//! ending in `-mut`), the gateway (with a registry of `--registered`
+//! plugins), a second gateway exporting its spans over OTLP/gRPC to a
+//! receiver inside `gwbench`, and two plain gRPC proxies as yardsticks, nginx
+//! and HAProxy, in front of them; runs `hookbench` against the targets,
+//! alternating them within every round; and reports medians over the rounds
+//! with the latency, throughput and CPU the gateway adds, what exporting
+//! spans adds to that, memory, and issue 15's goals met or missed. The full
+//! results go to a JSON file, Markdown tables to stdout, progress to stderr.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -16,14 +18,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, anyhow, bail};
 use clap::Parser;
 use rollout_bench::compare::config::{
-    NginxSettings, gateway_config_yaml, nginx_config, parse_nginx_version, traced_gateway_env,
+    NginxSettings, Route, gateway_config_yaml, haproxy_config, nginx_config, parse_haproxy_version,
+    parse_nginx_version, traced_gateway_env,
 };
-use rollout_bench::compare::procfs;
 use rollout_bench::compare::summary::{
     BenchResults, Environment, MemoryReport, RoundRecord, Settings, SpanReport, calls_made,
-    cpu_micros_per_call, markdown, summarize,
+    cpu_micros_per_call, goals, markdown, summarize,
 };
-use rollout_bench::compare::{DEFAULT_SCENARIOS, Scenario, TargetKind};
+use rollout_bench::compare::{
+    DEFAULT_SCENARIOS, DEFAULT_TRACED_SCENARIOS, PluginMode, Scenario, TargetKind,
+};
+use rollout_bench::compare::{machine, procfs};
 use rollout_bench::load::{Hook, Report};
 use rollout_bench::otlp::SpanReceiver;
 use rollout_bench::units::parse_duration;
@@ -38,14 +43,19 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the traced gateway gets to drain and flush its last spans.
 const TRACED_STOP_GRACE: Duration = Duration::from_secs(20);
 
-/// Compare an echo plugin called directly, through rollout-gateway (without
-/// and with exported tracing) and through nginx.
+/// Compare a plugin called directly, through rollout-gateway (without and
+/// with exported tracing), and through nginx and HAProxy.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
-    /// Scenarios `c{CONCURRENCY}-{SIZE}`, comma-separated.
+    /// Scenarios `c{CONCURRENCY}-{SIZE}`, comma-separated; `-mut` at the end
+    /// (`c1-4k-mut`) calls the mutating plugin instead of the echo plugin.
     #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_SCENARIOS.iter().map(|s| s.to_string()))]
     scenarios: Vec<String>,
+    /// The scenarios the traced gateway runs in, comma-separated, or `all`;
+    /// names not in --scenarios are ignored.
+    #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_TRACED_SCENARIOS.iter().map(|s| s.to_string()))]
+    traced_scenarios: Vec<String>,
     /// Rounds; each runs every scenario against every target.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
@@ -70,7 +80,7 @@ struct Args {
     /// Runtime threads of hookbench.
     #[arg(long, default_value_t = 1)]
     hookbench_threads: usize,
-    /// Runtime threads of the echo plugin.
+    /// Runtime threads of each echo plugin.
     #[arg(long, default_value_t = 1)]
     plugin_threads: usize,
     /// RUST_LOG of the gateway during the run.
@@ -104,6 +114,15 @@ struct Args {
     /// When nginx is missing, install it with `apt-get install -y nginx-light`.
     #[arg(long)]
     install_nginx: bool,
+    /// The HAProxy binary (default: `haproxy` on PATH or in /usr/sbin).
+    #[arg(long)]
+    haproxy: Option<PathBuf>,
+    /// Leave HAProxy out.
+    #[arg(long)]
+    no_haproxy: bool,
+    /// When HAProxy is missing, install it with `apt-get install -y haproxy`.
+    #[arg(long)]
+    install_haproxy: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -144,10 +163,15 @@ async fn run_until_signal(args: Args) -> anyhow::Result<()> {
 struct Plan {
     args: Args,
     scenarios: Vec<Scenario>,
+    /// The names of the scenarios the traced gateway runs in.
+    traced_scenarios: Vec<String>,
+    /// The plugin modes the scenarios use, in order.
+    modes: Vec<PluginMode>,
     echo_plugin: PathBuf,
     gateway: PathBuf,
     hookbench: PathBuf,
     nginx: Result<PathBuf, String>,
+    haproxy: Result<PathBuf, String>,
 }
 
 impl Plan {
@@ -160,6 +184,10 @@ impl Plan {
         if scenarios.is_empty() || args.rounds == 0 {
             bail!("nothing to run: give at least one scenario and one round");
         }
+        let traced_scenarios = traced_scenarios(&args, &scenarios)?;
+        let mut modes: Vec<PluginMode> = scenarios.iter().map(|s| s.plugin_mode).collect();
+        modes.sort_unstable();
+        modes.dedup();
         let bin_dir = match &args.bin_dir {
             Some(dir) => dir.clone(),
             None => std::env::current_exe()
@@ -187,26 +215,101 @@ impl Plan {
         let echo_plugin = binary(&args.echo_plugin, "echo-plugin")?;
         let gateway = binary(&args.gateway, "rollout-gateway")?;
         let hookbench = binary(&args.hookbench, "hookbench")?;
-        let nginx = find_nginx(&args);
+        let nginx = find_tool(
+            &NGINX,
+            args.nginx.as_deref(),
+            args.no_nginx,
+            args.install_nginx,
+        );
+        let haproxy = find_tool(
+            &HAPROXY,
+            args.haproxy.as_deref(),
+            args.no_haproxy,
+            args.install_haproxy,
+        );
         Ok(Self {
             args,
             scenarios,
+            traced_scenarios,
+            modes,
             echo_plugin,
             gateway,
             hookbench,
             nginx,
+            haproxy,
         })
     }
 }
 
-/// The nginx binary, or why there is none.
-fn find_nginx(args: &Args) -> Result<PathBuf, String> {
-    if args.no_nginx {
-        return Err("--no-nginx".to_owned());
+/// The names of the scenarios the traced gateway runs in: `--traced-scenarios`
+/// (`all`: every scenario) among `scenarios`, none with `--no-traced`.
+fn traced_scenarios(args: &Args, scenarios: &[Scenario]) -> anyhow::Result<Vec<String>> {
+    if args.no_traced {
+        return Ok(Vec::new());
     }
-    if let Some(path) = &args.nginx {
+    if args.traced_scenarios.iter().any(|name| name == "all") {
+        return Ok(scenarios.iter().map(|s| s.name.clone()).collect());
+    }
+    let mut wanted = Vec::new();
+    for name in &args.traced_scenarios {
+        // Parsed so a typo says so, and `c1-4KiB-mut` matches `c1-4k-mut`.
+        wanted.push(Scenario::parse(name).context("--traced-scenarios")?.name);
+    }
+    Ok(scenarios
+        .iter()
+        .filter(|s| wanted.contains(&s.name))
+        .map(|s| s.name.clone())
+        .collect())
+}
+
+/// A yardstick proxy gwbench can run: its binary, the flags that name it,
+/// and the Debian package that has it.
+struct Tool {
+    /// The binary's name.
+    binary: &'static str,
+    /// The name of its flags (`--no-NAME`, `--install-NAME`).
+    flag: &'static str,
+    /// The Debian package.
+    package: &'static str,
+    /// Where to look besides PATH.
+    dirs: &'static [&'static str],
+}
+
+const NGINX: Tool = Tool {
+    binary: "nginx",
+    flag: "nginx",
+    package: "nginx-light",
+    dirs: &["/usr/sbin", "/usr/local/sbin", "/usr/local/nginx/sbin"],
+};
+
+const HAPROXY: Tool = Tool {
+    binary: "haproxy",
+    flag: "haproxy",
+    package: "haproxy",
+    dirs: &["/usr/sbin", "/usr/local/sbin"],
+};
+
+/// The tool's binary, or why there is none: `--no-NAME` leaves it out, a
+/// given path must exist, else PATH and the usual directories are searched,
+/// and, with `--install-NAME`, apt-get installs it when missing.
+fn find_tool(
+    tool: &Tool,
+    given: Option<&Path>,
+    leave_out: bool,
+    install: bool,
+) -> Result<PathBuf, String> {
+    let Tool {
+        binary,
+        flag,
+        package,
+        dirs,
+    } = tool;
+    if leave_out {
+        return Err(format!("--no-{flag}"));
+    }
+    if let Some(path) = given {
         return if path.is_file() {
-            Ok(path.clone())
+            Ok(path.to_owned())
         } else {
             Err(format!("{} does not exist", path.display()))
         };
@@ -216,17 +319,17 @@ fn find_nginx(args: &Args) -> Result<PathBuf, String> {
             .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
             .unwrap_or_default()
             .into_iter()
-            .chain(["/usr/sbin", "/usr/local/sbin", "/usr/local/nginx/sbin"].map(PathBuf::from))
-            .map(|dir| dir.join("nginx"))
+            .chain(dirs.iter().map(PathBuf::from))
+            .map(|dir| dir.join(binary))
             .find(|path| path.is_file())
     };
     if let Some(path) = search() {
         return Ok(path);
     }
-    if args.install_nginx {
-        eprintln!("gwbench: nginx not found; running `apt-get install -y nginx-light`");
+    if install {
+        eprintln!("gwbench: {binary} not found; running `apt-get install -y {package}`");
         let installed = std::process::Command::new("apt-get")
-            .args(["install", "-y", "nginx-light"])
+            .args(["install", "-y", package])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .stdout(std::process::Stdio::null())
             .status()
@@ -234,9 +337,11 @@ fn find_nginx(args: &Args) -> Result<PathBuf, String> {
         if let (true, Some(path)) = (installed, search()) {
             return Ok(path);
         }
-        return Err("`apt-get install -y nginx-light` failed".to_owned());
+        return Err(format!("`apt-get install -y {package}` failed"));
     }
-    Err("nginx not found on PATH; install it (`apt-get install -y nginx-light`) or pass --install-nginx".to_owned())
+    Err(format!(
+        "{binary} not found on PATH; install it (`apt-get install -y {package}`) or pass --install-{flag}"
+    ))
 }
 
 /// A running gateway.
@@ -299,18 +404,109 @@ async fn start_gateway(
 /// A target of the load: where it is and which processes serve it.
 struct Target {
     kind: TargetKind,
-    url: String,
+    /// Its address for each plugin mode (proxies have one route per plugin).
+    urls: BTreeMap<PluginMode, String>,
     /// The proxy's processes, for CPU time (none for direct).
     proxy_pids: Vec<u32>,
 }
 
+impl Target {
+    /// Whether the target runs in `scenario` (the traced gateway runs only in
+    /// the traced scenarios).
+    fn runs_in(&self, scenario: &Scenario, traced_scenarios: &[String]) -> bool {
+        self.urls.contains_key(&scenario.plugin_mode)
+            && (self.kind != TargetKind::GatewayTraced || traced_scenarios.contains(&scenario.name))
+    }
+}
+
+/// A running echo plugin.
+struct Plugin {
+    guard: ChildGuard,
+    address: SocketAddr,
+    pid: u32,
+}
+
+/// Starts `echo-plugin` in `mode`, named as the gateway's registry names it.
+async fn start_plugin(plan: &Plan, mode: PluginMode, temp: &Path) -> anyhow::Result<Plugin> {
+    let mut command = Command::new(&plan.echo_plugin);
+    command
+        .args(["--listen", "127.0.0.1:0"])
+        .args(["--mode", mode.echo_mode_arg()])
+        .args(["--name", mode.plugin_name()])
+        .args(["--threads", &plan.args.plugin_threads.to_string()]);
+    let name = format!("echo-plugin --mode {}", mode.echo_mode_arg());
+    let (mut guard, stdout) = ChildGuard::spawn(
+        &name,
+        command,
+        &temp.join(format!("echo-plugin-{}.log", mode.echo_mode_arg())),
+    )?;
+    let line = guard
+        .wait_for_line(stdout, "echo-plugin listening", START_TIMEOUT)
+        .await?;
+    let address: SocketAddr = field(&line, "grpc")?
+        .parse()
+        .with_context(|| format!("bad address in {line:?}"))?;
+    let pid = guard.pid()?;
+    eprintln!("gwbench: {name} listening on {address}");
+    Ok(Plugin {
+        guard,
+        address,
+        pid,
+    })
+}
+
+/// A running plain proxy (nginx or HAProxy).
+struct Proxy {
+    guard: ChildGuard,
+    /// Where it listens for each plugin mode.
+    listen: BTreeMap<PluginMode, SocketAddr>,
+    /// Its processes (master and workers), as found once it runs.
+    pids: Vec<u32>,
+}
+
+impl Proxy {
+    fn target(&self, kind: TargetKind) -> Target {
+        Target {
+            kind,
+            urls: self
+                .listen
+                .iter()
+                .map(|(mode, address)| (*mode, format!("http://{address}")))
+                .collect(),
+            proxy_pids: self.pids.clone(),
+        }
+    }
+}
+
+/// One route per plugin: a free port to listen on and the plugin behind it.
+fn routes(
+    plugins: &BTreeMap<PluginMode, Plugin>,
+) -> anyhow::Result<(Vec<Route>, BTreeMap<PluginMode, SocketAddr>)> {
+    let mut routes = Vec::new();
+    let mut listen = BTreeMap::new();
+    for (mode, plugin) in plugins {
+        let route = Route {
+            listen: free_port()?,
+            upstream: plugin.address,
+        };
+        listen.insert(*mode, route.listen);
+        routes.push(route);
+    }
+    Ok((routes, listen))
+}
+
 async fn run(args: Args) -> anyhow::Result<()> {
+    let command_line: Vec<String> = std::env::args_os()
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    let load_average_start = machine::load_average();
     let plan = Plan::new(args)?;
     let args = &plan.args;
     let started_at_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs());
     let ticks_per_second = procfs::clock_ticks_per_second();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let temp = tempfile::Builder::new()
         .prefix("gwbench-")
         .tempdir()
@@ -319,32 +515,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // temporary directories inside this one.
     set_world_readable(temp.path())?;
 
-    // 1. The echo plugin.
-    let mut command = Command::new(&plan.echo_plugin);
-    command.args([
-        "--listen",
-        "127.0.0.1:0",
-        "--threads",
-        &args.plugin_threads.to_string(),
-    ]);
-    let (mut plugin, stdout) =
-        ChildGuard::spawn("echo-plugin", command, &temp.path().join("echo-plugin.log"))?;
-    let line = plugin
-        .wait_for_line(stdout, "echo-plugin listening", START_TIMEOUT)
-        .await?;
-    let plugin_address: SocketAddr = field(&line, "grpc")?
-        .parse()
-        .with_context(|| format!("bad address in {line:?}"))?;
-    let plugin_pid = plugin.pid()?;
-    eprintln!("gwbench: echo-plugin listening on {plugin_address}");
+    // 1. One plugin per mode: every target of a scenario calls the same one.
+    let mut plugins = BTreeMap::new();
+    for &mode in &plan.modes {
+        plugins.insert(mode, start_plugin(&plan, mode, temp.path()).await?);
+    }
 
-    // 2. The gateway, with the padded registry.
+    // 2. The gateway, with every plugin and the padded registry.
     let config = temp.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        gateway_config_yaml(plugin_address, args.registered),
-    )
-    .with_context(|| format!("cannot write {}", config.display()))?;
+    let registry: Vec<(&str, SocketAddr)> = plugins
+        .iter()
+        .map(|(mode, plugin)| (mode.plugin_name(), plugin.address))
+        .collect();
+    std::fs::write(&config, gateway_config_yaml(&registry, args.registered))
+        .with_context(|| format!("cannot write {}", config.display()))?;
     let mut command = Command::new(&plan.gateway);
     // Nothing exported, whatever gwbench's environment says.
     command
@@ -359,12 +543,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     eprintln!(
         "gwbench: rollout-gateway ready on {} ({} plugins registered, admin {})",
-        gateway.address, args.registered, gateway.admin_address
+        gateway.address,
+        args.registered.max(registry.len()),
+        gateway.admin_address
     );
 
     // 2b. The traced gateway, the same but exporting to a receiver in here.
     let mut traced = None;
-    if !args.no_traced {
+    if !args.no_traced && plan.traced_scenarios.is_empty() {
+        eprintln!(
+            "gwbench: the traced gateway is left out: none of --traced-scenarios is among --scenarios"
+        );
+    }
+    if !plan.traced_scenarios.is_empty() {
         let receiver = SpanReceiver::start(SocketAddr::from(([127, 0, 0, 1], 0)))
             .context("cannot start the OTLP receiver")?;
         let endpoint = format!("http://{}", receiver.address);
@@ -385,8 +576,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             procfs::read_memory(gateway.pid).context("cannot read the traced gateway's memory")?,
         );
         eprintln!(
-            "gwbench: rollout-gateway (traced) ready on {}, exporting spans to {endpoint}",
-            gateway.address
+            "gwbench: rollout-gateway (traced) ready on {}, exporting spans to {endpoint}, in {}",
+            gateway.address,
+            plan.traced_scenarios.join(", ")
         );
         traced = Some(Traced {
             gateway,
@@ -395,81 +587,123 @@ async fn run(args: Args) -> anyhow::Result<()> {
         });
     }
 
-    // 3. nginx, unless skipped.
-    let mut nginx_version = None;
-    let mut nginx_skipped = None;
-    let mut nginx = None;
+    // 3. nginx and HAProxy, unless skipped.
+    let (mut nginx_version, mut nginx_skipped, mut nginx) = (None, None, None);
     match &plan.nginx {
         Err(reason) => {
             eprintln!("gwbench: nginx is skipped: {reason}");
             nginx_skipped = Some(reason.clone());
         }
         Ok(binary) => {
-            let (guard, address, version) =
-                start_nginx(binary, temp.path(), plugin_address).await?;
-            let pids = procfs::process_group(guard.pid()?)?;
-            memory.nginx_idle = Some(procfs::memory(&pids));
-            memory.nginx_processes = Some(pids.len());
+            let (proxy, version) = start_nginx(binary, temp.path(), &plugins).await?;
+            memory.nginx_idle = Some(procfs::memory(&proxy.pids));
+            memory.nginx_processes = Some(proxy.pids.len());
             eprintln!(
-                "gwbench: {version} proxying on {address} ({} processes)",
-                pids.len()
+                "gwbench: {version} proxying on {} ({} processes)",
+                addresses(&proxy.listen),
+                proxy.pids.len()
             );
             nginx_version = Some(version);
-            nginx = Some((guard, address));
+            nginx = Some(proxy);
+        }
+    }
+    let (mut haproxy_version, mut haproxy_skipped, mut haproxy) = (None, None, None);
+    match &plan.haproxy {
+        Err(reason) => {
+            eprintln!("gwbench: HAProxy is skipped: {reason}");
+            haproxy_skipped = Some(reason.clone());
+        }
+        Ok(binary) => {
+            let (proxy, version) = start_haproxy(binary, temp.path(), &plugins, cpus).await?;
+            memory.haproxy_idle = Some(procfs::memory(&proxy.pids));
+            eprintln!(
+                "gwbench: {version} proxying on {} ({cpus} threads)",
+                addresses(&proxy.listen)
+            );
+            haproxy_version = Some(version);
+            haproxy = Some(proxy);
         }
     }
 
+    let plugin_urls = |address: &dyn Fn(&Plugin) -> String| -> BTreeMap<PluginMode, String> {
+        plugins
+            .iter()
+            .map(|(mode, plugin)| (*mode, address(plugin)))
+            .collect()
+    };
     let mut targets = vec![
         Target {
             kind: TargetKind::Direct,
-            url: format!("http://{plugin_address}"),
+            urls: plugin_urls(&|plugin| format!("http://{}", plugin.address)),
             proxy_pids: Vec::new(),
         },
         Target {
             kind: TargetKind::Gateway,
-            url: format!("http://{}", gateway.address),
+            urls: plugin_urls(&|_| format!("http://{}", gateway.address)),
             proxy_pids: vec![gateway.pid],
         },
     ];
     if let Some(traced) = &traced {
         targets.push(Target {
             kind: TargetKind::GatewayTraced,
-            url: format!("http://{}", traced.gateway.address),
+            urls: plugin_urls(&|_| format!("http://{}", traced.gateway.address)),
             proxy_pids: vec![traced.gateway.pid],
         });
     }
-    if let Some((guard, address)) = &nginx {
-        targets.push(Target {
-            kind: TargetKind::Nginx,
-            url: format!("http://{address}"),
-            proxy_pids: procfs::process_group(guard.pid()?)?,
-        });
+    if let Some(proxy) = &nginx {
+        targets.push(proxy.target(TargetKind::Nginx));
+    }
+    if let Some(proxy) = &haproxy {
+        targets.push(proxy.target(TargetKind::Haproxy));
     }
 
     // 4. The rounds.
-    let runs = args.rounds * plan.scenarios.len() * targets.len();
+    let per_round: usize = plan
+        .scenarios
+        .iter()
+        .map(|scenario| {
+            targets
+                .iter()
+                .filter(|t| t.runs_in(scenario, &plan.traced_scenarios))
+                .count()
+        })
+        .sum();
+    let runs = args.rounds * per_round;
     let estimate = (args.duration + args.warmup).as_secs_f64() * runs as f64;
-    eprintln!("gwbench: {runs} runs, about {:.0} s", estimate.ceil());
+    eprintln!(
+        "gwbench: {runs} runs, about {:.0} s (plus start-up and hookbench's own)",
+        estimate.ceil()
+    );
     let mut records = Vec::with_capacity(runs);
     for round in 1..=args.rounds {
         for scenario in &plan.scenarios {
+            let in_scenario: Vec<&Target> = targets
+                .iter()
+                .filter(|t| t.runs_in(scenario, &plan.traced_scenarios))
+                .collect();
             // Rotate the order every round so no target always runs first
             // (after a pause) or last (on a warmer machine).
-            let offset = (round - 1) % targets.len();
-            for index in 0..targets.len() {
-                let target = &targets[(offset + index) % targets.len()];
-                plugin.ensure_running()?;
+            let offset = (round - 1) % in_scenario.len();
+            for index in 0..in_scenario.len() {
+                let target = in_scenario[(offset + index) % in_scenario.len()];
+                for plugin in plugins.values_mut() {
+                    plugin.guard.ensure_running()?;
+                }
                 gateway.guard.ensure_running()?;
                 if let Some(traced) = &mut traced {
                     traced.gateway.guard.ensure_running()?;
                 }
-                if let Some((guard, _)) = &mut nginx {
-                    guard.ensure_running()?;
+                for proxy in [&mut nginx, &mut haproxy].into_iter().flatten() {
+                    proxy.guard.ensure_running()?;
                 }
                 eprint!(
                     "round {round}/{} {} {} ... ",
                     args.rounds, scenario.name, target.kind
                 );
+                let plugin_pid = plugins
+                    .get(&scenario.plugin_mode)
+                    .map(|plugin| plugin.pid)
+                    .context("no plugin for the scenario")?;
                 let record =
                     run_round(&plan, round, scenario, target, plugin_pid, ticks_per_second).await?;
                 let latency = &record.report.latency_micros;
@@ -497,12 +731,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
+    let load_average_end = machine::load_average();
 
     // 5. Memory after the runs, then the results.
     memory.gateway_after_runs = Some(procfs::read_memory(gateway.pid)?);
-    memory.plugin_after_runs = Some(procfs::read_memory(plugin_pid)?);
-    if let Some(target) = targets.iter().find(|t| t.kind == TargetKind::Nginx) {
-        memory.nginx_after_runs = Some(procfs::memory(&target.proxy_pids));
+    for (mode, plugin) in &plugins {
+        let after = Some(procfs::read_memory(plugin.pid)?);
+        match mode {
+            PluginMode::Echo => memory.plugin_after_runs = after,
+            PluginMode::Mutate => memory.mutate_plugin_after_runs = after,
+        }
+    }
+    if let Some(proxy) = &nginx {
+        memory.nginx_after_runs = Some(procfs::memory(&proxy.pids));
+    }
+    if let Some(proxy) = &haproxy {
+        memory.haproxy_after_runs = Some(procfs::memory(&proxy.pids));
     }
     // The spans: stop the traced gateway first, so its batch processor
     // flushes what it still holds, then count.
@@ -534,38 +778,58 @@ async fn run(args: Args) -> anyhow::Result<()> {
         spans = Some(report);
     }
     let target_kinds: Vec<TargetKind> = targets.iter().map(|t| t.kind).collect();
-    let results = BenchResults {
+    let mut results = BenchResults {
         settings: Settings {
             hook: args.hook,
             rounds: args.rounds,
             duration_seconds: args.duration.as_secs_f64(),
             warmup_seconds: args.warmup.as_secs_f64(),
             connections: args.connections,
-            registered_plugins: args.registered,
+            registered_plugins: args.registered.max(registry.len()),
             scenarios: plan.scenarios.clone(),
             targets: target_kinds.clone(),
+            traced_scenarios: plan.traced_scenarios.clone(),
+            command_line,
         },
         environment: Environment {
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpus,
+            cpu_model: machine::cpu_model(),
+            kernel: machine::kernel(),
+            load_average_start,
+            load_average_end,
             clock_ticks_per_second: ticks_per_second,
             nginx_version,
             nginx_skipped,
+            haproxy_version,
+            haproxy_skipped,
             started_at_unix,
         },
         summary: summarize(&plan.scenarios, &target_kinds, &records),
         memory,
         spans,
+        goals: Vec::new(),
         rounds: records,
     };
+    results.goals = goals(&results);
     write_results(&args.out, &results)?;
     print!("{}", markdown(&results));
     eprintln!("gwbench: results written to {}", args.out.display());
-    // Stop nginx, then the gateways, then the plugin and the receiver.
+    // Stop the proxies, then the gateways, then the plugins and the receiver.
     drop(nginx);
+    drop(haproxy);
     drop(gateway);
     drop(traced);
-    drop(plugin);
+    drop(plugins);
     Ok(())
+}
+
+/// `echo=ADDR, mutate=ADDR`.
+fn addresses(listen: &BTreeMap<PluginMode, SocketAddr>) -> String {
+    listen
+        .iter()
+        .map(|(mode, address)| format!("{}={address}", mode.plugin_name()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One hookbench run against one target, with the CPU time the target's
@@ -579,9 +843,16 @@ async fn run_round(
     ticks_per_second: u64,
 ) -> anyhow::Result<RoundRecord> {
     let args = &plan.args;
+    let url = target.urls.get(&scenario.plugin_mode).with_context(|| {
+        format!(
+            "{} has no route to the {} plugin",
+            target.kind,
+            scenario.plugin_mode.plugin_name()
+        )
+    })?;
     let mut command = Command::new(&plan.hookbench);
     command
-        .args(["--target", &target.url])
+        .args(["--target", url])
         .args(["--hook", args.hook.as_str()])
         .args(["--concurrency", &scenario.concurrency.to_string()])
         .args(["--connections", &args.connections.to_string()])
@@ -592,7 +863,7 @@ async fn run_round(
         .args(["--threads", &args.hookbench_threads.to_string()])
         .arg("--json");
     if target.kind.is_gateway() {
-        command.args(["--plugin", "echo"]);
+        command.args(["--plugin", scenario.plugin_mode.plugin_name()]);
     }
 
     let proxy_before = procfs::cpu_ticks(&target.proxy_pids);
@@ -607,9 +878,8 @@ async fn run_round(
     let stdout = String::from_utf8_lossy(&output.stdout);
     let report: Report = serde_json::from_str(stdout.trim()).with_context(|| {
         format!(
-            "hookbench against {} ({}) gave no report ({}): {}",
+            "hookbench against {} ({url}) gave no report ({}): {}",
             target.kind,
-            target.url,
             output.status,
             String::from_utf8_lossy(&output.stderr).trim()
         )
@@ -630,12 +900,13 @@ async fn run_round(
     })
 }
 
-/// Starts nginx as a gRPC proxy to `upstream`; returns its guard, address and version.
+/// Starts nginx as a gRPC proxy with one route per plugin; returns it and
+/// its version.
 async fn start_nginx(
     binary: &Path,
     temp: &Path,
-    upstream: SocketAddr,
-) -> anyhow::Result<(ChildGuard, SocketAddr, String)> {
+    plugins: &BTreeMap<PluginMode, Plugin>,
+) -> anyhow::Result<(Proxy, String)> {
     let version_output = std::process::Command::new(binary)
         .arg("-v")
         .output()
@@ -653,12 +924,11 @@ async fn start_nginx(
     std::fs::create_dir_all(&prefix)
         .with_context(|| format!("cannot create {}", prefix.display()))?;
     set_world_readable(&prefix)?;
-    let listen = free_port()?;
+    let (routes, listen) = routes(plugins)?;
     let conf = prefix.join("nginx.conf");
     let settings = NginxSettings {
         prefix: &prefix,
-        listen,
-        upstream,
+        routes: &routes,
         version: parse_nginx_version(&version_text),
     };
     std::fs::write(&conf, nginx_config(&settings))
@@ -667,15 +937,17 @@ async fn start_nginx(
     let mut command = Command::new(binary);
     command.arg("-p").arg(&prefix).arg("-c").arg(&conf);
     let (mut guard, _stdout) = ChildGuard::spawn("nginx", command, &prefix.join("stderr.log"))?;
-    wait_for_port(&mut guard, &listen.to_string(), START_TIMEOUT)
-        .await
-        .map_err(|error| {
-            anyhow!(
-                "{error:#}{}",
-                processes::log_tail(&prefix.join("error.log"))
-            )
-        })
-        .context("nginx did not start (pass --no-nginx to leave it out)")?;
+    for route in &routes {
+        wait_for_port(&mut guard, &route.listen.to_string(), START_TIMEOUT)
+            .await
+            .map_err(|error| {
+                anyhow!(
+                    "{error:#}{}",
+                    processes::log_tail(&prefix.join("error.log"))
+                )
+            })
+            .context("nginx did not start (pass --no-nginx to leave it out)")?;
+    }
     // The workers start after the master binds; wait for them so the idle
     // memory reading includes them.
     let master = guard.pid()?;
@@ -685,7 +957,57 @@ async fn start_nginx(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok((guard, listen, version))
+    let pids = procfs::process_group(master)?;
+    Ok((
+        Proxy {
+            guard,
+            listen,
+            pids,
+        },
+        version,
+    ))
+}
+
+/// Starts HAProxy in the foreground (`-db`: one process, `threads`
+/// threads) as a gRPC proxy with one route per plugin; returns it and its
+/// version.
+async fn start_haproxy(
+    binary: &Path,
+    temp: &Path,
+    plugins: &BTreeMap<PluginMode, Plugin>,
+    threads: usize,
+) -> anyhow::Result<(Proxy, String)> {
+    let version_output = std::process::Command::new(binary)
+        .arg("-v")
+        .output()
+        .with_context(|| format!("cannot run {} -v", binary.display()))?;
+    let version_text = String::from_utf8_lossy(&version_output.stdout);
+    let version = parse_haproxy_version(&version_text)
+        .unwrap_or_else(|| version_text.lines().next().unwrap_or("HAProxy").to_owned());
+
+    let (routes, listen) = routes(plugins)?;
+    let conf = temp.join("haproxy.cfg");
+    std::fs::write(&conf, haproxy_config(&routes, threads))
+        .with_context(|| format!("cannot write {}", conf.display()))?;
+    let mut command = Command::new(binary);
+    command.arg("-db").arg("-f").arg(&conf);
+    let (mut guard, _stdout) = ChildGuard::spawn("haproxy", command, &temp.join("haproxy.log"))?;
+    for route in &routes {
+        wait_for_port(&mut guard, &route.listen.to_string(), START_TIMEOUT)
+            .await
+            .context("HAProxy did not start (pass --no-haproxy to leave it out)")?;
+    }
+    // One process with threads; should a master-worker setup ever be used,
+    // its workers count too.
+    let pids = procfs::process_group(guard.pid()?)?;
+    Ok((
+        Proxy {
+            guard,
+            listen,
+            pids,
+        },
+        version,
+    ))
 }
 
 /// A port that is free now (nginx cannot be told to pick one itself).

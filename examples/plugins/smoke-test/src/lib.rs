@@ -7,6 +7,12 @@
 //!   it answers INPROGRESS, with `recheck_after` set to the soak time left.
 //! - After the soak it answers SUCCEEDED, or FAILED for the clusters named
 //!   by `--fail` (the message names the cluster, the revision and why).
+//! - Each rollout may set both in its plugin configuration
+//!   (`rolloutStrategy.pluginConfig`, docs/plugin-api.md §1, "Plugin
+//!   configuration"): `soakTime` (a Go duration) replaces `--soak` and
+//!   `failClusters` (a list of cluster names) replaces `--fail`, for that
+//!   rollout only ([`RolloutConfig`]); a key left out keeps the flag. A
+//!   configuration that does not fit is INVALID_ARGUMENT naming the key.
 //! - While the rollout aborts (`aborting`: the last good revision is being
 //!   restored) `--fail` clusters pass too: the restored revision is the one
 //!   that worked. The restored revision has its own soak (another
@@ -23,11 +29,14 @@
 //! rollout counts: it reads its own cluster, revision and `aborting`, never
 //! the list of every cluster's status.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rollout_plugin_sdk::prelude::*;
+use rollout_proto::duration::parse_go_duration;
+use serde::Deserialize;
 
 /// The plugin's name, as it answers `Initialize` and prints when listening.
 pub const NAME: &str = "smoke-test";
@@ -52,6 +61,67 @@ impl Default for Settings {
             fail: HashSet::new(),
             max_tracked: DEFAULT_MAX_TRACKED,
         }
+    }
+}
+
+/// The keys smoke-test reads from a rollout's plugin configuration. Each
+/// one left out keeps the flag's value; keys of other plugins are ignored.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutConfig {
+    /// `soakTime`: the soak of this rollout, a Go duration (`300ms`, `5m`),
+    /// instead of `--soak`.
+    pub soak_time: Option<String>,
+    /// `failClusters`: the clusters that fail in this rollout, instead of
+    /// `--fail` (an empty list fails none).
+    pub fail_clusters: Option<Vec<String>>,
+}
+
+/// What one request is judged by: the flags, with its rollout's
+/// configuration over them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rules<'a> {
+    /// How long each (MWRS, cluster, revision) stays INPROGRESS.
+    pub soak: Duration,
+    /// Clusters that fail once soaked (unless aborting).
+    pub fail: Cow<'a, HashSet<String>>,
+    /// Where `fail` comes from, for the failure message: `--fail` or
+    /// `the rollout's failClusters`.
+    pub fail_source: &'static str,
+}
+
+impl Settings {
+    /// The rules for `request`: `--soak` and `--fail`, each replaced by its
+    /// key in the request's plugin configuration when present. Fails with
+    /// INVALID_ARGUMENT naming the key when the configuration does not fit.
+    pub fn rules(&self, request: &RolloutPluginRequest) -> Result<Rules<'_>, PluginError> {
+        let config: RolloutConfig = request.plugin_config()?.unwrap_or_default();
+        let soak = match config.soak_time {
+            None => self.soak,
+            Some(text) => {
+                let bad = |why: String| {
+                    PluginError::invalid_argument(format!(
+                        "plugin_config_json (the rollout's pluginConfig): soakTime: {why}"
+                    ))
+                };
+                let nanos = parse_go_duration(&text).map_err(|e| bad(e.to_string()))?;
+                let nanos =
+                    u64::try_from(nanos).map_err(|_| bad(format!("{text:?} is negative")))?;
+                Duration::from_nanos(nanos)
+            }
+        };
+        Ok(match config.fail_clusters {
+            None => Rules {
+                soak,
+                fail: Cow::Borrowed(&self.fail),
+                fail_source: "--fail",
+            },
+            Some(list) => Rules {
+                soak,
+                fail: Cow::Owned(list.into_iter().collect()),
+                fail_source: "the rollout's failClusters",
+            },
+        })
     }
 }
 
@@ -126,9 +196,10 @@ impl FirstSeen {
     }
 }
 
-/// The answer for `request`, first seen at `first_seen`, at `now`.
+/// The answer for `request` under `rules`, first seen at `first_seen`, at
+/// `now`.
 pub fn decide(
-    settings: &Settings,
+    rules: &Rules<'_>,
     request: &RolloutPluginRequest,
     first_seen: Instant,
     now: Instant,
@@ -136,22 +207,23 @@ pub fn decide(
     let cluster = &request.cluster_name;
     let revision = &request.desired_revision;
     let elapsed = now.saturating_duration_since(first_seen);
-    if let Some(left) = settings.soak.checked_sub(elapsed).filter(|d| !d.is_zero()) {
+    if let Some(left) = rules.soak.checked_sub(elapsed).filter(|d| !d.is_zero()) {
         return Validation::in_progress(format!(
             "smoke test soaking on {cluster} (revision {revision}): {} of {} left",
             millis(left),
-            millis(settings.soak)
+            millis(rules.soak)
         ))
         .recheck_after(left);
     }
-    if settings.fail.contains(cluster) && !request.aborting {
+    if rules.fail.contains(cluster) && !request.aborting {
         return Validation::failed(format!(
-            "smoke test failed on {cluster} (revision {revision}): the cluster is listed by --fail"
+            "smoke test failed on {cluster} (revision {revision}): the cluster is listed by {}",
+            rules.fail_source
         ));
     }
     Validation::succeeded().with_message(format!(
         "smoke test passed on {cluster} (revision {revision}) after a {} soak",
-        millis(settings.soak)
+        millis(rules.soak)
     ))
 }
 
@@ -164,13 +236,14 @@ fn millis(d: Duration) -> String {
     )
 }
 
-/// Parses a Go/Kubernetes-style duration (`500ms`, `10s`, `2m`, `1h30m`),
-/// not negative, for `--soak`.
+/// Parses a Go duration (`500ms`, `10s`, `2m`, `1h30m`), not negative, for
+/// `--soak`: the workspace's one Go duration parser, as for `soakTime`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let d: jiff::SignedDuration = text
-        .parse()
+    let nanos = parse_go_duration(text)
         .map_err(|e| format!("{text:?} is not a duration like 500ms, 10s or 2m: {e}"))?;
-    Duration::try_from(d).map_err(|_| format!("{text:?} is negative"))
+    u64::try_from(nanos)
+        .map(Duration::from_nanos)
+        .map_err(|_| format!("{text:?} is negative"))
 }
 
 /// The plugin.
@@ -201,13 +274,14 @@ impl SmokeTest {
                 "ValidateRolloutCompletion without a cluster_name",
             ));
         }
+        let rules = self.settings.rules(request)?;
         let key = SoakKey::of(request);
         let first_seen = self
             .first_seen
             .lock()
             .map_err(|_| PluginError::internal("smoke-test state poisoned by an earlier panic"))?
             .first_seen(&key, now);
-        Ok(decide(&self.settings, request, first_seen, now))
+        Ok(decide(&rules, request, first_seen, now))
     }
 }
 
@@ -250,6 +324,127 @@ mod tests {
         }
     }
 
+    /// `decide` under the rules `s` gives `request`.
+    fn judge(
+        s: &Settings,
+        request: &RolloutPluginRequest,
+        first_seen: Instant,
+        now: Instant,
+    ) -> Validation {
+        decide(&s.rules(request).unwrap(), request, first_seen, now)
+    }
+
+    fn configured(cluster: &str, json: &str) -> RolloutPluginRequest {
+        RolloutPluginRequest {
+            plugin_config_json: json.into(),
+            ..testing::rollout(cluster, 1, 2)
+        }
+    }
+
+    #[test]
+    fn the_rollout_config_replaces_each_flag_it_names() {
+        let s = settings(10, &["flagged"]);
+        let rules = |json: &str| s.rules(&configured("c", json)).unwrap();
+        let set =
+            |names: &[&str]| -> HashSet<String> { names.iter().map(|n| n.to_string()).collect() };
+
+        // No config, or one without smoke-test's keys: the flags.
+        for json in ["", "{}", r#"{"weights":[5,10]}"#] {
+            let r = rules(json);
+            assert_eq!(
+                (r.soak, r.fail.into_owned(), r.fail_source),
+                (Duration::from_secs(10), set(&["flagged"]), "--fail"),
+                "{json:?}"
+            );
+        }
+        // soakTime alone keeps --fail; failClusters alone keeps --soak.
+        let r = rules(r#"{"soakTime":"1m30s"}"#);
+        assert_eq!(
+            (r.soak, r.fail.into_owned()),
+            (Duration::from_secs(90), set(&["flagged"]))
+        );
+        let r = rules(r#"{"failClusters":["c2","c3"]}"#);
+        assert_eq!(
+            (r.soak, r.fail.into_owned(), r.fail_source),
+            (
+                Duration::from_secs(10),
+                set(&["c2", "c3"]),
+                "the rollout's failClusters"
+            )
+        );
+        // An empty list fails none, whatever --fail says.
+        assert!(
+            rules(r#"{"failClusters":[],"soakTime":"0s"}"#)
+                .fail
+                .is_empty()
+        );
+        assert_eq!(
+            rules(r#"{"soakTime":"250ms"}"#).soak,
+            Duration::from_millis(250)
+        );
+    }
+
+    #[test]
+    fn a_config_decides_the_answer_of_its_rollout_only() {
+        let s = settings(10, &[]);
+        let t0 = Instant::now();
+        let bad = configured("bad", r#"{"soakTime":"2s","failClusters":["bad"]}"#);
+        let v = judge(&s, &bad, t0, t0 + Duration::from_secs(1));
+        assert_eq!(
+            (v.result, v.recheck_after),
+            (ValidationResult::Inprogress, Some(Duration::from_secs(1)))
+        );
+        let v = judge(&s, &bad, t0, t0 + Duration::from_secs(2));
+        assert_eq!(v.result, ValidationResult::Failed);
+        assert_eq!(
+            v.message,
+            "smoke test failed on bad (revision rev-1): the cluster is listed by the rollout's failClusters"
+        );
+        // The same cluster in a rollout without the config: the flags.
+        let plain = testing::rollout("bad", 1, 2);
+        assert_eq!(
+            judge(&s, &plain, t0, t0 + Duration::from_secs(2)).result,
+            ValidationResult::Inprogress
+        );
+        assert_eq!(
+            judge(&s, &plain, t0, t0 + Duration::from_secs(10)).result,
+            ValidationResult::Succeeded
+        );
+    }
+
+    #[test]
+    fn a_config_that_does_not_fit_is_invalid_argument_naming_the_key() {
+        let plugin = SmokeTest::new(settings(10, &[]));
+        for (json, says) in [
+            (
+                r#"{"soakTime":"ten"}"#,
+                "soakTime: invalid duration \"ten\"",
+            ),
+            (r#"{"soakTime":"-1s"}"#, "soakTime: \"-1s\" is negative"),
+            (
+                r#"{"soakTime":10}"#,
+                "invalid type: integer `10`, expected a string",
+            ),
+            (r#"{"failClusters":"bad"}"#, "expected a sequence"),
+            (r#""5m""#, "expected struct RolloutConfig"),
+        ] {
+            let err = plugin
+                .validate_at(&configured("c", json), Instant::now())
+                .unwrap_err();
+            assert_eq!(
+                err.code(),
+                rollout_plugin_sdk::tonic::Code::InvalidArgument,
+                "{json}"
+            );
+            let message = err.to_string();
+            assert!(
+                message.starts_with("plugin_config_json (the rollout's pluginConfig)"),
+                "{message}"
+            );
+            assert!(message.contains(says), "{json}: {message}");
+        }
+    }
+
     #[test]
     fn soaks_then_passes_or_fails() {
         let s = settings(10, &["bad"]);
@@ -272,7 +467,7 @@ mod tests {
             (&aborting, 10, ValidationResult::Succeeded, None),
         ];
         for (request, secs, result, recheck) in table {
-            let v = decide(&s, request, t0, at(secs));
+            let v = judge(&s, request, t0, at(secs));
             assert_eq!(v.result, result, "{} at {secs}s", request.cluster_name);
             assert_eq!(
                 v.recheck_after,
@@ -281,13 +476,13 @@ mod tests {
                 request.cluster_name
             );
         }
-        let failed = decide(&s, &bad, t0, at(10));
+        let failed = judge(&s, &bad, t0, at(10));
         assert_eq!(
             failed.message,
             "smoke test failed on bad (revision rev-1): the cluster is listed by --fail"
         );
         assert_eq!(
-            decide(&s, &good, t0, at(4)).message,
+            judge(&s, &good, t0, at(4)).message,
             "smoke test soaking on good (revision rev-1): 6s of 10s left"
         );
     }
@@ -297,11 +492,11 @@ mod tests {
         let s = settings(0, &["bad"]);
         let t0 = Instant::now();
         assert_eq!(
-            decide(&s, &testing::rollout("good", 1, 2), t0, t0).result,
+            judge(&s, &testing::rollout("good", 1, 2), t0, t0).result,
             ValidationResult::Succeeded
         );
         assert_eq!(
-            decide(&s, &testing::rollout("bad", 1, 2), t0, t0).result,
+            judge(&s, &testing::rollout("bad", 1, 2), t0, t0).result,
             ValidationResult::Failed
         );
     }

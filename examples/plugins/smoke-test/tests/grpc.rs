@@ -144,6 +144,62 @@ async fn the_binary_takes_its_flags_and_drains_on_sigterm() {
 }
 
 #[tokio::test]
+async fn each_rollout_reads_its_own_config_over_grpc() {
+    // The flags: a long soak, no failing cluster.
+    let plugin = SmokeTest::new(Settings {
+        soak: Duration::from_secs(3600),
+        ..Settings::default()
+    });
+    let server = testing::spawn(plugin).await.unwrap();
+    let mut client = testing::connect(server.local_addr()).await.unwrap();
+    let ask = |mwrs: &str, config: &str| {
+        let mut rollout = testing::rollout("cluster-001", 1, 3);
+        rollout.mwrs_name = mwrs.into();
+        rollout.plugin_config_json = config.into();
+        testing::validate_request(rollout)
+    };
+
+    // This rollout's config: no soak, cluster-001 fails.
+    let v = client
+        .validate_rollout_completion(ask(
+            "configured",
+            r#"{"soakTime":"0s","failClusters":["cluster-001"]}"#,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(v.result(), ValidationResult::Failed, "{}", v.message);
+    assert!(
+        v.message.ends_with("listed by the rollout's failClusters"),
+        "{}",
+        v.message
+    );
+    // Another rollout of the same plugin: the flags.
+    let v = client
+        .validate_rollout_completion(ask("plain", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(v.result(), ValidationResult::Inprogress, "{}", v.message);
+    // A config that does not fit: INVALID_ARGUMENT naming the key.
+    let status = client
+        .validate_rollout_completion(ask("broken", r#"{"soakTime":"soon"}"#))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        status.code(),
+        rollout_plugin_sdk::tonic::Code::InvalidArgument
+    );
+    assert!(
+        status
+            .message()
+            .contains("soakTime: invalid duration \"soon\""),
+        "{}",
+        status.message()
+    );
+}
+
+#[tokio::test]
 async fn the_binary_rejects_a_bad_soak() {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_smoke-test"))
         .args(["--listen", "127.0.0.1:0", "--soak", "soon"])
