@@ -1,12 +1,15 @@
 //! The `echo-plugin` binary as a process: `--state-detail` reaches its
-//! Initialize answer, and on SIGTERM it says what it received.
+//! Initialize answer, on SIGTERM it says what it received, and
+//! `--mode mutate` answers with a changed work carrying its `--name`.
 
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::process::{Command, Stdio};
 
 use prost::Message as _;
 use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
-use rollout_proto::v1alpha1::{InitializeRequest, RolloutPluginRequest, RolloutStateDetail};
+use rollout_proto::v1alpha1::{
+    InitializeRequest, MutateManifestWorkRequest, RolloutPluginRequest, RolloutStateDetail,
+};
 
 #[tokio::test]
 async fn declares_its_state_detail_and_reports_the_bytes_received_at_exit() -> anyhow::Result<()> {
@@ -58,4 +61,52 @@ async fn declares_its_state_detail_and_reports_the_bytes_received_at_exit() -> a
     );
     assert_eq!(rest.trim(), want);
     Ok(())
+}
+
+#[tokio::test]
+async fn mode_mutate_answers_with_a_changed_work_under_its_name() -> anyhow::Result<()> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_echo-plugin"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--mode",
+            "mutate",
+            "--name",
+            "mutate",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    stdout.read_line(&mut line)?;
+    let address = line
+        .trim()
+        .strip_prefix("echo-plugin listening grpc=")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    let result = async {
+        let mut client = RolloutPluginServiceClient::connect(format!("http://{address}")).await?;
+        let work = rollout_bench::manifest::manifest_work_json(4096);
+        let answer = client
+            .mutate_manifest_work(MutateManifestWorkRequest {
+                rollout: None,
+                manifest_work: work.clone().into(),
+            })
+            .await?
+            .into_inner()
+            .manifest_work;
+        assert_ne!(answer, work);
+        let answer: serde_json::Value = serde_json::from_slice(&answer)?;
+        assert_eq!(
+            answer["spec"]["workload"]["manifests"][0]["metadata"]["annotations"]
+                [rollout_bench::echo::MUTATED_BY_ANNOTATION],
+            "mutate"
+        );
+        assert_eq!(answer["kind"], "ManifestWork");
+        anyhow::Ok(())
+    }
+    .await;
+    child.kill()?;
+    child.wait()?;
+    result
 }

@@ -152,25 +152,13 @@ async fn a_call_through_haproxy_succeeds_with_its_trailers() -> anyhow::Result<(
         eprintln!("SKIPPED: haproxy is not installed (apt-get install -y haproxy)");
         return Ok(());
     };
-    let (plugin, _stop) = start_plugin().await?;
-    let route = Route {
-        listen: free_port()?,
-        upstream: plugin,
-    };
+    let (route, _stop) = route_to_plugin().await?;
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("haproxy.cfg");
     std::fs::write(&config, haproxy_config(&[route], 2))?;
-    let mut proxy = Proxy(
-        Command::new(haproxy)
-            .arg("-db")
-            .arg("-f")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()?,
-    );
-    wait_for_port(&mut proxy, route.listen).await?;
-    check_call_through(route.listen).await
+    let mut command = Command::new(haproxy);
+    command.arg("-db").arg("-f").arg(&config);
+    call_through(command, route).await
 }
 
 #[tokio::test]
@@ -179,11 +167,7 @@ async fn a_call_through_nginx_succeeds_with_its_trailers() -> anyhow::Result<()>
         eprintln!("SKIPPED: nginx is not installed (apt-get install -y nginx-light)");
         return Ok(());
     };
-    let (plugin, _stop) = start_plugin().await?;
-    let route = Route {
-        listen: free_port()?,
-        upstream: plugin,
-    };
+    let (route, _stop) = route_to_plugin().await?;
     let dir = tempfile::tempdir()?;
     // nginx's workers may drop root for `nobody`, and must still reach
     // their temporary directories in here.
@@ -198,16 +182,26 @@ async fn a_call_through_nginx_succeeds_with_its_trailers() -> anyhow::Result<()>
     };
     let config = dir.path().join("nginx.conf");
     std::fs::write(&config, nginx_config(&settings))?;
-    let mut proxy = Proxy(
-        Command::new(nginx)
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-c")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()?,
-    );
+    let mut command = Command::new(nginx);
+    command.arg("-p").arg(dir.path()).arg("-c").arg(&config);
+    call_through(command, route).await
+}
+
+/// A route from a free port to a fresh mutating echo plugin (stopped when
+/// the sender is dropped).
+async fn route_to_plugin() -> anyhow::Result<(Route, oneshot::Sender<()>)> {
+    let (plugin, stop) = start_plugin().await?;
+    let route = Route {
+        listen: free_port()?,
+        upstream: plugin,
+    };
+    Ok((route, stop))
+}
+
+/// Starts the proxy `command` and checks that a call through its `route`
+/// succeeds with its trailers.
+async fn call_through(mut command: Command, route: Route) -> anyhow::Result<()> {
+    let mut proxy = Proxy(command.stdin(Stdio::null()).stdout(Stdio::null()).spawn()?);
     wait_for_port(&mut proxy, route.listen).await?;
     check_call_through(route.listen).await
 }

@@ -436,21 +436,30 @@ impl Registry {
         match result {
             Ok((cfg, plan)) => {
                 inner.sources[source].config = Some(cfg);
-                self.set_last_error(None);
-                let generation = self.commit(plan);
-                self.reload_success.fetch_add(1, Ordering::Relaxed);
-                Ok(Applied::Loaded(generation))
+                Ok(self.commit_accepted(plan))
             }
-            Err(error) => {
-                let err = ReloadError {
-                    source_label: label,
-                    error,
-                };
-                self.set_last_error(Some(err.to_string()));
-                self.reload_failure.fetch_add(1, Ordering::Relaxed);
-                Err(err)
-            }
+            Err(error) => Err(self.record_rejected(label, error)),
         }
+    }
+
+    /// Commits a plan that passed, and records the reload as a success.
+    fn commit_accepted(&self, plan: Plan) -> Applied {
+        self.set_last_error(None);
+        let generation = self.commit(plan);
+        self.reload_success.fetch_add(1, Ordering::Relaxed);
+        Applied::Loaded(generation)
+    }
+
+    /// Records a rejected reload of `source_label` (the live snapshot
+    /// stays): the last error and the failure count.
+    fn record_rejected(&self, source_label: String, error: ConfigError) -> ReloadError {
+        let err = ReloadError {
+            source_label,
+            error,
+        };
+        self.set_last_error(Some(err.to_string()));
+        self.reload_failure.fetch_add(1, Ordering::Relaxed);
+        err
     }
 
     /// [`Registry::refresh_certificates`] on the blocking pool, for the watcher.
@@ -500,21 +509,11 @@ impl Registry {
                 }
                 Ok(Applied::Unchanged)
             }
-            Ok(plan) => {
-                self.set_last_error(None);
-                let generation = self.commit(plan);
-                self.reload_success.fetch_add(1, Ordering::Relaxed);
-                Ok(Applied::Loaded(generation))
-            }
+            Ok(plan) => Ok(self.commit_accepted(plan)),
             Err(error) => {
-                let err = ReloadError {
-                    source_label: CERTIFICATE_FILES.to_string(),
-                    error,
-                };
-                let message = err.to_string();
-                *lock(&self.last_error) = Some(message.clone());
-                *lock(&self.last_certificate_error) = Some(message);
-                self.reload_failure.fetch_add(1, Ordering::Relaxed);
+                let err = self.record_rejected(CERTIFICATE_FILES.to_string(), error);
+                // Remembered apart, so that files put right clear it (above).
+                *lock(&self.last_certificate_error) = Some(err.to_string());
                 Err(err)
             }
         }

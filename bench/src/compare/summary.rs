@@ -480,7 +480,20 @@ pub fn goals(results: &BenchResults) -> Vec<Goal> {
             .targets
             .iter()
             .find(|t| t.target == target)
-            .ok_or_else(|| format!("{target} did not run in {name}"))?;
+            .ok_or_else(|| {
+                let env = &results.environment;
+                let skipped = match target {
+                    TargetKind::Nginx => env.nginx_skipped.as_deref(),
+                    TargetKind::Haproxy => env.haproxy_skipped.as_deref(),
+                    _ => None,
+                };
+                match skipped {
+                    Some(reason) if !results.settings.targets.contains(&target) => {
+                        format!("{target} skipped ({reason})")
+                    }
+                    _ => format!("{target} did not run in {name}"),
+                }
+            })?;
         pick(target_summary).ok_or_else(|| format!("no {what} for {target} in {name}"))
     };
     let added_p50: Pick = |t| t.added_p50_micros;
@@ -1517,15 +1530,19 @@ mod tests {
         assert_eq!(json["environment"]["loadAverageStart"][0], 1.5);
         assert_eq!(json["settings"]["commandLine"][0], "gwbench");
 
-        // Fewer plugins registered than the goal says, no traced gateway:
-        // not measured, saying why.
+        // Fewer plugins registered than the goal says, no traced gateway, no
+        // HAProxy: not measured, saying why.
         results.settings.registered_plugins = 10;
-        results.summary = summarize(
-            &scenarios,
-            &[Direct, Gateway, Nginx, Haproxy],
-            &results.rounds,
-        );
+        results.settings.targets = vec![Direct, Gateway, Nginx];
+        results.summary = summarize(&scenarios, &results.settings.targets, &results.rounds);
+        results.environment.haproxy_skipped = Some("--no-haproxy".to_owned());
         let goals = super::goals(&results);
+        assert_eq!(
+            goal(&goals, "c1-4k: gateway added p50 ≤ HAProxy's")
+                .note
+                .as_deref(),
+            Some("haproxy skipped (--no-haproxy)")
+        );
         let memory = goal(
             &goals,
             "gateway peak RSS ≤ 16 MiB with 100 plugins registered",

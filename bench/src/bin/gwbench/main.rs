@@ -1067,6 +1067,77 @@ mod tests {
         );
     }
 
+    fn scenarios(args: &Args) -> Vec<Scenario> {
+        args.scenarios
+            .iter()
+            .map(|name| Scenario::parse(name).expect("valid"))
+            .collect()
+    }
+
+    #[test]
+    fn the_traced_gateway_runs_in_the_traced_scenarios_only() {
+        let parse = |extra: &[&str]| {
+            let args = Args::try_parse_from(["gwbench"].iter().chain(extra)).expect("valid flags");
+            let scenarios = scenarios(&args);
+            traced_scenarios(&args, &scenarios).map(|traced| (scenarios, traced))
+        };
+        let (defaults, traced) = parse(&[]).expect("valid");
+        assert_eq!(
+            defaults.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+            DEFAULT_SCENARIOS
+        );
+        assert_eq!(traced, DEFAULT_TRACED_SCENARIOS);
+        assert!(parse(&["--no-traced"]).expect("valid").1.is_empty());
+        assert_eq!(
+            parse(&["--traced-scenarios", "all"])
+                .expect("valid")
+                .1
+                .len(),
+            DEFAULT_SCENARIOS.len()
+        );
+        // Spelled differently, still the same scenario; others ignored.
+        assert_eq!(
+            parse(&[
+                "--scenarios",
+                "c1-4k-mut,c8-64k",
+                "--traced-scenarios",
+                "c1-4KiB-mut,c32-4k-mut"
+            ])
+            .expect("valid")
+            .1,
+            ["c1-4k-mut"]
+        );
+        assert!(parse(&["--traced-scenarios", "c1-nope"]).is_err());
+
+        let (scenarios, traced) = parse(&[]).expect("valid");
+        let target = |kind, modes: &[PluginMode]| Target {
+            kind,
+            urls: modes
+                .iter()
+                .map(|mode| (*mode, "http://127.0.0.1:1".to_owned()))
+                .collect(),
+            proxy_pids: Vec::new(),
+        };
+        let both = [PluginMode::Echo, PluginMode::Mutate];
+        let runs = |target: &Target| {
+            scenarios
+                .iter()
+                .filter(|s| target.runs_in(s, &traced))
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(runs(&target(TargetKind::Gateway, &both)), DEFAULT_SCENARIOS);
+        assert_eq!(
+            runs(&target(TargetKind::GatewayTraced, &both)),
+            DEFAULT_TRACED_SCENARIOS
+        );
+        // A target with no route to the mutating plugin runs in no `-mut` scenario.
+        assert_eq!(
+            runs(&target(TargetKind::Haproxy, &[PluginMode::Echo])),
+            ["c1-4k", "c8-64k"]
+        );
+    }
+
     #[test]
     fn memory_is_summed() {
         let a = Memory {
