@@ -2,22 +2,85 @@
 //! JSON object that keeps its input's `apiVersion`, `kind`, `metadata.name` and
 //! `metadata.namespace`; "changed the object" means a different JSON value,
 //! not different bytes.
+//!
+//! A work is parsed into [`Json`], a tree that borrows its strings from the
+//! bytes (only a string with escapes is copied) and keeps each object's
+//! members sorted by key: it compares equal exactly when `serde_json::Value`s
+//! of the same bytes would, without allocating a `String` per key and value
+//! (the `Value` tree took most of a mutating call's checking time).
 
-use serde_json::Value;
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde_json::Number;
 
 /// The fields a plugin may not change: it may not redirect a workload.
-pub const IDENTITY_FIELDS: [(&str, &str); 4] = [
-    ("apiVersion", "/apiVersion"),
-    ("kind", "/kind"),
-    ("metadata.name", "/metadata/name"),
-    ("metadata.namespace", "/metadata/namespace"),
+pub const IDENTITY_FIELDS: [(&str, &[&str]); 4] = [
+    ("apiVersion", &["apiVersion"]),
+    ("kind", &["kind"]),
+    ("metadata.name", &["metadata", "name"]),
+    ("metadata.namespace", &["metadata", "namespace"]),
 ];
 
+/// A parsed JSON value borrowing from its text. Equality is
+/// `serde_json::Value`'s: objects compare as maps (key order does not
+/// matter; of a repeated key the last member counts), numbers as
+/// `serde_json::Number`s.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json<'a> {
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(Cow<'a, str>),
+    Array(Vec<Json<'a>>),
+    /// Members sorted by key, each key once.
+    Object(Vec<(Cow<'a, str>, Json<'a>)>),
+}
+
+impl<'a> Json<'a> {
+    /// The member `key` of an object.
+    pub fn get(&self, key: &str) -> Option<&Json<'a>> {
+        match self {
+            Json::Object(members) => members
+                .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+                .ok()
+                .map(|i| &members[i].1),
+            _ => None,
+        }
+    }
+
+    /// The value at a path of object keys.
+    pub fn at(&self, path: &[&str]) -> Option<&Json<'a>> {
+        path.iter().try_fold(self, |v, key| v.get(key))
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Json::Null => "null",
+            Json::Bool(_) => "boolean",
+            Json::Number(_) => "number",
+            Json::String(_) => "string",
+            Json::Array(_) => "array",
+            Json::Object(_) => "object",
+        }
+    }
+}
+
+/// The work as text. JSON is UTF-8 throughout (outside strings only ASCII
+/// is valid), so checking the whole work at once accepts and refuses exactly
+/// what the parser would, and lets it skip checking string by string (most
+/// of its time on a ManifestWork, which is mostly strings).
+fn text(bytes: &[u8]) -> Result<&str, String> {
+    std::str::from_utf8(bytes).map_err(|e| format!("is not JSON (not UTF-8: {e})"))
+}
+
 /// Parses a ManifestWork: it must be a JSON object.
-pub fn parse_object(bytes: &[u8]) -> Result<Value, String> {
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(v @ Value::Object(_)) => Ok(v),
-        Ok(other) => Err(format!("is a JSON {}, not an object", kind_of(&other))),
+pub fn parse_object(bytes: &[u8]) -> Result<Json<'_>, String> {
+    match serde_json::from_str::<Json<'_>>(text(bytes)?) {
+        Ok(v @ Json::Object(_)) => Ok(v),
+        Ok(other) => Err(format!("is a JSON {}, not an object", other.kind())),
         Err(e) => Err(format!("is not JSON ({e})")),
     }
 }
@@ -26,7 +89,7 @@ pub fn parse_object(bytes: &[u8]) -> Result<Value, String> {
 /// accept, without building it: a syntax pass only, allocating nothing for
 /// the values. The error reads as [`parse_object`]'s.
 pub fn check_object(bytes: &[u8]) -> Result<(), String> {
-    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(text(bytes)?) {
         return Err(format!("is not JSON ({e})"));
     }
     // Valid JSON: its first significant byte says what it is.
@@ -43,37 +106,188 @@ pub fn check_object(bytes: &[u8]) -> Result<(), String> {
 
 /// The first identity field whose value differs between `input` and
 /// `output`, with both values, if any.
-pub fn identity_change(input: &Value, output: &Value) -> Option<(&'static str, String, String)> {
-    IDENTITY_FIELDS.iter().find_map(|(field, pointer)| {
-        let before = input.pointer(pointer);
-        let after = output.pointer(pointer);
+pub fn identity_change(input: &Json, output: &Json) -> Option<(&'static str, String, String)> {
+    IDENTITY_FIELDS.iter().find_map(|(field, path)| {
+        let before = input.at(path);
+        let after = output.at(path);
         (before != after).then(|| (*field, show(before), show(after)))
     })
 }
 
-fn show(v: Option<&Value>) -> String {
+/// Why a member's changed ManifestWork cannot be taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// The work the member was given is not a JSON object (the caller's
+    /// fault, not the member's): the reason, as [`parse_object`] gives it.
+    Input(String),
+    /// The member's answer breaks the contract: the reason, to follow
+    /// "returned a ManifestWork that ".
+    Answer(String),
+}
+
+/// Checks a member's answer `output` to the work `input`, when the bytes
+/// differ: it must be a JSON object keeping the identity fields. Returns
+/// whether it differs from the input as a JSON value. Both sides are parsed
+/// into borrowed trees, each time (cheaper than keeping an owned tree of the
+/// input from the previous member of a chain).
+pub fn check_answer(input: &[u8], output: &[u8]) -> Result<bool, Refused> {
+    let out = parse_object(output).map_err(Refused::Answer)?;
+    let input = parse_object(input).map_err(Refused::Input)?;
+    if let Some((field, before, after)) = identity_change(&input, &out) {
+        return Err(Refused::Answer(format!(
+            "changes {field} from {before} to {after}"
+        )));
+    }
+    Ok(input != out)
+}
+
+fn show(v: Option<&Json>) -> String {
     match v {
         None => "nothing".into(),
-        Some(Value::String(s)) => format!("\"{s}\""),
-        Some(other) => other.to_string(),
+        Some(Json::String(s)) => format!("\"{s}\""),
+        Some(other) => serde_json::to_string(other).unwrap_or_default(),
     }
 }
 
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
+impl<'de> Deserialize<'de> for Json<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(JsonVisitor)
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Json<'de>, E> {
+        Ok(Json::Bool(v))
+    }
+
+    // The numbers as `serde_json::Value` keeps them (its visitor's rules).
+    fn visit_i64<E>(self, v: i64) -> Result<Json<'de>, E> {
+        Ok(Json::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Json<'de>, E> {
+        Ok(Json::Number(v.into()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Json<'de>, E> {
+        Ok(Number::from_f64(v).map_or(Json::Null, Json::Number))
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Json<'de>, E> {
+        Ok(Json::String(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Json<'de>, E> {
+        Ok(Json::String(Cow::Owned(v.to_owned())))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Json<'de>, E> {
+        Ok(Json::String(Cow::Owned(v)))
+    }
+
+    fn visit_none<E>(self) -> Result<Json<'de>, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Json<'de>, E> {
+        Ok(Json::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Json<'de>, D::Error> {
+        Deserialize::deserialize(d)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json<'de>, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Json::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json<'de>, A::Error> {
+        let mut members: Vec<(Cow<'de, str>, Json<'de>)> = Vec::new();
+        while let Some(Key(key)) = map.next_key()? {
+            members.push((key, map.next_value()?));
+        }
+        // Sorted (stable: a repeated key keeps its order), then the last of
+        // each repeated key kept, as a map that overwrites would.
+        members.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut kept: Vec<(Cow<'de, str>, Json<'de>)> = Vec::with_capacity(members.len());
+        for member in members {
+            match kept.last_mut() {
+                Some(last) if last.0 == member.0 => *last = member,
+                _ => kept.push(member),
+            }
+        }
+        Ok(Json::Object(kept))
+    }
+}
+
+/// An object key, borrowed when it has no escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// As `serde_json::Value` serializes: objects in key order.
+impl Serialize for Json<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Json::Null => s.serialize_unit(),
+            Json::Bool(b) => s.serialize_bool(*b),
+            Json::Number(n) => n.serialize(s),
+            Json::String(v) => s.serialize_str(v),
+            Json::Array(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(item)?;
+                }
+                seq.end()
+            }
+            Json::Object(members) => {
+                let mut map = s.serialize_map(Some(members.len()))?;
+                for (k, v) in members {
+                    map.serialize_entry(k.as_ref(), v)?;
+                }
+                map.end()
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
 
     #[test]
     fn only_objects_are_manifest_works() {
@@ -104,8 +318,20 @@ mod tests {
             b"{} {}",
             b"",
             b"{\"a\": [1, 2,]}",
+            b"{\"a\": \"\xff\"}",
+            b"{\"\xc3\": 1}",
+            b"\xef\xbb\xbf{}",
         ] {
-            // The same verdict; a syntax error's wording may differ.
+            // The same verdict as a `serde_json::Value` parse of the bytes
+            // (what the gateway did before), and between the two checks; a
+            // syntax error's wording may differ.
+            let value = serde_json::from_slice::<Value>(text);
+            assert_eq!(
+                parse_object(text).is_ok(),
+                value.as_ref().is_ok_and(Value::is_object),
+                "{}",
+                String::from_utf8_lossy(text)
+            );
             let (cheap, full) = (check_object(text), parse_object(text).map(drop));
             let summary = |r: &Result<(), String>| {
                 r.clone()
@@ -124,9 +350,16 @@ mod tests {
     fn identity_changes_are_found_field_by_field() {
         let base = json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
                           "metadata": {"name": "w", "namespace": "cluster1", "labels": {"a": "1"}}});
+        let text = |v: &Value| serde_json::to_vec(v).expect("serializes");
+        let base_text = text(&base);
+        let parsed = parse_object(&base_text).expect("object");
         let mut relabelled = base.clone();
         relabelled["metadata"]["labels"]["a"] = json!("2");
-        assert_eq!(identity_change(&base, &relabelled), None);
+        let relabelled = text(&relabelled);
+        assert_eq!(
+            identity_change(&parsed, &parse_object(&relabelled).expect("object")),
+            None
+        );
         for (field, pointer_parent, key) in [
             ("apiVersion", None, "apiVersion"),
             ("kind", None, "kind"),
@@ -138,7 +371,9 @@ mod tests {
                 None => changed[key] = json!("other"),
                 Some(p) => changed[p][key] = json!("other"),
             }
-            let got = identity_change(&base, &changed).expect("a change");
+            let changed = text(&changed);
+            let got = identity_change(&parsed, &parse_object(&changed).expect("object"))
+                .expect("a change");
             assert_eq!(got.0, field);
             assert_eq!(got.2, "\"other\"");
         }
@@ -147,9 +382,103 @@ mod tests {
             .as_object_mut()
             .expect("object")
             .remove("namespace");
+        let removed = text(&removed);
         assert_eq!(
-            identity_change(&base, &removed).map(|c| c.2),
+            identity_change(&parsed, &parse_object(&removed).expect("object")).map(|c| c.2),
             Some("nothing".to_string())
         );
+        // A value that is not a string is shown as JSON, as before.
+        let numbered = br#"{"apiVersion": "work.open-cluster-management.io/v1", "kind": {"b": 1, "a": [true, null]},
+                           "metadata": {"name": "w", "namespace": "cluster1"}}"#;
+        assert_eq!(
+            identity_change(&parsed, &parse_object(numbered).expect("object")),
+            Some((
+                "kind",
+                "\"ManifestWork\"".to_string(),
+                r#"{"a":[true,null],"b":1}"#.to_string()
+            ))
+        );
+        // Escaped and plain spellings of a name are the same name.
+        let escaped =
+            br#"{"apiVersion": "work.open-cluster-management.io\/v1", "kind": "Manifest\u0057ork",
+                          "metadata": {"namespace": "cluster1", "name": "w"}}"#;
+        assert_eq!(
+            identity_change(&parsed, &parse_object(escaped).expect("object")),
+            None
+        );
+    }
+
+    /// JSON texts for the equality property: small alphabets, so that equal
+    /// values (and repeated keys) come up often, spelled with escapes,
+    /// spaces and keys in any order.
+    fn json_text() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            prop::sample::select(vec![
+                "0",
+                "-0",
+                "1",
+                "1.0",
+                "-1",
+                "1e2",
+                "100",
+                "0.5",
+                "18446744073709551615",
+                "-9223372036854775808"
+            ])
+            .prop_map(str::to_string),
+            prop::sample::select(vec![
+                r#""a""#,
+                r#""\u0061""#,
+                r#""b""#,
+                r#""""#,
+                r#""a\nb""#,
+                r#""é""#
+            ])
+            .prop_map(str::to_string),
+        ];
+        leaf.prop_recursive(4, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                prop::collection::vec(
+                    (
+                        prop::sample::select(vec![r#""a""#, r#""b""#, r#""\u0061""#, r#""kind""#]),
+                        inner
+                    ),
+                    0..4
+                )
+                .prop_map(|members| {
+                    let members: Vec<String> = members
+                        .into_iter()
+                        .map(|(k, v)| format!("{k} : {v}"))
+                        .collect();
+                    format!("{{ {} }}", members.join(" , "))
+                }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn equality_is_that_of_serde_json_values(a in json_text(), b in json_text()) {
+            let (va, vb): (Value, Value) = (
+                serde_json::from_str(&a).expect("valid JSON"),
+                serde_json::from_str(&b).expect("valid JSON"),
+            );
+            let (ja, jb): (Json, Json) = (
+                serde_json::from_str(&a).expect("valid JSON"),
+                serde_json::from_str(&b).expect("valid JSON"),
+            );
+            proptest::prop_assert_eq!(ja == jb, va == vb, "{} vs {}", a, b);
+            proptest::prop_assert_eq!(&ja, &ja.clone());
+            // Shown as serde_json shows the value.
+            proptest::prop_assert_eq!(
+                serde_json::to_string(&ja).expect("serializes"),
+                serde_json::to_string(&va).expect("serializes")
+            );
+        }
     }
 }

@@ -18,7 +18,6 @@ use opentelemetry::trace::SpanContext;
 use rollout_policies::FailurePolicy;
 use rollout_policies::merge::{self, Failure, Member, Merged, Outcome};
 use rollout_proto::v1alpha1::{InitializeRequest, InitializeResponse, ValidateResponse};
-use serde_json::Value;
 use tokio::time::Instant;
 use tonic::Code;
 use tower::ServiceExt;
@@ -178,8 +177,6 @@ impl CallContext<'_> {
             manifest_work,
         } = request;
         let mut current = manifest_work;
-        // The parsed form of `current`, once some member changed the bytes.
-        let mut current_value: Option<Value> = None;
         let mut answered = false;
         let mut mutated_by = Vec::new();
         let mut failed_open = Vec::new();
@@ -209,14 +206,8 @@ impl CallContext<'_> {
                             .record_request(kind, Code::Ok, started.elapsed());
                         continue;
                     }
-                    match check_mutation_off_thread(
-                        current.clone(),
-                        current_value.take(),
-                        output.clone(),
-                    )
-                    .await
-                    {
-                        Ok((value, changed)) => {
+                    match check_mutation_off_thread(current.clone(), output.clone()).await {
+                        Ok(changed) => {
                             plugin
                                 .metrics
                                 .record_request(kind, Code::Ok, started.elapsed());
@@ -225,7 +216,6 @@ impl CallContext<'_> {
                                 mutated_by.push(plugin.name.clone());
                             }
                             current = output;
-                            current_value = Some(value);
                             continue;
                         }
                         Err(CheckError::BadInput(why)) => {
@@ -263,18 +253,12 @@ impl CallContext<'_> {
 /// so one multi-MiB work does not stall every other call.
 pub(crate) const OFF_THREAD_BYTES: usize = 256 * 1024;
 
-/// [`check_mutation`], on the blocking pool for large works. The input's
-/// parsed form is consumed: on success the output's takes its place, and after
-/// a bad answer the input is parsed again if a later member changes it.
-async fn check_mutation_off_thread(
-    input: Bytes,
-    mut input_value: Option<Value>,
-    output: Bytes,
-) -> Result<(Value, bool), CheckError> {
+/// [`check_mutation`], on the blocking pool for large works.
+async fn check_mutation_off_thread(input: Bytes, output: Bytes) -> Result<bool, CheckError> {
     if input.len().max(output.len()) < OFF_THREAD_BYTES {
-        return check_mutation(&input, &mut input_value, &output);
+        return check_mutation(&input, &output);
     }
-    tokio::task::spawn_blocking(move || check_mutation(&input, &mut input_value, &output))
+    tokio::task::spawn_blocking(move || check_mutation(&input, &output))
         .await
         .unwrap_or_else(|e| {
             Err(CheckError::BadAnswer(Failure {
@@ -291,33 +275,15 @@ enum CheckError {
     BadAnswer(Failure),
 }
 
-/// Checks a member's changed bytes: a JSON object keeping the identity fields.
-/// Returns the parsed output and whether it differs from the input as a value.
-fn check_mutation(
-    input: &Bytes,
-    input_value: &mut Option<Value>,
-    output: &Bytes,
-) -> Result<(Value, bool), CheckError> {
-    let out = manifest::parse_object(output).map_err(|why| {
-        CheckError::BadAnswer(Failure {
+/// [`manifest::check_answer`], its refusals as the router classifies them.
+fn check_mutation(input: &[u8], output: &[u8]) -> Result<bool, CheckError> {
+    manifest::check_answer(input, output).map_err(|refused| match refused {
+        manifest::Refused::Input(why) => CheckError::BadInput(why),
+        manifest::Refused::Answer(why) => CheckError::BadAnswer(Failure {
             code: Code::Internal,
             message: format!("returned a ManifestWork that {why}"),
-        })
-    })?;
-    let input_value = match input_value {
-        Some(v) => v,
-        None => input_value.insert(manifest::parse_object(input).map_err(CheckError::BadInput)?),
-    };
-    if let Some((field, before, after)) = manifest::identity_change(input_value, &out) {
-        return Err(CheckError::BadAnswer(Failure {
-            code: Code::Internal,
-            message: format!(
-                "returned a ManifestWork that changes {field} from {before} to {after}"
-            ),
-        }));
-    }
-    let changed = *input_value != out;
-    Ok((out, changed))
+        }),
+    })
 }
 
 fn wrong_answer() -> Failure {

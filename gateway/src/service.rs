@@ -32,6 +32,17 @@ use crate::transport::pending::{PendingBudget, Reservation};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallerHub(pub String);
 
+/// What the server knows of the connection a call came on: the calling hub
+/// (central mode) and the pools the request's bytes are held against. Handed
+/// to [`GatewayService::serve_stream`] with the stream (not as request
+/// extensions, which cost a map and a box each per call).
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    pub hub: Option<CallerHub>,
+    /// `None`: unbounded.
+    pub budget: Option<PendingBudget>,
+}
+
 /// The path prefix of every method of the service.
 const PATH_PREFIX: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/";
 
@@ -42,6 +53,14 @@ pub struct GatewayService {
     max_message_bytes: usize,
     receive_timeout: Duration,
     health: Health,
+}
+
+/// A call's request head, where it came from and its deadline.
+#[derive(Clone, Copy)]
+struct Incoming<'a> {
+    parts: &'a http::request::Parts,
+    caller: &'a Caller,
+    deadline: Option<Instant>,
 }
 
 /// How a call is answered.
@@ -80,12 +99,13 @@ impl GatewayService {
         self,
         request: http::Request<h2::RecvStream>,
         mut respond: h2::server::SendResponse<Payload>,
+        caller: Caller,
     ) {
         if request.uri().path().starts_with(health::PATH_PREFIX) {
             return self.health.serve_stream(request, respond).await;
         }
         let reply = tokio::select! {
-            reply = self.answer(request) => reply,
+            reply = self.answer(request, &caller) => reply,
             _ = std::future::poll_fn(|cx| respond.poll_reset(cx)) => return,
         };
         if let Err(error) = send(&mut respond, reply) {
@@ -93,7 +113,7 @@ impl GatewayService {
         }
     }
 
-    async fn answer(&self, request: http::Request<h2::RecvStream>) -> Reply {
+    async fn answer(&self, request: http::Request<h2::RecvStream>, caller: &Caller) -> Reply {
         let received = Instant::now();
         let (parts, mut body) = request.into_parts();
         let Some(hook) = parts
@@ -137,8 +157,13 @@ impl GatewayService {
             .and_then(grpc::parse_timeout)
             .map(|d| received + d);
         let answer = async {
-            let data = self.receive(&mut body, &parts, received, deadline).await?;
-            self.route(hook, &parts, deadline, data, &mut span, &mut target)
+            let data = self.receive(&mut body, caller, received, deadline).await?;
+            let incoming = Incoming {
+                parts: &parts,
+                caller,
+                deadline,
+            };
+            self.route(hook, &incoming, data, &mut span, &mut target)
                 .await
         }
         .instrument(log_span)
@@ -185,7 +210,7 @@ impl GatewayService {
     async fn receive(
         &self,
         body: &mut h2::RecvStream,
-        parts: &http::request::Parts,
+        caller: &Caller,
         received: Instant,
         deadline: Option<Instant>,
     ) -> Result<Bytes, Status> {
@@ -194,7 +219,7 @@ impl GatewayService {
             Some(d) if d <= own => (d, true),
             _ => (own, false),
         };
-        let mut reservation = Reservation::new(parts.extensions.get::<PendingBudget>().cloned());
+        let mut reservation = Reservation::new(caller.budget.clone());
         let collect = grpc::collect_reserved(body, self.max_message_bytes, &mut reservation);
         match tokio::time::timeout_at(until, collect).await {
             Ok(Ok((data, _))) => Ok(data),
@@ -214,12 +239,16 @@ impl GatewayService {
     async fn route(
         &self,
         hook: HookKind,
-        parts: &http::request::Parts,
-        deadline: Option<Instant>,
+        incoming: &Incoming<'_>,
         data: Bytes,
         span: &mut ServerSpan,
         resolved: &mut Option<String>,
     ) -> Result<(Payload, Vec<(&'static str, String)>), Status> {
+        let Incoming {
+            parts,
+            caller,
+            deadline,
+        } = *incoming;
         let headers = &parts.headers;
         let name = target_name(headers).map_err(|e| e.into_status(&[]))?;
         span.set_target(&name);
@@ -236,7 +265,7 @@ impl GatewayService {
         {
             forward.insert("tracestate", ts.clone());
         }
-        let hub = parts.extensions.get::<CallerHub>().map(|h| h.0.as_str());
+        let hub = caller.hub.as_ref().map(|h| h.0.as_str());
         if let Some(hub) = hub {
             span.set_hub(hub);
         }
@@ -376,8 +405,9 @@ fn send(respond: &mut h2::server::SendResponse<Payload>, reply: Reply) -> Result
             let mut trailers = HeaderMap::with_capacity(1 + extra.len());
             grpc::put_status(&mut trailers, Code::Ok, "");
             for (k, v) in extra {
-                if let Ok(v) = HeaderValue::from_str(&v) {
-                    trailers.insert(k, v);
+                if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(v)) {
+                    // A name as a constant: no copy of it per call.
+                    trailers.insert(http::HeaderName::from_static(k), v);
                 }
             }
             let mut stream = respond.send_response(grpc_head(), false)?;

@@ -385,7 +385,7 @@ impl Upstream {
             HeaderValue::from_static(grpc::CONTENT_TYPE),
         );
         headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
-        headers.insert("grpc-timeout", grpc::encode_timeout(remaining));
+        headers.insert(grpc::GRPC_TIMEOUT, grpc::encode_timeout(remaining));
         headers.insert(
             http::header::USER_AGENT,
             HeaderValue::from_static(USER_AGENT),
@@ -393,7 +393,7 @@ impl Upstream {
         // What the gateway can read: gzip is what gRPC libraries send when
         // compression is switched on.
         headers.insert(
-            "grpc-accept-encoding",
+            grpc::GRPC_ACCEPT_ENCODING,
             HeaderValue::from_static(grpc::ACCEPT_ENCODING),
         );
         for (k, v) in forward {

@@ -13,13 +13,25 @@ use std::time::Duration;
 
 use bytes::buf::Chain;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use tonic::{Code, Status};
 
 use crate::transport::pending::{PendingExceeded, Reservation};
 
 /// The gRPC content type.
 pub const CONTENT_TYPE: &str = "application/grpc";
+
+// Header names as constants: inserting a name given as a `&str` that is
+// not one of HTTP's own allocates a copy of it, on every call.
+pub const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+pub const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+pub const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+pub const GRPC_ACCEPT_ENCODING: HeaderName = HeaderName::from_static("grpc-accept-encoding");
+
+/// The `grpc-status` values, by code (0 to 16), made once.
+const STATUS_VALUES: [&str; 17] = [
+    "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
+];
 
 /// The compressed encodings the gateway reads in a plugin's answer, as sent
 /// in `grpc-accept-encoding`.
@@ -400,11 +412,15 @@ pub fn status_from_headers(headers: &HeaderMap) -> Option<Status> {
 
 /// Writes a status into trailers (or the headers of a trailers-only answer).
 pub fn put_status(headers: &mut HeaderMap, code: Code, message: &str) {
-    headers.insert("grpc-status", HeaderValue::from(code as i32));
+    let value = STATUS_VALUES.get(code as usize).map_or_else(
+        || HeaderValue::from(code as i32),
+        |v| HeaderValue::from_static(v),
+    );
+    headers.insert(GRPC_STATUS, value);
     if !message.is_empty()
         && let Ok(v) = HeaderValue::from_str(&percent_encode(message))
     {
-        headers.insert("grpc-message", v);
+        headers.insert(GRPC_MESSAGE, v);
     }
 }
 
@@ -435,7 +451,8 @@ pub fn encode_timeout(d: Duration) -> HeaderValue {
     } else {
         format!("{}S", d.as_secs().min(99_999_999))
     };
-    HeaderValue::from_str(&value).unwrap_or(HeaderValue::from_static("30S"))
+    // The string becomes the value's bytes without a copy.
+    HeaderValue::from_maybe_shared(Bytes::from(value)).unwrap_or(HeaderValue::from_static("30S"))
 }
 
 /// Parses a `grpc-timeout` value: up to 8 digits and a unit (H, M, S, m, u, n).

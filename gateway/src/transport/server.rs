@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::service::{CallerHub, GatewayService};
+use crate::service::{Caller, CallerHub, GatewayService};
 use crate::tls::{ServerTls, hub_of};
 use crate::transport::accept::{self, Accepted};
 use crate::transport::grpc::Payload;
@@ -250,13 +250,10 @@ impl Connection {
         loop {
             let close = tokio::select! {
                 next = conn.accept() => match next {
-                    Some(Ok((mut request, respond))) => {
+                    Some(Ok((request, respond))) => {
                         used = true;
-                        if let Some(hub) = &hub {
-                            request.extensions_mut().insert(hub.clone());
-                        }
-                        request.extensions_mut().insert(budget.clone());
-                        streams.spawn(self.service.clone().serve_stream(request, respond));
+                        let caller = Caller { hub: hub.clone(), budget: Some(budget.clone()) };
+                        streams.spawn(self.service.clone().serve_stream(request, respond, caller));
                         continue;
                     }
                     Some(Err(e)) => return Err(e.into()),

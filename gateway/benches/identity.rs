@@ -1,0 +1,84 @@
+//! The check on a changed MutateManifestWork answer (`manifest::check_answer`:
+//! a JSON object keeping the identity fields, and whether it changed as a
+//! value), against the `serde_json::Value` trees it replaced, on a 4 KiB
+//! and a 64 KiB ManifestWork and the same work with one annotation added
+//! (what a mutating plugin answers).
+//!
+//! `cargo bench -p rollout-gateway --bench identity`
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use rollout_gateway::manifest;
+use serde_json::{Value, json};
+use std::hint::black_box;
+
+/// A ManifestWork of about `bytes` bytes: one Deployment, padded with
+/// environment variables (the shape of `gwbench`'s works).
+fn work(bytes: usize) -> Value {
+    let mut env = Vec::new();
+    let mut size = 0;
+    let mut i = 0;
+    while size < bytes.saturating_sub(1200) {
+        let value = "x".repeat(200);
+        size += value.len() + 40;
+        env.push(json!({"name": format!("PAD_{i:04}"), "value": value}));
+        i += 1;
+    }
+    json!({
+        "apiVersion": "work.open-cluster-management.io/v1",
+        "kind": "ManifestWork",
+        "metadata": {"name": "bench-work", "namespace": "cluster-001",
+                     "labels": {"app": "bench"}, "annotations": {}},
+        "spec": {"workload": {"manifests": [{
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "web", "image": "nginx:1.27",
+                                           "ports": [{"containerPort": 80}], "env": env}]}}}
+        }]}}
+    })
+}
+
+/// The check as the gateway did it before: two `Value` trees.
+fn with_values(input: &[u8], output: &[u8]) -> bool {
+    let (a, b): (Value, Value) = (
+        serde_json::from_slice(input).expect("json"),
+        serde_json::from_slice(output).expect("json"),
+    );
+    for pointer in [
+        "/apiVersion",
+        "/kind",
+        "/metadata/name",
+        "/metadata/namespace",
+    ] {
+        assert_eq!(a.pointer(pointer), b.pointer(pointer));
+    }
+    a != b
+}
+
+fn bench(c: &mut Criterion) {
+    for (label, bytes) in [("4KiB", 4096), ("64KiB", 65536)] {
+        let input = work(bytes);
+        let mut output = input.clone();
+        output["metadata"]["annotations"]["echo.rollout-hooks.io/position"] = json!("3 of 20");
+        let (input, output) = (
+            serde_json::to_vec(&input).expect("json"),
+            serde_json::to_vec(&output).expect("json"),
+        );
+        assert_eq!(manifest::check_answer(&input, &output), Ok(true));
+        let mut group = c.benchmark_group(format!("check answer {label}"));
+        group.bench_function("borrowed trees (check_answer)", |b| {
+            b.iter(|| manifest::check_answer(black_box(&input), black_box(&output)))
+        });
+        group.bench_function("serde_json::Value trees (before)", |b| {
+            b.iter(|| with_values(black_box(&input), black_box(&output)))
+        });
+        group.bench_function("syntax pass only (check_object)", |b| {
+            b.iter(|| manifest::check_object(black_box(&output)))
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
