@@ -43,6 +43,7 @@ use bytes::Bytes;
 use jiff::Timestamp;
 use rollout_proto::v1alpha1 as proto;
 
+use crate::api::ClusterCounts;
 use crate::hooks::RolloutRequest;
 use crate::rollout::{self, ClusterGroup, ClusterRolloutStatus, RolloutStatus, Strategy};
 
@@ -261,7 +262,8 @@ pub fn rollout_counts(lists: &RolloutStateLists<'_>) -> proto::RolloutCounts {
         .iter()
         .map(|r| (r.status.cluster_name.as_str(), r.status.status))
         .collect();
-    let mut counts = proto::RolloutCounts::default();
+    // The status → counter rule is the one the MWRS status summary uses.
+    let mut counts = ClusterCounts::default();
     for cluster in lists.order.clusters() {
         let status = if timed_out.contains(cluster.as_str()) {
             RolloutStatus::TimeOut
@@ -271,19 +273,18 @@ pub fn rollout_counts(lists: &RolloutStateLists<'_>) -> proto::RolloutCounts {
                 .copied()
                 .unwrap_or(RolloutStatus::ToApply)
         };
-        let slot = match status {
-            RolloutStatus::ToApply => &mut counts.to_apply,
-            RolloutStatus::Progressing => &mut counts.progressing,
-            RolloutStatus::Validating => &mut counts.validating,
-            RolloutStatus::Succeeded => &mut counts.succeeded,
-            RolloutStatus::Failed => &mut counts.failed,
-            RolloutStatus::TimeOut => &mut counts.timed_out,
-            RolloutStatus::Skip => &mut counts.skip,
-        };
-        *slot = slot.saturating_add(1);
+        counts.add(status);
     }
-    counts.removed = i32::try_from(lists.removed.len()).unwrap_or(i32::MAX);
-    counts
+    proto::RolloutCounts {
+        to_apply: counts.to_apply,
+        progressing: counts.progressing,
+        validating: counts.validating,
+        succeeded: counts.succeeded,
+        failed: counts.failed,
+        timed_out: counts.time_out,
+        skip: counts.skip,
+        removed: i32::try_from(lists.removed.len()).unwrap_or(i32::MAX),
+    }
 }
 
 /// Identifies the rollout a request is about.
