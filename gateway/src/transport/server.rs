@@ -10,10 +10,13 @@
 //! only ends that connection.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use std::sync::Arc;
 
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -173,7 +176,7 @@ enum Closing {
 }
 
 impl Connection {
-    async fn run(mut self, stream: TcpStream) -> Result<(), ConnectionError> {
+    async fn run(self, stream: TcpStream) -> Result<(), ConnectionError> {
         let accepted = Instant::now();
         let Some(tls) = self.tls.clone() else {
             return self.serve_h2(stream, None, accepted).await;
@@ -186,7 +189,7 @@ impl Connection {
                 Ok(Err(e)) => return Err(ConnectionError::Tls(e)),
                 Err(_) => return Ok(()),
             },
-            () = wait_true(&mut self.draining) => return Ok(()),
+            () = wait_true(self.draining.clone()) => return Ok(()),
         };
         // A verified certificate that names no hub can call only shared
         // plugins without `hubs:`.
@@ -204,7 +207,7 @@ impl Connection {
     }
 
     async fn serve_h2<T>(
-        mut self,
+        self,
         io: T,
         hub: Option<CallerHub>,
         accepted: Instant,
@@ -222,7 +225,7 @@ impl Connection {
                 Err(_) => return Ok(()),
             },
             // Draining before the peer even said hello: nothing to finish.
-            () = wait_true(&mut self.draining) => return Ok(()),
+            () = wait_true(self.draining.clone()) => return Ok(()),
         };
         let budget = PendingBudget {
             connection: Arc::new(Pool::new(
@@ -234,44 +237,64 @@ impl Connection {
         // Once the connection ends, whatever its requests held is freed: have
         // it returned to the OS.
         let _reclaim = Reclaim(budget.connection.clone());
-        // The calls of this connection: dropped with it, so closing the
-        // connection ends them.
-        let mut streams = JoinSet::new();
+        // The calls of this connection, driven inside its task rather than
+        // spawned: a call's wakeups (its request, the plugin's answer) are
+        // then polls of this one task, with no task of its own to schedule
+        // per call, and its answer is flushed in the same poll that queued
+        // it. Dropped with the connection, so closing it ends them.
+        let mut streams = FuturesUnordered::new();
         let mut used = false;
         let mut goaway_sent = false;
         let idle_timeout = or_forever(self.settings.idle_timeout);
+        // When the connection last became idle. The idle timer is not re-armed
+        // per call: when it fires, it is pushed to `idle_since + idle_timeout`
+        // if a call came and went in between.
+        let mut idle_since = Instant::now();
         let idle = tokio::time::sleep(idle_timeout);
         let max_age =
             tokio::time::sleep_until(accepted + or_forever(self.settings.max_connection_age));
         // Armed once the gateway decides to close: the end of the GOAWAY's grace.
         let grace_over = tokio::time::sleep(FOREVER);
         let mut closing: Option<Closing> = None;
-        tokio::pin!(idle, max_age, grace_over);
+        // One waiter for the whole connection, not a new one per poll.
+        let draining = wait_true(self.draining.clone());
+        tokio::pin!(idle, max_age, grace_over, draining);
         loop {
             let close = tokio::select! {
+                // The calls first: an answer queued here is flushed by the
+                // connection's poll just below, in the same pass.
+                biased;
+                Some(()) = streams.next(), if !streams.is_empty() => {
+                    if streams.is_empty() {
+                        idle_since = Instant::now();
+                    }
+                    continue;
+                }
                 next = conn.accept() => match next {
                     Some(Ok((request, respond))) => {
                         used = true;
                         let caller = Caller { hub: hub.clone(), budget: Some(budget.clone()) };
-                        streams.spawn(self.service.clone().serve_stream(request, respond, caller));
+                        // A call that panics ends alone, as a spawned task
+                        // would (its stream is reset when dropped).
+                        let call = AssertUnwindSafe(self.service.clone().serve_stream(request, respond, caller));
+                        streams.push(call.catch_unwind().map(|_| ()));
                         continue;
                     }
                     Some(Err(e)) => return Err(e.into()),
                     None => return Ok(()),
                 },
-                Some(_) = streams.join_next(), if !streams.is_empty() => {
-                    if streams.is_empty() {
-                        idle.as_mut().reset(Instant::now() + idle_timeout);
-                    }
-                    continue;
-                }
                 () = &mut idle, if streams.is_empty() && closing.is_none() => {
+                    let due = idle_since + idle_timeout;
+                    if due > Instant::now() {
+                        idle.as_mut().reset(due);
+                        continue;
+                    }
                     (Closing::Idle, IDLE_GRACE)
                 }
                 () = &mut max_age, if closing.is_none() => {
                     (Closing::MaxAge, self.settings.max_connection_age_grace)
                 }
-                () = wait_true(&mut self.draining), if !goaway_sent => {
+                () = &mut draining, if !goaway_sent => {
                     if !used {
                         return Ok(());
                     }
@@ -336,6 +359,6 @@ enum ConnectionError {
     H2(#[from] h2::Error),
 }
 
-async fn wait_true(flag: &mut watch::Receiver<bool>) {
+async fn wait_true(mut flag: watch::Receiver<bool>) {
     let _ = flag.wait_for(|d| *d).await;
 }
