@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Number;
 
@@ -92,16 +92,23 @@ pub fn check_object(bytes: &[u8]) -> Result<(), String> {
     if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(text(bytes)?) {
         return Err(format!("is not JSON ({e})"));
     }
-    // Valid JSON: its first significant byte says what it is.
-    let kind = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
-        Some(b'{') => return Ok(()),
+    match not_an_object(bytes) {
+        None => Ok(()),
+        Some(kind) => Err(format!("is a JSON {kind}, not an object")),
+    }
+}
+
+/// Of valid JSON, what it is if not an object: its first significant byte
+/// says.
+fn not_an_object(json: &[u8]) -> Option<&'static str> {
+    Some(match json.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => return None,
         Some(b'[') => "array",
         Some(b'"') => "string",
         Some(b't' | b'f') => "boolean",
         Some(b'n') => "null",
         _ => "number",
-    };
-    Err(format!("is a JSON {kind}, not an object"))
+    })
 }
 
 /// The first identity field whose value differs between `input` and
@@ -127,18 +134,220 @@ pub enum Refused {
 
 /// Checks a member's answer `output` to the work `input`, when the bytes
 /// differ: it must be a JSON object keeping the identity fields. Returns
-/// whether it differs from the input as a JSON value. Both sides are parsed
-/// into borrowed trees, each time (cheaper than keeping an owned tree of the
-/// input from the previous member of a chain).
+/// whether it differs from the input as a JSON value.
+///
+/// Only the answer is parsed into a tree (it must be checked whole anyway).
+/// The input, already checked (on arrival, or as the previous member's
+/// answer), is read once against that tree ([`Against`]): its identity
+/// fields are taken on the way and the rest compared member by member,
+/// without building a second tree.
 pub fn check_answer(input: &[u8], output: &[u8]) -> Result<bool, Refused> {
     let out = parse_object(output).map_err(Refused::Answer)?;
-    let input = parse_object(input).map_err(Refused::Input)?;
-    if let Some((field, before, after)) = identity_change(&input, &out) {
+    let read = read_against(input, &out).map_err(Refused::Input)?;
+    let mut identity = read.identity.iter();
+    if let Some((field, before, after)) = IDENTITY_FIELDS.iter().find_map(|(field, path)| {
+        let before = identity.next().and_then(Option::as_ref);
+        let after = out.at(path);
+        (before != after).then(|| (*field, show(before), show(after)))
+    }) {
         return Err(Refused::Answer(format!(
             "changes {field} from {before} to {after}"
         )));
     }
-    Ok(input != out)
+    Ok(!read.equal)
+}
+
+/// What reading a work against a parsed value found.
+#[derive(Debug)]
+struct Read<'a> {
+    /// The work equals the value, as `serde_json::Value`s would.
+    equal: bool,
+    /// The work's identity fields, in [`IDENTITY_FIELDS`]' order.
+    identity: [Option<Json<'a>>; 4],
+}
+
+/// Reads `input` (it must be a JSON object) against `expected`: whether they
+/// are equal, and the input's identity fields. The errors read as
+/// [`parse_object`]'s.
+fn read_against<'a>(input: &'a [u8], expected: &Json<'_>) -> Result<Read<'a>, String> {
+    let text = text(input)?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let mut identity = [None, None, None, None];
+    let equal = Against {
+        expected: Some(expected),
+        level: Level::Root,
+        identity: &mut identity,
+    }
+    .deserialize(&mut de)
+    .and_then(|equal| de.end().map(|()| equal))
+    .map_err(|e| format!("is not JSON ({e})"))?;
+    match not_an_object(input) {
+        None => Ok(Read { equal, identity }),
+        Some(kind) => Err(format!("is a JSON {kind}, not an object")),
+    }
+}
+
+/// Where in the work [`Against`] is: the identity fields are members of the
+/// root object and of its `metadata`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Root,
+    Metadata,
+    Other,
+}
+
+/// Reads one JSON value, comparing it with `expected` (`None`: nothing to
+/// compare with, so unequal) and taking the identity fields into
+/// `identity`. Equality is [`Json`]'s: objects as maps (a repeated key's
+/// last member counts), numbers as `serde_json::Number`s.
+struct Against<'e, 'x, 'i, 'de> {
+    expected: Option<&'e Json<'x>>,
+    level: Level,
+    identity: &'i mut [Option<Json<'de>>; 4],
+}
+
+impl<'de> DeserializeSeed<'de> for Against<'_, '_, '_, 'de> {
+    /// Whether the value equals the expected one.
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        if self.expected.is_none() && self.level == Level::Other {
+            // Nothing to compare and nothing to take: a syntax pass.
+            serde::de::IgnoredAny::deserialize(deserializer)?;
+            return Ok(false);
+        }
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Against<'_, '_, '_, 'de> {
+    fn scalar(&self, v: Json<'_>) -> bool {
+        self.expected == Some(&v)
+    }
+}
+
+impl<'de> Visitor<'de> for Against<'_, '_, '_, 'de> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<bool, E> {
+        Ok(self.scalar(Json::Bool(v)))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<bool, E> {
+        Ok(self.scalar(Json::Number(v.into())))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<bool, E> {
+        Ok(self.scalar(Json::Number(v.into())))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<bool, E> {
+        Ok(self.scalar(Number::from_f64(v).map_or(Json::Null, Json::Number)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<bool, E> {
+        Ok(matches!(self.expected, Some(Json::String(e)) if e == v))
+    }
+
+    fn visit_none<E>(self) -> Result<bool, E> {
+        Ok(self.scalar(Json::Null))
+    }
+
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        Ok(self.scalar(Json::Null))
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        DeserializeSeed::deserialize(self, d)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        let items: &[Json] = match self.expected {
+            Some(Json::Array(items)) => items,
+            _ => &[],
+        };
+        let mut equal = matches!(self.expected, Some(Json::Array(_)));
+        let mut count = 0;
+        loop {
+            let seed = Against {
+                expected: if equal { items.get(count) } else { None },
+                level: Level::Other,
+                identity: &mut *self.identity,
+            };
+            match seq.next_element_seed(seed)? {
+                Some(same) => equal &= same,
+                None => break,
+            }
+            count += 1;
+        }
+        Ok(equal && count == items.len())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let members: &[(Cow<str>, Json)] = match self.expected {
+            Some(Json::Object(members)) => members,
+            _ => &[],
+        };
+        let is_object = matches!(self.expected, Some(Json::Object(_)));
+        // Per expected member: not seen, seen equal, seen different (the last
+        // of a repeated key decides, as in a map that overwrites).
+        const UNSEEN: u8 = 0;
+        const SAME: u8 = 1;
+        const DIFFERENT: u8 = 2;
+        let mut few = [UNSEEN; 32];
+        let mut many = Vec::new();
+        let seen: &mut [u8] = if members.len() <= few.len() {
+            &mut few[..members.len()]
+        } else {
+            many.resize(members.len(), UNSEEN);
+            &mut many
+        };
+        let mut extra = false;
+        while let Some(Key(key)) = map.next_key()? {
+            let index = members
+                .binary_search_by(|(k, _)| k.as_ref().cmp(key.as_ref()))
+                .ok();
+            extra |= index.is_none();
+            let expected = index.map(|i| &members[i].1);
+            let taken = match (self.level, key.as_ref()) {
+                (Level::Root, "apiVersion") => Some(0),
+                (Level::Root, "kind") => Some(1),
+                (Level::Metadata, "name") => Some(2),
+                (Level::Metadata, "namespace") => Some(3),
+                _ => None,
+            };
+            let same = if let Some(slot) = taken {
+                let value: Json<'de> = map.next_value()?;
+                let same = expected == Some(&value);
+                self.identity[slot] = Some(value);
+                same
+            } else {
+                let level = match (self.level, key.as_ref()) {
+                    (Level::Root, "metadata") => Level::Metadata,
+                    _ => Level::Other,
+                };
+                if level == Level::Metadata {
+                    // Of a repeated `metadata` the last one counts, whole,
+                    // and one that is not an object has no name.
+                    self.identity[2] = None;
+                    self.identity[3] = None;
+                }
+                map.next_value_seed(Against {
+                    expected,
+                    level,
+                    identity: &mut *self.identity,
+                })?
+            };
+            if let Some(i) = index {
+                seen[i] = if same { SAME } else { DIFFERENT };
+            }
+        }
+        Ok(is_object && !extra && seen.iter().all(|s| *s == SAME))
+    }
 }
 
 fn show(v: Option<&Json>) -> String {
@@ -461,6 +670,33 @@ mod tests {
         })
     }
 
+    /// A work's `metadata` for the identity property: anything, or an
+    /// object with (maybe repeated) `name` and `namespace` members.
+    fn metadata_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            json_text(),
+            prop::collection::vec(
+                (
+                    prop::sample::select(vec![
+                        r#""name""#,
+                        r#""namespace""#,
+                        r#""n\u0061me""#,
+                        r#""a""#
+                    ]),
+                    json_text()
+                ),
+                0..4
+            )
+            .prop_map(|members| {
+                let members: Vec<String> = members
+                    .into_iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect();
+                format!("{{{}}}", members.join(","))
+            }),
+        ]
+    }
+
     proptest::proptest! {
         #[test]
         fn equality_is_that_of_serde_json_values(a in json_text(), b in json_text()) {
@@ -473,11 +709,48 @@ mod tests {
                 serde_json::from_str(&b).expect("valid JSON"),
             );
             proptest::prop_assert_eq!(ja == jb, va == vb, "{} vs {}", a, b);
+            // Reading `a` against `b`'s tree (inside an object, as works
+            // are) agrees with comparing the two trees.
+            let (wa, wb) = (format!("{{\"v\": {a}}}"), format!("{{\"v\": {b}}}"));
+            let read = read_against(wa.as_bytes(), &parse_object(wb.as_bytes()).expect("object"))
+                .expect("an object");
+            proptest::prop_assert_eq!(read.equal, va == vb, "{} vs {}", a, b);
             proptest::prop_assert_eq!(&ja, &ja.clone());
             // Shown as serde_json shows the value.
             proptest::prop_assert_eq!(
                 serde_json::to_string(&ja).expect("serializes"),
                 serde_json::to_string(&va).expect("serializes")
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// The identity fields taken while reading a work are those of its
+        /// tree (a repeated key's last member counts), and an answer is
+        /// "changed" exactly when its tree differs.
+        #[test]
+        fn identity_read_on_the_way_is_the_trees(
+            api in json_text(), kind in json_text(), meta in metadata_text(),
+            meta2 in proptest::option::of(metadata_text()), other in json_text(),
+        ) {
+            let second = meta2.map(|m| format!(", \"metadata\": {m}")).unwrap_or_default();
+            let input = format!(
+                r#"{{"apiVersion": {api}, "metadata": {meta}, "kind": {kind}, "v": {other}{second}}}"#
+            );
+            let tree = parse_object(input.as_bytes()).expect("an object");
+            let same = format!(
+                r#"{{"kind": {kind}, "v": {other}, "apiVersion": {api}, "metadata": {meta}{second}}}"#
+            );
+            let read = read_against(input.as_bytes(), &tree).expect("an object");
+            for (i, (_, path)) in IDENTITY_FIELDS.iter().enumerate() {
+                proptest::prop_assert_eq!(read.identity[i].as_ref(), tree.at(path), "{}", input);
+            }
+            proptest::prop_assert!(read.equal);
+            proptest::prop_assert_eq!(check_answer(input.as_bytes(), same.as_bytes()), Ok(false));
+            let moved = format!(r#"{{"apiVersion": {api}, "kind": {kind}, "metadata": {meta}{second}}}"#);
+            proptest::prop_assert_eq!(
+                check_answer(input.as_bytes(), moved.as_bytes()),
+                Ok(true)
             );
         }
     }
