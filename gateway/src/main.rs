@@ -76,7 +76,9 @@ struct Flags {
     max_message_bytes: usize,
     /// Runtime worker threads. The gateway is I/O-bound: one thread serves
     /// tens of thousands of calls a second and avoids cross-thread wakeups;
-    /// raise it for a central gateway shared by many hubs.
+    /// raise it for a central gateway shared by many hubs. The calls of one
+    /// connection run on the thread that serves the connection: more
+    /// threads spread connections, not the calls of one.
     #[arg(long, env = "ROLLOUT_GATEWAY_WORKER_THREADS", default_value_t = 1)]
     worker_threads: usize,
     /// Log format on stderr; json lines carry trace_id and span_id inside a call.
@@ -147,20 +149,42 @@ fn main() -> ExitCode {
         return check(args);
     }
     logs::init(flags.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(flags.worker_threads.max(1))
-        .thread_name("gateway-worker")
-        .enable_all()
-        .build()
-    {
+    // One worker: a current-thread runtime, on a thread of its own named like
+    // a multi-thread runtime's workers. It has no injection queue and no
+    // cross-thread wakeups to pay for on every call.
+    let workers = flags.worker_threads.max(1);
+    let mut builder = if workers == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers);
+        b
+    };
+    let runtime = match builder.thread_name(WORKER_NAME).enable_all().build() {
         Ok(rt) => rt,
         Err(error) => {
             eprintln!("rollout-gateway: cannot start the runtime: {error}");
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(flags))
+    if workers > 1 {
+        return runtime.block_on(run(flags));
+    }
+    let worker = std::thread::Builder::new()
+        .name(WORKER_NAME.into())
+        .spawn(move || runtime.block_on(run(flags)));
+    match worker.map(std::thread::JoinHandle::join) {
+        Ok(Ok(code)) => code,
+        Ok(Err(_)) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("rollout-gateway: cannot start the runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }
+
+/// The name of the threads that run the gateway's tasks.
+const WORKER_NAME: &str = "gateway-worker";
 
 fn check(args: CheckArgs) -> ExitCode {
     let files = if args.configs.is_empty() {
