@@ -261,15 +261,12 @@ impl Connection {
         tokio::pin!(idle, max_age, grace_over, draining);
         loop {
             let close = tokio::select! {
-                // The calls first: an answer queued here is flushed by the
-                // connection's poll just below, in the same pass.
+                // The connection first, then the calls: a call that ends
+                // queues its answer and the loop comes straight back here,
+                // which flushes it without a wakeup. (The calls first made
+                // answers wait for every ready call, and measured fewer
+                // calls/s at 32 in flight.)
                 biased;
-                Some(()) = streams.next(), if !streams.is_empty() => {
-                    if streams.is_empty() {
-                        idle_since = Instant::now();
-                    }
-                    continue;
-                }
                 next = conn.accept() => match next {
                     Some(Ok((request, respond))) => {
                         used = true;
@@ -283,6 +280,12 @@ impl Connection {
                     Some(Err(e)) => return Err(e.into()),
                     None => return Ok(()),
                 },
+                Some(()) = streams.next(), if !streams.is_empty() => {
+                    if streams.is_empty() {
+                        idle_since = Instant::now();
+                    }
+                    continue;
+                }
                 () = &mut idle, if streams.is_empty() && closing.is_none() => {
                     let due = idle_since + idle_timeout;
                     if due > Instant::now() {
