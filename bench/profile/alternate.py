@@ -11,7 +11,8 @@ other round), each for DURATION after 500 ms of warm-up. Prints each round and
 the medians of the per-round figures: p50, p99, added p50/p99 (against the
 direct call of the same round), calls/s as a share of direct, and the
 gateway's CPU per call from /proc/PID/stat. echo-plugin and hookbench are
-taken from BIN_DIR (default target/release). See docs/performance.md.
+taken from BIN_DIR (default target/release); WORK_BYTES (default 4KiB, as
+hookbench's --work-bytes) sets the ManifestWork size. See docs/performance.md.
 """
 import subprocess, sys, time, re, os, statistics, json
 NB = os.environ.get("BIN_DIR", "target/release")
@@ -52,7 +53,7 @@ try:
         order = targets if r % 2 == 0 else [targets[0]] + targets[1:][::-1]
         for name, addr, pid in order:
             c0 = cpu(pid)
-            out = subprocess.run([f"{NB}/hookbench", "--target", f"http://{addr}", "--plugin", "echo", "--concurrency", conc, "--duration", dur, "--warmup", "500ms", "--json"], capture_output=True, text=True)
+            out = subprocess.run([f"{NB}/hookbench", "--target", f"http://{addr}", "--plugin", "echo", "--concurrency", conc, "--work-bytes", os.environ.get("WORK_BYTES", "4KiB"), "--duration", dur, "--warmup", "500ms", "--json"], capture_output=True, text=True)
             c1 = cpu(pid)
             try:
                 j = json.loads(out.stdout)
