@@ -27,8 +27,8 @@ Options (before the positional arguments or among them):
                         gateway); repeatable.
   --renice NAME:NICE    before each of gateway NAME's runs, set the nice value
                         of its export threads (`OpenTelemetry.T…`,
-                        `otlp-export`) to NICE: to measure what their low
-                        priority (19) does, against the same binary.
+                        `otlp-export`) to NICE: to measure what a lower
+                        priority does, against the same binary.
   --otlp-receiver       start `otlp-receiver` (gwbench's OTLP/gRPC receiver
                         as a process) and report the spans it received
                         against the calls made through the gateways whose
@@ -163,12 +163,13 @@ try:
         # receiver's count is final.
         for n in exporting: gw_procs[n].terminate()
         for n in exporting: gw_procs[n].wait(timeout=30)
+        receiver_cpu = sum(threads(receiver.pid).values())
         receiver.terminate(); receiver.wait(timeout=10)
         spans = re.findall(r"spans=(\d+) exports=(\d+)", open(f"{run}/otlp-receiver.out").read())
         got, exports = (int(spans[-1][0]), int(spans[-1][1])) if spans else (0, 0)
         through = sum(calls[n] for n in exporting)
         print(f"otlp-receiver: {got} spans in {exports} requests for {through} calls through {', '.join(sorted(exporting)) or 'no gateway'}"
-              + (f" ({got / through:.3f} per call, after the gateways flushed on SIGTERM)" if through else ""))
+              + (f" ({got / through:.3f} per call, after the gateways flushed on SIGTERM; receiver CPU {receiver_cpu * 1e6 / got if got else 0:.2f} µs per span)" if through else ""))
     print(run)
 finally:
     for p in procs: p.terminate()

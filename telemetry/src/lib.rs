@@ -13,9 +13,8 @@
 //! per full batch, or by its timer). The batch thread hands each batch to
 //! the exporter's own runtime and thread (`otlp-export`), which encodes the
 //! spans straight into OTLP protobuf bytes (no intermediate structures) and
-//! sends them over the OTLP client's connection. Both export threads run at
-//! the lowest CPU priority (nice 19): exporting never takes a worker thread
-//! from the work being traced, nor CPU it needs.
+//! sends them over the OTLP client's connection: exporting never takes a
+//! worker thread from the work being traced.
 
 pub mod logs;
 mod otlp;

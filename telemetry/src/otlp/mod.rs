@@ -3,9 +3,10 @@
 //! ([`encode`]) and sent over OTLP/gRPC (tonic, a pass-through codec) or
 //! OTLP/HTTP (hyper), on a runtime of its own thread (`otlp-export`).
 //!
-//! Both threads of the export (the SDK's batch thread and `otlp-export`) run
-//! at the lowest CPU priority (nice 19, on Linux): on a busy machine the
-//! calls being traced come first, and the export uses what they leave.
+//! The export threads keep the process's CPU priority. A lower one (nice 10)
+//! made no measurable difference to the calls' latency, and the lowest (nice
+//! 19) starved them on a saturated machine: the queue overflowed and 46 % of
+//! the spans were dropped (docs/performance.md).
 
 mod encode;
 
@@ -31,9 +32,6 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
 /// The gRPC method spans are exported with.
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
-
-/// The nice value of the export threads: the lowest priority.
-const EXPORT_NICE: i32 = 10;
 
 /// Where and how batches are sent.
 #[derive(Debug, Clone)]
@@ -277,8 +275,8 @@ impl tonic::codec::Decoder for PassThrough {
     }
 }
 
-/// A current-thread runtime on a thread of its own (`otlp-export`, at the
-/// lowest priority) that encodes and sends the batches, until stopped.
+/// A current-thread runtime on a thread of its own (`otlp-export`) that
+/// encodes and sends the batches, until stopped.
 #[derive(Debug)]
 pub(crate) struct ExportRuntime {
     pub(crate) handle: tokio::runtime::Handle,
@@ -302,7 +300,6 @@ impl ExportRuntime {
         let thread = std::thread::Builder::new()
             .name("otlp-export".into())
             .spawn(move || {
-                lower_this_threads_priority();
                 runtime.block_on(async {
                     let _ = stopped.await;
                 });
@@ -343,13 +340,6 @@ pub(crate) struct OnExportThread<E> {
 
 impl<E: SpanExporter + 'static> SpanExporter for OnExportThread<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        // Called on the SDK's batch thread: it hands over at the lowest
-        // priority too (once per thread).
-        thread_local!(static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
-        if !LOWERED.get() {
-            LOWERED.set(true);
-            lower_this_threads_priority();
-        }
         let inner = self.inner.clone();
         self.runtime
             .spawn(async move { inner.export(batch).await })
@@ -378,19 +368,6 @@ impl<E: SpanExporter + 'static> SpanExporter for OnExportThread<E> {
     }
 }
 
-/// Puts the calling thread at nice 19, so it runs on what the other threads
-/// leave. Best effort: where it cannot (not Linux), the thread keeps its
-/// priority.
-fn lower_this_threads_priority() {
-    #[cfg(target_os = "linux")]
-    {
-        let tid = rustix::thread::gettid();
-        if let Err(error) = rustix::process::setpriority_process(Some(tid), EXPORT_NICE) {
-            tracing::debug!(%error, "cannot lower the export thread's priority");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,23 +380,5 @@ mod tests {
         assert!(ExportError::HttpStatus(http::StatusCode::SERVICE_UNAVAILABLE).is_retryable());
         assert!(ExportError::HttpStatus(http::StatusCode::TOO_MANY_REQUESTS).is_retryable());
         assert!(!ExportError::HttpStatus(http::StatusCode::BAD_REQUEST).is_retryable());
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn the_export_thread_runs_at_the_lowest_priority() {
-        let (runtime, ()) = ExportRuntime::start(|| ()).expect("started");
-        let nice = runtime
-            .handle
-            .block_on(async {
-                tokio::task::spawn(async {
-                    rustix::process::getpriority_process(Some(rustix::thread::gettid()))
-                })
-                .await
-            })
-            .expect("ran")
-            .expect("read");
-        assert_eq!(nice, EXPORT_NICE);
-        runtime.stop();
     }
 }
