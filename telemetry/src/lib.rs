@@ -177,7 +177,21 @@ pub struct Tracer {
 
 impl Tracer {
     /// A tracer named `scope`, exporting as `options` say.
+    ///
+    /// Every export request also carries the headers of
+    /// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`, else `OTEL_EXPORTER_OTLP_HEADERS`
+    /// (`key=value` pairs separated by commas, values percent-encoded, as
+    /// OTLP specifies): a malformed one is refused, naming the variable.
     pub fn new(scope: &'static str, options: &TracingOptions) -> Result<Tracer, TracingError> {
+        Tracer::with_headers(scope, options, |name| std::env::var(name).ok())
+    }
+
+    /// [`Tracer::new`], the headers' variables read from `var`.
+    fn with_headers(
+        scope: &'static str,
+        options: &TracingOptions,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Tracer, TracingError> {
         let resource = Resource::builder()
             .with_service_name(options.service_name.clone())
             .build();
@@ -211,6 +225,7 @@ impl Tracer {
                     "OTLP/HTTP is exported over plaintext http:// only (use grpc for TLS)".into(),
                 ));
             }
+            let headers = otlp::headers(var).map_err(failed)?;
             let transport = if http {
                 otlp::Transport::Http {
                     url: endpoint.clone(),
@@ -221,7 +236,7 @@ impl Tracer {
                 }
             };
             let (runtime, exporter) =
-                otlp::ExportRuntime::start(|| otlp::OtlpExporter::new(&transport, gzip))
+                otlp::ExportRuntime::start(|| otlp::OtlpExporter::new(&transport, gzip, headers))
                     .map_err(|e| failed(format!("cannot start its thread: {e}")))?;
             let exporter = otlp::OnExportThread {
                 inner: Arc::new(exporter.map_err(|e| failed(e.to_string()))?),
@@ -521,6 +536,75 @@ mod tests {
         assert!(
             parse_traceparent(b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future")
                 .is_some()
+        );
+    }
+
+    /// An OTLP/gRPC collector that reports the `x-api-key` of each export.
+    struct KeyedCollector(tokio::sync::mpsc::UnboundedSender<Option<String>>);
+
+    #[tonic::async_trait]
+    impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService
+        for KeyedCollector
+    {
+        async fn export(
+            &self,
+            request: tonic::Request<
+                opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+            >,
+        ) -> Result<
+            tonic::Response<
+                opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+            >,
+            tonic::Status,
+        > {
+            let key = request
+                .metadata()
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let _ = self.0.send(key);
+            Ok(tonic::Response::new(Default::default()))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_headers_variable_reaches_the_collector() {
+        use opentelemetry::trace::Tracer as _;
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bound");
+        let addr = listener.local_addr().expect("address");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(KeyedCollector(tx)))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let mut options = TracingOptions::new("svc");
+        options.otlp_endpoint = Some(format!("http://{addr}"));
+        let tracer = Tracer::with_headers("test", &options, |name| {
+            (name == "OTEL_EXPORTER_OTLP_HEADERS").then(|| "x-api-key=s%3Dcret".to_string())
+        })
+        .expect("the exporter builds");
+        tracer.sdk().start("keyed").end();
+        tokio::task::spawn_blocking(move || tracer.shutdown())
+            .await
+            .expect("shut down");
+        let key = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("an export within 20 s")
+            .expect("the collector got it");
+        assert_eq!(key.as_deref(), Some("s=cret"));
+        // A malformed variable is refused when the tracer is built.
+        let error = Tracer::with_headers("test", &options, |name| {
+            (name == "OTEL_EXPORTER_OTLP_TRACES_HEADERS").then(|| "no-equals".to_string())
+        })
+        .expect_err("refused")
+        .to_string();
+        assert!(
+            error.contains("OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
+            "{error}"
         );
     }
 

@@ -87,6 +87,8 @@ pub(crate) struct OtlpExporter {
     resource: EncodedResource,
     client: Client,
     gzip: bool,
+    /// Sent with every request (`OTEL_EXPORTER_OTLP_HEADERS`).
+    headers: http::HeaderMap,
     /// The size of the last request, to size the next one's buffer.
     last_size: std::sync::atomic::AtomicUsize,
 }
@@ -104,7 +106,11 @@ enum Client {
 
 impl OtlpExporter {
     /// A lazy client (nothing connects before the first export).
-    pub(crate) fn new(transport: &Transport, gzip: bool) -> Result<OtlpExporter, ExportError> {
+    pub(crate) fn new(
+        transport: &Transport,
+        gzip: bool,
+        headers: http::HeaderMap,
+    ) -> Result<OtlpExporter, ExportError> {
         let client = match transport {
             Transport::Grpc { endpoint } => {
                 let mut channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
@@ -135,6 +141,7 @@ impl OtlpExporter {
             resource: EncodedResource::default(),
             client,
             gzip,
+            headers,
             last_size: 0.into(),
         })
     }
@@ -147,8 +154,11 @@ impl OtlpExporter {
                 grpc.ready()
                     .await
                     .map_err(|e| ExportError::Grpc(tonic::Status::from_error(e.into())))?;
+                let mut request = tonic::Request::new(body);
+                *request.metadata_mut() =
+                    tonic::metadata::MetadataMap::from_headers(self.headers.clone());
                 grpc.unary(
-                    tonic::Request::new(body),
+                    request,
                     http::uri::PathAndQuery::from_static(EXPORT_PATH),
                     PassThrough,
                 )
@@ -158,8 +168,11 @@ impl OtlpExporter {
             }
             Client::Http { client, url } => {
                 use opentelemetry_http::HttpClient as _;
-                let mut request = http::Request::post(url.as_str())
-                    .header(http::header::CONTENT_TYPE, "application/x-protobuf");
+                let mut request = http::Request::post(url.as_str());
+                for (name, value) in &self.headers {
+                    request = request.header(name, value);
+                }
+                request = request.header(http::header::CONTENT_TYPE, "application/x-protobuf");
                 let body = if self.gzip {
                     request = request.header(http::header::CONTENT_ENCODING, "gzip");
                     gzip(&body).map_err(ExportError::Gzip)?
@@ -179,6 +192,58 @@ impl OtlpExporter {
             }
         }
     }
+}
+
+/// The headers of every export request, from
+/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`, else `OTEL_EXPORTER_OTLP_HEADERS`:
+/// `key=value` pairs separated by commas, blanks around each trimmed, values
+/// percent-decoded. An entry that is not `key=value`, or not a valid header
+/// name or value, is refused, naming the variable and the entry.
+pub(crate) fn headers(var: impl Fn(&str) -> Option<String>) -> Result<http::HeaderMap, String> {
+    let mut headers = http::HeaderMap::new();
+    let Some((name, list)) = [
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+    ]
+    .into_iter()
+    .find_map(|name| var(name).map(|value| (name, value))) else {
+        return Ok(headers);
+    };
+    for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let refused = || format!("{name}: {entry:?} is not a valid key=value header");
+        let (key, value) = entry.split_once('=').ok_or_else(refused)?;
+        let key = http::HeaderName::from_bytes(key.trim().as_bytes()).map_err(|_| refused())?;
+        let value =
+            http::HeaderValue::from_bytes(&percent_decode(value.trim())).map_err(|_| refused())?;
+        headers.append(key, value);
+    }
+    Ok(headers)
+}
+
+/// `%XX` sequences decoded; anything else (a `%` not followed by two hex
+/// digits) kept as it is.
+fn percent_decode(s: &str) -> Vec<u8> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 fn gzip(body: &[u8]) -> std::io::Result<Bytes> {
@@ -371,6 +436,43 @@ impl<E: SpanExporter + 'static> SpanExporter for OnExportThread<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn headers_from_the_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(headers(env(&[])).expect("none").is_empty());
+        let parsed = headers(env(&[(
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            " api-key = secret%20one , x-tenant=a%2Cb,,odd=100%",
+        )]))
+        .expect("valid");
+        assert_eq!(parsed["api-key"], "secret one");
+        assert_eq!(parsed["x-tenant"], "a,b");
+        assert_eq!(parsed["odd"], "100%");
+        // The traces variable wins.
+        let traces = headers(env(&[
+            ("OTEL_EXPORTER_OTLP_HEADERS", "a=1"),
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "b=2"),
+        ]))
+        .expect("valid");
+        assert_eq!(traces.len(), 1);
+        assert_eq!(traces["b"], "2");
+        let refused =
+            headers(env(&[("OTEL_EXPORTER_OTLP_HEADERS", "a=1,novalue")])).expect_err("refused");
+        assert!(
+            refused.contains("OTEL_EXPORTER_OTLP_HEADERS") && refused.contains("novalue"),
+            "{refused}"
+        );
+        assert!(headers(env(&[("OTEL_EXPORTER_OTLP_HEADERS", "bad name=1")])).is_err());
+        assert!(headers(env(&[("OTEL_EXPORTER_OTLP_HEADERS", "a=%0a")])).is_err());
+    }
 
     #[test]
     fn only_what_otlp_says_is_transient_is_retried() {
