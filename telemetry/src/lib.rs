@@ -11,14 +11,16 @@
 //! block the caller, drained by its own thread. Ending a span is a send on
 //! that queue and nothing more (no wakeup: the batch thread is woken once
 //! per full batch, or by its timer). The batch thread hands each batch to
-//! the exporter's own runtime and thread (`otlp-export`), which converts the
-//! spans to protobuf, encodes them and drives the OTLP client's connection:
-//! exporting never takes a worker thread from the work being traced.
+//! the exporter's own runtime and thread (`otlp-export`), which encodes the
+//! spans straight into OTLP protobuf bytes (no intermediate structures) and
+//! sends them over the OTLP client's connection: exporting never takes a
+//! worker thread from the work being traced.
 
 pub mod logs;
+mod otlp;
 
 use std::borrow::Cow;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
@@ -27,10 +29,8 @@ use opentelemetry::trace::{
     TracerProvider as _,
 };
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, Span, SpanData,
-    SpanExporter,
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, Span,
 };
 use rollout_proto::view::RolloutFields;
 
@@ -82,9 +82,6 @@ pub struct TracingOptions {
 /// The path OTLP/HTTP appends to `OTEL_EXPORTER_OTLP_ENDPOINT` for traces
 /// (a `_TRACES_ENDPOINT` is used as it is).
 const HTTP_TRACES_PATH: &str = "v1/traces";
-
-/// How long one OTLP/HTTP export may take (OTLP's default timeout).
-const HTTP_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl TracingOptions {
     /// No export, under `service_name`.
@@ -175,19 +172,32 @@ pub struct Tracer {
     tracer: SdkTracer,
     provider: SdkTracerProvider,
     /// The exporter's runtime, while exporting.
-    export: Option<Arc<ExportRuntime>>,
+    export: Option<Arc<otlp::ExportRuntime>>,
 }
 
 impl Tracer {
     /// A tracer named `scope`, exporting as `options` say.
+    ///
+    /// Every export request also carries the headers of
+    /// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`, else `OTEL_EXPORTER_OTLP_HEADERS`
+    /// (`key=value` pairs separated by commas, values percent-encoded, as
+    /// OTLP specifies): a malformed one is refused, naming the variable.
     pub fn new(scope: &'static str, options: &TracingOptions) -> Result<Tracer, TracingError> {
+        Tracer::with_headers(scope, options, |name| std::env::var(name).ok())
+    }
+
+    /// [`Tracer::new`], the headers' variables read from `var`.
+    fn with_headers(
+        scope: &'static str,
+        options: &TracingOptions,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Tracer, TracingError> {
         let resource = Resource::builder()
             .with_service_name(options.service_name.clone())
             .build();
         let mut builder = SdkTracerProvider::builder().with_resource(resource);
         let mut export = None;
         if let Some(endpoint) = &options.otlp_endpoint {
-            use opentelemetry_otlp::WithExportConfig;
             let failed = |message: String| TracingError {
                 endpoint: endpoint.clone(),
                 message,
@@ -215,32 +225,20 @@ impl Tracer {
                     "OTLP/HTTP is exported over plaintext http:// only (use grpc for TLS)".into(),
                 ));
             }
-            let (runtime, exporter) = ExportRuntime::start(|| {
-                use opentelemetry_otlp::{WithHttpConfig, WithTonicConfig};
-                let compression = gzip.then_some(opentelemetry_otlp::Compression::Gzip);
-                if http {
-                    let mut builder = opentelemetry_otlp::SpanExporter::builder()
-                        .with_http()
-                        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                        .with_endpoint(endpoint.clone())
-                        .with_timeout(HTTP_EXPORT_TIMEOUT)
-                        .with_http_client(OnExportRuntime::new());
-                    if let Some(compression) = compression {
-                        builder = builder.with_compression(compression);
-                    }
-                    builder.build()
-                } else {
-                    let mut builder = opentelemetry_otlp::SpanExporter::builder()
-                        .with_tonic()
-                        .with_endpoint(endpoint.clone());
-                    if let Some(compression) = compression {
-                        builder = builder.with_compression(compression);
-                    }
-                    builder.build()
+            let headers = otlp::headers(var).map_err(failed)?;
+            let transport = if http {
+                otlp::Transport::Http {
+                    url: endpoint.clone(),
                 }
-            })
-            .map_err(|e| failed(format!("cannot start its thread: {e}")))?;
-            let exporter = OnExportThread {
+            } else {
+                otlp::Transport::Grpc {
+                    endpoint: endpoint.clone(),
+                }
+            };
+            let (runtime, exporter) =
+                otlp::ExportRuntime::start(|| otlp::OtlpExporter::new(&transport, gzip, headers))
+                    .map_err(|e| failed(format!("cannot start its thread: {e}")))?;
+            let exporter = otlp::OnExportThread {
                 inner: Arc::new(exporter.map_err(|e| failed(e.to_string()))?),
                 runtime: runtime.handle.clone(),
             };
@@ -292,136 +290,6 @@ impl Tracer {
             }
             export.stop();
         }
-    }
-}
-
-/// A current-thread runtime on a thread of its own that drives the OTLP
-/// client's connection, until stopped.
-#[derive(Debug)]
-struct ExportRuntime {
-    handle: tokio::runtime::Handle,
-    stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-}
-
-impl ExportRuntime {
-    /// Builds the runtime, makes `build` run inside it (so the client's
-    /// background tasks are spawned there), and starts its thread.
-    fn start<T>(build: impl FnOnce() -> T) -> std::io::Result<(ExportRuntime, T)> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let built = {
-            let _entered = runtime.enter();
-            build()
-        };
-        let handle = runtime.handle().clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("otlp-export".into())
-            .spawn(move || {
-                runtime.block_on(async {
-                    let _ = stopped.await;
-                });
-            })?;
-        Ok((
-            ExportRuntime {
-                handle,
-                stop: Mutex::new(Some(stop)),
-                thread: Mutex::new(Some(thread)),
-            },
-            built,
-        ))
-    }
-
-    fn stop(&self) {
-        let stop = self.stop.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(stop) = stop {
-            let _ = stop.send(());
-        }
-        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(thread) = thread {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// The OTLP exporter, run on the export runtime. The batch processor's
-/// thread only hands each batch over; the conversion of the spans to
-/// protobuf, their encoding and the freeing of both all happen on the
-/// `otlp-export` thread. Split over two threads, every structure the
-/// conversion allocated was freed by the other thread, and the allocator's
-/// slow path (collecting those remote frees, searching for free pages) was
-/// half of the batch thread's time (docs/performance.md).
-#[derive(Debug)]
-struct OnExportThread<E> {
-    inner: Arc<E>,
-    runtime: tokio::runtime::Handle,
-}
-
-impl<E: SpanExporter + 'static> SpanExporter for OnExportThread<E> {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        let inner = self.inner.clone();
-        self.runtime
-            .spawn(async move { inner.export(batch).await })
-            .await
-            .unwrap_or_else(|e| {
-                Err(OTelSdkError::InternalFailure(format!(
-                    "the export task ended: {e}"
-                )))
-            })
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.inner.force_flush()
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        // Exports are awaited one at a time by the batch thread, which is
-        // also the caller here: no export holds a clone now.
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.set_resource(resource);
-        }
-    }
-}
-
-/// The OTLP/HTTP client: hyper's, with every request run on the export
-/// runtime. The batch processor calls the exporter from its own thread,
-/// outside any runtime, and hyper's client needs one for its connections
-/// and its timeout.
-#[derive(Debug)]
-struct OnExportRuntime {
-    client: opentelemetry_http::hyper::HyperClient,
-    runtime: tokio::runtime::Handle,
-}
-
-impl OnExportRuntime {
-    /// Must be called on the export runtime ([`ExportRuntime::start`]'s `build`).
-    fn new() -> OnExportRuntime {
-        OnExportRuntime {
-            client: opentelemetry_http::hyper::HyperClient::with_default_connector(
-                HTTP_EXPORT_TIMEOUT,
-                None,
-            ),
-            runtime: tokio::runtime::Handle::current(),
-        }
-    }
-}
-
-#[tonic::async_trait]
-impl opentelemetry_http::HttpClient for OnExportRuntime {
-    async fn send_bytes(
-        &self,
-        request: http::Request<bytes::Bytes>,
-    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
-        let client = self.client.clone();
-        self.runtime
-            .spawn(async move { client.send_bytes(request).await })
-            .await?
     }
 }
 
@@ -668,6 +536,75 @@ mod tests {
         assert!(
             parse_traceparent(b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future")
                 .is_some()
+        );
+    }
+
+    /// An OTLP/gRPC collector that reports the `x-api-key` of each export.
+    struct KeyedCollector(tokio::sync::mpsc::UnboundedSender<Option<String>>);
+
+    #[tonic::async_trait]
+    impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService
+        for KeyedCollector
+    {
+        async fn export(
+            &self,
+            request: tonic::Request<
+                opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+            >,
+        ) -> Result<
+            tonic::Response<
+                opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+            >,
+            tonic::Status,
+        > {
+            let key = request
+                .metadata()
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let _ = self.0.send(key);
+            Ok(tonic::Response::new(Default::default()))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_headers_variable_reaches_the_collector() {
+        use opentelemetry::trace::Tracer as _;
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bound");
+        let addr = listener.local_addr().expect("address");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(KeyedCollector(tx)))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let mut options = TracingOptions::new("svc");
+        options.otlp_endpoint = Some(format!("http://{addr}"));
+        let tracer = Tracer::with_headers("test", &options, |name| {
+            (name == "OTEL_EXPORTER_OTLP_HEADERS").then(|| "x-api-key=s%3Dcret".to_string())
+        })
+        .expect("the exporter builds");
+        tracer.sdk().start("keyed").end();
+        tokio::task::spawn_blocking(move || tracer.shutdown())
+            .await
+            .expect("shut down");
+        let key = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("an export within 20 s")
+            .expect("the collector got it");
+        assert_eq!(key.as_deref(), Some("s=cret"));
+        // A malformed variable is refused when the tracer is built.
+        let error = Tracer::with_headers("test", &options, |name| {
+            (name == "OTEL_EXPORTER_OTLP_TRACES_HEADERS").then(|| "no-equals".to_string())
+        })
+        .expect_err("refused")
+        .to_string();
+        assert!(
+            error.contains("OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
+            "{error}"
         );
     }
 
