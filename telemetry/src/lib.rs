@@ -62,6 +62,20 @@ pub enum OtlpCompression {
     Unsupported(String),
 }
 
+/// How long one export request may take
+/// (`OTEL_EXPORTER_OTLP_TIMEOUT`, milliseconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OtlpTimeout {
+    /// A timeout above zero; OTLP's default is 10 s.
+    Set(Duration),
+    /// Not a whole number of milliseconds above zero: [`Tracer::new`]
+    /// refuses it, naming the value.
+    Unsupported(String),
+}
+
+/// OTLP's default export timeout.
+pub const DEFAULT_OTLP_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Where spans go, from the standard `OTEL_*` variables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TracingOptions {
@@ -77,6 +91,8 @@ pub struct TracingOptions {
     pub otlp_protocol: OtlpProtocol,
     /// The compression of each export request.
     pub otlp_compression: OtlpCompression,
+    /// How long one export request may take (each retry has its own).
+    pub otlp_timeout: OtlpTimeout,
 }
 
 /// The path OTLP/HTTP appends to `OTEL_EXPORTER_OTLP_ENDPOINT` for traces
@@ -92,6 +108,7 @@ impl TracingOptions {
             schedule_delay: None,
             otlp_protocol: OtlpProtocol::Grpc,
             otlp_compression: OtlpCompression::None,
+            otlp_timeout: OtlpTimeout::Set(DEFAULT_OTLP_TIMEOUT),
         }
     }
 
@@ -101,7 +118,9 @@ impl TracingOptions {
     /// `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` else `OTEL_EXPORTER_OTLP_PROTOCOL`
     /// (`grpc`, the default, or `http/protobuf`),
     /// `OTEL_EXPORTER_OTLP_TRACES_COMPRESSION` else
-    /// `OTEL_EXPORTER_OTLP_COMPRESSION` (`none`, the default, or `gzip`), and
+    /// `OTEL_EXPORTER_OTLP_COMPRESSION` (`none`, the default, or `gzip`),
+    /// `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` else `OTEL_EXPORTER_OTLP_TIMEOUT`
+    /// (milliseconds, default 10000), and
     /// `OTEL_SERVICE_NAME` (default `default_service`). `OTEL_SDK_DISABLED=true`
     /// turns export off. The sampler (`OTEL_TRACES_SAMPLER`, `_ARG`) and the
     /// batch settings (`OTEL_BSP_*`) are read by the SDK itself.
@@ -136,6 +155,15 @@ impl TracingOptions {
             Some(v) if v.eq_ignore_ascii_case("gzip") => OtlpCompression::Gzip,
             Some(v) => OtlpCompression::Unsupported(v),
         };
+        let otlp_timeout = match var("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+            .or_else(|| var("OTEL_EXPORTER_OTLP_TIMEOUT"))
+        {
+            None => OtlpTimeout::Set(DEFAULT_OTLP_TIMEOUT),
+            Some(v) => match v.parse::<u64>() {
+                Ok(ms) if ms > 0 => OtlpTimeout::Set(Duration::from_millis(ms)),
+                _ => OtlpTimeout::Unsupported(v),
+            },
+        };
         let otlp_endpoint = if disabled {
             None
         } else if let Some(traces) = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
@@ -154,6 +182,7 @@ impl TracingOptions {
             schedule_delay: None,
             otlp_protocol,
             otlp_compression,
+            otlp_timeout,
         }
     }
 }
@@ -220,6 +249,14 @@ impl Tracer {
                     )));
                 }
             };
+            let timeout = match &options.otlp_timeout {
+                OtlpTimeout::Set(timeout) => *timeout,
+                OtlpTimeout::Unsupported(v) => {
+                    return Err(failed(format!(
+                        "OTEL_EXPORTER_OTLP_TIMEOUT={v} is not a timeout (whole milliseconds above zero)"
+                    )));
+                }
+            };
             if http && !endpoint.starts_with("http://") {
                 return Err(failed(
                     "OTLP/HTTP is exported over plaintext http:// only (use grpc for TLS)".into(),
@@ -235,9 +272,10 @@ impl Tracer {
                     endpoint: endpoint.clone(),
                 }
             };
-            let (runtime, exporter) =
-                otlp::ExportRuntime::start(|| otlp::OtlpExporter::new(&transport, gzip, headers))
-                    .map_err(|e| failed(format!("cannot start its thread: {e}")))?;
+            let (runtime, exporter) = otlp::ExportRuntime::start(|| {
+                otlp::OtlpExporter::new(&transport, gzip, headers, timeout)
+            })
+            .map_err(|e| failed(format!("cannot start its thread: {e}")))?;
             let exporter = otlp::OnExportThread {
                 inner: Arc::new(exporter.map_err(|e| failed(e.to_string()))?),
                 runtime: runtime.handle.clone(),
@@ -372,16 +410,18 @@ pub fn finish_span(span: &mut Span, code: tonic::Code, message: &str) {
 mod tests {
     use super::*;
 
+    /// A lookup of variables over `pairs`.
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
     #[test]
     fn options_from_the_environment() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         assert_eq!(
             TracingOptions::from_lookup("svc", env(&[])),
             TracingOptions::new("svc")
@@ -418,14 +458,6 @@ mod tests {
 
     #[test]
     fn protocol_and_compression_from_the_environment() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         let default = TracingOptions::from_lookup(
             "svc",
             env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317")]),
@@ -494,6 +526,47 @@ mod tests {
             .expect_err("refused")
             .to_string();
         assert!(error.contains("plaintext"), "{error}");
+    }
+
+    #[test]
+    fn the_export_timeout_is_read_in_milliseconds_and_a_bad_one_is_refused() {
+        let default = TracingOptions::from_lookup("svc", env(&[]));
+        assert_eq!(default.otlp_timeout, OtlpTimeout::Set(DEFAULT_OTLP_TIMEOUT));
+        let both = TracingOptions::from_lookup(
+            "svc",
+            env(&[
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+                ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "750"),
+            ]),
+        );
+        assert_eq!(
+            both.otlp_timeout,
+            OtlpTimeout::Set(Duration::from_millis(750))
+        );
+        let general =
+            TracingOptions::from_lookup("svc", env(&[("OTEL_EXPORTER_OTLP_TIMEOUT", "2500")]));
+        assert_eq!(
+            general.otlp_timeout,
+            OtlpTimeout::Set(Duration::from_millis(2500))
+        );
+        let bad_values: [&'static [(&str, &str)]; 3] = [
+            &[("OTEL_EXPORTER_OTLP_TIMEOUT", "0")],
+            &[("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")],
+            &[("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "-1")],
+        ];
+        for pairs in bad_values {
+            let (variable, bad) = pairs[0];
+            let mut options = TracingOptions::from_lookup("svc", env(pairs));
+            assert_eq!(options.otlp_timeout, OtlpTimeout::Unsupported(bad.into()));
+            options.otlp_endpoint = Some("http://127.0.0.1:9".into());
+            let error = Tracer::new("test", &options)
+                .expect_err("refused")
+                .to_string();
+            assert!(
+                error.contains(&format!("OTEL_EXPORTER_OTLP_TIMEOUT={bad}")),
+                "{variable}: {error}"
+            );
+        }
     }
 
     #[test]

@@ -21,9 +21,6 @@ use tonic::codec::CompressionEncoding;
 
 use encode::EncodedResource;
 
-/// How long one export request may take (OTLP's default timeout).
-pub(crate) const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Retries of an export the collector answered with a retryable failure
 /// (OTLP: UNAVAILABLE and the like over gRPC, 429/502/503/504 over HTTP),
 /// after 100, 200 and 400 ms.
@@ -110,12 +107,13 @@ impl OtlpExporter {
         transport: &Transport,
         gzip: bool,
         headers: http::HeaderMap,
+        timeout: Duration,
     ) -> Result<OtlpExporter, ExportError> {
         let client = match transport {
             Transport::Grpc { endpoint } => {
                 let mut channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
                     .map_err(ExportError::Endpoint)?
-                    .timeout(EXPORT_TIMEOUT);
+                    .timeout(timeout);
                 if endpoint.starts_with("https://") {
                     channel = channel
                         .tls_config(tonic::transport::ClientTlsConfig::new())
@@ -131,8 +129,7 @@ impl OtlpExporter {
             }
             Transport::Http { url } => Client::Http {
                 client: opentelemetry_http::hyper::HyperClient::with_default_connector(
-                    EXPORT_TIMEOUT,
-                    None,
+                    timeout, None,
                 ),
                 url: url.clone(),
             },
