@@ -257,6 +257,11 @@ impl Tracer {
                     )));
                 }
             };
+            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+                return Err(failed(
+                    "the endpoint is a URL with its scheme (http:// or https://)".into(),
+                ));
+            }
             if http && !endpoint.starts_with("http://") {
                 return Err(failed(
                     "OTLP/HTTP is exported over plaintext http:// only (use grpc for TLS)".into(),
@@ -567,6 +572,19 @@ mod tests {
                 "{variable}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn an_endpoint_without_a_scheme_is_refused_naming_it() {
+        let mut options = TracingOptions::new("svc");
+        options.otlp_endpoint = Some("collector:4317".into());
+        let error = Tracer::new("test", &options)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            error.contains("collector:4317") && error.contains("scheme"),
+            "{error}"
+        );
     }
 
     #[test]
