@@ -6,8 +6,8 @@
 e.g. `memory.py 5 before=/tmp/gw-before after=target/release/rollout-gateway`.
 Starts two echo-plugins (`--mode echo` and `--mode mutate`), then RUNS times
 for each binary in turn (order reversed every other run): a fresh gateway with
-the registry gwbench writes (`echo`, `mutate`, and 98 padding plugins at the
-echo plugin's address), `VmRSS`/`VmHWM` from /proc/PID/status once /readyz
+a registry of 100 plugins (`echo`, `mutate`, and 98 padding plugins at the
+echo plugin's address, unless DISTINCT_ENDPOINTS=1), `VmRSS`/`VmHWM` from /proc/PID/status once /readyz
 answers, then after each of gwbench's default scenarios in gwbench's order
 (`hookbench --concurrency N --work-bytes SIZE --duration 3s --warmup 500ms`):
 c1-4k, c1-4k-mut, c32-4k-mut, c8-64k. Prints each run, its resident memory
@@ -20,8 +20,9 @@ each page a process touches, so the file-backed part otherwise varies by
 about 1 MiB with what the page cache holds.
 
 DISTINCT_ENDPOINTS=1 gives each padding plugin an address of its own
-(127.0.0.2, 127.0.0.3, …, the echo plugin listening on all addresses), so
-the gateway keeps a connection per plugin, as with 100 distinct plugin servers.
+(127.0.0.2, 127.0.0.3, …, on the echo plugin's port, which it also serves
+there with `--loopback-aliases 98`), so the gateway keeps a connection per
+plugin, as with 100 distinct plugin servers: the registry gwbench writes.
 LOADS (comma-separated scenario names) runs only those; DURATION (default 3s)
 sets the measured time; EXTRA_ARGS adds flags to every gateway; BIN_DIR
 (default target/release) holds echo-plugin and hookbench. See docs/performance.md ("Where the gateway's memory goes").
@@ -33,7 +34,7 @@ DUR = os.environ.get("DURATION", "3s")
 SCEN = {"c1-4k": ("1", "4KiB", "echo"), "c1-4k-mut": ("1", "4KiB", "mutate"),
         "c32-4k-mut": ("32", "4KiB", "mutate"), "c8-64k": ("8", "64KiB", "echo")}
 DISTINCT = os.environ.get("DISTINCT_ENDPOINTS") == "1"
-LISTEN = "0.0.0.0" if DISTINCT else "127.0.0.1"
+PADDING = 98
 loads = os.environ.get("LOADS", "c1-4k,c1-4k-mut,c32-4k-mut,c8-64k").split(",")
 runs = int(sys.argv[1])
 gws = [a.split("=", 1) for a in sys.argv[2:]]
@@ -75,11 +76,12 @@ def mem(pid):
 try:
     addrs = {}
     for mode in ["echo", "mutate"]:
-        start([f"{NB}/echo-plugin", "--listen", f"{LISTEN}:0", "--mode", mode], f"{run}/plugin-{mode}.out")
-        addrs[mode] = wait_line(f"{run}/plugin-{mode}.out", r"grpc=([0-9.:]+)").group(1).replace(LISTEN, "127.0.0.1")
+        aliases = ["--loopback-aliases", str(PADDING)] if DISTINCT and mode == "echo" else []
+        start([f"{NB}/echo-plugin", "--listen", "127.0.0.1:0", "--mode", mode] + aliases, f"{run}/plugin-{mode}.out")
+        addrs[mode] = wait_line(f"{run}/plugin-{mode}.out", r"grpc=([0-9.:]+)").group(1)
     port = addrs["echo"].rsplit(":", 1)[1]
     pad = (lambda i: f"127.0.0.{i + 1}:{port}") if DISTINCT else (lambda i: addrs["echo"])
-    entries = [("echo", addrs["echo"]), ("mutate", addrs["mutate"])] + [(f"pad-{i:03}", pad(i)) for i in range(1, 99)]
+    entries = [("echo", addrs["echo"]), ("mutate", addrs["mutate"])] + [(f"pad-{i:03}", pad(i)) for i in range(1, PADDING + 1)]
     cfg = "plugins:\n" + "".join(f"  - name: {n}\n    endpoint: {a}\n    insecure: true\n" for n, a in entries)
     open(f"{run}/config.yaml", "w").write(cfg)
     env = dict(os.environ, RUST_LOG="warn")
