@@ -230,16 +230,9 @@ fn for_each_field(
     Ok(())
 }
 
+/// A varint (prost's decoder: one source for the wire format).
 fn varint(buf: &mut &[u8]) -> Result<u64, WireError> {
-    let mut value = 0u64;
-    for (i, byte) in buf.iter().take(10).enumerate() {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            *buf = &buf[i + 1..];
-            return Ok(value);
-        }
-    }
-    Err(WireError::Truncated)
+    prost::encoding::decode_varint(buf).map_err(|_| WireError::Truncated)
 }
 
 /// A running receiver: its address and counters. It serves on a thread of

@@ -19,14 +19,8 @@ use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SpanData;
 
-/// Wire type of varints.
-const VARINT: u32 = 0;
-/// Wire type of fixed64.
-const FIXED64: u32 = 1;
-/// Wire type of length-delimited fields (strings, bytes, messages).
-const LEN: u32 = 2;
-/// Wire type of fixed32.
-const FIXED32: u32 = 5;
+// The wire format itself (keys, varints) is prost's: one source for it.
+use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
 
 /// `SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK`.
 const FLAG_HAS_IS_REMOTE: u32 = 0x100;
@@ -217,15 +211,15 @@ fn any_value(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::String(s) => bytes_field_always(out, 1, s.as_str().as_bytes()),
         Value::Bool(b) => {
-            tag(out, 2, VARINT);
+            tag(out, 2, WireType::Varint);
             varint(out, u64::from(*b));
         }
         Value::I64(i) => {
-            tag(out, 3, VARINT);
+            tag(out, 3, WireType::Varint);
             varint(out, *i as u64);
         }
         Value::F64(f) => {
-            tag(out, 4, FIXED64);
+            tag(out, 4, WireType::SixtyFourBit);
             out.extend_from_slice(&f.to_bits().to_le_bytes());
         }
         // AnyValue.array_value = 5, an ArrayValue of AnyValues (values = 1).
@@ -260,35 +254,23 @@ fn array_values<T>(out: &mut Vec<u8>, values: &[T], scalar: impl Fn(&T) -> Value
 /// end of `out`, then its length is put in front of it (a move of the body
 /// by one to five bytes, cheaper than measuring every message first).
 fn message(out: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
-    tag(out, field, LEN);
+    tag(out, field, WireType::LengthDelimited);
     let start = out.len();
     body(out);
     let len = out.len() - start;
     let mut prefix = [0u8; 10];
-    let n = varint_into(&mut prefix, len as u64);
+    let n = encoded_len_varint(len as u64);
+    encode_varint(len as u64, &mut &mut prefix[..]);
     out.extend_from_slice(&prefix[..n]);
     out[start..].rotate_right(n);
 }
 
-fn tag(out: &mut Vec<u8>, field: u32, wire: u32) {
-    varint(out, u64::from((field << 3) | wire));
+fn tag(out: &mut Vec<u8>, field: u32, wire: WireType) {
+    encode_key(field, wire, out);
 }
 
 fn varint(out: &mut Vec<u8>, v: u64) {
-    let mut buf = [0u8; 10];
-    let n = varint_into(&mut buf, v);
-    out.extend_from_slice(&buf[..n]);
-}
-
-fn varint_into(buf: &mut [u8; 10], mut v: u64) -> usize {
-    let mut n = 0;
-    while v >= 0x80 {
-        buf[n] = (v as u8) | 0x80;
-        v >>= 7;
-        n += 1;
-    }
-    buf[n] = v as u8;
-    n + 1
+    encode_varint(v, out);
 }
 
 /// A string field, left out when empty (proto3 implicit presence).
@@ -306,7 +288,7 @@ fn bytes_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
 /// A length-delimited field, written even when empty (a set message, a
 /// oneof member).
 fn bytes_field_always(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
-    tag(out, field, LEN);
+    tag(out, field, WireType::LengthDelimited);
     varint(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
 }
@@ -314,21 +296,21 @@ fn bytes_field_always(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
 /// A varint field, left out when zero.
 fn varint_field(out: &mut Vec<u8>, field: u32, v: u64) {
     if v != 0 {
-        tag(out, field, VARINT);
+        tag(out, field, WireType::Varint);
         varint(out, v);
     }
 }
 
 fn fixed32_field(out: &mut Vec<u8>, field: u32, v: u32) {
     if v != 0 {
-        tag(out, field, FIXED32);
+        tag(out, field, WireType::ThirtyTwoBit);
         out.extend_from_slice(&v.to_le_bytes());
     }
 }
 
 fn fixed64_field(out: &mut Vec<u8>, field: u32, v: u64) {
     if v != 0 {
-        tag(out, field, FIXED64);
+        tag(out, field, WireType::SixtyFourBit);
         out.extend_from_slice(&v.to_le_bytes());
     }
 }
@@ -336,23 +318,6 @@ fn fixed64_field(out: &mut Vec<u8>, field: u32, v: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn varints_are_little_endian_base_128() {
-        let encoded = |v: u64| {
-            let mut out = Vec::new();
-            varint(&mut out, v);
-            out
-        };
-        assert_eq!(encoded(0), [0]);
-        assert_eq!(encoded(1), [1]);
-        assert_eq!(encoded(127), [0x7f]);
-        assert_eq!(encoded(128), [0x80, 0x01]);
-        assert_eq!(encoded(300), [0xac, 0x02]);
-        assert_eq!(encoded(u64::MAX).len(), 10);
-        // A negative int64 takes ten bytes, as protobuf says.
-        assert_eq!(encoded(-1i64 as u64), encoded(u64::MAX));
-    }
 
     #[test]
     fn a_message_gets_its_length_in_front() {
