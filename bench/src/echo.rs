@@ -16,8 +16,13 @@
 //!
 //! It counts the rollout requests it receives (every hook but `Initialize`)
 //! and their message bytes ([`Received`]): what a rollout sends a plugin.
+//!
+//! [`serve_all`] serves one plugin on several listeners, e.g. the same port on
+//! 127.0.0.1 and on [`loopback_alias`]es, so a client sees as many distinct
+//! plugin endpoints (and keeps as many connections) as there are listeners.
 
 use std::future::Future;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -39,6 +44,23 @@ use tonic::{Request, Response, Status};
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 /// The name the plugin gives in `InitializeResponse`.
 pub const PLUGIN_NAME: &str = "echo";
+
+/// The most [`loopback_alias`]es there are: 127.0.0.2 to 127.255.255.254
+/// (127.255.255.255 is the loopback network's broadcast address).
+pub const MAX_LOOPBACK_ALIASES: usize = 0x00FF_FFFD;
+
+/// The `index`-th loopback alias of 127.0.0.1, counting from 1: 127.0.0.2,
+/// 127.0.0.3, …, 127.0.0.255, 127.0.1.0, … On Linux every address of
+/// 127.0.0.0/8 is local, so a server can listen on any of them without
+/// configuring an interface. `None` for 0 or beyond
+/// [`MAX_LOOPBACK_ALIASES`].
+pub fn loopback_alias(index: usize) -> Option<Ipv4Addr> {
+    if index == 0 || index > MAX_LOOPBACK_ALIASES {
+        return None;
+    }
+    let index = u32::try_from(index).ok()?;
+    Some(Ipv4Addr::from(u32::from(Ipv4Addr::LOCALHOST) + index))
+}
 
 /// HTTP/2 receive windows, large enough that a 4 MiB ManifestWork streams in
 /// without waiting for WINDOW_UPDATEs.
@@ -318,9 +340,27 @@ pub async fn serve(
     plugin: EchoPlugin,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
+    serve_all(vec![listener], plugin, shutdown).await
+}
+
+/// Serves the plugin (plaintext HTTP/2) on every one of `listeners`, one
+/// server taking the connections of all of them, until `shutdown` completes,
+/// then finishes the calls in flight and returns. With no listeners it
+/// only waits for `shutdown`.
+///
+/// Fails when the server cannot run (an accept loop error).
+pub async fn serve_all(
+    listeners: Vec<TcpListener>,
+    plugin: EchoPlugin,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
     // `TCP_NODELAY`: answers are small single frames; do not let Nagle hold
     // them back. (Server::tcp_nodelay is ignored with an incoming stream.)
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = futures::stream::select_all(
+        listeners
+            .into_iter()
+            .map(|listener| TcpIncoming::from(listener).with_nodelay(Some(true))),
+    );
     Server::builder()
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
@@ -345,6 +385,20 @@ mod tests {
             &work["metadata"]["name"],
             &work["metadata"]["namespace"],
         ]
+    }
+
+    #[test]
+    fn loopback_aliases_count_from_127_0_0_2() {
+        assert_eq!(loopback_alias(0), None);
+        assert_eq!(loopback_alias(1), Some(Ipv4Addr::new(127, 0, 0, 2)));
+        assert_eq!(loopback_alias(99), Some(Ipv4Addr::new(127, 0, 0, 100)));
+        assert_eq!(loopback_alias(254), Some(Ipv4Addr::new(127, 0, 0, 255)));
+        assert_eq!(loopback_alias(255), Some(Ipv4Addr::new(127, 0, 1, 0)));
+        assert_eq!(
+            loopback_alias(MAX_LOOPBACK_ALIASES),
+            Some(Ipv4Addr::new(127, 255, 255, 254))
+        );
+        assert_eq!(loopback_alias(MAX_LOOPBACK_ALIASES + 1), None);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The `echo-plugin` binary as a process: `--state-detail` reaches its
 //! Initialize answer, on SIGTERM it says what it received, and
-//! `--mode mutate` answers with a changed work carrying its `--name`.
+//! `--mode mutate` answers with a changed work carrying its `--name`, and
+//! `--loopback-aliases N` serves it on 127.0.0.2 … too.
 
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::process::{Command, Stdio};
@@ -109,4 +110,65 @@ async fn mode_mutate_answers_with_a_changed_work_under_its_name() -> anyhow::Res
     child.kill()?;
     child.wait()?;
     result
+}
+
+#[tokio::test]
+async fn loopback_aliases_serve_the_plugin_on_the_same_port_of_127_0_0_2_and_on()
+-> anyhow::Result<()> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_echo-plugin"))
+        .args(["--listen", "127.0.0.1:0", "--loopback-aliases", "3"])
+        .args(["--name", "aliased"])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    stdout.read_line(&mut line)?;
+    let result = async {
+        // The line existing callers read, with one more field.
+        let rest = line
+            .trim()
+            .strip_prefix("echo-plugin listening grpc=127.0.0.1:")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+        let (port, aliases) = rest
+            .split_once(' ')
+            .unwrap_or_else(|| panic!("no aliases in {line:?}"));
+        assert_eq!(aliases, "aliases=127.0.0.2-127.0.0.4");
+        let port: u16 = port.parse()?;
+        for host in ["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"] {
+            let mut client =
+                RolloutPluginServiceClient::connect(format!("http://{host}:{port}")).await?;
+            let init = client
+                .initialize(InitializeRequest::default())
+                .await?
+                .into_inner();
+            assert_eq!(init.name, "aliased", "on {host}");
+            // The connection really is to that address.
+            let probe = std::net::TcpStream::connect((host, port))?;
+            assert_eq!(probe.peer_addr()?.ip().to_string(), host);
+        }
+        // One alias too far: nothing listens there.
+        assert!(std::net::TcpStream::connect(("127.0.0.5", port)).is_err());
+        anyhow::Ok(())
+    }
+    .await;
+    child.kill()?;
+    child.wait()?;
+    result
+}
+
+#[test]
+fn loopback_aliases_need_listen_on_127_0_0_1() -> anyhow::Result<()> {
+    let output = Command::new(env!("CARGO_BIN_EXE_echo-plugin"))
+        .args(["--listen", "127.0.0.9:0", "--loopback-aliases", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()?;
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--loopback-aliases needs --listen on 127.0.0.1, not 127.0.0.9:0"),
+        "{stderr}"
+    );
+    Ok(())
 }

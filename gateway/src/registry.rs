@@ -34,7 +34,7 @@ use crate::config::{
 pub use crate::error::ResolveError;
 use crate::stack::{self, PluginStack};
 use crate::telemetry::{PluginMetrics, RegistryState, Telemetry};
-use crate::upstream::{CaBundle, ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
+use crate::upstream::{CaBundle, Channel, ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
 
 /// A registered plugin, as one snapshot sees it.
 pub struct Plugin {
@@ -556,6 +556,17 @@ impl Registry {
         // Each certificate file is read once a plan: every plugin naming it
         // sees the same bytes.
         let mut files = FileCache::default();
+        // One connection per key: a new upstream joins the channel of any
+        // upstream of its key, live or made by this plan.
+        let mut channels: HashMap<UpstreamKey, Arc<Channel>> = previous
+            .as_ref()
+            .map(|snap| {
+                snap.plugins
+                    .iter()
+                    .map(|p| (p.upstream.key().clone(), p.upstream.channel().clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
 
         // Plugins first, so pipelines of any file can name them.
         for (si, cfg) in configs.iter().enumerate() {
@@ -644,7 +655,12 @@ impl Registry {
                         kept_upstreams.push((u.clone(), pc.policy.clone()));
                         u
                     }
-                    None => match Upstream::new(key, &self.settings, &pc.policy) {
+                    None => match Upstream::sharing(
+                        key.clone(),
+                        &self.settings,
+                        &pc.policy,
+                        channels.entry(key).or_default().clone(),
+                    ) {
                         Ok(u) => {
                             let u = Arc::new(u);
                             fresh.push((cfg.hub.clone(), u.clone()));

@@ -1,5 +1,6 @@
 //! One plugin as the gateway reaches it: an HTTP/2 connection (plaintext, or
-//! TLS trusting the plugin's own CA bundle alone), and what the gateway has
+//! TLS trusting the plugin's own CA bundle alone), shared with the other
+//! plugins of the same endpoint and TLS settings, and what the gateway has
 //! learned of the hooks it implements. Calls are framed by [`crate::transport::grpc`]
 //! and queued on an `h2` stream whole, so a request leaves in one write.
 //!
@@ -100,18 +101,36 @@ const HOOKS_KNOWN: u8 = 1 << 7;
 /// `ROLLOUT_STATE_DETAIL_COUNTS` (above the bits of the hooks, 1 to 4).
 const COUNTS_ONLY: u8 = 1 << 6;
 
-/// A connection to one plugin: one HTTP/2 connection, dialled on first use
-/// and again whenever it has closed, shared by every call.
+/// One HTTP/2 connection to an endpoint, dialled on first use and again
+/// whenever it has closed. Every [`Upstream`] with the same [`UpstreamKey`]
+/// shares one: registry entries naming the same plugin server under several
+/// names (or in several hubs' registries) multiplex their calls over one
+/// connection instead of holding one each (about 25 KiB resident apiece,
+/// docs/performance.md).
+#[derive(Default)]
+pub struct Channel {
+    /// The current connection; read on every call, so lock-free.
+    conn: ArcSwapOption<PluginConnection>,
+    /// Held while dialling, so concurrent calls share one new connection.
+    dialling: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channel").finish_non_exhaustive()
+    }
+}
+
+/// A plugin as the gateway reaches it: its [`Channel`] (shared with the
+/// other upstreams of the same key), and the state kept per plugin.
 pub struct Upstream {
     key: UpstreamKey,
     settings: ChannelSettings,
     /// The URI of each method, built once: `SCHEME://HOST:PORT/SERVICE/METHOD`.
     uris: MethodUris,
     tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
-    /// The current connection; read on every call, so lock-free.
-    conn: ArcSwapOption<PluginConnection>,
-    /// Held while dialling, so concurrent calls share one new connection.
-    dialling: tokio::sync::Mutex<()>,
+    /// The connection, shared with every upstream of the same key.
+    channel: Arc<Channel>,
     /// `HOOKS_KNOWN` plus one bit per implemented `Hook` (bit = enum value),
     /// and `COUNTS_ONLY`: one store, so hooks and declaration change together.
     hooks: AtomicU8,
@@ -137,11 +156,24 @@ impl std::fmt::Debug for Upstream {
 pub struct UpstreamError(String);
 
 impl Upstream {
-    /// Prepares the upstream; nothing is dialled until the first call.
+    /// Prepares the upstream with a channel of its own; nothing is dialled
+    /// until the first call.
     pub fn new(
         key: UpstreamKey,
         settings: &ChannelSettings,
         policy: &Policy,
+    ) -> Result<Upstream, UpstreamError> {
+        Upstream::sharing(key, settings, policy, Arc::default())
+    }
+
+    /// Prepares the upstream over `channel`, which the caller shares only
+    /// between upstreams of the same `key`; nothing is dialled until the
+    /// first call.
+    pub fn sharing(
+        key: UpstreamKey,
+        settings: &ChannelSettings,
+        policy: &Policy,
+        channel: Arc<Channel>,
     ) -> Result<Upstream, UpstreamError> {
         let tls = match &key.ca_bundle {
             None => None,
@@ -167,8 +199,7 @@ impl Upstream {
             key,
             settings: settings.clone(),
             tls,
-            conn: ArcSwapOption::empty(),
-            dialling: tokio::sync::Mutex::new(()),
+            channel,
             hooks: AtomicU8::new(0),
             limit: ConcurrencyLimitLayer::new(policy.max_concurrent_calls),
             breaker: Arc::new(Mutex::new(Breaker::new(&policy.circuit_breaker))),
@@ -216,6 +247,12 @@ impl Upstream {
     /// The plugin's retry budget (shared with its stack).
     pub fn retry_budget(&self) -> Arc<Mutex<RetryBudget>> {
         self.budget.clone()
+    }
+
+    /// The connection this upstream calls over, to share with a new
+    /// upstream of the same key.
+    pub fn channel(&self) -> &Arc<Channel> {
+        &self.channel
     }
 
     /// The circuit's state now, and the failures in a row so far.
@@ -453,7 +490,8 @@ impl Upstream {
         }
         // Waiting for another call's dial: the deadline passing here is the
         // call's own timer's (see `call`), whose owner it knows.
-        let Ok(_dialling) = tokio::time::timeout_at(deadline, self.dialling.lock()).await else {
+        let Ok(_dialling) = tokio::time::timeout_at(deadline, self.channel.dialling.lock()).await
+        else {
             return std::future::pending().await;
         };
         if let Some(s) = self.current() {
@@ -472,12 +510,12 @@ impl Upstream {
             }
         };
         let sender = conn.sender();
-        self.conn.store(Some(Arc::new(conn)));
+        self.channel.conn.store(Some(Arc::new(conn)));
         Ok(sender)
     }
 
     fn current(&self) -> Option<SendRequest<Payload>> {
-        let guard = self.conn.load();
+        let guard = self.channel.conn.load();
         guard
             .as_ref()
             .filter(|c| !c.is_closed())

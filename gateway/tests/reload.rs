@@ -247,3 +247,43 @@ async fn a_missing_file_is_waited_for() {
     c.begin_rollout(to("a", rollout("c1"))).await.unwrap();
     gw.stop().await;
 }
+
+/// Registry entries naming one plugin server (same endpoint, same TLS
+/// settings) share one connection, across reloads too; another server gets
+/// its own. A connection per entry cost ~25 KiB each (docs/performance.md).
+#[tokio::test]
+async fn entries_of_one_endpoint_share_one_connection() {
+    let shared = plugin(Behaviour::new("shared")).await;
+    let other = plugin(Behaviour::new("other")).await;
+    let entries = |names: &[&str]| -> String {
+        names
+            .iter()
+            .map(|n| insecure_plugin(n, &shared, ""))
+            .collect()
+    };
+    let gw = gateway(&format!(
+        "plugins:\n{}{}",
+        entries(&["a", "b", "c"]),
+        insecure_plugin("o", &other, "")
+    ))
+    .await;
+    let mut c = gw.client().await;
+    for name in ["a", "b", "c", "o"] {
+        c.begin_rollout(to(name, rollout("c1"))).await.unwrap();
+    }
+    assert_eq!(shared.calls(HookKind::BeginRollout), 3);
+    assert_eq!(shared.connections.load(Ordering::SeqCst), 1);
+    assert_eq!(other.connections.load(Ordering::SeqCst), 1);
+
+    // An entry added by a reload joins the live connection.
+    gw.write_config(&format!(
+        "plugins:\n{}{}",
+        entries(&["a", "b", "c", "d"]),
+        insecure_plugin("o", &other, "")
+    ));
+    gw.wait_generation(2).await;
+    c.begin_rollout(to("d", rollout("c1"))).await.unwrap();
+    assert_eq!(shared.calls(HookKind::BeginRollout), 4);
+    assert_eq!(shared.connections.load(Ordering::SeqCst), 1);
+    gw.stop().await;
+}

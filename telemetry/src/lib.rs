@@ -11,14 +11,16 @@
 //! block the caller, drained by its own thread. Ending a span is a send on
 //! that queue and nothing more (no wakeup: the batch thread is woken once
 //! per full batch, or by its timer). The batch thread hands each batch to
-//! the exporter's own runtime and thread (`otlp-export`), which converts the
-//! spans to protobuf, encodes them and drives the OTLP client's connection:
-//! exporting never takes a worker thread from the work being traced.
+//! the exporter's own runtime and thread (`otlp-export`), which encodes the
+//! spans straight into OTLP protobuf bytes (no intermediate structures) and
+//! sends them over the OTLP client's connection: exporting never takes a
+//! worker thread from the work being traced.
 
 pub mod logs;
+mod otlp;
 
 use std::borrow::Cow;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
@@ -27,10 +29,8 @@ use opentelemetry::trace::{
     TracerProvider as _,
 };
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, Span, SpanData,
-    SpanExporter,
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, Span,
 };
 use rollout_proto::view::RolloutFields;
 
@@ -62,6 +62,20 @@ pub enum OtlpCompression {
     Unsupported(String),
 }
 
+/// How long one export request may take
+/// (`OTEL_EXPORTER_OTLP_TIMEOUT`, milliseconds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OtlpTimeout {
+    /// A timeout above zero; OTLP's default is 10 s.
+    Set(Duration),
+    /// Not a whole number of milliseconds above zero: [`Tracer::new`]
+    /// refuses it, naming the value.
+    Unsupported(String),
+}
+
+/// OTLP's default export timeout.
+pub const DEFAULT_OTLP_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Where spans go, from the standard `OTEL_*` variables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TracingOptions {
@@ -77,14 +91,13 @@ pub struct TracingOptions {
     pub otlp_protocol: OtlpProtocol,
     /// The compression of each export request.
     pub otlp_compression: OtlpCompression,
+    /// How long one export request may take (each retry has its own).
+    pub otlp_timeout: OtlpTimeout,
 }
 
 /// The path OTLP/HTTP appends to `OTEL_EXPORTER_OTLP_ENDPOINT` for traces
 /// (a `_TRACES_ENDPOINT` is used as it is).
 const HTTP_TRACES_PATH: &str = "v1/traces";
-
-/// How long one OTLP/HTTP export may take (OTLP's default timeout).
-const HTTP_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl TracingOptions {
     /// No export, under `service_name`.
@@ -95,6 +108,7 @@ impl TracingOptions {
             schedule_delay: None,
             otlp_protocol: OtlpProtocol::Grpc,
             otlp_compression: OtlpCompression::None,
+            otlp_timeout: OtlpTimeout::Set(DEFAULT_OTLP_TIMEOUT),
         }
     }
 
@@ -104,7 +118,9 @@ impl TracingOptions {
     /// `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` else `OTEL_EXPORTER_OTLP_PROTOCOL`
     /// (`grpc`, the default, or `http/protobuf`),
     /// `OTEL_EXPORTER_OTLP_TRACES_COMPRESSION` else
-    /// `OTEL_EXPORTER_OTLP_COMPRESSION` (`none`, the default, or `gzip`), and
+    /// `OTEL_EXPORTER_OTLP_COMPRESSION` (`none`, the default, or `gzip`),
+    /// `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` else `OTEL_EXPORTER_OTLP_TIMEOUT`
+    /// (milliseconds, default 10000), and
     /// `OTEL_SERVICE_NAME` (default `default_service`). `OTEL_SDK_DISABLED=true`
     /// turns export off. The sampler (`OTEL_TRACES_SAMPLER`, `_ARG`) and the
     /// batch settings (`OTEL_BSP_*`) are read by the SDK itself.
@@ -139,6 +155,15 @@ impl TracingOptions {
             Some(v) if v.eq_ignore_ascii_case("gzip") => OtlpCompression::Gzip,
             Some(v) => OtlpCompression::Unsupported(v),
         };
+        let otlp_timeout = match var("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+            .or_else(|| var("OTEL_EXPORTER_OTLP_TIMEOUT"))
+        {
+            None => OtlpTimeout::Set(DEFAULT_OTLP_TIMEOUT),
+            Some(v) => match v.parse::<u64>() {
+                Ok(ms) if ms > 0 => OtlpTimeout::Set(Duration::from_millis(ms)),
+                _ => OtlpTimeout::Unsupported(v),
+            },
+        };
         let otlp_endpoint = if disabled {
             None
         } else if let Some(traces) = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
@@ -157,6 +182,7 @@ impl TracingOptions {
             schedule_delay: None,
             otlp_protocol,
             otlp_compression,
+            otlp_timeout,
         }
     }
 }
@@ -175,19 +201,32 @@ pub struct Tracer {
     tracer: SdkTracer,
     provider: SdkTracerProvider,
     /// The exporter's runtime, while exporting.
-    export: Option<Arc<ExportRuntime>>,
+    export: Option<Arc<otlp::ExportRuntime>>,
 }
 
 impl Tracer {
     /// A tracer named `scope`, exporting as `options` say.
+    ///
+    /// Every export request also carries the headers of
+    /// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`, else `OTEL_EXPORTER_OTLP_HEADERS`
+    /// (`key=value` pairs separated by commas, values percent-encoded, as
+    /// OTLP specifies): a malformed one is refused, naming the variable.
     pub fn new(scope: &'static str, options: &TracingOptions) -> Result<Tracer, TracingError> {
+        Tracer::with_headers(scope, options, |name| std::env::var(name).ok())
+    }
+
+    /// [`Tracer::new`], the headers' variables read from `var`.
+    fn with_headers(
+        scope: &'static str,
+        options: &TracingOptions,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Tracer, TracingError> {
         let resource = Resource::builder()
             .with_service_name(options.service_name.clone())
             .build();
         let mut builder = SdkTracerProvider::builder().with_resource(resource);
         let mut export = None;
         if let Some(endpoint) = &options.otlp_endpoint {
-            use opentelemetry_otlp::WithExportConfig;
             let failed = |message: String| TracingError {
                 endpoint: endpoint.clone(),
                 message,
@@ -210,37 +249,39 @@ impl Tracer {
                     )));
                 }
             };
+            let timeout = match &options.otlp_timeout {
+                OtlpTimeout::Set(timeout) => *timeout,
+                OtlpTimeout::Unsupported(v) => {
+                    return Err(failed(format!(
+                        "OTEL_EXPORTER_OTLP_TIMEOUT={v} is not a timeout (whole milliseconds above zero)"
+                    )));
+                }
+            };
+            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+                return Err(failed(
+                    "the endpoint is a URL with its scheme (http:// or https://)".into(),
+                ));
+            }
             if http && !endpoint.starts_with("http://") {
                 return Err(failed(
                     "OTLP/HTTP is exported over plaintext http:// only (use grpc for TLS)".into(),
                 ));
             }
-            let (runtime, exporter) = ExportRuntime::start(|| {
-                use opentelemetry_otlp::{WithHttpConfig, WithTonicConfig};
-                let compression = gzip.then_some(opentelemetry_otlp::Compression::Gzip);
-                if http {
-                    let mut builder = opentelemetry_otlp::SpanExporter::builder()
-                        .with_http()
-                        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-                        .with_endpoint(endpoint.clone())
-                        .with_timeout(HTTP_EXPORT_TIMEOUT)
-                        .with_http_client(OnExportRuntime::new());
-                    if let Some(compression) = compression {
-                        builder = builder.with_compression(compression);
-                    }
-                    builder.build()
-                } else {
-                    let mut builder = opentelemetry_otlp::SpanExporter::builder()
-                        .with_tonic()
-                        .with_endpoint(endpoint.clone());
-                    if let Some(compression) = compression {
-                        builder = builder.with_compression(compression);
-                    }
-                    builder.build()
+            let headers = otlp::headers(var).map_err(failed)?;
+            let transport = if http {
+                otlp::Transport::Http {
+                    url: endpoint.clone(),
                 }
+            } else {
+                otlp::Transport::Grpc {
+                    endpoint: endpoint.clone(),
+                }
+            };
+            let (runtime, exporter) = otlp::ExportRuntime::start(|| {
+                otlp::OtlpExporter::new(&transport, gzip, headers, timeout)
             })
             .map_err(|e| failed(format!("cannot start its thread: {e}")))?;
-            let exporter = OnExportThread {
+            let exporter = otlp::OnExportThread {
                 inner: Arc::new(exporter.map_err(|e| failed(e.to_string()))?),
                 runtime: runtime.handle.clone(),
             };
@@ -292,136 +333,6 @@ impl Tracer {
             }
             export.stop();
         }
-    }
-}
-
-/// A current-thread runtime on a thread of its own that drives the OTLP
-/// client's connection, until stopped.
-#[derive(Debug)]
-struct ExportRuntime {
-    handle: tokio::runtime::Handle,
-    stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-}
-
-impl ExportRuntime {
-    /// Builds the runtime, makes `build` run inside it (so the client's
-    /// background tasks are spawned there), and starts its thread.
-    fn start<T>(build: impl FnOnce() -> T) -> std::io::Result<(ExportRuntime, T)> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let built = {
-            let _entered = runtime.enter();
-            build()
-        };
-        let handle = runtime.handle().clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("otlp-export".into())
-            .spawn(move || {
-                runtime.block_on(async {
-                    let _ = stopped.await;
-                });
-            })?;
-        Ok((
-            ExportRuntime {
-                handle,
-                stop: Mutex::new(Some(stop)),
-                thread: Mutex::new(Some(thread)),
-            },
-            built,
-        ))
-    }
-
-    fn stop(&self) {
-        let stop = self.stop.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(stop) = stop {
-            let _ = stop.send(());
-        }
-        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(thread) = thread {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// The OTLP exporter, run on the export runtime. The batch processor's
-/// thread only hands each batch over; the conversion of the spans to
-/// protobuf, their encoding and the freeing of both all happen on the
-/// `otlp-export` thread. Split over two threads, every structure the
-/// conversion allocated was freed by the other thread, and the allocator's
-/// slow path (collecting those remote frees, searching for free pages) was
-/// half of the batch thread's time (docs/performance.md).
-#[derive(Debug)]
-struct OnExportThread<E> {
-    inner: Arc<E>,
-    runtime: tokio::runtime::Handle,
-}
-
-impl<E: SpanExporter + 'static> SpanExporter for OnExportThread<E> {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        let inner = self.inner.clone();
-        self.runtime
-            .spawn(async move { inner.export(batch).await })
-            .await
-            .unwrap_or_else(|e| {
-                Err(OTelSdkError::InternalFailure(format!(
-                    "the export task ended: {e}"
-                )))
-            })
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.inner.shutdown_with_timeout(timeout)
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        self.inner.force_flush()
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        // Exports are awaited one at a time by the batch thread, which is
-        // also the caller here: no export holds a clone now.
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.set_resource(resource);
-        }
-    }
-}
-
-/// The OTLP/HTTP client: hyper's, with every request run on the export
-/// runtime. The batch processor calls the exporter from its own thread,
-/// outside any runtime, and hyper's client needs one for its connections
-/// and its timeout.
-#[derive(Debug)]
-struct OnExportRuntime {
-    client: opentelemetry_http::hyper::HyperClient,
-    runtime: tokio::runtime::Handle,
-}
-
-impl OnExportRuntime {
-    /// Must be called on the export runtime ([`ExportRuntime::start`]'s `build`).
-    fn new() -> OnExportRuntime {
-        OnExportRuntime {
-            client: opentelemetry_http::hyper::HyperClient::with_default_connector(
-                HTTP_EXPORT_TIMEOUT,
-                None,
-            ),
-            runtime: tokio::runtime::Handle::current(),
-        }
-    }
-}
-
-#[tonic::async_trait]
-impl opentelemetry_http::HttpClient for OnExportRuntime {
-    async fn send_bytes(
-        &self,
-        request: http::Request<bytes::Bytes>,
-    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
-        let client = self.client.clone();
-        self.runtime
-            .spawn(async move { client.send_bytes(request).await })
-            .await?
     }
 }
 
@@ -504,16 +415,18 @@ pub fn finish_span(span: &mut Span, code: tonic::Code, message: &str) {
 mod tests {
     use super::*;
 
+    /// A lookup of variables over `pairs`.
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
     #[test]
     fn options_from_the_environment() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         assert_eq!(
             TracingOptions::from_lookup("svc", env(&[])),
             TracingOptions::new("svc")
@@ -550,14 +463,6 @@ mod tests {
 
     #[test]
     fn protocol_and_compression_from_the_environment() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         let default = TracingOptions::from_lookup(
             "svc",
             env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317")]),
@@ -629,6 +534,60 @@ mod tests {
     }
 
     #[test]
+    fn the_export_timeout_is_read_in_milliseconds_and_a_bad_one_is_refused() {
+        let default = TracingOptions::from_lookup("svc", env(&[]));
+        assert_eq!(default.otlp_timeout, OtlpTimeout::Set(DEFAULT_OTLP_TIMEOUT));
+        let both = TracingOptions::from_lookup(
+            "svc",
+            env(&[
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+                ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "750"),
+            ]),
+        );
+        assert_eq!(
+            both.otlp_timeout,
+            OtlpTimeout::Set(Duration::from_millis(750))
+        );
+        let general =
+            TracingOptions::from_lookup("svc", env(&[("OTEL_EXPORTER_OTLP_TIMEOUT", "2500")]));
+        assert_eq!(
+            general.otlp_timeout,
+            OtlpTimeout::Set(Duration::from_millis(2500))
+        );
+        let bad_values: [&'static [(&str, &str)]; 3] = [
+            &[("OTEL_EXPORTER_OTLP_TIMEOUT", "0")],
+            &[("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")],
+            &[("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "-1")],
+        ];
+        for pairs in bad_values {
+            let (variable, bad) = pairs[0];
+            let mut options = TracingOptions::from_lookup("svc", env(pairs));
+            assert_eq!(options.otlp_timeout, OtlpTimeout::Unsupported(bad.into()));
+            options.otlp_endpoint = Some("http://127.0.0.1:9".into());
+            let error = Tracer::new("test", &options)
+                .expect_err("refused")
+                .to_string();
+            assert!(
+                error.contains(&format!("OTEL_EXPORTER_OTLP_TIMEOUT={bad}")),
+                "{variable}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_endpoint_without_a_scheme_is_refused_naming_it() {
+        let mut options = TracingOptions::new("svc");
+        options.otlp_endpoint = Some("collector:4317".into());
+        let error = Tracer::new("test", &options)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            error.contains("collector:4317") && error.contains("scheme"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn traceparent_round_trips() {
         let header = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let context = parse_traceparent(header).expect("valid");
@@ -668,6 +627,75 @@ mod tests {
         assert!(
             parse_traceparent(b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future")
                 .is_some()
+        );
+    }
+
+    /// An OTLP/gRPC collector that reports the `x-api-key` of each export.
+    struct KeyedCollector(tokio::sync::mpsc::UnboundedSender<Option<String>>);
+
+    #[tonic::async_trait]
+    impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService
+        for KeyedCollector
+    {
+        async fn export(
+            &self,
+            request: tonic::Request<
+                opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+            >,
+        ) -> Result<
+            tonic::Response<
+                opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+            >,
+            tonic::Status,
+        > {
+            let key = request
+                .metadata()
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let _ = self.0.send(key);
+            Ok(tonic::Response::new(Default::default()))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_headers_variable_reaches_the_collector() {
+        use opentelemetry::trace::Tracer as _;
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bound");
+        let addr = listener.local_addr().expect("address");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(KeyedCollector(tx)))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let mut options = TracingOptions::new("svc");
+        options.otlp_endpoint = Some(format!("http://{addr}"));
+        let tracer = Tracer::with_headers("test", &options, |name| {
+            (name == "OTEL_EXPORTER_OTLP_HEADERS").then(|| "x-api-key=s%3Dcret".to_string())
+        })
+        .expect("the exporter builds");
+        tracer.sdk().start("keyed").end();
+        tokio::task::spawn_blocking(move || tracer.shutdown())
+            .await
+            .expect("shut down");
+        let key = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+            .await
+            .expect("an export within 20 s")
+            .expect("the collector got it");
+        assert_eq!(key.as_deref(), Some("s=cret"));
+        // A malformed variable is refused when the tracer is built.
+        let error = Tracer::with_headers("test", &options, |name| {
+            (name == "OTEL_EXPORTER_OTLP_TRACES_HEADERS").then(|| "no-equals".to_string())
+        })
+        .expect_err("refused")
+        .to_string();
+        assert!(
+            error.contains("OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
+            "{error}"
         );
     }
 

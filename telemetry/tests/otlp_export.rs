@@ -272,3 +272,56 @@ fn a_stalled_collector_drops_spans_and_never_blocks_the_caller() {
     // over once the spans above were ended.
     std::mem::forget(tracer);
 }
+
+/// A collector that answers UNAVAILABLE to the first export (a restart, a
+/// full pipeline) and takes the second.
+#[derive(Clone)]
+struct UnavailableOnce {
+    sent: mpsc::UnboundedSender<Received>,
+    refused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[tonic::async_trait]
+impl TraceService for UnavailableOnce {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let first = !self.refused.swap(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.sent.send(summarize(
+            if first { "refused" } else { "taken" }.to_string(),
+            None,
+            None,
+            request.into_inner(),
+        ));
+        if first {
+            return Err(tonic::Status::unavailable("restarting"));
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+#[tokio::test]
+async fn a_batch_the_collector_could_not_take_is_sent_again() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(UnavailableOnce {
+                sent: tx,
+                refused: Default::default(),
+            }))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let mut options = TracingOptions::new("otlp-retry-test");
+    options.otlp_endpoint = Some(format!("http://{addr}"));
+    let tracer = Tracer::new("test", &options).expect("the exporter builds");
+    export_one_span(tracer, "retried").await;
+    let refused = received(&mut rx).await;
+    assert_eq!(refused.path, "refused");
+    assert_eq!(refused.span_names, ["retried"]);
+    let taken = received(&mut rx).await;
+    assert_eq!(taken.path, "taken");
+    assert_eq!(taken.span_names, ["retried"]);
+}

@@ -18,8 +18,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, anyhow, bail};
 use clap::Parser;
 use rollout_bench::compare::config::{
-    NginxSettings, Route, gateway_config_yaml, haproxy_config, nginx_config, parse_haproxy_version,
-    parse_nginx_version, traced_gateway_env,
+    NginxSettings, Route, gateway_config_yaml, haproxy_config, nginx_config, padding_count,
+    parse_haproxy_version, parse_nginx_version, traced_gateway_env,
 };
 use rollout_bench::compare::summary::{
     BenchResults, Environment, MemoryReport, RoundRecord, Settings, SpanReport, calls_made,
@@ -74,7 +74,9 @@ struct Args {
     /// grpc-timeout of every call.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     timeout: Duration,
-    /// Plugins in the gateway's registry: `echo` plus padding entries at the same endpoint.
+    /// Plugins in the gateway's registry: the called plugins plus padding
+    /// entries, each at an endpoint of its own (the echo plugin's port on
+    /// 127.0.0.2, 127.0.0.3, …), so the gateway keeps a connection per plugin.
     #[arg(long, default_value_t = 100)]
     registered: usize,
     /// Runtime threads of hookbench.
@@ -188,6 +190,14 @@ impl Plan {
         let mut modes: Vec<PluginMode> = scenarios.iter().map(|s| s.plugin_mode).collect();
         modes.sort_unstable();
         modes.dedup();
+        let most = modes.len() + rollout_bench::echo::MAX_LOOPBACK_ALIASES;
+        if args.registered > most {
+            bail!(
+                "--registered {} is more than the {most} plugins with endpoints of their own \
+                 there can be (one per loopback address)",
+                args.registered
+            );
+        }
         let bin_dir = match &args.bin_dir {
             Some(dir) => dir.clone(),
             None => std::env::current_exe()
@@ -426,14 +436,22 @@ struct Plugin {
     pid: u32,
 }
 
-/// Starts `echo-plugin` in `mode`, named as the gateway's registry names it.
-async fn start_plugin(plan: &Plan, mode: PluginMode, temp: &Path) -> anyhow::Result<Plugin> {
+/// Starts `echo-plugin` in `mode`, named as the gateway's registry names it,
+/// on 127.0.0.1 and `aliases` loopback aliases (the padding plugins'
+/// endpoints).
+async fn start_plugin(
+    plan: &Plan,
+    mode: PluginMode,
+    aliases: usize,
+    temp: &Path,
+) -> anyhow::Result<Plugin> {
     let mut command = Command::new(&plan.echo_plugin);
     command
         .args(["--listen", "127.0.0.1:0"])
         .args(["--mode", mode.echo_mode_arg()])
         .args(["--name", mode.plugin_name()])
-        .args(["--threads", &plan.args.plugin_threads.to_string()]);
+        .args(["--threads", &plan.args.plugin_threads.to_string()])
+        .args(["--loopback-aliases", &aliases.to_string()]);
     let name = format!("echo-plugin --mode {}", mode.echo_mode_arg());
     let (mut guard, stdout) = ChildGuard::spawn(
         &name,
@@ -447,7 +465,12 @@ async fn start_plugin(plan: &Plan, mode: PluginMode, temp: &Path) -> anyhow::Res
         .parse()
         .with_context(|| format!("bad address in {line:?}"))?;
     let pid = guard.pid()?;
-    eprintln!("gwbench: {name} listening on {address}");
+    if aliases > 0 {
+        let aliases = field(&line, "aliases")?;
+        eprintln!("gwbench: {name} listening on {address} and the same port of {aliases}");
+    } else {
+        eprintln!("gwbench: {name} listening on {address}");
+    }
     Ok(Plugin {
         guard,
         address,
@@ -516,9 +539,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     set_world_readable(temp.path())?;
 
     // 1. One plugin per mode: every target of a scenario calls the same one.
+    // The first (the registry's first entry) also serves the padding
+    // plugins' endpoints, one loopback alias each.
+    let padding = padding_count(plan.modes.len(), args.registered);
     let mut plugins = BTreeMap::new();
-    for &mode in &plan.modes {
-        plugins.insert(mode, start_plugin(&plan, mode, temp.path()).await?);
+    for (index, &mode) in plan.modes.iter().enumerate() {
+        let aliases = if index == 0 { padding } else { 0 };
+        plugins.insert(mode, start_plugin(&plan, mode, aliases, temp.path()).await?);
     }
 
     // 2. The gateway, with every plugin and the padded registry.
