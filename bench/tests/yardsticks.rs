@@ -22,11 +22,23 @@ use tokio::sync::oneshot;
 
 const PATH: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/MutateManifestWork";
 
-/// A proxy process, killed and reaped when dropped.
+/// A proxy process, stopped and reaped when dropped: SIGTERM first, so
+/// nginx's master ends its workers (a SIGKILL would leave them running,
+/// orphaned), then SIGKILL if it is still there after a grace.
 struct Proxy(Child);
 
 impl Drop for Proxy {
     fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(self.0.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -200,10 +212,30 @@ async fn route_to_plugin() -> anyhow::Result<(Route, oneshot::Sender<()>)> {
 
 /// Starts the proxy `command` and checks that a call through its `route`
 /// succeeds with its trailers.
+/// Then stops it, and checks that none of its processes outlives it (nginx's
+/// workers are children of its master).
 async fn call_through(mut command: Command, route: Route) -> anyhow::Result<()> {
     let mut proxy = Proxy(command.stdin(Stdio::null()).stdout(Stdio::null()).spawn()?);
     wait_for_port(&mut proxy, route.listen).await?;
-    check_call_through(route.listen).await
+    check_call_through(route.listen).await?;
+    let children = rollout_bench::compare::procfs::children(proxy.0.id())?;
+    drop(proxy);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<u32> = children
+            .iter()
+            .copied()
+            .filter(|pid| Path::new(&format!("/proc/{pid}")).exists())
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the proxy's processes {left:?} outlived it"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn set_world_readable(dir: &Path) -> std::io::Result<()> {
