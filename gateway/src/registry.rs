@@ -183,6 +183,11 @@ struct SourceState {
     config: Option<Config>,
     /// The text last applied (valid or not), to ignore events that changed nothing.
     last_text: Option<String>,
+    /// When `last_text` was refused at planning (a `caFile` not written
+    /// yet, say): the certificate files that plan read, with what they held
+    /// then. Once one of them holds something else, the text is planned
+    /// again ([`Registry::retry_waiting`]). Empty otherwise.
+    waiting_on: HashMap<String, Result<Vec<u8>, String>>,
 }
 
 #[derive(Debug, Default)]
@@ -406,7 +411,16 @@ impl Registry {
     /// has no problem. On error nothing changes: the previous snapshot and
     /// every plugin's settings stay. Blocking: see [`Registry::apply_blocking`].
     pub fn apply(&self, source: usize, text: &str) -> Result<Applied, ReloadError> {
-        let mut inner = self.lock();
+        self.apply_locked(&mut self.lock(), source, text)
+    }
+
+    /// [`Registry::apply`] under the registry's lock, held by the caller.
+    fn apply_locked(
+        &self,
+        inner: &mut Inner,
+        source: usize,
+        text: &str,
+    ) -> Result<Applied, ReloadError> {
         let label = inner
             .sources
             .get(source)
@@ -426,19 +440,77 @@ impl Registry {
         if let Some(s) = inner.sources.get_mut(source) {
             s.last_text = Some(text.to_string());
         }
+        let mut files = FileCache::default();
         let result = config::parse(text).and_then(|cfg| {
             let mut configs: Vec<Option<&Config>> =
                 inner.sources.iter().map(|s| s.config.as_ref()).collect();
             configs[source] = Some(&cfg);
-            let plan = self.plan(&configs, &inner.sources)?;
+            let plan = self.plan(&configs, &inner.sources, &mut files)?;
             Ok((cfg, plan))
         });
         match result {
             Ok((cfg, plan)) => {
                 inner.sources[source].config = Some(cfg);
+                inner.sources[source].waiting_on.clear();
                 Ok(self.commit_accepted(plan))
             }
-            Err(error) => Err(self.record_rejected(label, error)),
+            Err(error) => {
+                if let Some(s) = inner.sources.get_mut(source) {
+                    s.waiting_on = files.read;
+                }
+                Err(self.record_rejected(label, error))
+            }
+        }
+    }
+
+    /// The certificate files refused registry texts wait on (see
+    /// [`Registry::retry_waiting`]): the watcher watches them too.
+    pub fn waiting_files(&self) -> BTreeSet<PathBuf> {
+        self.lock()
+            .sources
+            .iter()
+            .flat_map(|s| s.waiting_on.keys().map(PathBuf::from))
+            .collect()
+    }
+
+    /// Plans again each source whose last text was refused while one of the
+    /// certificate files its plan read now holds something else (a `caFile`
+    /// written after the registry that names it): that text is applied as
+    /// if it had just arrived. Files unchanged since the refusal are not
+    /// retried, so a refusal is reported and counted once. Blocking (it
+    /// reads files).
+    pub fn retry_waiting(&self) -> Vec<Result<Applied, ReloadError>> {
+        // One lock throughout: a newer text of the source (another watcher)
+        // cannot land between the check and the retry and be overwritten.
+        let mut inner = self.lock();
+        let mut now = FileCache::default();
+        let mut results = Vec::new();
+        for index in 0..inner.sources.len() {
+            let s = &mut inner.sources[index];
+            let changed = s
+                .waiting_on
+                .iter()
+                .any(|(path, then)| now.read(path) != *then);
+            if changed && let Some(text) = s.last_text.take() {
+                results.push(self.apply_locked(&mut inner, index, &text));
+            }
+        }
+        results
+    }
+
+    /// [`Registry::retry_waiting`] on the blocking pool, for the watcher;
+    /// no thread when no text waits (the common case, on every poll).
+    pub async fn retry_waiting_blocking(self: &Arc<Self>) -> Vec<Result<Applied, ReloadError>> {
+        if self.lock().sources.iter().all(|s| s.waiting_on.is_empty()) {
+            return Vec::new();
+        }
+        let registry = self.clone();
+        match tokio::task::spawn_blocking(move || registry.retry_waiting()).await {
+            Ok(results) => results,
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => Vec::new(),
+            },
         }
     }
 
@@ -496,7 +568,7 @@ impl Registry {
         }
         let configs: Vec<Option<&Config>> =
             inner.sources.iter().map(|s| s.config.as_ref()).collect();
-        match self.plan(&configs, &inner.sources) {
+        match self.plan(&configs, &inner.sources, &mut FileCache::default()) {
             Ok(plan) if plan.fresh.is_empty() => {
                 // The files hold what the live upstreams were built from
                 // (a file put back after a bad rotation, or a rewrite of the
@@ -546,6 +618,7 @@ impl Registry {
         &self,
         configs: &[Option<&Config>],
         sources: &[SourceState],
+        files: &mut FileCache,
     ) -> Result<Plan, ConfigError> {
         let previous = self.current.load_full();
         let mut problems = Vec::new();
@@ -553,9 +626,8 @@ impl Registry {
         let mut plugins = Vec::new();
         let mut fresh = Vec::new();
         let mut kept_upstreams = Vec::new();
-        // Each certificate file is read once a plan: every plugin naming it
-        // sees the same bytes.
-        let mut files = FileCache::default();
+        // Each certificate file is read once a plan (`files`): every plugin
+        // naming it sees the same bytes.
         // One connection per key: a new upstream joins the channel of any
         // upstream of its key, live or made by this plan.
         let mut channels: HashMap<UpstreamKey, Arc<Channel>> = previous
@@ -574,7 +646,7 @@ impl Registry {
             let label = &sources[si].label;
             let identity = match &cfg.client_certificate {
                 None => None,
-                Some(cc) => match read_identity(cc, &mut files) {
+                Some(cc) => match read_identity(cc, files) {
                     Ok(id) => Some(id),
                     Err(message) => {
                         problems.push(Problem {

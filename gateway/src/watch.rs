@@ -9,8 +9,10 @@
 //! (`caFile`, `clientCertificate` files) is read again: those whose content
 //! changed go to [`Registry::refresh_certificates`]. The set of certificate
 //! files follows the snapshot, and their directories are watched as they
-//! appear. A slow poll backs the watch up, for file systems that send no
-//! events.
+//! appear. A registry text refused because of a certificate file (a
+//! `caFile` not written yet) waits on the files its plan read: they are
+//! watched too, and the text is planned again once one of them changes. A
+//! slow poll backs the watch up, for file systems that send no events.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -119,6 +121,29 @@ pub async fn reload_certificates(
             false
         }
     }
+}
+
+/// Plans again the refused registry texts whose certificate files changed
+/// since ([`Registry::retry_waiting`]). Returns whether a new snapshot was
+/// loaded.
+pub async fn retry_waiting(registry: &Arc<Registry>) -> bool {
+    let mut loaded = false;
+    for result in registry.retry_waiting_blocking().await {
+        match result {
+            Ok(Applied::Loaded(generation)) => {
+                tracing::info!(
+                    generation,
+                    "registry loaded: a certificate file it named has changed"
+                );
+                loaded = true;
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::error!(%error, "registry reload rejected; keeping the loaded registry");
+            }
+        }
+    }
+    loaded
 }
 
 /// Whether an event can have changed one of the files: a change of content or
@@ -253,14 +278,18 @@ pub fn spawn(
             for (i, path) in files.iter().enumerate() {
                 loaded |= reload_file(&registry, i, path, &mut errors[i]).await;
             }
-            // The snapshot may name other certificate files now: watch them
-            // before reading them, so no change falls in between.
+            // The snapshot may name other certificate files now, and a
+            // refused text may wait on some: watch them before reading them,
+            // so no change falls in between.
             let wanted = registry
                 .load()
                 .map(|s| s.certificate_files())
                 .unwrap_or_default();
-            watched.follow(&wanted);
+            let mut followed = wanted.clone();
+            followed.extend(registry.waiting_files());
+            watched.follow(&followed);
             loaded |= reload_certificates(&registry, &mut certificates, &wanted).await;
+            loaded |= retry_waiting(&registry).await;
             if loaded {
                 on_loaded();
             }

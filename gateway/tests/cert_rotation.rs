@@ -526,3 +526,63 @@ async fn a_ca_file_gone_bad_keeps_the_previous_ca_and_is_reported() {
     calls.finish().await;
     gw.stop().await;
 }
+
+#[tokio::test]
+async fn a_registry_naming_a_ca_file_not_written_yet_is_loaded_once_it_is() {
+    let ca = Ca::new("ca-1").unwrap();
+    let plugin = TlsPlugin::start("ca-1", &ca.server().unwrap(), None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let first = CertDir::new(
+        dir.path().join("first-ca"),
+        Swap::Rename,
+        &[("ca.crt", &ca.pem())],
+    );
+    let mut later = CertDir::new(dir.path().join("later-ca"), Swap::Rename, &[]);
+    let missing = later.path("ca.crt");
+    let gw = start_gateway(
+        dir,
+        &format!(
+            "plugins:\n{}",
+            ca_file_entry("p", plugin.addr, &first.path("ca.crt"))
+        ),
+    )
+    .await;
+    until_outcome(&gw, "p", Ok(()), "the first plugin").await;
+    let generation_before = generation(&gw).await;
+
+    // The registry names a CA file before it is written (a Secret mounted
+    // after the ConfigMap): refused, naming the file, the registry kept.
+    gw.write_config(&format!(
+        "plugins:\n{}{}",
+        ca_file_entry("p", plugin.addr, &first.path("ca.crt")),
+        ca_file_entry("q", plugin.addr, &missing)
+    ));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let error = loop {
+        if let Some(e) = gw.debug().await["lastReloadError"].as_str() {
+            break e.to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the missing file was not reported"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        error.contains(&format!("cannot read {}", missing.display()))
+            && error.contains("plugins[1] (q).caCertificate.caFile"),
+        "{error}"
+    );
+    assert_eq!(generation(&gw).await, generation_before);
+    assert_eq!(call_once(&gw, "q").await, Err(tonic::Code::NotFound));
+
+    // The file is written; the registry file is not touched again.
+    later.update(&[("ca.crt", &ca.pem())]);
+    until_outcome(&gw, "q", Ok(()), "the plugin whose CA came later").await;
+    let debug = gw.debug().await;
+    assert!(debug["lastReloadError"].is_null(), "{debug}");
+    // Refused once, not once per look at the file.
+    assert_eq!(debug["reloads"]["failure"], 1, "{debug}");
+    assert_eq!(call_once(&gw, "p").await, Ok(()));
+    gw.stop().await;
+}
