@@ -156,16 +156,6 @@ impl std::fmt::Debug for Upstream {
 pub struct UpstreamError(String);
 
 impl Upstream {
-    /// Prepares the upstream with a channel of its own; nothing is dialled
-    /// until the first call.
-    pub fn new(
-        key: UpstreamKey,
-        settings: &ChannelSettings,
-        policy: &Policy,
-    ) -> Result<Upstream, UpstreamError> {
-        Upstream::sharing(key, settings, policy, Arc::default())
-    }
-
     /// Prepares the upstream over `channel`, which the caller shares only
     /// between upstreams of the same `key`; nothing is dialled until the
     /// first call.
