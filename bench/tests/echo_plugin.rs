@@ -4,7 +4,7 @@
 //! `--loopback-aliases N` serves it on 127.0.0.2 … too.
 
 use std::io::{BufRead as _, BufReader, Read as _};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 
 use prost::Message as _;
 use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
@@ -12,20 +12,32 @@ use rollout_proto::v1alpha1::{
     InitializeRequest, MutateManifestWorkRequest, RolloutPluginRequest, RolloutStateDetail,
 };
 
-#[tokio::test]
-async fn declares_its_state_detail_and_reports_the_bytes_received_at_exit() -> anyhow::Result<()> {
+/// Starts `echo-plugin ARGS` and reads its first line (the listening
+/// line): the process, the rest of its stdout, and that line.
+fn start(args: &[&str]) -> anyhow::Result<(Child, BufReader<ChildStdout>, String)> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_echo-plugin"))
-        .args(["--listen", "127.0.0.1:0", "--state-detail", "counts"])
+        .args(args)
         .stdout(Stdio::piped())
         .spawn()?;
     let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
     let mut line = String::new();
     stdout.read_line(&mut line)?;
-    let address = line
-        .trim()
+    Ok((child, stdout, line))
+}
+
+/// The address of a listening line without aliases.
+fn address(line: &str) -> String {
+    line.trim()
         .strip_prefix("echo-plugin listening grpc=")
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
+        .to_owned()
+}
+
+#[tokio::test]
+async fn declares_its_state_detail_and_reports_the_bytes_received_at_exit() -> anyhow::Result<()> {
+    let (mut child, mut stdout, line) =
+        start(&["--listen", "127.0.0.1:0", "--state-detail", "counts"])?;
+    let address = address(&line);
 
     let mut client = RolloutPluginServiceClient::connect(format!("http://{address}")).await?;
     let init = client
@@ -66,25 +78,15 @@ async fn declares_its_state_detail_and_reports_the_bytes_received_at_exit() -> a
 
 #[tokio::test]
 async fn mode_mutate_answers_with_a_changed_work_under_its_name() -> anyhow::Result<()> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_echo-plugin"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--mode",
-            "mutate",
-            "--name",
-            "mutate",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
-    let mut line = String::new();
-    stdout.read_line(&mut line)?;
-    let address = line
-        .trim()
-        .strip_prefix("echo-plugin listening grpc=")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
+    let (mut child, _stdout, line) = start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--mode",
+        "mutate",
+        "--name",
+        "mutate",
+    ])?;
+    let address = address(&line);
     let result = async {
         let mut client = RolloutPluginServiceClient::connect(format!("http://{address}")).await?;
         let work = rollout_bench::manifest::manifest_work_json(4096);
@@ -115,14 +117,14 @@ async fn mode_mutate_answers_with_a_changed_work_under_its_name() -> anyhow::Res
 #[tokio::test]
 async fn loopback_aliases_serve_the_plugin_on_the_same_port_of_127_0_0_2_and_on()
 -> anyhow::Result<()> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_echo-plugin"))
-        .args(["--listen", "127.0.0.1:0", "--loopback-aliases", "3"])
-        .args(["--name", "aliased"])
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
-    let mut line = String::new();
-    stdout.read_line(&mut line)?;
+    let (mut child, _stdout, line) = start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--loopback-aliases",
+        "3",
+        "--name",
+        "aliased",
+    ])?;
     let result = async {
         // The line existing callers read, with one more field.
         let rest = line

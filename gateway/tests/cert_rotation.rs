@@ -293,6 +293,22 @@ async fn until_outcome(gw: &Gateway, target: &str, want: Result<(), tonic::Code>
     }
 }
 
+/// Polls the gateway (with a deadline) until it reports a reload error, and
+/// returns it; `what` names the cause in the failure message.
+async fn until_reload_error(gw: &Gateway, what: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(e) = gw.debug().await["lastReloadError"].as_str() {
+            return e.to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} was not reported"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn start_gateway(dir: tempfile::TempDir, config: &str) -> Gateway {
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, config).unwrap();
@@ -489,17 +505,7 @@ async fn a_ca_file_gone_bad_keeps_the_previous_ca_and_is_reported() {
     let generation_before = generation(&gw).await;
 
     certs.update(&[("ca.crt", "-----BEGIN NOTHING-----\n")]);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let error = loop {
-        if let Some(e) = gw.debug().await["lastReloadError"].as_str() {
-            break e.to_string();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the bad file was not reported"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let error = until_reload_error(&gw, "the bad file").await;
     assert!(
         error.contains(&format!("{} holds no PEM CERTIFICATE", ca_file.display()))
             && error.contains("plugins[0] (p).caCertificate.caFile"),
@@ -557,17 +563,7 @@ async fn a_registry_naming_a_ca_file_not_written_yet_is_loaded_once_it_is() {
         ca_file_entry("p", plugin.addr, &first.path("ca.crt")),
         ca_file_entry("q", plugin.addr, &missing)
     ));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let error = loop {
-        if let Some(e) = gw.debug().await["lastReloadError"].as_str() {
-            break e.to_string();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the missing file was not reported"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let error = until_reload_error(&gw, "the missing file").await;
     assert!(
         error.contains(&format!("cannot read {}", missing.display()))
             && error.contains("plugins[1] (q).caCertificate.caFile"),
