@@ -23,6 +23,7 @@ pub mod labels;
 pub mod manifestwork;
 pub mod manifestworkreplicaset;
 pub mod placement;
+pub mod prune;
 mod schema;
 
 pub use clustermanager::{
