@@ -289,7 +289,7 @@ class Central(unittest.TestCase):
 
 
 class CrdSchema(unittest.TestCase):
-    crds = check.CrdSchemas(check.DEPLOY / "crds")
+    crds = check.CrdSchemas(check.DEPLOY / "crds", check.DEPLOY / "crds" / "design")
     mwrs = {"apiVersion": "work.open-cluster-management.io/v1alpha1", "kind": "ManifestWorkReplicaSet",
             "metadata": {"name": "a", "namespace": "b"},
             "spec": {"placementRefs": [{"name": "p", "rolloutStrategy": {
