@@ -30,7 +30,7 @@
 //! 7. requeue after the soonest recheck, capped at 30 minutes.
 
 pub mod cache;
-mod carrier;
+pub(crate) mod carrier;
 pub mod plugins;
 pub mod revisions;
 pub mod status;
