@@ -311,6 +311,11 @@ struct SimulateArgs {
     /// (Applied, Progressing).
     #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_AGENT_DELAY")]
     agent_delay: std::time::Duration,
+    /// The agent reports Applied only, never Progressing or Degraded, as
+    /// OCM's agent does for a template without `conditionRules`: every
+    /// cluster then counts as progressing until its progressDeadline.
+    #[arg(long, env = "ROLLOUT_CONTROLLER_NO_CONDITION_RULES")]
+    no_condition_rules: bool,
     /// Vary each latency by up to ± this percentage.
     #[arg(
         long,
@@ -383,6 +388,7 @@ impl SimulateArgs {
         config.fail = self.fail.iter().cloned().collect();
         config.apply_latency = self.apply_latency;
         config.agent_delay = self.agent_delay;
+        config.agent_progressing = !self.no_condition_rules;
         config.jitter = self.latency_jitter / 100.0;
         config.seed = self.seed;
         config.tick = self.step;

@@ -1,5 +1,5 @@
 //! A cluster's rollout status from its hub ManifestWork, for one desired
-//! revision: REFERENCE-OCM §2 ([`work_status::derive`]) plus what the
+//! revision: the design's status table ([`work_status::derive`]) plus what the
 //! controller records on the work (its revision label, the hash of the spec
 //! it applied, the plugin's persisted validation verdict). Pure.
 

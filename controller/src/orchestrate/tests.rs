@@ -875,3 +875,73 @@ async fn work_counts_are_of_the_desired_revision_only() {
     let status = crate::reconcile::status::placement_summary(p);
     assert_eq!((status.summary.total, status.summary.available), (1, 1));
 }
+
+/// Plays an agent that reports no `Progressing` (the template has no
+/// condition rules): Applied and Available only, since `since`.
+fn agent_applied_only(world: &MemoryWorld, cluster: &str, since: Timestamp) {
+    let work = world
+        .all()
+        .into_iter()
+        .find(|w| w.namespace().as_deref() == Some(cluster))
+        .expect("the cluster has a work");
+    let generation = work.metadata.generation.unwrap_or(0);
+    let time = since.to_string();
+    let conditions = [
+        json!({"type": "Applied", "status": "True", "observedGeneration": generation,
+               "lastTransitionTime": time, "reason": "", "message": ""}),
+        json!({"type": "Available", "status": "True", "observedGeneration": generation,
+               "lastTransitionTime": time, "reason": "", "message": ""}),
+    ];
+    world.update(cluster, &work.name_any(), |w| {
+        w.status = serde_json::from_value(json!({"conditions": conditions})).ok();
+    });
+}
+
+#[tokio::test]
+async fn a_work_without_progressing_times_out_and_aborts() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(
+        strategy(json!({"type": "All", "plugin": "p", "abortOnFailure": true,
+                        "all": {"progressDeadline": "10s"}})),
+        &["c1", "c2"],
+    );
+    f.current = Some(Revision::of(&template("v1")));
+    f.step(&hooks, &world, at(0)).await;
+    for c in ["c1", "c2"] {
+        agent_applied_only(&world, c, at(1));
+    }
+    // Progressing (the fallback), from Applied's transition, not ToApply:
+    // nothing is applied again and no plugin validates it.
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(5)).await;
+    let p = &out.placements[0];
+    assert_eq!(p.count(RolloutStatus::Progressing), 2, "{:?}", p.clusters);
+    assert!(
+        p.clusters
+            .iter()
+            .all(|c| c.last_transition_time == Some(at(1)))
+    );
+    assert!(p.applied.is_empty());
+    assert_eq!(hooks.calls(), [call(Progress, "")]);
+    assert_eq!(out.abort, None);
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(6)));
+
+    // At the deadline (Applied at 1 s + 10 s) both time out: abort, and
+    // the previous revision is restored.
+    let out = f.step(&hooks, &world, at(11)).await;
+    let report = out.abort.as_ref().expect("the time-out aborts");
+    assert_eq!(report.action, AbortAction::RollBack);
+    assert!(
+        report
+            .failures
+            .iter()
+            .all(|c| c.status == RolloutStatus::TimeOut),
+        "{:?}",
+        report.failures
+    );
+    assert_eq!(report.failures.len(), 2);
+    let p = &out.placements[0];
+    assert!(p.aborting);
+    assert_eq!(p.applied, ["c1", "c2"]);
+}

@@ -225,6 +225,10 @@ pub struct Config {
     pub agent_delay: Duration,
     /// From apply to done.
     pub apply_latency: Duration,
+    /// Whether the agent reports `Progressing` and `Degraded` (the template
+    /// has condition rules); without, only `Applied`, and every cluster
+    /// counts as progressing until its deadline.
+    pub agent_progressing: bool,
     /// Latency variation, 0 to 1.
     pub jitter: f64,
     /// Seeds the variation.
@@ -260,6 +264,7 @@ impl Config {
             fail: BTreeSet::new(),
             agent_delay: Duration::from_secs(1),
             apply_latency: Duration::from_secs(30),
+            agent_progressing: true,
             jitter: 0.0,
             seed: 1,
             tick: None,

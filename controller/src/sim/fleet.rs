@@ -9,7 +9,9 @@
 //!   clock: a work applied at `t` is reported Applied and Progressing at
 //!   `t + delay`, and done (Progressing False) at `t + latency`; a failing
 //!   cluster's work of the update revision turns Degraded (Progressing and
-//!   Degraded True) instead. Latencies may vary per cluster and generation
+//!   Degraded True) instead. An agent without condition rules
+//!   ([`AgentConfig::progressing`] false) reports Applied only, as OCM's
+//!   agent does for a template without `conditionRules`. Latencies may vary per cluster and generation
 //!   (`jitter`), reproducibly from a seed. Each report is a change of the
 //!   work, which wakes the controller (`run` watches ManifestWorks), so
 //!   each is a step of the simulation.
@@ -72,6 +74,10 @@ pub struct AgentConfig {
     /// The revision that fails on [`AgentConfig::fail`] clusters (the
     /// update revision; the restored one works).
     pub failing_revision: String,
+    /// Whether the agent reports `Progressing` and `Degraded`: OCM's agent
+    /// sets them only from the template's condition rules. Without them it
+    /// reports `Applied` and `Available` alone.
+    pub progressing: bool,
 }
 
 /// A change the agent makes to a work when its latency has passed.
@@ -207,13 +213,15 @@ pub enum Progress {
 }
 
 /// The conditions the agent reports for a work at `generation`: Applied and
-/// Available True since `applied_at`; Progressing (and Degraded) as
-/// `progress` says, since `at`.
+/// Available True since `applied_at`; with `progressing` (the template has
+/// condition rules) Progressing (and Degraded) as `progress` says, since
+/// `at`.
 pub fn conditions(
     generation: i64,
     applied_at: Timestamp,
     progress: Progress,
     at: Timestamp,
+    progressing: bool,
 ) -> Vec<Condition> {
     let condition = |kind: &str, status: &str, since: Timestamp, reason: &str| Condition {
         type_: kind.to_owned(),
@@ -232,6 +240,9 @@ pub fn conditions(
             "ResourcesAvailable",
         ),
     ];
+    if !progressing {
+        return list;
+    }
     match progress {
         Progress::Progressing => list.push(condition(PROGRESSING, "True", at, "Applying")),
         Progress::Done => list.push(condition(PROGRESSING, "False", at, "Completed")),
@@ -273,13 +284,23 @@ impl FleetWorld {
         self.now.lock().map(|t| *t).unwrap_or(Timestamp::UNIX_EPOCH)
     }
 
+    fn reports_progressing(&self) -> bool {
+        self.agent.lock().map_or(true, |a| a.config.progressing)
+    }
+
     /// Puts in a work as the previous rollout left it: applied, done, its
     /// status set as the agent reported it at `since`.
     pub fn seed(&self, mut work: ManifestWork, since: Timestamp) {
         let generation = work.metadata.generation.unwrap_or(1);
         work.metadata.generation = Some(generation);
         work.status = Some(ManifestWorkStatus {
-            conditions: conditions(generation, since, Progress::Done, since),
+            conditions: conditions(
+                generation,
+                since,
+                Progress::Done,
+                since,
+                self.reports_progressing(),
+            ),
             ..ManifestWorkStatus::default()
         });
         self.memory.insert(work);
@@ -293,6 +314,7 @@ impl FleetWorld {
             Ok(mut agent) => agent.due(now),
             Err(_) => return Vec::new(),
         };
+        let progressing = self.reports_progressing();
         let mut degraded = Vec::new();
         for (at, t) in due {
             let mut changed = false;
@@ -307,10 +329,11 @@ impl FleetWorld {
                     .iter()
                     .find(|c| c.type_ == APPLIED && c.observed_generation == Some(t.generation))
                     .map_or(at, |c| c.last_transition_time.0);
-                status.conditions = conditions(t.generation, applied_at, t.progress, at);
+                status.conditions =
+                    conditions(t.generation, applied_at, t.progress, at, progressing);
                 changed = true;
             });
-            if changed && t.progress == Progress::Degraded {
+            if changed && progressing && t.progress == Progress::Degraded {
                 degraded.push(t.cluster);
             }
         }
@@ -382,6 +405,7 @@ mod tests {
             seed: 1,
             fail: fail.iter().map(|c| c.to_string()).collect(),
             failing_revision: "v2".into(),
+            progressing: true,
         }
     }
 
@@ -529,6 +553,38 @@ mod tests {
             status(&world, "cluster-002", Validation::None),
             RolloutStatus::Succeeded
         );
+    }
+
+    #[test]
+    fn an_agent_without_condition_rules_reports_applied_only() {
+        let world = FleetWorld::new(
+            AgentConfig {
+                progressing: false,
+                ..config(&["cluster-002"])
+            },
+            at(0),
+        );
+        for cluster in ["cluster-001", "cluster-002"] {
+            apply_now(world.apply_work(work(cluster, "v2")));
+        }
+        assert!(world.advance(at(60)).is_empty(), "nothing turns Degraded");
+        for cluster in ["cluster-001", "cluster-002"] {
+            let work = world.get(cluster, "web-0123abcd").expect("work");
+            let kinds: Vec<String> = work
+                .rollout_conditions()
+                .into_iter()
+                .map(|c| c.kind)
+                .collect();
+            assert_eq!(kinds, [APPLIED, CONDITION_AVAILABLE], "{cluster}");
+            // The design's fallback: still progressing, since Applied.
+            let derived = work_status::derive(
+                work.metadata.generation.unwrap_or(0),
+                &work.rollout_conditions(),
+                Validation::Plugin,
+            );
+            assert_eq!(derived.status, RolloutStatus::Progressing, "{cluster}");
+            assert_eq!(derived.last_transition_time, Some(at(1)), "{cluster}");
+        }
     }
 
     #[test]

@@ -679,6 +679,61 @@ async fn a_deadline_times_clusters_out_once() {
     );
 }
 
+/// An agent without condition rules reports no `Progressing`: the design's
+/// fallback counts every cluster as progressing from its `Applied`, so the
+/// deadline times it out and, with abort on, the rollout aborts instead of
+/// waiting for ever.
+#[tokio::test]
+async fn without_progressing_the_deadline_times_out_and_aborts() {
+    let strategy = |abort| {
+        StrategyFlags {
+            kind: "All".into(),
+            progress_deadline: Some("10s".into()),
+            plugin: Some("scripted".into()),
+            abort_on_failure: abort,
+            ..StrategyFlags::default()
+        }
+        .strategy()
+        .expect("valid")
+    };
+    let mut config = config(3, strategy(true));
+    config.agent_progressing = false;
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let summary = c.summary.as_ref().expect("summary");
+    assert_eq!(summary.result, Outcome::Aborted);
+    let reported = c
+        .steps
+        .iter()
+        .find(|s| s.elapsed_seconds == 1.0)
+        .expect("a step at the agent's report");
+    assert_eq!(reported.clusters.progressing, 3);
+    assert_eq!(reported.clusters.validating, 0);
+    let abort_step = c
+        .steps
+        .iter()
+        .find(|s| s.abort().is_some())
+        .expect("an abort");
+    assert_eq!(abort_step.elapsed_seconds, 11.0, "Applied at 1 s + 10 s");
+    let abort = summary.abort.as_ref().expect("abort");
+    assert_eq!(abort.action, "RollBack");
+    assert_eq!(abort.failures.len(), 3);
+    assert!(
+        abort
+            .failures
+            .iter()
+            .all(|f| f.status == RolloutStatus::TimeOut)
+    );
+    assert_eq!(
+        summary.hook_calls.validate_rollout_completion, 0,
+        "never done progressing"
+    );
+
+    // Without abort it ends failed, never succeeded.
+    config.strategy = strategy(false);
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    assert_eq!(c.summary.expect("summary").result, Outcome::Failed);
+}
+
 #[tokio::test]
 async fn an_unreachable_gateway_fails_before_the_first_step() {
     let config = config(3, strategy("All", None, true, false));
