@@ -223,6 +223,12 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     std::time::Duration::try_from(d).map_err(|_| format!("{text:?} is negative"))
 }
 
+/// `AtOnce` or `Strategy`, as the `rollbackPace` field spells them.
+fn parse_rollback_pace(text: &str) -> Result<rollout_controller::rollout::RollbackPace, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+        .map_err(|_| format!("{text:?}: expected AtOnce or Strategy"))
+}
+
 #[derive(Debug, Args)]
 #[command(
     after_help = "The fleet runs the previous revision (an Argo Rollout of web:1.0); the update \
@@ -344,6 +350,11 @@ struct SimulateArgs {
     /// rollout instead of rolling back).
     #[arg(long, env = "ROLLOUT_CONTROLLER_FIRST_ROLLOUT")]
     first_rollout: bool,
+    /// How an abort restores the updated clusters: AtOnce (every one in
+    /// one step, the failing ones first) or Strategy (at the rollout
+    /// strategy's pace).
+    #[arg(long, value_name = "PACE", default_value = "AtOnce", value_parser = parse_rollback_pace, env = "ROLLOUT_CONTROLLER_ROLLBACK_PACE")]
+    rollback_pace: rollout_controller::rollout::RollbackPace,
     /// Give up (exit 1) after this many steps.
     #[arg(
         long,
@@ -393,6 +404,7 @@ impl SimulateArgs {
         config.seed = self.seed;
         config.tick = self.step;
         config.first_rollout = self.first_rollout;
+        config.rollback_pace = self.rollback_pace;
         config.max_steps = self.max_steps;
         config.settings.validation_poll = self.validation_poll;
         config.settings.hook_concurrency = self.hook_concurrency;

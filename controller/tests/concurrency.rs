@@ -253,6 +253,7 @@ impl Rig {
             groups: &self.groups,
             hold: None,
             state_detail: detail,
+            rollback_pace: Default::default(),
         }];
         let labels = BTreeMap::new();
         let trace = opentelemetry::Context::new();

@@ -80,7 +80,7 @@ use crate::hooks::{Call, HookError, HookKind, Hooks, StateDetail, encode_state};
 use crate::revision::{self, AbortAction, Revision};
 use crate::rollout::work_status::{self, Validation, ValidationResult};
 use crate::rollout::{
-    self, ClusterGroup, ClusterRolloutStatus, RolloutResult, RolloutStatus, Strategy,
+    self, ClusterGroup, ClusterRolloutStatus, RollbackPace, RolloutResult, RolloutStatus, Strategy,
 };
 use observe::{Observed, Verdict};
 use request::{Reported, RequestScope, Requests, RolloutOrder};
@@ -213,6 +213,8 @@ pub struct PlacementTarget<'a> {
     /// answer): with [`StateDetail::Counts`] the requests carry no
     /// `rollout_status`.
     pub state_detail: StateDetail,
+    /// How an abort restores the updated clusters (default: all at once).
+    pub rollback_pace: RollbackPace,
 }
 
 /// Everything one step of the rollout needs.
@@ -670,6 +672,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 // Observe again, for the revision rolled back to.
                 continue;
             }
+            let result = self.restore_at_once(&state, &view, result);
             break (view, result);
         };
         // A stopped rollout did not observe again, yet it is aborting.
@@ -1003,6 +1006,75 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
         ));
         state.action = next;
         next == AbortAction::RollBack
+    }
+
+    /// While rolling back at [`RollbackPace::AtOnce`]: every cluster of the
+    /// placement whose work is not the restored revision is to roll out now,
+    /// whatever the strategy's pace, the failing clusters first. Clusters
+    /// with no work yet are left to the engine's decision. Any other pace
+    /// or action keeps the decision as it is.
+    fn restore_at_once(
+        &self,
+        state: &StepState,
+        view: &View,
+        mut result: RolloutResult,
+    ) -> RolloutResult {
+        if state.action != AbortAction::RollBack
+            || self.target.rollback_pace != RollbackPace::AtOnce
+        {
+            return result;
+        }
+        let listed: BTreeSet<String> = result
+            .clusters_to_rollout
+            .iter()
+            .map(|c| c.cluster_name.clone())
+            .collect();
+        for cluster in state.works.keys() {
+            if !self.order.contains(cluster)
+                || view.observed.contains_key(cluster)
+                || listed.contains(cluster)
+            {
+                continue;
+            }
+            let mut entry = ClusterRolloutStatus::new(cluster.clone(), RolloutStatus::ToApply);
+            if let Some(p) = self.order.position(cluster) {
+                entry = entry.in_group(p.group_index, p.group_name.clone());
+            }
+            result.clusters_to_rollout.push(entry);
+        }
+        let failing = self.failing(state);
+        result.clusters_to_rollout.sort_by_key(|c| {
+            (
+                !failing.contains(&c.cluster_name),
+                self.order
+                    .position(&c.cluster_name)
+                    .map_or(usize::MAX, |p| p.index),
+            )
+        });
+        result
+    }
+
+    /// The clusters that failed the update revision: those the abort of
+    /// this step names, and those whose work of the update revision is
+    /// `Failed`.
+    fn failing(&self, state: &StepState) -> BTreeSet<String> {
+        let update = &self.input.update.hash;
+        let mut failing: BTreeSet<String> = state
+            .abort
+            .iter()
+            .flat_map(|(_, report)| report.failures.iter().map(|c| c.cluster.clone()))
+            .collect();
+        failing.extend(
+            state
+                .works
+                .iter()
+                .filter(|(_, work)| {
+                    observe::observe(work, update, self.validation())
+                        .is_some_and(|o| o.status.status == RolloutStatus::Failed)
+                })
+                .map(|(cluster, _)| cluster.clone()),
+        );
+        failing
     }
 
     /// The clusters with a work that left the placement.

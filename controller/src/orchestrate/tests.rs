@@ -206,6 +206,7 @@ struct Fixture {
     settings: Settings,
     labels: BTreeMap<String, String>,
     state_detail: StateDetail,
+    rollback_pace: RollbackPace,
 }
 
 impl Fixture {
@@ -220,6 +221,7 @@ impl Fixture {
             settings: Settings::default(),
             labels: BTreeMap::new(),
             state_detail: StateDetail::Full,
+            rollback_pace: RollbackPace::AtOnce,
         }
     }
 
@@ -236,6 +238,7 @@ impl Fixture {
             groups: &self.groups,
             hold: self.hold.as_deref(),
             state_detail: self.state_detail,
+            rollback_pace: self.rollback_pace,
         }];
         let trace = opentelemetry::Context::new();
         let current_hash = self.current.as_ref().map(|c| c.hash.clone());
@@ -944,4 +947,66 @@ async fn a_work_without_progressing_times_out_and_aborts() {
     let p = &out.placements[0];
     assert!(p.aborting);
     assert_eq!(p.applied, ["c1", "c2"]);
+}
+
+/// A Progressive rollout (2 at a time) of v2 over four clusters on v1:
+/// c1 and c2 done, then c3 degraded and c4 progressing. Returns the
+/// outcome of the step that aborts.
+async fn abort_after_c3_degrades(
+    hooks: &Script,
+    world: &MemoryWorld,
+    pace: RollbackPace,
+) -> DeployOutcome {
+    let mut f = Fixture::new(
+        strategy(
+            json!({"type": "Progressive", "plugin": "p", "abortOnFailure": true,
+                        "progressive": {"maxConcurrency": 2}}),
+        ),
+        &["c1", "c2", "c3", "c4"],
+    );
+    f.rollback_pace = pace;
+    f.current = Some(Revision::of(&template("v1")));
+    f.step(hooks, world, at(0)).await;
+    for c in ["c1", "c2"] {
+        agent(world, c, "False", false, at(10));
+    }
+    f.step(hooks, world, at(20)).await;
+    assert_eq!(applies(world), ["c1", "c2", "c3", "c4"]);
+    agent(world, "c3", "True", true, at(30));
+    agent(world, "c4", "True", false, at(30));
+    hooks.clear();
+    f.step(hooks, world, at(40)).await
+}
+
+#[tokio::test]
+async fn an_abort_restores_every_updated_cluster_at_once_failing_first() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let out = abort_after_c3_degrades(&hooks, &world, RollbackPace::AtOnce).await;
+    let report = out.abort.as_ref().expect("aborted");
+    assert_eq!(report.action, AbortAction::RollBack);
+    let p = &out.placements[0];
+    assert!(p.aborting);
+    // All four in this one step, whatever maxConcurrency says, c3 first.
+    assert_eq!(p.applied, ["c3", "c1", "c2", "c4"]);
+    let begins: Vec<String> = hooks
+        .requests(Begin)
+        .into_iter()
+        .map(|r| r.cluster_name)
+        .collect();
+    assert_eq!(begins, ["c3", "c1", "c2", "c4"]);
+    assert!(hooks.requests(Begin).iter().all(|r| r.aborting));
+    let v1 = Revision::of(&template("v1"));
+    for work in world.all() {
+        assert_eq!(work.labels()[CONTROLLER_HASH_LABEL], v1.hash);
+    }
+}
+
+#[tokio::test]
+async fn an_abort_at_the_strategy_pace_restores_max_concurrency_per_step() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let out = abort_after_c3_degrades(&hooks, &world, RollbackPace::Strategy).await;
+    assert!(out.abort.is_some());
+    assert_eq!(out.placements[0].applied, ["c1", "c2"]);
 }

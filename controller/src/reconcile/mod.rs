@@ -58,7 +58,7 @@ use crate::orchestrate::{
     self, DeployInput, Owner, PlacementTarget, Settings, SystemClock, World, WorldError, soonest,
 };
 use crate::revision::RevisionStatus;
-use crate::rollout::{ClusterGroup, Strategy};
+use crate::rollout::{ClusterGroup, RollbackPace, Strategy};
 use crate::telemetry::Telemetry;
 use plugins::{PluginCache, PluginCacheTtl};
 use status::{PlacementProblem, PluginState, StatusInput};
@@ -428,6 +428,7 @@ async fn reconcile_traced(
                 .as_deref()
                 .and_then(|p| details.get(p).copied())
                 .unwrap_or_default(),
+            rollback_pace: RollbackPace::default(),
         })
         .collect();
     let labels = mwrs.labels().clone();

@@ -56,6 +56,20 @@ impl RolloutStatus {
     }
 }
 
+/// How an abort restores the previous revision on the clusters already
+/// updated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RollbackPace {
+    /// Every updated cluster at once, the failing ones first: the rollback
+    /// design's abort (restore, not a new rollout), as Argo Rollouts and
+    /// Flagger restore.
+    #[default]
+    AtOnce,
+    /// At the rollout strategy's pace (`maxConcurrency`, decision groups),
+    /// as a new rollout of the previous revision would go.
+    Strategy,
+}
+
 /// A decision group of a placement: the union of its PlacementDecisions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterGroup {

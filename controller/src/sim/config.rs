@@ -14,7 +14,7 @@ use thiserror::Error;
 use super::fleet::cluster_names;
 use crate::api::ManifestWorkSpec;
 use crate::orchestrate::Settings;
-use crate::rollout::{InvalidStrategy, RawStrategy, Strategy};
+use crate::rollout::{InvalidStrategy, RawStrategy, RollbackPace, Strategy};
 
 /// The simulated ManifestWorkReplicaSet's namespace.
 pub const NAMESPACE: &str = "default";
@@ -233,6 +233,8 @@ pub struct Config {
     pub jitter: f64,
     /// Seeds the variation.
     pub seed: u64,
+    /// How an abort restores the updated clusters.
+    pub rollback_pace: RollbackPace,
     /// A fixed simulated time between steps instead of the next event.
     pub tick: Option<Duration>,
     /// No earlier revision: the fleet starts empty (an abort then stops).
@@ -267,6 +269,7 @@ impl Config {
             agent_progressing: true,
             jitter: 0.0,
             seed: 1,
+            rollback_pace: RollbackPace::AtOnce,
             tick: None,
             first_rollout: false,
             max_steps: 100_000,

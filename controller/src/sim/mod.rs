@@ -494,6 +494,7 @@ impl<H: Hooks> Simulation<'_, H> {
             groups: &self.groups,
             hold: None,
             state_detail: self.state_detail,
+            rollback_pace: self.config.rollback_pace,
         }];
         let input = DeployInput {
             owner: self.owner(),

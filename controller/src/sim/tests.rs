@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use super::report::{Event, Plan};
 use super::*;
 use crate::hooks::{Mutation, RolloutRequest};
+use crate::rollout::RollbackPace;
 
 /// A plugin in memory: validation INPROGRESS on the first ask of each
 /// cluster and revision (recheck after `recheck`), then SUCCEEDED, FAILED
@@ -282,7 +283,9 @@ async fn a_degraded_cluster_aborts_and_the_updated_clusters_roll_back() {
             .iter()
             .any(|e| matches!(e, Event::WorkDegraded { cluster } if cluster == "cluster-003"))
     );
-    // After the abort only rollbacks, of the four updated clusters.
+    // After the abort only rollbacks, of the four updated clusters, all in
+    // the abort's step (maxConcurrency 2 notwithstanding), the failing one
+    // first.
     let rolled_back: Vec<&str> = c.steps[abort_step..]
         .iter()
         .flat_map(|s| s.applied.iter())
@@ -291,14 +294,44 @@ async fn a_degraded_cluster_aborts_and_the_updated_clusters_roll_back() {
         .collect();
     assert_eq!(
         rolled_back,
-        ["cluster-001", "cluster-002", "cluster-003", "cluster-004"]
+        ["cluster-003", "cluster-001", "cluster-002", "cluster-004"]
     );
+    assert_eq!(applied(&c.steps[abort_step]), rolled_back);
     let previous = summary.previous_revision.clone().expect("previous");
     assert_eq!(summary.works.by_revision.get(&previous), Some(&6));
     assert_eq!(summary.current_revision.as_deref(), Some(previous.as_str()));
     let abort = summary.abort.as_ref().expect("abort");
     assert_eq!(abort.action, "RollBack");
     assert_eq!(abort.failures[0].cluster, "cluster-003");
+}
+
+#[tokio::test]
+async fn a_rollback_at_the_strategy_pace_restores_two_clusters_per_step() {
+    let mut config = config(6, strategy("Progressive", Some("2"), false, true));
+    config.fail = BTreeSet::from(["cluster-003".to_owned()]);
+    config.rollback_pace = RollbackPace::Strategy;
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    assert_eq!(
+        c.summary.as_ref().expect("summary").result,
+        Outcome::Aborted
+    );
+    let abort_step = c
+        .steps
+        .iter()
+        .position(|s| s.abort().is_some())
+        .expect("an abort");
+    let batches: Vec<Vec<&str>> = c.steps[abort_step..]
+        .iter()
+        .map(applied)
+        .filter(|a| !a.is_empty())
+        .collect();
+    assert_eq!(
+        batches,
+        [
+            vec!["cluster-001", "cluster-002"],
+            vec!["cluster-003", "cluster-004"]
+        ]
+    );
 }
 
 /// `All` tolerates no failure when abortOnFailure is on: a degraded
