@@ -30,8 +30,8 @@ use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::api::ManifestWorkReplicaSetStatus;
+use crate::hooks::PluginState;
 use crate::orchestrate::DeployOutcome;
-use crate::reconcile::status::PluginState;
 use crate::revision::AbortAction;
 
 /// The longest note written (the API allows 1 kB).

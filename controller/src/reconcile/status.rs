@@ -23,6 +23,7 @@ use crate::api::{
     ClusterCounts, ClusterRolloutSummary, HashedLabelValue, ManifestWorkReplicaSetStatus,
     ManifestWorkReplicaSetSummary, PlacementSummary,
 };
+pub use crate::hooks::PluginState;
 use crate::orchestrate::{ClusterReport, DeployOutcome, PlacementOutcome};
 use crate::revision::{AbortAction, RevisionOrigin, RevisionStatus};
 use crate::rollout::RolloutStatus;
@@ -38,15 +39,6 @@ pub enum PlacementProblem {
     /// Its rollout strategy or its decisions cannot be used; the message
     /// says why.
     Invalid(String),
-}
-
-/// Whether a plugin answered `Initialize`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginState {
-    /// The plugin (or pipeline).
-    pub name: String,
-    /// `Ok`, or the PluginLoaded message of its failure.
-    pub result: Result<(), String>,
 }
 
 /// What the status is built from.
