@@ -122,6 +122,10 @@ struct RunArgs {
     /// once (each cluster's calls stay in order).
     #[arg(long, value_name = "N", env = "ROLLOUT_CONTROLLER_HOOK_CONCURRENCY", default_value_t = DEFAULT_HOOK_CONCURRENCY, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     hook_concurrency: usize,
+    /// How long a ManifestWork another field manager wrote is left alone
+    /// before the controller applies it again (once per such quiet period).
+    #[arg(long, value_name = "D", default_value = "10m", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_CONFLICT_BACKOFF")]
+    conflict_backoff: std::time::Duration,
     /// Reconcile only while holding a coordination.k8s.io Lease, so that
     /// several replicas can run and exactly one reconciles.
     #[arg(long, env = "ROLLOUT_CONTROLLER_LEADER_ELECT")]
@@ -447,6 +451,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
             hub_name: args.hub_name.clone(),
             settings: Settings {
                 hook_concurrency: args.hook_concurrency,
+                conflict_backoff: args.conflict_backoff,
                 ..Settings::default()
             },
             ..Options::default()

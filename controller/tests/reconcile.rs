@@ -164,10 +164,9 @@ async fn a_progressive_rollout_issues_writes_and_hook_calls_in_order() {
     for (record, cluster, weight) in [(&step1[5], "cluster1", "10"), (&step1[6], "cluster2", "20")]
     {
         assert_eq!(record.content_type, "application/apply-patch+yaml");
-        assert_eq!(
-            record.params(),
-            ["fieldManager=rollout-controller", "force=true"]
-        );
+        // No force: no other manager owns the work, and one that starts
+        // writing meanwhile must get a 409, not be overwritten.
+        assert_eq!(record.params(), ["fieldManager=rollout-controller"]);
         let work = &record.body;
         assert_eq!(work["metadata"]["namespace"], json!(cluster));
         assert_eq!(work["metadata"]["labels"][OWNER], json!("default.hello"));
@@ -963,4 +962,180 @@ async fn an_unreachable_plugin_is_one_event_not_one_per_reconcile() {
         "{event}"
     );
     gw.running.shutdown().await;
+}
+
+/// Another field manager (here a person's `kubectl edit`) changes the spec
+/// of a work the controller applied. The API server records it in
+/// managedFields; the controller says so (condition and one Event naming
+/// the manager and the work) and does not apply the work again, reconcile
+/// after reconcile.
+#[tokio::test]
+async fn another_writers_change_is_reported_and_not_fought() {
+    use common::fields::{Store, expect_apply, expect_list};
+    use rollout_controller::events::{EventGate, Events};
+
+    let store = Store::shared();
+    let v1 = template("v1");
+    let name = work_name(NS, MWRS, PLACEMENT);
+    let mut obj = mwrs(v1.clone(), json!({"type": "All"}), Value::Null);
+    let events_path = "/apis/events.k8s.io/v1/namespaces/default/events";
+    let (events_client, events_server) = api_server(vec![Expect::echo(Method::POST, events_path)]);
+    let events = Arc::new(Events::new(
+        events_client,
+        "replica-a",
+        EventGate::default(),
+    ));
+    let run = |script: Vec<Expect>, obj: Value| {
+        let events = events.clone();
+        async move {
+            let (client, server) = api_server(script);
+            let ctx = Arc::try_unwrap(context(client, "http://127.0.0.1:1"))
+                .unwrap()
+                .with_events(events);
+            reconcile(object(obj), Arc::new(ctx))
+                .await
+                .expect("reconciled");
+            server.await.unwrap()
+        }
+    };
+    let reads = |first: bool| {
+        let mut script = vec![
+            expect_list(&store),
+            Expect::ok(
+                Method::GET,
+                revisions_path(),
+                revisions(if first {
+                    vec![]
+                } else {
+                    vec![controller_revision(&v1, 1)]
+                }),
+            ),
+        ];
+        if first {
+            script.push(Expect::echo(Method::POST, revisions_path()));
+        }
+        script.push(Expect::ok(Method::GET, placement_path(), placement()));
+        script.push(Expect::ok(
+            Method::GET,
+            decisions_path(),
+            decisions(&["cluster1"]),
+        ));
+        script
+    };
+
+    // The controller creates the work.
+    let mut script = reads(true);
+    script.push(expect_apply(&store, "cluster1", &name));
+    script.push(Expect::status(&obj));
+    let recorded = run(script, obj.clone()).await;
+    obj["status"] = recorded.last().unwrap().body["status"].clone();
+    let stored = store.lock().unwrap().get("cluster1", &name).unwrap();
+    assert_eq!(
+        stored["metadata"]["managedFields"][0]["manager"],
+        "rollout-controller"
+    );
+
+    // A person edits its spec.
+    let (code, _) = store.lock().unwrap().merge_patch(
+        "cluster1",
+        &name,
+        "kubectl-edit",
+        &json!({"spec": template("hand-made")}),
+    );
+    assert_eq!(code, http::StatusCode::OK);
+
+    // Reported once, and left alone: no apply, reconcile after reconcile.
+    let mut script = reads(false);
+    script.push(Expect::status(&obj));
+    let recorded = run(script, obj.clone()).await;
+    let status = &recorded.last().unwrap().body["status"];
+    let conflict = condition(status, "ManifestWorksConflict");
+    assert_eq!(conflict["status"], "True");
+    assert_eq!(conflict["reason"], "OtherFieldManager");
+    let message = conflict["message"].as_str().unwrap();
+    assert!(message.contains("\"kubectl-edit\""), "{message}");
+    assert!(message.contains(&format!("cluster1/{name}")), "{message}");
+    obj["status"] = status.clone();
+    for _ in 0..3 {
+        run(reads(false), obj.clone()).await;
+    }
+    let stored = store.lock().unwrap().get("cluster1", &name).unwrap();
+    assert_eq!(stored["spec"], template("hand-made"), "not overwritten");
+    drop(events);
+    let written = events_server.await.unwrap();
+    let event = &written[0].body;
+    assert_eq!(event["reason"], "ManifestWorkConflict");
+    assert_eq!(event["type"], "Warning");
+    assert!(
+        event["note"].as_str().unwrap().contains("\"kubectl-edit\""),
+        "{event}"
+    );
+}
+
+/// An apply without force over a field another manager owns is refused
+/// with 409 by the API server (the controller's copy did not show the other
+/// writer yet): the controller reports it as a conflict, not as a success.
+#[tokio::test]
+async fn an_apply_refused_with_409_is_a_conflict() {
+    use common::fields::{Store, expect_apply};
+
+    let store = Store::shared();
+    let (v1, v2) = (template("v1"), template("v2"));
+    let name = work_name(NS, MWRS, PLACEMENT);
+    // The controller applied v1; the copy it reads is that one.
+    let mut applied = stored_work("cluster1", &v1, 1, json!({}), Value::Null);
+    applied["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| ["name", "namespace", "labels", "annotations"].contains(&k.as_str()));
+    let (code, stale) = store
+        .lock()
+        .unwrap()
+        .apply("rollout-controller", false, &applied);
+    assert_eq!(code, http::StatusCode::CREATED);
+    // Then a GitOps tool applies its own spec, forcing.
+    let mut theirs = applied.clone();
+    theirs["spec"] = template("from-git");
+    let (code, _) = store
+        .lock()
+        .unwrap()
+        .apply("argocd-controller", true, &theirs);
+    assert_eq!(code, http::StatusCode::OK);
+
+    let obj = mwrs(
+        v2.clone(),
+        json!({"type": "All"}),
+        json!({"currentRevision": hash_of(&v1), "updateRevision": hash_of(&v1)}),
+    );
+    let (client, server) = api_server(vec![
+        Expect::ok(Method::GET, works_path(), works(vec![stale])),
+        Expect::ok(
+            Method::GET,
+            revisions_path(),
+            revisions(vec![controller_revision(&v1, 1)]),
+        ),
+        Expect::echo(Method::POST, revisions_path()),
+        Expect::ok(Method::GET, placement_path(), placement()),
+        Expect::ok(Method::GET, decisions_path(), decisions(&["cluster1"])),
+        expect_apply(&store, "cluster1", &name),
+        Expect::status(&obj),
+    ]);
+    let ctx = context(client, "http://127.0.0.1:1");
+    reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    assert_eq!(
+        recorded[5].params(),
+        ["fieldManager=rollout-controller"],
+        "no force over a work no one else owned"
+    );
+    let status = &recorded[6].body["status"];
+    let conflict = condition(status, "ManifestWorksConflict");
+    let message = conflict["message"].as_str().unwrap();
+    assert!(message.contains("refused the apply"), "{message}");
+    assert!(message.contains("argocd-controller"), "{message}");
+    let stored = store.lock().unwrap().get("cluster1", &name).unwrap();
+    assert_eq!(stored["spec"], template("from-git"));
 }

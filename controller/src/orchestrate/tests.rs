@@ -1010,3 +1010,119 @@ async fn an_abort_at_the_strategy_pace_restores_max_concurrency_per_step() {
     assert!(out.abort.is_some());
     assert_eq!(out.placements[0].applied, ["c1", "c2"]);
 }
+
+/// Plays another writer (as OCM's own controller does): the plain
+/// template `spec` over `cluster`'s work, our labels stripped, and the
+/// managed fields a real API server would then hold: our apply at 10 s,
+/// its merge patch of the spec at 20 s.
+fn other_writer(world: &MemoryWorld, cluster: &str, spec: &ManifestWorkSpec) {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
+    let entry = |manager: &str, operation: &str, secs: i64| ManagedFieldsEntry {
+        manager: Some(manager.into()),
+        operation: Some(operation.into()),
+        time: Some(Time(at(secs))),
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(FieldsV1(
+            json!({"f:spec": {"f:workload": {"f:manifests": {}}}}),
+        )),
+        ..ManagedFieldsEntry::default()
+    };
+    let name = world
+        .all()
+        .into_iter()
+        .find(|w| w.namespace().as_deref() == Some(cluster))
+        .expect("the cluster has a work")
+        .name_any();
+    world.update(cluster, &name, |w| {
+        w.spec = spec.clone();
+        w.metadata.generation = Some(w.metadata.generation.unwrap_or(0) + 1);
+        if let Some(labels) = w.metadata.labels.as_mut() {
+            labels.remove(CONTROLLER_HASH_LABEL);
+        }
+        w.metadata.annotations = None;
+        w.metadata.managed_fields = Some(vec![
+            entry(FIELD_MANAGER, "Apply", 10),
+            entry("work-controller", "Update", 20),
+        ]);
+    });
+}
+
+#[tokio::test]
+async fn a_work_another_manager_wrote_is_left_alone_until_the_backoff_ends() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let f = Fixture::new(
+        strategy(json!({"type": "All", "plugin": "p"})),
+        &["c1", "c2"],
+    );
+    f.step(&hooks, &world, at(0)).await;
+    assert_eq!(applies(&world), ["c1", "c2"]);
+    // OCM's controller puts the template before the plugin's mutation
+    // back on c1 (here: another spec) and strips our labels.
+    other_writer(&world, "c1", &template("v0"));
+    for now in [30, 60, 300] {
+        hooks.clear();
+        let out = f.step(&hooks, &world, at(now)).await;
+        let p = &out.placements[0];
+        assert!(p.applied.is_empty(), "at {now}: {:?}", p.applied);
+        assert!(
+            !hooks
+                .calls()
+                .iter()
+                .any(|(h, c)| c == "c1" && *h != Progress),
+            "no hook for c1 at {now}: {:?}",
+            hooks.calls()
+        );
+        assert_eq!(p.conflicts.len(), 1);
+        let conflict = &p.conflicts[0];
+        assert_eq!(
+            (conflict.cluster.as_str(), conflict.managers.as_slice()),
+            ("c1", ["work-controller".to_owned()].as_slice())
+        );
+        assert!(conflict.left_alone);
+        // Back when the back-off ends, 10 minutes after the write at 20 s.
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(620 - now as u64)));
+        let message = out.conflict_message().expect("a message");
+        assert!(message.contains("\"work-controller\""), "{message}");
+        assert!(message.contains("c1/"), "{message}");
+    }
+    assert_eq!(applies(&world).len(), 2, "c1 was not applied again");
+    // Quiet for the back-off (10 minutes after its write): taken over once,
+    // with force, and the conflict is gone after.
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(620)).await;
+    assert_eq!(out.placements[0].applied, ["c1"]);
+    assert!(!out.placements[0].conflicts[0].left_alone);
+    let out = f.step(&hooks, &world, at(621)).await;
+    assert!(out.placements[0].conflicts.is_empty());
+    assert_eq!(out.conflict_message(), None);
+}
+
+#[tokio::test]
+async fn a_work_another_manager_wrote_is_taken_over_for_a_new_revision() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(strategy(json!({"type": "All"})), &["c1"]);
+    f.step(&hooks, &world, at(0)).await;
+    other_writer(&world, "c1", &template("v0"));
+    // Our label back on it, of the revision then rolled out: a person
+    // edited its spec (kubectl edit keeps labels).
+    let v2 = f.update.hash.clone();
+    let name = world.all()[0].name_any();
+    world.update("c1", &name, |w| {
+        w.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(CONTROLLER_HASH_LABEL.into(), v2);
+    });
+    assert!(
+        f.step(&hooks, &world, at(30)).await.placements[0]
+            .applied
+            .is_empty()
+    );
+    // The template moves on: a new revision is a new rollout, not a fight.
+    f.current = Some(f.update.clone());
+    f.update = Revision::of(&template("v3"));
+    let out = f.step(&hooks, &world, at(40)).await;
+    assert_eq!(out.placements[0].applied, ["c1"]);
+}

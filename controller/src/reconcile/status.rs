@@ -11,6 +11,7 @@
 //! | PluginLoaded (only with a plugin) | `Available` | `Failed`, with the design's messages |
 //! | Progressing | `NewRevisionCreated`, `FoundNewRevision` (rolling out), `NewManifestWorkAvailable` (done) | `PluginCallFailed` (hook errors in the message), `RolloutAborted`, `ProgressDeadlineExceeded` |
 //! | OwnerLabelHashed (only when hashed) | `LabelValueHashed` | |
+//! | ManifestWorksConflict (only while another field manager writes the works) | `OtherFieldManager`: the works and the managers | |
 
 use std::collections::BTreeMap;
 
@@ -533,6 +534,20 @@ pub fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
         None => remove_condition(&mut conditions, OWNER_LABEL_HASHED),
     }
 
+    // Other writers of the works.
+    match input.outcome.conflict_message() {
+        Some(message) => set_condition(
+            &mut conditions,
+            MANIFEST_WORKS_CONFLICT,
+            true,
+            REASON_OTHER_FIELD_MANAGER,
+            &message,
+            generation,
+            now,
+        ),
+        None => remove_condition(&mut conditions, MANIFEST_WORKS_CONFLICT),
+    }
+
     ManifestWorkReplicaSetStatus {
         conditions,
         summary,
@@ -593,6 +608,7 @@ mod tests {
             at_update: updated,
             hook_errors: Vec::new(),
             world_errors: Vec::new(),
+            conflicts: Vec::new(),
             applied: Vec::new(),
             deleted: Vec::new(),
             requeue_after: None,

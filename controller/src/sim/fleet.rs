@@ -361,8 +361,12 @@ impl World for FleetWorld {
         self.memory.list_works(owner_label).await
     }
 
-    async fn apply_work(&self, work: ManifestWork) -> Result<ManifestWork, WorldError> {
-        let stored = self.memory.apply_work(work).await?;
+    async fn apply_work(
+        &self,
+        work: ManifestWork,
+        force: bool,
+    ) -> Result<ManifestWork, WorldError> {
+        let stored = self.memory.apply_work(work, force).await?;
         let now = self.now();
         if let Ok(mut agent) = self.agent.lock() {
             agent.applied(&stored, now);
@@ -467,7 +471,7 @@ mod tests {
     #[test]
     fn a_work_is_reported_then_done_after_the_latency() {
         let world = FleetWorld::new(config(&[]), at(0));
-        let stored = apply_now(world.apply_work(work("cluster-001", "v2")));
+        let stored = apply_now(world.apply_work(work("cluster-001", "v2"), false));
         assert_eq!(stored.metadata.generation, Some(1));
         // Applied, not yet seen by the agent.
         assert_eq!(
@@ -517,7 +521,7 @@ mod tests {
             },
             at(0),
         );
-        apply_now(world.apply_work(work("cluster-001", "v2")));
+        apply_now(world.apply_work(work("cluster-001", "v2"), false));
         assert_eq!(world.next_transition(), Some(at(0)));
         world.advance(at(0));
         assert_eq!(
@@ -530,7 +534,7 @@ mod tests {
     #[test]
     fn a_failing_cluster_degrades_on_the_update_revision_only() {
         let world = FleetWorld::new(config(&["cluster-002"]), at(0));
-        apply_now(world.apply_work(work("cluster-002", "v2")));
+        apply_now(world.apply_work(work("cluster-002", "v2"), false));
         assert!(world.advance(at(1)).is_empty());
         assert_eq!(world.advance(at(30)), ["cluster-002"]);
         for validation in [Validation::None, Validation::Plugin] {
@@ -541,7 +545,7 @@ mod tests {
         }
         // Rolled back to v1 (a new generation): done.
         world.set_now(at(40));
-        let stored = apply_now(world.apply_work(work("cluster-002", "v1")));
+        let stored = apply_now(world.apply_work(work("cluster-002", "v1"), false));
         assert_eq!(stored.metadata.generation, Some(2));
         assert_eq!(
             status(&world, "cluster-002", Validation::None),
@@ -565,7 +569,7 @@ mod tests {
             at(0),
         );
         for cluster in ["cluster-001", "cluster-002"] {
-            apply_now(world.apply_work(work(cluster, "v2")));
+            apply_now(world.apply_work(work(cluster, "v2"), false));
         }
         assert!(world.advance(at(60)).is_empty(), "nothing turns Degraded");
         for cluster in ["cluster-001", "cluster-002"] {
@@ -590,14 +594,14 @@ mod tests {
     #[test]
     fn a_reapplied_work_ignores_its_old_transitions() {
         let world = FleetWorld::new(config(&[]), at(0));
-        apply_now(world.apply_work(work("cluster-001", "v2")));
+        apply_now(world.apply_work(work("cluster-001", "v2"), false));
         world.advance(at(1));
         // Applied again with another spec at 10 s: generation 2, reported
         // at 11 s, done at 40 s.
         world.set_now(at(10));
         let mut changed = work("cluster-001", "v2");
         changed.spec.extra.insert("x".into(), serde_json::json!(1));
-        let stored = apply_now(world.apply_work(changed));
+        let stored = apply_now(world.apply_work(changed, false));
         assert_eq!(stored.metadata.generation, Some(2));
         world.advance(at(30));
         assert_eq!(

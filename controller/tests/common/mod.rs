@@ -5,6 +5,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod fields;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -330,8 +332,8 @@ pub fn context(client: kube::Client, url: &str) -> Arc<Context> {
 // ---------------------------------------------------------------------------
 // The scripted API server.
 
-/// Makes the answer to a request from its JSON body.
-pub type Answer = Box<dyn FnOnce(&Value) -> (StatusCode, Value) + Send>;
+/// Makes the answer to a request.
+pub type Answer = Box<dyn FnOnce(&Recorded) -> (StatusCode, Value) + Send>;
 
 /// One expected request: its method and path, and the answer (from the
 /// request's JSON body; `Value::Null` when it has none).
@@ -346,6 +348,15 @@ impl Expect {
         method: Method,
         path: impl Into<String>,
         answer: impl FnOnce(&Value) -> (StatusCode, Value) + Send + 'static,
+    ) -> Expect {
+        Expect::recorded(method, path, move |r: &Recorded| answer(&r.body))
+    }
+
+    /// Answers from the whole request (query and content type included).
+    pub fn recorded(
+        method: Method,
+        path: impl Into<String>,
+        answer: impl FnOnce(&Recorded) -> (StatusCode, Value) + Send + 'static,
     ) -> Expect {
         Expect {
             method,
@@ -448,7 +459,7 @@ pub fn api_server(expected: Vec<Expect>) -> (kube::Client, JoinHandle<Vec<Record
                 i + 1,
                 recorded
             );
-            let (status, body) = (expect.answer)(&record.body);
+            let (status, body) = (expect.answer)(&record);
             send.send_response(
                 Response::builder()
                     .status(status)
