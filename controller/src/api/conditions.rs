@@ -49,6 +49,11 @@ pub const OWNER_LABEL_HASHED: &str = "OwnerLabelHashed";
 /// project.
 pub const MANIFEST_WORKS_CONFLICT: &str = "ManifestWorksConflict";
 
+/// ManifestworkApplied: the owner label value `<namespace>.<name>` is not a
+/// valid label value (over 63 characters), so no work is written. OCM's
+/// controller's reason for the same case.
+pub const REASON_INVALID_MANIFEST_WORK_NAME: &str = "InvalidManifestWorkName";
+
 /// ManifestWorksConflict: another field manager wrote the works.
 pub const REASON_OTHER_FIELD_MANAGER: &str = "OtherFieldManager";
 

@@ -441,6 +441,9 @@ impl DeployOutcome {
     }
 }
 
+/// The validation message of a work adopted from another controller.
+pub const ADOPTED_MESSAGE: &str = "adopted: written by another controller for this template";
+
 /// How many conflicting works [`DeployOutcome::conflict_message`] names.
 const MAX_CONFLICTS_NAMED: usize = 5;
 
@@ -779,7 +782,9 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 continue;
             }
             let cluster = work.namespace().unwrap_or_default();
-            works.entry(cluster).or_insert_with(|| Arc::clone(work));
+            works
+                .entry(cluster)
+                .or_insert_with(|| self.adopt(Arc::clone(work)));
         }
         let conflicts = conflict::conflicts_of(works.iter().map(|(c, w)| (c, w.as_ref())));
         StepState {
@@ -813,6 +818,48 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             ),
             abort: None,
         }
+    }
+
+    /// A work another controller wrote (OCM's own ManifestWorkReplicaSet
+    /// controller: the owner and placement labels, no `controller-hash`, no
+    /// spec hash) whose spec is the template of the update revision or of
+    /// the current one counts as on that revision, as if this controller
+    /// had applied it and its plugin had validated it: moving from OCM's
+    /// controller does not roll the fleet out again. Nothing is written; the
+    /// work is taken over when a new revision is rolled out to it.
+    fn adopt(&self, work: Arc<ManifestWork>) -> Arc<ManifestWork> {
+        if observe::work_revision(&work).is_some()
+            || work.annotations().contains_key(SPEC_HASH_ANNOTATION)
+        {
+            return work;
+        }
+        let spec = observe::spec_hash_of(&work.spec);
+        let input = self.input;
+        let Some(revision) = std::iter::once(input.update)
+            .chain(input.current)
+            .find(|r| observe::spec_hash_of(&r.template) == spec)
+        else {
+            return work;
+        };
+        let mut adopted = ManifestWork::clone(&work);
+        adopted
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(CONTROLLER_HASH_LABEL.to_owned(), revision.hash.clone());
+        let verdict = Verdict {
+            result: ValidationResult::Succeeded,
+            message: ADOPTED_MESSAGE.to_owned(),
+        };
+        let generation = adopted.metadata.generation.unwrap_or(0);
+        let annotations = adopted.metadata.annotations.get_or_insert_default();
+        annotations.insert(SPEC_HASH_ANNOTATION.to_owned(), spec);
+        annotations.extend(observe::verdict_annotations(
+            &verdict,
+            &revision.hash,
+            generation,
+        ));
+        Arc::new(adopted)
     }
 
     /// Observe: each cluster's status for the revision the action rolls

@@ -1126,3 +1126,90 @@ async fn a_work_another_manager_wrote_is_taken_over_for_a_new_revision() {
     let out = f.step(&hooks, &world, at(40)).await;
     assert_eq!(out.placements[0].applied, ["c1"]);
 }
+
+/// A ManifestWork as OCM's own ManifestWorkReplicaSet controller writes
+/// it: named from `generateName` (the set's name and 5 characters), the
+/// set's labels, its owner and placement labels, no annotation, the plain
+/// template, and the agent's report of generation 1 done.
+fn ocm_work(cluster: &str, spec: &ManifestWorkSpec) -> ManifestWork {
+    let name = format!("hellox7k2{}", &cluster[1..]);
+    let mut work = ManifestWork::new(&name, spec.clone());
+    work.metadata.namespace = Some(cluster.to_owned());
+    work.metadata.generation = Some(1);
+    work.metadata.labels = Some(BTreeMap::from([
+        (MWRS_OWNER_LABEL.to_owned(), "default.hello".to_owned()),
+        (PLACEMENT_NAME_LABEL.to_owned(), "p".to_owned()),
+    ]));
+    let time = at(-100).to_string();
+    work.status = serde_json::from_value(json!({"conditions": [
+        {"type": "Applied", "status": "True", "observedGeneration": 1,
+         "lastTransitionTime": time, "reason": "", "message": ""},
+        {"type": "Progressing", "status": "False", "observedGeneration": 1,
+         "lastTransitionTime": time, "reason": "", "message": ""},
+    ]}))
+    .ok();
+    work
+}
+
+#[tokio::test]
+async fn works_ocm_wrote_for_the_template_are_adopted_without_hooks() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(
+        strategy(
+            json!({"type": "Progressive", "plugin": "p", "abortOnFailure": true,
+                        "progressive": {"maxConcurrency": 1}}),
+        ),
+        &["c1", "c2", "c3"],
+    );
+    for c in ["c1", "c2", "c3"] {
+        world.insert(ocm_work(c, &f.update.template));
+    }
+    let out = f.step(&hooks, &world, at(0)).await;
+    // On the update revision already: no BeginRollout, MutateManifestWork
+    // or ValidateRolloutCompletion, no write.
+    assert_eq!(hooks.calls(), [call(Progress, "")]);
+    assert!(world.writes().is_empty(), "{:?}", world.writes());
+    let p = &out.placements[0];
+    assert!(p.complete(), "{:?}", p.clusters);
+    assert_eq!((p.updated, p.at_update), (3, 3));
+    assert!(
+        p.clusters
+            .iter()
+            .all(|c| c.revision.as_deref() == Some(&f.update.hash))
+    );
+    assert!(p.conflicts.is_empty());
+
+    // A new template: an ordinary rollout through the plugin, keeping the
+    // works' names; the adopted revision is the one to go back to.
+    let v2 = f.update.clone();
+    f.current = Some(v2.clone());
+    f.update = Revision::of(&template("v3"));
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(10)).await;
+    assert_eq!(
+        hooks.calls(),
+        [call(Progress, ""), call(Begin, "c1"), call(Mutate, "c1")]
+    );
+    assert_eq!(out.placements[0].applied, ["c1"]);
+    let c1 = world
+        .all()
+        .into_iter()
+        .find(|w| w.namespace().as_deref() == Some("c1"))
+        .expect("c1");
+    assert_eq!(c1.name_any(), "hellox7k21");
+    assert_eq!(c1.labels()[CONTROLLER_HASH_LABEL], f.update.hash);
+}
+
+#[tokio::test]
+async fn works_ocm_wrote_for_another_template_are_rolled_out() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let f = Fixture::new(strategy(json!({"type": "All", "plugin": "p"})), &["c1"]);
+    world.insert(ocm_work("c1", &template("v0")));
+    f.step(&hooks, &world, at(0)).await;
+    assert_eq!(
+        hooks.calls(),
+        [call(Progress, ""), call(Begin, "c1"), call(Mutate, "c1")]
+    );
+}

@@ -329,6 +329,9 @@ async fn reconcile_traced(
         finalizers.push(MANIFEST_WORK_CLEANUP_FINALIZER.to_owned());
         Arc::new(patch_finalizers(&api, &mwrs, finalizers, "adding the finalizer").await?)
     };
+    if let Some(hashed) = &hashed {
+        return refuse_invalid_owner_label(&api, &mwrs, hashed, now).await;
+    }
 
     let works = reads.works(&owner_label).await?;
     let listed = reads.revisions(&namespace, &owner_label).await?;
@@ -477,7 +480,6 @@ async fn reconcile_traced(
         revisions: &revisions,
         collision_count: synced.plan.collision_count,
         origin: synced.plan.origin,
-        owner_hashed: hashed.as_ref(),
     });
     if mwrs.status.as_ref() != Some(&new_status) {
         let patch = json!({
@@ -509,6 +511,38 @@ async fn reconcile_traced(
     Ok(Action::requeue(
         requeue.unwrap_or(MAX_REQUEUE).min(MAX_REQUEUE),
     ))
+}
+
+/// A set whose owner label value `<namespace>.<name>` cannot be a label
+/// value: ManifestworkApplied False `InvalidManifestWorkName`, nothing
+/// rolled out, and no requeue (only recreating the set under a shorter
+/// name helps), as OCM's own controller does. Works an earlier version
+/// wrote under a hashed label are left as they are; the finalizer still
+/// deletes them.
+async fn refuse_invalid_owner_label(
+    api: &Api<ManifestWorkReplicaSet>,
+    mwrs: &ManifestWorkReplicaSet,
+    owner: &crate::api::HashedLabelValue,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    let old = mwrs.status.clone().unwrap_or_default();
+    let new_status = status::invalid_owner_label(&old, mwrs.meta().generation, now, owner);
+    if mwrs.status.as_ref() != Some(&new_status) {
+        let patch = json!({
+            "apiVersion": ManifestWorkReplicaSet::api_version(&()),
+            "kind": ManifestWorkReplicaSet::kind(&()),
+            "status": new_status,
+        });
+        api.patch_status(
+            &mwrs.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| Error::kube("patching the status", source))?;
+    }
+    tracing::warn!(owner_label = %owner.original, "owner label value is not a valid label value; nothing is rolled out");
+    Ok(Action::await_change())
 }
 
 /// Retries a failed reconcile after [`Options::error_requeue`].
