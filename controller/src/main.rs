@@ -70,8 +70,15 @@ struct RunArgs {
         env = "ROLLOUT_CONTROLLER_HUB_NAME"
     )]
     hub_name: String,
-    /// Also keep the gateway's registry ConfigMap `work-controller-config` in
-    /// NS up to date with the ClusterManager's workConfiguration.plugins.
+    /// Also keep the gateway's registry ConfigMap `work-controller-config` up
+    /// to date with the ClusterManager's workConfiguration.plugins (leader
+    /// only; an absent field leaves the ConfigMap alone), in
+    /// --register-plugins-namespace.
+    #[arg(long, env = "ROLLOUT_CONTROLLER_REGISTER_PLUGINS")]
+    register_plugins: bool,
+    /// The namespace of the registry ConfigMap (turns the registration on
+    /// when given): open-cluster-management-hub in OCM's Default install
+    /// mode; in Hosted mode the ClusterManager's name.
     #[arg(
         long,
         value_name = "NS",
@@ -162,6 +169,15 @@ const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/
 
 impl RunArgs {
     /// The TLS settings towards the gateway, reading the files named.
+    /// Where to keep the plugin registry, if anywhere: the namespace given,
+    /// else OCM's Default-mode hub namespace when --register-plugins is on.
+    fn registration_namespace(&self) -> Option<String> {
+        self.register_plugins_namespace.clone().or_else(|| {
+            self.register_plugins
+                .then(|| rollout_controller::registration::DEFAULT_NAMESPACE.to_owned())
+        })
+    }
+
     fn gateway_tls(&self) -> anyhow::Result<Option<GatewayTls>> {
         let read = |path: &PathBuf| {
             std::fs::read(path).with_context(|| format!("reading {}", path.display()))
@@ -456,7 +472,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
             },
             ..Options::default()
         },
-        register_plugins_namespace: args.register_plugins_namespace.clone(),
+        register_plugins_namespace: args.registration_namespace(),
         health_listen: args.health_listen,
         leader_election: args.leader_election()?,
     };
