@@ -34,8 +34,6 @@ use crate::api::ManifestWork;
 use crate::api::annotations::{OWNER_ANNOTATION, SPEC_HASH_ANNOTATION};
 use crate::api::labels::{CONTROLLER_HASH_LABEL, MWRS_OWNER_LABEL, PLACEMENT_NAME_LABEL};
 
-use super::observe;
-
 /// The server-side apply field manager of every write of the controller.
 pub const FIELD_MANAGER: &str = "rollout-controller";
 
@@ -116,18 +114,27 @@ pub enum Decision {
     },
 }
 
+/// When the controller last applied `work` (its `Apply` entry in
+/// `managedFields`), if it ever did.
+pub fn own_apply_time(work: &ManifestWork) -> Option<Timestamp> {
+    work.metadata
+        .managed_fields
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| e.manager.as_deref() == Some(FIELD_MANAGER))
+        .filter(|e| e.operation.as_deref() == Some("Apply"))
+        .filter_map(time_of)
+        .max()
+}
+
 /// Another manager's write of `work` since the controller's last apply, in
 /// fields the controller sets: the managers and when the last of them
 /// wrote. `None` when there is none, or the controller never applied the
 /// work.
 pub fn foreign_write(work: &ManifestWork) -> Option<(Vec<String>, Timestamp)> {
     let entries = work.metadata.managed_fields.as_deref().unwrap_or_default();
-    let ours = entries
-        .iter()
-        .filter(|e| e.manager.as_deref() == Some(FIELD_MANAGER))
-        .filter(|e| e.operation.as_deref() == Some("Apply"))
-        .filter_map(time_of)
-        .max()?;
+    let ours = own_apply_time(work)?;
     let mut managers: Vec<String> = Vec::new();
     let mut last: Option<Timestamp> = None;
     for entry in entries {
@@ -172,7 +179,7 @@ pub fn decide(
     let Some((managers, at)) = foreign_write(work) else {
         return Decision::Apply { force };
     };
-    let revision = observe::work_revision(work);
+    let revision = work.labels().get(CONTROLLER_HASH_LABEL);
     let quiet_until = at.checked_add(backoff).unwrap_or(Timestamp::MAX);
     let new_revision = revision.is_some_and(|r| r != desired_revision);
     if new_revision || now >= quiet_until {

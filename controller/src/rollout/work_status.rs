@@ -128,9 +128,10 @@ fn find<'c>(conditions: &'c [Condition], kind: &str) -> Option<&'c Condition> {
 /// sets a work-level `Progressing` only from the template's condition
 /// rules, so a work without them would otherwise be `ToApply` for ever,
 /// which never times out. As `Progressing` it times out under the
-/// strategy's `progressDeadline` (counted from `Applied`'s last transition)
-/// and so can abort; it never succeeds, since only `Progressing` False
-/// says the work is done.
+/// strategy's `progressDeadline` (counted from `Applied`'s last transition;
+/// the orchestration takes the later of that and its own last apply) and
+/// so can abort; it never succeeds, since only `Progressing` False says the
+/// work is done.
 ///
 /// The row before it is not in the design: OCM ignores `Degraded` once
 /// progress stops, but with a plugin a degraded work must not reach
