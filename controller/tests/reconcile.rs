@@ -1130,3 +1130,68 @@ async fn an_apply_refused_with_409_is_a_conflict() {
     let stored = store.lock().unwrap().get("cluster1", &name).unwrap();
     assert_eq!(stored["spec"], template("from-git"));
 }
+
+/// ManifestWorks as OCM's own ManifestWorkReplicaSet controller writes them
+/// (a `generateName` name, the owner and placement labels, no
+/// `controller-hash`, no annotation, the plain template) are adopted: no
+/// BeginRollout, MutateManifestWork or ValidateRolloutCompletion, no write
+/// to any work, and the set is complete on the template's revision.
+#[tokio::test]
+async fn works_written_by_ocm_are_adopted_without_hook_calls() {
+    let (plugin, addr) = plugin().await;
+    let gw = gateway(&[("canary", addr)]).await;
+    let v1 = template("v1");
+    let ocm_work = |cluster: &str| {
+        json!({
+            "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+            "metadata": {"name": "hellom4xqz", "namespace": cluster, "generation": 1,
+                         "resourceVersion": "5",
+                         "labels": {OWNER: "default.hello", PLACEMENT_NAME: PLACEMENT},
+                         "managedFields": [{"manager": "work", "operation": "Update",
+                             "apiVersion": "work.open-cluster-management.io/v1",
+                             "time": "2025-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+                             "fieldsV1": {"f:metadata": {"f:labels": {}}, "f:spec": {"f:workload": {}}}}]},
+            "spec": v1,
+            "status": {"conditions": conditions(1, "False", "2025-01-01T00:00:00Z")}
+        })
+    };
+    let obj = mwrs(
+        v1.clone(),
+        json!({"type": "Progressive", "plugin": "canary", "abortOnFailure": true,
+               "progressive": {"maxConcurrency": 1}}),
+        Value::Null,
+    );
+    let (client, server) = api_server(vec![
+        Expect::ok(
+            Method::GET,
+            works_path(),
+            works(vec![ocm_work("cluster1"), ocm_work("cluster2")]),
+        ),
+        Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
+        Expect::echo(Method::POST, revisions_path()),
+        Expect::ok(Method::GET, placement_path(), placement()),
+        Expect::ok(
+            Method::GET,
+            decisions_path(),
+            decisions(&["cluster1", "cluster2"]),
+        ),
+        Expect::status(&obj),
+    ]);
+    let ctx = context(client, &gw.url);
+    reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    assert_eq!(plugin.calls(), [call(Initialize, ""), call(Progress, "")]);
+    let state = plugin.requests(Progress)[0].rollout_status.clone().unwrap();
+    assert_eq!(state.completed.len(), 2);
+    let status = &recorded[5].body["status"];
+    assert_eq!(
+        condition(status, "PlacementRolledOut")["reason"],
+        "Complete"
+    );
+    assert_eq!(status["currentRevision"], json!(hash_of(&v1)));
+    assert_eq!(status["summary"]["updated"], 2);
+    gw.running.shutdown().await;
+}
