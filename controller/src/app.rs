@@ -132,10 +132,6 @@ pub async fn run(
         readiness: readiness.clone(),
     });
 
-    let registration = options.register_plugins_namespace.clone().map(|namespace| {
-        let client = client.clone();
-        tokio::spawn(async move { registration::watch_and_register(client, &namespace).await })
-    });
     tracing::info!(gateway = %options.gateway.url, "rollout-controller running");
     // The Events' reportingInstance: this replica.
     let instance = options
@@ -156,22 +152,38 @@ pub async fn run(
             EventGate::default(),
         ))),
     );
+    let register = options.register_plugins_namespace.clone();
+    // What the leader does, and only the leader: reconcile, and keep the
+    // registry (two replicas must not write it at once, and a follower's
+    // view may be stale).
+    let lead = || {
+        let (context, readiness) = (context.clone(), readiness.clone());
+        let (client, register) = (client.clone(), register.clone());
+        async move {
+            let registration = async move {
+                if let Some(namespace) = register {
+                    registration::watch_and_register(client, &namespace).await;
+                }
+                // The watch never ends on its own; if it did, reconciling
+                // goes on.
+                std::future::pending::<()>().await;
+            };
+            tokio::select! {
+                () = reconcile::run(context, readiness) => {}
+                () = registration => {}
+            }
+        }
+    };
     match options.leader_election {
         None => {
             metrics.set_leader(true);
-            reconcile::run(context, readiness).await;
+            lead().await;
             metrics.set_leader(false);
         }
         Some(lease) => {
-            let election = LeaderElection::new(client, lease);
-            leader::run_when_leading(election, metrics, readiness.clone(), shutdown, || {
-                reconcile::run(context.clone(), readiness.clone())
-            })
-            .await;
+            let election = LeaderElection::new(client.clone(), lease);
+            leader::run_when_leading(election, metrics, readiness.clone(), shutdown, lead).await;
         }
-    }
-    if let Some(task) = registration {
-        task.abort();
     }
     tracing::info!("rollout-controller stopped");
     let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;

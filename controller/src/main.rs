@@ -70,8 +70,15 @@ struct RunArgs {
         env = "ROLLOUT_CONTROLLER_HUB_NAME"
     )]
     hub_name: String,
-    /// Also keep the gateway's registry ConfigMap `work-controller-config` in
-    /// NS up to date with the ClusterManager's workConfiguration.plugins.
+    /// Also keep the gateway's registry ConfigMap `work-controller-config` up
+    /// to date with the ClusterManager's workConfiguration.plugins (leader
+    /// only; an absent field leaves the ConfigMap alone), in
+    /// --register-plugins-namespace.
+    #[arg(long, env = "ROLLOUT_CONTROLLER_REGISTER_PLUGINS")]
+    register_plugins: bool,
+    /// The namespace of the registry ConfigMap (turns the registration on
+    /// when given): open-cluster-management-hub in OCM's Default install
+    /// mode; in Hosted mode the ClusterManager's name.
     #[arg(
         long,
         value_name = "NS",
@@ -122,6 +129,10 @@ struct RunArgs {
     /// once (each cluster's calls stay in order).
     #[arg(long, value_name = "N", env = "ROLLOUT_CONTROLLER_HOOK_CONCURRENCY", default_value_t = DEFAULT_HOOK_CONCURRENCY, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     hook_concurrency: usize,
+    /// How long a ManifestWork another field manager wrote is left alone
+    /// before the controller applies it again (once per such quiet period).
+    #[arg(long, value_name = "D", default_value = "10m", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_CONFLICT_BACKOFF")]
+    conflict_backoff: std::time::Duration,
     /// Reconcile only while holding a coordination.k8s.io Lease, so that
     /// several replicas can run and exactly one reconciles.
     #[arg(long, env = "ROLLOUT_CONTROLLER_LEADER_ELECT")]
@@ -158,6 +169,15 @@ const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/
 
 impl RunArgs {
     /// The TLS settings towards the gateway, reading the files named.
+    /// Where to keep the plugin registry, if anywhere: the namespace given,
+    /// else OCM's Default-mode hub namespace when --register-plugins is on.
+    fn registration_namespace(&self) -> Option<String> {
+        self.register_plugins_namespace.clone().or_else(|| {
+            self.register_plugins
+                .then(|| rollout_controller::registration::DEFAULT_NAMESPACE.to_owned())
+        })
+    }
+
     fn gateway_tls(&self) -> anyhow::Result<Option<GatewayTls>> {
         let read = |path: &PathBuf| {
             std::fs::read(path).with_context(|| format!("reading {}", path.display()))
@@ -311,6 +331,11 @@ struct SimulateArgs {
     /// (Applied, Progressing).
     #[arg(long, value_name = "D", default_value = "1s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_AGENT_DELAY")]
     agent_delay: std::time::Duration,
+    /// The agent reports Applied only, never Progressing or Degraded, as
+    /// OCM's agent does for a template without `conditionRules`: every
+    /// cluster then counts as progressing until its progressDeadline.
+    #[arg(long, env = "ROLLOUT_CONTROLLER_NO_CONDITION_RULES")]
+    no_condition_rules: bool,
     /// Vary each latency by up to ± this percentage.
     #[arg(
         long,
@@ -339,6 +364,11 @@ struct SimulateArgs {
     /// rollout instead of rolling back).
     #[arg(long, env = "ROLLOUT_CONTROLLER_FIRST_ROLLOUT")]
     first_rollout: bool,
+    /// The strategy's rollbackPace: how an abort restores the updated
+    /// clusters, AtOnce (every one in one step, the failing ones first; the
+    /// default) or Strategy (at the rollout strategy's pace).
+    #[arg(long, value_name = "PACE", value_parser = ["AtOnce", "Strategy"], env = "ROLLOUT_CONTROLLER_ROLLBACK_PACE")]
+    rollback_pace: Option<String>,
     /// Give up (exit 1) after this many steps.
     #[arg(
         long,
@@ -387,6 +417,7 @@ impl SimulateArgs {
             plugin: self.plugin.clone(),
             plugin_config: self.plugin_config.clone(),
             abort_on_failure: self.abort_on_failure,
+            rollback_pace: self.rollback_pace.clone(),
         };
         let mut config = sim::Config::new(self.clusters, flags.strategy()?);
         if let Some(dir) = &self.crds {
@@ -405,6 +436,7 @@ impl SimulateArgs {
         config.fail = self.fail.iter().cloned().collect();
         config.apply_latency = self.apply_latency;
         config.agent_delay = self.agent_delay;
+        config.agent_progressing = !self.no_condition_rules;
         config.jitter = self.latency_jitter / 100.0;
         config.seed = self.seed;
         config.tick = self.step;
@@ -457,11 +489,12 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
             hub_name: args.hub_name.clone(),
             settings: Settings {
                 hook_concurrency: args.hook_concurrency,
+                conflict_backoff: args.conflict_backoff,
                 ..Settings::default()
             },
             ..Options::default()
         },
-        register_plugins_namespace: args.register_plugins_namespace.clone(),
+        register_plugins_namespace: args.registration_namespace(),
         health_listen: args.health_listen,
         leader_election: args.leader_election()?,
     };

@@ -7,6 +7,13 @@
 //! out, in the registry format of docs/plugin-api.md §3. [`apply_registry`] and
 //! [`register_plugins`] write it with a server-side apply, so the controller
 //! owns exactly the fields it sets and repeated calls are no-ops.
+//!
+//! `workConfiguration.plugins` is the design's field; OCM's own
+//! ClusterManager CRD does not have it, and an API server serving that CRD
+//! prunes it. A ClusterManager without the field (absent, not an empty
+//! list) says nothing about plugins, so [`register_from`] leaves the
+//! ConfigMap as it is rather than writing an empty registry over it. The
+//! watch runs on the leader only (`app::run`).
 
 use std::collections::BTreeMap;
 
@@ -18,6 +25,9 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::api::{ClusterManager, RolloutPipeline, RolloutPlugin, WorkConfiguration};
+
+/// Where the ClusterManager's plugins are, as a JSON pointer.
+pub const PLUGINS_POINTER: &str = "/spec/workConfiguration/plugins";
 
 /// The ConfigMap holding the registry.
 pub const CONFIG_MAP_NAME: &str = "work-controller-config";
@@ -35,6 +45,15 @@ pub const FIELD_MANAGER: &str = "rollout-controller";
 /// A registration that could not be written.
 #[derive(Debug, Error)]
 pub enum RegistrationError {
+    /// The ClusterManager could not be read as one.
+    #[error("reading ClusterManager {name}: {source}")]
+    Decode {
+        /// The ClusterManager's name.
+        name: String,
+        /// The decoding error.
+        #[source]
+        source: serde_json::Error,
+    },
     /// The registry could not be encoded as YAML.
     #[error("encoding the plugin registry as YAML: {0}")]
     Encode(#[source] serde_saphyr::ser::Error),
@@ -134,34 +153,89 @@ pub async fn register_plugins(
     apply_registry(client, &config_map).await
 }
 
+/// What [`register_from`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Registered {
+    /// The registry was written; the ConfigMap as stored.
+    Written(Box<ConfigMap>),
+    /// The ClusterManager has no `workConfiguration.plugins` (OCM's CRD has
+    /// none, or the API server pruned it): the ConfigMap is left as it is.
+    FieldAbsent,
+}
+
+/// Registers the plugins of the ClusterManager `raw` (as the API server
+/// returned it) in `namespace` ([`register_plugins`]), unless it has no
+/// `spec.workConfiguration.plugins` at all: then nothing is written, since
+/// an absent field is not an empty registry. An empty list is written as
+/// one (every plugin removed).
+pub async fn register_from(
+    client: Client,
+    raw: &serde_json::Value,
+    namespace: &str,
+) -> Result<Registered, RegistrationError> {
+    if raw.pointer(PLUGINS_POINTER).is_none() {
+        return Ok(Registered::FieldAbsent);
+    }
+    let cluster_manager: ClusterManager =
+        serde_json::from_value(raw.clone()).map_err(|source| RegistrationError::Decode {
+            name: raw["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            source,
+        })?;
+    register_plugins(client, &cluster_manager, namespace)
+        .await
+        .map(|written| Registered::Written(Box::new(written)))
+}
+
 /// Keeps the registry in `namespace` up to date: watches every
-/// ClusterManager and registers its plugins ([`register_plugins`]) each time
+/// ClusterManager and registers its plugins ([`register_from`]) each time
 /// one is created or changes. Runs until the watch ends (never, normally);
 /// a failed registration is logged and retried on the next change or
-/// re-list.
+/// re-list. The caller runs it on the leader only.
 pub async fn watch_and_register(client: Client, namespace: &str) {
     use futures::StreamExt;
+    use kube::api::{ApiResource, DynamicObject};
     use kube::runtime::{WatchStreamExt, watcher};
 
-    let api: Api<ClusterManager> = Api::all(client.clone());
+    // Read as the API server sends it, to tell an absent field from an
+    // empty list.
+    let resource = ApiResource::erase::<ClusterManager>(&());
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let mut events = std::pin::pin!(
         watcher(api, watcher::Config::default())
             .default_backoff()
             .applied_objects()
     );
     while let Some(event) = events.next().await {
-        match event {
-            Ok(cluster_manager) => {
-                match register_plugins(client.clone(), &cluster_manager, namespace).await {
-                    Ok(_) => tracing::info!(
-                        cluster_manager = %cluster_manager.name_any(),
-                        namespace,
-                        "plugin registry written"
-                    ),
-                    Err(error) => tracing::warn!(%error, "plugin registration failed"),
-                }
+        let object = match event {
+            Ok(object) => object,
+            Err(error) => {
+                tracing::warn!(%error, "watching ClusterManagers");
+                continue;
             }
-            Err(error) => tracing::warn!(%error, "watching ClusterManagers"),
+        };
+        let name = object.name_any();
+        let raw = match serde_json::to_value(&object) {
+            Ok(raw) => raw,
+            Err(error) => {
+                tracing::warn!(cluster_manager = %name, %error, "reading a ClusterManager");
+                continue;
+            }
+        };
+        match register_from(client.clone(), &raw, namespace).await {
+            Ok(Registered::Written(_)) => {
+                tracing::info!(cluster_manager = %name, namespace, "plugin registry written");
+            }
+            Ok(Registered::FieldAbsent) => tracing::warn!(
+                cluster_manager = %name,
+                namespace,
+                "spec.workConfiguration.plugins is absent (OCM's ClusterManager CRD has no such \
+                 field, or the API server pruned it): the registry ConfigMap {CONFIG_MAP_NAME} \
+                 is left as it is"
+            ),
+            Err(error) => tracing::warn!(%error, "plugin registration failed"),
         }
     }
 }
@@ -413,6 +487,62 @@ mod tests {
                 .map(String::as_str),
             want["data"]["config.yaml"].as_str()
         );
+    }
+
+    #[tokio::test]
+    async fn an_absent_plugins_field_writes_nothing() {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        // As an API server serving OCM's own CRD returns it: no plugins.
+        let pruned = json!({
+            "apiVersion": "operator.open-cluster-management.io/v1", "kind": "ClusterManager",
+            "metadata": {"name": "cluster-manager", "uid": "0b5c-uid"},
+            "spec": {"workConfiguration": {"workDriver": "kube",
+                     "featureGates": [{"feature": "ManifestWorkReplicaSet", "mode": "Enable"}]}}
+        });
+        for raw in [
+            pruned.clone(),
+            json!({"metadata": {"name": "cm"}, "spec": {}}),
+        ] {
+            let done = register_from(client.clone(), &raw, DEFAULT_NAMESPACE)
+                .await
+                .expect("nothing to fail");
+            assert_eq!(done, Registered::FieldAbsent);
+        }
+        drop(client);
+        assert!(
+            handle.next_request().await.is_none(),
+            "no request for an absent field"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_empty_plugins_list_is_written_as_one() {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let raw = json!({
+            "apiVersion": "operator.open-cluster-management.io/v1", "kind": "ClusterManager",
+            "metadata": {"name": "cluster-manager", "uid": "0b5c-uid"},
+            "spec": {"workConfiguration": {"plugins": []}}
+        });
+        let server = tokio::spawn(answer_one(
+            handle,
+            StatusCode::OK,
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "work-controller-config", "namespace": "hub-hosted"}
+            }),
+        ));
+        let done = register_from(client, &raw, "hub-hosted")
+            .await
+            .expect("written");
+        assert!(matches!(done, Registered::Written(_)));
+        let (_, uri, _, sent) = server.await.expect("server task");
+        assert!(
+            uri.starts_with("/api/v1/namespaces/hub-hosted/configmaps/work-controller-config?"),
+            "{uri}"
+        );
+        assert_eq!(sent["data"]["config.yaml"], "plugins: []\n");
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@ use rollout_telemetry::{Tracer, finish_span, rollout_attributes};
 
 pub use rollout_telemetry::{TracingError, TracingOptions};
 
-use crate::hooks::HookKind;
+use rollout_proto::HookKind;
 
 /// The default `service.name`.
 pub const DEFAULT_SERVICE_NAME: &str = "rollout-controller";

@@ -155,9 +155,13 @@ impl World for Logged {
         self.memory.list_works(owner_label).await
     }
 
-    async fn apply_work(&self, work: ManifestWork) -> Result<ManifestWork, WorldError> {
+    async fn apply_work(
+        &self,
+        work: ManifestWork,
+        force: bool,
+    ) -> Result<ManifestWork, WorldError> {
         let cluster = work.metadata.namespace.clone().unwrap_or_default();
-        let stored = self.memory.apply_work(work).await?;
+        let stored = self.memory.apply_work(work, force).await?;
         self.log.lock().unwrap().push(Event::Apply(cluster));
         Ok(stored)
     }

@@ -163,10 +163,22 @@ struct Store {
 }
 
 fn fake_api(store: Arc<Mutex<Store>>, cut: Arc<AtomicBool>) -> kube::Client {
+    fake_api_counting(store, cut, Arc::new(AtomicUsize::new(0)))
+}
+
+/// [`fake_api`], counting the requests for ClusterManagers in `registry`.
+fn fake_api_counting(
+    store: Arc<Mutex<Store>>,
+    cut: Arc<AtomicBool>,
+    registry: Arc<AtomicUsize>,
+) -> kube::Client {
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     tokio::spawn(async move {
         while let Some((request, send)) = handle.next_request().await {
             let method = request.method().clone();
+            if request.uri().path().ends_with("/clustermanagers") {
+                registry.fetch_add(1, Ordering::SeqCst);
+            }
             let lease_api = request.uri().path().starts_with(LEASES);
             let bytes = request.into_body().collect_bytes().await.unwrap();
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
@@ -393,8 +405,9 @@ async fn a_clean_stop_releases_the_lease() {
 }
 
 /// Two whole controllers (`app::run`, as `rollout-controller run
-/// --leader-elect` starts it) against one Lease: exactly one says it leads
-/// on its scraped `/metrics`, the other is ready to take over.
+/// --leader-elect --register-plugins` starts it) against one Lease: exactly
+/// one says it leads on its scraped `/metrics`, the other is ready to take
+/// over, and only the leader watches ClusterManagers for the registry.
 #[tokio::test]
 async fn two_controllers_one_leads() {
     let timings = LeaseTimings {
@@ -404,8 +417,13 @@ async fn two_controllers_one_leads() {
     };
     let store = Arc::new(Mutex::new(Store::default()));
     let mut addrs = Vec::new();
-    for name in ["a", "b"] {
-        let client = fake_api(store.clone(), Arc::new(AtomicBool::new(false)));
+    let registry = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+    for (name, registry) in ["a", "b"].into_iter().zip(&registry) {
+        let client = fake_api_counting(
+            store.clone(),
+            Arc::new(AtomicBool::new(false)),
+            registry.clone(),
+        );
         let (tx, rx) = tokio::sync::oneshot::channel();
         let options = RunOptions {
             gateway: GatewayOptions {
@@ -414,7 +432,7 @@ async fn two_controllers_one_leads() {
                 tls: None,
             },
             reconcile: Options::default(),
-            register_plugins_namespace: None,
+            register_plugins_namespace: Some("open-cluster-management-hub".into()),
             health_listen: Some("127.0.0.1:0".parse().unwrap()),
             leader_election: Some(config(name, timings)),
         };
@@ -455,6 +473,17 @@ async fn two_controllers_one_leads() {
             // The follower is ready: it can take over.
             let other = addrs[1 - i];
             assert!(get(other, "/readyz").await.starts_with("HTTP/1.1 200"));
+            // Only the leader keeps the registry.
+            eventually("the leader watches ClusterManagers", || {
+                registry[i].load(Ordering::SeqCst) > 0
+            })
+            .await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_eq!(
+                registry[1 - i].load(Ordering::SeqCst),
+                0,
+                "the follower does not"
+            );
             break;
         }
         assert!(leading < 2, "two leaders: {gauges:?}");

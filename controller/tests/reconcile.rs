@@ -170,10 +170,9 @@ async fn a_progressive_rollout_issues_writes_and_hook_calls_in_order() {
     for (record, cluster, weight) in [(&step1[5], "cluster1", "10"), (&step1[6], "cluster2", "20")]
     {
         assert_eq!(record.content_type, "application/apply-patch+yaml");
-        assert_eq!(
-            record.params(),
-            ["fieldManager=rollout-controller", "force=true"]
-        );
+        // No force: no other manager owns the work, and one that starts
+        // writing meanwhile must get a 409, not be overwritten.
+        assert_eq!(record.params(), ["fieldManager=rollout-controller"]);
         let work = &record.body;
         assert_eq!(work["metadata"]["namespace"], json!(cluster));
         assert_eq!(work["metadata"]["labels"][OWNER], json!("default.hello"));
@@ -905,37 +904,28 @@ async fn a_plugin_config_above_the_limit_is_refused_naming_the_limit() {
 }
 
 #[tokio::test]
-async fn a_long_owner_name_is_hashed_with_a_visible_reason() {
+async fn a_long_owner_name_writes_no_work_as_ocm_does() {
+    // OCM's controller finds a set's works by the label value
+    // `<namespace>.<name>`; over 63 characters no work may carry it, so
+    // none is written (no orphan for OCM to miss) and the status says why.
     let long = "a".repeat(60);
     let mut object_json = mwrs(template("v1"), json!({"type": "All"}), Value::Null);
     object_json["metadata"]["name"] = json!(long);
-    let (client, server) = api_server(vec![
-        Expect::ok(Method::GET, works_path(), works(vec![])),
-        Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
-        Expect::echo(Method::POST, revisions_path()),
-        Expect::ok(Method::GET, placement_path(), placement()),
-        Expect::ok(Method::GET, decisions_path(), decisions(&[])),
-        Expect::status(&object_json),
-    ]);
+    let (client, server) = api_server(vec![Expect::status(&object_json)]);
     let ctx = context(client, "http://127.0.0.1:1");
-    reconcile(object(object_json.clone()), ctx.clone())
+    let action = reconcile(object(object_json.clone()), ctx.clone())
         .await
         .expect("reconciled");
+    assert_eq!(action, Action::await_change());
     drop(ctx);
     let recorded = server.await.unwrap();
-    let selector = &recorded[0].query;
+    let applied = condition(&recorded[0].body["status"], "ManifestworkApplied");
+    assert_eq!(applied["status"], "False");
+    assert_eq!(applied["reason"], "InvalidManifestWorkName");
     assert!(
-        !selector.contains(&long),
-        "the label value is hashed: {selector}"
+        applied["message"].as_str().unwrap().contains(&long),
+        "{applied}"
     );
-    let hashed = condition(&recorded[5].body["status"], "OwnerLabelHashed");
-    assert_eq!(hashed["reason"], "LabelValueHashed");
-    assert!(
-        hashed["message"].as_str().unwrap().contains("more than 63"),
-        "{hashed}"
-    );
-    let verified = condition(&recorded[5].body["status"], "PlacementVerified");
-    assert_eq!(verified["reason"], "PlacementDecisionEmpty");
 }
 
 /// With Events on (as `run` has them): an unreachable plugin gives one
@@ -1113,4 +1103,279 @@ async fn an_unchanged_rollout_writes_no_status_again_under_pruning() {
         .filter(|r| r.method == Method::PATCH)
         .count();
     assert_eq!(patches, 1, "the carrier's status is written once");
+}
+
+/// Another field manager (here a person's `kubectl edit`) changes the spec
+/// of a work the controller applied. The API server records it in
+/// managedFields; the controller says so (condition and one Event naming
+/// the manager and the work) and does not apply the work again, reconcile
+/// after reconcile.
+#[tokio::test]
+async fn another_writers_change_is_reported_and_not_fought() {
+    use common::fields::{expect_apply, expect_list};
+    use rollout_controller::events::{EventGate, Events};
+
+    // One hub for every reconcile: its works keep their managedFields, and
+    // it keeps the ManifestWorkReplicaSetRollout the first one creates.
+    let hub = Hub::ocm();
+    let v1 = template("v1");
+    let name = work_name(NS, MWRS, PLACEMENT);
+    let mut obj = mwrs(v1.clone(), json!({"type": "All"}), Value::Null);
+    let events_path = "/apis/events.k8s.io/v1/namespaces/default/events";
+    let (events_client, events_server) = api_server(vec![Expect::echo(Method::POST, events_path)]);
+    let events = Arc::new(Events::new(
+        events_client,
+        "replica-a",
+        EventGate::default(),
+    ));
+    let run = |script: Vec<Expect>, obj: Value| {
+        let (events, hub) = (events.clone(), hub.clone());
+        async move {
+            let (client, server) = api_server_on(hub, script);
+            let ctx = Arc::try_unwrap(context(client, "http://127.0.0.1:1"))
+                .unwrap()
+                .with_events(events);
+            reconcile(object(obj), Arc::new(ctx))
+                .await
+                .expect("reconciled");
+            server.await.unwrap()
+        }
+    };
+    let reads = |first: bool| {
+        let mut script = vec![
+            expect_list(&hub),
+            Expect::ok(
+                Method::GET,
+                revisions_path(),
+                revisions(if first {
+                    vec![]
+                } else {
+                    vec![controller_revision(&v1, 1)]
+                }),
+            ),
+        ];
+        if first {
+            script.push(Expect::echo(Method::POST, revisions_path()));
+        }
+        script.push(Expect::ok(Method::GET, placement_path(), placement()));
+        script.push(Expect::ok(
+            Method::GET,
+            decisions_path(),
+            decisions(&["cluster1"]),
+        ));
+        script
+    };
+
+    // The controller creates the work.
+    let mut script = reads(true);
+    script.push(expect_apply(&hub, "cluster1", &name));
+    script.push(Expect::status(&obj));
+    let recorded = run(script, obj.clone()).await;
+    obj["status"] = recorded.last().unwrap().body["status"].clone();
+    obj = hub.stored(obj);
+    let stored = hub.works.lock().unwrap().get("cluster1", &name).unwrap();
+    assert_eq!(
+        stored["metadata"]["managedFields"][0]["manager"],
+        "rollout-controller"
+    );
+
+    // A person edits its spec.
+    let (code, _) = hub.works.lock().unwrap().merge_patch(
+        "cluster1",
+        &name,
+        "kubectl-edit",
+        &json!({"spec": template("hand-made")}),
+    );
+    assert_eq!(code, http::StatusCode::OK);
+
+    // Reported once, and left alone: no apply, reconcile after reconcile.
+    let mut script = reads(false);
+    script.push(Expect::status(&obj));
+    let recorded = run(script, obj.clone()).await;
+    let status = &recorded.last().unwrap().body["status"];
+    let conflict = condition(status, "ManifestWorksConflict");
+    assert_eq!(conflict["status"], "True");
+    assert_eq!(conflict["reason"], "OtherFieldManager");
+    let message = conflict["message"].as_str().unwrap();
+    assert!(message.contains("\"kubectl-edit\""), "{message}");
+    assert!(message.contains(&format!("cluster1/{name}")), "{message}");
+    obj["status"] = status.clone();
+    obj = hub.stored(obj);
+    for _ in 0..3 {
+        run(reads(false), obj.clone()).await;
+    }
+    let stored = hub.works.lock().unwrap().get("cluster1", &name).unwrap();
+    assert_eq!(stored["spec"], template("hand-made"), "not overwritten");
+    // The carrier was created once and its status written once: the
+    // conflict is OCM's field (a condition), the rollout status unchanged.
+    let carrier_writes: Vec<Method> = hub
+        .carrier_requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.method != Method::GET)
+        .map(|r| r.method.clone())
+        .collect();
+    assert_eq!(carrier_writes, [Method::POST, Method::PATCH]);
+    drop(events);
+    let written = events_server.await.unwrap();
+    let event = &written[0].body;
+    assert_eq!(event["reason"], "ManifestWorkConflict");
+    assert_eq!(event["type"], "Warning");
+    assert!(
+        event["note"].as_str().unwrap().contains("\"kubectl-edit\""),
+        "{event}"
+    );
+}
+
+/// An apply without force over a field another manager owns is refused
+/// with 409 by the API server (the controller's copy did not show the other
+/// writer yet): the controller reports it as a conflict, not as a success.
+#[tokio::test]
+async fn an_apply_refused_with_409_is_a_conflict() {
+    use common::fields::expect_apply;
+
+    let (v1, v2) = (template("v1"), template("v2"));
+    // v1 is rolled out everywhere, as the carrier's status says.
+    let hub = Hub::ocm().with_carrier(
+        json!([{"name": PLACEMENT}]),
+        json!({"currentRevision": hash_of(&v1), "updateRevision": hash_of(&v1)}),
+    );
+    let name = work_name(NS, MWRS, PLACEMENT);
+    // The controller applied v1; the copy it reads is that one.
+    let mut applied = stored_work("cluster1", &v1, 1, json!({}), Value::Null);
+    applied["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| ["name", "namespace", "labels", "annotations"].contains(&k.as_str()));
+    let (code, stale) = hub
+        .works
+        .lock()
+        .unwrap()
+        .apply("rollout-controller", false, &applied);
+    assert_eq!(code, http::StatusCode::CREATED);
+    // Then a GitOps tool applies its own spec, forcing.
+    let mut theirs = applied.clone();
+    theirs["spec"] = template("from-git");
+    let (code, _) = hub
+        .works
+        .lock()
+        .unwrap()
+        .apply("argocd-controller", true, &theirs);
+    assert_eq!(code, http::StatusCode::OK);
+
+    let obj = mwrs(v2.clone(), json!({"type": "All"}), Value::Null);
+    let (client, server) = api_server_on(
+        hub.clone(),
+        vec![
+            Expect::ok(Method::GET, works_path(), works(vec![stale])),
+            Expect::ok(
+                Method::GET,
+                revisions_path(),
+                revisions(vec![controller_revision(&v1, 1)]),
+            ),
+            Expect::echo(Method::POST, revisions_path()),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            Expect::ok(Method::GET, decisions_path(), decisions(&["cluster1"])),
+            expect_apply(&hub, "cluster1", &name),
+            Expect::status(&obj),
+        ],
+    );
+    let ctx = context(client, "http://127.0.0.1:1");
+    reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    assert_eq!(
+        recorded[5].params(),
+        ["fieldManager=rollout-controller"],
+        "no force over a work no one else owned"
+    );
+    let status = &recorded[6].body["status"];
+    let conflict = condition(status, "ManifestWorksConflict");
+    let message = conflict["message"].as_str().unwrap();
+    assert!(message.contains("refused the apply"), "{message}");
+    assert!(message.contains("argocd-controller"), "{message}");
+    let stored = hub.works.lock().unwrap().get("cluster1", &name).unwrap();
+    assert_eq!(stored["spec"], template("from-git"));
+    // The rollout of v2 goes on from v1, the revision read from the carrier.
+    let details = hub.carrier().unwrap()["status"].clone();
+    assert_eq!(details["currentRevision"], json!(hash_of(&v1)));
+    assert_eq!(details["updateRevision"], json!(hash_of(&v2)));
+}
+
+/// ManifestWorks as OCM's own ManifestWorkReplicaSet controller writes them
+/// (a `generateName` name, the owner and placement labels, no
+/// `controller-hash`, no annotation, the plain template) are adopted: no
+/// BeginRollout, MutateManifestWork or ValidateRolloutCompletion, no write
+/// to any work, and the set is complete on the template's revision.
+#[tokio::test]
+async fn works_written_by_ocm_are_adopted_without_hook_calls() {
+    let (plugin, addr) = plugin().await;
+    let gw = gateway(&[("canary", addr)]).await;
+    let v1 = template("v1");
+    let ocm_work = |cluster: &str| {
+        json!({
+            "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+            "metadata": {"name": "hellom4xqz", "namespace": cluster, "generation": 1,
+                         "resourceVersion": "5",
+                         "labels": {OWNER: "default.hello", PLACEMENT_NAME: PLACEMENT},
+                         "managedFields": [{"manager": "work", "operation": "Update",
+                             "apiVersion": "work.open-cluster-management.io/v1",
+                             "time": "2025-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+                             "fieldsV1": {"f:metadata": {"f:labels": {}}, "f:spec": {"f:workload": {}}}}]},
+            "spec": v1,
+            "status": {"conditions": conditions(1, "False", "2025-01-01T00:00:00Z")}
+        })
+    };
+    let obj = mwrs(
+        v1.clone(),
+        json!({"type": "Progressive", "progressive": {"maxConcurrency": 1}}),
+        Value::Null,
+    );
+    // The plugin and the abort in the carrier, as on a hub with OCM's CRDs.
+    let hub = Hub::ocm().with_carrier(
+        json!([{"name": PLACEMENT, "plugin": "canary", "abortOnFailure": true}]),
+        Value::Null,
+    );
+    let (client, server) = api_server_on(
+        hub.clone(),
+        vec![
+            Expect::ok(
+                Method::GET,
+                works_path(),
+                works(vec![ocm_work("cluster1"), ocm_work("cluster2")]),
+            ),
+            Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
+            Expect::echo(Method::POST, revisions_path()),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            Expect::ok(
+                Method::GET,
+                decisions_path(),
+                decisions(&["cluster1", "cluster2"]),
+            ),
+            Expect::status(&obj),
+        ],
+    );
+    let ctx = context(client, &gw.url);
+    reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    assert_eq!(plugin.calls(), [call(Initialize, ""), call(Progress, "")]);
+    let state = plugin.requests(Progress)[0].rollout_status.clone().unwrap();
+    assert_eq!(state.completed.len(), 2);
+    let status = &recorded[5].body["status"];
+    assert_eq!(
+        condition(status, "PlacementRolledOut")["reason"],
+        "Complete"
+    );
+    assert_eq!(status["summary"]["updated"], 2);
+    // The revision the works are on is current, where the carrier keeps it.
+    let details = hub.carrier().unwrap()["status"].clone();
+    assert_eq!(details["currentRevision"], json!(hash_of(&v1)));
+    assert_eq!(details["placements"][0]["clusterCounts"]["succeeded"], 2);
+    gw.running.shutdown().await;
 }

@@ -134,11 +134,14 @@ fn a_degraded_cluster_aborts_and_rolls_back_without_hooks() {
             .iter()
             .any(|e| e["type"] == "workDegraded" && e["cluster"] == "cluster-003")
     );
+    // Every updated cluster is restored in the abort's step, the failing
+    // one first, whatever maxConcurrency says.
     let rolled_back: Vec<String> = steps[abort..].iter().flat_map(applied).collect();
     assert_eq!(
         rolled_back,
-        ["cluster-001", "cluster-002", "cluster-003", "cluster-004"]
+        ["cluster-003", "cluster-001", "cluster-002", "cluster-004"]
     );
+    assert_eq!(applied(&steps[abort]), rolled_back);
     assert_eq!(summary["rollbackApplies"], 4);
     assert_eq!(summary["currentRevision"], summary["previousRevision"]);
 }

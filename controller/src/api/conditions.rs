@@ -41,6 +41,22 @@ pub const PROGRESSING: &str = "Progressing";
 /// fails silently, ocm #1596).
 pub const OWNER_LABEL_HASHED: &str = "OwnerLabelHashed";
 
+/// Present (True) only while another field manager (OCM's own
+/// ManifestWorkReplicaSet controller, a person, a GitOps tool) has written
+/// ManifestWorks of the set since the controller applied them; its message
+/// names the works and the managers. Reason [`REASON_OTHER_FIELD_MANAGER`].
+/// Such a work is left alone rather than applied again. An addition of this
+/// project.
+pub const MANIFEST_WORKS_CONFLICT: &str = "ManifestWorksConflict";
+
+/// ManifestworkApplied: the owner label value `<namespace>.<name>` is not a
+/// valid label value (over 63 characters), so no work is written. OCM's
+/// controller's reason for the same case.
+pub const REASON_INVALID_MANIFEST_WORK_NAME: &str = "InvalidManifestWorkName";
+
+/// ManifestWorksConflict: another field manager wrote the works.
+pub const REASON_OTHER_FIELD_MANAGER: &str = "OtherFieldManager";
+
 /// PlacementVerified: the placement is not found.
 pub const REASON_PLACEMENT_DECISION_NOT_FOUND: &str = "PlacementDecisionNotFound";
 /// PlacementVerified: the placement selected no cluster.

@@ -8,6 +8,7 @@
 //! | `RollbackFinished` | Normal | `RollBack` | every cluster is back on the current revision |
 //! | `PluginLoadFailed` | Warning | `Initialize` | a plugin the strategy names did not answer `Initialize` |
 //! | `HookCallFailed` | Warning | `CallHook` | hook calls failed in a reconcile (the first, and how many) |
+//! | `ManifestWorkConflict` | Warning | `Apply` | another field manager wrote works of the set since the controller applied them (the works and the managers); they are left alone |
 //!
 //! Deduplicated in two layers, so that a plugin failing on every reconcile
 //! does not flood the API: [`EventGate`] lets one event per object and
@@ -30,8 +31,8 @@ use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::api::ManifestWorkReplicaSetStatus;
+use crate::hooks::PluginState;
 use crate::orchestrate::DeployOutcome;
-use crate::reconcile::status::PluginState;
 use crate::revision::AbortAction;
 
 /// The longest note written (the API allows 1 kB).
@@ -51,6 +52,8 @@ pub enum Reason {
     PluginLoadFailed,
     /// Hook calls failed.
     HookCallFailed,
+    /// Another field manager wrote works of the set.
+    ManifestWorkConflict,
 }
 
 impl Reason {
@@ -61,6 +64,7 @@ impl Reason {
             Reason::RollbackFinished => "RollbackFinished",
             Reason::PluginLoadFailed => "PluginLoadFailed",
             Reason::HookCallFailed => "HookCallFailed",
+            Reason::ManifestWorkConflict => "ManifestWorkConflict",
         }
     }
 
@@ -71,6 +75,7 @@ impl Reason {
             Reason::RollbackFinished => "RollBack",
             Reason::PluginLoadFailed => "Initialize",
             Reason::HookCallFailed => "CallHook",
+            Reason::ManifestWorkConflict => "Apply",
         }
     }
 
@@ -167,6 +172,12 @@ pub fn rollout_events(
             } else {
                 format!("{first} (and {more} more failed hook calls)")
             },
+        });
+    }
+    if let Some(note) = outcome.conflict_message() {
+        events.push(RolloutEvent {
+            reason: Reason::ManifestWorkConflict,
+            note,
         });
     }
     events

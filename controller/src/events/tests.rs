@@ -22,6 +22,7 @@ fn placement(hook_errors: Vec<HookFailure>) -> PlacementOutcome {
         at_update: 0,
         hook_errors,
         world_errors: Vec::new(),
+        conflicts: Vec::new(),
         applied: Vec::new(),
         deleted: Vec::new(),
         requeue_after: None,

@@ -28,6 +28,16 @@ pub use gateway::{
 pub use request::{RolloutRequest, encode_state};
 pub use rollout_proto::{HookKind, code_name};
 
+/// Whether a plugin answered `Initialize`, for the `PluginLoaded` condition
+/// and its Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginState {
+    /// The plugin (or pipeline).
+    pub name: String,
+    /// `Ok`, or the PluginLoaded message of its failure.
+    pub result: Result<(), String>,
+}
+
 /// A hook call that did not succeed: the gRPC code and message, as the
 /// gateway (or the transport) answered.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -32,6 +32,7 @@ fn placement(aborting: bool, stopped: bool, complete: bool) -> PlacementOutcome 
         at_update: 0,
         hook_errors: Vec::new(),
         world_errors: Vec::new(),
+        conflicts: Vec::new(),
         applied: Vec::new(),
         deleted: Vec::new(),
         requeue_after: None,

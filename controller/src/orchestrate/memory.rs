@@ -2,14 +2,18 @@
 //! tests. It behaves as the API server does where the orchestration can
 //! tell: an apply that changes the spec bumps `metadata.generation`, an
 //! apply replaces the labels, annotations and spec it is given and keeps the
-//! status, a delete of a missing work succeeds.
+//! status, a delete of a missing work succeeds. Field ownership is kept
+//! roughly: an apply without force over a work whose `managedFields` give
+//! another manager the controller's fields is refused as a conflict, and a
+//! forced one takes them over (drops the other managers' entries, the
+//! status subresource's aside).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
 
-use super::{World, WorldError};
+use super::{World, WorldError, conflict};
 use crate::api::ManifestWork;
 use crate::api::labels::MWRS_OWNER_LABEL;
 
@@ -101,6 +105,7 @@ fn poisoned(action: &'static str) -> WorldError {
         namespace: String::new(),
         name: String::new(),
         message: "the in-memory world is poisoned".into(),
+        conflict: false,
     }
 }
 
@@ -114,14 +119,33 @@ impl World for MemoryWorld {
             .collect())
     }
 
-    async fn apply_work(&self, work: ManifestWork) -> Result<ManifestWork, WorldError> {
+    async fn apply_work(
+        &self,
+        work: ManifestWork,
+        force: bool,
+    ) -> Result<ManifestWork, WorldError> {
         let (namespace, name) = (work.namespace().unwrap_or_default(), work.name_any());
         let stored = {
             let mut works = self.works.lock().map_err(|_| poisoned("applying"))?;
             let key = (namespace.clone(), name.clone());
+            if !force && works.get(&key).is_some_and(|w| conflict::foreign_owned(w)) {
+                return Err(WorldError {
+                    action: "applying",
+                    namespace,
+                    name,
+                    message: "another field manager owns fields of the work".into(),
+                    conflict: true,
+                });
+            }
             let stored = match works.remove(&key) {
                 Some(old) => {
                     let mut old = Arc::unwrap_or_clone(old);
+                    if let Some(entries) = old.metadata.managed_fields.as_mut() {
+                        entries.retain(|e| {
+                            e.manager.as_deref() == Some(conflict::FIELD_MANAGER)
+                                || e.subresource.as_deref().is_some_and(|s| !s.is_empty())
+                        });
+                    }
                     if old.spec != work.spec {
                         old.metadata.generation = Some(old.metadata.generation.unwrap_or(0) + 1);
                     }
@@ -162,6 +186,7 @@ impl World for MemoryWorld {
                 namespace: namespace.to_owned(),
                 name: name.to_owned(),
                 message: "not found".into(),
+                conflict: false,
             });
         }
         self.record(Write::Annotate(namespace.to_owned(), name.to_owned()));

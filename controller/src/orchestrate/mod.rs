@@ -50,6 +50,7 @@
 //! [`Settings::error_requeue`]. A placement on [`PlacementTarget::hold`]
 //! (its plugin is not loaded) is only observed: no hook, no write.
 
+pub mod conflict;
 pub mod memory;
 pub mod observe;
 pub mod request;
@@ -80,8 +81,9 @@ use crate::hooks::{Call, HookError, HookKind, Hooks, StateDetail, encode_state};
 use crate::revision::{self, AbortAction, Revision};
 use crate::rollout::work_status::{self, Validation, ValidationResult};
 use crate::rollout::{
-    self, ClusterGroup, ClusterRolloutStatus, RolloutResult, RolloutStatus, Strategy,
+    self, ClusterGroup, ClusterRolloutStatus, RollbackPace, RolloutResult, RolloutStatus, Strategy,
 };
+pub use conflict::{FIELD_MANAGER, WorkConflict};
 use observe::{Observed, Verdict};
 use request::{Reported, RequestScope, Requests, RolloutOrder};
 
@@ -97,6 +99,9 @@ pub struct WorldError {
     pub name: String,
     /// What went wrong.
     pub message: String,
+    /// Whether the API server refused an apply with 409 Conflict: another
+    /// field manager owns a field the apply would change.
+    pub conflict: bool,
 }
 
 /// Where the ManifestWorks live: the hub's API server for `run`, memory for
@@ -110,11 +115,15 @@ pub trait World: Send + Sync {
         owner_label: &str,
     ) -> impl Future<Output = Result<Vec<Arc<ManifestWork>>, WorldError>> + Send;
 
-    /// Creates or updates `work` (server-side apply: the controller owns the
-    /// fields it sets) and returns it as stored.
+    /// Creates or updates `work` (server-side apply with field manager
+    /// [`FIELD_MANAGER`]: the controller owns the fields it sets) and
+    /// returns it as stored. With `force` the apply takes over fields
+    /// another manager owns; without, such a change is refused
+    /// ([`WorldError::conflict`]).
     fn apply_work(
         &self,
         work: ManifestWork,
+        force: bool,
     ) -> impl Future<Output = Result<ManifestWork, WorldError>> + Send;
 
     /// Sets `annotations` on the work, leaving everything else as it is.
@@ -144,7 +153,13 @@ pub struct Settings {
     /// How many clusters of a placement have their hook calls (and writes)
     /// in flight at once within a phase; at least 1.
     pub hook_concurrency: usize,
+    /// How long a work another field manager wrote is left alone before
+    /// the controller takes it over again ([`conflict`]).
+    pub conflict_backoff: Duration,
 }
+
+/// [`Settings::conflict_backoff`] when not configured.
+pub const DEFAULT_CONFLICT_BACKOFF: Duration = Duration::from_secs(600);
 
 /// [`Settings::hook_concurrency`] when not configured: enough to keep a
 /// hub's gateway busy without flooding it.
@@ -156,6 +171,7 @@ impl Default for Settings {
             validation_poll: Duration::from_secs(15),
             error_requeue: Duration::from_secs(5),
             hook_concurrency: DEFAULT_HOOK_CONCURRENCY,
+            conflict_backoff: DEFAULT_CONFLICT_BACKOFF,
         }
     }
 }
@@ -338,6 +354,9 @@ pub struct PlacementOutcome {
     pub hook_errors: Vec<HookFailure>,
     /// Writes that failed.
     pub world_errors: Vec<WorldError>,
+    /// Works another field manager wrote since the controller applied
+    /// them, and applies the API server refused with 409 Conflict.
+    pub conflicts: Vec<WorkConflict>,
     /// Clusters whose work was applied in this step, in order.
     pub applied: Vec<String>,
     /// Clusters whose work was deleted (they left the placement).
@@ -386,6 +405,32 @@ impl DeployOutcome {
             .flat_map(|p| p.hook_errors.iter().map(move |e| (p.name.as_str(), e)))
     }
 
+    /// What the ManifestWorksConflict condition and its Event say about
+    /// the works other field managers wrote: the first few, how many more,
+    /// and what to do; `None` when there is none.
+    pub fn conflict_message(&self) -> Option<String> {
+        let conflicts: Vec<String> = self
+            .placements
+            .iter()
+            .flat_map(|p| &p.conflicts)
+            .map(ToString::to_string)
+            .collect();
+        if conflicts.is_empty() {
+            return None;
+        }
+        let shown = conflicts.len().min(MAX_CONFLICTS_NAMED);
+        let mut message = conflicts[..shown].join(". ");
+        if conflicts.len() > shown {
+            message.push_str(&format!(". And {} more", conflicts.len() - shown));
+        }
+        message.push_str(
+            ". Another writer changes these works: stop it (OCM's own ManifestWorkReplicaSet \
+             controller is turned off with the ClusterManager's workConfiguration.featureGates \
+             ManifestWorkReplicaSet: Disable) or stop editing them.",
+        );
+        Some(message)
+    }
+
     /// Every failed write.
     pub fn all_world_errors(&self) -> impl Iterator<Item = &WorldError> {
         self.world_errors
@@ -393,6 +438,12 @@ impl DeployOutcome {
             .chain(self.placements.iter().flat_map(|p| &p.world_errors))
     }
 }
+
+/// The validation message of a work adopted from another controller.
+pub const ADOPTED_MESSAGE: &str = "adopted: written by another controller for this template";
+
+/// How many conflicting works [`DeployOutcome::conflict_message`] names.
+const MAX_CONFLICTS_NAMED: usize = 5;
 
 /// The soonest of two optional waits.
 pub fn soonest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
@@ -633,6 +684,14 @@ struct Validated {
     persisted: Option<(BTreeMap<String, String>, Result<(), WorldError>)>,
 }
 
+/// One cluster's work to roll out.
+struct Job<'c> {
+    cluster: &'c str,
+    work: ManifestWork,
+    /// Whether the apply takes over fields another manager owns.
+    force: bool,
+}
+
 /// How one cluster's roll-out went, from its concurrent task.
 enum RolledOut {
     Applied(Box<ManifestWork>),
@@ -670,6 +729,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 // Observe again, for the revision rolled back to.
                 continue;
             }
+            let result = self.restore_at_once(&state, &view, result);
             break (view, result);
         };
         // A stopped rollout did not observe again, yet it is aborting.
@@ -720,8 +780,11 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 continue;
             }
             let cluster = work.namespace().unwrap_or_default();
-            works.entry(cluster).or_insert_with(|| Arc::clone(work));
+            works
+                .entry(cluster)
+                .or_insert_with(|| self.adopt(Arc::clone(work)));
         }
+        let conflicts = conflict::conflicts_of(works.iter().map(|(c, w)| (c, w.as_ref())));
         StepState {
             works,
             outcome: PlacementOutcome {
@@ -737,6 +800,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 at_update: 0,
                 hook_errors: Vec::new(),
                 world_errors: Vec::new(),
+                conflicts,
                 applied: Vec::new(),
                 deleted: Vec::new(),
                 requeue_after: None,
@@ -752,6 +816,48 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             ),
             abort: None,
         }
+    }
+
+    /// A work another controller wrote (OCM's own ManifestWorkReplicaSet
+    /// controller: the owner and placement labels, no `controller-hash`, no
+    /// spec hash) whose spec is the template of the update revision or of
+    /// the current one counts as on that revision, as if this controller
+    /// had applied it and its plugin had validated it: moving from OCM's
+    /// controller does not roll the fleet out again. Nothing is written; the
+    /// work is taken over when a new revision is rolled out to it.
+    fn adopt(&self, work: Arc<ManifestWork>) -> Arc<ManifestWork> {
+        if observe::work_revision(&work).is_some()
+            || work.annotations().contains_key(SPEC_HASH_ANNOTATION)
+        {
+            return work;
+        }
+        let spec = observe::spec_hash_of(&work.spec);
+        let input = self.input;
+        let Some(revision) = std::iter::once(input.update)
+            .chain(input.current)
+            .find(|r| observe::spec_hash_of(&r.template) == spec)
+        else {
+            return work;
+        };
+        let mut adopted = ManifestWork::clone(&work);
+        adopted
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(CONTROLLER_HASH_LABEL.to_owned(), revision.hash.clone());
+        let verdict = Verdict {
+            result: ValidationResult::Succeeded,
+            message: ADOPTED_MESSAGE.to_owned(),
+        };
+        let generation = adopted.metadata.generation.unwrap_or(0);
+        let annotations = adopted.metadata.annotations.get_or_insert_default();
+        annotations.insert(SPEC_HASH_ANNOTATION.to_owned(), spec);
+        annotations.extend(observe::verdict_annotations(
+            &verdict,
+            &revision.hash,
+            generation,
+        ));
+        Arc::new(adopted)
     }
 
     /// Observe: each cluster's status for the revision the action rolls
@@ -1005,6 +1111,75 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
         next == AbortAction::RollBack
     }
 
+    /// While rolling back at [`RollbackPace::AtOnce`]: every cluster of the
+    /// placement whose work is not the restored revision is to roll out now,
+    /// whatever the strategy's pace, the failing clusters first. Clusters
+    /// with no work yet are left to the engine's decision. Any other pace
+    /// or action keeps the decision as it is.
+    fn restore_at_once(
+        &self,
+        state: &StepState,
+        view: &View,
+        mut result: RolloutResult,
+    ) -> RolloutResult {
+        if state.action != AbortAction::RollBack
+            || self.target.strategy.rollback_pace != RollbackPace::AtOnce
+        {
+            return result;
+        }
+        let listed: BTreeSet<String> = result
+            .clusters_to_rollout
+            .iter()
+            .map(|c| c.cluster_name.clone())
+            .collect();
+        for cluster in state.works.keys() {
+            if !self.order.contains(cluster)
+                || view.observed.contains_key(cluster)
+                || listed.contains(cluster)
+            {
+                continue;
+            }
+            let mut entry = ClusterRolloutStatus::new(cluster.clone(), RolloutStatus::ToApply);
+            if let Some(p) = self.order.position(cluster) {
+                entry = entry.in_group(p.group_index, p.group_name.clone());
+            }
+            result.clusters_to_rollout.push(entry);
+        }
+        let failing = self.failing(state);
+        result.clusters_to_rollout.sort_by_key(|c| {
+            (
+                !failing.contains(&c.cluster_name),
+                self.order
+                    .position(&c.cluster_name)
+                    .map_or(usize::MAX, |p| p.index),
+            )
+        });
+        result
+    }
+
+    /// The clusters that failed the update revision: those the abort of
+    /// this step names, and those whose work of the update revision is
+    /// `Failed`.
+    fn failing(&self, state: &StepState) -> BTreeSet<String> {
+        let update = &self.input.update.hash;
+        let mut failing: BTreeSet<String> = state
+            .abort
+            .iter()
+            .flat_map(|(_, report)| report.failures.iter().map(|c| c.cluster.clone()))
+            .collect();
+        failing.extend(
+            state
+                .works
+                .iter()
+                .filter(|(_, work)| {
+                    observe::observe(work, update, self.validation())
+                        .is_some_and(|o| o.status.status == RolloutStatus::Failed)
+                })
+                .map(|(cluster, _)| cluster.clone()),
+        );
+        failing
+    }
+
     /// The clusters with a work that left the placement.
     fn removed(&self, state: &StepState) -> Vec<Reported> {
         let validation = self.validation();
@@ -1034,6 +1209,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             // A work of the desired revision applied but not yet seen by
             // the agent is waiting, not to roll out again.
             .filter(|c| !view.observed.contains_key(&c.cluster_name))
+            .filter(|c| self.may_apply(state, &c.cluster_name, &view.desired.hash))
             .collect();
         let requests = match self.call() {
             Some(call) => {
@@ -1078,13 +1254,14 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                         namespace: String::new(),
                         name: String::new(),
                         message: err.to_string(),
+                        conflict: false,
                     });
                     return;
                 }
             },
             None => None,
         };
-        let jobs: Vec<(String, ManifestWork)> = to_roll_out
+        let jobs: Vec<(String, ManifestWork, bool)> = to_roll_out
             .iter()
             .map(|c| {
                 let cluster = c.cluster_name.clone();
@@ -1096,16 +1273,25 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                     &name,
                     &view.desired,
                 );
-                (cluster, work)
+                let force = state
+                    .works
+                    .get(&cluster)
+                    .is_some_and(|w| conflict::foreign_owned(w));
+                (cluster, work, force)
             })
             .collect();
         let requests = requests.as_ref();
         let spec_json = spec_json.as_deref();
         let done: Vec<(String, RolledOut)> = futures::stream::iter(jobs)
-            .map(|(cluster, work)| async move {
+            .map(|(cluster, work, force)| async move {
                 let rolled = match (requests, spec_json) {
                     (Some((call, requests)), Some(spec_json)) => {
-                        self.roll_out(*call, requests, &cluster, work, spec_json, &view.desired)
+                        let job = Job {
+                            cluster: &cluster,
+                            work,
+                            force,
+                        };
+                        self.roll_out(*call, requests, job, spec_json, &view.desired)
                             .await
                     }
                     _ => {
@@ -1116,7 +1302,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                             self.target.name,
                             &view.desired.hash,
                         );
-                        self.apply(work).await
+                        self.apply(work, force).await
                     }
                 };
                 (cluster, rolled)
@@ -1137,7 +1323,49 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                         error,
                     });
                 }
+                RolledOut::WriteFailed(err) if err.conflict => {
+                    state.outcome.conflicts.retain(|c| c.cluster != cluster);
+                    state.outcome.conflicts.push(WorkConflict {
+                        cluster,
+                        work: err.name.clone(),
+                        managers: Vec::new(),
+                        at: None,
+                        refused: Some(err.message.clone()),
+                        left_alone: true,
+                    });
+                    state.outcome.world_errors.push(err);
+                }
                 RolledOut::WriteFailed(err) => state.outcome.world_errors.push(err),
+            }
+        }
+    }
+
+    /// Whether `cluster`'s work may be applied for `desired` now: not when
+    /// another field manager wrote it and its back-off is not over
+    /// ([`conflict::decide`]); then the step asks to come back when it
+    /// ends. A conflicting work taken over is marked so.
+    fn may_apply(&self, state: &mut StepState, cluster: &str, desired: &str) -> bool {
+        let Some(work) = state.works.get(cluster) else {
+            return true;
+        };
+        let now = self.input.clock.now();
+        let backoff = self.input.settings.conflict_backoff;
+        match conflict::decide(cluster, work, desired, now, backoff) {
+            conflict::Decision::Apply { .. } => {
+                for c in state
+                    .outcome
+                    .conflicts
+                    .iter_mut()
+                    .filter(|c| c.cluster == cluster)
+                {
+                    c.left_alone = false;
+                }
+                true
+            }
+            conflict::Decision::LeaveAlone { retry_after, .. } => {
+                state.outcome.requeue_after =
+                    soonest(state.outcome.requeue_after, Some(retry_after));
+                false
             }
         }
     }
@@ -1244,11 +1472,15 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
         &self,
         call: Call<'_>,
         requests: &Requests<'_>,
-        cluster: &str,
-        work: ManifestWork,
+        job: Job<'_>,
         spec_json: &[u8],
         desired: &Revision,
     ) -> RolledOut {
+        let Job {
+            cluster,
+            work,
+            force,
+        } = job;
         let owner = &self.input.owner;
         let placement = self.target.name;
         let request = requests.cluster(cluster);
@@ -1263,6 +1495,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                     namespace: cluster.to_owned(),
                     name: work.name_any(),
                     message: err.to_string(),
+                    conflict: false,
                 });
             }
         };
@@ -1297,11 +1530,11 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             );
         }
         let work = finish_work(&work, mutated, owner, placement, &desired.hash);
-        self.apply(work).await
+        self.apply(work, force).await
     }
 
-    async fn apply(&self, work: ManifestWork) -> RolledOut {
-        match self.world.apply_work(work).await {
+    async fn apply(&self, work: ManifestWork, force: bool) -> RolledOut {
+        match self.world.apply_work(work, force).await {
             Ok(stored) => RolledOut::Applied(Box::new(stored)),
             Err(err) => RolledOut::WriteFailed(err),
         }

@@ -1,5 +1,5 @@
 //! A cluster's rollout status from its hub ManifestWork, for one desired
-//! revision: REFERENCE-OCM §2 ([`work_status::derive`]) plus what the
+//! revision: the design's status table ([`work_status::derive`]) plus what the
 //! controller records on the work (its revision label, the hash of the spec
 //! it applied, the plugin's persisted validation verdict). Pure.
 
@@ -16,6 +16,7 @@ use crate::api::annotations::{
 use crate::api::labels::CONTROLLER_HASH_LABEL;
 use crate::api::{ManifestWork, ManifestWorkSpec};
 use crate::revision::spec_hash;
+use crate::rollout::RolloutStatus;
 use crate::rollout::work_status::{self, Validation, ValidationResult, WorkStatus};
 
 /// The longest validation message kept in an annotation.
@@ -138,11 +139,25 @@ pub fn observe(
     if !is_current(work, desired_revision) {
         return None;
     }
-    let derived = work_status::derive(
+    let conditions = work.rollout_conditions();
+    let mut derived = work_status::derive(
         work.metadata.generation.unwrap_or(0),
-        &work.rollout_conditions(),
+        &conditions,
         validation,
     );
+    // The fallback for a work with no Progressing counts from Applied's
+    // last transition, which the agent keeps while Applied stays True: for
+    // a work updated from an earlier revision that would be the first
+    // apply's time. The controller's own last apply is a later bound.
+    if derived.status == RolloutStatus::Progressing
+        && !conditions
+            .iter()
+            .any(|c| c.kind == work_status::PROGRESSING)
+    {
+        derived.last_transition_time = derived
+            .last_transition_time
+            .max(super::conflict::own_apply_time(work));
+    }
     let verdict = match validation {
         Validation::Plugin => verdict_of(work, desired_revision),
         Validation::None => None,
@@ -193,7 +208,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::rollout::RolloutStatus;
 
     /// A work of `revision` at generation 2 whose agent reports
     /// `progressing` (and Degraded when `degraded`), with `annotations`.
@@ -229,6 +243,35 @@ mod tests {
     fn verdict(result: &str, revision: &str, generation: &str) -> serde_json::Value {
         json!({VALIDATION_ANNOTATION: result, VALIDATION_MESSAGE_ANNOTATION: "smoke test: 3/3",
                VALIDATION_REVISION_ANNOTATION: revision, VALIDATION_GENERATION_ANNOTATION: generation})
+    }
+
+    #[test]
+    fn the_progressing_fallback_counts_from_the_later_of_applied_and_our_apply() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+        let mut w = work("r1", "True", false, json!({}));
+        // The agent reports no Progressing (no condition rules).
+        w.status
+            .as_mut()
+            .expect("status")
+            .conditions
+            .retain(|c| c.type_ != "Progressing");
+        let applied: Timestamp = "2025-01-01T00:00:00Z".parse().expect("time");
+        let since = |w: &ManifestWork| {
+            let o = observe(w, "r1", Validation::Plugin).expect("current");
+            assert_eq!(o.status.status, RolloutStatus::Progressing);
+            o.status.last_transition_time
+        };
+        assert_eq!(since(&w), Some(applied));
+        // Applied stayed True since an earlier revision; this one was
+        // applied an hour later.
+        let later: Timestamp = "2025-01-01T01:00:00Z".parse().expect("time");
+        w.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some(super::super::FIELD_MANAGER.into()),
+            operation: Some("Apply".into()),
+            time: Some(Time(later)),
+            ..ManagedFieldsEntry::default()
+        }]);
+        assert_eq!(since(&w), Some(later));
     }
 
     #[test]

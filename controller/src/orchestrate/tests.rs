@@ -875,3 +875,338 @@ async fn work_counts_are_of_the_desired_revision_only() {
     let status = crate::reconcile::status::placement_summary(p);
     assert_eq!((status.summary.total, status.summary.available), (1, 1));
 }
+
+/// Plays an agent that reports no `Progressing` (the template has no
+/// condition rules): Applied and Available only, since `since`.
+fn agent_applied_only(world: &MemoryWorld, cluster: &str, since: Timestamp) {
+    let work = world
+        .all()
+        .into_iter()
+        .find(|w| w.namespace().as_deref() == Some(cluster))
+        .expect("the cluster has a work");
+    let generation = work.metadata.generation.unwrap_or(0);
+    let time = since.to_string();
+    let conditions = [
+        json!({"type": "Applied", "status": "True", "observedGeneration": generation,
+               "lastTransitionTime": time, "reason": "", "message": ""}),
+        json!({"type": "Available", "status": "True", "observedGeneration": generation,
+               "lastTransitionTime": time, "reason": "", "message": ""}),
+    ];
+    world.update(cluster, &work.name_any(), |w| {
+        w.status = serde_json::from_value(json!({"conditions": conditions})).ok();
+    });
+}
+
+#[tokio::test]
+async fn a_work_without_progressing_times_out_and_aborts() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(
+        strategy(json!({"type": "All", "plugin": "p", "abortOnFailure": true,
+                        "all": {"progressDeadline": "10s"}})),
+        &["c1", "c2"],
+    );
+    f.current = Some(Revision::of(&template("v1")));
+    f.step(&hooks, &world, at(0)).await;
+    for c in ["c1", "c2"] {
+        agent_applied_only(&world, c, at(1));
+    }
+    // Progressing (the fallback), from Applied's transition, not ToApply:
+    // nothing is applied again and no plugin validates it.
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(5)).await;
+    let p = &out.placements[0];
+    assert_eq!(p.count(RolloutStatus::Progressing), 2, "{:?}", p.clusters);
+    assert!(
+        p.clusters
+            .iter()
+            .all(|c| c.last_transition_time == Some(at(1)))
+    );
+    assert!(p.applied.is_empty());
+    assert_eq!(hooks.calls(), [call(Progress, "")]);
+    assert_eq!(out.abort, None);
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(6)));
+
+    // At the deadline (Applied at 1 s + 10 s) both time out: abort, and
+    // the previous revision is restored.
+    let out = f.step(&hooks, &world, at(11)).await;
+    let report = out.abort.as_ref().expect("the time-out aborts");
+    assert_eq!(report.action, AbortAction::RollBack);
+    assert!(
+        report
+            .failures
+            .iter()
+            .all(|c| c.status == RolloutStatus::TimeOut),
+        "{:?}",
+        report.failures
+    );
+    assert_eq!(report.failures.len(), 2);
+    let p = &out.placements[0];
+    assert!(p.aborting);
+    assert_eq!(p.applied, ["c1", "c2"]);
+}
+
+/// A Progressive rollout (2 at a time) of v2 over four clusters on v1:
+/// c1 and c2 done, then c3 degraded and c4 progressing, with the
+/// strategy's `rollbackPace` as written (`None`: not set). Returns the
+/// outcome of the step that aborts.
+async fn abort_after_c3_degrades(
+    hooks: &Script,
+    world: &MemoryWorld,
+    pace: Option<&str>,
+) -> DeployOutcome {
+    let mut raw = json!({"type": "Progressive", "plugin": "p", "abortOnFailure": true,
+                         "progressive": {"maxConcurrency": 2}});
+    if let Some(pace) = pace {
+        raw["rollbackPace"] = json!(pace);
+    }
+    let mut f = Fixture::new(strategy(raw), &["c1", "c2", "c3", "c4"]);
+    f.current = Some(Revision::of(&template("v1")));
+    f.step(hooks, world, at(0)).await;
+    for c in ["c1", "c2"] {
+        agent(world, c, "False", false, at(10));
+    }
+    f.step(hooks, world, at(20)).await;
+    assert_eq!(applies(world), ["c1", "c2", "c3", "c4"]);
+    agent(world, "c3", "True", true, at(30));
+    agent(world, "c4", "True", false, at(30));
+    hooks.clear();
+    f.step(hooks, world, at(40)).await
+}
+
+#[tokio::test]
+async fn an_abort_restores_every_updated_cluster_at_once_failing_first() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    // No rollbackPace: AtOnce is the default.
+    let out = abort_after_c3_degrades(&hooks, &world, None).await;
+    let report = out.abort.as_ref().expect("aborted");
+    assert_eq!(report.action, AbortAction::RollBack);
+    let p = &out.placements[0];
+    assert!(p.aborting);
+    // All four in this one step, whatever maxConcurrency says, c3 first.
+    assert_eq!(p.applied, ["c3", "c1", "c2", "c4"]);
+    let begins: Vec<String> = hooks
+        .requests(Begin)
+        .into_iter()
+        .map(|r| r.cluster_name)
+        .collect();
+    assert_eq!(begins, ["c3", "c1", "c2", "c4"]);
+    assert!(hooks.requests(Begin).iter().all(|r| r.aborting));
+    let v1 = Revision::of(&template("v1"));
+    for work in world.all() {
+        assert_eq!(work.labels()[CONTROLLER_HASH_LABEL], v1.hash);
+    }
+}
+
+#[tokio::test]
+async fn an_abort_at_the_strategy_pace_restores_max_concurrency_per_step() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let out = abort_after_c3_degrades(&hooks, &world, Some("Strategy")).await;
+    assert!(out.abort.is_some());
+    assert_eq!(out.placements[0].applied, ["c1", "c2"]);
+}
+
+/// Plays another writer (as OCM's own controller does): the plain
+/// template `spec` over `cluster`'s work, our labels stripped, and the
+/// managed fields a real API server would then hold: our apply at 10 s,
+/// its merge patch of the spec at 20 s.
+fn other_writer(world: &MemoryWorld, cluster: &str, spec: &ManifestWorkSpec) {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
+    let entry = |manager: &str, operation: &str, secs: i64| ManagedFieldsEntry {
+        manager: Some(manager.into()),
+        operation: Some(operation.into()),
+        time: Some(Time(at(secs))),
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(FieldsV1(
+            json!({"f:spec": {"f:workload": {"f:manifests": {}}}}),
+        )),
+        ..ManagedFieldsEntry::default()
+    };
+    let name = world
+        .all()
+        .into_iter()
+        .find(|w| w.namespace().as_deref() == Some(cluster))
+        .expect("the cluster has a work")
+        .name_any();
+    world.update(cluster, &name, |w| {
+        w.spec = spec.clone();
+        w.metadata.generation = Some(w.metadata.generation.unwrap_or(0) + 1);
+        if let Some(labels) = w.metadata.labels.as_mut() {
+            labels.remove(CONTROLLER_HASH_LABEL);
+        }
+        w.metadata.annotations = None;
+        w.metadata.managed_fields = Some(vec![
+            entry(FIELD_MANAGER, "Apply", 10),
+            entry("work-controller", "Update", 20),
+        ]);
+    });
+}
+
+#[tokio::test]
+async fn a_work_another_manager_wrote_is_left_alone_until_the_backoff_ends() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let f = Fixture::new(
+        strategy(json!({"type": "All", "plugin": "p"})),
+        &["c1", "c2"],
+    );
+    f.step(&hooks, &world, at(0)).await;
+    assert_eq!(applies(&world), ["c1", "c2"]);
+    // OCM's controller puts the template before the plugin's mutation
+    // back on c1 (here: another spec) and strips our labels.
+    other_writer(&world, "c1", &template("v0"));
+    for now in [30, 60, 300] {
+        hooks.clear();
+        let out = f.step(&hooks, &world, at(now)).await;
+        let p = &out.placements[0];
+        assert!(p.applied.is_empty(), "at {now}: {:?}", p.applied);
+        assert!(
+            !hooks
+                .calls()
+                .iter()
+                .any(|(h, c)| c == "c1" && *h != Progress),
+            "no hook for c1 at {now}: {:?}",
+            hooks.calls()
+        );
+        assert_eq!(p.conflicts.len(), 1);
+        let conflict = &p.conflicts[0];
+        assert_eq!(
+            (conflict.cluster.as_str(), conflict.managers.as_slice()),
+            ("c1", ["work-controller".to_owned()].as_slice())
+        );
+        assert!(conflict.left_alone);
+        // Back when the back-off ends, 10 minutes after the write at 20 s.
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(620 - now as u64)));
+        let message = out.conflict_message().expect("a message");
+        assert!(message.contains("\"work-controller\""), "{message}");
+        assert!(message.contains("c1/"), "{message}");
+    }
+    assert_eq!(applies(&world).len(), 2, "c1 was not applied again");
+    // Quiet for the back-off (10 minutes after its write): taken over once,
+    // with force, and the conflict is gone after.
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(620)).await;
+    assert_eq!(out.placements[0].applied, ["c1"]);
+    assert!(!out.placements[0].conflicts[0].left_alone);
+    let out = f.step(&hooks, &world, at(621)).await;
+    assert!(out.placements[0].conflicts.is_empty());
+    assert_eq!(out.conflict_message(), None);
+}
+
+#[tokio::test]
+async fn a_work_another_manager_wrote_is_taken_over_for_a_new_revision() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(strategy(json!({"type": "All"})), &["c1"]);
+    f.step(&hooks, &world, at(0)).await;
+    other_writer(&world, "c1", &template("v0"));
+    // Our label back on it, of the revision then rolled out: a person
+    // edited its spec (kubectl edit keeps labels).
+    let v2 = f.update.hash.clone();
+    let name = world.all()[0].name_any();
+    world.update("c1", &name, |w| {
+        w.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(CONTROLLER_HASH_LABEL.into(), v2);
+    });
+    assert!(
+        f.step(&hooks, &world, at(30)).await.placements[0]
+            .applied
+            .is_empty()
+    );
+    // The template moves on: a new revision is a new rollout, not a fight.
+    f.current = Some(f.update.clone());
+    f.update = Revision::of(&template("v3"));
+    let out = f.step(&hooks, &world, at(40)).await;
+    assert_eq!(out.placements[0].applied, ["c1"]);
+}
+
+/// A ManifestWork as OCM's own ManifestWorkReplicaSet controller writes
+/// it: named from `generateName` (the set's name and 5 characters), the
+/// set's labels, its owner and placement labels, no annotation, the plain
+/// template, and the agent's report of generation 1 done.
+fn ocm_work(cluster: &str, spec: &ManifestWorkSpec) -> ManifestWork {
+    let name = format!("hellox7k2{}", &cluster[1..]);
+    let mut work = ManifestWork::new(&name, spec.clone());
+    work.metadata.namespace = Some(cluster.to_owned());
+    work.metadata.generation = Some(1);
+    work.metadata.labels = Some(BTreeMap::from([
+        (MWRS_OWNER_LABEL.to_owned(), "default.hello".to_owned()),
+        (PLACEMENT_NAME_LABEL.to_owned(), "p".to_owned()),
+    ]));
+    let time = at(-100).to_string();
+    work.status = serde_json::from_value(json!({"conditions": [
+        {"type": "Applied", "status": "True", "observedGeneration": 1,
+         "lastTransitionTime": time, "reason": "", "message": ""},
+        {"type": "Progressing", "status": "False", "observedGeneration": 1,
+         "lastTransitionTime": time, "reason": "", "message": ""},
+    ]}))
+    .ok();
+    work
+}
+
+#[tokio::test]
+async fn works_ocm_wrote_for_the_template_are_adopted_without_hooks() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(
+        strategy(
+            json!({"type": "Progressive", "plugin": "p", "abortOnFailure": true,
+                        "progressive": {"maxConcurrency": 1}}),
+        ),
+        &["c1", "c2", "c3"],
+    );
+    for c in ["c1", "c2", "c3"] {
+        world.insert(ocm_work(c, &f.update.template));
+    }
+    let out = f.step(&hooks, &world, at(0)).await;
+    // On the update revision already: no BeginRollout, MutateManifestWork
+    // or ValidateRolloutCompletion, no write.
+    assert_eq!(hooks.calls(), [call(Progress, "")]);
+    assert!(world.writes().is_empty(), "{:?}", world.writes());
+    let p = &out.placements[0];
+    assert!(p.complete(), "{:?}", p.clusters);
+    assert_eq!((p.updated, p.at_update), (3, 3));
+    assert!(
+        p.clusters
+            .iter()
+            .all(|c| c.revision.as_deref() == Some(&f.update.hash))
+    );
+    assert!(p.conflicts.is_empty());
+
+    // A new template: an ordinary rollout through the plugin, keeping the
+    // works' names; the adopted revision is the one to go back to.
+    let v2 = f.update.clone();
+    f.current = Some(v2.clone());
+    f.update = Revision::of(&template("v3"));
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(10)).await;
+    assert_eq!(
+        hooks.calls(),
+        [call(Progress, ""), call(Begin, "c1"), call(Mutate, "c1")]
+    );
+    assert_eq!(out.placements[0].applied, ["c1"]);
+    let c1 = world
+        .all()
+        .into_iter()
+        .find(|w| w.namespace().as_deref() == Some("c1"))
+        .expect("c1");
+    assert_eq!(c1.name_any(), "hellox7k21");
+    assert_eq!(c1.labels()[CONTROLLER_HASH_LABEL], f.update.hash);
+}
+
+#[tokio::test]
+async fn works_ocm_wrote_for_another_template_are_rolled_out() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let f = Fixture::new(strategy(json!({"type": "All", "plugin": "p"})), &["c1"]);
+    world.insert(ocm_work("c1", &template("v0")));
+    f.step(&hooks, &world, at(0)).await;
+    assert_eq!(
+        hooks.calls(),
+        [call(Progress, ""), call(Begin, "c1"), call(Mutate, "c1")]
+    );
+}

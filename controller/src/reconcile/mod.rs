@@ -8,7 +8,10 @@
 //! 1. **finalize**: when it is being deleted, delete every ManifestWork it
 //!    owns; with `cascadeDeletionPolicy: Foreground` keep the finalizer
 //!    until they are all gone, then remove it;
-//! 2. **add finalizer** if missing; then **bind**: read the
+//! 2. **add finalizer** if missing; a set whose owner label value
+//!    `<namespace>.<name>` is over 63 characters stops here, with
+//!    ManifestworkApplied False `InvalidManifestWorkName` and no work, as
+//!    OCM's controller does; then **bind**: read the
 //!    ManifestWorkReplicaSetRollout of the same namespace and name (created
 //!    empty when missing) and complete the ManifestWorkReplicaSet's design
 //!    fields and status from it
@@ -53,6 +56,7 @@ use serde_json::json;
 use thiserror::Error;
 use tracing::Instrument;
 
+use crate::api::additions::ocm_status;
 use crate::api::annotations::OWNER_ANNOTATION;
 use crate::api::labels::{MANIFEST_WORK_CLEANUP_FINALIZER, MWRS_OWNER_LABEL, PLACEMENT_LABEL};
 use crate::api::{
@@ -338,6 +342,9 @@ async fn reconcile_traced(
         finalizers.push(MANIFEST_WORK_CLEANUP_FINALIZER.to_owned());
         Arc::new(patch_finalizers(&api, &mwrs, finalizers, "adding the finalizer").await?)
     };
+    if let Some(hashed) = &hashed {
+        return refuse_invalid_owner_label(&api, &mwrs, hashed, now).await;
+    }
 
     // The MWRS as read: its own fields, completed from its carrier.
     let bound_to = carrier::ensure(&reads, &mwrs).await?;
@@ -493,7 +500,6 @@ async fn reconcile_traced(
         revisions: &revisions,
         collision_count: synced.plan.collision_count,
         origin: synced.plan.origin,
-        owner_hashed: hashed.as_ref(),
     });
     carrier::write_status(&ctx.client, &stored, &bound_to, &new_status).await?;
 
@@ -512,6 +518,41 @@ async fn reconcile_traced(
     Ok(Action::requeue(
         requeue.unwrap_or(MAX_REQUEUE).min(MAX_REQUEUE),
     ))
+}
+
+/// A set whose owner label value `<namespace>.<name>` cannot be a label
+/// value: ManifestworkApplied False `InvalidManifestWorkName`, nothing
+/// rolled out, and no requeue (only recreating the set under a shorter
+/// name helps), as OCM's own controller does. Works an earlier version
+/// wrote under a hashed label are left as they are; the finalizer still
+/// deletes them.
+async fn refuse_invalid_owner_label(
+    api: &Api<ManifestWorkReplicaSet>,
+    mwrs: &ManifestWorkReplicaSet,
+    owner: &crate::api::HashedLabelValue,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    let old = mwrs.status.clone().unwrap_or_default();
+    let new_status = status::invalid_owner_label(&old, mwrs.meta().generation, now, owner);
+    // No carrier is read or written for such a set: only OCM's fields,
+    // compared as read back, so that nothing pruned is written again.
+    let ocm = ocm_status(&new_status);
+    if mwrs.status.as_ref().map(ocm_status).as_ref() != Some(&ocm) {
+        let patch = json!({
+            "apiVersion": ManifestWorkReplicaSet::api_version(&()),
+            "kind": ManifestWorkReplicaSet::kind(&()),
+            "status": ocm,
+        });
+        api.patch_status(
+            &mwrs.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| Error::kube("patching the status", source))?;
+    }
+    tracing::warn!(owner_label = %owner.original, "owner label value is not a valid label value; nothing is rolled out");
+    Ok(Action::await_change())
 }
 
 /// Retries a failed reconcile after [`Options::error_requeue`].

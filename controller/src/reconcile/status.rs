@@ -10,7 +10,8 @@
 //! | ManifestworkApplied | `AsExpected` | `Processing`, `NotAsExpected`, `PlacementDecisionEmpty` (upstream's rule on the counts) |
 //! | PluginLoaded (only with a plugin) | `Available` | `Failed`, with the design's messages |
 //! | Progressing | `NewRevisionCreated`, `FoundNewRevision` (rolling out), `NewManifestWorkAvailable` (done) | `PluginCallFailed` (hook errors in the message), `RolloutAborted`, `ProgressDeadlineExceeded` |
-//! | OwnerLabelHashed (only when hashed) | `LabelValueHashed` | |
+//! | ManifestworkApplied, for an owner label value over 63 characters ([`invalid_owner_label`]) | | `InvalidManifestWorkName`, as OCM's controller says it |
+//! | ManifestWorksConflict (only while another field manager writes the works) | `OtherFieldManager`: the works and the managers | |
 
 use std::collections::BTreeMap;
 
@@ -18,11 +19,13 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::conditions::*;
+use crate::api::labels::MAX_LABEL_VALUE_LEN;
 use crate::api::manifestworkreplicaset::MAX_CLUSTER_SUMMARIES;
 use crate::api::{
     ClusterCounts, ClusterRolloutSummary, HashedLabelValue, ManifestWorkReplicaSetStatus,
     ManifestWorkReplicaSetSummary, PlacementSummary,
 };
+pub use crate::hooks::PluginState;
 use crate::orchestrate::{AbortReport, ClusterReport, DeployOutcome, PlacementOutcome};
 use crate::revision::{AbortAction, RevisionOrigin, RevisionStatus};
 use crate::rollout::RolloutStatus;
@@ -38,15 +41,6 @@ pub enum PlacementProblem {
     /// Its rollout strategy or its decisions cannot be used; the message
     /// says why.
     Invalid(String),
-}
-
-/// Whether a plugin answered `Initialize`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginState {
-    /// The plugin (or pipeline).
-    pub name: String,
-    /// `Ok`, or the PluginLoaded message of its failure.
-    pub result: Result<(), String>,
 }
 
 /// What the status is built from.
@@ -72,8 +66,36 @@ pub struct StatusInput<'a> {
     pub collision_count: i32,
     /// How the update revision was found in this reconcile.
     pub origin: RevisionOrigin,
-    /// Set when the owner label value had to be hashed.
-    pub owner_hashed: Option<&'a HashedLabelValue>,
+}
+
+/// The status of a ManifestWorkReplicaSet whose owner label value
+/// `<namespace>.<name>` is not a valid label value (over 63 characters):
+/// `old` with ManifestworkApplied False, reason `InvalidManifestWorkName`,
+/// as OCM's own controller reports it. Nothing is rolled out: OCM's
+/// controller finds works by exactly that label, so works labelled with any
+/// other value would be orphaned when it takes the set back.
+pub fn invalid_owner_label(
+    old: &ManifestWorkReplicaSetStatus,
+    generation: Option<i64>,
+    now: Timestamp,
+    owner: &HashedLabelValue,
+) -> ManifestWorkReplicaSetStatus {
+    let mut status = old.clone();
+    let message = format!(
+        "ManifestWork owner label value {:?} (namespace.name) is not a valid label value: at most {MAX_LABEL_VALUE_LEN} characters, starting and ending with a letter or digit. Recreate the ManifestWorkReplicaSet with a shorter namespace and name; nothing is rolled out meanwhile.",
+        owner.original
+    );
+    set_condition(
+        &mut status.conditions,
+        MANIFESTWORK_APPLIED,
+        false,
+        REASON_INVALID_MANIFEST_WORK_NAME,
+        &message,
+        generation,
+        now,
+    );
+    remove_condition(&mut status.conditions, OWNER_LABEL_HASHED);
+    status
 }
 
 /// Sets condition `kind` in `conditions`: its `lastTransitionTime` changes
@@ -563,18 +585,22 @@ pub fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
         now,
     );
 
-    // The owner label.
-    match input.owner_hashed {
-        Some(hashed) => set_condition(
+    // An owner label is never hashed any more: a set whose label cannot be
+    // written stops in `invalid_owner_label`.
+    remove_condition(&mut conditions, OWNER_LABEL_HASHED);
+
+    // Other writers of the works.
+    match input.outcome.conflict_message() {
+        Some(message) => set_condition(
             &mut conditions,
-            OWNER_LABEL_HASHED,
+            MANIFEST_WORKS_CONFLICT,
             true,
-            REASON_LABEL_VALUE_HASHED,
-            &hashed.message(),
+            REASON_OTHER_FIELD_MANAGER,
+            &message,
             generation,
             now,
         ),
-        None => remove_condition(&mut conditions, OWNER_LABEL_HASHED),
+        None => remove_condition(&mut conditions, MANIFEST_WORKS_CONFLICT),
     }
 
     ManifestWorkReplicaSetStatus {
@@ -637,6 +663,7 @@ mod tests {
             at_update: updated,
             hook_errors: Vec::new(),
             world_errors: Vec::new(),
+            conflicts: Vec::new(),
             applied: Vec::new(),
             deleted: Vec::new(),
             requeue_after: None,
@@ -662,7 +689,6 @@ mod tests {
         plugins: Vec<PluginState>,
         revisions: RevisionStatus,
         origin: RevisionOrigin,
-        hashed: Option<HashedLabelValue>,
     }
 
     impl Fixture {
@@ -679,7 +705,6 @@ mod tests {
                     aborted_time: None,
                 },
                 origin: RevisionOrigin::Unchanged,
-                hashed: None,
             }
         }
 
@@ -695,7 +720,6 @@ mod tests {
                 revisions: &self.revisions,
                 collision_count: 0,
                 origin: self.origin,
-                owner_hashed: self.hashed.as_ref(),
             })
         }
     }
@@ -885,14 +909,20 @@ mod tests {
     }
 
     #[test]
-    fn placement_problems_and_hashed_owner_label() {
+    fn placement_problems() {
         let mut f = Fixture::new(outcome(vec![placement("p", vec![])]));
         f.spec = vec!["p".into(), "missing".into()];
         f.problems
             .insert("missing".into(), PlacementProblem::NotFound);
-        let name = "n".repeat(70);
-        let (_, hashed) = owner_label_value("default", &name);
-        f.hashed = hashed;
+        // A condition an earlier version set goes.
+        f.old.conditions.push(Condition {
+            type_: OWNER_LABEL_HASHED.into(),
+            status: "True".into(),
+            reason: REASON_LABEL_VALUE_HASHED.into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(at(1)),
+        });
         let status = f.build();
         let c = get(&status, PLACEMENT_VERIFIED);
         assert_eq!(
@@ -905,9 +935,7 @@ mod tests {
         );
         assert_eq!(status.placements_summary.len(), 2);
         assert_eq!(status.placements_summary[1].name, "missing");
-        let c = get(&status, OWNER_LABEL_HASHED);
-        assert_eq!(c.reason, REASON_LABEL_VALUE_HASHED);
-        assert!(c.message.contains("more than 63"), "{}", c.message);
+        assert_eq!(condition(&status.conditions, OWNER_LABEL_HASHED), None);
         assert_eq!(
             get(&status, MANIFESTWORK_APPLIED).reason,
             REASON_NOT_AS_EXPECTED
@@ -918,6 +946,24 @@ mod tests {
         f.spec = vec!["p".into()];
         let c = get(&f.build(), PLACEMENT_VERIFIED).clone();
         assert_eq!(c.reason, REASON_PLACEMENT_DECISION_EMPTY);
+    }
+
+    #[test]
+    fn an_owner_label_over_63_characters_stops_as_ocm_does() {
+        let (_, hashed) = owner_label_value("default", &"n".repeat(70));
+        let hashed = hashed.expect("too long");
+        let status = invalid_owner_label(
+            &ManifestWorkReplicaSetStatus::default(),
+            Some(2),
+            at(5),
+            &hashed,
+        );
+        let c = get(&status, MANIFESTWORK_APPLIED);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", REASON_INVALID_MANIFEST_WORK_NAME)
+        );
+        assert!(c.message.contains(&format!("default.{}", "n".repeat(70))));
     }
 
     #[test]

@@ -9,15 +9,15 @@ use serde_json::json;
 
 use crate::api::ManifestWork;
 use crate::api::labels::MWRS_OWNER_LABEL;
+pub use crate::orchestrate::FIELD_MANAGER;
 use crate::orchestrate::{World, WorldError};
-
-/// The server-side apply field manager of every write of the controller.
-pub const FIELD_MANAGER: &str = "rollout-controller";
 
 /// ManifestWorks through the Kubernetes API: listed by the owner label in
 /// every namespace, applied server-side with field manager
-/// [`FIELD_MANAGER`] (forcing ownership of the fields it sets), annotated
-/// with a JSON merge patch, deleted with the default propagation.
+/// [`FIELD_MANAGER`] (forcing ownership only when asked to take a work
+/// over, so that another writer's change is refused with 409 rather than
+/// overwritten), annotated with a JSON merge patch under the same field
+/// manager, deleted with the default propagation.
 #[derive(Clone)]
 pub struct KubeWorld {
     client: Client,
@@ -40,6 +40,7 @@ fn error(action: &'static str, namespace: &str, name: &str, err: &kube::Error) -
         namespace: namespace.to_owned(),
         name: name.to_owned(),
         message: err.to_string(),
+        conflict: matches!(err, kube::Error::Api(status) if status.is_conflict()),
     }
 }
 
@@ -53,10 +54,15 @@ impl World for KubeWorld {
             .map_err(|e| error("listing", "", "", &e))
     }
 
-    async fn apply_work(&self, work: ManifestWork) -> Result<ManifestWork, WorldError> {
+    async fn apply_work(
+        &self,
+        work: ManifestWork,
+        force: bool,
+    ) -> Result<ManifestWork, WorldError> {
         let namespace = work.namespace().unwrap_or_default();
         let name = work.name_any();
-        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let mut params = PatchParams::apply(FIELD_MANAGER);
+        params.force = force;
         self.api(&namespace)
             .patch(&name, &params, &Patch::Apply(&work))
             .await
@@ -71,7 +77,14 @@ impl World for KubeWorld {
     ) -> Result<(), WorldError> {
         let patch = json!({"metadata": {"annotations": annotations}});
         self.api(namespace)
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                name,
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_owned()),
+                    ..PatchParams::default()
+                },
+                &Patch::Merge(&patch),
+            )
             .await
             .map(|_| ())
             .map_err(|e| error("annotating", namespace, name, &e))

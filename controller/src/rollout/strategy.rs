@@ -312,13 +312,17 @@ pub struct Strategy {
     pub rollback_pace: RollbackPace,
 }
 
-/// How an abort restores the clusters already updated (`rollbackPace`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How an abort restores the previous revision on the clusters already
+/// updated (`rollbackPace`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum RollbackPace {
-    /// Every updated cluster at once, the failing one included.
+    /// Every updated cluster at once, the failing ones first: the rollback
+    /// design's abort (restore, not a new rollout), as Argo Rollouts and
+    /// Flagger restore.
     #[default]
     AtOnce,
-    /// At the rollout strategy's pace.
+    /// At the rollout strategy's pace (`maxConcurrency`, decision groups),
+    /// as a new rollout of the previous revision would go.
     Strategy,
 }
 

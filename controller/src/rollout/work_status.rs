@@ -1,11 +1,13 @@
 //! A cluster's rollout status, derived from its ManifestWork's conditions.
 //!
-//! This is REFERENCE-OCM §2, OCM's `clusterRolloutStatusFunc`: a work is
-//! `ToApply` until the agent has applied and observed its current generation;
-//! then `Progressing` and `Degraded` decide. With a rollout plugin (the
-//! design), a work that finished progressing is `Validating` until the
-//! plugin's `ValidateRolloutCompletion` says SUCCEEDED or FAILED, which
-//! [`apply_validation`] folds in.
+//! This follows OCM's `clusterRolloutStatusFunc` and the design's status
+//! table: a work is `ToApply` until the agent has applied and observed its
+//! current generation; then `Progressing` and `Degraded` decide, and a work
+//! whose agent reports no `Progressing` at all counts as still progressing
+//! (the design's conservative fallback, which times out). With a rollout
+//! plugin (the design), a work that finished progressing is `Validating`
+//! until the plugin's `ValidateRolloutCompletion` says SUCCEEDED or FAILED,
+//! which [`apply_validation`] folds in.
 //!
 //! Whether the work's spec is the revision being rolled out is for the caller
 //! to check first: a work of another revision counts as not there at all.
@@ -107,21 +109,31 @@ fn find<'c>(conditions: &'c [Condition], kind: &str) -> Option<&'c Condition> {
 }
 
 /// Derives a cluster's status from its ManifestWork's `generation` and
-/// status `conditions`.
+/// status `conditions`: the design's status table.
 ///
 /// `ToApply` when `Applied` is missing, not True or stale (its
 /// `observedGeneration` differs from `generation`), when `Progressing` is
-/// missing or stale, or when `Degraded` exists and is stale. Otherwise:
+/// stale, or when `Degraded` exists and is stale. Otherwise:
 ///
-/// | Progressing | Degraded | status | with a plugin |
-/// |---|---|---|---|
-/// | True | True | Failed | Failed |
-/// | True | not True | Progressing | Progressing |
-/// | False | not True | Succeeded | Validating |
-/// | False | True | Succeeded | Failed |
-/// | Unknown | any | Progressing | Progressing |
+/// | Progressing | Degraded | status | with a plugin | time from |
+/// |---|---|---|---|---|
+/// | True | True | Failed | Failed | Degraded |
+/// | True | not True | Progressing | Progressing | Progressing |
+/// | False | not True | Succeeded | Validating | Progressing |
+/// | False | True | Succeeded | Failed | Progressing / Degraded |
+/// | Unknown | any | Progressing | Progressing | Progressing |
+/// | missing | any | Progressing | Progressing | Applied |
 ///
-/// The last row but one is not in the design: OCM ignores `Degraded` once
+/// The last row is the design's conservative fallback: OCM's work agent
+/// sets a work-level `Progressing` only from the template's condition
+/// rules, so a work without them would otherwise be `ToApply` for ever,
+/// which never times out. As `Progressing` it times out under the
+/// strategy's `progressDeadline` (counted from `Applied`'s last transition;
+/// the orchestration takes the later of that and its own last apply) and
+/// so can abort; it never succeeds, since only `Progressing` False says the
+/// work is done.
+///
+/// The row before it is not in the design: OCM ignores `Degraded` once
 /// progress stops, but with a plugin a degraded work must not reach
 /// validation as if healthy, so it fails.
 pub fn derive(generation: i64, conditions: &[Condition], validation: Validation) -> WorkStatus {
@@ -130,13 +142,20 @@ pub fn derive(generation: i64, conditions: &[Condition], validation: Validation)
     let degraded = find(conditions, DEGRADED);
 
     let current = |c: &Condition| c.observed_generation == generation;
-    let progressing = match (applied, progressing) {
-        (Some(a), Some(p)) if current(a) && a.status == ConditionStatus::True && current(p) => p,
+    let applied = match applied {
+        Some(a) if current(a) && a.status == ConditionStatus::True => a,
         _ => return to_apply(),
     };
-    if degraded.is_some_and(|d| !current(d)) {
+    if progressing.is_some_and(|p| !current(p)) || degraded.is_some_and(|d| !current(d)) {
         return to_apply();
     }
+    let Some(progressing) = progressing else {
+        // The fallback: no Progressing reported at all.
+        return WorkStatus {
+            status: RolloutStatus::Progressing,
+            last_transition_time: applied.last_transition_time,
+        };
+    };
     let degraded = degraded.filter(|d| d.status == ConditionStatus::True);
 
     let (status, at) = match (progressing.status, degraded, validation) {
@@ -218,8 +237,43 @@ mod tests {
         let cases: &[Case] = &[
             ("no conditions", &[], none, ToApply, None),
             (
-                "applied only",
+                "applied only: the fallback",
                 &[("Applied", True, 2, 1)],
+                none,
+                Progressing,
+                Some(1),
+            ),
+            (
+                "applied only, plugin: the fallback",
+                &[("Applied", True, 2, 1)],
+                plugin,
+                Progressing,
+                Some(1),
+            ),
+            (
+                "applied and degraded, no progressing: the fallback",
+                &[("Applied", True, 2, 1), ("Degraded", True, 2, 3)],
+                plugin,
+                Progressing,
+                Some(1),
+            ),
+            (
+                "applied, degraded stale, no progressing",
+                &[("Applied", True, 2, 1), ("Degraded", True, 1, 3)],
+                none,
+                ToApply,
+                None,
+            ),
+            (
+                "applied stale, no progressing",
+                &[("Applied", True, 1, 1)],
+                none,
+                ToApply,
+                None,
+            ),
+            (
+                "progressing without applied",
+                &[("Progressing", True, 2, 2)],
                 none,
                 ToApply,
                 None,

@@ -127,6 +127,8 @@ pub struct StrategyFlags {
     pub plugin_config: Option<String>,
     /// `--abort-on-failure`.
     pub abort_on_failure: bool,
+    /// `--rollback-pace`: `rollbackPace`, `AtOnce` or `Strategy`.
+    pub rollback_pace: Option<String>,
 }
 
 /// A count (`5`) as a JSON number, anything else (`25%`) as a string, as
@@ -201,6 +203,9 @@ impl StrategyFlags {
         if self.abort_on_failure {
             raw["abortOnFailure"] = json!(true);
         }
+        if let Some(pace) = &self.rollback_pace {
+            raw["rollbackPace"] = json!(pace);
+        }
         serde_json::from_value(raw).map_err(|e| ConfigError::Raw(e.to_string()))
     }
 
@@ -225,6 +230,10 @@ pub struct Config {
     pub agent_delay: Duration,
     /// From apply to done.
     pub apply_latency: Duration,
+    /// Whether the agent reports `Progressing` and `Degraded` (the template
+    /// has condition rules); without, only `Applied`, and every cluster
+    /// counts as progressing until its deadline.
+    pub agent_progressing: bool,
     /// Latency variation, 0 to 1.
     pub jitter: f64,
     /// Seeds the variation.
@@ -264,6 +273,7 @@ impl Config {
             fail: BTreeSet::new(),
             agent_delay: Duration::from_secs(1),
             apply_latency: Duration::from_secs(30),
+            agent_progressing: true,
             jitter: 0.0,
             seed: 1,
             tick: None,

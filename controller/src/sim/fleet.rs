@@ -9,7 +9,9 @@
 //!   clock: a work applied at `t` is reported Applied and Progressing at
 //!   `t + delay`, and done (Progressing False) at `t + latency`; a failing
 //!   cluster's work of the update revision turns Degraded (Progressing and
-//!   Degraded True) instead. Latencies may vary per cluster and generation
+//!   Degraded True) instead. An agent without condition rules
+//!   ([`AgentConfig::progressing`] false) reports Applied only, as OCM's
+//!   agent does for a template without `conditionRules`. Latencies may vary per cluster and generation
 //!   (`jitter`), reproducibly from a seed. Each report is a change of the
 //!   work, which wakes the controller (`run` watches ManifestWorks), so
 //!   each is a step of the simulation.
@@ -72,6 +74,10 @@ pub struct AgentConfig {
     /// The revision that fails on [`AgentConfig::fail`] clusters (the
     /// update revision; the restored one works).
     pub failing_revision: String,
+    /// Whether the agent reports `Progressing` and `Degraded`: OCM's agent
+    /// sets them only from the template's condition rules. Without them it
+    /// reports `Applied` and `Available` alone.
+    pub progressing: bool,
 }
 
 /// A change the agent makes to a work when its latency has passed.
@@ -207,13 +213,15 @@ pub enum Progress {
 }
 
 /// The conditions the agent reports for a work at `generation`: Applied and
-/// Available True since `applied_at`; Progressing (and Degraded) as
-/// `progress` says, since `at`.
+/// Available True since `applied_at`; with `progressing` (the template has
+/// condition rules) Progressing (and Degraded) as `progress` says, since
+/// `at`.
 pub fn conditions(
     generation: i64,
     applied_at: Timestamp,
     progress: Progress,
     at: Timestamp,
+    progressing: bool,
 ) -> Vec<Condition> {
     let condition = |kind: &str, status: &str, since: Timestamp, reason: &str| Condition {
         type_: kind.to_owned(),
@@ -232,6 +240,9 @@ pub fn conditions(
             "ResourcesAvailable",
         ),
     ];
+    if !progressing {
+        return list;
+    }
     match progress {
         Progress::Progressing => list.push(condition(PROGRESSING, "True", at, "Applying")),
         Progress::Done => list.push(condition(PROGRESSING, "False", at, "Completed")),
@@ -273,13 +284,23 @@ impl FleetWorld {
         self.now.lock().map(|t| *t).unwrap_or(Timestamp::UNIX_EPOCH)
     }
 
+    fn reports_progressing(&self) -> bool {
+        self.agent.lock().map_or(true, |a| a.config.progressing)
+    }
+
     /// Puts in a work as the previous rollout left it: applied, done, its
     /// status set as the agent reported it at `since`.
     pub fn seed(&self, mut work: ManifestWork, since: Timestamp) {
         let generation = work.metadata.generation.unwrap_or(1);
         work.metadata.generation = Some(generation);
         work.status = Some(ManifestWorkStatus {
-            conditions: conditions(generation, since, Progress::Done, since),
+            conditions: conditions(
+                generation,
+                since,
+                Progress::Done,
+                since,
+                self.reports_progressing(),
+            ),
             ..ManifestWorkStatus::default()
         });
         self.memory.insert(work);
@@ -293,6 +314,7 @@ impl FleetWorld {
             Ok(mut agent) => agent.due(now),
             Err(_) => return Vec::new(),
         };
+        let progressing = self.reports_progressing();
         let mut degraded = Vec::new();
         for (at, t) in due {
             let mut changed = false;
@@ -307,10 +329,11 @@ impl FleetWorld {
                     .iter()
                     .find(|c| c.type_ == APPLIED && c.observed_generation == Some(t.generation))
                     .map_or(at, |c| c.last_transition_time.0);
-                status.conditions = conditions(t.generation, applied_at, t.progress, at);
+                status.conditions =
+                    conditions(t.generation, applied_at, t.progress, at, progressing);
                 changed = true;
             });
-            if changed && t.progress == Progress::Degraded {
+            if changed && progressing && t.progress == Progress::Degraded {
                 degraded.push(t.cluster);
             }
         }
@@ -338,8 +361,12 @@ impl World for FleetWorld {
         self.memory.list_works(owner_label).await
     }
 
-    async fn apply_work(&self, work: ManifestWork) -> Result<ManifestWork, WorldError> {
-        let stored = self.memory.apply_work(work).await?;
+    async fn apply_work(
+        &self,
+        work: ManifestWork,
+        force: bool,
+    ) -> Result<ManifestWork, WorldError> {
+        let stored = self.memory.apply_work(work, force).await?;
         let now = self.now();
         if let Ok(mut agent) = self.agent.lock() {
             agent.applied(&stored, now);
@@ -382,6 +409,7 @@ mod tests {
             seed: 1,
             fail: fail.iter().map(|c| c.to_string()).collect(),
             failing_revision: "v2".into(),
+            progressing: true,
         }
     }
 
@@ -443,7 +471,7 @@ mod tests {
     #[test]
     fn a_work_is_reported_then_done_after_the_latency() {
         let world = FleetWorld::new(config(&[]), at(0));
-        let stored = apply_now(world.apply_work(work("cluster-001", "v2")));
+        let stored = apply_now(world.apply_work(work("cluster-001", "v2"), false));
         assert_eq!(stored.metadata.generation, Some(1));
         // Applied, not yet seen by the agent.
         assert_eq!(
@@ -493,7 +521,7 @@ mod tests {
             },
             at(0),
         );
-        apply_now(world.apply_work(work("cluster-001", "v2")));
+        apply_now(world.apply_work(work("cluster-001", "v2"), false));
         assert_eq!(world.next_transition(), Some(at(0)));
         world.advance(at(0));
         assert_eq!(
@@ -506,7 +534,7 @@ mod tests {
     #[test]
     fn a_failing_cluster_degrades_on_the_update_revision_only() {
         let world = FleetWorld::new(config(&["cluster-002"]), at(0));
-        apply_now(world.apply_work(work("cluster-002", "v2")));
+        apply_now(world.apply_work(work("cluster-002", "v2"), false));
         assert!(world.advance(at(1)).is_empty());
         assert_eq!(world.advance(at(30)), ["cluster-002"]);
         for validation in [Validation::None, Validation::Plugin] {
@@ -517,7 +545,7 @@ mod tests {
         }
         // Rolled back to v1 (a new generation): done.
         world.set_now(at(40));
-        let stored = apply_now(world.apply_work(work("cluster-002", "v1")));
+        let stored = apply_now(world.apply_work(work("cluster-002", "v1"), false));
         assert_eq!(stored.metadata.generation, Some(2));
         assert_eq!(
             status(&world, "cluster-002", Validation::None),
@@ -532,16 +560,48 @@ mod tests {
     }
 
     #[test]
+    fn an_agent_without_condition_rules_reports_applied_only() {
+        let world = FleetWorld::new(
+            AgentConfig {
+                progressing: false,
+                ..config(&["cluster-002"])
+            },
+            at(0),
+        );
+        for cluster in ["cluster-001", "cluster-002"] {
+            apply_now(world.apply_work(work(cluster, "v2"), false));
+        }
+        assert!(world.advance(at(60)).is_empty(), "nothing turns Degraded");
+        for cluster in ["cluster-001", "cluster-002"] {
+            let work = world.get(cluster, "web-0123abcd").expect("work");
+            let kinds: Vec<String> = work
+                .rollout_conditions()
+                .into_iter()
+                .map(|c| c.kind)
+                .collect();
+            assert_eq!(kinds, [APPLIED, CONDITION_AVAILABLE], "{cluster}");
+            // The design's fallback: still progressing, since Applied.
+            let derived = work_status::derive(
+                work.metadata.generation.unwrap_or(0),
+                &work.rollout_conditions(),
+                Validation::Plugin,
+            );
+            assert_eq!(derived.status, RolloutStatus::Progressing, "{cluster}");
+            assert_eq!(derived.last_transition_time, Some(at(1)), "{cluster}");
+        }
+    }
+
+    #[test]
     fn a_reapplied_work_ignores_its_old_transitions() {
         let world = FleetWorld::new(config(&[]), at(0));
-        apply_now(world.apply_work(work("cluster-001", "v2")));
+        apply_now(world.apply_work(work("cluster-001", "v2"), false));
         world.advance(at(1));
         // Applied again with another spec at 10 s: generation 2, reported
         // at 11 s, done at 40 s.
         world.set_now(at(10));
         let mut changed = work("cluster-001", "v2");
         changed.spec.extra.insert("x".into(), serde_json::json!(1));
-        let stored = apply_now(world.apply_work(changed));
+        let stored = apply_now(world.apply_work(changed, false));
         assert_eq!(stored.metadata.generation, Some(2));
         world.advance(at(30));
         assert_eq!(

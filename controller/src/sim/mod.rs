@@ -238,6 +238,7 @@ pub async fn run<H: Hooks>(
             seed: config.seed,
             fail: config.fail.clone(),
             failing_revision: update.hash.clone(),
+            progressing: config.agent_progressing,
         },
         config.start,
     );

@@ -282,7 +282,9 @@ async fn a_degraded_cluster_aborts_and_the_updated_clusters_roll_back() {
             .iter()
             .any(|e| matches!(e, Event::WorkDegraded { cluster } if cluster == "cluster-003"))
     );
-    // After the abort only rollbacks, of the four updated clusters.
+    // After the abort only rollbacks, of the four updated clusters, all in
+    // the abort's step (maxConcurrency 2 notwithstanding), the failing one
+    // first.
     let rolled_back: Vec<&str> = c.steps[abort_step..]
         .iter()
         .flat_map(|s| s.applied.iter())
@@ -291,14 +293,66 @@ async fn a_degraded_cluster_aborts_and_the_updated_clusters_roll_back() {
         .collect();
     assert_eq!(
         rolled_back,
-        ["cluster-001", "cluster-002", "cluster-003", "cluster-004"]
+        ["cluster-003", "cluster-001", "cluster-002", "cluster-004"]
     );
+    assert_eq!(applied(&c.steps[abort_step]), rolled_back);
     let previous = summary.previous_revision.clone().expect("previous");
     assert_eq!(summary.works.by_revision.get(&previous), Some(&6));
     assert_eq!(summary.current_revision.as_deref(), Some(previous.as_str()));
     let abort = summary.abort.as_ref().expect("abort");
     assert_eq!(abort.action, "RollBack");
     assert_eq!(abort.failures[0].cluster, "cluster-003");
+}
+
+/// `rollbackPace: Strategy` restores at the strategy's pace, both when
+/// the strategy is given as is and when it is read back from a
+/// ManifestWorkReplicaSetRollout stored under OCM's CRDs (which prune the
+/// field from the ManifestWorkReplicaSet).
+#[tokio::test]
+async fn a_rollback_at_the_strategy_pace_restores_two_clusters_per_step() {
+    let flags = StrategyFlags {
+        kind: "Progressive".into(),
+        max_concurrency: Some("2".into()),
+        abort_on_failure: true,
+        rollback_pace: Some("Strategy".into()),
+        ..StrategyFlags::default()
+    };
+    let mut direct = config(6, flags.strategy().expect("valid"));
+    direct.fail = BTreeSet::from(["cluster-003".to_owned()]);
+    let mut carried = direct.clone();
+    // The strategy as given has no pace: only the carrier's can set it.
+    carried.strategy = Strategy::default();
+    carried.api = Some(api_config_of(
+        crate::api::CrdShape::Ocm,
+        api::ObjectsShape::Carrier,
+        flags,
+    ));
+    for config in [direct, carried] {
+        let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+        assert_eq!(
+            c.summary.as_ref().expect("summary").result,
+            Outcome::Aborted
+        );
+        let abort_step = c
+            .steps
+            .iter()
+            .position(|s| s.abort().is_some())
+            .expect("an abort");
+        let batches: Vec<Vec<&str>> = c.steps[abort_step..]
+            .iter()
+            .map(applied)
+            .filter(|a| !a.is_empty())
+            .collect();
+        assert_eq!(
+            batches,
+            [
+                vec!["cluster-001", "cluster-002"],
+                vec!["cluster-003", "cluster-004"]
+            ],
+            "with the simulated API server: {}",
+            config.api.is_some()
+        );
+    }
 }
 
 /// `All` tolerates no failure when abortOnFailure is on: a degraded
@@ -679,6 +733,61 @@ async fn a_deadline_times_clusters_out_once() {
     );
 }
 
+/// An agent without condition rules reports no `Progressing`: the design's
+/// fallback counts every cluster as progressing from its `Applied`, so the
+/// deadline times it out and, with abort on, the rollout aborts instead of
+/// waiting for ever.
+#[tokio::test]
+async fn without_progressing_the_deadline_times_out_and_aborts() {
+    let strategy = |abort| {
+        StrategyFlags {
+            kind: "All".into(),
+            progress_deadline: Some("10s".into()),
+            plugin: Some("scripted".into()),
+            abort_on_failure: abort,
+            ..StrategyFlags::default()
+        }
+        .strategy()
+        .expect("valid")
+    };
+    let mut config = config(3, strategy(true));
+    config.agent_progressing = false;
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    let summary = c.summary.as_ref().expect("summary");
+    assert_eq!(summary.result, Outcome::Aborted);
+    let reported = c
+        .steps
+        .iter()
+        .find(|s| s.elapsed_seconds == 1.0)
+        .expect("a step at the agent's report");
+    assert_eq!(reported.clusters.progressing, 3);
+    assert_eq!(reported.clusters.validating, 0);
+    let abort_step = c
+        .steps
+        .iter()
+        .find(|s| s.abort().is_some())
+        .expect("an abort");
+    assert_eq!(abort_step.elapsed_seconds, 11.0, "Applied at 1 s + 10 s");
+    let abort = summary.abort.as_ref().expect("abort");
+    assert_eq!(abort.action, "RollBack");
+    assert_eq!(abort.failures.len(), 3);
+    assert!(
+        abort
+            .failures
+            .iter()
+            .all(|f| f.status == RolloutStatus::TimeOut)
+    );
+    assert_eq!(
+        summary.hook_calls.validate_rollout_completion, 0,
+        "never done progressing"
+    );
+
+    // Without abort it ends failed, never succeeded.
+    config.strategy = strategy(false);
+    let c = simulate(&config, Scripted::new(&[])).await.expect("runs");
+    assert_eq!(c.summary.expect("summary").result, Outcome::Failed);
+}
+
 #[tokio::test]
 async fn an_unreachable_gateway_fails_before_the_first_step() {
     let config = config(3, strategy("All", None, true, false));
@@ -715,8 +824,28 @@ async fn a_fixed_tick_moves_the_clock_evenly() {
     assert_eq!(c.summary.expect("summary").result, Outcome::Succeeded);
 }
 
-/// The CRDs of `shape`, with the project's own, as `--crds` gives them.
+/// The CRDs of `shape`, with the project's own, as `--crds` gives them,
+/// and a Progressive strategy (2 at a time) with a plugin and the abort.
 fn api_config(shape: crate::api::CrdShape, objects: api::ObjectsShape) -> api::ApiConfig {
+    api_config_of(
+        shape,
+        objects,
+        StrategyFlags {
+            kind: "Progressive".into(),
+            max_concurrency: Some("2".into()),
+            plugin: Some("scripted".into()),
+            abort_on_failure: true,
+            ..StrategyFlags::default()
+        },
+    )
+}
+
+/// [`api_config`] with the strategy of `flags`.
+fn api_config_of(
+    shape: crate::api::CrdShape,
+    objects: api::ObjectsShape,
+    flags: StrategyFlags,
+) -> api::ApiConfig {
     let crds: Vec<Value> = crate::api::crd::ocm_kinds(shape)
         .iter()
         .map(|c| serde_json::to_value(c).expect("a CRD"))
@@ -725,15 +854,7 @@ fn api_config(shape: crate::api::CrdShape, objects: api::ObjectsShape) -> api::A
         schemas: Arc::new(api::ApiConfig::schemas(
             crate::api::prune::Schemas::from_crds(&crds),
         )),
-        strategy: StrategyFlags {
-            kind: "Progressive".into(),
-            max_concurrency: Some("2".into()),
-            plugin: Some("scripted".into()),
-            abort_on_failure: true,
-            ..StrategyFlags::default()
-        }
-        .raw()
-        .expect("valid"),
+        strategy: flags.raw().expect("valid"),
         shape: objects,
     }
 }

@@ -3,10 +3,15 @@
 //! Kubernetes API server (kube's mock-service pattern) that answers the
 //! expected requests in order and fails the test on any other. Like a real
 //! API server it prunes every custom resource it answers with against its
-//! CRDs (OCM-shaped by default: OCM's fields only), and it keeps the
-//! ManifestWorkReplicaSetRollouts itself ([`Hub`]), outside the script.
+//! CRDs (OCM-shaped by default: OCM's fields only), it keeps the
+//! ManifestWorkReplicaSetRollouts itself ([`Hub`]), outside the script, and
+//! scripted ManifestWork requests may answer from a store that keeps
+//! managedFields and answers 409 Conflict as an API server does
+//! ([`fields`], the hub's `works`).
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod fields;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -335,8 +340,8 @@ pub fn context(client: kube::Client, url: &str) -> Arc<Context> {
 // ---------------------------------------------------------------------------
 // The scripted API server.
 
-/// Makes the answer to a request from its JSON body.
-pub type Answer = Box<dyn FnOnce(&Value) -> (StatusCode, Value) + Send>;
+/// Makes the answer to a request.
+pub type Answer = Box<dyn FnOnce(&Recorded) -> (StatusCode, Value) + Send>;
 
 /// One expected request: its method and path, and the answer (from the
 /// request's JSON body; `Value::Null` when it has none).
@@ -351,6 +356,15 @@ impl Expect {
         method: Method,
         path: impl Into<String>,
         answer: impl FnOnce(&Value) -> (StatusCode, Value) + Send + 'static,
+    ) -> Expect {
+        Expect::recorded(method, path, move |r: &Recorded| answer(&r.body))
+    }
+
+    /// Answers from the whole request (query and content type included).
+    pub fn recorded(
+        method: Method,
+        path: impl Into<String>,
+        answer: impl FnOnce(&Recorded) -> (StatusCode, Value) + Send + 'static,
     ) -> Expect {
         Expect {
             method,
@@ -428,9 +442,12 @@ impl Recorded {
 }
 
 /// What the scripted API server knows beyond its script, as a real one
-/// would: the CRDs it prunes every answer against, and the
+/// would: the CRDs it prunes every answer against; the
 /// ManifestWorkReplicaSetRollouts of namespace [`NS`], which it stores
-/// (create, get, status apply) without a script.
+/// (create, get, status apply) without a script; and, for the scripted
+/// ManifestWork requests that answer from it ([`fields::expect_apply`],
+/// [`fields::expect_merge`], [`fields::expect_list`]), ManifestWorks kept
+/// with their managedFields, pruned against the same CRDs.
 #[derive(Clone)]
 pub struct Hub {
     schemas: Arc<Schemas>,
@@ -438,6 +455,8 @@ pub struct Hub {
     pub carriers: Arc<Mutex<BTreeMap<String, Value>>>,
     /// The requests about them, in order.
     pub carrier_requests: Arc<Mutex<Vec<Recorded>>>,
+    /// The stored ManifestWorks, with field ownership.
+    pub works: fields::Shared,
 }
 
 impl Hub {
@@ -446,8 +465,10 @@ impl Hub {
             .iter()
             .map(|crd| serde_json::to_value(crd).unwrap())
             .collect();
+        let schemas = Arc::new(Schemas::from_crds(&crds));
         Hub {
-            schemas: Arc::new(Schemas::from_crds(&crds)),
+            works: fields::Store::shared(Arc::clone(&schemas)),
+            schemas,
             carriers: Arc::default(),
             carrier_requests: Arc::default(),
         }
@@ -600,7 +621,7 @@ pub fn api_server_on(hub: Hub, expected: Vec<Expect>) -> (kube::Client, JoinHand
                     i + 1,
                     recorded
                 );
-                let (status, mut body) = (expect.answer)(&record.body);
+                let (status, mut body) = (expect.answer)(&record);
                 hub.prune(&mut body);
                 recorded.push(record);
                 (status, body)
