@@ -367,7 +367,8 @@ struct SimulateArgs {
     /// The strategy's rollbackPace: how an abort restores the updated
     /// clusters, AtOnce (every one in one step, the failing ones first; the
     /// default) or Strategy (at the rollout strategy's pace).
-    #[arg(long, value_name = "PACE", value_parser = ["AtOnce", "Strategy"], env = "ROLLOUT_CONTROLLER_ROLLBACK_PACE")]
+    // Checked with the rest of the strategy, by the strategy's own parser.
+    #[arg(long, value_name = "PACE", env = "ROLLOUT_CONTROLLER_ROLLBACK_PACE")]
     rollback_pace: Option<String>,
     /// Give up (exit 1) after this many steps.
     #[arg(

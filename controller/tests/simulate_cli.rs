@@ -386,3 +386,47 @@ fn crds_without_the_mwrs_crd_are_refused() {
     let missing = simulate(&["--clusters", "3", "--crds", "/nonexistent-crds"]);
     assert_eq!(missing.status.code(), Some(2), "{missing:?}");
 }
+
+#[test]
+fn without_condition_rules_the_deadline_aborts_and_the_rollback_pace_is_a_flag() {
+    let output = simulate(&[
+        "--clusters",
+        "3",
+        "--strategy",
+        "Progressive",
+        "--max-concurrency",
+        "3",
+        "--progress-deadline",
+        "10s",
+        "--abort-on-failure",
+        "--no-condition-rules",
+        "--rollback-pace",
+        "Strategy",
+        "--json",
+    ]);
+    let (steps, summary) = json_lines(&output);
+    assert_eq!(summary["result"], "Aborted");
+    assert_eq!(
+        summary["abort"]["failures"].as_array().map(Vec::len),
+        Some(3)
+    );
+    let abort = steps
+        .iter()
+        .position(|s| {
+            s["events"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|e| e["type"] == "abort"))
+        })
+        .expect("an abort");
+    // Applied at 0 s, reported Applied at 1 s, timed out at 11 s.
+    assert_eq!(steps[abort]["elapsedSeconds"], 11.0);
+    assert_eq!(applied(&steps[abort]).len(), 3, "maxConcurrency 3");
+
+    let bad = simulate(&["--rollback-pace", "Slowly"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("expected AtOnce or Strategy"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
