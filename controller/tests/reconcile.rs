@@ -1379,3 +1379,102 @@ async fn works_written_by_ocm_are_adopted_without_hook_calls() {
     assert_eq!(details["placements"][0]["clusterCounts"]["succeeded"], 2);
     gw.running.shutdown().await;
 }
+
+/// One reconcile of an abort on an OCM-shaped hub: cluster1 to cluster3
+/// were updated to v2 (maxConcurrency 2 now), cluster2 is degraded, the
+/// others progressing, cluster4 still runs v1; the placement's
+/// `rollbackPace` (absent when `None`) is in the carrier, which OCM's schema
+/// does not prune. Returns the clusters whose work was applied, in order,
+/// after checking that each went back to v1.
+async fn rollback_with_pace(pace: Option<&str>, expected: &[&str]) -> Vec<String> {
+    let (v1, v2) = (template("v1"), template("v2"));
+    let (r1, r2) = (hash_of(&v1), hash_of(&v2));
+    let name = work_name(NS, MWRS, PLACEMENT);
+    let mut entry = json!({"name": PLACEMENT, "abortOnFailure": true});
+    if let Some(pace) = pace {
+        entry["rollbackPace"] = json!(pace);
+    }
+    let hub = Hub::ocm().with_carrier(
+        json!([entry]),
+        json!({"currentRevision": r1, "updateRevision": r2}),
+    );
+    let at = "2025-01-01T00:00:00Z";
+    let mut degraded = conditions(2, "True", at);
+    degraded.as_array_mut().unwrap().push(json!(
+        {"type": "Degraded", "status": "True", "observedGeneration": 2,
+         "lastTransitionTime": at, "reason": "", "message": ""}));
+    let updated = |cluster: &str, conditions: Value| {
+        stored_work(
+            cluster,
+            &v2,
+            2,
+            json!({}),
+            json!({"conditions": conditions}),
+        )
+    };
+    let works_now = vec![
+        updated("cluster1", conditions(2, "True", at)),
+        updated("cluster2", degraded),
+        updated("cluster3", conditions(2, "True", at)),
+        stored_work(
+            "cluster4",
+            &v1,
+            1,
+            json!({}),
+            json!({"conditions": conditions(1, "False", at)}),
+        ),
+    ];
+    let strategy = json!({"type": "Progressive", "progressive": {"maxConcurrency": 2}});
+    let obj = mwrs(v2.clone(), strategy, Value::Null);
+    let mut script = vec![
+        Expect::ok(Method::GET, works_path(), works(works_now)),
+        Expect::ok(
+            Method::GET,
+            revisions_path(),
+            revisions(vec![
+                controller_revision(&v1, 1),
+                controller_revision(&v2, 2),
+            ]),
+        ),
+        Expect::ok(Method::GET, placement_path(), placement()),
+        Expect::ok(
+            Method::GET,
+            decisions_path(),
+            decisions(&["cluster1", "cluster2", "cluster3", "cluster4"]),
+        ),
+    ];
+    for cluster in expected {
+        script.push(Expect::echo(Method::PATCH, work_path(cluster, &name)));
+    }
+    script.push(Expect::status(&obj));
+    let (client, server) = api_server_on(hub.clone(), script);
+    let ctx = context(client, "http://127.0.0.1:1");
+    reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    let details = hub.carrier().unwrap()["status"].clone();
+    assert!(details["abortedTime"].is_string(), "{details:#}");
+    recorded
+        .iter()
+        .filter(|r| r.method == Method::PATCH && r.path.contains("/manifestworks/"))
+        .map(|r| {
+            assert_eq!(r.body["spec"], v1, "restored to v1");
+            r.body["metadata"]["namespace"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+/// `rollbackPace` reaches the abort from the carrier: by default every
+/// updated cluster is restored in the abort's reconcile, the failing one
+/// first; with `Strategy`, as many as maxConcurrency allows, in the
+/// rollout's order.
+#[tokio::test]
+async fn the_carriers_rollback_pace_sets_how_an_abort_restores() {
+    let at_once = ["cluster2", "cluster1", "cluster3"];
+    assert_eq!(rollback_with_pace(None, &at_once).await, at_once);
+    assert_eq!(rollback_with_pace(Some("AtOnce"), &at_once).await, at_once);
+    let paced = ["cluster1", "cluster2"];
+    assert_eq!(rollback_with_pace(Some("Strategy"), &paced).await, paced);
+}

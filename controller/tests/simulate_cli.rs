@@ -430,3 +430,59 @@ fn without_condition_rules_the_deadline_aborts_and_the_rollback_pace_is_a_flag()
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+/// `--rollback-pace Strategy` is the strategy's `rollbackPace`: with
+/// `--crds deploy/crds/ocm` it is written to the
+/// ManifestWorkReplicaSetRollout and read back from there, and the
+/// rollback goes two clusters per step; without it, every updated cluster
+/// is restored in the abort's step.
+#[test]
+fn the_rollback_pace_flag_reaches_the_rollback_through_the_carrier() {
+    let dir = crds("ocm");
+    let run = |pace: Option<&str>| {
+        let mut args = vec![
+            "--clusters",
+            "6",
+            "--strategy",
+            "Progressive",
+            "--max-concurrency",
+            "2",
+            "--abort-on-failure",
+            "--fail",
+            "cluster-003",
+            "--crds",
+            dir.as_str(),
+            "--json",
+        ];
+        if let Some(pace) = pace {
+            args.extend(["--rollback-pace", pace]);
+        }
+        let (steps, summary) = json_lines(&simulate(&args));
+        assert_eq!(summary["result"], "Aborted");
+        assert!(summary.get("apiWarnings").is_none(), "{summary:#}");
+        let abort = steps
+            .iter()
+            .position(|s| {
+                s["events"]
+                    .as_array()
+                    .is_some_and(|e| e.iter().any(|e| e["type"] == "abort"))
+            })
+            .expect("an abort");
+        steps[abort..]
+            .iter()
+            .map(applied)
+            .filter(|a| !a.is_empty())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        run(None),
+        [["cluster-003", "cluster-001", "cluster-002", "cluster-004"]]
+    );
+    assert_eq!(
+        run(Some("Strategy")),
+        [
+            ["cluster-001", "cluster-002"],
+            ["cluster-003", "cluster-004"]
+        ]
+    );
+}
