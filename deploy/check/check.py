@@ -72,11 +72,36 @@ LAYOUTS = {
     "example-plugins": "sidecar",
     "monitoring": "sidecar",
     "central": "central",
+    # OCM's CRDs and cluster namespaces for a cluster without OCM: no
+    # deployment of the project (check_bare_cluster).
+    "bare-cluster-with-ocm-crds": "stand-in",
 }
 # Overlays whose secretGenerator reads certificates that make-certs writes.
 NEEDS_CERTS = ("example-plugins", "central")
 
-HUB_NAMESPACE = "open-cluster-management-hub"
+# The controller's namespace, its own: no namespace of Open Cluster
+# Management's, so `kubectl delete -k` of an overlay cannot delete one.
+HUB_NAMESPACE = "rollout-hooks"
+# The namespaces the kustomizations may create, each the project's own. A
+# namespace a kustomization creates is deleted by `kubectl delete -k`, with
+# all it holds: a new one must be added here, never one of OCM's or a managed
+# cluster's.
+OWN_NAMESPACES = {
+    HUB_NAMESPACE: "the controller, the gateway, the registry (deploy/base)",
+    "rollout-plugins": "the example plugins (overlay example-plugins)",
+    "rollout-demo": "the example rollout's Placement and ManifestWorkReplicaSet (examples/hello-rollout)",
+}
+# The project's own API group (the carrier kind ManifestWorkReplicaSetRollout):
+# the only group whose CRDs an overlay for a hub may bring.
+OWN_API_GROUP = "rollout-hooks.io"
+# Open Cluster Management's groups: this and its subdomains.
+OCM_GROUP = "open-cluster-management.io"
+# OCM's namespaces: open-cluster-management, -hub, -agent, -agent-addon, ...
+OCM_NAMESPACE_PREFIX = "open-cluster-management"
+# The one overlay that stands in for OCM on a cluster without it: OCM's CRDs
+# (as OCM ships them: no field of the design) and the managed clusters'
+# namespaces of the example.
+BARE_CLUSTER = "bare-cluster-with-ocm-crds"
 CONTROLLER = "rollout-controller"
 GATEWAY = "rollout-gateway"
 REGISTRY_CONFIGMAP = "work-controller-config"
@@ -553,6 +578,63 @@ def validate_objects(report: Report, objects: list[dict], crds: CrdSchemas) -> t
     used = {(o.get("metadata") or {}).get("namespace") for o in objects} - {None}
     report.check(used <= namespaces, f"every namespace used is created here (missing: {sorted(used - namespaces)})")
     return len(objects), custom
+
+
+# ---------------------------------------------------------------------------
+# Leaving Open Cluster Management alone
+# ---------------------------------------------------------------------------
+
+def api_group(obj: dict) -> str:
+    """The API group of an object ("" for the core group)."""
+    group, _, _ = (obj.get("apiVersion") or "").rpartition("/")
+    return group
+
+
+def is_ocm_group(group: str) -> bool:
+    return group == OCM_GROUP or group.endswith("." + OCM_GROUP)
+
+
+def check_leaves_ocm_alone(report: Report, objects: list[dict], overlay: bool) -> None:
+    """What `kubectl delete -k` of a kustomization would delete is the
+    project's own: CRDs of its own group only (deleting another project's
+    CRD deletes every object of that kind, and OCM's agents then remove what
+    those ManifestWorks applied on every managed cluster), namespaces of
+    OWN_NAMESPACES only (deleting a namespace deletes everything in it: an
+    OCM namespace, or a managed cluster's namespace on the hub). An overlay
+    also renders no object of an OCM group: those are OCM's or the users'."""
+    crds = [o for o in objects if o.get("kind") == "CustomResourceDefinition"]
+    foreign = sorted((o.get("metadata") or {}).get("name", "?") for o in crds
+                     if (o.get("spec") or {}).get("group") != OWN_API_GROUP)
+    report.check(not foreign, "renders no CRD but the project's own (group "
+                 f"{OWN_API_GROUP}): `kubectl delete -k` would delete {foreign} and every object of "
+                 f"their kinds; OCM's belong in deploy/overlays/{BARE_CLUSTER} only")
+    namespaces = sorted((o.get("metadata") or {}).get("name", "?") for o in objects if o.get("kind") == "Namespace")
+    ocm = [n for n in namespaces if n.startswith(OCM_NAMESPACE_PREFIX)]
+    report.check(not ocm, f"creates no namespace of Open Cluster Management's: `kubectl delete -k` would delete "
+                 f"{ocm} with OCM's controllers, webhooks and credentials in them")
+    others = [n for n in namespaces if n not in OWN_NAMESPACES and n not in ocm]
+    report.check(not others, f"creates only the project's own namespaces ({', '.join(sorted(OWN_NAMESPACES))}): "
+                 f"`kubectl delete -k` would delete {others} with everything in them "
+                 "(an OCM namespace, or a managed cluster's namespace on the hub)")
+    if overlay:
+        ocm = sorted(ident(o) for o in objects
+                     if is_ocm_group(api_group(o)) and o.get("kind") != "CustomResourceDefinition")
+        report.check(not ocm, f"renders no object of an Open Cluster Management group (got {ocm})")
+
+
+def check_bare_cluster(report: Report, objects: list[dict]) -> str:
+    """The stand-in for OCM on a cluster without it renders OCM's CRDs and
+    namespaces only: the project's objects come from another overlay, so
+    removing the project never removes these, and removing these is a
+    deliberate, separate step."""
+    crds = [o for o in objects if o.get("kind") == "CustomResourceDefinition"]
+    groups = sorted({(o.get("spec") or {}).get("group", "") for o in crds})
+    report.check(bool(crds) and all(is_ocm_group(g) for g in groups),
+                 f"renders OCM's CRDs (groups {groups})")
+    rest = sorted(ident(o) for o in objects if o.get("kind") not in ("CustomResourceDefinition", "Namespace"))
+    report.check(not rest, f"renders nothing but CRDs and namespaces (got {rest})")
+    namespaces = sorted((o.get("metadata") or {}).get("name", "") for o in objects if o.get("kind") == "Namespace")
+    return f"stand-in for OCM: {len(crds)} CRDs ({', '.join(groups)}), namespaces {', '.join(namespaces)}"
 
 
 # ---------------------------------------------------------------------------
@@ -1342,6 +1424,11 @@ def main() -> int:
                              "".join(f"\n      differs: {d}" for d in differ) +
                              "".join(f"\n      {w}" for w in warnings))
             n, custom = validate_objects(report, objects, crds)
+            if what == "overlay" and name == BARE_CLUSTER:
+                summaries.append(f"{what} {name}: {n} objects valid; " + check_bare_cluster(report, objects))
+                print("  " + summaries[-1], flush=True)
+                continue
+            check_leaves_ocm_alone(report, objects, overlay=what == "overlay")
             pods, n_containers = check_pod_security(report, objects)
             check_token_mounts(report, objects)
             check_controller_replicas(report, objects)

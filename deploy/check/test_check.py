@@ -288,6 +288,70 @@ class Central(unittest.TestCase):
         self.assertTrue(any("https" in f for f in failures(check.check_central, objects)))
 
 
+def crd(group: str, plural: str, kind: str) -> dict:
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"plural": plural, "kind": kind},
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {"type": "object"}}}]}}
+
+
+def namespace(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+class LeavesOcmAlone(unittest.TestCase):
+    """What `kubectl delete -k` of an overlay or example would delete."""
+
+    def leave(self, objects, overlay=True) -> list[str]:
+        return failures(lambda r, o: check.check_leaves_ocm_alone(r, o, overlay), objects)
+
+    def test_the_projects_own_objects_pass(self):
+        objects = [namespace(NS), crd(check.OWN_API_GROUP, "manifestworkreplicasetrollouts",
+                                      "ManifestWorkReplicaSetRollout"), *sidecar_objects()]
+        self.assertEqual(self.leave(objects), [])
+
+    def test_an_ocm_crd_is_caught(self):
+        for group in ("work.open-cluster-management.io", "operator.open-cluster-management.io",
+                      "open-cluster-management.io"):
+            got = self.leave([crd(group, "things", "Thing"), *sidecar_objects()])
+            self.assertTrue(any("renders no CRD" in f and f"things.{group}" in f for f in got), (group, got))
+
+    def test_another_projects_crd_is_caught_too(self):
+        got = self.leave([crd("monitoring.coreos.com", "podmonitors", "PodMonitor")])
+        self.assertTrue(any("renders no CRD" in f for f in got), got)
+
+    def test_an_ocm_namespace_is_caught(self):
+        for name in ("open-cluster-management-hub", "open-cluster-management", "open-cluster-management-agent"):
+            got = self.leave([namespace(name)])
+            self.assertTrue(any("no namespace of Open Cluster Management" in f and name in f for f in got), got)
+
+    def test_a_cluster_namespace_is_caught_in_an_example_too(self):
+        for overlay in (True, False):
+            got = self.leave([namespace("rollout-demo"), namespace("cluster1")], overlay=overlay)
+            self.assertEqual(len(got), 1, got)
+            self.assertIn("cluster1", got[0])
+
+    def test_an_ocm_object_is_caught_in_an_overlay_but_not_in_an_example(self):
+        cm = {"apiVersion": "operator.open-cluster-management.io/v1", "kind": "ClusterManager",
+              "metadata": {"name": "cluster-manager"}}
+        self.assertEqual(len(self.leave([cm])), 1)
+        self.assertEqual(self.leave([cm], overlay=False), [])
+
+
+class BareCluster(unittest.TestCase):
+    def test_ocm_crds_and_namespaces_pass(self):
+        objects = [crd("work.open-cluster-management.io", "manifestworks", "ManifestWork"), namespace("cluster1")]
+        self.assertEqual(failures(check.check_bare_cluster, objects), [])
+
+    def test_the_projects_deployment_or_crd_is_caught(self):
+        objects = [crd("work.open-cluster-management.io", "manifestworks", "ManifestWork"), *sidecar_objects()]
+        self.assertTrue(any("nothing but CRDs" in f for f in failures(check.check_bare_cluster, objects)))
+        objects = [crd(check.OWN_API_GROUP, "manifestworkreplicasetrollouts", "ManifestWorkReplicaSetRollout")]
+        self.assertTrue(any("OCM's CRDs" in f for f in failures(check.check_bare_cluster, objects)))
+
+
 class CrdSchema(unittest.TestCase):
     crds = check.CrdSchemas(check.DEPLOY / "crds")
     mwrs = {"apiVersion": "work.open-cluster-management.io/v1alpha1", "kind": "ManifestWorkReplicaSet",
