@@ -96,6 +96,8 @@ OWN_NAMESPACES = {
 OWN_API_GROUP = "rollout-hooks.io"
 # Open Cluster Management's groups: this and its subdomains.
 OCM_GROUP = "open-cluster-management.io"
+# The group of ManifestWork and ManifestWorkReplicaSet.
+OCM_WORK_GROUP = "work." + OCM_GROUP
 # OCM's namespaces: open-cluster-management, -hub, -agent, -agent-addon, ...
 OCM_NAMESPACE_PREFIX = "open-cluster-management"
 # The one overlay that stands in for OCM on a cluster without it: OCM's CRDs
@@ -1134,6 +1136,38 @@ def check_controller_replicas(report: Report, objects: list[dict]) -> None:
                  f"a Role in {HUB_NAMESPACE} lets the controller get, create and update its Lease (got {sorted(verbs)})")
 
 
+def controller_rules(objects: list[dict]) -> list[dict]:
+    """The RBAC rules granted to the controller's service account by the
+    rendered (Cluster)RoleBindings and the (Cluster)Roles they refer to."""
+    rules = []
+    for binding in objects:
+        if binding.get("kind") not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == CONTROLLER
+                   and s.get("namespace") == HUB_NAMESPACE for s in binding.get("subjects") or []):
+            continue
+        ref = binding.get("roleRef") or {}
+        role = find(objects, ref.get("kind", ""), ref.get("name", ""),
+                    (binding.get("metadata") or {}).get("namespace") if ref.get("kind") == "Role" else None)
+        rules += (role or {}).get("rules") or []
+    return rules
+
+
+def check_controller_rbac(report: Report, objects: list[dict]) -> None:
+    """The controller may `execute-as` on ManifestWorks (OCM's ManifestWork
+    webhook asks for it before accepting a work that names an executor),
+    and no rule of its grants a wildcard."""
+    if find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE) is None:
+        return
+    rules = controller_rules(objects)
+    report.check(any(OCM_WORK_GROUP in (r.get("apiGroups") or []) and "manifestworks" in (r.get("resources") or [])
+                     and "execute-as" in (r.get("verbs") or []) for r in rules),
+                 f"the controller may execute-as on manifestworks of {OCM_WORK_GROUP} (OCM's ManifestWork "
+                 "webhook refuses a work with an executor from a writer without it)")
+    wild = [r for r in rules if any("*" in (r.get(k) or []) for k in ("apiGroups", "resources", "verbs"))]
+    report.check(not wild, f"no RBAC rule of the controller's has a wildcard (got {wild})")
+
+
 def check_controller_flags(report: Report, bin_dir: Path, objects: list[dict]) -> None:
     """Every flag the controller container is given is one `rollout-controller
     run` knows."""
@@ -1432,6 +1466,7 @@ def main() -> int:
             pods, n_containers = check_pod_security(report, objects)
             check_token_mounts(report, objects)
             check_controller_replicas(report, objects)
+            check_controller_rbac(report, objects)
             check_images(report, objects)
             parts = [f"{n} objects valid ({custom} against the CRDs)"]
             if pods:

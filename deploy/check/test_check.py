@@ -253,6 +253,35 @@ class ControllerReplicas(unittest.TestCase):
         self.assertTrue(any("Lease" in f for f in failures(check.check_controller_replicas, objects)))
 
 
+def bound_cluster_role(name: str, rules: list[dict], subject: str = check.CONTROLLER) -> list[dict]:
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": name}, "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": name},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+             "subjects": [{"kind": "ServiceAccount", "name": subject, "namespace": NS}]}]
+
+
+EXECUTE_AS = {"apiGroups": [check.OCM_WORK_GROUP], "resources": ["manifestworks"], "verbs": ["execute-as"]}
+
+
+class ControllerRbac(unittest.TestCase):
+    def test_execute_as_bound_to_the_controller_passes(self):
+        objects = sidecar_objects() + bound_cluster_role("executor", [EXECUTE_AS])
+        self.assertEqual(failures(check.check_controller_rbac, objects), [])
+
+    def test_no_execute_as_is_caught(self):
+        rule = {**EXECUTE_AS, "verbs": ["create", "patch"]}
+        for objects in (sidecar_objects() + bound_cluster_role("works", [rule]),
+                        sidecar_objects() + bound_cluster_role("executor", [EXECUTE_AS], subject="someone-else"),
+                        sidecar_objects()):
+            self.assertTrue(any("execute-as" in f for f in failures(check.check_controller_rbac, objects)))
+
+    def test_a_wildcard_is_caught(self):
+        objects = sidecar_objects() + bound_cluster_role("executor", [{**EXECUTE_AS, "verbs": ["*"]}])
+        self.assertTrue(any("wildcard" in f for f in failures(check.check_controller_rbac, objects)))
+
+
 class Central(unittest.TestCase):
     def test_the_central_gateway_passes(self):
         self.assertEqual(failures(check.check_central, central_objects()), [])
