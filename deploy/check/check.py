@@ -485,6 +485,11 @@ def openapi_to_jsonschema(schema: dict, root: bool = False) -> dict:
         for field in ("apiVersion", "kind"):
             props.setdefault(field, {"type": "string"})
         props.setdefault("metadata", {"type": "object"})
+    # The API server fills a missing field's default in before it validates,
+    # so a required field with a default may be left out.
+    defaulted = {k for k, v in (schema.get("properties") or {}).items() if "default" in v}
+    if defaulted and out.get("required"):
+        out["required"] = [k for k in out["required"] if k not in defaulted]
     if schema.get("nullable") and "type" in out:
         out["type"] = [out["type"], "null"]
     if (not schema.get("x-kubernetes-preserve-unknown-fields") and "properties" in out
@@ -622,6 +627,47 @@ def check_leaves_ocm_alone(report: Report, objects: list[dict], overlay: bool) -
         ocm = sorted(ident(o) for o in objects
                      if is_ocm_group(api_group(o)) and o.get("kind") != "CustomResourceDefinition")
         report.check(not ocm, f"renders no object of an Open Cluster Management group (got {ocm})")
+
+
+# The rule types OCM's work agent evaluates, and a ConditionRule's fields.
+CONDITION_RULE_TYPES = {"WellKnownConditions", "CEL"}
+CONDITION_RULE_FIELDS = {"condition", "type", "celExpressions", "message", "messageExpression"}
+# Workloads whose rollout takes time: a work holding one reports a
+# meaningful Progressing only through a condition rule for it.
+ROLLING_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
+
+
+def check_condition_rules(report: Report, objects: list[dict]) -> int:
+    """Each workload of ROLLING_KINDS in a ManifestWorkReplicaSet's template
+    has a manifestConfigs entry naming it (group, resource, namespace, name)
+    with a `Progressing` condition rule: OCM's agent sets a work-level
+    Progressing only from condition rules, and without it a rollout waits
+    for ever under OCM's controller, and times out under this one. Every
+    rule is well formed (known fields and type; a CEL rule has
+    expressions). Returns the workloads covered."""
+    covered = 0
+    for mwrs in (o for o in objects if o.get("kind") == "ManifestWorkReplicaSet"):
+        template = (mwrs.get("spec") or {}).get("manifestWorkTemplate") or {}
+        configs = template.get("manifestConfigs") or []
+        for config in configs:
+            for rule in config.get("conditionRules") or []:
+                unknown = sorted(set(rule) - CONDITION_RULE_FIELDS)
+                report.check(not unknown and rule.get("type") in CONDITION_RULE_TYPES and bool(rule.get("condition"))
+                             and (rule.get("type") != "CEL" or bool(rule.get("celExpressions"))),
+                             f"{ident(mwrs)}: condition rule {rule.get('condition')!r} is well formed "
+                             f"(type {rule.get('type')!r}, unknown fields {unknown})")
+        for manifest in ((template.get("workload") or {}).get("manifests") or []):
+            if manifest.get("kind") not in ROLLING_KINDS:
+                continue
+            meta = manifest.get("metadata") or {}
+            want = {"group": api_group(manifest), "resource": manifest["kind"].lower() + "s",
+                    "namespace": meta.get("namespace", ""), "name": meta.get("name")}
+            rules = [r for c in configs for r in c.get("conditionRules") or []
+                     if {k: (c.get("resourceIdentifier") or {}).get(k, "") for k in want} == want]
+            covered += report.check(any(r.get("condition") == "Progressing" for r in rules),
+                                    f"{ident(mwrs)}: {ident(manifest)} has a Progressing condition rule "
+                                    "(manifestConfigs), so OCM's agent reports the work's progress")
+    return covered
 
 
 def check_bare_cluster(report: Report, objects: list[dict]) -> str:
@@ -1463,12 +1509,15 @@ def main() -> int:
                 print("  " + summaries[-1], flush=True)
                 continue
             check_leaves_ocm_alone(report, objects, overlay=what == "overlay")
+            rules = check_condition_rules(report, objects)
             pods, n_containers = check_pod_security(report, objects)
             check_token_mounts(report, objects)
             check_controller_replicas(report, objects)
             check_controller_rbac(report, objects)
             check_images(report, objects)
             parts = [f"{n} objects valid ({custom} against the CRDs)"]
+            if rules:
+                parts.append(f"{rules} workloads with a Progressing condition rule")
             if pods:
                 parts.append(f"{n_containers} containers in {pods} pod templates non-root, read-only, no privileges")
             layout = LAYOUTS.get(name) if what == "overlay" else None

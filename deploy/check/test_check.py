@@ -381,6 +381,54 @@ class BareCluster(unittest.TestCase):
         self.assertTrue(any("OCM's CRDs" in f for f in failures(check.check_bare_cluster, objects)))
 
 
+def mwrs_with(manifest: dict, configs: list[dict]) -> dict:
+    return {"apiVersion": "work.open-cluster-management.io/v1alpha1", "kind": "ManifestWorkReplicaSet",
+            "metadata": {"name": "a", "namespace": "b"},
+            "spec": {"manifestWorkTemplate": {"workload": {"manifests": [manifest]},
+                                              "manifestConfigs": configs}}}
+
+
+DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "apps"}}
+WEB = {"group": "apps", "resource": "deployments", "name": "web", "namespace": "apps"}
+PROGRESSING = {"condition": "Progressing", "type": "CEL", "celExpressions": ["true"]}
+
+
+class ConditionRules(unittest.TestCase):
+    def test_a_progressing_rule_for_the_workload_passes(self):
+        objects = [mwrs_with(DEPLOYMENT, [{"resourceIdentifier": WEB, "conditionRules": [PROGRESSING]}])]
+        self.assertEqual(failures(check.check_condition_rules, objects), [])
+
+    def test_a_workload_without_one_is_caught(self):
+        other = {**WEB, "name": "api"}
+        degraded = {**PROGRESSING, "condition": "Degraded"}
+        for configs in ([], [{"resourceIdentifier": other, "conditionRules": [PROGRESSING]}],
+                        [{"resourceIdentifier": WEB, "conditionRules": [degraded]}],
+                        [{"resourceIdentifier": {**WEB, "group": ""}, "conditionRules": [PROGRESSING]}]):
+            got = failures(check.check_condition_rules, [mwrs_with(DEPLOYMENT, configs)])
+            self.assertTrue(any("Progressing condition rule" in f for f in got), configs)
+
+    def test_a_malformed_rule_is_caught(self):
+        for rule in ({**PROGRESSING, "celExpression": ["true"]}, {**PROGRESSING, "type": "Cel"},
+                     {**PROGRESSING, "celExpressions": []}):
+            got = failures(check.check_condition_rules,
+                           [mwrs_with(DEPLOYMENT, [{"resourceIdentifier": WEB, "conditionRules": [rule]}])])
+            self.assertTrue(any("well formed" in f for f in got), rule)
+
+    def test_a_config_map_needs_no_rule(self):
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "apps"}}
+        self.assertEqual(failures(check.check_condition_rules, [mwrs_with(cm, [])]), [])
+
+
+class Defaults(unittest.TestCase):
+    def test_a_required_field_with_a_default_may_be_left_out(self):
+        import jsonschema
+        schema = check.openapi_to_jsonschema({"type": "object", "required": ["policy", "name"], "properties": {
+            "policy": {"type": "string", "default": "Background"}, "name": {"type": "string"}}})
+        validator = jsonschema.Draft202012Validator(schema)
+        self.assertEqual(list(validator.iter_errors({"name": "a"})), [])
+        self.assertNotEqual(list(validator.iter_errors({"policy": "Foreground"})), [])
+
+
 class CrdSchema(unittest.TestCase):
     crds = check.CrdSchemas(check.DEPLOY / "crds")
     mwrs = {"apiVersion": "work.open-cluster-management.io/v1alpha1", "kind": "ManifestWorkReplicaSet",
