@@ -400,8 +400,14 @@ impl SimulateArgs {
 struct CrdArgs {
     /// Write one file per CRD and a kustomization.yaml into DIR (created if
     /// missing) instead of printing.
+    /// Every shape goes there: the project's own CRDs at the top, OCM's
+    /// kinds OCM-shaped under ocm/ and design-shaped under design/.
     #[arg(long, value_name = "DIR", env = "ROLLOUT_CONTROLLER_OUT")]
     out: Option<PathBuf>,
+    /// Print OCM's kinds with OCM's fields only (as OCM's cluster-manager
+    /// operator installs them), without the design's additions.
+    #[arg(long, conflicts_with = "out")]
+    ocm_shaped: bool,
 }
 
 fn main() -> anyhow::Result<ExitCode> {
@@ -540,12 +546,20 @@ fn simulate_error(err: &sim::SimError, args: &SimulateArgs) -> String {
 
 fn crd_command(args: &CrdArgs) -> anyhow::Result<ExitCode> {
     let Some(dir) = &args.out else {
-        print!("{}", api::crds_yaml()?);
+        let shape = if args.ocm_shaped {
+            api::CrdShape::Ocm
+        } else {
+            api::CrdShape::Design
+        };
+        print!("{}", api::crds_yaml(shape)?);
         return Ok(ExitCode::SUCCESS);
     };
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for file in api::crd_files()? {
         let path = dir.join(&file.name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
         std::fs::write(&path, &file.contents)
             .with_context(|| format!("writing {}", path.display()))?;
     }

@@ -32,9 +32,17 @@ fn differences(dir: &Path) -> Vec<String> {
         }
     }
     let generated: BTreeSet<&str> = files.iter().map(|f| f.name.as_str()).collect();
-    if let Ok(entries) = std::fs::read_dir(dir) {
+    for sub in ["", api::crd::OCM_DIR, api::crd::DESIGN_DIR] {
+        let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
+            let name = if sub.is_empty() {
+                name
+            } else {
+                format!("{sub}/{name}")
+            };
             if name.ends_with(".yaml") && !generated.contains(name.as_str()) {
                 problems.push(format!("{name} is not generated (delete it)"));
             }
@@ -42,6 +50,24 @@ fn differences(dir: &Path) -> Vec<String> {
     }
     problems
 }
+
+/// The `kind` of each document of a `crd` stream.
+fn kinds(stream: &str) -> Vec<&str> {
+    stream
+        .split("\n---\n")
+        .skip(1)
+        .filter_map(|doc| doc.lines().find_map(|line| line.strip_prefix("    kind: ")))
+        .collect()
+}
+
+const KINDS: [&str; 6] = [
+    "ManifestWorkReplicaSet",
+    "ManifestWork",
+    "Placement",
+    "PlacementDecision",
+    "ClusterManager",
+    "ManifestWorkReplicaSetRollout",
+];
 
 #[test]
 fn committed_crds_are_current() {
@@ -60,23 +86,57 @@ fn crd_prints_every_crd_as_one_yaml_stream() {
     let output = Command::new(BIN).arg("crd").output().expect("runs");
     assert!(output.status.success(), "{output:?}");
     let stdout = String::from_utf8(output.stdout).expect("UTF-8");
-    assert_eq!(stdout, api::crds_yaml().expect("CRDs encode"));
-
-    let kinds: Vec<&str> = stdout
-        .split("\n---\n")
-        .skip(1)
-        .filter_map(|doc| doc.lines().find_map(|line| line.strip_prefix("    kind: ")))
-        .collect();
     assert_eq!(
-        kinds,
-        [
-            "ManifestWorkReplicaSet",
-            "ManifestWork",
-            "Placement",
-            "PlacementDecision",
-            "ClusterManager"
-        ]
+        stdout,
+        api::crds_yaml(api::CrdShape::Design).expect("CRDs encode")
     );
+    assert_eq!(kinds(&stdout), KINDS);
+    assert!(
+        stdout.contains("\n                        plugin:\n"),
+        "the design's fields"
+    );
+}
+
+#[test]
+fn crd_ocm_shaped_prints_ocm_fields_only() {
+    let output = Command::new(BIN)
+        .args(["crd", "--ocm-shaped"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8");
+    assert_eq!(
+        stdout,
+        api::crds_yaml(api::CrdShape::Ocm).expect("CRDs encode")
+    );
+    assert_eq!(kinds(&stdout), KINDS);
+    let mwrs = stdout.split("\n---\n").nth(1).expect("the MWRS CRD");
+    for addition in [
+        "plugin:",
+        "pluginConfig:",
+        "abortOnFailure:",
+        "currentRevision:",
+        "revisionHistoryLimit:",
+    ] {
+        assert!(
+            !mwrs.contains(addition),
+            "{addition} in the OCM-shaped MWRS CRD"
+        );
+    }
+    // The carrier keeps them.
+    let carrier = stdout.split("\n---\n").nth(6).expect("the carrier CRD");
+    for addition in [
+        "plugin:",
+        "pluginConfig:",
+        "abortOnFailure:",
+        "currentRevision:",
+        "revisionHistoryLimit:",
+    ] {
+        assert!(
+            carrier.contains(addition),
+            "{addition} not in the carrier CRD"
+        );
+    }
 }
 
 #[test]

@@ -1468,7 +1468,7 @@ def main() -> int:
 
     # The project's CRDs, and the part of the Prometheus Operator's that the
     # monitoring overlay uses (deploy/check/schemas: not applied anywhere).
-    crds = CrdSchemas(DEPLOY / "crds", HERE / "schemas")
+    crds = CrdSchemas(DEPLOY / "crds", DEPLOY / "crds" / "design", HERE / "schemas")
     tmp = Path(tempfile.mkdtemp(prefix="deploy-check."))
     try:
         work = tmp / "deploy"

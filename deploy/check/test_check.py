@@ -430,7 +430,7 @@ class Defaults(unittest.TestCase):
 
 
 class CrdSchema(unittest.TestCase):
-    crds = check.CrdSchemas(check.DEPLOY / "crds")
+    crds = check.CrdSchemas(check.DEPLOY / "crds", check.DEPLOY / "crds" / "design")
     mwrs = {"apiVersion": "work.open-cluster-management.io/v1alpha1", "kind": "ManifestWorkReplicaSet",
             "metadata": {"name": "a", "namespace": "b"},
             "spec": {"placementRefs": [{"name": "p", "rolloutStrategy": {

@@ -113,8 +113,10 @@ pub struct ManifestWorkReplicaSetSpec {
     pub cascade_deletion_policy: Option<CascadeDeletionPolicy>,
     /// How many past template revisions to keep as ControllerRevisions for
     /// rollback. Default 10.
+    // No schema default: a value the API server fills in would hide the
+    // one of a ManifestWorkReplicaSetRollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0), extend("default" = DEFAULT_REVISION_HISTORY_LIMIT))]
+    #[schemars(range(min = 0))]
     pub revision_history_limit: Option<i32>,
 }
 
@@ -393,6 +395,19 @@ struct RolloutStrategySchema {
     progressive: Option<RolloutProgressiveSchema>,
     /// Settings of type ProgressivePerGroup.
     progressive_per_group: Option<RolloutProgressivePerGroupSchema>,
+    /// The design's additions.
+    #[serde(flatten)]
+    additions: AdditionsSchema,
+}
+
+// The schema of the design's additions to a placement's rollout strategy
+// (`crate::rollout::RawAdditions`): in `rolloutStrategy` here, and in each
+// placement of a ManifestWorkReplicaSetRollout.
+/// The rollout plugin, its settings and the abort of a placement's rollout.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+pub(crate) struct AdditionsSchema {
     /// The rollout plugin, or pipeline of plugins, registered with the
     /// rollout gateway to call at each phase of the rollout.
     plugin: Option<String>,
@@ -407,6 +422,22 @@ struct RolloutStrategySchema {
     abort_on_failure: Option<bool>,
     /// AbortAll: the same as abortOnFailure true.
     failure_strategy: Option<FailureStrategy>,
+    /// How an abort restores the clusters already updated: AtOnce (the
+    /// default) applies the current revision to all of them in one step,
+    /// the failing one included; Strategy follows the rollout strategy's
+    /// pace.
+    // No schema default: a value the API server fills in would hide the
+    // one of a ManifestWorkReplicaSetRollout.
+    rollback_pace: Option<RollbackPaceSchema>,
+}
+
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+enum RollbackPaceSchema {
+    /// Every updated cluster in one step.
+    AtOnce,
+    /// At the rollout strategy's pace.
+    Strategy,
 }
 
 // The variants carry doc comments so that schemars writes a `oneOf` that
@@ -539,6 +570,7 @@ mod tests {
     fn every_raw_strategy_field_is_in_the_schema() {
         let full = json!({
             "type": "Progressive", "plugin": "p", "abortOnFailure": true, "failureStrategy": "AbortAll",
+            "rollbackPace": "Strategy",
             "pluginConfig": {"soakTime": "5m", "nested": {"any": [1, "two"]}},
             "all": {"minSuccessTime": "1m", "progressDeadline": "90s", "maxFailures": 1},
             "progressive": {"minSuccessTime": "1m", "progressDeadline": "90s", "maxFailures": "10%",

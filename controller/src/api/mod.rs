@@ -12,9 +12,17 @@
 //!   design's `workConfiguration.plugins`): the fields the controller needs,
 //!   every other upstream field kept as read in an `extra` map.
 //!
+//! - [`ManifestWorkReplicaSetRollout`] (`rollout-hooks.io/v1alpha1`, the
+//!   project's own kind): the design's additions for a ManifestWorkReplicaSet
+//!   of the same namespace and name, on a hub whose CRD is OCM's (which
+//!   prunes them).
+//!
 //! [`conditions`] and [`labels`] hold the condition types, reasons, messages
-//! and label keys; [`crd`] renders the CRDs for `rollout-controller crd`.
+//! and label keys; [`crd`] renders the CRDs for `rollout-controller crd`,
+//! [`additions`] lists the design's additions to OCM's CRDs, and [`prune`]
+//! prunes objects against CRD schemas as an API server does.
 
+pub mod additions;
 pub mod annotations;
 pub mod clustermanager;
 pub mod conditions;
@@ -22,14 +30,16 @@ pub mod crd;
 pub mod labels;
 pub mod manifestwork;
 pub mod manifestworkreplicaset;
+pub mod manifestworkreplicasetrollout;
 pub mod placement;
+pub mod prune;
 mod schema;
 
 pub use clustermanager::{
     CaCertificate, ClusterManager, ClusterManagerSpec, ClusterManagerStatus, FeatureGate,
     RolloutPipeline, RolloutPlugin, WorkConfiguration,
 };
-pub use crd::{CrdError, CrdFile, crd_files, crds, crds_yaml};
+pub use crd::{CrdError, CrdFile, CrdShape, crd_files, crds, crds_yaml};
 pub use labels::{HashedLabelValue, owner_label_value};
 pub use manifestwork::{
     DeleteOption, ManifestWork, ManifestWorkSpec, ManifestWorkStatus, Manifests, ManifestsTemplate,
@@ -38,6 +48,10 @@ pub use manifestworkreplicaset::{
     CascadeDeletionPolicy, ClusterCounts, ClusterRolloutSummary, LocalPlacementReference,
     ManifestWorkReplicaSet, ManifestWorkReplicaSetSpec, ManifestWorkReplicaSetStatus,
     ManifestWorkReplicaSetSummary, PlacementSummary,
+};
+pub use manifestworkreplicasetrollout::{
+    ManifestWorkReplicaSetRollout, ManifestWorkReplicaSetRolloutSpec,
+    ManifestWorkReplicaSetRolloutStatus, PlacementRollout, PlacementRolloutStatus,
 };
 pub use placement::{
     ClusterDecision, DecisionGroup, DecisionGroupError, DecisionGroupStatus, DecisionStrategy,

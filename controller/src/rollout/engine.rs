@@ -2330,6 +2330,7 @@ mod tests {
                 plugin: None,
                 plugin_config: None,
                 abort_on_failure: false,
+                rollback_pace: crate::rollout::RollbackPace::AtOnce,
             })
         }
 
@@ -2477,6 +2478,7 @@ mod tests {
                     plugin: None,
                     plugin_config: None,
                     abort_on_failure: false,
+                    rollback_pace: crate::rollout::RollbackPace::AtOnce,
                 };
                 let got = decide(&strategy, &groups, &existing, now());
                 let total: usize = groups.iter().map(|g| g.clusters.len()).sum();

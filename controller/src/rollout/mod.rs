@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 
 pub use engine::{OrderedCluster, decide, rollout_order};
 pub use strategy::{
-    InvalidStrategy, MAX_PLUGIN_CONFIG_BYTES, MandatoryGroup, RawStrategy, RolloutConfig,
-    RolloutKind, Strategy, StrategyError, Threshold,
+    InvalidStrategy, MAX_PLUGIN_CONFIG_BYTES, MandatoryGroup, RawAdditions, RawStrategy,
+    RollbackPace, RolloutConfig, RolloutKind, Strategy, StrategyError, Threshold,
 };
 
 /// A cluster's rollout status. Spelled on the wire as the variant names.

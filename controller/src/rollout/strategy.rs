@@ -104,6 +104,18 @@ pub struct RawStrategy {
     /// Settings of type `ProgressivePerGroup`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progressive_per_group: Option<RawProgressivePerGroup>,
+    /// The design's additions: the plugin, its settings and the abort.
+    #[serde(flatten)]
+    pub additions: RawAdditions,
+}
+
+/// The design's additions to a placement's `rolloutStrategy`, which OCM's
+/// own schema does not have: on a hub whose ManifestWorkReplicaSet CRD is
+/// OCM's they live in a ManifestWorkReplicaSetRollout instead
+/// (`crate::api::manifestworkreplicasetrollout`), with the same spelling.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawAdditions {
     /// The design's rollout plugin (or gateway pipeline) name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin: Option<String>,
@@ -117,6 +129,37 @@ pub struct RawStrategy {
     /// The rollback design's spelling of the abort: `AbortAll`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_strategy: Option<String>,
+    /// How an abort restores the updated clusters: `AtOnce` (the default)
+    /// or `Strategy` (at the rollout strategy's pace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_pace: Option<String>,
+}
+
+impl RawAdditions {
+    /// Whether no addition is set.
+    pub fn is_empty(&self) -> bool {
+        *self == RawAdditions::default()
+    }
+
+    /// Each field of `self`, or of `fallback` where `self` does not set it.
+    pub fn or(&self, fallback: &RawAdditions) -> RawAdditions {
+        RawAdditions {
+            plugin: self.plugin.clone().or_else(|| fallback.plugin.clone()),
+            plugin_config: self
+                .plugin_config
+                .clone()
+                .or_else(|| fallback.plugin_config.clone()),
+            abort_on_failure: self.abort_on_failure.or(fallback.abort_on_failure),
+            failure_strategy: self
+                .failure_strategy
+                .clone()
+                .or_else(|| fallback.failure_strategy.clone()),
+            rollback_pace: self
+                .rollback_pace
+                .clone()
+                .or_else(|| fallback.rollback_pace.clone()),
+        }
+    }
 }
 
 /// `RolloutConfig`: the settings every strategy type carries.
@@ -265,6 +308,18 @@ pub struct Strategy {
     /// Whether a failure aborts the rollout (`abortOnFailure: true` or
     /// `failureStrategy: AbortAll`).
     pub abort_on_failure: bool,
+    /// How an abort restores the updated clusters.
+    pub rollback_pace: RollbackPace,
+}
+
+/// How an abort restores the clusters already updated (`rollbackPace`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RollbackPace {
+    /// Every updated cluster at once, the failing one included.
+    #[default]
+    AtOnce,
+    /// At the rollout strategy's pace.
+    Strategy,
 }
 
 impl Default for Strategy {
@@ -275,6 +330,7 @@ impl Default for Strategy {
             plugin: None,
             plugin_config: None,
             abort_on_failure: false,
+            rollback_pace: RollbackPace::AtOnce,
         }
     }
 }
@@ -318,6 +374,9 @@ pub enum StrategyError {
         /// The value as written (strings quoted).
         value: String,
     },
+    /// `rollbackPace` other than `AtOnce` and `Strategy`.
+    #[error("rollbackPace: unknown value {0:?} (expected AtOnce or Strategy)")]
+    RollbackPace(String),
     /// `failureStrategy` other than `AbortAll`.
     #[error("failureStrategy: unknown value {0:?} (expected AbortAll)")]
     FailureStrategy(String),
@@ -408,7 +467,8 @@ impl Strategy {
             }
         };
 
-        let abort_all = match raw.failure_strategy.as_deref() {
+        let additions = &raw.additions;
+        let abort_all = match additions.failure_strategy.as_deref() {
             None | Some("") => false,
             Some("AbortAll") => true,
             Some(other) => {
@@ -416,10 +476,18 @@ impl Strategy {
                 false
             }
         };
-        if abort_all && raw.abort_on_failure == Some(false) {
+        if abort_all && additions.abort_on_failure == Some(false) {
             problems.push(StrategyError::AbortConflict);
         }
-        let plugin_config = raw.plugin_config.as_ref().and_then(|config| {
+        let rollback_pace = match additions.rollback_pace.as_deref() {
+            None | Some("") | Some("AtOnce") => RollbackPace::AtOnce,
+            Some("Strategy") => RollbackPace::Strategy,
+            Some(other) => {
+                problems.push(StrategyError::RollbackPace(other.to_owned()));
+                RollbackPace::AtOnce
+            }
+        };
+        let plugin_config = additions.plugin_config.as_ref().and_then(|config| {
             // A map of JSON values always serializes; the fallback is never
             // taken.
             let text = serde_json::to_vec(config).unwrap_or_default();
@@ -436,9 +504,10 @@ impl Strategy {
         match kind {
             Some(kind) if problems.is_empty() => Ok(Strategy {
                 kind,
-                plugin: raw.plugin.clone().filter(|p| !p.is_empty()),
+                plugin: additions.plugin.clone().filter(|p| !p.is_empty()),
                 plugin_config,
-                abort_on_failure: abort_all || raw.abort_on_failure == Some(true),
+                abort_on_failure: abort_all || additions.abort_on_failure == Some(true),
+                rollback_pace,
             }),
             _ => Err(InvalidStrategy { problems }),
         }
@@ -634,7 +703,10 @@ mod tests {
             let mut config = Map::new();
             config.insert("k".into(), Value::String("x".repeat(n - 8)));
             Strategy::from_raw(&RawStrategy {
-                plugin_config: Some(config),
+                additions: RawAdditions {
+                    plugin_config: Some(config),
+                    ..RawAdditions::default()
+                },
                 ..RawStrategy::default()
             })
         };

@@ -1,0 +1,401 @@
+//! ManifestWorkReplicaSetRollout (`rollout-hooks.io/v1alpha1`): the carrier
+//! of the design's additions to a ManifestWorkReplicaSet on a hub whose
+//! ManifestWorkReplicaSet CRD is OCM's own.
+//!
+//! OCM's cluster-manager operator re-applies its own ManifestWorkReplicaSet
+//! CRD on every sync, and the API server prunes every field that CRD does
+//! not declare: `rolloutStrategy.plugin`, `pluginConfig`, `abortOnFailure`,
+//! `failureStrategy`, `rollbackPace`, `revisionHistoryLimit` and the
+//! controller's status additions. This kind, of the project's own group and
+//! CRD, carries them instead.
+//!
+//! **Binding**: a ManifestWorkReplicaSetRollout belongs to the
+//! ManifestWorkReplicaSet of the same namespace and name. Its spec gives,
+//! per placement (by the placement reference's name), the design's
+//! additions; a field set on the ManifestWorkReplicaSet itself (a hub whose
+//! CRD carries the design's fields) wins over the same field here. Its
+//! status holds what the controller reports beyond OCM's status
+//! (revisions, abort time, per-cluster details); OCM's own status fields
+//! (conditions, summary, placementSummary) stay on the
+//! ManifestWorkReplicaSet.
+//!
+//! - A ManifestWorkReplicaSet without one: the controller creates an empty
+//!   one (owned by the ManifestWorkReplicaSet, so it is deleted with it) to
+//!   keep its status in; the rollout has no plugin and no abort unless the
+//!   ManifestWorkReplicaSet carries them.
+//! - One without its ManifestWorkReplicaSet: nothing reads it; it is kept
+//!   as written (a ManifestWorkReplicaSet created later binds to it).
+//!
+//! [`bind`] gives the ManifestWorkReplicaSet as the controller reads it
+//! (its own fields, completed from the carrier); [`carrier_status`] is the
+//! part of a status written here.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::{Deserialize, Serialize};
+
+use super::manifestworkreplicaset::{
+    AdditionsSchema, ClusterCounts, ClusterRolloutSummary, ManifestWorkReplicaSet,
+    ManifestWorkReplicaSetStatus, PlacementSummary,
+};
+use crate::rollout::RawAdditions;
+
+/// What a ManifestWorkReplicaSet of the same namespace and name leaves out
+/// when its CRD is OCM's: the design's additions.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "rollout-hooks.io",
+    version = "v1alpha1",
+    kind = "ManifestWorkReplicaSetRollout",
+    namespaced,
+    status = "ManifestWorkReplicaSetRolloutStatus",
+    shortname = "mwrsrollout",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "ManifestWorkReplicaSetRollout carries the rollout plugin settings, the abort and the revision history of the ManifestWorkReplicaSet of the same namespace and name, and the controller's rollout status beyond OCM's.",
+    printcolumn(
+        name = "Current",
+        type_ = "string",
+        json_path = ".status.currentRevision",
+        description = "The revision an abort restores"
+    ),
+    printcolumn(
+        name = "Update",
+        type_ = "string",
+        json_path = ".status.updateRevision",
+        description = "The revision being rolled out"
+    ),
+    printcolumn(
+        name = "Aborted",
+        type_ = "date",
+        json_path = ".status.abortedTime",
+        description = "When the rollout was aborted"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestWorkReplicaSetRolloutSpec {
+    /// How many past template revisions to keep as ControllerRevisions for
+    /// rollback. Default 10. The ManifestWorkReplicaSet's own
+    /// spec.revisionHistoryLimit wins when its CRD has the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub revision_history_limit: Option<i32>,
+    /// The design's additions to each placement's rollout strategy, by the
+    /// name of the ManifestWorkReplicaSet's placement reference.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "placements_schema")]
+    pub placements: Vec<PlacementRollout>,
+}
+
+/// The design's additions to one placement's rollout strategy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementRollout {
+    /// The ManifestWorkReplicaSet's placement reference.
+    pub name: String,
+    /// plugin, pluginConfig, abortOnFailure, failureStrategy, rollbackPace.
+    #[serde(flatten)]
+    pub additions: RawAdditions,
+}
+
+/// What the controller reports beyond OCM's ManifestWorkReplicaSet status.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestWorkReplicaSetRolloutStatus {
+    /// The generation of this object the controller last read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The revision (template hash) known good: rolled out everywhere, and
+    /// the one an abort restores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+    /// The revision of the current template, being rolled out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_revision: Option<String>,
+    /// When the current rollout was aborted; set while the current revision
+    /// is being restored, cleared when a new revision starts rolling out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted_time: Option<Time>,
+    /// Bumped when two templates hash to the same revision name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collision_count: Option<i32>,
+    /// Per placement: the clusters' rollout statuses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub placements: Vec<PlacementRolloutStatus>,
+}
+
+/// The rollout on one placement, beyond OCM's placementSummary.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementRolloutStatus {
+    /// The placement's name.
+    pub name: String,
+    /// Whether more clusters failed or timed out than `maxFailures` allows,
+    /// which stops new clusters from being rolled out.
+    #[serde(default)]
+    pub max_failure_breach: bool,
+    /// How many of the placement's clusters are in each rollout status.
+    #[serde(default)]
+    pub cluster_counts: ClusterCounts,
+    /// Clusters that need attention, the most urgent first; at most 100.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterRolloutSummary>,
+    /// Clusters left out of `clusters` to keep the status small.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted_clusters: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+/// The schema of `spec.placements`: a list keyed by name, each entry the
+/// name and the same fields as the additions in `rolloutStrategy`.
+fn placements_schema(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = generator.subschema_for::<Vec<PlacementRolloutSchema>>();
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["name"]),
+    );
+    schema
+}
+
+// Only describes the schema of `PlacementRollout`, whose additions are the
+// engine's `RawAdditions`; never built.
+/// The rollout plugin, its settings and the abort of one placement of the
+/// ManifestWorkReplicaSet.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+struct PlacementRolloutSchema {
+    /// The name of the ManifestWorkReplicaSet's placement reference.
+    #[schemars(length(min = 1))]
+    name: String,
+    #[serde(flatten)]
+    additions: AdditionsSchema,
+}
+
+/// The ManifestWorkReplicaSet as the controller reads it: `mwrs` with each
+/// design field it does not set taken from `carrier` (per placement, by
+/// name), and the status additions from the carrier's status when it has
+/// one.
+pub fn bind(
+    mwrs: &ManifestWorkReplicaSet,
+    carrier: Option<&ManifestWorkReplicaSetRollout>,
+) -> ManifestWorkReplicaSet {
+    let mut bound = mwrs.clone();
+    let Some(carrier) = carrier else {
+        return bound;
+    };
+    let spec = &carrier.spec;
+    if bound.spec.revision_history_limit.is_none() {
+        bound.spec.revision_history_limit = spec.revision_history_limit;
+    }
+    for reference in &mut bound.spec.placement_refs {
+        if let Some(entry) = spec.placements.iter().find(|p| p.name == reference.name) {
+            let own = &reference.rollout_strategy.additions;
+            reference.rollout_strategy.additions = own.or(&entry.additions);
+        }
+    }
+    if let Some(status) = &carrier.status {
+        let mut merged = bound.status.take().unwrap_or_default();
+        merge_status(&mut merged, status);
+        bound.status = Some(merged);
+    }
+    bound
+}
+
+/// Puts the carrier's status additions into a ManifestWorkReplicaSet status.
+fn merge_status(
+    into: &mut ManifestWorkReplicaSetStatus,
+    from: &ManifestWorkReplicaSetRolloutStatus,
+) {
+    into.current_revision.clone_from(&from.current_revision);
+    into.update_revision.clone_from(&from.update_revision);
+    into.aborted_time.clone_from(&from.aborted_time);
+    into.collision_count = from.collision_count;
+    for summary in &mut into.placements_summary {
+        if let Some(placement) = from.placements.iter().find(|p| p.name == summary.name) {
+            summary.max_failure_breach = placement.max_failure_breach;
+            summary.cluster_counts = placement.cluster_counts;
+            summary.clusters.clone_from(&placement.clusters);
+            summary.omitted_clusters = placement.omitted_clusters;
+        }
+    }
+}
+
+/// The part of `status` written to the carrier: the revisions, the abort
+/// and the per-placement details, with the carrier's `generation`.
+pub fn carrier_status(
+    status: &ManifestWorkReplicaSetStatus,
+    generation: Option<i64>,
+) -> ManifestWorkReplicaSetRolloutStatus {
+    ManifestWorkReplicaSetRolloutStatus {
+        observed_generation: generation,
+        current_revision: status.current_revision.clone(),
+        update_revision: status.update_revision.clone(),
+        aborted_time: status.aborted_time.clone(),
+        collision_count: status.collision_count,
+        placements: status
+            .placements_summary
+            .iter()
+            .map(placement_status)
+            .collect(),
+    }
+}
+
+fn placement_status(summary: &PlacementSummary) -> PlacementRolloutStatus {
+    PlacementRolloutStatus {
+        name: summary.name.clone(),
+        max_failure_breach: summary.max_failure_breach,
+        cluster_counts: summary.cluster_counts,
+        clusters: summary.clusters.clone(),
+        omitted_clusters: summary.omitted_clusters,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::rollout::RolloutStatus;
+
+    fn mwrs(strategy: Value, status: Value) -> ManifestWorkReplicaSet {
+        serde_json::from_value(json!({
+            "apiVersion": "work.open-cluster-management.io/v1alpha1",
+            "kind": "ManifestWorkReplicaSet",
+            "metadata": {"name": "hello", "namespace": "default", "generation": 4},
+            "spec": {"placementRefs": [{"name": "a", "rolloutStrategy": strategy}, {"name": "b"}]},
+            "status": status
+        }))
+        .expect("a ManifestWorkReplicaSet")
+    }
+
+    fn carrier(spec: Value, status: Value) -> ManifestWorkReplicaSetRollout {
+        serde_json::from_value(json!({
+            "apiVersion": "rollout-hooks.io/v1alpha1",
+            "kind": "ManifestWorkReplicaSetRollout",
+            "metadata": {"name": "hello", "namespace": "default", "generation": 2},
+            "spec": spec,
+            "status": status
+        }))
+        .expect("a ManifestWorkReplicaSetRollout")
+    }
+
+    #[test]
+    fn the_carrier_completes_what_the_mwrs_does_not_set() {
+        let carrier = carrier(
+            json!({"revisionHistoryLimit": 3, "placements": [
+                {"name": "a", "plugin": "from-carrier", "abortOnFailure": true,
+                 "pluginConfig": {"k": "v"}, "rollbackPace": "Strategy"},
+                {"name": "b", "failureStrategy": "AbortAll"},
+                {"name": "not-in-the-mwrs", "plugin": "ignored"}]}),
+            Value::Null,
+        );
+        let bound = bind(
+            &mwrs(json!({"type": "All", "plugin": "from-mwrs"}), Value::Null),
+            Some(&carrier),
+        );
+        assert_eq!(bound.spec.revision_history_limit(), 3);
+        let a = bound.spec.placement_refs[0].strategy().expect("valid");
+        // The ManifestWorkReplicaSet's own field wins; the rest comes from the carrier.
+        assert_eq!(a.plugin.as_deref(), Some("from-mwrs"));
+        assert!(a.abort_on_failure);
+        assert_eq!(a.rollback_pace, crate::rollout::RollbackPace::Strategy);
+        assert_eq!(a.plugin_config.as_deref(), Some(&b"{\"k\":\"v\"}"[..]));
+        let b = bound.spec.placement_refs[1].strategy().expect("valid");
+        assert!(b.abort_on_failure && b.plugin.is_none());
+        assert_eq!(bound.spec.placement_refs.len(), 2);
+    }
+
+    #[test]
+    fn without_a_carrier_the_mwrs_is_read_as_it_is() {
+        let m = mwrs(
+            json!({"plugin": "p"}),
+            json!({"currentRevision": "c", "summary": {"total": 1}}),
+        );
+        assert_eq!(bind(&m, None), m);
+    }
+
+    #[test]
+    fn status_additions_come_from_the_carrier_and_go_back_to_it() {
+        let m = mwrs(
+            json!({}),
+            json!({"summary": {"total": 2},
+                   "placementSummary": [{"name": "a", "availableDecisionGroups": "1 (2 / 2 clusters applied)",
+                                         "summary": {"total": 2}}]}),
+        );
+        let details = json!({"observedGeneration": 2, "currentRevision": "c1", "updateRevision": "u2",
+            "abortedTime": "2025-01-01T00:00:00Z", "collisionCount": 1,
+            "placements": [{"name": "a", "maxFailureBreach": true,
+                            "clusterCounts": {"toApply": 0, "progressing": 0, "validating": 0, "succeeded": 1,
+                                              "failed": 1, "timeOut": 0, "skip": 0},
+                            "clusters": [{"clusterName": "c2", "rolloutStatus": "Failed", "groupIndex": 0,
+                                          "message": "5xx above 1%"}]}]});
+        let c = carrier(json!({}), details.clone());
+        let bound = bind(&m, Some(&c));
+        let status = bound.status.as_ref().expect("status");
+        assert_eq!(status.current_revision.as_deref(), Some("c1"));
+        assert!(status.is_aborting());
+        assert_eq!(status.summary.total, 2);
+        let placement = &status.placements_summary[0];
+        assert!(placement.max_failure_breach);
+        assert_eq!(placement.clusters[0].rollout_status, RolloutStatus::Failed);
+        // Split again, the carrier's part is what was read.
+        let split = carrier_status(status, Some(2));
+        assert_eq!(serde_json::to_value(&split).expect("serializes"), details);
+    }
+
+    #[test]
+    fn the_crd_is_namespaced_with_a_status_and_a_short_name() {
+        let crd = ManifestWorkReplicaSetRollout::crd();
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("manifestworkreplicasetrollouts.rollout-hooks.io")
+        );
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["mwrsrollout".into()]));
+        let schema = serde_json::to_value(
+            crd.spec.versions[0]
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .expect("schema"),
+        )
+        .expect("serializes");
+        let placement = &schema["properties"]["spec"]["properties"]["placements"];
+        assert_eq!(placement["x-kubernetes-list-map-keys"], json!(["name"]));
+        let properties = &placement["items"]["properties"];
+        for field in [
+            "name",
+            "plugin",
+            "pluginConfig",
+            "abortOnFailure",
+            "failureStrategy",
+            "rollbackPace",
+        ] {
+            assert!(
+                properties[field].is_object(),
+                "{field} missing from {placement:#}"
+            );
+        }
+        assert_eq!(placement["items"]["required"], json!(["name"]));
+        assert_eq!(
+            properties["rollbackPace"]["enum"],
+            json!(["AtOnce", "Strategy"])
+        );
+        // No default the API server would fill in over the ManifestWorkReplicaSet's value.
+        assert_eq!(properties["rollbackPace"].get("default"), None);
+    }
+}
