@@ -370,15 +370,62 @@ class LeavesOcmAlone(unittest.TestCase):
 
 
 class BareCluster(unittest.TestCase):
+    works = crd("work.open-cluster-management.io", "manifestworks", "ManifestWork")
+    shipped = {"manifestworks.work.open-cluster-management.io": works["spec"]}
+
+    def bare(self, objects) -> list[str]:
+        return failures(lambda r, o: check.check_bare_cluster(r, o, self.shipped), objects)
+
     def test_ocm_crds_and_namespaces_pass(self):
-        objects = [crd("work.open-cluster-management.io", "manifestworks", "ManifestWork"), namespace("cluster1")]
-        self.assertEqual(failures(check.check_bare_cluster, objects), [])
+        self.assertEqual(self.bare([self.works, namespace("cluster1")]), [])
 
     def test_the_projects_deployment_or_crd_is_caught(self):
-        objects = [crd("work.open-cluster-management.io", "manifestworks", "ManifestWork"), *sidecar_objects()]
-        self.assertTrue(any("nothing but CRDs" in f for f in failures(check.check_bare_cluster, objects)))
-        objects = [crd(check.OWN_API_GROUP, "manifestworkreplicasetrollouts", "ManifestWorkReplicaSetRollout")]
-        self.assertTrue(any("OCM's CRDs" in f for f in failures(check.check_bare_cluster, objects)))
+        self.assertTrue(any("nothing but CRDs" in f for f in self.bare([self.works, *sidecar_objects()])))
+        own = crd(check.OWN_API_GROUP, "manifestworkreplicasetrollouts", "ManifestWorkReplicaSetRollout")
+        self.assertTrue(any("OCM's CRDs" in f for f in self.bare([self.works, own])))
+
+    def test_a_crd_with_the_designs_fields_or_a_missing_one_is_caught(self):
+        design = copy.deepcopy(self.works)
+        design["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"] = {"plugin": {"type": "string"}}
+        for objects in ([design], [namespace("cluster1")]):
+            self.assertTrue(any("as OCM ships them" in f for f in self.bare(objects)), objects)
+
+
+class OcmShapedExamples(unittest.TestCase):
+    """The examples validate, strictly, against OCM's CRDs as a hub has
+    them (deploy/crds/ocm) and the project's own: the design's fields go in
+    the ManifestWorkReplicaSetRollout."""
+    hub = check.CrdSchemas(check.OCM_SHAPED_CRDS, check.DEPLOY / "crds",
+                           groups=lambda g: check.is_ocm_group(g) or g == check.OWN_API_GROUP)
+    strategy = {"type": "Progressive", "progressive": {"maxConcurrency": 1, "progressDeadline": "10m"}}
+
+    def mwrs(self, strategy: dict) -> dict:
+        return {"apiVersion": "work.open-cluster-management.io/v1alpha1", "kind": "ManifestWorkReplicaSet",
+                "metadata": {"name": "a", "namespace": "b"},
+                "spec": {"placementRefs": [{"name": "p", "rolloutStrategy": strategy}],
+                         "manifestWorkTemplate": {"workload": {"manifests": [DEPLOYMENT]}}}}
+
+    def test_ocms_own_fields_pass(self):
+        self.assertEqual(self.hub.errors(self.mwrs(self.strategy)), [])
+
+    def test_each_of_the_designs_fields_is_refused(self):
+        for field, value in (("plugin", "safe-rollout"), ("pluginConfig", {"soakTime": "30s"}),
+                             ("abortOnFailure", True), ("failureStrategy", "AbortAll"), ("rollbackPace", "AtOnce")):
+            errors = self.hub.errors(self.mwrs({**self.strategy, field: value}))
+            self.assertTrue(any(field in e for e in errors), (field, errors))
+        bad = self.mwrs(self.strategy)
+        bad["spec"]["revisionHistoryLimit"] = 3
+        self.assertNotEqual(self.hub.errors(bad), [])
+
+    def test_the_carrier_holds_them(self):
+        carrier = {"apiVersion": "rollout-hooks.io/v1alpha1", "kind": "ManifestWorkReplicaSetRollout",
+                   "metadata": {"name": "a", "namespace": "b"},
+                   "spec": {"revisionHistoryLimit": 3, "placements": [
+                       {"name": "p", "plugin": "safe-rollout", "pluginConfig": {"soakTime": "30s"},
+                        "abortOnFailure": True, "rollbackPace": "AtOnce"}]}}
+        self.assertEqual(self.hub.errors(carrier), [])
+        carrier["spec"]["placements"][0]["plugins"] = "typo"
+        self.assertNotEqual(self.hub.errors(carrier), [])
 
 
 def mwrs_with(manifest: dict, configs: list[dict]) -> dict:
