@@ -1237,6 +1237,21 @@ def check_controller_rbac(report: Report, objects: list[dict]) -> None:
                  "webhook refuses a work with an executor from a writer without it)")
     wild = [r for r in rules if any("*" in (r.get(k) or []) for k in ("apiGroups", "resources", "verbs"))]
     report.check(not wild, f"no RBAC rule of the controller's has a wildcard (got {wild})")
+    # The project's own kinds, installed beside the controller: it watches
+    # them, and writes the status of those that have one.
+    for crd in (o for o in objects if o.get("kind") == "CustomResourceDefinition"):
+        spec = crd.get("spec") or {}
+        if spec.get("group") != OWN_API_GROUP:
+            continue
+        plural = (spec.get("names") or {}).get("plural", "")
+        wanted = {plural: {"list", "watch"}}
+        if any("status" in ((v.get("subresources") or {})) for v in spec.get("versions") or []):
+            wanted[plural + "/status"] = {"patch"}
+        for resource, verbs in wanted.items():
+            granted = {v for r in rules if OWN_API_GROUP in (r.get("apiGroups") or [])
+                       and resource in (r.get("resources") or []) for v in r.get("verbs") or []}
+            report.check(verbs <= granted, f"the controller may {' and '.join(sorted(verbs))} {resource} of "
+                         f"{OWN_API_GROUP}, its own kind installed here (got {sorted(granted)})")
 
 
 def check_controller_flags(report: Report, bin_dir: Path, objects: list[dict]) -> None:

@@ -277,6 +277,18 @@ class ControllerRbac(unittest.TestCase):
                         sidecar_objects()):
             self.assertTrue(any("execute-as" in f for f in failures(check.check_controller_rbac, objects)))
 
+    def test_its_own_kind_needs_watch_and_status_rights(self):
+        own = crd(check.OWN_API_GROUP, "things", "Thing")
+        own["spec"]["versions"][0]["subresources"] = {"status": {}}
+        watch = {"apiGroups": [check.OWN_API_GROUP], "resources": ["things"], "verbs": ["list", "watch"]}
+        status = {"apiGroups": [check.OWN_API_GROUP], "resources": ["things/status"], "verbs": ["patch"]}
+        base = sidecar_objects() + [own]
+        self.assertEqual(failures(check.check_controller_rbac,
+                                  base + bound_cluster_role("r", [EXECUTE_AS, watch, status])), [])
+        for rules in ([EXECUTE_AS, watch], [EXECUTE_AS, status], [EXECUTE_AS, {**watch, "verbs": ["list"]}]):
+            got = failures(check.check_controller_rbac, base + bound_cluster_role("r", rules))
+            self.assertTrue(any("its own kind" in f for f in got), rules)
+
     def test_a_wildcard_is_caught(self):
         objects = sidecar_objects() + bound_cluster_role("executor", [{**EXECUTE_AS, "verbs": ["*"]}])
         self.assertTrue(any("wildcard" in f for f in failures(check.check_controller_rbac, objects)))
