@@ -20,9 +20,14 @@ object is valid, and the deployments are what docs/deploy.md says they are.
 4. Validates every object against the Kubernetes schemas of the oldest and
    newest versions in K8S_VERSIONS (kubernetes-validate, strict: unknown
    fields are errors), and every custom resource against the openAPIV3Schema
-   of the project's CRDs (deploy/crds) with jsonschema; the workloads inside
-   a ManifestWorkReplicaSet against the Kubernetes schemas too.
-5. Asserts what the deployments promise (the `check_*` functions below), runs
+   of its CRD with jsonschema: an example's against OCM's CRDs as a hub has
+   them (deploy/crds/ocm) and the project's own, an overlay's against
+   deploy/crds; the workloads inside a ManifestWorkReplicaSet against the
+   Kubernetes schemas too.
+5. Asserts what the deployments promise (the `check_*` functions below):
+   among them that no kustomization but the bare-cluster stand-in for OCM
+   renders a CRD, a namespace or (for an overlay) an object of OCM's, so
+   that `kubectl delete -k` removes the project's objects only. It runs
    the gateway and the plugins with each container's own arguments and
    mounted files (from target/debug, or $CARGO_TARGET_DIR/debug; built if
    missing) until they listen and the gateway is ready, and checks that the
