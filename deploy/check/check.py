@@ -686,6 +686,36 @@ def check_condition_rules(report: Report, objects: list[dict]) -> int:
     return covered
 
 
+CARRIER_KIND = "ManifestWorkReplicaSetRollout"
+
+
+def check_carriers(report: Report, objects: list[dict]) -> int:
+    """Each ManifestWorkReplicaSetRollout binds: a ManifestWorkReplicaSet of
+    the same namespace and name is rendered, after it (so `kubectl apply`
+    creates the settings before the controller first sees the set), and
+    each of its placements names one of that set's placement references (a
+    misspelt one would leave that placement without its plugin and abort).
+    Returns the carriers checked."""
+    order = [(o.get("kind"), (o.get("metadata") or {}).get("namespace"), (o.get("metadata") or {}).get("name"))
+             for o in objects]
+    carriers = [o for o in objects if o.get("kind") == CARRIER_KIND and api_group(o) == OWN_API_GROUP]
+    for carrier in carriers:
+        meta = carrier.get("metadata") or {}
+        key = (meta.get("namespace"), meta.get("name"))
+        mwrs = find(objects, "ManifestWorkReplicaSet", key[1], key[0])
+        if not report.check(mwrs is not None, f"{ident(carrier)}: a ManifestWorkReplicaSet of the same "
+                                              "namespace and name is rendered with it"):
+            continue
+        report.check(order.index((CARRIER_KIND, *key)) < order.index(("ManifestWorkReplicaSet", *key)),
+                     f"{ident(carrier)}: comes before its ManifestWorkReplicaSet, so the controller's first "
+                     "look at the set finds its settings")
+        refs = {r.get("name") for r in (mwrs.get("spec") or {}).get("placementRefs") or []}
+        for entry in (carrier.get("spec") or {}).get("placements") or []:
+            report.check(entry.get("name") in refs, f"{ident(carrier)}: placement {entry.get('name')!r} is a "
+                         f"placement reference of its ManifestWorkReplicaSet ({sorted(refs)})")
+    return len(carriers)
+
+
 def crd_specs(directory: Path) -> dict[str, dict]:
     """The CRDs of the YAML files in `directory`, by name: their specs."""
     import yaml
@@ -1561,6 +1591,7 @@ def main() -> int:
                 continue
             check_leaves_ocm_alone(report, objects, overlay=what == "overlay")
             rules = check_condition_rules(report, objects)
+            carriers = check_carriers(report, objects)
             pods, n_containers = check_pod_security(report, objects)
             check_token_mounts(report, objects)
             check_controller_replicas(report, objects)
@@ -1569,6 +1600,8 @@ def main() -> int:
             parts = [f"{n} objects valid ({custom} against the CRDs)"]
             if rules:
                 parts.append(f"{rules} workloads with a Progressing condition rule")
+            if carriers:
+                parts.append(f"{carriers} ManifestWorkReplicaSetRollouts bound to their sets")
             if pods:
                 parts.append(f"{n_containers} containers in {pods} pod templates non-root, read-only, no privileges")
             layout = LAYOUTS.get(name) if what == "overlay" else None

@@ -478,6 +478,34 @@ class ConditionRules(unittest.TestCase):
         self.assertEqual(failures(check.check_condition_rules, [mwrs_with(cm, [])]), [])
 
 
+def carrier(name: str = "a", placements: tuple = ("p",)) -> dict:
+    return {"apiVersion": "rollout-hooks.io/v1alpha1", "kind": check.CARRIER_KIND,
+            "metadata": {"name": name, "namespace": "b"},
+            "spec": {"placements": [{"name": p, "plugin": "x"} for p in placements]}}
+
+
+class Carriers(unittest.TestCase):
+    def mwrs(self) -> dict:
+        m = mwrs_with(DEPLOYMENT, [])
+        m["spec"]["placementRefs"] = [{"name": "p"}]
+        return m
+
+    def test_a_carrier_before_its_set_passes(self):
+        self.assertEqual(failures(check.check_carriers, [carrier(), self.mwrs()]), [])
+
+    def test_a_carrier_after_its_set_is_caught(self):
+        self.assertTrue(any("comes before" in f for f in failures(check.check_carriers, [self.mwrs(), carrier()])))
+
+    def test_a_carrier_without_its_set_is_caught(self):
+        got = failures(check.check_carriers, [carrier("other"), self.mwrs()])
+        self.assertTrue(any("same namespace and name" in f for f in got), got)
+
+    def test_a_misspelt_placement_is_caught(self):
+        got = failures(check.check_carriers, [carrier(placements=("p", "q")), self.mwrs()])
+        self.assertEqual(len(got), 1, got)
+        self.assertIn("'q'", got[0])
+
+
 class Defaults(unittest.TestCase):
     def test_a_required_field_with_a_default_may_be_left_out(self):
         import jsonschema
