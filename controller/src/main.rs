@@ -361,12 +361,23 @@ struct SimulateArgs {
     /// (as `run` serves them on /metrics, OpenMetrics text) to FILE.
     #[arg(long, value_name = "FILE", env = "ROLLOUT_CONTROLLER_METRICS")]
     metrics: Option<PathBuf>,
+    /// Store the ManifestWorkReplicaSet and its ManifestWorkReplicaSetRollout
+    /// in a simulated API server that prunes them against the CRDs in DIR
+    /// (such as deploy/crds/ocm: OCM's own fields only), and read them back
+    /// each step, as on a real hub.
+    #[arg(long, value_name = "DIR", env = "ROLLOUT_CONTROLLER_CRDS")]
+    crds: Option<PathBuf>,
+    /// With --crds: write the plugin and the abort on the
+    /// ManifestWorkReplicaSet itself (the design's API) instead of its
+    /// ManifestWorkReplicaSetRollout.
+    #[arg(long, requires = "crds", env = "ROLLOUT_CONTROLLER_DESIGN_API")]
+    design_api: bool,
 }
 
 impl SimulateArgs {
     /// The simulation these flags describe.
-    fn config(&self) -> Result<sim::Config, sim::ConfigError> {
-        let strategy = sim::StrategyFlags {
+    fn config(&self) -> anyhow::Result<sim::Config> {
+        let flags = sim::StrategyFlags {
             kind: self.strategy.clone(),
             max_concurrency: self.max_concurrency.clone(),
             max_failures: self.max_failures.clone(),
@@ -376,9 +387,20 @@ impl SimulateArgs {
             plugin: self.plugin.clone(),
             plugin_config: self.plugin_config.clone(),
             abort_on_failure: self.abort_on_failure,
+        };
+        let mut config = sim::Config::new(self.clusters, flags.strategy()?);
+        if let Some(dir) = &self.crds {
+            let crds = api::prune::Schemas::from_dir(dir)?;
+            config.api = Some(sim::api::ApiConfig {
+                schemas: std::sync::Arc::new(sim::api::ApiConfig::schemas(crds)),
+                strategy: flags.raw()?,
+                shape: if self.design_api {
+                    sim::api::ObjectsShape::DesignApi
+                } else {
+                    sim::api::ObjectsShape::Carrier
+                },
+            });
         }
-        .strategy()?;
-        let mut config = sim::Config::new(self.clusters, strategy);
         config.groups = self.groups;
         config.fail = self.fail.iter().cloned().collect();
         config.apply_latency = self.apply_latency;
@@ -452,7 +474,7 @@ fn simulate_command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
     let config = match args.config() {
         Ok(config) => config,
         Err(err) => {
-            eprintln!("rollout-controller simulate: {err}");
+            eprintln!("rollout-controller simulate: {err:#}");
             return Ok(ExitCode::from(EXIT_BAD_INPUT));
         }
     };

@@ -14,7 +14,10 @@ use http::Method;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::Event;
-use rollout_controller::api::{ManifestWork, ManifestWorkReplicaSet, Placement, PlacementDecision};
+use rollout_controller::api::{
+    ManifestWork, ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout, Placement,
+    PlacementDecision,
+};
 use rollout_controller::orchestrate::work_name;
 use rollout_controller::reconcile::reconcile;
 use serde_json::{Value, json};
@@ -37,14 +40,19 @@ async fn a_reconcile_over_synced_stores_reads_nothing_from_the_api() {
     let name = work_name(NS, MWRS, PLACEMENT);
     let clusters = ["cluster1", "cluster2", "cluster3"];
     let obj = mwrs(v2, json!({"type": "All"}), Value::Null);
-    // Only writes: the revision, the three works, the status.
-    let (client, server) = api_server(vec![
-        Expect::echo(Method::POST, revisions_path()),
-        Expect::echo(Method::PATCH, work_path("cluster1", &name)),
-        Expect::echo(Method::PATCH, work_path("cluster2", &name)),
-        Expect::echo(Method::PATCH, work_path("cluster3", &name)),
-        Expect::status(&obj),
-    ]);
+    // Only writes: the revision, the three works, the status (the carrier's,
+    // outside the script, and the MWRS's).
+    let hub = Hub::ocm().with_carrier(json!([{"name": PLACEMENT}]), Value::Null);
+    let (client, server) = api_server_on(
+        hub.clone(),
+        vec![
+            Expect::echo(Method::POST, revisions_path()),
+            Expect::echo(Method::PATCH, work_path("cluster1", &name)),
+            Expect::echo(Method::PATCH, work_path("cluster2", &name)),
+            Expect::echo(Method::PATCH, work_path("cluster3", &name)),
+            Expect::status(&obj),
+        ],
+    );
     let ctx = context(client, &format!("http://{}", closed_port().await));
     let mut writers = ctx.take_store_writers().expect("the writers, once");
     assert!(ctx.take_store_writers().is_none());
@@ -53,6 +61,7 @@ async fn a_reconcile_over_synced_stores_reads_nothing_from_the_api() {
     let decisions = decisions(&clusters)["items"].as_array().unwrap().clone();
     listed::<PlacementDecision>(&mut writers.decisions, decisions);
     listed::<ControllerRevision>(&mut writers.revisions, vec![]);
+    listed::<ManifestWorkReplicaSetRollout>(&mut writers.carriers, vec![hub.carrier().unwrap()]);
 
     let object: Arc<ManifestWorkReplicaSet> = Arc::new(serde_json::from_value(obj).unwrap());
     reconcile(object, ctx.clone()).await.expect("reconciled");
@@ -62,5 +71,14 @@ async fn a_reconcile_over_synced_stores_reads_nothing_from_the_api() {
     assert!(
         requests.iter().all(|r| r.method != Method::GET),
         "{requests:#?}"
+    );
+    let carrier_requests = hub.carrier_requests.lock().unwrap().clone();
+    assert_eq!(
+        carrier_requests
+            .iter()
+            .map(|r| (r.method.clone(), r.path.ends_with("/status")))
+            .collect::<Vec<_>>(),
+        [(Method::PATCH, true)],
+        "the carrier is read from its store: {carrier_requests:#?}"
     );
 }

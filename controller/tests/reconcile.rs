@@ -110,23 +110,29 @@ async fn a_progressive_rollout_issues_writes_and_hook_calls_in_order() {
     let v2 = template("v2");
     let hash = hash_of(&v2);
     let name = work_name(NS, MWRS, PLACEMENT);
-    let strategy = json!({"type": "Progressive", "plugin": "canary",
-                          "pluginConfig": {"weights": [5, 50, 100]},
-                          "progressive": {"maxConcurrency": 2}});
+    // On a hub with OCM's CRDs the plugin lives in the carrier.
+    let strategy = json!({"type": "Progressive", "progressive": {"maxConcurrency": 2}});
+    let hub = Hub::ocm().with_carrier(
+        json!([{"name": PLACEMENT, "plugin": "canary", "pluginConfig": {"weights": [5, 50, 100]}}]),
+        Value::Null,
+    );
     let clusters = ["cluster1", "cluster2", "cluster3"];
 
     // Step 1: nothing exists yet.
     let obj = mwrs(v2.clone(), strategy.clone(), Value::Null);
-    let (client, server) = api_server(vec![
-        Expect::ok(Method::GET, works_path(), works(vec![])),
-        Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
-        Expect::echo(Method::POST, revisions_path()),
-        Expect::ok(Method::GET, placement_path(), placement()),
-        Expect::ok(Method::GET, decisions_path(), decisions(&clusters)),
-        Expect::echo(Method::PATCH, work_path("cluster1", &name)),
-        Expect::echo(Method::PATCH, work_path("cluster2", &name)),
-        Expect::status(&obj),
-    ]);
+    let (client, server) = api_server_on(
+        hub.clone(),
+        vec![
+            Expect::ok(Method::GET, works_path(), works(vec![])),
+            Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
+            Expect::echo(Method::POST, revisions_path()),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            Expect::ok(Method::GET, decisions_path(), decisions(&clusters)),
+            Expect::echo(Method::PATCH, work_path("cluster1", &name)),
+            Expect::echo(Method::PATCH, work_path("cluster2", &name)),
+            Expect::status(&obj),
+        ],
+    );
     let ctx = context(client, &gw.url);
     let action = reconcile(object(obj), ctx.clone())
         .await
@@ -266,11 +272,18 @@ async fn a_progressive_rollout_issues_writes_and_hook_calls_in_order() {
         condition(status, "Progressing")["reason"],
         "NewRevisionCreated"
     );
-    assert_eq!(status["updateRevision"], json!(hash));
-    assert!(status.get("currentRevision").is_none());
     assert_eq!(status["summary"]["desiredTotal"], 3);
     assert_eq!(status["summary"]["total"], 2);
-    assert_eq!(status["placementSummary"][0]["clusterCounts"]["toApply"], 3);
+    // The status additions went to the carrier, OCM's fields only to the MWRS.
+    for addition in ["updateRevision", "currentRevision", "abortedTime"] {
+        assert!(status.get(addition).is_none(), "{addition} in {status:#}");
+    }
+    assert!(status["placementSummary"][0].get("clusterCounts").is_none());
+    let details = hub.carrier().unwrap()["status"].clone();
+    assert_eq!(details["updateRevision"], json!(hash));
+    assert!(details.get("currentRevision").is_none());
+    assert_eq!(details["observedGeneration"], json!(1));
+    assert_eq!(details["placements"][0]["clusterCounts"]["toApply"], 3);
 
     // Step 2: the agent finished both works; the plugin passes cluster1
     // and is still soaking cluster2; cluster3 starts.
@@ -292,24 +305,27 @@ async fn a_progressive_rollout_issues_writes_and_hook_calls_in_order() {
     let mut stored_revision = revision.clone();
     stored_revision["metadata"]["resourceVersion"] = json!("3");
     let obj = mwrs(v2.clone(), strategy, status.clone());
-    let (client, server) = api_server(vec![
-        Expect::ok(Method::GET, works_path(), works(vec![w1.clone(), w2])),
-        Expect::ok(
-            Method::GET,
-            revisions_path(),
-            revisions(vec![stored_revision]),
-        ),
-        Expect::ok(Method::GET, placement_path(), placement()),
-        Expect::ok(Method::GET, decisions_path(), decisions(&clusters)),
-        Expect::new(Method::PATCH, work_path("cluster1", &name), move |patch| {
-            for (k, v) in patch["metadata"]["annotations"].as_object().unwrap() {
-                annotated["metadata"]["annotations"][k] = v.clone();
-            }
-            (http::StatusCode::OK, annotated)
-        }),
-        Expect::echo(Method::PATCH, work_path("cluster3", &name)),
-        Expect::status(&obj),
-    ]);
+    let (client, server) = api_server_on(
+        hub.clone(),
+        vec![
+            Expect::ok(Method::GET, works_path(), works(vec![w1.clone(), w2])),
+            Expect::ok(
+                Method::GET,
+                revisions_path(),
+                revisions(vec![stored_revision]),
+            ),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            Expect::ok(Method::GET, decisions_path(), decisions(&clusters)),
+            Expect::new(Method::PATCH, work_path("cluster1", &name), move |patch| {
+                for (k, v) in patch["metadata"]["annotations"].as_object().unwrap() {
+                    annotated["metadata"]["annotations"][k] = v.clone();
+                }
+                (http::StatusCode::OK, annotated)
+            }),
+            Expect::echo(Method::PATCH, work_path("cluster3", &name)),
+            Expect::status(&obj),
+        ],
+    );
     let ctx = context(client, &gw.url);
     let action = reconcile(object(obj), ctx.clone())
         .await
@@ -380,7 +396,8 @@ async fn a_progressive_rollout_issues_writes_and_hook_calls_in_order() {
         "30"
     );
     let status = &step2[6].body["status"];
-    let summary = &status["placementSummary"][0];
+    let details = hub.carrier().unwrap()["status"].clone();
+    let summary = &details["placements"][0];
     assert_eq!(summary["clusterCounts"]["succeeded"], 1);
     assert_eq!(summary["clusterCounts"]["validating"], 1);
     assert_eq!(summary["clusterCounts"]["toApply"], 1);
@@ -409,8 +426,13 @@ async fn a_failed_validation_aborts_and_rolls_back_with_aborting_calls() {
     let (v1, v2) = (template("v1"), template("v2"));
     let (r1, r2) = (hash_of(&v1), hash_of(&v2));
     let name = work_name(NS, MWRS, PLACEMENT);
-    let strategy = json!({"type": "Progressive", "plugin": "canary", "abortOnFailure": true,
-                          "progressive": {"maxConcurrency": 1}});
+    let strategy = json!({"type": "Progressive", "progressive": {"maxConcurrency": 1}});
+    // The plugin, the abort and the revisions in the carrier, as on a hub with
+    // OCM's CRDs.
+    let hub = Hub::ocm().with_carrier(
+        json!([{"name": PLACEMENT, "plugin": "canary", "abortOnFailure": true}]),
+        json!({"currentRevision": r1, "updateRevision": r2}),
+    );
     // cluster1 got v2 and finished progressing; cluster2 still runs v1,
     // validated.
     let w1 = stored_work(
@@ -428,36 +450,35 @@ async fn a_failed_validation_aborts_and_rolls_back_with_aborting_calls() {
         json!({"conditions": conditions(1, "False", "2024-12-01T00:00:00Z")}),
     );
     let mut failed = w1.clone();
-    let obj = mwrs(
-        v2.clone(),
-        strategy,
-        json!({"currentRevision": r1, "updateRevision": r2}),
+    let obj = mwrs(v2.clone(), strategy, Value::Null);
+    let (client, server) = api_server_on(
+        hub.clone(),
+        vec![
+            Expect::ok(Method::GET, works_path(), works(vec![w1, w2])),
+            Expect::ok(
+                Method::GET,
+                revisions_path(),
+                revisions(vec![
+                    controller_revision(&v1, 1),
+                    controller_revision(&v2, 2),
+                ]),
+            ),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            Expect::ok(
+                Method::GET,
+                decisions_path(),
+                decisions(&["cluster1", "cluster2"]),
+            ),
+            Expect::new(Method::PATCH, work_path("cluster1", &name), move |patch| {
+                for (k, v) in patch["metadata"]["annotations"].as_object().unwrap() {
+                    failed["metadata"]["annotations"][k] = v.clone();
+                }
+                (http::StatusCode::OK, failed)
+            }),
+            Expect::echo(Method::PATCH, work_path("cluster1", &name)),
+            Expect::status(&obj),
+        ],
     );
-    let (client, server) = api_server(vec![
-        Expect::ok(Method::GET, works_path(), works(vec![w1, w2])),
-        Expect::ok(
-            Method::GET,
-            revisions_path(),
-            revisions(vec![
-                controller_revision(&v1, 1),
-                controller_revision(&v2, 2),
-            ]),
-        ),
-        Expect::ok(Method::GET, placement_path(), placement()),
-        Expect::ok(
-            Method::GET,
-            decisions_path(),
-            decisions(&["cluster1", "cluster2"]),
-        ),
-        Expect::new(Method::PATCH, work_path("cluster1", &name), move |patch| {
-            for (k, v) in patch["metadata"]["annotations"].as_object().unwrap() {
-                failed["metadata"]["annotations"][k] = v.clone();
-            }
-            (http::StatusCode::OK, failed)
-        }),
-        Expect::echo(Method::PATCH, work_path("cluster1", &name)),
-        Expect::status(&obj),
-    ]);
     let ctx = context(client, &gw.url);
     reconcile(object(obj), ctx.clone())
         .await
@@ -517,9 +538,18 @@ async fn a_failed_validation_aborts_and_rolls_back_with_aborting_calls() {
         "true"
     );
     let status = &recorded[6].body["status"];
-    assert!(status["abortedTime"].is_string(), "{status:#}");
-    assert_eq!(status["currentRevision"], json!(r1));
-    assert_eq!(status["updateRevision"], json!(r2));
+    let details = hub.carrier().unwrap()["status"].clone();
+    assert!(details["abortedTime"].is_string(), "{details:#}");
+    assert_eq!(details["currentRevision"], json!(r1));
+    assert_eq!(details["updateRevision"], json!(r2));
+    assert_eq!(
+        details["placements"][0]["clusters"][0]["clusterName"],
+        "cluster1"
+    );
+    assert_eq!(
+        details["placements"][0]["clusters"][0]["message"],
+        "smoke test failed"
+    );
     let progressing = condition(status, "Progressing");
     assert_eq!(
         (
@@ -546,24 +576,24 @@ async fn a_failed_validation_aborts_and_rolls_back_with_aborting_calls() {
 async fn an_unreachable_plugin_fails_plugin_loaded_and_applies_nothing() {
     let gone = closed_port().await;
     let gw = gateway(&[("gone", gone)]).await;
-    let obj = mwrs(
-        template("v1"),
-        json!({"type": "All", "plugin": "gone"}),
-        Value::Null,
+    let obj = mwrs(template("v1"), json!({"type": "All"}), Value::Null);
+    let hub = Hub::ocm().with_carrier(json!([{"name": PLACEMENT, "plugin": "gone"}]), Value::Null);
+    let (client, server) = api_server_on(
+        hub.clone(),
+        vec![
+            Expect::ok(Method::GET, works_path(), works(vec![])),
+            Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
+            Expect::echo(Method::POST, revisions_path()),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            Expect::ok(
+                Method::GET,
+                decisions_path(),
+                decisions(&["cluster1", "cluster2"]),
+            ),
+            // No ManifestWork write: only the status.
+            Expect::status(&obj),
+        ],
     );
-    let (client, server) = api_server(vec![
-        Expect::ok(Method::GET, works_path(), works(vec![])),
-        Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
-        Expect::echo(Method::POST, revisions_path()),
-        Expect::ok(Method::GET, placement_path(), placement()),
-        Expect::ok(
-            Method::GET,
-            decisions_path(),
-            decisions(&["cluster1", "cluster2"]),
-        ),
-        // No ManifestWork write: only the status.
-        Expect::status(&obj),
-    ]);
     let ctx = context(client, &gw.url);
     let action = reconcile(object(obj), ctx.clone())
         .await
@@ -590,7 +620,8 @@ async fn an_unreachable_plugin_fails_plugin_loaded_and_applies_nothing() {
         "{message}"
     );
     assert_eq!(status["summary"]["total"], 0);
-    assert_eq!(status["placementSummary"][0]["clusterCounts"]["toApply"], 2);
+    let details = hub.carrier().unwrap()["status"].clone();
+    assert_eq!(details["placements"][0]["clusterCounts"]["toApply"], 2);
     gw.running.shutdown().await;
 }
 
@@ -611,28 +642,31 @@ async fn a_removed_clusters_work_is_deleted() {
         )
     };
     let gone = finished("cluster2");
-    let obj = mwrs(
-        v1.clone(),
-        json!({"type": "All", "plugin": "canary"}),
+    let obj = mwrs(v1.clone(), json!({"type": "All"}), Value::Null);
+    let hub = Hub::ocm().with_carrier(
+        json!([{"name": PLACEMENT, "plugin": "canary"}]),
         json!({"currentRevision": r1, "updateRevision": r1}),
     );
-    let (client, server) = api_server(vec![
-        Expect::ok(
-            Method::GET,
-            works_path(),
-            works(vec![finished("cluster1"), gone.clone()]),
-        ),
-        Expect::ok(
-            Method::GET,
-            revisions_path(),
-            revisions(vec![controller_revision(&v1, 1)]),
-        ),
-        Expect::ok(Method::GET, placement_path(), placement()),
-        // cluster2 left the placement.
-        Expect::ok(Method::GET, decisions_path(), decisions(&["cluster1"])),
-        Expect::ok(Method::DELETE, work_path("cluster2", &name), gone),
-        Expect::status(&obj),
-    ]);
+    let (client, server) = api_server_on(
+        hub,
+        vec![
+            Expect::ok(
+                Method::GET,
+                works_path(),
+                works(vec![finished("cluster1"), gone.clone()]),
+            ),
+            Expect::ok(
+                Method::GET,
+                revisions_path(),
+                revisions(vec![controller_revision(&v1, 1)]),
+            ),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            // cluster2 left the placement.
+            Expect::ok(Method::GET, decisions_path(), decisions(&["cluster1"])),
+            Expect::ok(Method::DELETE, work_path("cluster2", &name), gone),
+            Expect::status(&obj),
+        ],
+    );
     let ctx = context(client, &gw.url);
     reconcile(object(obj), ctx.clone())
         .await
@@ -835,21 +869,24 @@ async fn a_plugin_config_above_the_limit_is_refused_naming_the_limit() {
     let v1 = template("v1");
     let w1 = stored_work("cluster1", &v1, 1, json!({}), Value::Null);
     let big = "x".repeat(70_000);
-    let obj = mwrs(
-        v1.clone(),
-        json!({"type": "All", "plugin": "canary", "pluginConfig": {"blob": big}}),
+    let obj = mwrs(v1.clone(), json!({"type": "All"}), Value::Null);
+    let hub = Hub::ocm().with_carrier(
+        json!([{"name": PLACEMENT, "plugin": "canary", "pluginConfig": {"blob": big}}]),
         Value::Null,
     );
     // No placement read, no plugin call, no work written: only the status.
-    let (client, server) = api_server(vec![
-        Expect::ok(Method::GET, works_path(), works(vec![w1])),
-        Expect::ok(
-            Method::GET,
-            revisions_path(),
-            revisions(vec![controller_revision(&v1, 1)]),
-        ),
-        Expect::status(&obj),
-    ]);
+    let (client, server) = api_server_on(
+        hub,
+        vec![
+            Expect::ok(Method::GET, works_path(), works(vec![w1])),
+            Expect::ok(
+                Method::GET,
+                revisions_path(),
+                revisions(vec![controller_revision(&v1, 1)]),
+            ),
+            Expect::status(&obj),
+        ],
+    );
     let ctx = context(client, "http://127.0.0.1:1");
     reconcile(object(obj), ctx.clone())
         .await
@@ -910,11 +947,8 @@ async fn an_unreachable_plugin_is_one_event_not_one_per_reconcile() {
 
     let gone = closed_port().await;
     let gw = gateway(&[("gone", gone)]).await;
-    let mut obj = mwrs(
-        template("v1"),
-        json!({"type": "All", "plugin": "gone"}),
-        Value::Null,
-    );
+    let mut obj = mwrs(template("v1"), json!({"type": "All"}), Value::Null);
+    let hub = Hub::ocm().with_carrier(json!([{"name": PLACEMENT, "plugin": "gone"}]), Value::Null);
     let events_path = "/apis/events.k8s.io/v1/namespaces/default/events";
     // The Events go through their own client; exactly one is written.
     let (events_client, events_server) = api_server(vec![Expect::echo(Method::POST, events_path)]);
@@ -934,7 +968,7 @@ async fn an_unreachable_plugin_is_one_event_not_one_per_reconcile() {
         if round == 0 {
             script.push(Expect::status(&obj));
         }
-        let (client, server) = api_server(script);
+        let (client, server) = api_server_on(hub.clone(), script);
         let ctx = Arc::try_unwrap(context(client, &gw.url))
             .unwrap()
             .with_events(events.clone());
@@ -963,4 +997,120 @@ async fn an_unreachable_plugin_is_one_event_not_one_per_reconcile() {
         "{event}"
     );
     gw.running.shutdown().await;
+}
+
+/// A hub whose ManifestWorkReplicaSet CRD has the design's fields: the
+/// plugin is read from the MWRS alone; the controller creates the carrier
+/// (owned by the MWRS) to keep its status additions in.
+#[tokio::test]
+async fn a_hub_with_the_design_crd_works_from_the_mwrs_alone() {
+    let (plugin, addr) = plugin().await;
+    let gw = gateway(&[("canary", addr)]).await;
+    let v1 = template("v1");
+    let name = work_name(NS, MWRS, PLACEMENT);
+    let hub = Hub::design();
+    let obj = hub.stored(design_mwrs(
+        v1.clone(),
+        json!({"type": "All", "plugin": "canary", "pluginConfig": {"weights": [100]}}),
+        Value::Null,
+    ));
+    assert_eq!(
+        obj["spec"]["placementRefs"][0]["rolloutStrategy"]["plugin"],
+        "canary"
+    );
+    let (client, server) = api_server_on(
+        hub.clone(),
+        vec![
+            Expect::ok(Method::GET, works_path(), works(vec![])),
+            Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
+            Expect::echo(Method::POST, revisions_path()),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            Expect::ok(Method::GET, decisions_path(), decisions(&["cluster1"])),
+            Expect::echo(Method::PATCH, work_path("cluster1", &name)),
+            Expect::status(&obj),
+        ],
+    );
+    let ctx = context(client, &gw.url);
+    reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    assert_eq!(
+        plugin.calls(),
+        [
+            call(Initialize, ""),
+            call(Progress, ""),
+            call(Begin, "cluster1"),
+            call(Mutate, "cluster1")
+        ]
+    );
+    assert_eq!(
+        plugin.requests(Begin)[0].plugin_config_json,
+        r#"{"weights":[100]}"#
+    );
+    assert_eq!(
+        recorded[5].body["metadata"]["annotations"]["canary/weight"],
+        "10"
+    );
+    // The carrier was created empty, owned by the MWRS, and holds the revisions.
+    let carrier = hub.carrier().expect("created");
+    assert_eq!(carrier["spec"], json!({}));
+    assert_eq!(
+        carrier["metadata"]["ownerReferences"][0]["uid"],
+        json!("mwrs-uid")
+    );
+    assert_eq!(carrier["status"]["updateRevision"], json!(hash_of(&v1)));
+    let methods: Vec<Method> = hub
+        .carrier_requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.method.clone())
+        .collect();
+    assert_eq!(methods, [Method::GET, Method::POST, Method::PATCH]);
+    gw.running.shutdown().await;
+}
+
+/// The statuses read back are the pruned ones: a reconcile that changes
+/// nothing writes neither status again (no write loop on fields OCM's
+/// schema drops).
+#[tokio::test]
+async fn an_unchanged_rollout_writes_no_status_again_under_pruning() {
+    let v1 = template("v1");
+    let hub = Hub::ocm().with_carrier(json!([{"name": PLACEMENT}]), Value::Null);
+    let mut obj = mwrs(v1.clone(), json!({"type": "All"}), Value::Null);
+    for round in 0..2 {
+        let mut script = vec![
+            Expect::ok(Method::GET, works_path(), works(vec![])),
+            Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
+            Expect::echo(Method::POST, revisions_path()),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            Expect::ok(Method::GET, decisions_path(), decisions(&[])),
+        ];
+        if round == 0 {
+            script.push(Expect::status(&obj));
+        }
+        let (client, server) = api_server_on(hub.clone(), script);
+        let ctx = context(client, "http://127.0.0.1:1");
+        reconcile(object(obj.clone()), ctx.clone())
+            .await
+            .expect("reconciled");
+        drop(ctx);
+        let recorded = server.await.unwrap();
+        if round == 0 {
+            // What the API server stores and the next reconcile reads.
+            let mut stored = obj.clone();
+            stored["status"] = recorded[5].body["status"].clone();
+            obj = hub.stored(stored);
+        }
+    }
+    let patches = hub
+        .carrier_requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.method == Method::PATCH)
+        .count();
+    assert_eq!(patches, 1, "the carrier's status is written once");
 }

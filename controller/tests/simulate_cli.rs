@@ -282,3 +282,104 @@ fn metrics_are_written_to_a_file() {
         0.0
     );
 }
+
+fn crds(dir: &str) -> String {
+    format!("{}/../deploy/crds/{dir}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `--crds deploy/crds/ocm`: the objects are stored as OCM's own CRDs keep
+/// them; the abort still rolls back (its revisions live in the
+/// ManifestWorkReplicaSetRollout) and the stored status names the failed
+/// cluster, step by step and at the end.
+#[test]
+fn with_ocm_crds_the_abort_rolls_back_and_the_stored_status_names_the_failed_cluster() {
+    let dir = crds("ocm");
+    let args = [
+        "--clusters",
+        "6",
+        "--strategy",
+        "Progressive",
+        "--max-concurrency",
+        "2",
+        "--abort-on-failure",
+        "--fail",
+        "cluster-003",
+        "--crds",
+        dir.as_str(),
+    ];
+    let mut json = args.to_vec();
+    json.push("--json");
+    let (steps, summary) = json_lines(&simulate(&json));
+    assert_eq!(summary["result"], "Aborted");
+    assert_eq!(summary["abort"]["action"], "RollBack");
+    let abort = steps
+        .iter()
+        .position(|s| {
+            s["events"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|e| e["type"] == "abort"))
+        })
+        .expect("an abort step");
+    assert_eq!(
+        steps[abort]["statusClusters"][0]["clusterName"],
+        "cluster-003"
+    );
+    assert_eq!(steps[abort]["statusClusters"][0]["rolloutStatus"], "Failed");
+    let status = &summary["rolloutStatus"];
+    assert!(status["abortedTime"].is_string(), "{status:#}");
+    assert_eq!(status["currentRevision"], summary["previousRevision"]);
+    assert_eq!(
+        status["placements"][0]["abortFailures"][0]["clusterName"],
+        "cluster-003"
+    );
+    assert!(summary.get("apiWarnings").is_none(), "{summary:#}");
+
+    let output = simulate(&args);
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("status: cluster-003 Failed on "), "{text}");
+    assert!(
+        text.contains("cluster-003 Failed (aborted the rollout)"),
+        "{text}"
+    );
+}
+
+/// The design's fields written on the ManifestWorkReplicaSet itself are
+/// dropped by OCM's CRD, and the simulated API server says so.
+#[test]
+fn with_ocm_crds_the_design_api_is_pruned_with_a_warning() {
+    let dir = crds("ocm");
+    let output = simulate(&[
+        "--clusters",
+        "3",
+        "--abort-on-failure",
+        "--crds",
+        dir.as_str(),
+        "--design-api",
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains(
+            "warning     the API server: ManifestWorkReplicaSet web: unknown field \"spec.placementRefs[0].rolloutStrategy.abortOnFailure\" dropped"
+        ),
+        "{text}"
+    );
+}
+
+/// A directory without the ManifestWorkReplicaSet CRD: the simulated API
+/// server refuses the object, naming the kind and the fix.
+#[test]
+fn crds_without_the_mwrs_crd_are_refused() {
+    let dir = crds("");
+    let output = simulate(&["--clusters", "3", "--crds", dir.as_str()]);
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr
+            .contains("serve no ManifestWorkReplicaSet (work.open-cluster-management.io/v1alpha1)"),
+        "{stderr}"
+    );
+    let missing = simulate(&["--clusters", "3", "--crds", "/nonexistent-crds"]);
+    assert_eq!(missing.status.code(), Some(2), "{missing:?}");
+}

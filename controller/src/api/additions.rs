@@ -36,6 +36,7 @@ pub const ADDITIONS: &[(&str, &[&str])] = &[
             "status.placementSummary[].clusterCounts",
             "status.placementSummary[].clusters",
             "status.placementSummary[].omittedClusters",
+            "status.placementSummary[].abortFailures",
         ],
     ),
     (

@@ -273,6 +273,10 @@ pub struct PlacementSummary {
     /// Clusters left out of `clusters` to keep the status small.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted_clusters: i32,
+    /// The failed and timed-out clusters that aborted the rollout, with
+    /// why; kept while the abort lasts (`abortedTime` set).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub abort_failures: Vec<ClusterRolloutSummary>,
 }
 
 fn is_zero(n: &i32) -> bool {

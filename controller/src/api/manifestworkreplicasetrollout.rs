@@ -151,6 +151,10 @@ pub struct PlacementRolloutStatus {
     /// Clusters left out of `clusters` to keep the status small.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub omitted_clusters: i32,
+    /// The failed and timed-out clusters that aborted the rollout, with
+    /// why; kept while the abort lasts (`abortedTime` set).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub abort_failures: Vec<ClusterRolloutSummary>,
 }
 
 fn is_zero(n: &i32) -> bool {
@@ -229,6 +233,7 @@ fn merge_status(
             summary.cluster_counts = placement.cluster_counts;
             summary.clusters.clone_from(&placement.clusters);
             summary.omitted_clusters = placement.omitted_clusters;
+            summary.abort_failures.clone_from(&placement.abort_failures);
         }
     }
 }
@@ -260,6 +265,7 @@ fn placement_status(summary: &PlacementSummary) -> PlacementRolloutStatus {
         cluster_counts: summary.cluster_counts,
         clusters: summary.clusters.clone(),
         omitted_clusters: summary.omitted_clusters,
+        abort_failures: summary.abort_failures.clone(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Where a reconcile reads: kube-runtime reflector stores of the
-//! ManifestWorks (by the owner label), Placements, PlacementDecisions and
-//! ControllerRevisions, fed by watches [`spawn_reflectors`] runs next to the
+//! ManifestWorks (by the owner label), Placements, PlacementDecisions,
+//! ControllerRevisions and ManifestWorkReplicaSetRollouts, fed by watches [`spawn_reflectors`] runs next to the
 //! controller's. Once every store has listed ([`Stores::synced`]), a
 //! reconcile reads nothing from the API server; until then (and in a
 //! [`Context`](super::Context) nobody started the watches for) it reads
@@ -19,7 +19,9 @@ use tokio::task::JoinHandle;
 
 use super::{Error, KubeWorld};
 use crate::api::labels::{MWRS_OWNER_LABEL, PLACEMENT_LABEL};
-use crate::api::{ManifestWork, Placement, PlacementDecision, decision_groups};
+use crate::api::{
+    ManifestWork, ManifestWorkReplicaSetRollout, Placement, PlacementDecision, decision_groups,
+};
 use crate::orchestrate::World;
 use crate::rollout::ClusterGroup;
 
@@ -34,6 +36,8 @@ pub struct Stores {
     pub decisions: Store<PlacementDecision>,
     /// ControllerRevisions with the owner label, in every namespace.
     pub revisions: Store<ControllerRevision>,
+    /// ManifestWorkReplicaSetRollouts, in every namespace.
+    pub carriers: Store<ManifestWorkReplicaSetRollout>,
 }
 
 /// The writing halves of [`Stores`], for whoever runs the watches (or a
@@ -47,6 +51,8 @@ pub struct StoreWriters {
     pub decisions: Writer<PlacementDecision>,
     /// Of [`Stores::revisions`].
     pub revisions: Writer<ControllerRevision>,
+    /// Of [`Stores::carriers`].
+    pub carriers: Writer<ManifestWorkReplicaSetRollout>,
 }
 
 /// Empty stores and their writers.
@@ -55,18 +61,21 @@ pub fn stores() -> (Stores, StoreWriters) {
     let (placements, placements_writer) = reflector::store();
     let (decisions, decisions_writer) = reflector::store();
     let (revisions, revisions_writer) = reflector::store();
+    let (carriers, carriers_writer) = reflector::store();
     (
         Stores {
             works,
             placements,
             decisions,
             revisions,
+            carriers,
         },
         StoreWriters {
             works: works_writer,
             placements: placements_writer,
             decisions: decisions_writer,
             revisions: revisions_writer,
+            carriers: carriers_writer,
         },
     )
 }
@@ -90,6 +99,7 @@ impl Stores {
             && ready(&self.placements)
             && ready(&self.decisions)
             && ready(&self.revisions)
+            && ready(&self.carriers)
     }
 }
 
@@ -144,6 +154,11 @@ pub fn spawn_reflectors(client: &Client, writers: StoreWriters) -> Vec<JoinHandl
             Api::all(client.clone()),
             labelled(MWRS_OWNER_LABEL),
             writers.revisions,
+        ),
+        feed(
+            Api::all(client.clone()),
+            watcher::Config::default().any_semantic(),
+            writers.carriers,
         ),
     ]
 }
@@ -212,6 +227,27 @@ impl Reads<'_> {
                     .await
                     .map(|list| list.items.into_iter().map(Arc::new).collect())
                     .map_err(|source| Error::kube("listing ControllerRevisions", source))
+            }
+        }
+    }
+
+    /// The ManifestWorkReplicaSetRollout `namespace/name`, if it exists.
+    pub(super) async fn carrier(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<ManifestWorkReplicaSetRollout>, Error> {
+        match self.stores {
+            Some(stores) => {
+                let key = reflector::ObjectRef::new(name).within(namespace);
+                Ok(stores.carriers.get(&key).map(|c| c.as_ref().clone()))
+            }
+            None => {
+                let api: Api<ManifestWorkReplicaSetRollout> =
+                    Api::namespaced(self.client.clone(), namespace);
+                api.get_opt(name).await.map_err(|source| {
+                    Error::kube("reading the ManifestWorkReplicaSetRollout", source)
+                })
             }
         }
     }

@@ -8,7 +8,11 @@
 //! 1. **finalize**: when it is being deleted, delete every ManifestWork it
 //!    owns; with `cascadeDeletionPolicy: Foreground` keep the finalizer
 //!    until they are all gone, then remove it;
-//! 2. **add finalizer** if missing;
+//! 2. **add finalizer** if missing; then **bind**: read the
+//!    ManifestWorkReplicaSetRollout of the same namespace and name (created
+//!    empty when missing) and complete the ManifestWorkReplicaSet's design
+//!    fields and status from it
+//!    ([`crate::api::manifestworkreplicasetrollout::bind`]);
 //! 3. **revisions**: record the template's revision in a ControllerRevision
 //!    and prune the history ([`revisions::sync`]);
 //! 4. **PluginLoaded**: `Initialize` through the gateway for each plugin the
@@ -18,11 +22,15 @@
 //!    decisions (missing: PlacementVerified False
 //!    `PlacementDecisionNotFound`), then the shared orchestration
 //!    ([`orchestrate::deploy`]) with the Kubernetes [`KubeWorld`];
-//! 6. **status**, patched once at the end (server-side apply on the status
-//!    subresource; skipped when unchanged), built by [`status::build`];
+//! 6. **status**, built by [`status::build`] and patched once at the end
+//!    (server-side apply on the status subresource; skipped when
+//!    unchanged): OCM's fields on the ManifestWorkReplicaSet, the rest
+//!    (revisions, abort, per-cluster details) on its
+//!    ManifestWorkReplicaSetRollout;
 //! 7. requeue after the soonest recheck, capped at 30 minutes.
 
 pub mod cache;
+pub(crate) mod carrier;
 pub mod plugins;
 pub mod revisions;
 pub mod status;
@@ -48,7 +56,8 @@ use tracing::Instrument;
 use crate::api::annotations::OWNER_ANNOTATION;
 use crate::api::labels::{MANIFEST_WORK_CLEANUP_FINALIZER, MWRS_OWNER_LABEL, PLACEMENT_LABEL};
 use crate::api::{
-    CascadeDeletionPolicy, ManifestWork, ManifestWorkReplicaSet, Placement, PlacementDecision,
+    CascadeDeletionPolicy, ManifestWork, ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout,
+    Placement, PlacementDecision, manifestworkreplicasetrollout,
 };
 use crate::events::{self, Events};
 use crate::health::Readiness;
@@ -330,6 +339,14 @@ async fn reconcile_traced(
         Arc::new(patch_finalizers(&api, &mwrs, finalizers, "adding the finalizer").await?)
     };
 
+    // The MWRS as read: its own fields, completed from its carrier.
+    let bound_to = carrier::ensure(&reads, &mwrs).await?;
+    let stored = mwrs;
+    let mwrs = Arc::new(manifestworkreplicasetrollout::bind(
+        &stored,
+        Some(&bound_to),
+    ));
+
     let works = reads.works(&owner_label).await?;
     let listed = reads.revisions(&namespace, &owner_label).await?;
     let synced = revisions::sync(&ctx.client, &mwrs, &owner_label, &works, &listed).await?;
@@ -478,20 +495,7 @@ async fn reconcile_traced(
         origin: synced.plan.origin,
         owner_hashed: hashed.as_ref(),
     });
-    if mwrs.status.as_ref() != Some(&new_status) {
-        let patch = json!({
-            "apiVersion": ManifestWorkReplicaSet::api_version(&()),
-            "kind": ManifestWorkReplicaSet::kind(&()),
-            "status": new_status,
-        });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(|source| Error::kube("patching the status", source))?;
-    }
+    carrier::write_status(&ctx.client, &stored, &bound_to, &new_status).await?;
 
     if let Some(publisher) = &ctx.events {
         let list = events::rollout_events(&old, &new_status, &outcome, &plugin_states);
@@ -593,6 +597,16 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness) {
                     .get(PLACEMENT_LABEL)
                     .map(|p| referencing(&by_decision, &namespace, p))
                     .unwrap_or_default()
+            },
+        )
+        .watches(
+            Api::<ManifestWorkReplicaSetRollout>::all(client.clone()),
+            watcher::Config::default(),
+            |carrier| {
+                Some(
+                    ObjectRef::<ManifestWorkReplicaSet>::new(&carrier.name_any())
+                        .within(&carrier.namespace().unwrap_or_default()),
+                )
             },
         )
         .watches(

@@ -23,7 +23,7 @@ use crate::api::{
     ClusterCounts, ClusterRolloutSummary, HashedLabelValue, ManifestWorkReplicaSetStatus,
     ManifestWorkReplicaSetSummary, PlacementSummary,
 };
-use crate::orchestrate::{ClusterReport, DeployOutcome, PlacementOutcome};
+use crate::orchestrate::{AbortReport, ClusterReport, DeployOutcome, PlacementOutcome};
 use crate::revision::{AbortAction, RevisionOrigin, RevisionStatus};
 use crate::rollout::RolloutStatus;
 
@@ -216,7 +216,29 @@ pub fn placement_summary(outcome: &PlacementOutcome) -> PlacementSummary {
             .map(|(_, _, c)| cluster_summary(c))
             .collect(),
         omitted_clusters: to_i32(omitted),
+        abort_failures: Vec::new(),
     }
+}
+
+/// Sets `summary.abort_failures`: the failures of `abort` when it aborted
+/// this placement, else those of `old` while the abort lasts (`aborted`),
+/// else none.
+pub fn set_abort_failures(
+    summary: &mut PlacementSummary,
+    abort: Option<&AbortReport>,
+    old: Option<&PlacementSummary>,
+    aborted: bool,
+) {
+    summary.abort_failures = match abort.filter(|a| a.placement == summary.name) {
+        Some(abort) => abort
+            .failures
+            .iter()
+            .take(MAX_CLUSTER_SUMMARIES)
+            .map(cluster_summary)
+            .collect(),
+        None if aborted => old.map(|o| o.abort_failures.clone()).unwrap_or_default(),
+        None => Vec::new(),
+    };
 }
 
 fn list_clusters<'a>(clusters: impl IntoIterator<Item = &'a ClusterReport>) -> String {
@@ -247,7 +269,21 @@ pub fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
         .spec_placements
         .iter()
         .map(|name| match by_name.get(name.as_str()) {
-            Some(p) => placement_summary(p),
+            Some(p) => {
+                let mut summary = placement_summary(p);
+                let old = input
+                    .old
+                    .placements_summary
+                    .iter()
+                    .find(|s| &s.name == name);
+                set_abort_failures(
+                    &mut summary,
+                    outcome.abort.as_ref(),
+                    old,
+                    input.revisions.is_aborted(),
+                );
+                summary
+            }
             None => input
                 .old
                 .placements_summary

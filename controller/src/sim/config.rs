@@ -245,6 +245,10 @@ pub struct Config {
     /// counts them (with the hooks wrapped in
     /// [`Metered`](crate::metrics::Metered), the hook calls too).
     pub metrics: Option<std::sync::Arc<crate::metrics::ControllerMetrics>>,
+    /// `--crds`: store the ManifestWorkReplicaSet and its carrier in a
+    /// simulated API server that prunes them, and read them back each step;
+    /// `None`: use [`Config::strategy`] as given.
+    pub api: Option<super::api::ApiConfig>,
 }
 
 impl Config {
@@ -272,6 +276,7 @@ impl Config {
             list_works: false,
             start: Timestamp::now(),
             metrics: None,
+            api: None,
         }
     }
 

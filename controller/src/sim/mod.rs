@@ -28,6 +28,7 @@
 //! (`Aborted`), or when nothing can happen any more: no recheck, no work
 //! transition pending (`Failed`, or `Aborted` after an abort).
 
+pub mod api;
 pub mod clock;
 pub mod config;
 pub mod fleet;
@@ -88,6 +89,9 @@ pub enum SimError {
     /// Progress could not be written.
     #[error("writing the progress: {0}")]
     Output(#[from] std::io::Error),
+    /// The simulated API server (`--crds`) refused an object.
+    #[error("the simulated API server: {0}")]
+    Api(#[from] api::ApiError),
 }
 
 impl SimError {
@@ -189,6 +193,11 @@ struct Simulation<'a, H> {
     abort: Option<report::AbortSummary>,
     /// What the plugin's `Initialize` asked for.
     state_detail: StateDetail,
+    /// The placement's strategy: as given, or read back from the
+    /// simulated API server.
+    strategy: Strategy,
+    /// The simulated API server (`--crds`).
+    api: Option<api::SimApi>,
 }
 
 /// Runs the whole rollout (see the module documentation), reporting to
@@ -206,8 +215,13 @@ pub async fn run<H: Hooks>(
 ) -> Result<Summary, SimError> {
     let clusters = fleet::cluster_names(config.clusters);
     let groups = fleet::decision_groups(&clusters, config.groups);
+    let api = config.api.as_ref().map(api::SimApi::new).transpose()?;
+    let strategy = match &api {
+        Some(api) => api.strategy()?,
+        None => config.strategy.clone(),
+    };
     // Each cluster's cluster_index: its place in the engine's order.
-    let order = crate::orchestrate::request::RolloutOrder::new(&config.strategy, &groups);
+    let order = crate::orchestrate::request::RolloutOrder::new(&strategy, &groups);
     let index = order
         .clusters()
         .iter()
@@ -246,12 +260,17 @@ pub async fn run<H: Hooks>(
         state_detail: StateDetail::Full,
         update,
         previous,
+        strategy,
+        api,
     };
-    let plugin = match &config.strategy.plugin {
-        Some(plugin) => Some((plugin.clone(), sim.initialize(plugin).await?)),
+    let plugin = match sim.strategy.plugin.clone() {
+        Some(plugin) => {
+            let answer = sim.initialize(&plugin).await?;
+            Some((plugin, answer))
+        }
         None => None,
     };
-    sim.seed();
+    sim.seed()?;
     report.begin(&sim.plan(plugin, gateway))?;
     sim.rollout(report).await
 }
@@ -297,9 +316,9 @@ impl<H: Hooks> Simulation<'_, H> {
     /// The fleet before the rollout: every cluster runs the previous
     /// revision, applied, done and (with a plugin) validated an hour ago;
     /// `status.currentRevision` names it. A first rollout starts empty.
-    fn seed(&mut self) {
+    fn seed(&mut self) -> Result<(), SimError> {
         if self.config.first_rollout {
-            return;
+            return Ok(());
         }
         let since = self
             .config
@@ -326,7 +345,7 @@ impl<H: Hooks> Simulation<'_, H> {
                     &self.previous.hash,
                 );
                 work.metadata.generation = Some(1);
-                if self.config.strategy.plugin.is_some() {
+                if self.strategy.plugin.is_some() {
                     let verdict = Verdict {
                         result: Decided::Succeeded,
                         message: "validated by the previous rollout".into(),
@@ -346,6 +365,11 @@ impl<H: Hooks> Simulation<'_, H> {
             update: Some(self.previous.hash.clone()),
             aborted_time: None,
         };
+        // What the controller wrote when it rolled the previous revision out.
+        if let Some(api) = &mut self.api {
+            api.write_status(&self.status, None)?;
+        }
+        Ok(())
     }
 
     fn plan(&self, plugin: Option<(String, String)>, gateway: Option<&str>) -> report::Plan {
@@ -358,7 +382,7 @@ impl<H: Hooks> Simulation<'_, H> {
             placement: config::PLACEMENT.to_owned(),
             clusters: self.clusters.clone(),
             groups: self.groups.len(),
-            strategy: describe_strategy(&self.config.strategy),
+            strategy: describe_strategy(&self.strategy),
             gateway: plugin.as_ref().and(gateway.map(str::to_owned)),
             plugin,
             update: (self.update.hash.clone(), config::UPDATE_IMAGE.to_owned()),
@@ -372,6 +396,11 @@ impl<H: Hooks> Simulation<'_, H> {
             delay: terminal::duration(self.config.agent_delay),
             fail: self.config.fail.iter().cloned().collect(),
             tracing: self.telemetry.is_exporting(),
+            api_warnings: self
+                .api
+                .as_ref()
+                .map(api::SimApi::warnings)
+                .unwrap_or_default(),
         }
     }
 
@@ -480,6 +509,12 @@ impl<H: Hooks> Simulation<'_, H> {
     ) -> Result<DeployOutcome, SimError> {
         let began = std::time::Instant::now();
         let works = self.world.list_works(config::OWNER_LABEL).await?;
+        // As `run` does: the spec and the revisions as the API server
+        // gives them back.
+        if let Some(api) = &self.api {
+            self.strategy = api.strategy()?;
+            self.status = api.revision_status()?;
+        }
         let start = RevisionStatus::begin(&self.status, &self.update.hash);
         let current = start
             .current
@@ -489,7 +524,7 @@ impl<H: Hooks> Simulation<'_, H> {
         let spec_placements = [config::PLACEMENT.to_owned()];
         let targets = [PlacementTarget {
             name: config::PLACEMENT,
-            strategy: &self.config.strategy,
+            strategy: &self.strategy,
             groups: &self.groups,
             hold: None,
             state_detail: self.state_detail,
@@ -518,6 +553,20 @@ impl<H: Hooks> Simulation<'_, H> {
             .iter()
             .all(|p| !p.aborting && p.complete());
         self.status = start.finish(outcome.aborted_at, update_complete);
+        if let Some(api) = &mut self.api {
+            let old = api.bound()?.status.unwrap_or_default();
+            let summary = outcome.placements.first().map(|p| {
+                let mut summary = crate::reconcile::status::placement_summary(p);
+                crate::reconcile::status::set_abort_failures(
+                    &mut summary,
+                    outcome.abort.as_ref(),
+                    old.placements_summary.first(),
+                    self.status.is_aborted(),
+                );
+                summary
+            });
+            api.write_status(&self.status, summary)?;
+        }
         for p in &outcome.placements {
             for cluster in &p.applied {
                 *self.applies.entry(cluster.clone()).or_default() += 1;
@@ -670,6 +719,11 @@ impl<H: Hooks> Simulation<'_, H> {
             next_in_seconds: None,
             real_wait: false,
             trace_id: String::new(),
+            status_clusters: self
+                .api
+                .as_ref()
+                .map(api::SimApi::failed_clusters)
+                .unwrap_or_default(),
         }
     }
 
@@ -734,8 +788,8 @@ impl<H: Hooks> Simulation<'_, H> {
             hook_calls,
             aborting_hook_calls: self.hooks.aborting_counts(),
             hook_errors: self.hook_errors,
-            strategy: self.config.strategy.type_name().to_owned(),
-            plugin: self.config.strategy.plugin.clone(),
+            strategy: self.strategy.type_name().to_owned(),
+            plugin: self.strategy.plugin.clone(),
             update_revision: self.update.hash.clone(),
             previous_revision: (!self.config.first_rollout).then(|| self.previous.hash.clone()),
             current_revision: self.status.current.clone(),
@@ -749,6 +803,12 @@ impl<H: Hooks> Simulation<'_, H> {
             hook_calls_per_second: if busy > 0.0 { calls as f64 / busy } else { 0.0 },
             peak_rss_mib: report::peak_rss_mib(),
             work_list: self.config.list_works.then_some(list),
+            api_warnings: self
+                .api
+                .as_ref()
+                .map(api::SimApi::warnings)
+                .unwrap_or_default(),
+            rollout_status: self.api.as_ref().map(api::SimApi::carrier_status),
         }
     }
 }

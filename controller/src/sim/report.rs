@@ -222,6 +222,10 @@ pub struct StepReport {
     /// The trace of the step (its spans leave the process only when an
     /// OTLP endpoint is set).
     pub trace_id: String,
+    /// With `--crds`: the failed and timed-out clusters as the stored
+    /// ManifestWorkReplicaSetRollout status lists them after the step.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub status_clusters: Vec<crate::api::ClusterRolloutSummary>,
 }
 
 impl StepReport {
@@ -276,6 +280,9 @@ pub struct Plan {
     pub fail: Vec<String>,
     /// Whether spans are exported.
     pub tracing: bool,
+    /// The fields the simulated API server (`--crds`) dropped when it
+    /// stored the objects, as its warnings name them.
+    pub api_warnings: Vec<String>,
 }
 
 /// The works at the end, summed up.
@@ -376,6 +383,13 @@ pub struct Summary {
     /// Every work (`--list-works`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub work_list: Option<Vec<WorkEntry>>,
+    /// The fields the simulated API server (`--crds`) dropped.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub api_warnings: Vec<String>,
+    /// With `--crds`: the ManifestWorkReplicaSetRollout's status as stored
+    /// at the end (revisions, abort, per-cluster details).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout_status: Option<serde_json::Value>,
 }
 
 /// Where a simulation's progress goes.

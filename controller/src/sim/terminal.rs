@@ -136,6 +136,8 @@ pub struct Terminal<W> {
     out: W,
     tracing: bool,
     previous: Option<(String, String)>,
+    /// The failed clusters of the stored status last printed.
+    status_clusters: Vec<crate::api::ClusterRolloutSummary>,
 }
 
 impl<W: Write> Terminal<W> {
@@ -145,11 +147,34 @@ impl<W: Write> Terminal<W> {
             out,
             tracing: false,
             previous: None,
+            status_clusters: Vec::new(),
         }
     }
 
     fn detail(&mut self, text: impl AsRef<str>) -> io::Result<()> {
         writeln!(self.out, "{INDENT}{}", text.as_ref())
+    }
+
+    /// What the stored status (`--crds`) says of the failed clusters, when
+    /// it changed.
+    fn status_clusters(&mut self, step: &StepReport) -> io::Result<()> {
+        if step.status_clusters != self.status_clusters {
+            for cluster in &step.status_clusters {
+                let mut line = format!(
+                    "status: {} {:?}",
+                    cluster.cluster_name, cluster.rollout_status
+                );
+                if let Some(revision) = &cluster.revision {
+                    let _ = write!(line, " on {revision}");
+                }
+                if let Some(message) = &cluster.message {
+                    let _ = write!(line, ": {message}");
+                }
+                self.detail(line)?;
+            }
+            self.status_clusters.clone_from(&step.status_clusters);
+        }
+        Ok(())
     }
 
     fn applied(
@@ -253,6 +278,9 @@ impl<W: Write> Report for Terminal<W> {
                 out,
                 "  traces      exported over OTLP: one trace per step (its id below each step)"
             )?;
+        }
+        for warning in &plan.api_warnings {
+            writeln!(out, "  warning     the API server: {warning}")?;
         }
         writeln!(out)?;
         let mut header = format!("{:>5} {:>10} ", "step", "time");
@@ -394,6 +422,7 @@ impl<W: Write> Report for Terminal<W> {
         if self.tracing {
             self.detail(format!("trace {}", step.trace_id))?;
         }
+        self.status_clusters(step)?;
         self.out.flush()
     }
 
@@ -461,6 +490,9 @@ impl<W: Write> Report for Terminal<W> {
             revisions.join(", "),
             summary.current_revision.as_deref().unwrap_or("none")
         )?;
+        if let Some(status) = &summary.rollout_status {
+            rollout_status(out, status)?;
+        }
         let h = &summary.hook_calls;
         let calls = h.begin_rollout
             + h.progress_rollout
@@ -542,6 +574,42 @@ impl<W: Write> Report for Terminal<W> {
         }
         out.flush()
     }
+}
+
+/// The ManifestWorkReplicaSetRollout's stored status: its revisions and the
+/// clusters that need attention, as `kubectl get mwrsrollout -o yaml` would
+/// show them.
+fn rollout_status(out: &mut impl Write, status: &serde_json::Value) -> io::Result<()> {
+    let text = |key: &str| status[key].as_str().unwrap_or("none").to_owned();
+    writeln!(
+        out,
+        "  status      ManifestWorkReplicaSetRollout: currentRevision {}, updateRevision {}, abortedTime {}",
+        text("currentRevision"),
+        text("updateRevision"),
+        text("abortedTime")
+    )?;
+    for placement in status["placements"].as_array().into_iter().flatten() {
+        let clusters = placement["clusters"].as_array().into_iter().flatten();
+        let failures = placement["abortFailures"].as_array().into_iter().flatten();
+        for (cluster, cause) in clusters
+            .map(|c| (c, ""))
+            .chain(failures.map(|c| (c, " (aborted the rollout)")))
+        {
+            let mut line = format!(
+                "              {} {}{cause}",
+                cluster["clusterName"].as_str().unwrap_or(""),
+                cluster["rolloutStatus"].as_str().unwrap_or("")
+            );
+            if let Some(revision) = cluster["revision"].as_str() {
+                let _ = write!(line, " on {revision}");
+            }
+            if let Some(message) = cluster["message"].as_str() {
+                let _ = write!(line, ": {message}");
+            }
+            writeln!(out, "{line}")?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

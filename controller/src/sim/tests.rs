@@ -714,3 +714,149 @@ async fn a_fixed_tick_moves_the_clock_evenly() {
     assert_eq!(times, [0.0, 7.0, 14.0, 21.0, 28.0, 35.0]);
     assert_eq!(c.summary.expect("summary").result, Outcome::Succeeded);
 }
+
+/// The CRDs of `shape`, with the project's own, as `--crds` gives them.
+fn api_config(shape: crate::api::CrdShape, objects: api::ObjectsShape) -> api::ApiConfig {
+    let crds: Vec<Value> = crate::api::crd::ocm_kinds(shape)
+        .iter()
+        .map(|c| serde_json::to_value(c).expect("a CRD"))
+        .collect();
+    api::ApiConfig {
+        schemas: Arc::new(api::ApiConfig::schemas(
+            crate::api::prune::Schemas::from_crds(&crds),
+        )),
+        strategy: StrategyFlags {
+            kind: "Progressive".into(),
+            max_concurrency: Some("2".into()),
+            plugin: Some("scripted".into()),
+            abort_on_failure: true,
+            ..StrategyFlags::default()
+        }
+        .raw()
+        .expect("valid"),
+        shape: objects,
+    }
+}
+
+/// What a rollout did, to compare two runs.
+fn fingerprint(
+    c: &Collect,
+) -> (
+    Outcome,
+    HookCounts,
+    HookCounts,
+    usize,
+    usize,
+    Option<String>,
+) {
+    let s = c.summary.as_ref().expect("summary");
+    (
+        s.result,
+        s.hook_calls,
+        s.aborting_hook_calls,
+        s.applies,
+        s.rollback_applies,
+        s.current_revision.clone(),
+    )
+}
+
+/// On a hub with OCM's CRDs (which prune the design's fields), the
+/// plugin, the abort and the rollback read from the carrier work exactly
+/// as when nothing is pruned; the failed cluster's details are in the
+/// stored carrier status, step by step and at the end.
+#[tokio::test]
+async fn under_ocm_crds_the_carrier_keeps_the_abort_and_rollback_with_a_plugin() {
+    let base = config(6, strategy("Progressive", Some("2"), true, true));
+    let today = simulate(&base, Scripted::new(&["cluster-003"]))
+        .await
+        .expect("runs");
+    let mut pruned = base.clone();
+    pruned.api = Some(api_config(
+        crate::api::CrdShape::Ocm,
+        api::ObjectsShape::Carrier,
+    ));
+    let c = simulate(&pruned, Scripted::new(&["cluster-003"]))
+        .await
+        .expect("runs");
+    assert_eq!(fingerprint(&c), fingerprint(&today));
+    let summary = c.summary.as_ref().expect("summary");
+    assert_eq!(summary.result, Outcome::Aborted);
+    assert!(summary.aborting_hook_calls.mutate_manifest_work > 0);
+    assert!(
+        summary.api_warnings.is_empty(),
+        "{:?}",
+        summary.api_warnings
+    );
+    let plan = c.plan.as_ref().expect("plan");
+    assert_eq!(plan.plugin.as_ref().map(|p| p.0.as_str()), Some("scripted"));
+    // The stored status names the failed cluster with the plugin's message.
+    let abort_step = c
+        .steps
+        .iter()
+        .position(|s| s.abort().is_some())
+        .expect("abort");
+    let failed = &c.steps[abort_step].status_clusters;
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].cluster_name, "cluster-003");
+    assert_eq!(failed[0].rollout_status, RolloutStatus::Failed);
+    assert_eq!(
+        failed[0].message.as_deref(),
+        Some("scripted: smoke test failed on cluster-003")
+    );
+    let status = summary.rollout_status.as_ref().expect("the stored status");
+    assert!(status["abortedTime"].is_string(), "{status:#}");
+    assert_eq!(
+        status["currentRevision"].as_str(),
+        summary.previous_revision.as_deref()
+    );
+    // The JSON of the step carries them too.
+    let line = serde_json::to_value(&c.steps[abort_step]).expect("JSON");
+    assert_eq!(line["statusClusters"][0]["clusterName"], "cluster-003");
+}
+
+/// The design's API on OCM's CRDs: the API server drops the plugin and the
+/// abort from the ManifestWorkReplicaSet, so no plugin is called and a
+/// failure does not abort; the warnings name the dropped fields.
+#[tokio::test]
+async fn under_ocm_crds_the_design_fields_on_the_mwrs_are_pruned_and_no_plugin_is_called() {
+    let mut pruned = config(6, strategy("Progressive", Some("2"), true, true));
+    pruned.api = Some(api_config(
+        crate::api::CrdShape::Ocm,
+        api::ObjectsShape::DesignApi,
+    ));
+    let c = simulate(&pruned, Scripted::new(&["cluster-003"]))
+        .await
+        .expect("runs");
+    let summary = c.summary.as_ref().expect("summary");
+    assert_eq!(summary.hook_calls, HookCounts::default());
+    assert_eq!(summary.plugin, None);
+    assert!(summary.abort.is_none());
+    assert!(
+        summary
+            .api_warnings
+            .iter()
+            .any(|w| w.contains("\"spec.placementRefs[0].rolloutStrategy.plugin\"")),
+        "{:?}",
+        summary.api_warnings
+    );
+}
+
+/// A hub whose ManifestWorkReplicaSet CRD has the design's fields works
+/// from the ManifestWorkReplicaSet alone, as without pruning.
+#[tokio::test]
+async fn under_design_crds_the_mwrs_alone_works() {
+    let base = config(6, strategy("Progressive", Some("2"), true, true));
+    let today = simulate(&base, Scripted::new(&["cluster-003"]))
+        .await
+        .expect("runs");
+    let mut design = base.clone();
+    design.api = Some(api_config(
+        crate::api::CrdShape::Design,
+        api::ObjectsShape::DesignApi,
+    ));
+    let c = simulate(&design, Scripted::new(&["cluster-003"]))
+        .await
+        .expect("runs");
+    assert_eq!(fingerprint(&c), fingerprint(&today));
+    assert!(c.summary.as_ref().expect("summary").api_warnings.is_empty());
+}

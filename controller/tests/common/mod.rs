@@ -1,17 +1,22 @@
 //! Test harness: a scripted plugin (a real tonic server on 127.0.0.1:0), a
 //! real rollout gateway started in-process in front of it, and a scripted
 //! Kubernetes API server (kube's mock-service pattern) that answers the
-//! expected requests in order and fails the test on any other.
+//! expected requests in order and fails the test on any other. Like a real
+//! API server it prunes every custom resource it answers with against its
+//! CRDs (OCM-shaped by default: OCM's fields only), and it keeps the
+//! ManifestWorkReplicaSetRollouts itself ([`Hub`]), outside the script.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
+use rollout_controller::api::prune::Schemas;
+use rollout_controller::api::{CrdShape, crds};
 use rollout_controller::hooks::{GatewayHooks, GatewayOptions, HookKind};
 use rollout_controller::reconcile::{Context, Options};
 use rollout_controller::telemetry::Telemetry;
@@ -422,33 +427,184 @@ impl Recorded {
     }
 }
 
-/// A client whose API server answers `expected` in order. The handle
-/// returns every request once the client is dropped; a request beyond the
-/// script, or of another method or path, fails the test.
+/// What the scripted API server knows beyond its script, as a real one
+/// would: the CRDs it prunes every answer against, and the
+/// ManifestWorkReplicaSetRollouts of namespace [`NS`], which it stores
+/// (create, get, status apply) without a script.
+#[derive(Clone)]
+pub struct Hub {
+    schemas: Arc<Schemas>,
+    /// The stored ManifestWorkReplicaSetRollouts, by name.
+    pub carriers: Arc<Mutex<BTreeMap<String, Value>>>,
+    /// The requests about them, in order.
+    pub carrier_requests: Arc<Mutex<Vec<Recorded>>>,
+}
+
+impl Hub {
+    fn of(shape: CrdShape) -> Hub {
+        let crds: Vec<Value> = crds(shape)
+            .iter()
+            .map(|crd| serde_json::to_value(crd).unwrap())
+            .collect();
+        Hub {
+            schemas: Arc::new(Schemas::from_crds(&crds)),
+            carriers: Arc::default(),
+            carrier_requests: Arc::default(),
+        }
+    }
+
+    /// A hub whose OCM CRDs are OCM's own (as its operator keeps them).
+    pub fn ocm() -> Hub {
+        Hub::of(CrdShape::Ocm)
+    }
+
+    /// A hub whose ManifestWorkReplicaSet CRD has the design's fields.
+    pub fn design() -> Hub {
+        Hub::of(CrdShape::Design)
+    }
+
+    /// `object` as this hub stores it: pruned against its CRD.
+    pub fn stored(&self, mut object: Value) -> Value {
+        self.prune(&mut object);
+        object
+    }
+
+    fn prune(&self, body: &mut Value) {
+        if let Some(items) = body.get_mut("items").and_then(Value::as_array_mut) {
+            for item in items {
+                self.schemas.prune(item);
+            }
+        } else {
+            self.schemas.prune(body);
+        }
+    }
+
+    /// The same hub, holding the ManifestWorkReplicaSetRollout of
+    /// `default/hello` with `placements` (the design's additions per
+    /// placement) and `status`.
+    pub fn with_carrier(self, placements: Value, status: Value) -> Hub {
+        let carrier = json!({
+            "apiVersion": "rollout-hooks.io/v1alpha1", "kind": "ManifestWorkReplicaSetRollout",
+            "metadata": {"name": MWRS, "namespace": NS, "uid": "carrier-uid", "generation": 1,
+                         "resourceVersion": "20"},
+            "spec": {"placements": placements},
+            "status": status
+        });
+        let stored = self.stored(carrier);
+        self.carriers.lock().unwrap().insert(MWRS.into(), stored);
+        self
+    }
+
+    /// The stored ManifestWorkReplicaSetRollout of `default/hello`.
+    pub fn carrier(&self) -> Option<Value> {
+        self.carriers.lock().unwrap().get(MWRS).cloned()
+    }
+
+    /// Answers a request about a ManifestWorkReplicaSetRollout.
+    fn answer_carrier(&self, record: &Recorded) -> (StatusCode, Value) {
+        let collection = format!(
+            "{}/namespaces/{NS}/manifestworkreplicasetrollouts",
+            CARRIERS
+        );
+        let rest = record.path.strip_prefix(&collection).unwrap_or_else(|| {
+            panic!(
+                "a ManifestWorkReplicaSetRollout outside {NS}: {}",
+                record.path
+            )
+        });
+        let mut carriers = self.carriers.lock().unwrap();
+        let not_found = (StatusCode::NOT_FOUND, api_status(404, "NotFound"));
+        match (&record.method, rest.trim_start_matches('/').split_once('/')) {
+            (&Method::POST, None) if rest.is_empty() => {
+                let name = record.body["metadata"]["name"].as_str().unwrap().to_owned();
+                if carriers.contains_key(&name) {
+                    return (StatusCode::CONFLICT, api_status(409, "AlreadyExists"));
+                }
+                let mut stored = self.stored(record.body.clone());
+                stored["metadata"]["uid"] = json!("carrier-uid");
+                stored["metadata"]["generation"] = json!(1);
+                stored["metadata"]["resourceVersion"] = json!("1");
+                carriers.insert(name, stored.clone());
+                (StatusCode::CREATED, stored)
+            }
+            (&Method::GET, None) => match carriers.get(rest.trim_start_matches('/')) {
+                Some(stored) => (StatusCode::OK, stored.clone()),
+                None => not_found,
+            },
+            (&Method::PATCH, Some((name, "status"))) => match carriers.get_mut(name) {
+                Some(stored) => {
+                    // One field manager writes the status: an apply sets it whole.
+                    stored["status"] = record.body["status"].clone();
+                    let pruned = self.stored(stored.clone());
+                    *stored = pruned;
+                    let version: u64 = stored["metadata"]["resourceVersion"]
+                        .as_str()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    stored["metadata"]["resourceVersion"] = json!((version + 1).to_string());
+                    (StatusCode::OK, stored.clone())
+                }
+                None => not_found,
+            },
+            _ => panic!(
+                "unexpected ManifestWorkReplicaSetRollout request: {} {}",
+                record.method, record.path
+            ),
+        }
+    }
+}
+
+/// The group and version of the ManifestWorkReplicaSetRollouts.
+pub const CARRIERS: &str = "/apis/rollout-hooks.io/v1alpha1";
+
+/// A Kubernetes `Status` answer.
+pub fn api_status(code: u16, reason: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+           "code": code, "reason": reason, "message": reason})
+}
+
+/// A client whose API server ([`Hub::ocm`]) answers `expected` in order.
+/// The handle returns every request once the client is dropped; a request
+/// beyond the script, or of another method or path, fails the test.
 pub fn api_server(expected: Vec<Expect>) -> (kube::Client, JoinHandle<Vec<Recorded>>) {
+    api_server_on(Hub::ocm(), expected)
+}
+
+/// [`api_server`] on `hub`: every answer pruned against its CRDs, its
+/// ManifestWorkReplicaSetRollouts answered from its store, outside the
+/// script.
+pub fn api_server_on(hub: Hub, expected: Vec<Expect>) -> (kube::Client, JoinHandle<Vec<Recorded>>) {
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
     let task = tokio::spawn(async move {
-        let mut recorded = Vec::new();
+        let mut recorded: Vec<Recorded> = Vec::new();
         let total = expected.len();
-        for (i, expect) in expected.into_iter().enumerate() {
-            let Some((request, send)) = handle.next_request().await else {
-                panic!(
-                    "request {} of {total} never came: {} {}; got {recorded:#?}",
-                    i + 1,
-                    expect.method,
-                    expect.path
-                );
-            };
+        let mut expected = expected.into_iter().enumerate();
+        while let Some((request, send)) = handle.next_request().await {
             let record = read(request).await;
-            assert_eq!(
-                (&record.method, record.path.as_str()),
-                (&expect.method, expect.path.as_str()),
-                "request {} of {total} (earlier: {:#?})",
-                i + 1,
-                recorded
-            );
-            let (status, body) = (expect.answer)(&record.body);
+            let (status, body) = if record.path.starts_with(CARRIERS) {
+                let answer = hub.answer_carrier(&record);
+                hub.carrier_requests.lock().unwrap().push(record);
+                answer
+            } else {
+                let Some((i, expect)) = expected.next() else {
+                    panic!(
+                        "unexpected request: {} {}?{} {}",
+                        record.method, record.path, record.query, record.body
+                    );
+                };
+                assert_eq!(
+                    (&record.method, record.path.as_str()),
+                    (&expect.method, expect.path.as_str()),
+                    "request {} of {total} (earlier: {:#?})",
+                    i + 1,
+                    recorded
+                );
+                let (status, mut body) = (expect.answer)(&record.body);
+                hub.prune(&mut body);
+                recorded.push(record);
+                (status, body)
+            };
             send.send_response(
                 Response::builder()
                     .status(status)
@@ -456,13 +612,13 @@ pub fn api_server(expected: Vec<Expect>) -> (kube::Client, JoinHandle<Vec<Record
                     .body(Body::from(serde_json::to_vec(&body).unwrap()))
                     .unwrap(),
             );
-            recorded.push(record);
         }
-        if let Some((request, _)) = handle.next_request().await {
-            let record = read(request).await;
+        if let Some((i, expect)) = expected.next() {
             panic!(
-                "unexpected request: {} {}?{} {}",
-                record.method, record.path, record.query, record.body
+                "request {} of {total} never came: {} {}; got {recorded:#?}",
+                i + 1,
+                expect.method,
+                expect.path
             );
         }
         recorded
@@ -533,8 +689,15 @@ pub fn template(version: &str) -> Value {
     ]}})
 }
 
-/// The ManifestWorkReplicaSet `default/hello` with the cleanup finalizer.
+/// The ManifestWorkReplicaSet `default/hello` with the cleanup finalizer,
+/// as a hub with OCM's CRDs stores it (the design's fields pruned).
 pub fn mwrs(template: Value, strategy: Value, status: Value) -> Value {
+    Hub::ocm().stored(design_mwrs(template, strategy, status))
+}
+
+/// The ManifestWorkReplicaSet `default/hello` with the cleanup finalizer,
+/// as written (the design's fields kept).
+pub fn design_mwrs(template: Value, strategy: Value, status: Value) -> Value {
     json!({
         "apiVersion": "work.open-cluster-management.io/v1alpha1", "kind": "ManifestWorkReplicaSet",
         "metadata": {"name": MWRS, "namespace": NS, "uid": "mwrs-uid", "generation": 1,
