@@ -86,13 +86,13 @@ NEEDS_CERTS = ("example-plugins", "central")
 
 # The controller's namespace, its own: no namespace of Open Cluster
 # Management's, so `kubectl delete -k` of an overlay cannot delete one.
-HUB_NAMESPACE = "rollout-hooks"
+PROJECT_NAMESPACE = "rollout-hooks"
 # The namespaces the kustomizations may create, each the project's own. A
 # namespace a kustomization creates is deleted by `kubectl delete -k`, with
 # all it holds: a new one must be added here, never one of OCM's or a managed
 # cluster's.
 OWN_NAMESPACES = {
-    HUB_NAMESPACE: "the controller, the gateway, the registry (deploy/base)",
+    PROJECT_NAMESPACE: "the controller, the gateway, the registry (deploy/base)",
     "rollout-plugins": "the example plugins (overlay example-plugins)",
     "rollout-demo": "the example rollout's Placement and ManifestWorkReplicaSet (examples/hello-rollout)",
 }
@@ -803,7 +803,7 @@ def check_token_mounts(report: Report, objects: list[dict]) -> None:
         for c in containers(pod):
             mounts = {m.get("name") for m in c.get("volumeMounts") or []} & token_volumes
             if mounts:
-                report.check(ident(obj) == f"Deployment {HUB_NAMESPACE}/{CONTROLLER}" and c.get("name") == "controller",
+                report.check(ident(obj) == f"Deployment {PROJECT_NAMESPACE}/{CONTROLLER}" and c.get("name") == "controller",
                              f"{ident(obj)} container {c.get('name')}: gets a service account token only if it is the controller")
 
 
@@ -829,7 +829,7 @@ def check_sidecar(report: Report, objects: list[dict]) -> str:
     ConfigMap mounted at /var/run/config/work in the gateway, the gateway
     reading /var/run/config/work/config.yaml and listening on loopback where
     the controller calls it."""
-    deployment = find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE)
+    deployment = find(objects, "Deployment", CONTROLLER, PROJECT_NAMESPACE)
     if not report.check(deployment is not None, f"Deployment {CONTROLLER} exists"):
         return "no controller"
     pod = pod_spec(deployment)
@@ -848,7 +848,7 @@ def check_sidecar(report: Report, objects: list[dict]) -> str:
                  f"that volume is the ConfigMap {REGISTRY_CONFIGMAP}")
     report.check(mount.get("readOnly") is True and not mount.get("subPath"),
                  "mounted read-only and without subPath (the kubelet's updates reach the gateway)")
-    source, content = file_in(objects, HUB_NAMESPACE, pod, gateway, CONFIG_PATH)
+    source, content = file_in(objects, PROJECT_NAMESPACE, pod, gateway, CONFIG_PATH)
     report.check(content is not None, f"{CONFIG_PATH} has content in the gateway ({source})")
     listen = flag_values(args, "--listen")
     report.check(len(listen) == 1 and listen[0].startswith("127.0.0.1:"), f"the gateway's gRPC listens on loopback only (got {listen})")
@@ -865,7 +865,7 @@ def check_central(report: Report, objects: list[dict]) -> str:
     PodDisruptionBudget, spread over nodes; the controller without a sidecar,
     calling the Service over https with a client certificate and the server's
     CA from a mounted Secret."""
-    deployment = find(objects, "Deployment", GATEWAY, HUB_NAMESPACE)
+    deployment = find(objects, "Deployment", GATEWAY, PROJECT_NAMESPACE)
     if not report.check(deployment is not None, f"Deployment {GATEWAY} exists"):
         return "no gateway"
     pod = pod_spec(deployment)
@@ -879,7 +879,7 @@ def check_central(report: Report, objects: list[dict]) -> str:
         values = flag_values(args, flag)
         if not report.check(len(values) == 1, f"the gateway runs with {flag} (client certificates required)" if flag == "--client-ca" else f"the gateway runs with {flag}"):
             continue
-        source, content = file_in(objects, HUB_NAMESPACE, pod, gateway, values[0])
+        source, content = file_in(objects, PROJECT_NAMESPACE, pod, gateway, values[0])
         report.check(source.startswith("Secret ") and content is not None,
                      f"{flag} {values[0]} is a file of a mounted Secret ({source}, {'present' if content else 'missing'})")
     listen = flag_values(args, "--listen")
@@ -887,7 +887,7 @@ def check_central(report: Report, objects: list[dict]) -> str:
                  f"the gateway's gRPC listens on the pod IP, for the Service (got {listen})")
     hubs = []
     for path in flag_values(args, "--config"):
-        source, content = file_in(objects, HUB_NAMESPACE, pod, gateway, path)
+        source, content = file_in(objects, PROJECT_NAMESPACE, pod, gateway, path)
         if report.check(content is not None, f"registry {path} is mounted ({source})"):
             import yaml
             hub = (yaml.safe_load(content) or {}).get("hub")
@@ -896,7 +896,7 @@ def check_central(report: Report, objects: list[dict]) -> str:
     report.check(len(hubs) >= 2 and len(set(hubs)) == len(hubs), f"one registry per hub, at least two hubs (got {hubs})")
     labels = ((deployment["spec"].get("template") or {}).get("metadata") or {}).get("labels")
     grpc_port = next((p.get("containerPort") for p in gateway.get("ports") or [] if p.get("name") == "grpc"), None)
-    service = find(objects, "Service", GATEWAY, HUB_NAMESPACE)
+    service = find(objects, "Service", GATEWAY, PROJECT_NAMESPACE)
     if report.check(service is not None, f"Service {GATEWAY} exists"):
         report.check(selects(service["spec"].get("selector"), labels), "the Service selects the gateway pods")
         ports = service["spec"].get("ports") or []
@@ -910,7 +910,7 @@ def check_central(report: Report, objects: list[dict]) -> str:
                  "the gateway pods are spread over nodes")
     check_probes(report, deployment, gateway, "--admin-listen")
     # This hub's controller, pointed at the Service.
-    controller_dep = find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE)
+    controller_dep = find(objects, "Deployment", CONTROLLER, PROJECT_NAMESPACE)
     target = ""
     if report.check(controller_dep is not None, f"Deployment {CONTROLLER} exists"):
         cpod = pod_spec(controller_dep)
@@ -921,12 +921,12 @@ def check_central(report: Report, objects: list[dict]) -> str:
         for flag in ("--client-cert", "--client-key", "--gateway-ca"):
             values = flag_values(ctrl.get("args") or [], flag)
             if report.check(len(values) == 1, f"the controller runs with {flag}"):
-                source, content = file_in(objects, HUB_NAMESPACE, cpod, ctrl, values[0])
+                source, content = file_in(objects, PROJECT_NAMESPACE, cpod, ctrl, values[0])
                 report.check(source.startswith("Secret ") and content is not None,
                              f"the controller's {flag} {values[0]} is a file of a mounted Secret ({source})")
         match = re.fullmatch(r"https://([^:/]+):(\d+)", target)
         report.check(bool(match) and match.group(1).split(".")[0] == GATEWAY and
-                     (len(match.group(1).split(".")) < 2 or match.group(1).split(".")[1] == HUB_NAMESPACE) and
+                     (len(match.group(1).split(".")) < 2 or match.group(1).split(".")[1] == PROJECT_NAMESPACE) and
                      service is not None and int(match.group(2)) in [p.get("port") for p in service["spec"].get("ports") or []],
                      f"the controller calls the Service over https (got {target})")
         check_probes(report, controller_dep, ctrl, "--health-listen")
@@ -958,12 +958,12 @@ def check_plugin_registry(report: Report, objects: list[dict], tmp: Path) -> str
     names the endpoint's host and chains to the registry's caBundle; the
     gateway's client certificate chains to each plugin's --client-ca."""
     import yaml
-    deployment = find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE)
+    deployment = find(objects, "Deployment", CONTROLLER, PROJECT_NAMESPACE)
     pod = pod_spec(deployment) if deployment else None
     gateway = container(pod, GATEWAY) if pod else None
     if gateway is None:
         return ""
-    _, text = file_in(objects, HUB_NAMESPACE, pod, gateway, CONFIG_PATH)
+    _, text = file_in(objects, PROJECT_NAMESPACE, pod, gateway, CONFIG_PATH)
     registry = yaml.safe_load(text or b"") or {}
     plugins = registry.get("plugins") or []
     if not plugins:
@@ -971,9 +971,9 @@ def check_plugin_registry(report: Report, objects: list[dict], tmp: Path) -> str
     client = registry.get("clientCertificate") or {}
     client_cert = None
     if client:
-        source, client_cert = file_in(objects, HUB_NAMESPACE, pod, gateway, client.get("certFile", ""))
+        source, client_cert = file_in(objects, PROJECT_NAMESPACE, pod, gateway, client.get("certFile", ""))
         report.check(client_cert is not None, f"the gateway's client certificate {client.get('certFile')} is mounted ({source})")
-        _, key = file_in(objects, HUB_NAMESPACE, pod, gateway, client.get("keyFile", ""))
+        _, key = file_in(objects, PROJECT_NAMESPACE, pod, gateway, client.get("keyFile", ""))
         report.check(key is not None, f"the gateway's client key {client.get('keyFile')} is mounted")
     for plugin in plugins:
         name = plugin.get("name")
@@ -981,7 +981,7 @@ def check_plugin_registry(report: Report, objects: list[dict], tmp: Path) -> str
                      f"plugin {name}: TLS with its own caBundle")
         host, _, port = (plugin.get("endpoint") or "").rpartition(":")
         parts = host.split(".")
-        service = find(objects, "Service", parts[0], parts[1] if len(parts) > 1 else HUB_NAMESPACE)
+        service = find(objects, "Service", parts[0], parts[1] if len(parts) > 1 else PROJECT_NAMESPACE)
         if not report.check(service is not None and any(p.get("port") == int(port or 0) for p in service["spec"].get("ports") or []),
                             f"plugin {name}: endpoint {plugin.get('endpoint')} is a Service port"):
             continue
@@ -1021,15 +1021,15 @@ def check_central_certs(report: Report, objects: list[dict], tls_dir: Path, tmp:
     names its hub first and chains to the gateway's --client-ca; so does each
     hub's client certificate that make-certs wrote."""
     import yaml
-    deployment = find(objects, "Deployment", GATEWAY, HUB_NAMESPACE)
-    controller_dep = find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE)
+    deployment = find(objects, "Deployment", GATEWAY, PROJECT_NAMESPACE)
+    controller_dep = find(objects, "Deployment", CONTROLLER, PROJECT_NAMESPACE)
     if deployment is None or controller_dep is None:
         return
     pod = pod_spec(deployment)
     gateway = container(pod, GATEWAY) or {}
     args = gateway.get("args") or []
-    _, cert = file_in(objects, HUB_NAMESPACE, pod, gateway, (flag_values(args, "--tls-cert") or [""])[0])
-    _, client_ca = file_in(objects, HUB_NAMESPACE, pod, gateway, (flag_values(args, "--client-ca") or [""])[0])
+    _, cert = file_in(objects, PROJECT_NAMESPACE, pod, gateway, (flag_values(args, "--tls-cert") or [""])[0])
+    _, client_ca = file_in(objects, PROJECT_NAMESPACE, pod, gateway, (flag_values(args, "--client-ca") or [""])[0])
     target = (flag_values((container(pod_spec(controller_dep), "controller") or {}).get("args") or [], "--gateway") or [""])[0]
     host = re.sub(r"^https://|:\d+$", "", target)
     if cert is not None:
@@ -1038,8 +1038,8 @@ def check_central_certs(report: Report, objects: list[dict], tls_dir: Path, tmp:
     cpod = pod_spec(controller_dep)
     ctrl = container(cpod, "controller") or {}
     cargs = ctrl.get("args") or []
-    _, gateway_ca = file_in(objects, HUB_NAMESPACE, cpod, ctrl, (flag_values(cargs, "--gateway-ca") or [""])[0])
-    _, client_cert = file_in(objects, HUB_NAMESPACE, cpod, ctrl, (flag_values(cargs, "--client-cert") or [""])[0])
+    _, gateway_ca = file_in(objects, PROJECT_NAMESPACE, cpod, ctrl, (flag_values(cargs, "--gateway-ca") or [""])[0])
+    _, client_cert = file_in(objects, PROJECT_NAMESPACE, cpod, ctrl, (flag_values(cargs, "--client-cert") or [""])[0])
     if cert is not None and gateway_ca is not None:
         report.check(cert_verifies(cert, gateway_ca, "sslserver", tmp),
                      "the gateway's server certificate chains to the controller's --gateway-ca")
@@ -1051,7 +1051,7 @@ def check_central_certs(report: Report, objects: list[dict], tls_dir: Path, tmp:
                      "the controller's client certificate chains to the gateway's --client-ca")
     hubs = []
     for path in flag_values(args, "--config"):
-        _, content = file_in(objects, HUB_NAMESPACE, pod, gateway, path)
+        _, content = file_in(objects, PROJECT_NAMESPACE, pod, gateway, path)
         hubs.append((yaml.safe_load(content or b"") or {}).get("hub"))
     for hub in hubs:
         hub_cert = tls_dir / f"{hub}.crt"
@@ -1218,7 +1218,7 @@ def check_controller_replicas(report: Report, objects: list[dict]) -> None:
     """More than one controller replica, or a RollingUpdate (which runs two
     for a moment), only with --leader-elect; and then a Role in the
     controller's namespace that lets it read, create and update Leases."""
-    deployment = find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE)
+    deployment = find(objects, "Deployment", CONTROLLER, PROJECT_NAMESPACE)
     c = container(pod_spec(deployment), "controller") if deployment else None
     if c is None:
         return
@@ -1233,13 +1233,13 @@ def check_controller_replicas(report: Report, objects: list[dict]) -> None:
         return
     verbs: set[str] = set()
     for obj in objects:
-        if obj.get("kind") != "Role" or (obj.get("metadata") or {}).get("namespace") != HUB_NAMESPACE:
+        if obj.get("kind") != "Role" or (obj.get("metadata") or {}).get("namespace") != PROJECT_NAMESPACE:
             continue
         for rule in obj.get("rules") or []:
             if "coordination.k8s.io" in (rule.get("apiGroups") or []) and "leases" in (rule.get("resources") or []):
                 verbs |= set(rule.get("verbs") or [])
     report.check({"get", "create", "update"} <= verbs,
-                 f"a Role in {HUB_NAMESPACE} lets the controller get, create and update its Lease (got {sorted(verbs)})")
+                 f"a Role in {PROJECT_NAMESPACE} lets the controller get, create and update its Lease (got {sorted(verbs)})")
 
 
 def controller_rules(objects: list[dict]) -> list[dict]:
@@ -1250,7 +1250,7 @@ def controller_rules(objects: list[dict]) -> list[dict]:
         if binding.get("kind") not in ("RoleBinding", "ClusterRoleBinding"):
             continue
         if not any(s.get("kind") == "ServiceAccount" and s.get("name") == CONTROLLER
-                   and s.get("namespace") == HUB_NAMESPACE for s in binding.get("subjects") or []):
+                   and s.get("namespace") == PROJECT_NAMESPACE for s in binding.get("subjects") or []):
             continue
         ref = binding.get("roleRef") or {}
         role = find(objects, ref.get("kind", ""), ref.get("name", ""),
@@ -1263,7 +1263,7 @@ def check_controller_rbac(report: Report, objects: list[dict]) -> None:
     """The controller may `execute-as` on ManifestWorks (OCM's ManifestWork
     webhook asks for it before accepting a work that names an executor),
     and no rule of its grants a wildcard."""
-    if find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE) is None:
+    if find(objects, "Deployment", CONTROLLER, PROJECT_NAMESPACE) is None:
         return
     rules = controller_rules(objects)
     report.check(any(OCM_WORK_GROUP in (r.get("apiGroups") or []) and "manifestworks" in (r.get("resources") or [])
@@ -1292,7 +1292,7 @@ def check_controller_rbac(report: Report, objects: list[dict]) -> None:
 def check_controller_flags(report: Report, bin_dir: Path, objects: list[dict]) -> None:
     """Every flag the controller container is given is one `rollout-controller
     run` knows."""
-    deployment = find(objects, "Deployment", CONTROLLER, HUB_NAMESPACE)
+    deployment = find(objects, "Deployment", CONTROLLER, PROJECT_NAMESPACE)
     c = container(pod_spec(deployment), "controller") if deployment else None
     if c is None:
         return
@@ -1615,7 +1615,7 @@ def main() -> int:
                 check_central_certs(report, objects, work / "overlays" / name / "tls", tmp)
             if layout and bin_dir is not None:
                 check_controller_flags(report, bin_dir, objects)
-                deployment = find(objects, "Deployment", CONTROLLER if layout == "sidecar" else GATEWAY, HUB_NAMESPACE)
+                deployment = find(objects, "Deployment", CONTROLLER if layout == "sidecar" else GATEWAY, PROJECT_NAMESPACE)
                 if deployment is not None and container(pod_spec(deployment), GATEWAY):
                     parts.append(run_gateway(report, bin_dir, objects, deployment, tmp))
                 plugins = run_plugins(report, bin_dir, objects, tmp)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import check
 
-NS = check.HUB_NAMESPACE
+NS = check.PROJECT_NAMESPACE
 
 
 def security() -> dict:
