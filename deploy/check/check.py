@@ -856,7 +856,35 @@ def check_sidecar(report: Report, objects: list[dict]) -> str:
     report.check(bool(listen) and target == [f"http://{listen[0]}"], f"the controller calls the gateway on {listen} (got {target})")
     check_probes(report, deployment, gateway, "--admin-listen")
     check_probes(report, deployment, controller, "--health-listen")
+    registers = registration_namespace(controller)
+    if registers is not None:
+        report.check(registers == PROJECT_NAMESPACE,
+                     f"the controller writes the plugin registry where the gateway mounts it: ConfigMap "
+                     f"{REGISTRY_CONFIGMAP} in {PROJECT_NAMESPACE} (got {registers}; "
+                     f"--register-plugins-namespace {PROJECT_NAMESPACE})")
     return "controller + rollout-gateway, registry at " + CONFIG_PATH
+
+
+# Where the controller's registration writes the registry ConfigMap when it
+# is on without a namespace: OCM's Default-mode hub namespace, the design's.
+REGISTRATION_DEFAULT_NAMESPACE = "open-cluster-management-hub"
+
+
+def registration_namespace(controller: dict) -> str | None:
+    """The namespace the controller container's registration writes the
+    plugin registry to (--register-plugins-namespace, or --register-plugins
+    alone for its default; each also as its environment variable); None
+    when the registration is off."""
+    args = controller.get("args") or []
+    env = {e.get("name"): e.get("value") for e in controller.get("env") or []}
+    given = flag_values(args, "--register-plugins-namespace") or \
+        [v for v in [env.get("ROLLOUT_CONTROLLER_REGISTER_PLUGINS_NAMESPACE")] if v]
+    if given:
+        return given[-1]
+    if "--register-plugins" in args or "--register-plugins=true" in args or \
+            env.get("ROLLOUT_CONTROLLER_REGISTER_PLUGINS") == "true":
+        return REGISTRATION_DEFAULT_NAMESPACE
+    return None
 
 
 def check_central(report: Report, objects: list[dict]) -> str:

@@ -216,6 +216,31 @@ class Sidecar(unittest.TestCase):
         self.assertTrue(any("reachable by the kubelet" in f for f in failures(check.check_sidecar, objects)))
 
 
+class Registration(unittest.TestCase):
+    """The controller's registration writes the registry where the sidecar
+    gateway mounts it, the controller's own namespace."""
+
+    def registering(self, *args: str, env: list | None = None) -> list[str]:
+        objects = sidecar_objects()
+        c = pod_of(objects, check.CONTROLLER)["containers"][0]
+        c["args"] += list(args)
+        if env:
+            c["env"] = env
+        return [f for f in failures(check.check_sidecar, objects) if "plugin registry" in f]
+
+    def test_off_or_in_the_controllers_namespace_passes(self):
+        self.assertEqual(self.registering(), [])
+        self.assertEqual(self.registering("--register-plugins", "--register-plugins-namespace", NS), [])
+        self.assertEqual(self.registering(env=[{"name": "ROLLOUT_CONTROLLER_REGISTER_PLUGINS_NAMESPACE",
+                                                "value": NS}]), [])
+
+    def test_another_namespace_or_the_default_is_caught(self):
+        self.assertEqual(len(self.registering("--register-plugins-namespace=open-cluster-management-hub")), 1)
+        self.assertEqual(len(self.registering("--register-plugins")), 1)
+        self.assertEqual(len(self.registering(env=[{"name": "ROLLOUT_CONTROLLER_REGISTER_PLUGINS",
+                                                    "value": "true"}])), 1)
+
+
 class ControllerReplicas(unittest.TestCase):
     @staticmethod
     def objects(replicas: int, elect: bool, lease_verbs: list[str]) -> list[dict]:
