@@ -391,6 +391,79 @@ async fn the_rollout_through_the_gateway_aborts_on_the_failed_smoke_test_and_rol
     drop(stack);
 }
 
+/// The same rollout on a hub whose CRDs are OCM's own
+/// (`--crds deploy/crds/ocm`, which prune the design's fields): the plugin,
+/// the abort and the rollback, read from the ManifestWorkReplicaSetRollout,
+/// do exactly what they do unpruned, and its stored status names the
+/// cluster the smoke test failed.
+#[tokio::test]
+async fn under_ocm_crds_the_rollout_through_the_gateway_aborts_and_rolls_back_the_same() {
+    let bins = binaries();
+    let dir = tempdir();
+    let stack = Stack::start(&bins, dir.path(), &StackOptions::default())
+        .await
+        .expect("the plugins and the gateway start");
+    let controller = bins.path("rollout-controller").expect("built");
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/ocm");
+    let mut results = Vec::new();
+    for extra in [
+        vec![],
+        vec!["--crds".to_owned(), crds.display().to_string()],
+    ] {
+        let mut args = simulate_args(&stack.gateway_url(), 12, &RolloutParams::default());
+        args.push("--json".into());
+        args.extend(extra);
+        let output = run(&controller, &args).await;
+        assert!(
+            output.status.success(),
+            "exit {:?}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        results.push(lines(&output));
+    }
+    // What the rollout did; how often a plugin was polled while it soaked
+    // in real time depends on the wall clock, not on the CRDs.
+    let same = |summary: &Value| {
+        [
+            summary["result"].clone(),
+            summary["hookCalls"]["BeginRollout"].clone(),
+            summary["hookCalls"]["MutateManifestWork"].clone(),
+            summary["abortingHookCalls"]["BeginRollout"].clone(),
+            summary["abortingHookCalls"]["MutateManifestWork"].clone(),
+            summary["applies"].clone(),
+            summary["rollbackApplies"].clone(),
+            summary["currentRevision"].clone(),
+            summary["abort"]["failures"].clone(),
+        ]
+    };
+    let (unpruned, pruned) = (&results[0], &results[1]);
+    let summary = pruned.last().expect("a summary");
+    assert_eq!(summary["result"], "Aborted");
+    assert_eq!(same(summary), same(unpruned.last().expect("a summary")));
+    assert!(summary.get("apiWarnings").is_none(), "{summary}");
+    let abort = pruned
+        .iter()
+        .find(|s| {
+            s["events"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|e| e["type"] == "abort"))
+        })
+        .expect("the rollout aborted");
+    let failed = &abort["statusClusters"][0];
+    assert_eq!(failed["clusterName"], "cluster-008");
+    assert_eq!(failed["rolloutStatus"], "Failed");
+    assert!(
+        failed["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("smoke-test: smoke test failed on cluster-008")),
+        "{failed}"
+    );
+    let status = &summary["rolloutStatus"];
+    assert_eq!(status["currentRevision"], summary["previousRevision"]);
+    assert!(status["abortedTime"].is_string(), "{status}");
+}
+
 /// The addresses a demo run printed: each plugin's and the gateway's.
 fn addresses(stdout: &str) -> Vec<String> {
     stdout
