@@ -364,6 +364,19 @@ mod tests {
     }
 
     #[test]
+    fn a_carrier_without_a_status_yet_keeps_the_mwrs_own_revisions() {
+        // A hub whose CRD kept them, before its first reconcile with a carrier.
+        let m = mwrs(
+            json!({}),
+            json!({"currentRevision": "c1", "updateRevision": "u1"}),
+        );
+        let bound = bind(&m, Some(&carrier(json!({}), Value::Null)));
+        let status = bound.status.expect("status");
+        assert_eq!(status.current_revision.as_deref(), Some("c1"));
+        assert_eq!(status.update_revision.as_deref(), Some("u1"));
+    }
+
+    #[test]
     fn the_crd_is_namespaced_with_a_status_and_a_short_name() {
         let crd = ManifestWorkReplicaSetRollout::crd();
         assert_eq!(

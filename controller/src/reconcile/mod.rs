@@ -539,6 +539,12 @@ pub fn owner_of_work(work: &ManifestWork) -> Option<ObjectRef<ManifestWorkReplic
     Some(ObjectRef::new(name).within(namespace))
 }
 
+/// The ManifestWorkReplicaSet `carrier` belongs to: the one of the same
+/// namespace and name.
+pub fn bound_mwrs(carrier: &ManifestWorkReplicaSetRollout) -> ObjectRef<ManifestWorkReplicaSet> {
+    ObjectRef::new(&carrier.name_any()).within(&carrier.namespace().unwrap_or_default())
+}
+
 /// The ManifestWorkReplicaSets in `namespace` whose placement references
 /// name `placement`.
 pub fn referencing(
@@ -602,12 +608,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness) {
         .watches(
             Api::<ManifestWorkReplicaSetRollout>::all(client.clone()),
             watcher::Config::default(),
-            |carrier| {
-                Some(
-                    ObjectRef::<ManifestWorkReplicaSet>::new(&carrier.name_any())
-                        .within(&carrier.namespace().unwrap_or_default()),
-                )
-            },
+            |carrier| Some(bound_mwrs(&carrier)),
         )
         .watches(
             Api::<Placement>::all(client),
@@ -669,5 +670,19 @@ mod tests {
             ("a-very-long-name", Some("default"))
         );
         assert!(owner_of_work(&work(json!({}), json!({}))).is_none());
+    }
+
+    #[test]
+    fn a_carrier_maps_to_the_mwrs_of_its_namespace_and_name() {
+        let carrier: ManifestWorkReplicaSetRollout = serde_json::from_value(json!({
+            "apiVersion": "rollout-hooks.io/v1alpha1", "kind": "ManifestWorkReplicaSetRollout",
+            "metadata": {"name": "hello", "namespace": "team-a"}, "spec": {}
+        }))
+        .expect("a carrier");
+        let mwrs = bound_mwrs(&carrier);
+        assert_eq!(
+            (mwrs.name.as_str(), mwrs.namespace.as_deref()),
+            ("hello", Some("team-a"))
+        );
     }
 }
