@@ -1486,6 +1486,10 @@ def check_monitoring(report: Report, objects: list[dict], bin_dir: Path | None, 
     for rule in rules:
         work = Path(tempfile.mkdtemp(dir=tmp))
         parts.append(alerts.check_rules(report, rule, scrapes["series"], scrapes["promtool"], work))
+        tests = sorted((HERE / "rule-tests").glob("*.yaml"))
+        report.check(bool(tests), "deploy/check/rule-tests holds the alerts' unit tests")
+        ran = alerts.rule_tests(report, rule, tests, scrapes["promtool"], Path(tempfile.mkdtemp(dir=tmp)))
+        parts.append(f"{ran} rule test files pass (deploy/check/rule-tests)")
     return "; ".join(parts)
 
 

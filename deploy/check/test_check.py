@@ -627,6 +627,23 @@ class AlertRules(unittest.TestCase):
         self.assertNotEqual(self.failures('rate(rollout_gateway_hook_requests_total{cod!="OK"}[5m]) > 0'), [])
         self.assertNotEqual(self.failures("max by (plugins) (rollout_gateway_circuit_state) == 1"), [])
 
+    def recorded_failures(self, record_expr: str, alert_expr: str) -> list[str]:
+        obj = rule(alert_expr)
+        obj["spec"]["groups"][0]["rules"].insert(0, {"record": "a:opened:timestamp", "expr": record_expr})
+        report = check.Report()
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.alerts.check_names(report, obj, self.scrapes)
+        return report.failures
+
+    def test_a_recorded_series_is_judged_by_what_its_rule_selects(self) -> None:
+        self.assertEqual(self.recorded_failures(
+            "timestamp(max by (plugin) (rollout_gateway_circuit_state) == 1)",
+            "max by (plugin) (max_over_time(a:opened:timestamp[1d])) > 0"), [])
+        self.assertNotEqual(self.recorded_failures(
+            "timestamp(rollout_gateway_circuit_states == 1)", "max_over_time(a:opened:timestamp[1d]) > 0"), [])
+        self.assertNotEqual(self.recorded_failures(
+            "timestamp(rollout_gateway_circuit_state == 1)", "max by (plugins) (a:opened:timestamp) > 0"), [])
+
     def test_scraped_samples_and_families(self) -> None:
         scrape = self.scrapes[0]
         self.assertEqual(scrape.series("rollout_gateway_circuit_state"), [{"plugin": "a", "hub": ""}])
