@@ -1552,6 +1552,28 @@ def render_differences(old: list[dict], new: list[dict]) -> list[str]:
 # Main
 # ---------------------------------------------------------------------------
 
+def check_exposure(report: Report, objects: list[dict]) -> list[str]:
+    """NetworkPolicy on the admin port, the controller's PodDisruptionBudget,
+    gRPC probes, prometheus.io/port, tracing backends (exposure.py); the
+    summary's parts."""
+    import exposure
+    parts = []
+    admin = exposure.check_admin_network_policy(report, objects)
+    if admin:
+        parts.append(f"{admin} gateway admin ports behind a NetworkPolicy")
+    exposure.check_controller_pdb(report, objects)
+    probes = exposure.check_grpc_probes(report, objects)
+    if probes:
+        parts.append(f"{probes} probes of gRPC servers, none tcpSocket")
+    scraped = exposure.check_prometheus_annotations(report, objects)
+    if scraped:
+        parts.append(f"{scraped} pods' prometheus.io/port on their own metrics port")
+    exporters = exposure.check_tracing_backends(report, objects)
+    if exporters:
+        parts.append(f"{exporters} OTLP exporters reach a Service")
+    return parts
+
+
 def main() -> int:
     started = time.monotonic()
     report = Report()
@@ -1630,6 +1652,7 @@ def main() -> int:
             check_controller_rbac(report, objects)
             check_images(report, objects)
             parts = [f"{n} objects valid ({custom} against the CRDs)"]
+            parts += check_exposure(report, objects)
             if rules:
                 parts.append(f"{rules} workloads with a Progressing condition rule")
             if carriers:

@@ -695,3 +695,165 @@ class PodMonitors(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def admin_policy(ports: list, peers: list | None, labels: dict | None = None) -> dict:
+    rule = {"ports": [{"port": p} for p in ports]}
+    if peers is not None:
+        rule["from"] = peers
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "np", "namespace": NS},
+            "spec": {"podSelector": {"matchLabels": labels or {"app": check.CONTROLLER}},
+                     "policyTypes": ["Ingress"], "ingress": [rule]}}
+
+
+MONITORING = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+
+
+class AdminNetworkPolicy(unittest.TestCase):
+    def setUp(self) -> None:
+        import exposure
+        self.check = exposure.check_admin_network_policy
+
+    def test_the_admin_port_from_the_monitoring_namespace_passes(self):
+        self.assertEqual(failures(self.check, sidecar_objects() + [admin_policy(["gateway-admin"], MONITORING)]), [])
+        self.assertEqual(failures(self.check, sidecar_objects() + [admin_policy([10844], MONITORING)]), [])
+
+    def test_no_policy_is_caught(self):
+        self.assertNotEqual(failures(self.check, sidecar_objects()), [])
+
+    def test_a_policy_of_other_pods_is_caught(self):
+        self.assertNotEqual(failures(self.check, sidecar_objects() + [
+            admin_policy(["gateway-admin"], MONITORING, labels={"app": "other"})]), [])
+
+    def test_the_admin_port_open_to_everyone_is_caught(self):
+        for peers in (None, [{"namespaceSelector": {}}], [{"ipBlock": {"cidr": "0.0.0.0/0"}}]):
+            self.assertNotEqual(failures(self.check, sidecar_objects() + [admin_policy([10844], peers)]), [], peers)
+
+    def test_an_open_grpc_port_beside_a_closed_admin_port_passes(self):
+        objects = central_objects()
+        policy = admin_policy(["admin"], MONITORING, labels={"app": "rollout-gateway"})
+        policy["spec"]["ingress"].append({"ports": [{"port": "grpc"}]})
+        self.assertEqual(failures(self.check, objects + [policy]), [])
+
+    def test_a_loopback_admin_port_needs_none(self):
+        objects = sidecar_objects()
+        gateway = check.container(pod_of(objects, check.CONTROLLER), check.GATEWAY)
+        gateway["args"] = check.replace_flag(gateway["args"], "--admin-listen", "127.0.0.1:10844")
+        self.assertEqual(failures(self.check, objects), [])
+
+
+def budget(**spec) -> dict:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "c", "namespace": NS},
+            "spec": {**spec, "selector": {"matchLabels": {"app": check.CONTROLLER}}}}
+
+
+class ControllerBudget(unittest.TestCase):
+    def setUp(self) -> None:
+        import exposure
+        self.check = exposure.check_controller_pdb
+        self.objects = sidecar_objects()
+        check.find(self.objects, "Deployment", check.CONTROLLER)["spec"]["replicas"] = 2
+
+    def test_one_at_a_time_passes(self):
+        self.assertEqual(failures(self.check, self.objects + [budget(maxUnavailable=1)]), [])
+        self.assertEqual(failures(self.check, self.objects + [budget(minAvailable=1)]), [])
+
+    def test_no_budget_is_caught(self):
+        self.assertNotEqual(failures(self.check, self.objects), [])
+
+    def test_a_budget_that_blocks_every_drain_is_caught(self):
+        self.assertNotEqual(failures(self.check, self.objects + [budget(minAvailable=2)]), [])
+        self.assertNotEqual(failures(self.check, self.objects + [budget(maxUnavailable=0)]), [])
+
+    def test_one_replica_needs_none(self):
+        check.find(self.objects, "Deployment", check.CONTROLLER)["spec"]["replicas"] = 1
+        self.assertEqual(failures(self.check, self.objects), [])
+
+
+def plugin_objects(probe: dict, health: bool) -> list[dict]:
+    args = ["--listen", "0.0.0.0:10843", "--tls-cert", "/t/tls.crt", "--tls-key", "/t/tls.key"]
+    if health:
+        args += ["--health-listen", "0.0.0.0:10845"]
+    plugin = {"name": "smoke-test", "image": "localhost/smoke-test:0.1.0", "args": args,
+              "ports": [{"name": "grpc", "containerPort": 10843}, {"name": "health", "containerPort": 10845}],
+              "livenessProbe": probe, "readinessProbe": probe}
+    return [deployment("smoke-test", {"containers": [plugin]})]
+
+
+class GrpcProbes(unittest.TestCase):
+    def setUp(self) -> None:
+        import exposure
+        self.check = exposure.check_grpc_probes
+
+    def test_a_grpc_probe_on_the_health_port_passes(self):
+        self.assertEqual(failures(self.check, plugin_objects({"grpc": {"port": 10845}}, health=True)), [])
+
+    def test_a_tcp_socket_probe_is_caught(self):
+        self.assertNotEqual(failures(self.check, plugin_objects({"tcpSocket": {"port": "grpc"}}, health=False)), [])
+
+    def test_a_grpc_probe_of_the_tls_port_is_caught(self):
+        self.assertNotEqual(failures(self.check, plugin_objects({"grpc": {"port": 10843}}, health=True)), [])
+
+    def test_a_server_behind_a_grpc_service_port_counts(self):
+        objects = plugin_objects({"tcpSocket": {"port": 7000}}, health=False)
+        pod = pod_of(objects, "smoke-test")
+        pod["containers"][0]["ports"] = [{"name": "api", "containerPort": 7000}]
+        objects.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": NS},
+                        "spec": {"selector": {"app": "smoke-test"},
+                                 "ports": [{"port": 7000, "targetPort": "api", "appProtocol": "grpc"}]}})
+        self.assertNotEqual(failures(self.check, objects), [])
+
+
+class PrometheusAnnotations(unittest.TestCase):
+    def setUp(self) -> None:
+        import exposure
+        self.check = exposure.check_prometheus_annotations
+
+    def annotated(self, objects: list[dict], name: str, port: str) -> list[dict]:
+        meta = check.find(objects, "Deployment", name)["spec"]["template"]["metadata"]
+        meta["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": port}
+        return objects
+
+    def test_the_controllers_own_port_passes(self):
+        self.assertEqual(failures(self.check, self.annotated(sidecar_objects(), check.CONTROLLER, "8081")), [])
+
+    def test_the_sidecar_gateways_port_on_the_controller_pod_is_caught(self):
+        self.assertNotEqual(failures(self.check, self.annotated(sidecar_objects(), check.CONTROLLER, "10844")), [])
+
+    def test_a_central_gateway_on_its_admin_port_passes(self):
+        self.assertEqual(failures(self.check, self.annotated(central_objects(), check.GATEWAY, "10844")), [])
+        self.assertNotEqual(failures(self.check, self.annotated(central_objects(), check.GATEWAY, "10843")), [])
+
+    def test_an_undeclared_port_is_caught(self):
+        objects = [deployment("x", {"containers": [{"name": "x", "image": "x", "ports": []}]})]
+        self.assertNotEqual(failures(self.check, self.annotated(objects, "x", "9090")), [])
+
+
+def collector_objects(image: str, endpoint: str) -> list[dict]:
+    labels = {"app": "jaeger"}
+    jaeger = {"name": "jaeger", "image": image, "ports": [{"name": "otlp-grpc", "containerPort": 4317}]}
+    return [deployment("jaeger", {"containers": [jaeger]}, labels=labels),
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "jaeger", "namespace": NS},
+             "spec": {"selector": labels, "ports": [{"port": 4317, "targetPort": "otlp-grpc"}]}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "otel-collector", "namespace": NS},
+             "data": {"config.yaml": f"exporters:\n  otlp/jaeger:\n    endpoint: {endpoint}\n"}}]
+
+
+class TracingBackends(unittest.TestCase):
+    def setUp(self) -> None:
+        import exposure
+        self.check = exposure.check_tracing_backends
+
+    def test_jaeger_v2_reached_by_the_collector_passes(self):
+        self.assertEqual(failures(self.check, collector_objects("jaegertracing/jaeger:2.5.0", "jaeger:4317")), [])
+
+    def test_jaeger_v1_images_are_caught(self):
+        for image in ("jaegertracing/all-in-one:1.64.0", "docker.io/jaegertracing/jaeger-collector:1.60",
+                      "jaegertracing/jaeger:1.64.0"):
+            self.assertNotEqual(failures(self.check, collector_objects(image, "jaeger:4317")), [], image)
+
+    def test_an_exporter_to_a_port_no_service_has_is_caught(self):
+        for endpoint in ("jaeger:14250", "jaeger-collector:4317", "jaeger"):
+            self.assertNotEqual(
+                failures(self.check, collector_objects("jaegertracing/jaeger:2.5.0", endpoint)), [], endpoint)
