@@ -4,8 +4,8 @@ for the controller, gRPC probes for gRPC servers, `prometheus.io/port` on
 the pod's own metrics port, and the tracing backends (no Jaeger v1, the
 collector's exporters pointing at a Service port that exists).
 
-Each function takes the rendered objects and a Report (check.Report) and
-only reads; the helpers come from check.py.
+Each function takes a Report (check.Report) and the rendered objects, and
+only reads them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 
 import yaml
 
-import check as c
+import manifests as m
 
 # The images of Jaeger v1 (all-in-one and its split components); Jaeger v2
 # is `jaegertracing/jaeger` at 2.x.
@@ -27,7 +27,7 @@ CONTROLLER_CONTAINER = "controller"
 def templates(objects: list[dict]):
     """(object, pod spec, pod template metadata) of every pod template."""
     for obj in objects:
-        pod = c.pod_spec(obj)
+        pod = m.pod_spec(obj)
         if pod is None:
             continue
         spec = obj.get("spec") or {}
@@ -77,24 +77,24 @@ def check_admin_network_policy(report, objects: list[dict]) -> int:
     everyone). Returns how many admin ports are covered."""
     covered = 0
     for obj, pod, meta in templates(objects):
-        gateway = c.container(pod, c.GATEWAY)
-        listen = c.flag_values(gateway.get("args") or [], "--admin-listen") if gateway else []
+        gateway = m.container(pod, m.GATEWAY)
+        listen = m.flag_values(gateway.get("args") or [], "--admin-listen") if gateway else []
         if not listen or loopback(listen[-1]):
             continue
-        number = c.port_of(listen[-1])
+        number = m.port_of(listen[-1])
         name = named_port(gateway, number)
         policies = [p for p in objects if p.get("kind") == "NetworkPolicy"
                     and namespace(p) == namespace(obj)
-                    and c.selects((p.get("spec") or {}).get("podSelector"), meta.get("labels"))
+                    and m.selects((p.get("spec") or {}).get("podSelector"), meta.get("labels"))
                     and "Ingress" in ((p.get("spec") or {}).get("policyTypes") or ["Ingress"])]
-        if not report.check(bool(policies), f"{c.ident(obj)}: a NetworkPolicy limits who reaches the gateway's "
+        if not report.check(bool(policies), f"{m.ident(obj)}: a NetworkPolicy limits who reaches the gateway's "
                                             f"admin port {number} (/debug/plugins lists every plugin and hub)"):
             continue
         open_rules = [f"NetworkPolicy {(p.get('metadata') or {}).get('name')}"
                       for p in policies for rule in (p.get("spec") or {}).get("ingress") or []
                       if rule_covers(rule, number, name)
                       and (not rule.get("from") or any(peer_is_everyone(x) for x in rule["from"]))]
-        if report.check(not open_rules, f"{c.ident(obj)}: no ingress rule admits everyone to the admin port "
+        if report.check(not open_rules, f"{m.ident(obj)}: no ingress rule admits everyone to the admin port "
                                         f"{number} ({', '.join(open_rules)})"):
             covered += 1
     return covered
@@ -104,23 +104,23 @@ def check_controller_pdb(report, objects: list[dict]) -> None:
     """The controller, when it runs more than one replica, has a
     PodDisruptionBudget that keeps one running through a drain and still
     lets the drain proceed."""
-    deployment = c.find(objects, "Deployment", c.CONTROLLER, c.PROJECT_NAMESPACE)
-    if deployment is None or not c.container(c.pod_spec(deployment), CONTROLLER_CONTAINER):
+    deployment = m.find(objects, "Deployment", m.CONTROLLER, m.PROJECT_NAMESPACE)
+    if deployment is None or not m.container(m.pod_spec(deployment), CONTROLLER_CONTAINER):
         return
     replicas = (deployment.get("spec") or {}).get("replicas", 1)
     if replicas < 2:
         return
     labels = ((deployment["spec"].get("template") or {}).get("metadata") or {}).get("labels")
     budgets = [b for b in objects if b.get("kind") == "PodDisruptionBudget"
-               and namespace(b) == c.PROJECT_NAMESPACE
-               and c.selects((b.get("spec") or {}).get("selector"), labels)]
-    if not report.check(len(budgets) == 1, f"{c.ident(deployment)}: one PodDisruptionBudget selects its "
+               and namespace(b) == m.PROJECT_NAMESPACE
+               and m.selects((b.get("spec") or {}).get("selector"), labels)]
+    if not report.check(len(budgets) == 1, f"{m.ident(deployment)}: one PodDisruptionBudget selects its "
                                            f"{replicas} replicas (found {len(budgets)})"):
         return
     spec = budgets[0].get("spec") or {}
     allows = (isinstance(spec.get("maxUnavailable"), int) and 0 < spec["maxUnavailable"] < replicas) or \
              (isinstance(spec.get("minAvailable"), int) and 0 < spec["minAvailable"] < replicas)
-    report.check(allows, f"{c.ident(deployment)}: its PodDisruptionBudget keeps a replica and lets a drain "
+    report.check(allows, f"{m.ident(deployment)}: its PodDisruptionBudget keeps a replica and lets a drain "
                          f"evict one (maxUnavailable or minAvailable, a number between 0 and {replicas}: got {spec})")
 
 
@@ -130,7 +130,7 @@ def grpc_servers(objects: list[dict], obj: dict, pod: dict, meta: dict) -> list[
     grpc_targets = set()
     for svc in objects:
         if svc.get("kind") == "Service" and namespace(svc) == namespace(obj) and \
-                c.selects((svc.get("spec") or {}).get("selector"), meta.get("labels")):
+                m.selects((svc.get("spec") or {}).get("selector"), meta.get("labels")):
             grpc_targets |= {p.get("targetPort") for p in (svc["spec"].get("ports") or [])
                              if p.get("appProtocol") == "grpc"}
     return [cont for cont in pod.get("containers") or []
@@ -146,18 +146,18 @@ def check_grpc_probes(report, objects: list[dict]) -> int:
     seen = 0
     for obj, pod, meta in templates(objects):
         for cont in grpc_servers(objects, obj, pod, meta):
-            health = c.flag_values(cont.get("args") or [], "--health-listen")
+            health = m.flag_values(cont.get("args") or [], "--health-listen")
             for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
                 probe = cont.get(kind)
                 if not probe:
                     continue
                 seen += 1
-                where = f"{c.ident(obj)} container {cont.get('name')}: {kind}"
+                where = f"{m.ident(obj)} container {cont.get('name')}: {kind}"
                 if not report.check("tcpSocket" not in probe,
                                     f"{where} is not a tcpSocket probe of a gRPC server (use `grpc: {{port: N}}`)"):
                     continue
                 if health and "grpc" in probe:
-                    report.check(probe["grpc"].get("port") == c.port_of(health[-1]),
+                    report.check(probe["grpc"].get("port") == m.port_of(health[-1]),
                                  f"{where} asks the plaintext health port --health-listen {health[-1]}")
     return seen
 
@@ -165,11 +165,11 @@ def check_grpc_probes(report, objects: list[dict]) -> int:
 def metrics_port(pod: dict) -> tuple[str, int | None] | None:
     """The pod's own metrics port: the controller's --health-listen when the
     pod runs the controller, else the gateway's --admin-listen."""
-    for name, flag in ((CONTROLLER_CONTAINER, "--health-listen"), (c.GATEWAY, "--admin-listen")):
-        cont = c.container(pod, name)
-        values = c.flag_values(cont.get("args") or [], flag) if cont else []
+    for name, flag in ((CONTROLLER_CONTAINER, "--health-listen"), (m.GATEWAY, "--admin-listen")):
+        cont = m.container(pod, name)
+        values = m.flag_values(cont.get("args") or [], flag) if cont else []
         if values:
-            return f"{name} {flag} {values[-1]}", c.port_of(values[-1])
+            return f"{name} {flag} {values[-1]}", m.port_of(values[-1])
     return None
 
 
@@ -187,9 +187,9 @@ def check_prometheus_annotations(report, objects: list[dict]) -> int:
         declared = {p.get("containerPort") for cont in pod.get("containers") or [] for p in cont.get("ports") or []}
         own = metrics_port(pod)
         report.check(port is not None and port.isdigit() and int(port) in declared,
-                     f"{c.ident(obj)}: prometheus.io/port {port!r} is a containerPort of the pod")
+                     f"{m.ident(obj)}: prometheus.io/port {port!r} is a containerPort of the pod")
         if own is not None:
-            report.check(port == str(own[1]), f"{c.ident(obj)}: prometheus.io/port {port!r} is the pod's own "
+            report.check(port == str(own[1]), f"{m.ident(obj)}: prometheus.io/port {port!r} is the pod's own "
                                               f"metrics port ({own[0]})")
     return checked
 
@@ -200,10 +200,10 @@ def check_tracing_backends(report, objects: list[dict]) -> int:
     the render that sends to a declared port of the pods it selects.
     Returns how many exporters were followed."""
     for obj, pod, _ in templates(objects):
-        for cont in c.containers(pod):
+        for cont in m.containers(pod):
             image = cont.get("image") or ""
             report.check(not JAEGER_V1.search(image),
-                         f"{c.ident(obj)} container {cont.get('name')}: {image} is not a Jaeger v1 image "
+                         f"{m.ident(obj)} container {cont.get('name')}: {image} is not a Jaeger v1 image "
                          "(use jaegertracing/jaeger 2.x, which takes OTLP)")
     followed = 0
     for cm in objects:
@@ -230,13 +230,13 @@ def service_port_reaches(objects: list[dict], ns: str | None, endpoint: str) -> 
     if not match:
         return False
     host, number = match.group(1), int(match.group(2))
-    svc = c.find(objects, "Service", host, ns)
+    svc = m.find(objects, "Service", host, ns)
     port = next((p for p in ((svc or {}).get("spec") or {}).get("ports") or [] if p.get("port") == number), None)
     if port is None:
         return False
     target = port.get("targetPort", number)
     for obj, pod, meta in templates(objects):
-        if namespace(obj) == ns and c.selects(svc["spec"].get("selector"), meta.get("labels")):
+        if namespace(obj) == ns and m.selects(svc["spec"].get("selector"), meta.get("labels")):
             if any(p.get("containerPort") == target or p.get("name") == target
                    for cont in pod.get("containers") or [] for p in cont.get("ports") or []):
                 return True
