@@ -22,6 +22,8 @@ import manifests as m
 JAEGER_V1 = re.compile(r"(^|/)jaegertracing/(all-in-one|jaeger-(collector|query|agent|ingester))(:|@|$)"
                        r"|(^|/)jaegertracing/jaeger:1\.")
 CONTROLLER_CONTAINER = "controller"
+# Where the gateway and the controller send their spans.
+OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 
 def templates(objects: list[dict]):
@@ -196,9 +198,10 @@ def check_prometheus_annotations(report, objects: list[dict]) -> int:
 
 def check_tracing_backends(report, objects: list[dict]) -> int:
     """No Jaeger v1 image; every OTLP exporter of a collector configuration
-    (a ConfigMap's config.yaml with `exporters`) points at a Service port of
-    the render that sends to a declared port of the pods it selects.
-    Returns how many exporters were followed."""
+    (a ConfigMap's config.yaml with `exporters`), and every container's
+    OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, points at a Service port of the
+    render that sends to a declared port of the pods it selects. Returns how
+    many endpoints were followed."""
     for obj, pod, _ in templates(objects):
         for cont in m.containers(pod):
             image = cont.get("image") or ""
@@ -206,6 +209,14 @@ def check_tracing_backends(report, objects: list[dict]) -> int:
                          f"{m.ident(obj)} container {cont.get('name')}: {image} is not a Jaeger v1 image "
                          "(use jaegertracing/jaeger 2.x, which takes OTLP)")
     followed = 0
+    for obj, pod, _ in templates(objects):
+        for cont in m.containers(pod):
+            for env in cont.get("env") or []:
+                if env.get("name") in OTLP_ENDPOINT_VARIABLES and env.get("value"):
+                    followed += 1
+                    report.check(service_port_reaches(objects, namespace(obj), env["value"]),
+                                 f"{m.ident(obj)} container {cont.get('name')}: {env['name']} {env['value']!r} "
+                                 "is a Service port of the render, sent to a declared container port")
     for cm in objects:
         if cm.get("kind") != "ConfigMap":
             continue
@@ -226,10 +237,12 @@ def check_tracing_backends(report, objects: list[dict]) -> int:
 
 
 def service_port_reaches(objects: list[dict], ns: str | None, endpoint: str) -> bool:
-    match = re.match(r"^(?:https?://)?([a-z0-9-]+)(?:\.[a-z0-9.-]+)?:(\d+)/?$", endpoint)
+    # SERVICE[.NAMESPACE[.svc[.cluster.local]]]:PORT, with a scheme and a path or not.
+    match = re.match(r"^(?:https?://)?([a-z0-9-]+)(?:\.([a-z0-9-]+)(?:\.svc(?:\.[a-z0-9.-]+)?)?)?:(\d+)(?:/\S*)?$",
+                     endpoint)
     if not match:
         return False
-    host, number = match.group(1), int(match.group(2))
+    host, ns, number = match.group(1), match.group(2) or ns, int(match.group(3))
     svc = m.find(objects, "Service", host, ns)
     port = next((p for p in ((svc or {}).get("spec") or {}).get("ports") or [] if p.get("port") == number), None)
     if port is None:

@@ -853,6 +853,16 @@ class TracingBackends(unittest.TestCase):
                       "jaegertracing/jaeger:1.64.0"):
             self.assertNotEqual(failures(self.check, collector_objects(image, "jaeger:4317")), [], image)
 
+    def test_the_exporting_containers_endpoint_is_followed_too(self):
+        for endpoint, ok in (("http://jaeger:4317", True), ("http://jaeger.rollout-hooks:4317", True),
+                             ("http://jaeger.rollout-hooks.svc.cluster.local:4317", True),
+                             ("http://jaeger.elsewhere:4317", False),
+                             ("http://otel-collector:4317", False), ("http://jaeger:4318/v1/traces", False)):
+            objects = collector_objects("jaegertracing/jaeger:2.5.0", "jaeger:4317")
+            objects.append(deployment("app", {"containers": [
+                {"name": "app", "image": "x", "env": [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": endpoint}]}]}))
+            self.assertEqual(failures(self.check, objects) == [], ok, endpoint)
+
     def test_an_exporter_to_a_port_no_service_has_is_caught(self):
         for endpoint in ("jaeger:14250", "jaeger-collector:4317", "jaeger"):
             self.assertNotEqual(
