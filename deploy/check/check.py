@@ -24,7 +24,9 @@ object is valid, and the deployments are what docs/deploy.md says they are.
    them (deploy/crds/ocm) and the project's own, an overlay's against
    deploy/crds; the workloads inside a ManifestWorkReplicaSet against the
    Kubernetes schemas too.
-5. Asserts what the deployments promise (the `check_*` functions below):
+5. Asserts what the deployments promise (the `check_*` functions below,
+   and exposure.py: NetworkPolicy on the admin port, the controller's
+   PodDisruptionBudget, gRPC probes, scrape ports, tracing backends):
    among them that no kustomization but the bare-cluster stand-in for OCM
    renders a CRD, a namespace or (for an overlay) an object of OCM's, so
    that `kubectl delete -k` removes the project's objects only. It runs
