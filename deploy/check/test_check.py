@@ -14,7 +14,7 @@ from pathlib import Path
 
 import check
 
-NS = check.HUB_NAMESPACE
+NS = check.PROJECT_NAMESPACE
 
 
 def security() -> dict:
@@ -216,6 +216,31 @@ class Sidecar(unittest.TestCase):
         self.assertTrue(any("reachable by the kubelet" in f for f in failures(check.check_sidecar, objects)))
 
 
+class Registration(unittest.TestCase):
+    """The controller's registration writes the registry where the sidecar
+    gateway mounts it, the controller's own namespace."""
+
+    def registering(self, *args: str, env: list | None = None) -> list[str]:
+        objects = sidecar_objects()
+        c = pod_of(objects, check.CONTROLLER)["containers"][0]
+        c["args"] += list(args)
+        if env:
+            c["env"] = env
+        return [f for f in failures(check.check_sidecar, objects) if "plugin registry" in f]
+
+    def test_off_or_in_the_controllers_namespace_passes(self):
+        self.assertEqual(self.registering(), [])
+        self.assertEqual(self.registering("--register-plugins", "--register-plugins-namespace", NS), [])
+        self.assertEqual(self.registering(env=[{"name": "ROLLOUT_CONTROLLER_REGISTER_PLUGINS_NAMESPACE",
+                                                "value": NS}]), [])
+
+    def test_another_namespace_or_the_default_is_caught(self):
+        self.assertEqual(len(self.registering("--register-plugins-namespace=open-cluster-management-hub")), 1)
+        self.assertEqual(len(self.registering("--register-plugins")), 1)
+        self.assertEqual(len(self.registering(env=[{"name": "ROLLOUT_CONTROLLER_REGISTER_PLUGINS",
+                                                    "value": "true"}])), 1)
+
+
 class ControllerReplicas(unittest.TestCase):
     @staticmethod
     def objects(replicas: int, elect: bool, lease_verbs: list[str]) -> list[dict]:
@@ -253,6 +278,47 @@ class ControllerReplicas(unittest.TestCase):
         self.assertTrue(any("Lease" in f for f in failures(check.check_controller_replicas, objects)))
 
 
+def bound_cluster_role(name: str, rules: list[dict], subject: str = check.CONTROLLER) -> list[dict]:
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": name}, "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": name},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+             "subjects": [{"kind": "ServiceAccount", "name": subject, "namespace": NS}]}]
+
+
+EXECUTE_AS = {"apiGroups": [check.OCM_WORK_GROUP], "resources": ["manifestworks"], "verbs": ["execute-as"]}
+
+
+class ControllerRbac(unittest.TestCase):
+    def test_execute_as_bound_to_the_controller_passes(self):
+        objects = sidecar_objects() + bound_cluster_role("executor", [EXECUTE_AS])
+        self.assertEqual(failures(check.check_controller_rbac, objects), [])
+
+    def test_no_execute_as_is_caught(self):
+        rule = {**EXECUTE_AS, "verbs": ["create", "patch"]}
+        for objects in (sidecar_objects() + bound_cluster_role("works", [rule]),
+                        sidecar_objects() + bound_cluster_role("executor", [EXECUTE_AS], subject="someone-else"),
+                        sidecar_objects()):
+            self.assertTrue(any("execute-as" in f for f in failures(check.check_controller_rbac, objects)))
+
+    def test_its_own_kind_needs_watch_and_status_rights(self):
+        own = crd(check.OWN_API_GROUP, "things", "Thing")
+        own["spec"]["versions"][0]["subresources"] = {"status": {}}
+        watch = {"apiGroups": [check.OWN_API_GROUP], "resources": ["things"], "verbs": ["list", "watch"]}
+        status = {"apiGroups": [check.OWN_API_GROUP], "resources": ["things/status"], "verbs": ["patch"]}
+        base = sidecar_objects() + [own]
+        self.assertEqual(failures(check.check_controller_rbac,
+                                  base + bound_cluster_role("r", [EXECUTE_AS, watch, status])), [])
+        for rules in ([EXECUTE_AS, watch], [EXECUTE_AS, status], [EXECUTE_AS, {**watch, "verbs": ["list"]}]):
+            got = failures(check.check_controller_rbac, base + bound_cluster_role("r", rules))
+            self.assertTrue(any("its own kind" in f for f in got), rules)
+
+    def test_a_wildcard_is_caught(self):
+        objects = sidecar_objects() + bound_cluster_role("executor", [{**EXECUTE_AS, "verbs": ["*"]}])
+        self.assertTrue(any("wildcard" in f for f in failures(check.check_controller_rbac, objects)))
+
+
 class Central(unittest.TestCase):
     def test_the_central_gateway_passes(self):
         self.assertEqual(failures(check.check_central, central_objects()), [])
@@ -286,6 +352,193 @@ class Central(unittest.TestCase):
         objects = central_objects()
         pod_of(objects, check.CONTROLLER)["containers"][0]["args"][2] = f"http://rollout-gateway.{NS}:10843"
         self.assertTrue(any("https" in f for f in failures(check.check_central, objects)))
+
+
+def crd(group: str, plural: str, kind: str) -> dict:
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"plural": plural, "kind": kind},
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {"type": "object"}}}]}}
+
+
+def namespace(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+class LeavesOcmAlone(unittest.TestCase):
+    """What `kubectl delete -k` of an overlay or example would delete."""
+
+    def leave(self, objects, overlay=True) -> list[str]:
+        return failures(lambda r, o: check.check_leaves_ocm_alone(r, o, overlay), objects)
+
+    def test_the_projects_own_objects_pass(self):
+        objects = [namespace(NS), crd(check.OWN_API_GROUP, "manifestworkreplicasetrollouts",
+                                      "ManifestWorkReplicaSetRollout"), *sidecar_objects()]
+        self.assertEqual(self.leave(objects), [])
+
+    def test_an_ocm_crd_is_caught(self):
+        for group in ("work.open-cluster-management.io", "operator.open-cluster-management.io",
+                      "open-cluster-management.io"):
+            got = self.leave([crd(group, "things", "Thing"), *sidecar_objects()])
+            self.assertTrue(any("renders no CRD" in f and f"things.{group}" in f for f in got), (group, got))
+
+    def test_another_projects_crd_is_caught_too(self):
+        got = self.leave([crd("monitoring.coreos.com", "podmonitors", "PodMonitor")])
+        self.assertTrue(any("renders no CRD" in f for f in got), got)
+
+    def test_an_ocm_namespace_is_caught(self):
+        for name in ("open-cluster-management-hub", "open-cluster-management", "open-cluster-management-agent"):
+            got = self.leave([namespace(name)])
+            self.assertTrue(any("no namespace of Open Cluster Management" in f and name in f for f in got), got)
+
+    def test_a_cluster_namespace_is_caught_in_an_example_too(self):
+        for overlay in (True, False):
+            got = self.leave([namespace("rollout-demo"), namespace("cluster1")], overlay=overlay)
+            self.assertEqual(len(got), 1, got)
+            self.assertIn("cluster1", got[0])
+
+    def test_an_ocm_object_is_caught_in_an_overlay_but_not_in_an_example(self):
+        cm = {"apiVersion": "operator.open-cluster-management.io/v1", "kind": "ClusterManager",
+              "metadata": {"name": "cluster-manager"}}
+        self.assertEqual(len(self.leave([cm])), 1)
+        self.assertEqual(self.leave([cm], overlay=False), [])
+
+
+class BareCluster(unittest.TestCase):
+    works = crd("work.open-cluster-management.io", "manifestworks", "ManifestWork")
+    shipped = {"manifestworks.work.open-cluster-management.io": works["spec"]}
+
+    def bare(self, objects) -> list[str]:
+        return failures(lambda r, o: check.check_bare_cluster(r, o, self.shipped), objects)
+
+    def test_ocm_crds_and_namespaces_pass(self):
+        self.assertEqual(self.bare([self.works, namespace("cluster1")]), [])
+
+    def test_the_projects_deployment_or_crd_is_caught(self):
+        self.assertTrue(any("nothing but CRDs" in f for f in self.bare([self.works, *sidecar_objects()])))
+        own = crd(check.OWN_API_GROUP, "manifestworkreplicasetrollouts", "ManifestWorkReplicaSetRollout")
+        self.assertTrue(any("OCM's CRDs" in f for f in self.bare([self.works, own])))
+
+    def test_a_crd_with_the_designs_fields_or_a_missing_one_is_caught(self):
+        design = copy.deepcopy(self.works)
+        design["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"] = {"plugin": {"type": "string"}}
+        for objects in ([design], [namespace("cluster1")]):
+            self.assertTrue(any("as OCM ships them" in f for f in self.bare(objects)), objects)
+
+
+class OcmShapedExamples(unittest.TestCase):
+    """The examples validate, strictly, against OCM's CRDs as a hub has
+    them (deploy/crds/ocm) and the project's own: the design's fields go in
+    the ManifestWorkReplicaSetRollout."""
+    hub = check.CrdSchemas(check.OCM_SHAPED_CRDS, check.DEPLOY / "crds",
+                           groups=lambda g: check.is_ocm_group(g) or g == check.OWN_API_GROUP)
+    strategy = {"type": "Progressive", "progressive": {"maxConcurrency": 1, "progressDeadline": "10m"}}
+
+    def mwrs(self, strategy: dict) -> dict:
+        return {"apiVersion": "work.open-cluster-management.io/v1alpha1", "kind": "ManifestWorkReplicaSet",
+                "metadata": {"name": "a", "namespace": "b"},
+                "spec": {"placementRefs": [{"name": "p", "rolloutStrategy": strategy}],
+                         "manifestWorkTemplate": {"workload": {"manifests": [DEPLOYMENT]}}}}
+
+    def test_ocms_own_fields_pass(self):
+        self.assertEqual(self.hub.errors(self.mwrs(self.strategy)), [])
+
+    def test_each_of_the_designs_fields_is_refused(self):
+        for field, value in (("plugin", "safe-rollout"), ("pluginConfig", {"soakTime": "30s"}),
+                             ("abortOnFailure", True), ("failureStrategy", "AbortAll"), ("rollbackPace", "AtOnce")):
+            errors = self.hub.errors(self.mwrs({**self.strategy, field: value}))
+            self.assertTrue(any(field in e for e in errors), (field, errors))
+        bad = self.mwrs(self.strategy)
+        bad["spec"]["revisionHistoryLimit"] = 3
+        self.assertNotEqual(self.hub.errors(bad), [])
+
+    def test_the_carrier_holds_them(self):
+        carrier = {"apiVersion": "rollout-hooks.io/v1alpha1", "kind": "ManifestWorkReplicaSetRollout",
+                   "metadata": {"name": "a", "namespace": "b"},
+                   "spec": {"revisionHistoryLimit": 3, "placements": [
+                       {"name": "p", "plugin": "safe-rollout", "pluginConfig": {"soakTime": "30s"},
+                        "abortOnFailure": True, "rollbackPace": "AtOnce"}]}}
+        self.assertEqual(self.hub.errors(carrier), [])
+        carrier["spec"]["placements"][0]["plugins"] = "typo"
+        self.assertNotEqual(self.hub.errors(carrier), [])
+
+
+def mwrs_with(manifest: dict, configs: list[dict]) -> dict:
+    return {"apiVersion": "work.open-cluster-management.io/v1alpha1", "kind": "ManifestWorkReplicaSet",
+            "metadata": {"name": "a", "namespace": "b"},
+            "spec": {"manifestWorkTemplate": {"workload": {"manifests": [manifest]},
+                                              "manifestConfigs": configs}}}
+
+
+DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "apps"}}
+WEB = {"group": "apps", "resource": "deployments", "name": "web", "namespace": "apps"}
+PROGRESSING = {"condition": "Progressing", "type": "CEL", "celExpressions": ["true"]}
+
+
+class ConditionRules(unittest.TestCase):
+    def test_a_progressing_rule_for_the_workload_passes(self):
+        objects = [mwrs_with(DEPLOYMENT, [{"resourceIdentifier": WEB, "conditionRules": [PROGRESSING]}])]
+        self.assertEqual(failures(check.check_condition_rules, objects), [])
+
+    def test_a_workload_without_one_is_caught(self):
+        other = {**WEB, "name": "api"}
+        degraded = {**PROGRESSING, "condition": "Degraded"}
+        for configs in ([], [{"resourceIdentifier": other, "conditionRules": [PROGRESSING]}],
+                        [{"resourceIdentifier": WEB, "conditionRules": [degraded]}],
+                        [{"resourceIdentifier": {**WEB, "group": ""}, "conditionRules": [PROGRESSING]}]):
+            got = failures(check.check_condition_rules, [mwrs_with(DEPLOYMENT, configs)])
+            self.assertTrue(any("Progressing condition rule" in f for f in got), configs)
+
+    def test_a_malformed_rule_is_caught(self):
+        for rule in ({**PROGRESSING, "celExpression": ["true"]}, {**PROGRESSING, "type": "Cel"},
+                     {**PROGRESSING, "celExpressions": []}):
+            got = failures(check.check_condition_rules,
+                           [mwrs_with(DEPLOYMENT, [{"resourceIdentifier": WEB, "conditionRules": [rule]}])])
+            self.assertTrue(any("well formed" in f for f in got), rule)
+
+    def test_a_config_map_needs_no_rule(self):
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "apps"}}
+        self.assertEqual(failures(check.check_condition_rules, [mwrs_with(cm, [])]), [])
+
+
+def carrier(name: str = "a", placements: tuple = ("p",)) -> dict:
+    return {"apiVersion": "rollout-hooks.io/v1alpha1", "kind": check.CARRIER_KIND,
+            "metadata": {"name": name, "namespace": "b"},
+            "spec": {"placements": [{"name": p, "plugin": "x"} for p in placements]}}
+
+
+class Carriers(unittest.TestCase):
+    def mwrs(self) -> dict:
+        m = mwrs_with(DEPLOYMENT, [])
+        m["spec"]["placementRefs"] = [{"name": "p"}]
+        return m
+
+    def test_a_carrier_before_its_set_passes(self):
+        self.assertEqual(failures(check.check_carriers, [carrier(), self.mwrs()]), [])
+
+    def test_a_carrier_after_its_set_is_caught(self):
+        self.assertTrue(any("comes before" in f for f in failures(check.check_carriers, [self.mwrs(), carrier()])))
+
+    def test_a_carrier_without_its_set_is_caught(self):
+        got = failures(check.check_carriers, [carrier("other"), self.mwrs()])
+        self.assertTrue(any("same namespace and name" in f for f in got), got)
+
+    def test_a_misspelt_placement_is_caught(self):
+        got = failures(check.check_carriers, [carrier(placements=("p", "q")), self.mwrs()])
+        self.assertEqual(len(got), 1, got)
+        self.assertIn("'q'", got[0])
+
+
+class Defaults(unittest.TestCase):
+    def test_a_required_field_with_a_default_may_be_left_out(self):
+        import jsonschema
+        schema = check.openapi_to_jsonschema({"type": "object", "required": ["policy", "name"], "properties": {
+            "policy": {"type": "string", "default": "Background"}, "name": {"type": "string"}}})
+        validator = jsonschema.Draft202012Validator(schema)
+        self.assertEqual(list(validator.iter_errors({"name": "a"})), [])
+        self.assertNotEqual(list(validator.iter_errors({"policy": "Foreground"})), [])
 
 
 class CrdSchema(unittest.TestCase):
@@ -374,6 +627,23 @@ class AlertRules(unittest.TestCase):
         self.assertNotEqual(self.failures('rate(rollout_gateway_hook_requests_total{cod!="OK"}[5m]) > 0'), [])
         self.assertNotEqual(self.failures("max by (plugins) (rollout_gateway_circuit_state) == 1"), [])
 
+    def recorded_failures(self, record_expr: str, alert_expr: str) -> list[str]:
+        obj = rule(alert_expr)
+        obj["spec"]["groups"][0]["rules"].insert(0, {"record": "a:opened:timestamp", "expr": record_expr})
+        report = check.Report()
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.alerts.check_names(report, obj, self.scrapes)
+        return report.failures
+
+    def test_a_recorded_series_is_judged_by_what_its_rule_selects(self) -> None:
+        self.assertEqual(self.recorded_failures(
+            "timestamp(max by (plugin) (rollout_gateway_circuit_state) == 1)",
+            "max by (plugin) (max_over_time(a:opened:timestamp[1d])) > 0"), [])
+        self.assertNotEqual(self.recorded_failures(
+            "timestamp(rollout_gateway_circuit_states == 1)", "max_over_time(a:opened:timestamp[1d]) > 0"), [])
+        self.assertNotEqual(self.recorded_failures(
+            "timestamp(rollout_gateway_circuit_state == 1)", "max by (plugins) (a:opened:timestamp) > 0"), [])
+
     def test_scraped_samples_and_families(self) -> None:
         scrape = self.scrapes[0]
         self.assertEqual(scrape.series("rollout_gateway_circuit_state"), [{"plugin": "a", "hub": ""}])
@@ -425,3 +695,175 @@ class PodMonitors(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def admin_policy(ports: list, peers: list | None, labels: dict | None = None) -> dict:
+    rule = {"ports": [{"port": p} for p in ports]}
+    if peers is not None:
+        rule["from"] = peers
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "np", "namespace": NS},
+            "spec": {"podSelector": {"matchLabels": labels or {"app": check.CONTROLLER}},
+                     "policyTypes": ["Ingress"], "ingress": [rule]}}
+
+
+MONITORING = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+
+
+class AdminNetworkPolicy(unittest.TestCase):
+    def setUp(self) -> None:
+        import exposure
+        self.check = exposure.check_admin_network_policy
+
+    def test_the_admin_port_from_the_monitoring_namespace_passes(self):
+        self.assertEqual(failures(self.check, sidecar_objects() + [admin_policy(["gateway-admin"], MONITORING)]), [])
+        self.assertEqual(failures(self.check, sidecar_objects() + [admin_policy([10844], MONITORING)]), [])
+
+    def test_no_policy_is_caught(self):
+        self.assertNotEqual(failures(self.check, sidecar_objects()), [])
+
+    def test_a_policy_of_other_pods_is_caught(self):
+        self.assertNotEqual(failures(self.check, sidecar_objects() + [
+            admin_policy(["gateway-admin"], MONITORING, labels={"app": "other"})]), [])
+
+    def test_the_admin_port_open_to_everyone_is_caught(self):
+        for peers in (None, [{"namespaceSelector": {}}], [{"ipBlock": {"cidr": "0.0.0.0/0"}}]):
+            self.assertNotEqual(failures(self.check, sidecar_objects() + [admin_policy([10844], peers)]), [], peers)
+
+    def test_an_open_grpc_port_beside_a_closed_admin_port_passes(self):
+        objects = central_objects()
+        policy = admin_policy(["admin"], MONITORING, labels={"app": "rollout-gateway"})
+        policy["spec"]["ingress"].append({"ports": [{"port": "grpc"}]})
+        self.assertEqual(failures(self.check, objects + [policy]), [])
+
+    def test_a_loopback_admin_port_needs_none(self):
+        objects = sidecar_objects()
+        gateway = check.container(pod_of(objects, check.CONTROLLER), check.GATEWAY)
+        gateway["args"] = check.replace_flag(gateway["args"], "--admin-listen", "127.0.0.1:10844")
+        self.assertEqual(failures(self.check, objects), [])
+
+
+def budget(**spec) -> dict:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "c", "namespace": NS},
+            "spec": {**spec, "selector": {"matchLabels": {"app": check.CONTROLLER}}}}
+
+
+class ControllerBudget(unittest.TestCase):
+    def setUp(self) -> None:
+        import exposure
+        self.check = exposure.check_controller_pdb
+        self.objects = sidecar_objects()
+        check.find(self.objects, "Deployment", check.CONTROLLER)["spec"]["replicas"] = 2
+
+    def test_one_at_a_time_passes(self):
+        self.assertEqual(failures(self.check, self.objects + [budget(maxUnavailable=1)]), [])
+        self.assertEqual(failures(self.check, self.objects + [budget(minAvailable=1)]), [])
+
+    def test_no_budget_is_caught(self):
+        self.assertNotEqual(failures(self.check, self.objects), [])
+
+    def test_a_budget_that_blocks_every_drain_is_caught(self):
+        self.assertNotEqual(failures(self.check, self.objects + [budget(minAvailable=2)]), [])
+        self.assertNotEqual(failures(self.check, self.objects + [budget(maxUnavailable=0)]), [])
+
+    def test_one_replica_needs_none(self):
+        check.find(self.objects, "Deployment", check.CONTROLLER)["spec"]["replicas"] = 1
+        self.assertEqual(failures(self.check, self.objects), [])
+
+
+def plugin_objects(probe: dict, health: bool) -> list[dict]:
+    args = ["--listen", "0.0.0.0:10843", "--tls-cert", "/t/tls.crt", "--tls-key", "/t/tls.key"]
+    if health:
+        args += ["--health-listen", "0.0.0.0:10845"]
+    plugin = {"name": "smoke-test", "image": "localhost/smoke-test:0.1.0", "args": args,
+              "ports": [{"name": "grpc", "containerPort": 10843}, {"name": "health", "containerPort": 10845}],
+              "livenessProbe": probe, "readinessProbe": probe}
+    return [deployment("smoke-test", {"containers": [plugin]})]
+
+
+class GrpcProbes(unittest.TestCase):
+    def setUp(self) -> None:
+        import exposure
+        self.check = exposure.check_grpc_probes
+
+    def test_a_grpc_probe_on_the_health_port_passes(self):
+        self.assertEqual(failures(self.check, plugin_objects({"grpc": {"port": 10845}}, health=True)), [])
+
+    def test_a_tcp_socket_probe_is_caught(self):
+        self.assertNotEqual(failures(self.check, plugin_objects({"tcpSocket": {"port": "grpc"}}, health=False)), [])
+
+    def test_a_grpc_probe_of_the_tls_port_is_caught(self):
+        self.assertNotEqual(failures(self.check, plugin_objects({"grpc": {"port": 10843}}, health=True)), [])
+
+    def test_a_server_behind_a_grpc_service_port_counts(self):
+        objects = plugin_objects({"tcpSocket": {"port": 7000}}, health=False)
+        pod = pod_of(objects, "smoke-test")
+        pod["containers"][0]["ports"] = [{"name": "api", "containerPort": 7000}]
+        objects.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": NS},
+                        "spec": {"selector": {"app": "smoke-test"},
+                                 "ports": [{"port": 7000, "targetPort": "api", "appProtocol": "grpc"}]}})
+        self.assertNotEqual(failures(self.check, objects), [])
+
+
+class PrometheusAnnotations(unittest.TestCase):
+    def setUp(self) -> None:
+        import exposure
+        self.check = exposure.check_prometheus_annotations
+
+    def annotated(self, objects: list[dict], name: str, port: str) -> list[dict]:
+        meta = check.find(objects, "Deployment", name)["spec"]["template"]["metadata"]
+        meta["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": port}
+        return objects
+
+    def test_the_controllers_own_port_passes(self):
+        self.assertEqual(failures(self.check, self.annotated(sidecar_objects(), check.CONTROLLER, "8081")), [])
+
+    def test_the_sidecar_gateways_port_on_the_controller_pod_is_caught(self):
+        self.assertNotEqual(failures(self.check, self.annotated(sidecar_objects(), check.CONTROLLER, "10844")), [])
+
+    def test_a_central_gateway_on_its_admin_port_passes(self):
+        self.assertEqual(failures(self.check, self.annotated(central_objects(), check.GATEWAY, "10844")), [])
+        self.assertNotEqual(failures(self.check, self.annotated(central_objects(), check.GATEWAY, "10843")), [])
+
+    def test_an_undeclared_port_is_caught(self):
+        objects = [deployment("x", {"containers": [{"name": "x", "image": "x", "ports": []}]})]
+        self.assertNotEqual(failures(self.check, self.annotated(objects, "x", "9090")), [])
+
+
+def collector_objects(image: str, endpoint: str) -> list[dict]:
+    labels = {"app": "jaeger"}
+    jaeger = {"name": "jaeger", "image": image, "ports": [{"name": "otlp-grpc", "containerPort": 4317}]}
+    return [deployment("jaeger", {"containers": [jaeger]}, labels=labels),
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "jaeger", "namespace": NS},
+             "spec": {"selector": labels, "ports": [{"port": 4317, "targetPort": "otlp-grpc"}]}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "otel-collector", "namespace": NS},
+             "data": {"config.yaml": f"exporters:\n  otlp/jaeger:\n    endpoint: {endpoint}\n"}}]
+
+
+class TracingBackends(unittest.TestCase):
+    def setUp(self) -> None:
+        import exposure
+        self.check = exposure.check_tracing_backends
+
+    def test_jaeger_v2_reached_by_the_collector_passes(self):
+        self.assertEqual(failures(self.check, collector_objects("jaegertracing/jaeger:2.5.0", "jaeger:4317")), [])
+
+    def test_jaeger_v1_images_are_caught(self):
+        for image in ("jaegertracing/all-in-one:1.64.0", "docker.io/jaegertracing/jaeger-collector:1.60",
+                      "jaegertracing/jaeger:1.64.0"):
+            self.assertNotEqual(failures(self.check, collector_objects(image, "jaeger:4317")), [], image)
+
+    def test_the_exporting_containers_endpoint_is_followed_too(self):
+        for endpoint, ok in (("http://jaeger:4317", True), ("http://jaeger.rollout-hooks:4317", True),
+                             ("http://jaeger.rollout-hooks.svc.cluster.local:4317", True),
+                             ("http://jaeger.elsewhere:4317", False),
+                             ("http://otel-collector:4317", False), ("http://jaeger:4318/v1/traces", False)):
+            objects = collector_objects("jaegertracing/jaeger:2.5.0", "jaeger:4317")
+            objects.append(deployment("app", {"containers": [
+                {"name": "app", "image": "x", "env": [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": endpoint}]}]}))
+            self.assertEqual(failures(self.check, objects) == [], ok, endpoint)
+
+    def test_an_exporter_to_a_port_no_service_has_is_caught(self):
+        for endpoint in ("jaeger:14250", "jaeger-collector:4317", "jaeger"):
+            self.assertNotEqual(
+                failures(self.check, collector_objects("jaegertracing/jaeger:2.5.0", endpoint)), [], endpoint)
