@@ -2,11 +2,18 @@
 //!
 //! Two levels: [`CallError`] is why one call to one plugin failed, made by the
 //! layers of its stack and its connection, each kind its own variant;
-//! [`GatewayError`] is why a gateway call failed, and
-//! [`GatewayError::into_status`] is the one place a gRPC status is made.
-//! Nothing reads an error's message to decide what it is.
+//! [`GatewayError`] is why a gateway call failed. [`Rescue`], the top of the
+//! server's stack, is the one place a gRPC status is made: from a
+//! [`CallFailure`] that any layer below returned, through
+//! [`GatewayError::into_status`]. Nothing reads an error's message to decide
+//! what it is.
 
 use std::borrow::Cow;
+use std::convert::Infallible;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use http::{HeaderMap, HeaderValue};
 
 use rollout_policies::breaker::{CallOutcome, Rejected, is_failure};
 use rollout_policies::layer::{PolicyError, circuit_message};
@@ -14,7 +21,9 @@ use rollout_policies::merge::{Failure, MergeError};
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
+use crate::transport::grpc::{self, FrameError, ReceiveError};
 use crate::transport::pending::PendingExceeded;
+use crate::transport::send::Answer;
 
 /// Why a name could not be resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,6 +231,36 @@ pub enum GatewayError {
     /// Buffering the request would go over a pending-bytes limit.
     #[error("{0}")]
     PendingBytes(PendingExceeded),
+    /// The request's message is malformed, too large or undecodable, or its
+    /// stream failed while it arrived.
+    #[error("{0}")]
+    Request(FrameError),
+    #[error("the request stream failed: {0}")]
+    RequestStream(h2::Error),
+    /// A request header is malformed or repeated.
+    #[error("metadata key \"{name}\" {why}")]
+    Header {
+        name: &'static str,
+        why: &'static str,
+    },
+    #[error("unknown method {0}")]
+    UnknownMethod(String),
+}
+
+impl From<ReceiveError> for GatewayError {
+    fn from(e: ReceiveError) -> Self {
+        match e {
+            ReceiveError::Frame(e) => GatewayError::Request(e),
+            ReceiveError::Stream { source, .. } => GatewayError::RequestStream(source),
+            ReceiveError::Held(e) => GatewayError::PendingBytes(e),
+        }
+    }
+}
+
+impl From<FrameError> for GatewayError {
+    fn from(e: FrameError) -> Self {
+        GatewayError::Request(e)
+    }
 }
 
 fn receive_timeout_message(waited: std::time::Duration, by_caller: bool) -> String {
@@ -287,7 +326,19 @@ impl GatewayError {
         match self {
             GatewayError::MissingTarget
             | GatewayError::InvalidTarget(_)
-            | GatewayError::InvalidRequest(_) => Code::InvalidArgument,
+            | GatewayError::InvalidRequest(_)
+            | GatewayError::Header { .. } => Code::InvalidArgument,
+            GatewayError::UnknownMethod(_) => Code::Unimplemented,
+            // The caller's own bytes: never a failure of the gateway's.
+            GatewayError::Request(e) => match e {
+                FrameError::TooLarge { .. } => Code::ResourceExhausted,
+                FrameError::Compressed | FrameError::SeveralMessages => Code::Unimplemented,
+                FrameError::TruncatedPrefix
+                | FrameError::InvalidFlag(_)
+                | FrameError::LengthMismatch { .. }
+                | FrameError::Decode(_) => Code::InvalidArgument,
+            },
+            GatewayError::RequestStream(_) => Code::Cancelled,
             GatewayError::NotReady => Code::Unavailable,
             GatewayError::ReceiveTimeout { .. } => Code::DeadlineExceeded,
             GatewayError::PendingBytes(_) => Code::ResourceExhausted,
@@ -321,6 +372,105 @@ impl GatewayError {
                 .insert(rollout_proto::FAILED_OPEN_METADATA_KEY, v);
         }
         status
+    }
+}
+
+/// A gateway call that failed, and the members that had failed open
+/// before it (`ocm-rollout-failed-open`).
+#[derive(Debug)]
+pub struct CallFailure {
+    pub error: GatewayError,
+    pub failed_open: Vec<String>,
+}
+
+impl From<GatewayError> for CallFailure {
+    fn from(error: GatewayError) -> Self {
+        CallFailure {
+            error,
+            failed_open: Vec::new(),
+        }
+    }
+}
+
+impl From<ReceiveError> for CallFailure {
+    fn from(e: ReceiveError) -> Self {
+        GatewayError::from(e).into()
+    }
+}
+
+impl From<FrameError> for CallFailure {
+    fn from(e: FrameError) -> Self {
+        GatewayError::from(e).into()
+    }
+}
+
+impl CallFailure {
+    /// The gRPC code the caller gets.
+    pub fn code(&self) -> Code {
+        self.error.code()
+    }
+}
+
+/// The status of a failed call as the headers of a trailers-only answer.
+fn status_headers(failure: CallFailure) -> HeaderMap {
+    let status = failure.error.into_status(&failure.failed_open);
+    let mut headers = HeaderMap::with_capacity(2 + status.metadata().len());
+    grpc::put_status(&mut headers, status.code(), status.message());
+    for kv in status.metadata().iter() {
+        if let tonic::metadata::KeyAndValueRef::Ascii(k, v) = kv
+            && let (Ok(k), Ok(v)) = (
+                http::HeaderName::from_bytes(k.as_str().as_bytes()),
+                HeaderValue::from_bytes(v.as_encoded_bytes()),
+            )
+        {
+            headers.insert(k, v);
+        }
+    }
+    headers
+}
+
+/// The rescue layer: the top of the server's stack, turning the failure of
+/// any layer below into a trailers-only gRPC answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RescueLayer;
+
+impl<S> tower::Layer<S> for RescueLayer {
+    type Service = Rescue<S>;
+
+    fn layer(&self, inner: S) -> Rescue<S> {
+        Rescue(inner)
+    }
+}
+
+/// See [`RescueLayer`].
+#[derive(Debug, Clone)]
+pub struct Rescue<S>(S);
+
+impl<S, R> tower::Service<R> for Rescue<S>
+where
+    S: tower::Service<R, Response = Answer, Error = CallFailure>,
+    S::Future: Send + 'static,
+{
+    type Response = Answer;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Answer, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The layers below are always ready; a failure would be a call's.
+        match self.0.poll_ready(cx) {
+            Poll::Ready(_) => Poll::Ready(Ok(())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let answering = self.0.call(request);
+        Box::pin(async move {
+            Ok(match answering.await {
+                Ok(answer) => answer,
+                Err(failure) => Answer::TrailersOnly(status_headers(failure)),
+            })
+        })
     }
 }
 

@@ -10,7 +10,6 @@ use rollout_proto::v1alpha1::{
     RolloutStateDetail, ValidateResponse,
 };
 use rollout_proto::view::{self, MutateParts, RolloutFields, ValidateView};
-use tonic::Status;
 
 use http::HeaderMap;
 use opentelemetry::trace::SpanContext;
@@ -18,7 +17,7 @@ use rollout_policies::layer::PolicyRequest;
 use tokio::time::Instant;
 
 use crate::error::DeadlineOwner;
-use crate::transport::grpc;
+use crate::transport::grpc::{self, FrameError};
 
 pub use rollout_proto::HookKind;
 
@@ -77,7 +76,7 @@ pub struct Forwarded {
 
 impl Forwarded {
     /// A `RolloutPluginRequest` (BeginRollout, ProgressRollout).
-    pub fn rollout_request(message: Bytes) -> Result<Forwarded, Status> {
+    pub fn rollout_request(message: Bytes) -> Result<Forwarded, FrameError> {
         let fields: RolloutFields = grpc::decode_message(message.clone())?;
         Ok(Forwarded {
             message,
@@ -86,7 +85,7 @@ impl Forwarded {
     }
 
     /// A `ValidateCompletionRequest`.
-    pub fn validate_request(message: Bytes) -> Result<Forwarded, Status> {
+    pub fn validate_request(message: Bytes) -> Result<Forwarded, FrameError> {
         let view: ValidateView = grpc::decode_message(message.clone())?;
         Ok(Forwarded {
             message,
@@ -106,7 +105,7 @@ pub struct MutateStep {
 
 impl MutateStep {
     /// A `MutateManifestWorkRequest`.
-    pub fn decode(message: Bytes) -> Result<MutateStep, Status> {
+    pub fn decode(message: Bytes) -> Result<MutateStep, FrameError> {
         let parts: MutateParts = grpc::decode_message(message)?;
         let fields = match &parts.rollout {
             Some(r) => Some(Arc::new(grpc::decode_message::<RolloutFields>(r.clone())?)),

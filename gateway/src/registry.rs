@@ -32,6 +32,7 @@ use crate::config::{
     Transport,
 };
 pub use crate::error::ResolveError;
+use crate::files::{self, FileLimits};
 use crate::stack::{self, PluginStack};
 use crate::telemetry::{PluginMetrics, RegistryState, Telemetry};
 use crate::upstream::{CaBundle, Channel, ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
@@ -241,6 +242,8 @@ pub struct Registry {
     reload_failure: AtomicU64,
     draining: AtomicBool,
     settings: ChannelSettings,
+    /// Bounds on the certificate files plans read.
+    file_limits: FileLimits,
     telemetry: Telemetry,
     /// Readiness ([`Registry::is_ready`]), for those who follow its changes.
     ready: tokio::sync::watch::Sender<bool>,
@@ -280,10 +283,22 @@ impl Registry {
             reload_failure: AtomicU64::new(0),
             draining: AtomicBool::new(false),
             settings,
+            file_limits: FileLimits::default(),
             telemetry,
             ready: tokio::sync::watch::Sender::new(false),
             fresh: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The same, with the files it and its watchers read bounded by `limits`.
+    pub fn with_file_limits(mut self, limits: FileLimits) -> Registry {
+        self.file_limits = limits;
+        self
+    }
+
+    /// The bounds on the files the registry and its watchers read.
+    pub fn file_limits(&self) -> FileLimits {
+        self.file_limits
     }
 
     /// The telemetry the plugins' stacks report to.
@@ -440,7 +455,7 @@ impl Registry {
         if let Some(s) = inner.sources.get_mut(source) {
             s.last_text = Some(text.to_string());
         }
-        let mut files = FileCache::default();
+        let mut files = FileCache::new(self.file_limits.max_bytes);
         let result = config::parse(text).and_then(|cfg| {
             let mut configs: Vec<Option<&Config>> =
                 inner.sources.iter().map(|s| s.config.as_ref()).collect();
@@ -483,7 +498,7 @@ impl Registry {
         // One lock throughout: a newer text of the source (another watcher)
         // cannot land between the check and the retry and be overwritten.
         let mut inner = self.lock();
-        let mut now = FileCache::default();
+        let mut now = FileCache::new(self.file_limits.max_bytes);
         let mut results = Vec::new();
         for index in 0..inner.sources.len() {
             let s = &mut inner.sources[index];
@@ -568,7 +583,11 @@ impl Registry {
         }
         let configs: Vec<Option<&Config>> =
             inner.sources.iter().map(|s| s.config.as_ref()).collect();
-        match self.plan(&configs, &inner.sources, &mut FileCache::default()) {
+        match self.plan(
+            &configs,
+            &inner.sources,
+            &mut FileCache::new(self.file_limits.max_bytes),
+        ) {
             Ok(plan) if plan.fresh.is_empty() => {
                 // The files hold what the live upstreams were built from
                 // (a file put back after a bad rotation, or a rewrite of the
@@ -858,18 +877,29 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The certificate files one plan has read, by path as written.
-#[derive(Default)]
 struct FileCache {
     read: HashMap<String, Result<Vec<u8>, String>>,
+    max_bytes: u64,
 }
 
 impl FileCache {
-    /// The file's bytes, or why it cannot be read (naming it).
+    fn new(max_bytes: u64) -> FileCache {
+        FileCache {
+            read: HashMap::new(),
+            max_bytes,
+        }
+    }
+
+    /// The file's bytes, or why it cannot be read (naming it): only a
+    /// regular file, at most `max_bytes` (plans run off the runtime).
     fn read(&mut self, path: &str) -> Result<Vec<u8>, String> {
+        let max_bytes = self.max_bytes;
         self.read
             .entry(path.to_string())
             .or_insert_with(|| {
-                std::fs::read(Path::new(path)).map_err(|e| format!("cannot read {path}: {e}"))
+                files::read_sync(Path::new(path), max_bytes, None)
+                    .map(|read| read.map(|(bytes, _)| bytes).unwrap_or_default())
+                    .map_err(|e| e.to_string())
             })
             .clone()
     }

@@ -443,18 +443,15 @@ impl Upstream {
             return Err(Failed::Plugin(grpc::status_from_http(parts.status)));
         }
         let limit = self.settings.max_message_bytes;
-        let (data, trailers) =
-            grpc::collect(&mut body, limit)
-                .await
-                .map_err(|s| match s.code() {
-                    Code::Unavailable => {
-                        Failed::Call(CallError::Unreachable(s.message().to_string()))
-                    }
-                    Code::ResourceExhausted => {
-                        Failed::Call(CallError::TooLarge(s.message().to_string()))
-                    }
-                    _ => undecodable(s.message().to_string()),
-                })?;
+        let (data, trailers) = grpc::collect(&mut body, limit).await.map_err(|e| match e {
+            grpc::ReceiveError::Stream { .. } => {
+                Failed::Call(CallError::Unreachable(e.to_string()))
+            }
+            grpc::ReceiveError::Frame(grpc::FrameError::TooLarge { .. }) => {
+                Failed::Call(CallError::TooLarge(e.to_string()))
+            }
+            _ => undecodable(e.to_string()),
+        })?;
         match trailers.as_ref().and_then(grpc::status_from_headers) {
             Some(status) if status.code() == Code::Ok => {
                 let encoding = parts
@@ -465,7 +462,7 @@ impl Upstream {
                     grpc::Unreadable::TooLarge(why) => Failed::Call(CallError::TooLarge(why)),
                     grpc::Unreadable::Invalid(why) => undecodable(why),
                 })?;
-                grpc::decode_message(message).map_err(|s| undecodable(s.message().to_string()))
+                grpc::decode_message(message).map_err(|e| undecodable(e.to_string()))
             }
             Some(status) => Err(Failed::Plugin(status)),
             None => Err(undecodable("answer ended without a grpc-status".into())),

@@ -389,7 +389,7 @@ struct NewerRequest {
     cluster_index: i32,
     #[prost(message, optional, tag = "10")]
     counts: Option<RolloutCounts>,
-    #[prost(string, tag = "11")]
+    #[prost(string, tag = "12")]
     added_later: String,
     #[prost(fixed64, tag = "200")]
     added_much_later: u64,
