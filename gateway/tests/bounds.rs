@@ -85,14 +85,16 @@ mod memory {
         }
     }
 
-    /// The gateway binary on port 0 over `config`; `ROLLOUT_GATEWAY_BIN`
-    /// runs another build instead (to compare with one before a change).
-    fn spawn(config: &std::path::Path) -> (Proc, SocketAddr) {
+    /// The gateway binary on port 0 over `config`, with `flags`;
+    /// `ROLLOUT_GATEWAY_BIN` runs another build instead (to compare with
+    /// one before a change).
+    fn spawn(config: &std::path::Path, flags: &[&str]) -> (Proc, SocketAddr) {
         let bin = std::env::var("ROLLOUT_GATEWAY_BIN")
             .unwrap_or_else(|_| env!("CARGO_BIN_EXE_rollout-gateway").to_string());
         let mut child = Command::new(bin)
             .args(["--config", config.to_str().unwrap()])
             .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .args(flags)
             .env("RUST_LOG", "error")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -124,11 +126,13 @@ mod memory {
     }
 
     /// The attack that took a gateway from 10 to 1,022 MiB through the
-    /// health service: 4 connections × 64 health checks, each declaring a
-    /// 16 MiB message and sending 1 MiB of it, then nothing. The health
-    /// service sits under the same receive limits as the plugin service, so
-    /// most streams are refused, the memory stays bounded, and it goes back
-    /// once the attacker leaves.
+    /// health service (4 connections × 64 health checks, each declaring a
+    /// message just under the health service's own 4 MiB limit and sending
+    /// all of it but a byte, then nothing), at half its size: 512 MiB
+    /// against pools of 64 MiB. The health service sits under the same
+    /// receive limits as the plugin service, so most streams are refused,
+    /// the memory stays within the pools, and it goes back once the
+    /// attacker leaves.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn half_sent_health_checks_are_bounded_and_given_back() {
         let p = plugin(Behaviour::new("p")).await;
@@ -139,32 +143,41 @@ mod memory {
             format!("plugins:\n{}", insecure_plugin("p", &p, "")),
         )
         .unwrap();
-        let (gw, addr) = spawn(&config);
+        let pools = [
+            "--max-pending-request-bytes",
+            "67108864",
+            "--max-pending-request-bytes-per-connection",
+            "33554432",
+        ];
+        let (gw, addr) = spawn(&config, &pools);
         let pid = gw.0.id();
         let before = rss_mib(pid);
+        let declared = 4 * MIB - 16;
         let mut open = Vec::new();
         for _ in 0..4 {
             let (send, conn) = connect_from("127.0.0.1", addr, 4 * MIB as u32).await;
             let mut streams = Vec::new();
-            for _ in 0..64 {
+            for _ in 0..32 {
                 let mut send = send.clone().ready().await.unwrap();
                 let (_answer, mut body) = send
                     .send_request(grpc_request(HEALTH_CHECK, None), false)
                     .unwrap();
-                body.send_data(partial_message(16 * MIB, MIB), false)
+                body.send_data(partial_message(declared, declared - 1), false)
                     .unwrap();
                 streams.push(body);
             }
             open.push((send, conn, streams));
         }
-        // 256 MiB sent at most; let it arrive.
+        // 512 MiB sent at most; let it arrive.
         let mut peak = 0;
-        for _ in 0..20 {
+        for _ in 0..25 {
             tokio::time::sleep(Duration::from_millis(200)).await;
             peak = peak.max(rss_mib(pid));
         }
+        // The pools (64 MiB), and what HTTP/2 buffers before the gateway
+        // reads it (an 8 MiB window per connection).
         assert!(
-            peak < before + 100,
+            peak < before + 64 + 32 + 32,
             "resident memory went from {before} to {peak} MiB: the half-sent health checks are not bounded"
         );
         for (_, conn, _) in open {

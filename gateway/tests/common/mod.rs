@@ -562,6 +562,44 @@ impl RawAnswer {
     }
 }
 
+impl RawAnswer {
+    /// grpc-message, percent-decoded, wherever it came.
+    pub fn message(&self) -> String {
+        self.trailers
+            .get("grpc-message")
+            .or_else(|| self.headers.get("grpc-message"))
+            .and_then(|v| v.to_str().ok())
+            .map(rollout_gateway::transport::grpc::percent_decode)
+            .unwrap_or_default()
+    }
+}
+
+/// Already encoded message bytes, sent exactly as they are (unknown
+/// fields, or a message a correct encoder would never make).
+#[derive(Debug)]
+pub struct RawMessage(pub Vec<u8>);
+
+impl prost::Message for RawMessage {
+    fn encode_raw(&self, buf: &mut impl bytes::BufMut) {
+        buf.put_slice(&self.0);
+    }
+    fn merge_field(
+        &mut self,
+        _: u32,
+        _: prost::encoding::WireType,
+        _: &mut impl bytes::Buf,
+        _: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        unreachable!("only encoded")
+    }
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 /// A unary gRPC call over a bare HTTP/2 connection, with the given extra
 /// headers. Unlike a tonic client it enforces no deadline of its own, and it
 /// shows headers and trailers apart.
