@@ -154,20 +154,43 @@ pub fn read_sync(
     Ok(Some((bytes, stamp)))
 }
 
-/// The paths whose read has not returned yet.
-fn reading() -> &'static Mutex<HashSet<PathBuf>> {
-    static READING: OnceLock<Mutex<HashSet<PathBuf>>> = OnceLock::new();
-    READING.get_or_init(Default::default)
+/// The stamp of `path` (its metadata, through symlinks), looked up as
+/// [`read`] reads: off the worker thread, within `limits.timeout`.
+pub async fn stamp(path: &Path, limits: FileLimits) -> Result<Stamp, FileError> {
+    off_thread(path, limits, |p| {
+        std::fs::metadata(p)
+            .map(|m| Stamp::of(&m))
+            .map_err(|e| FileError::io(p, e))
+    })
+    .await
 }
 
-/// [`read_sync`] on the blocking pool, within `limits.timeout`. While an
-/// earlier read of the same path has not returned, fails at once rather
-/// than tying up another thread.
+/// [`read_sync`] on the blocking pool, within `limits.timeout`.
 pub async fn read(
     path: &Path,
     limits: FileLimits,
     unless: Option<Stamp>,
 ) -> Result<Option<(Vec<u8>, Stamp)>, FileError> {
+    off_thread(path, limits, move |p| {
+        read_sync(p, limits.max_bytes, unless)
+    })
+    .await
+}
+
+/// The paths whose look-up has not returned yet.
+fn reading() -> &'static Mutex<HashSet<PathBuf>> {
+    static READING: OnceLock<Mutex<HashSet<PathBuf>>> = OnceLock::new();
+    READING.get_or_init(Default::default)
+}
+
+/// Runs `look` on `path` on the blocking pool, within `limits.timeout`.
+/// While an earlier look-up of the same path has not returned (a hung
+/// mount), fails at once rather than tying up another thread.
+async fn off_thread<T: Send + 'static>(
+    path: &Path,
+    limits: FileLimits,
+    look: impl FnOnce(&Path) -> Result<T, FileError> + Send + 'static,
+) -> Result<T, FileError> {
     let timed_out = || FileError::TimedOut {
         path: path.to_path_buf(),
         timeout: limits.timeout,
@@ -181,19 +204,19 @@ pub async fn read(
     }
     let owned = path.to_path_buf();
     let blocking = tokio::task::spawn_blocking(move || {
-        let read = read_sync(&owned, limits.max_bytes, unless);
+        let found = look(&owned);
         reading()
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&owned);
-        read
+        found
     });
     match tokio::time::timeout(limits.timeout, blocking).await {
-        Ok(Ok(read)) => read,
+        Ok(Ok(found)) => found,
         // The runtime is shutting down.
         Ok(Err(_)) => Err(FileError::io(
             path,
-            std::io::Error::other("the read was cancelled"),
+            std::io::Error::other("the look-up was cancelled"),
         )),
         Err(_) => Err(timed_out()),
     }

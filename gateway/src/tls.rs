@@ -17,7 +17,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
-use crate::files::{self, FileLimits};
+use crate::files::{self, FileLimits, Stamp};
 use crate::transport::server::Handshake;
 
 /// The files the listener's TLS comes from.
@@ -42,6 +42,8 @@ pub struct ServerTls {
     current: ArcSwap<ServerConfig>,
     /// The bytes the current configuration was built from.
     loaded: Mutex<Vec<u8>>,
+    /// The files' stamps when last read: unchanged files are not read again.
+    stamps: Mutex<Vec<Option<Stamp>>>,
 }
 
 impl ServerTls {
@@ -55,6 +57,7 @@ impl ServerTls {
             limits,
             current: ArcSwap::from_pointee(config),
             loaded: Mutex::new(bytes.concat()),
+            stamps: Mutex::new(Vec::new()),
         })
     }
 
@@ -71,6 +74,9 @@ impl ServerTls {
     /// Reads the files again; if they changed and are valid, the new
     /// configuration takes effect. Returns whether it changed.
     pub async fn reload(&self) -> Result<bool, TlsError> {
+        if !self.may_have_changed().await {
+            return Ok(false);
+        }
         let bytes = read_all(&self.files, self.limits).await?;
         let joined = bytes.concat();
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
@@ -81,6 +87,28 @@ impl ServerTls {
         self.current.store(Arc::new(config));
         *loaded = joined;
         Ok(true)
+    }
+}
+
+impl ServerTls {
+    /// Whether a file's metadata changed since the last look (or cannot be
+    /// read: the read then says why).
+    async fn may_have_changed(&self) -> bool {
+        let paths = self.paths();
+        let mut now = Vec::with_capacity(paths.len());
+        for path in paths {
+            now.push(files::stamp(path, self.limits).await.ok());
+        }
+        let mut stamps = self.stamps.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = now.iter().any(Option::is_none) || *stamps != now;
+        *stamps = now;
+        changed
+    }
+
+    fn paths(&self) -> Vec<&Path> {
+        let mut paths = vec![self.files.cert.as_path(), self.files.key.as_path()];
+        paths.extend(self.files.client_ca.as_deref());
+        paths
     }
 }
 

@@ -186,7 +186,8 @@ mod memory {
         let started = Instant::now();
         loop {
             let now = rss_mib(pid);
-            if now <= before + 16 {
+            // What the allocator keeps for reuse stays (docs/security.md).
+            if now <= before + 32 {
                 break;
             }
             assert!(
