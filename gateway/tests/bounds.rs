@@ -271,6 +271,64 @@ mod unread_answers {
         eventually("the answers' bytes are given back", || pool.used() == 0).await;
         gw.stop().await;
     }
+
+    /// Answers larger than what is left of the connection's budget, to
+    /// small requests (a plugin that grows the work): the answer that would
+    /// go over is dropped and its stream reset with ENHANCE_YOUR_CALM,
+    /// which gRPC clients read as RESOURCE_EXHAUSTED.
+    #[tokio::test]
+    async fn an_answer_over_the_connections_budget_is_refused() {
+        let p = plugin(Behaviour::new("p")).await;
+        p.set(|b| b.mutate = Mutation::Fixed(work(4 * MIB)));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, format!("plugins:\n{}", insecure_plugin("p", &p, ""))).unwrap();
+        let gw = gateway_with(dir, path, |o: &mut Options| {
+            o.max_message_bytes = 5 * MIB;
+            o.max_pending_request_bytes_per_connection = 16 * MIB;
+            o.max_pending_request_bytes = 64 * MIB;
+        })
+        .await;
+        let pool = gw.running.as_ref().unwrap().pending_requests.clone();
+        let (send, conn) = connect_from("127.0.0.1", gw.grpc, 0).await;
+        let request = framed(&MutateManifestWorkRequest {
+            rollout: Some(rollout("c1")),
+            manifest_work: work(1024),
+        });
+        let mut answers = Vec::new();
+        for _ in 0..6 {
+            let mut send = send.clone().ready().await.unwrap();
+            let (answer, mut body) = send
+                .send_request(grpc_request(MUTATE, Some("p")), false)
+                .unwrap();
+            body.send_data(request.clone(), true).unwrap();
+            answers.push(tokio::spawn(async move {
+                // The reset may come before the headers are written.
+                let mut body = match answer.await {
+                    Ok(answer) => answer.into_body(),
+                    Err(e) => return e.reason(),
+                };
+                tokio::time::timeout(Duration::from_secs(3), body.data())
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|d| d.err())
+                    .and_then(|e| e.reason())
+            }));
+        }
+        let mut refused = 0;
+        for a in answers {
+            if a.await.unwrap() == Some(h2::Reason::ENHANCE_YOUR_CALM) {
+                refused += 1;
+            }
+        }
+        // Three 4 MiB answers fit in 16 MiB: the others are refused.
+        assert_eq!(refused, 3, "{refused} of 6 refused");
+        assert!(pool.used() <= 16 * MIB, "{}", pool.used());
+        conn.abort();
+        eventually("the answers' bytes are given back", || pool.used() == 0).await;
+        gw.stop().await;
+    }
 }
 
 mod connections {
