@@ -113,13 +113,6 @@ async fn route(
         parent: span.context(),
     };
     let data = grpc::message(call.message.clone(), limit)?;
-    let failed_open = |names: &[String]| -> Vec<(&'static str, String)> {
-        if names.is_empty() {
-            Vec::new()
-        } else {
-            vec![(FAILED_OPEN_METADATA_KEY, names.join(","))]
-        }
-    };
     match hook {
         HookKind::Initialize => {
             let merged = ctx
@@ -154,32 +147,45 @@ async fn route(
                 ok_trailers(failed_open(&merged.failed_open)),
             ))
         }
-        HookKind::MutateManifestWork => {
-            check::mutate_request(&data)?;
-            let request = MutateStep::decode(data)?;
-            if let Some(rollout) = &request.fields {
-                span.set_rollout(rollout);
-            }
-            // The caller's ManifestWork must be a JSON object before any
-            // plugin sees it: a plugin is not blamed for the caller's bytes.
-            check_work(&request.manifest_work).await.map_err(|why| {
-                GatewayError::InvalidRequest(format!("the ManifestWork to mutate {why}"))
-            })?;
-            match ctx.mutate(request).await {
-                Ok(m) => {
-                    let mut trailers = vec![(MUTATED_BY_METADATA_KEY, m.mutated_by.join(","))];
-                    trailers.extend(failed_open(&m.failed_open));
-                    // The work goes back without a copy (it is the last field).
-                    let answer = grpc::encode_with_tail(
-                        &MutateManifestWorkResponse::default(),
-                        1,
-                        m.manifest_work,
-                    );
-                    Ok((answer, ok_trailers(trailers)))
-                }
-                Err((error, failed_open)) => Err(CallFailure { error, failed_open }),
-            }
+        HookKind::MutateManifestWork => mutate(&ctx, data, span).await,
+    }
+}
+
+/// A MutateManifestWork call: the caller's request checked, then the chain.
+async fn mutate(
+    ctx: &CallContext<'_>,
+    data: Bytes,
+    span: &mut ServerSpan,
+) -> Result<(Payload, HeaderMap), CallFailure> {
+    check::mutate_request(&data)?;
+    let request = MutateStep::decode(data)?;
+    if let Some(rollout) = &request.fields {
+        span.set_rollout(rollout);
+    }
+    // The caller's ManifestWork must be a JSON object before any plugin sees
+    // it: a plugin is not blamed for the caller's bytes.
+    check_work(&request.manifest_work)
+        .await
+        .map_err(|why| GatewayError::InvalidRequest(format!("the ManifestWork to mutate {why}")))?;
+    match ctx.mutate(request).await {
+        Ok(m) => {
+            let mut trailers = vec![(MUTATED_BY_METADATA_KEY, m.mutated_by.join(","))];
+            trailers.extend(failed_open(&m.failed_open));
+            // The work goes back without a copy (it is the last field).
+            let answer =
+                grpc::encode_with_tail(&MutateManifestWorkResponse::default(), 1, m.manifest_work);
+            Ok((answer, ok_trailers(trailers)))
         }
+        Err((error, failed_open)) => Err(CallFailure { error, failed_open }),
+    }
+}
+
+/// The `ocm-rollout-failed-open` trailer, when members failed open.
+fn failed_open(names: &[String]) -> Vec<(&'static str, String)> {
+    if names.is_empty() {
+        Vec::new()
+    } else {
+        vec![(FAILED_OPEN_METADATA_KEY, names.join(","))]
     }
 }
 
