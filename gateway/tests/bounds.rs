@@ -419,6 +419,27 @@ mod connections {
         assert!(started.elapsed() >= Duration::from_millis(500));
         gw.stop().await;
     }
+
+    /// A drain does not wait for open Watch streams (they would hold it to
+    /// its timeout): they end with the drain.
+    #[tokio::test]
+    async fn a_drain_does_not_wait_for_open_watches() {
+        let p = plugin(Behaviour::new("p")).await;
+        let gw = gateway(&format!("plugins:\n{}", insecure_plugin("p", &p, ""))).await;
+        let (conn, _body, _send) = watch_from("127.0.0.1", gw.grpc).await;
+        let started = Instant::now();
+        gw.stop().await;
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the drain took {:?}",
+            started.elapsed()
+        );
+        tokio::time::timeout(Duration::from_secs(2), conn)
+            .await
+            .expect("the Watch's connection is closed")
+            .unwrap()
+            .ok();
+    }
 }
 
 mod files {

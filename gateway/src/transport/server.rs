@@ -403,6 +403,10 @@ impl Connection {
                     }
                     if calls.is_empty() {
                         idle_since = Instant::now();
+                        // Draining: answer streams that last are not waited for.
+                        if goaway_sent && closing.is_none() && !lasting.is_empty() {
+                            return Ok(());
+                        }
                     }
                     continue;
                 }
@@ -431,6 +435,10 @@ impl Connection {
                     // the calls in flight finish (until the drain timeout).
                     conn.graceful_shutdown();
                     goaway_sent = true;
+                    // Answer streams that last (a Watch) are not waited for.
+                    if calls.is_empty() && !lasting.is_empty() {
+                        return Ok(());
+                    }
                     continue;
                 }
                 () = &mut grace_over => {
