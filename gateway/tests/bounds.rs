@@ -420,6 +420,43 @@ mod connections {
         gw.stop().await;
     }
 
+    /// Watch streams open on one connection are bounded (16): one more is
+    /// reset, the others go on.
+    #[tokio::test]
+    async fn watch_streams_per_connection_are_bounded() {
+        let p = plugin(Behaviour::new("p")).await;
+        let gw = gateway(&format!("plugins:\n{}", insecure_plugin("p", &p, ""))).await;
+        let (conn, first, send) = watch_from("127.0.0.1", gw.grpc).await;
+        let mut open = vec![first];
+        let mut refused = 0;
+        for _ in 0..20 {
+            let mut ready = send.clone().ready().await.unwrap();
+            let (answer, mut body) = ready
+                .send_request(grpc_request(HEALTH_WATCH, None), false)
+                .unwrap();
+            body.send_data(
+                framed(&tonic_health::pb::HealthCheckRequest {
+                    service: String::new(),
+                }),
+                true,
+            )
+            .unwrap();
+            let mut answer = answer.await.unwrap().into_body();
+            // The first status comes at once on a Watch that is kept.
+            match tokio::time::timeout(Duration::from_secs(2), answer.data()).await {
+                Ok(Some(Ok(_))) => open.push(answer),
+                other => {
+                    assert!(matches!(other, Ok(Some(Err(_)) | None)), "{other:?}");
+                    refused += 1;
+                }
+            }
+        }
+        assert_eq!(open.len(), 16);
+        assert_eq!(refused, 5);
+        assert!(!conn.is_finished(), "the connection stays");
+        gw.stop().await;
+    }
+
     /// A drain does not wait for open Watch streams (they would hold it to
     /// its timeout): they end with the drain.
     #[tokio::test]

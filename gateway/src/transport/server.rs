@@ -398,7 +398,9 @@ impl Connection {
                 Some(sent) = calls.next(), if !calls.is_empty() => {
                     match sent {
                         Sent::Done => {}
-                        Sent::Lasting(rest) => lasting.push(rest),
+                        Sent::Lasting(rest) if lasting.len() < MAX_LASTING => lasting.push(rest),
+                        // Dropped: its stream is reset (CANCEL).
+                        Sent::Lasting(_) => tracing::debug!(peer = %peer.addr, max = MAX_LASTING, "answer stream refused: too many open on this connection"),
                         Sent::Stalled => return Err(ConnectionError::Stalled(self.settings.send_timeout)),
                     }
                     if calls.is_empty() {
@@ -483,6 +485,11 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 fn or_forever(d: Duration) -> Duration {
     if d.is_zero() { FOREVER } else { d }
 }
+
+/// Answer streams that last (health `Watch`es) open at once on one
+/// connection; one more is reset. Each holds a little memory for as long as
+/// its connection lives, which nothing else bounds.
+const MAX_LASTING: usize = 16;
 
 /// How long an idle connection's peer has, after the GOAWAY, to close it.
 const IDLE_GRACE: Duration = Duration::from_secs(1);
