@@ -84,6 +84,11 @@ pub enum CallError {
     /// The plugin's answer is over the gateway's message limit.
     #[error("answer too large: {0}")]
     TooLarge(String),
+    /// The plugin is not loaded: its Initialize answered, and the answer
+    /// says the server is no rollout plugin (UNIMPLEMENTED, or a declaration
+    /// naming a value that is not a hook). Never a skip.
+    #[error("not loaded: {0}")]
+    NotAPlugin(String),
 }
 
 impl CallError {
@@ -96,6 +101,7 @@ impl CallError {
             CallError::Overloaded { .. } | CallError::TooLarge(_) => Code::ResourceExhausted,
             CallError::DeadlineBeforeCall | CallError::Expired { .. } => Code::DeadlineExceeded,
             CallError::Undecodable(_) => Code::Internal,
+            CallError::NotAPlugin(_) => Code::FailedPrecondition,
         }
     }
 
@@ -159,7 +165,8 @@ impl PolicyError for CallError {
             }
             | CallError::Unreachable(_)
             | CallError::Undecodable(_)
-            | CallError::TooLarge(_) => CallOutcome::Failure,
+            | CallError::TooLarge(_)
+            | CallError::NotAPlugin(_) => CallOutcome::Failure,
             CallError::Expired {
                 owner: DeadlineOwner::Caller,
                 ..
@@ -366,6 +373,10 @@ mod tests {
                 CallOutcome::Failure,
             ),
             (CallError::TooLarge("big".into()), CallOutcome::Failure),
+            (
+                CallError::NotAPlugin("UNIMPLEMENTED".into()),
+                CallOutcome::Failure,
+            ),
             (
                 CallError::Plugin(Status::unavailable("down")),
                 CallOutcome::Failure,

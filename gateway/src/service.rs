@@ -282,6 +282,7 @@ impl GatewayService {
             deadline,
             forward: Arc::new(forward),
             parent: span.context(),
+            hub: hub.map(Arc::from),
         };
         let limit = self.max_message_bytes;
         let failed_open = |names: &[String]| -> Vec<(&'static str, String)> {

@@ -207,8 +207,10 @@ pub fn merge_validate(
     })
 }
 
-/// Initialize. With `single` the plugin's answer passes through unchanged.
-/// For a pipeline: `name` is the pipeline's, `version` lists the members as
+/// Initialize. With `single` the plugin's answer passes through unchanged,
+/// and a plugin that did not answer has failed whatever its failure policy:
+/// there is no neutral answer to make up for it (a made-up name and an empty
+/// list would read as "every hook"). For a pipeline: `name` is the pipeline's, `version` lists the members as
 /// `NAME=VERSION,…`, `hooks` is the union of the members' hooks, spelled
 /// out (a member with an empty list implements all), and `state_detail` is
 /// `COUNTS` only when every member declared `COUNTS`, `FULL` otherwise: a
@@ -221,6 +223,26 @@ pub fn merge_initialize(
     members: Vec<Member<InitializeResponse>>,
 ) -> Result<Merged<InitializeResponse>, MergeError> {
     let members_len = members.len();
+    if single && let [only] = members.as_slice() {
+        return match &only.outcome {
+            Outcome::Answered(value) => Ok(Merged {
+                value: value.clone(),
+                failed_open: Vec::new(),
+            }),
+            Outcome::FailedOpen(f) | Outcome::Failed(f) => Err(MergeError {
+                failures: vec![(only.name.clone(), f.clone())],
+            }),
+            Outcome::Skipped => Err(MergeError {
+                failures: vec![(
+                    only.name.clone(),
+                    Failure {
+                        code: Code::Internal,
+                        message: "Initialize was not answered".into(),
+                    },
+                )],
+            }),
+        };
+    }
     let Partitioned {
         answered,
         failed_open,
@@ -228,19 +250,6 @@ pub fn merge_initialize(
     } = partition(members);
     if !failures.is_empty() {
         return Err(MergeError { failures });
-    }
-    if single {
-        let value = answered
-            .into_iter()
-            .next()
-            .map(|(_, v)| v)
-            .unwrap_or_else(|| InitializeResponse {
-                name: pipeline.to_string(),
-                version: String::new(),
-                hooks: Vec::new(),
-                ..Default::default()
-            });
-        return Ok(Merged { value, failed_open });
     }
     let mut implemented = [false; Hook::ALL.len()];
     let mut versions = Vec::with_capacity(answered.len());
@@ -441,6 +450,18 @@ mod tests {
         ])
         .expect("ok");
         assert_eq!(got.failed_open, vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn initialize_of_one_plugin_that_did_not_answer_fails_whatever_its_policy() {
+        for outcome in [
+            Outcome::FailedOpen(fail(Code::FailedPrecondition, "not a plugin")),
+            Outcome::Failed(fail(Code::FailedPrecondition, "not a plugin")),
+        ] {
+            let err = merge_initialize("a", true, vec![m("a", outcome)]).expect_err("no answer");
+            assert_eq!(err.code(), Code::FailedPrecondition);
+            assert_eq!(err.message(), "plugin \"a\": not a plugin");
+        }
     }
 
     #[test]

@@ -8,17 +8,19 @@
 //! [`UpstreamKey`] (endpoint and TLS settings) does not change, so the
 //! connection, and the knowledge gathered on it, is kept.
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwapOption;
 use std::time::Duration;
 
+use bytes::Bytes;
 use h2::client::SendRequest;
 use http::{HeaderMap, HeaderValue};
+use rollout_proto::declaration::Decision;
 use rollout_proto::v1alpha1::{
-    Hook, InitializeResponse, MutateManifestWorkResponse, RolloutStateDetail, ValidateResponse,
+    Hook, InitializeResponse, MutateManifestWorkResponse, RolloutStateDetail,
 };
+use rollout_proto::verdict;
 use rustls_pki_types::ServerName;
 use tokio::time::Instant;
 use tonic::{Code, Status};
@@ -34,6 +36,10 @@ use crate::transport::grpc::{self, Payload};
 
 use crate::config::Endpoint;
 use crate::hooks::{HookKind, HookRequest, HookResponse};
+
+mod learned;
+use learned::Learned;
+pub use learned::Load;
 
 /// What makes two registry entries the same connection: a plugin whose key did
 /// not change across a reload keeps its [`Upstream`]. The key holds the TLS
@@ -95,12 +101,6 @@ impl Default for ChannelSettings {
     }
 }
 
-/// Bit set in [`Upstream::hooks`] once an `InitializeResponse` has been seen.
-const HOOKS_KNOWN: u8 = 1 << 7;
-/// Bit set in [`Upstream::hooks`] when that answer declared
-/// `ROLLOUT_STATE_DETAIL_COUNTS` (above the bits of the hooks, 1 to 4).
-const COUNTS_ONLY: u8 = 1 << 6;
-
 /// One HTTP/2 connection to an endpoint, dialled on first use and again
 /// whenever it has closed. Every [`Upstream`] with the same [`UpstreamKey`]
 /// shares one: registry entries naming the same plugin server under several
@@ -131,9 +131,11 @@ pub struct Upstream {
     tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
     /// The connection, shared with every upstream of the same key.
     channel: Arc<Channel>,
-    /// `HOOKS_KNOWN` plus one bit per implemented `Hook` (bit = enum value),
-    /// and `COUNTS_ONLY`: one store, so hooks and declaration change together.
-    hooks: AtomicU8,
+    /// What its Initialize answers said, per hub.
+    learned: Learned,
+    /// Held while a call loads the plugin (its Initialize before a hook), so
+    /// concurrent calls share one Initialize.
+    loading: Arc<tokio::sync::Mutex<()>>,
     /// The concurrency bound, circuit breaker and retry budget of the plugin:
     /// they live as long as its connection settings do, across reloads.
     limit: ConcurrencyLimitLayer,
@@ -190,7 +192,8 @@ impl Upstream {
             settings: settings.clone(),
             tls,
             channel,
-            hooks: AtomicU8::new(0),
+            learned: Learned::default(),
+            loading: Arc::default(),
             limit: ConcurrencyLimitLayer::new(policy.max_concurrent_calls),
             breaker: Arc::new(Mutex::new(Breaker::new(&policy.circuit_breaker))),
             budget: Arc::new(Mutex::new(RetryBudget::new(&policy.retry_budget, now()))),
@@ -255,68 +258,83 @@ impl Upstream {
         &self.key
     }
 
-    /// Whether the plugin is known to leave `kind` out. Unknown (no
-    /// `InitializeResponse` seen yet) means it is called, and an UNIMPLEMENTED
-    /// answer skips it then.
-    pub fn skips(&self, kind: HookKind) -> bool {
-        let Some(hook) = kind.proto_hook() else {
-            return false;
-        };
-        let bits = self.hooks.load(Ordering::Relaxed);
-        bits & HOOKS_KNOWN != 0 && bits & (1 << hook as u8) == 0
+    /// What to do with a call of `kind` from `hub` (`None`: a caller without
+    /// a hub): the shared rule of [`rollout_proto::declaration`] over what
+    /// this hub's Initialize answers said.
+    pub fn decide(&self, hub: Option<&str>, kind: HookKind) -> Decision {
+        self.learned.decide(hub, kind)
     }
 
-    /// The rollout state the plugin wants: `Counts` once its latest
-    /// `InitializeResponse` declared it; `Full` otherwise (declared, unset,
-    /// or no answer seen yet).
-    pub fn state_detail(&self) -> RolloutStateDetail {
-        let bits = self.hooks.load(Ordering::Relaxed);
-        if bits & HOOKS_KNOWN != 0 && bits & COUNTS_ONLY != 0 {
+    /// What is known of the plugin for `hub`: loaded with its declaration,
+    /// or not loaded and why.
+    pub fn load_state(&self, hub: Option<&str>) -> Load {
+        self.learned.load(hub)
+    }
+
+    /// Every hub's [`Load`] seen so far ("" = no hub), for `/debug/plugins`.
+    pub fn load_states(&self) -> Vec<(String, Load)> {
+        self.learned.all()
+    }
+
+    /// The rollout state the plugin wants from `hub`'s calls: `Counts` once
+    /// its latest `InitializeResponse` for that hub declared it; `Full`
+    /// otherwise.
+    pub fn state_detail(&self, hub: Option<&str>) -> RolloutStateDetail {
+        if self.learned.counts_only(hub) {
             RolloutStateDetail::Counts
         } else {
             RolloutStateDetail::Full
         }
     }
 
-    /// Records the hooks and the state detail of the latest
-    /// `InitializeResponse` seen from the plugin.
-    pub fn learn(&self, answer: &InitializeResponse) {
-        let mut bits = HOOKS_KNOWN;
-        if answer.state_detail() == RolloutStateDetail::Counts {
-            bits |= COUNTS_ONLY;
-        }
-        if answer.hooks.is_empty() {
-            for h in Hook::ALL {
-                bits |= 1 << h as u8;
+    /// The hooks `hub`'s calls may reach, by name; `None` when the plugin is
+    /// not loaded for it.
+    pub fn known_hooks(&self, hub: Option<&str>) -> Option<Vec<&'static str>> {
+        match self.learned.load(hub) {
+            Load::Loaded { declaration, .. } => {
+                Some(declaration.hooks().into_iter().map(Hook::name).collect())
             }
-        } else {
-            for h in &answer.hooks {
-                if let Ok(h) = Hook::try_from(*h)
-                    && h != Hook::Unspecified
-                {
-                    bits |= 1 << h as u8;
-                }
-            }
+            Load::NotLoaded { .. } => None,
         }
-        self.hooks.store(bits, Ordering::Relaxed);
     }
 
-    /// The hooks learned so far, by name; `None` when none was learned.
-    pub fn known_hooks(&self) -> Option<Vec<&'static str>> {
-        let bits = self.hooks.load(Ordering::Relaxed);
-        (bits & HOOKS_KNOWN != 0).then(|| {
-            Hook::ALL
-                .iter()
-                .filter(|h| bits & (1 << **h as u8) != 0)
-                .map(|h| h.name())
-                .collect()
-        })
+    /// Holds the plugin's loading lock now, if no one does, for an
+    /// Initialize about to be sent: calls that need the plugin meanwhile
+    /// wait for its answer instead of sending their own.
+    pub fn hold_loading(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        self.loading.clone().try_lock_owned().ok()
+    }
+
+    /// Loads the plugin for `hub` unless it is loaded: one Initialize at a
+    /// time per plugin, sent through `initialize` (the plugin's stack), by
+    /// `deadline`. Calls that waited for another's Initialize use its result.
+    pub async fn ensure_loaded<F, Fut>(
+        &self,
+        hub: Option<&str>,
+        deadline: Instant,
+        initialize: F,
+    ) -> Result<(), CallError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<HookResponse, CallError>>,
+    {
+        let Ok(_loading) = tokio::time::timeout_at(deadline, self.loading.lock()).await else {
+            return Err(CallError::Expired {
+                owner: DeadlineOwner::Caller,
+                message: "waiting for the plugin's Initialize".into(),
+            });
+        };
+        if matches!(self.learned.load(hub), Load::Loaded { .. }) {
+            return Ok(());
+        }
+        initialize().await.map(drop)
     }
 
     /// One call to the plugin, bounded by `deadline` (whose deadline it is:
     /// `owner`), whose remaining time is sent on as the plugin's
     /// `grpc-timeout`. `forward` holds the caller's headers to pass on (trace
-    /// context).
+    /// context); `hub` is the calling hub, whose declaration an Initialize
+    /// answer records.
     ///
     /// Errors: the plugin's own status ([`CallError::Plugin`]);
     /// [`CallError::Expired`] when the deadline passes first or the plugin
@@ -331,6 +349,7 @@ impl Upstream {
         deadline: Instant,
         owner: DeadlineOwner,
         forward: &HeaderMap,
+        hub: Option<&str>,
     ) -> Result<HookResponse, CallError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
@@ -340,9 +359,10 @@ impl Upstream {
             owner,
             message: format!("no answer within {} ms", remaining.as_millis()),
         };
+        let kind = request.kind();
+        let is_initialize = kind == HookKind::Initialize;
         let call = async {
-            let kind = request.kind();
-            let payload = request.payload_for(self.state_detail());
+            let payload = request.payload_for(self.state_detail(hub));
             match kind {
                 HookKind::Initialize => self
                     .unary::<InitializeResponse>(kind, payload, deadline, forward)
@@ -352,23 +372,20 @@ impl Upstream {
                     .unary::<()>(kind, payload, deadline, forward)
                     .await
                     .map(|()| HookResponse::Empty),
-                HookKind::ValidateRolloutCompletion => self
-                    .unary::<ValidateResponse>(kind, payload, deadline, forward)
-                    .await
-                    .map(HookResponse::ValidateRolloutCompletion),
+                HookKind::ValidateRolloutCompletion => {
+                    let message = self.unary_raw(kind, payload, deadline, forward).await?;
+                    verdict::read_validate(message)
+                        .map(HookResponse::ValidateRolloutCompletion)
+                        .map_err(|e| undecodable(e.to_string()))
+                }
                 HookKind::MutateManifestWork => self
                     .unary::<MutateManifestWorkResponse>(kind, payload, deadline, forward)
                     .await
                     .map(HookResponse::MutateManifestWork),
             }
         };
-        match tokio::time::timeout_at(deadline, call).await {
-            Ok(Ok(answer)) => {
-                if let HookResponse::Initialize(init) = &answer {
-                    self.learn(init);
-                }
-                Ok(answer)
-            }
+        let result = match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(Failed::Call(error))) => Err(error),
             // A plugin server that gave up on the forwarded `grpc-timeout`
             // answers DEADLINE_EXCEEDED (or CANCELLED, as tonic's does): that
@@ -383,7 +400,45 @@ impl Upstream {
             }
             Ok(Err(Failed::Plugin(status))) => Err(CallError::Plugin(status)),
             Err(_) => Err(expired()),
+        };
+        match result {
+            Ok(HookResponse::Initialize(init)) => self.loaded(hub, init),
+            Err(error) if is_initialize => Err(self.not_loaded(hub, error)),
+            other => other,
         }
+    }
+
+    /// An OK Initialize answer from `hub`'s Initialize: the plugin is loaded
+    /// for that hub, unless its declaration is invalid.
+    fn loaded(
+        &self,
+        hub: Option<&str>,
+        init: InitializeResponse,
+    ) -> Result<HookResponse, CallError> {
+        match self.learned.learn(hub, &init) {
+            Ok(_) => Ok(HookResponse::Initialize(init)),
+            Err(e) => Err(CallError::NotAPlugin(format!(
+                "its InitializeResponse is not a valid declaration: {e}"
+            ))),
+        }
+    }
+
+    /// A failed Initialize from `hub`: the plugin is not loaded. UNIMPLEMENTED
+    /// means the server is not a rollout plugin (a wrong endpoint): the
+    /// plugin's failure, never a skip.
+    fn not_loaded(&self, hub: Option<&str>, error: CallError) -> CallError {
+        let error = if error.is_unimplemented() {
+            CallError::NotAPlugin(format!(
+                "its Initialize answered UNIMPLEMENTED: {} does not serve {} (is the registry entry's endpoint right?)",
+                self.key.endpoint,
+                rollout_proto::SERVICE_NAME
+            ))
+        } else {
+            error
+        };
+        let refused = matches!(error, CallError::NotAPlugin(_) | CallError::Undecodable(_));
+        self.learned.failed(hub, &error.to_string(), refused);
+        error
     }
 
     async fn unary<Resp: prost::Message + Default>(
@@ -393,6 +448,18 @@ impl Upstream {
         deadline: Instant,
         forward: &HeaderMap,
     ) -> Result<Resp, Failed> {
+        let message = self.unary_raw(method, payload, deadline, forward).await?;
+        grpc::decode_message(message).map_err(|s| undecodable(s.message().to_string()))
+    }
+
+    /// One unary call; the answer's message, uncompressed, not decoded.
+    async fn unary_raw(
+        &self,
+        method: HookKind,
+        payload: Payload,
+        deadline: Instant,
+        forward: &HeaderMap,
+    ) -> Result<Bytes, Failed> {
         let sender = self.sender(deadline).await?;
         let unavailable = |e: h2::Error| {
             Failed::Call(CallError::Unreachable(format!(
@@ -461,11 +528,10 @@ impl Upstream {
                     .headers
                     .get("grpc-encoding")
                     .map(|v| v.to_str().unwrap_or("(not text)"));
-                let message = grpc::uncompressed(data, encoding, limit).map_err(|e| match e {
+                grpc::uncompressed(data, encoding, limit).map_err(|e| match e {
                     grpc::Unreadable::TooLarge(why) => Failed::Call(CallError::TooLarge(why)),
                     grpc::Unreadable::Invalid(why) => undecodable(why),
-                })?;
-                grpc::decode_message(message).map_err(|s| undecodable(s.message().to_string()))
+                })
             }
             Some(status) => Err(Failed::Plugin(status)),
             None => Err(undecodable("answer ended without a grpc-status".into())),
