@@ -400,7 +400,12 @@ fn initialize_fresh(registry: &Registry) {
                     }
                     None => {
                         upstream
-                            .ensure_loaded(hub.as_deref(), deadline, initialize)
+                            .ensure_loaded(
+                                hub.as_deref(),
+                                deadline,
+                                DeadlineOwner::Caller,
+                                initialize,
+                            )
                             .await
                     }
                 };

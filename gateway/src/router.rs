@@ -29,7 +29,7 @@ use tower::ServiceExt;
 
 use rollout_proto::declaration::Decision;
 
-use crate::error::{DeadlineOwner, GatewayError, bounded};
+use crate::error::{DeadlineOwner, GatewayError};
 use crate::hooks::{Forwarded, HookKind, HookRequest, HookResponse, MutateStep, PluginCall};
 use crate::manifest;
 use crate::registry::{Plugin, Target};
@@ -90,7 +90,7 @@ impl CallContext<'_> {
         };
         let mut decision = plugin.upstream.decide(hub, kind);
         if decision == Decision::InitializeFirst && kind != HookKind::Initialize {
-            let load = plugin.upstream.ensure_loaded(hub, deadline, || {
+            let load = plugin.upstream.ensure_loaded(hub, deadline, owner, || {
                 let initialize = HookRequest::Initialize(self.own_initialize());
                 plugin
                     .stack
@@ -100,10 +100,9 @@ impl CallContext<'_> {
             if let Err(error) = load.await {
                 let failure = Failure {
                     code: error.code(),
-                    message: bounded(&format!(
+                    message: format!(
                         "not loaded: its Initialize failed ({error}); the gateway calls no hook of a plugin before its Initialize succeeds"
-                    ))
-                    .into_owned(),
+                    ),
                 };
                 return Sent::Done(started, Err(failure));
             }

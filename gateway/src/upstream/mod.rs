@@ -10,11 +10,9 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use arc_swap::ArcSwapOption;
 use std::time::Duration;
 
 use bytes::Bytes;
-use h2::client::SendRequest;
 use http::{HeaderMap, HeaderValue};
 use rollout_proto::declaration::Decision;
 use rollout_proto::v1alpha1::{
@@ -31,13 +29,15 @@ use rollout_policies::layer::ConcurrencyLimitLayer;
 use rollout_policies::{BudgetPolicy, Policy};
 
 use crate::error::{CallError, DeadlineOwner};
-use crate::transport::client::{self, PluginConnection, tls_config};
+use crate::transport::client::{PluginConnection, tls_config};
 use crate::transport::grpc::{self, Payload};
 
 use crate::config::Endpoint;
 use crate::hooks::{HookKind, HookRequest, HookResponse};
 
+mod channel;
 mod learned;
+pub use channel::Channel;
 use learned::Learned;
 pub use learned::Load;
 
@@ -101,26 +101,6 @@ impl Default for ChannelSettings {
     }
 }
 
-/// One HTTP/2 connection to an endpoint, dialled on first use and again
-/// whenever it has closed. Every [`Upstream`] with the same [`UpstreamKey`]
-/// shares one: registry entries naming the same plugin server under several
-/// names (or in several hubs' registries) multiplex their calls over one
-/// connection instead of holding one each (about 25 KiB resident apiece,
-/// docs/performance.md).
-#[derive(Default)]
-pub struct Channel {
-    /// The current connection; read on every call, so lock-free.
-    conn: ArcSwapOption<PluginConnection>,
-    /// Held while dialling, so concurrent calls share one new connection.
-    dialling: tokio::sync::Mutex<()>,
-}
-
-impl std::fmt::Debug for Channel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Channel").finish_non_exhaustive()
-    }
-}
-
 /// A plugin as the gateway reaches it: its [`Channel`] (shared with the
 /// other upstreams of the same key), and the state kept per plugin.
 pub struct Upstream {
@@ -170,10 +150,13 @@ impl Upstream {
         let tls = match &key.ca_bundle {
             None => None,
             Some(CaBundle(ca_bundle_pem)) => {
-                let config =
-                    tls_config(ca_bundle_pem, key.client_identity.as_ref()).map_err(|e| {
-                        UpstreamError(format!("TLS settings for {}: {e}", key.endpoint))
-                    })?;
+                let config = tls_config(
+                    ca_bundle_pem,
+                    key.client_identity
+                        .as_ref()
+                        .map(|id| (id.cert_pem.as_slice(), id.key_pem.as_slice())),
+                )
+                .map_err(|e| UpstreamError(format!("TLS settings for {}: {e}", key.endpoint)))?;
                 let name = ServerName::try_from(key.endpoint.host.clone()).map_err(|e| {
                     UpstreamError(format!(
                         "{} is not a valid TLS server name: {e}",
@@ -312,6 +295,7 @@ impl Upstream {
         &self,
         hub: Option<&str>,
         deadline: Instant,
+        owner: DeadlineOwner,
         initialize: F,
     ) -> Result<(), CallError>
     where
@@ -320,7 +304,7 @@ impl Upstream {
     {
         let Ok(_loading) = tokio::time::timeout_at(deadline, self.loading.lock()).await else {
             return Err(CallError::Expired {
-                owner: DeadlineOwner::Caller,
+                owner,
                 message: "waiting for the plugin's Initialize".into(),
             });
         };
@@ -362,7 +346,10 @@ impl Upstream {
         let kind = request.kind();
         let is_initialize = kind == HookKind::Initialize;
         let call = async {
-            let payload = request.payload_for(self.state_detail(hub));
+            let detail = self.state_detail(hub);
+            // Made again for each stream sent: a stream the plugin never
+            // processed is sent again on a new connection.
+            let payload = &|| request.payload_for(detail);
             match kind {
                 HookKind::Initialize => self
                     .unary::<InitializeResponse>(kind, payload, deadline, forward)
@@ -444,7 +431,7 @@ impl Upstream {
     async fn unary<Resp: prost::Message + Default>(
         &self,
         method: HookKind,
-        payload: Payload,
+        payload: &(dyn Fn() -> Payload + Sync),
         deadline: Instant,
         forward: &HeaderMap,
     ) -> Result<Resp, Failed> {
@@ -453,22 +440,69 @@ impl Upstream {
     }
 
     /// One unary call; the answer's message, uncompressed, not decoded.
+    ///
+    /// A stream the plugin never processed — refused before it opened
+    /// because the connection is going away, above the last stream id of
+    /// the plugin's GOAWAY, or reset with REFUSED_STREAM — is sent again on
+    /// a new connection, whatever the retry policy: the plugin never saw it
+    /// (RFC 9113 §8.7). The connection that refused it takes no new calls;
+    /// its calls in flight finish on it.
     async fn unary_raw(
         &self,
+        method: HookKind,
+        payload: &(dyn Fn() -> Payload + Sync),
+        deadline: Instant,
+        forward: &HeaderMap,
+    ) -> Result<Bytes, Failed> {
+        let mut resent = 0;
+        loop {
+            let conn = self.connection(deadline).await?;
+            match self
+                .exchange(&conn, method, payload(), deadline, forward)
+                .await
+            {
+                Err(Exchange::Unprocessed(error)) if resent < MAX_RESENDS => {
+                    tracing::debug!(endpoint = %self.key.endpoint, %error, "stream not processed by the plugin; sending it on a new connection");
+                    self.channel.retire(&conn, &error);
+                    resent += 1;
+                }
+                Err(Exchange::Unprocessed(error)) => {
+                    self.channel.retire(&conn, &error);
+                    return Err(Failed::Call(CallError::Unreachable(format!(
+                        "request to {} refused {} times: {error}",
+                        self.key.endpoint,
+                        resent + 1
+                    ))));
+                }
+                Err(Exchange::Failed(failed)) => return Err(failed),
+                Ok(message) => return Ok(message),
+            }
+        }
+    }
+
+    /// One stream on `conn`.
+    async fn exchange(
+        &self,
+        conn: &PluginConnection,
         method: HookKind,
         payload: Payload,
         deadline: Instant,
         forward: &HeaderMap,
-    ) -> Result<Bytes, Failed> {
-        let sender = self.sender(deadline).await?;
+    ) -> Result<Bytes, Exchange> {
+        let sender = conn.sender();
         let unavailable = |e: h2::Error| {
-            Failed::Call(CallError::Unreachable(format!(
-                "request to {} failed: {e}",
-                self.key.endpoint
-            )))
+            if unprocessed(&e) {
+                Exchange::Unprocessed(e)
+            } else {
+                Exchange::Failed(Failed::Call(CallError::Unreachable(format!(
+                    "request to {} failed: {e}",
+                    self.key.endpoint
+                ))))
+            }
         };
-        // Waits while the plugin's stream limit is reached.
-        let mut sender = sender.ready().await.map_err(unavailable)?;
+        // Waits while the plugin's stream limit is reached. An error here
+        // or from `send_request` means no stream was opened.
+        let mut sender = sender.ready().await.map_err(Exchange::Unprocessed)?;
         let remaining = deadline.saturating_duration_since(Instant::now());
         let mut request = http::Request::new(());
         *request.method_mut() = http::Method::POST;
@@ -494,92 +528,72 @@ impl Upstream {
             headers.insert(k.clone(), v.clone());
         }
         // Headers and the whole message queued together: one write.
-        let (response, mut body) = sender.send_request(request, false).map_err(unavailable)?;
+        let (response, mut body) = sender
+            .send_request(request, false)
+            .map_err(Exchange::Unprocessed)?;
         body.send_data(payload, true).map_err(unavailable)?;
         let response = response.await.map_err(unavailable)?;
         let (parts, mut body) = response.into_parts();
         // A trailers-only answer: the status is in the headers.
         if let Some(status) = grpc::status_from_headers(&parts.headers) {
-            return Err(if status.code() == Code::Ok {
+            return Err(Exchange::Failed(if status.code() == Code::Ok {
                 undecodable("answered OK without a message".into())
             } else {
                 Failed::Plugin(status)
-            });
+            }));
         }
         if parts.status != http::StatusCode::OK {
-            return Err(Failed::Plugin(grpc::status_from_http(parts.status)));
+            return Err(Exchange::Failed(Failed::Plugin(grpc::status_from_http(
+                parts.status,
+            ))));
         }
         let limit = self.settings.max_message_bytes;
-        let (data, trailers) =
-            grpc::collect(&mut body, limit)
-                .await
-                .map_err(|s| match s.code() {
-                    Code::Unavailable => {
-                        Failed::Call(CallError::Unreachable(s.message().to_string()))
-                    }
-                    Code::ResourceExhausted => {
-                        Failed::Call(CallError::TooLarge(s.message().to_string()))
-                    }
-                    _ => undecodable(s.message().to_string()),
-                })?;
-        match trailers.as_ref().and_then(grpc::status_from_headers) {
+        let (data, trailers) = grpc::collect(&mut body, limit)
+            .await
+            .map_err(|s| match s.code() {
+                Code::Unavailable => Failed::Call(CallError::Unreachable(s.message().to_string())),
+                Code::ResourceExhausted => {
+                    Failed::Call(CallError::TooLarge(s.message().to_string()))
+                }
+                _ => undecodable(s.message().to_string()),
+            })
+            .map_err(Exchange::Failed)?;
+        let answer = match trailers.as_ref().and_then(grpc::status_from_headers) {
             Some(status) if status.code() == Code::Ok => {
                 let encoding = parts
                     .headers
                     .get("grpc-encoding")
-                    .map(|v| v.to_str().unwrap_or("(not text)"));
-                grpc::uncompressed(data, encoding, limit).map_err(|e| match e {
-                    grpc::Unreadable::TooLarge(why) => Failed::Call(CallError::TooLarge(why)),
-                    grpc::Unreadable::Invalid(why) => undecodable(why),
-                })
+                    .map(|v| v.to_str().unwrap_or("(not text)").to_string());
+                inflate(data, encoding, limit).await
             }
             Some(status) => Err(Failed::Plugin(status)),
             None => Err(undecodable("answer ended without a grpc-status".into())),
-        }
+        };
+        answer.map_err(Exchange::Failed)
     }
 
     /// The shared connection, dialled (once, for all waiting calls) if there
-    /// is none or it has closed.
-    async fn sender(&self, deadline: Instant) -> Result<SendRequest<Payload>, Failed> {
-        if let Some(s) = self.current() {
-            return Ok(s);
-        }
-        // Waiting for another call's dial: the deadline passing here is the
-        // call's own timer's (see `call`), whose owner it knows.
-        let Ok(_dialling) = tokio::time::timeout_at(deadline, self.channel.dialling.lock()).await
-        else {
-            return std::future::pending().await;
-        };
-        if let Some(s) = self.current() {
-            return Ok(s);
-        }
-        let limit = deadline.min(Instant::now() + self.settings.connect_timeout);
-        let conn = match tokio::time::timeout_at(limit, self.dial()).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(message)) => return Err(Failed::Call(CallError::Unreachable(message))),
-            Err(_) if Instant::now() >= deadline => return std::future::pending().await,
-            Err(_) => {
-                return Err(Failed::Call(CallError::Unreachable(format!(
-                    "connecting to {} timed out",
-                    self.key.endpoint
-                ))));
-            }
-        };
-        let sender = conn.sender();
-        self.channel.conn.store(Some(Arc::new(conn)));
-        Ok(sender)
-    }
-
-    fn current(&self) -> Option<SendRequest<Payload>> {
-        let guard = self.channel.conn.load();
-        guard
-            .as_ref()
-            .filter(|c| !c.is_closed())
-            .map(|c| c.sender())
-    }
-
-    async fn dial(&self) -> Result<PluginConnection, String> {
-        client::dial(&self.key.endpoint, self.tls.as_ref()).await
+    /// is none, it has closed, or it is going away.
+    async fn connection(&self, deadline: Instant) -> Result<Arc<PluginConnection>, Failed> {
+        self.channel
+            .connection(
+                &self.key.endpoint,
+                self.tls.as_ref(),
+                deadline,
+                self.settings.connect_timeout,
+            )
+            .await
+            .map_err(|e| match e {
+                // The deadline passing is the call's own timer's (see
+                // `call`), whose owner it knows.
+                channel::NoConnection::Deadline => Failed::Call(CallError::Expired {
+                    owner: DeadlineOwner::Caller,
+                    message: "no connection".into(),
+                }),
+                channel::NoConnection::Unreachable(why) => {
+                    Failed::Call(CallError::Unreachable(why))
+                }
+            })
     }
 }
 
@@ -623,6 +637,45 @@ const USER_AGENT: &str = concat!("rollout-gateway/", env!("CARGO_PKG_VERSION"));
 enum Failed {
     Plugin(Status),
     Call(CallError),
+}
+
+/// [`grpc::uncompressed`]; a compressed answer is inflated on the blocking
+/// pool: a few KiB of gzip can take tens of milliseconds of CPU to inflate
+/// to the message limit, which on the runtime's thread would stall every
+/// other call it drives. An uncompressed answer (the common case) stays.
+async fn inflate(data: Bytes, encoding: Option<String>, limit: usize) -> Result<Bytes, Failed> {
+    // The first byte of the 5-byte prefix is the compression flag.
+    let compressed = data.first() == Some(&1);
+    let read = move || grpc::uncompressed(data, encoding.as_deref(), limit);
+    let result = if compressed {
+        tokio::task::spawn_blocking(read)
+            .await
+            .unwrap_or_else(|e| Err(grpc::Unreadable::Invalid(format!("inflating failed: {e}"))))
+    } else {
+        read()
+    };
+    result.map_err(|e| match e {
+        grpc::Unreadable::TooLarge(why) => Failed::Call(CallError::TooLarge(why)),
+        grpc::Unreadable::Invalid(why) => undecodable(why),
+    })
+}
+
+/// How one stream failed: never processed by the plugin (sent again on a
+/// new connection), or as [`Failed`].
+enum Exchange {
+    Unprocessed(h2::Error),
+    Failed(Failed),
+}
+
+/// Streams one call may send again after the plugin did not process them.
+const MAX_RESENDS: u32 = 3;
+
+/// Whether the plugin cannot have processed the stream this error ended:
+/// dropped by its GOAWAY (above the last stream id; RFC 9113 §6.8), or
+/// refused with REFUSED_STREAM (§8.7).
+fn unprocessed(e: &h2::Error) -> bool {
+    (e.is_go_away() && e.is_remote())
+        || (e.is_reset() && e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM))
 }
 
 fn undecodable(why: String) -> Failed {
