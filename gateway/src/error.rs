@@ -116,12 +116,14 @@ impl CallError {
         matches!(self, CallError::CircuitOpen { .. })
     }
 
-    /// The failure of one member, as the merge rules take it; the message is
-    /// bounded ([`bounded`]).
+    /// The failure of one member, as the merge rules take it. The message is
+    /// not cut here: [`GatewayError::into_status`] cuts the whole once, so
+    /// the `[N bytes cut]` count is the bytes the caller did not get. (A
+    /// plugin's own message is at most its header block, 64 KiB.)
     pub fn failure(&self) -> Failure {
         Failure {
             code: self.code(),
-            message: bounded(&self.to_string()).into_owned(),
+            message: self.to_string(),
         }
     }
 }
