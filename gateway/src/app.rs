@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::configmap::{self, ConfigMapRef};
-use crate::error::DeadlineOwner;
+use crate::error::{CallError, DeadlineOwner};
 use crate::files::{self, FileLimits};
 use crate::hooks::HookRequest;
 use crate::registry::{Registry, SourceInfo};
@@ -378,11 +378,16 @@ async fn wait_for(mut stopped: watch::Receiver<bool>) {
 }
 
 /// Sends the gateway's own Initialize to each plugin the latest reloads added,
-/// to learn which hooks it implements. Best effort: a plugin that is not up
-/// yet is learned from the controller's Initialize, or skipped on UNIMPLEMENTED.
+/// to load it (learn which hooks it implements) for the hub of its registry
+/// file. Best effort: a plugin that is not up yet is loaded by the first call
+/// that needs it (its Initialize first); one that answers it is no plugin
+/// stays not loaded, and its hooks fail under its failure policy.
 fn initialize_fresh(registry: &Registry) {
     for (hub, upstream) in registry.take_fresh_upstreams() {
         let weak = Arc::downgrade(&upstream);
+        // Taken before the task runs: a call that arrives first waits for
+        // this Initialize rather than sending its own.
+        let mut first = upstream.hold_loading();
         drop(upstream);
         tokio::spawn(async move {
             let mut wait = Duration::from_millis(500);
@@ -391,27 +396,48 @@ fn initialize_fresh(registry: &Registry) {
                     return;
                 };
                 let request = HookRequest::Initialize(InitializeRequest {
-                    controller_version: concat!("rollout-gateway/", env!("CARGO_PKG_VERSION"))
-                        .to_string(),
+                    controller_version: crate::router::GATEWAY_VERSION.to_string(),
                     hub_name: hub.clone().unwrap_or_default(),
                 });
                 let deadline = Instant::now() + Duration::from_secs(5);
-                match upstream
-                    .call(
+                // Calls that need the plugin meanwhile wait for this
+                // Initialize instead of sending their own.
+                let no_headers = http::HeaderMap::new();
+                let initialize = || {
+                    upstream.call(
                         request,
                         deadline,
                         DeadlineOwner::Caller,
-                        &http::HeaderMap::new(),
+                        &no_headers,
+                        hub.as_deref(),
                     )
-                    .await
-                {
+                };
+                let result = match first.take() {
+                    Some(held) => {
+                        let result = initialize().await.map(drop);
+                        drop(held);
+                        result
+                    }
+                    None => {
+                        upstream
+                            .ensure_loaded(
+                                hub.as_deref(),
+                                deadline,
+                                DeadlineOwner::Caller,
+                                initialize,
+                            )
+                            .await
+                    }
+                };
+                match result {
                     Ok(_) => {
-                        tracing::debug!(endpoint = %upstream.key().endpoint, hooks = ?upstream.known_hooks(), "plugin initialized");
+                        tracing::debug!(endpoint = %upstream.key().endpoint, hooks = ?upstream.known_hooks(hub.as_deref()), "plugin initialized");
                         return;
                     }
                     Err(error) => {
                         tracing::debug!(endpoint = %upstream.key().endpoint, attempt, code = ?error.code(), %error, "gateway's own Initialize failed");
-                        if error.is_unimplemented() {
+                        if matches!(error, CallError::NotAPlugin(_)) {
+                            tracing::warn!(endpoint = %upstream.key().endpoint, %error, "plugin not loaded");
                             return;
                         }
                     }

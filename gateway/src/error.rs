@@ -93,6 +93,11 @@ pub enum CallError {
     /// The plugin's answer is over the gateway's message limit.
     #[error("answer too large: {0}")]
     TooLarge(String),
+    /// The plugin is not loaded: its Initialize answered, and the answer
+    /// says the server is no rollout plugin (UNIMPLEMENTED, or a declaration
+    /// naming a value that is not a hook). Never a skip.
+    #[error("not loaded: {0}")]
+    NotAPlugin(String),
 }
 
 impl CallError {
@@ -105,6 +110,7 @@ impl CallError {
             CallError::Overloaded { .. } | CallError::TooLarge(_) => Code::ResourceExhausted,
             CallError::DeadlineBeforeCall | CallError::Expired { .. } => Code::DeadlineExceeded,
             CallError::Undecodable(_) => Code::Internal,
+            CallError::NotAPlugin(_) => Code::FailedPrecondition,
         }
     }
 
@@ -119,12 +125,14 @@ impl CallError {
         matches!(self, CallError::CircuitOpen { .. })
     }
 
-    /// The failure of one member, as the merge rules take it; the message is
-    /// bounded ([`bounded`]).
+    /// The failure of one member, as the merge rules take it. The message is
+    /// not cut here: [`GatewayError::into_status`] cuts the whole once, so
+    /// the `[N bytes cut]` count is the bytes the caller did not get. (A
+    /// plugin's own message is at most its header block, 64 KiB.)
     pub fn failure(&self) -> Failure {
         Failure {
             code: self.code(),
-            message: bounded(&self.to_string()).into_owned(),
+            message: self.to_string(),
         }
     }
 }
@@ -168,7 +176,8 @@ impl PolicyError for CallError {
             }
             | CallError::Unreachable(_)
             | CallError::Undecodable(_)
-            | CallError::TooLarge(_) => CallOutcome::Failure,
+            | CallError::TooLarge(_)
+            | CallError::NotAPlugin(_) => CallOutcome::Failure,
             CallError::Expired {
                 owner: DeadlineOwner::Caller,
                 ..
@@ -516,6 +525,10 @@ mod tests {
                 CallOutcome::Failure,
             ),
             (CallError::TooLarge("big".into()), CallOutcome::Failure),
+            (
+                CallError::NotAPlugin("UNIMPLEMENTED".into()),
+                CallOutcome::Failure,
+            ),
             (
                 CallError::Plugin(Status::unavailable("down")),
                 CallOutcome::Failure,

@@ -38,6 +38,9 @@ pub struct PluginCall {
     pub parent: SpanContext,
     /// 1-based attempt number, set by the retry layer.
     pub attempt: u32,
+    /// The calling hub (central mode: the one its certificate names), whose
+    /// declaration the plugin's Initialize answer is recorded under.
+    pub hub: Option<Arc<str>>,
 }
 
 impl PolicyRequest for PluginCall {

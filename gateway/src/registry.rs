@@ -861,6 +861,21 @@ impl RegistryState for Registry {
             .collect()
     }
 
+    fn loaded(&self) -> Vec<(String, Option<String>, bool)> {
+        self.load()
+            .iter()
+            .flat_map(|s| s.plugins.iter())
+            .map(|p| {
+                let load = p.upstream.load_state(p.hub.as_deref());
+                (
+                    p.name.clone(),
+                    p.hub.clone(),
+                    matches!(load, crate::upstream::Load::Loaded { .. }),
+                )
+            })
+            .collect()
+    }
+
     fn reload_counts(&self) -> (u64, u64) {
         Registry::reload_counts(self)
     }

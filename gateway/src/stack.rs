@@ -61,7 +61,13 @@ impl tower::Service<PluginCall> for UpstreamService {
         let upstream = self.0.clone();
         Box::pin(async move {
             upstream
-                .call(call.request, call.deadline, call.owner, &call.forward)
+                .call(
+                    call.request,
+                    call.deadline,
+                    call.owner,
+                    &call.forward,
+                    call.hub.as_deref(),
+                )
                 .await
         })
     }

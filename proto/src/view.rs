@@ -188,6 +188,27 @@ fn map_field(
     Ok(out.freeze())
 }
 
+/// Every value of the top-level varint field `number` of `message`, in
+/// order (a field sent several times shows each time); occurrences with
+/// another wire type are returned as `None`.
+pub(crate) fn varint_occurrences(
+    message: &[u8],
+    number: u32,
+) -> Result<Vec<Option<u64>>, WireError> {
+    let mut out = Vec::new();
+    for field in Fields::new(message) {
+        let field = field?;
+        if field.number == number {
+            out.push(if field.wire_type == VARINT {
+                varint(message, field.body.start).map(|(v, _)| v)
+            } else {
+                None
+            });
+        }
+    }
+    Ok(out)
+}
+
 const VARINT: u8 = 0;
 const FIXED64: u8 = 1;
 const LENGTH_DELIMITED: u8 = 2;

@@ -111,6 +111,9 @@ async fn route(
         deadline: call.deadline,
         forward: Arc::new(forward),
         parent: span.context(),
+        // The hub its certificate names: whatever `hub_name` the caller
+        // writes, plugins are loaded, asked and answered for this one.
+        hub: call.peer.identity.as_deref().map(Arc::from),
     };
     let data = grpc::message(call.message.clone(), limit)?;
     match hook {

@@ -49,6 +49,7 @@ pub struct Behaviour {
     pub name: String,
     /// Hooks listed in the InitializeResponse (empty = all).
     pub hooks: Vec<Hook>,
+    /// How long each hook but Initialize takes.
     pub delay: Duration,
     /// Every hook but Initialize fails with this.
     pub fail: Option<(Code, String)>,
@@ -198,7 +199,9 @@ impl Scripted {
             }
             current.clone()
         };
-        if !b.delay.is_zero() {
+        // The delay models slow hooks: Initialize, which loads the plugin,
+        // answers at once.
+        if !b.delay.is_zero() && hook != HookKind::Initialize {
             tokio::time::sleep(b.delay).await;
         }
         if b.unimplemented.contains(&hook) {

@@ -8,17 +8,17 @@
 //! [`UpstreamKey`] (endpoint and TLS settings) does not change, so the
 //! connection, and the knowledge gathered on it, is kept.
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use arc_swap::ArcSwapOption;
 use std::time::Duration;
 
-use h2::client::SendRequest;
+use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
+use rollout_proto::declaration::Decision;
 use rollout_proto::v1alpha1::{
-    Hook, InitializeResponse, MutateManifestWorkResponse, RolloutStateDetail, ValidateResponse,
+    Hook, InitializeResponse, MutateManifestWorkResponse, RolloutStateDetail,
 };
+use rollout_proto::verdict;
 use rustls_pki_types::ServerName;
 use tokio::time::Instant;
 use tonic::{Code, Status};
@@ -29,11 +29,17 @@ use rollout_policies::layer::ConcurrencyLimitLayer;
 use rollout_policies::{BudgetPolicy, Policy};
 
 use crate::error::{CallError, DeadlineOwner};
-use crate::transport::client::{self, PluginConnection, tls_config};
+use crate::transport::client::{PluginConnection, tls_config};
 use crate::transport::grpc::{self, Payload};
 
 use crate::config::Endpoint;
 use crate::hooks::{HookKind, HookRequest, HookResponse};
+
+mod channel;
+mod learned;
+pub use channel::Channel;
+use learned::Learned;
+pub use learned::Load;
 
 /// What makes two registry entries the same connection: a plugin whose key did
 /// not change across a reload keeps its [`Upstream`]. The key holds the TLS
@@ -95,32 +101,6 @@ impl Default for ChannelSettings {
     }
 }
 
-/// Bit set in [`Upstream::hooks`] once an `InitializeResponse` has been seen.
-const HOOKS_KNOWN: u8 = 1 << 7;
-/// Bit set in [`Upstream::hooks`] when that answer declared
-/// `ROLLOUT_STATE_DETAIL_COUNTS` (above the bits of the hooks, 1 to 4).
-const COUNTS_ONLY: u8 = 1 << 6;
-
-/// One HTTP/2 connection to an endpoint, dialled on first use and again
-/// whenever it has closed. Every [`Upstream`] with the same [`UpstreamKey`]
-/// shares one: registry entries naming the same plugin server under several
-/// names (or in several hubs' registries) multiplex their calls over one
-/// connection instead of holding one each (about 25 KiB resident apiece,
-/// docs/performance.md).
-#[derive(Default)]
-pub struct Channel {
-    /// The current connection; read on every call, so lock-free.
-    conn: ArcSwapOption<PluginConnection>,
-    /// Held while dialling, so concurrent calls share one new connection.
-    dialling: tokio::sync::Mutex<()>,
-}
-
-impl std::fmt::Debug for Channel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Channel").finish_non_exhaustive()
-    }
-}
-
 /// A plugin as the gateway reaches it: its [`Channel`] (shared with the
 /// other upstreams of the same key), and the state kept per plugin.
 pub struct Upstream {
@@ -131,9 +111,11 @@ pub struct Upstream {
     tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
     /// The connection, shared with every upstream of the same key.
     channel: Arc<Channel>,
-    /// `HOOKS_KNOWN` plus one bit per implemented `Hook` (bit = enum value),
-    /// and `COUNTS_ONLY`: one store, so hooks and declaration change together.
-    hooks: AtomicU8,
+    /// What its Initialize answers said, per hub.
+    learned: Learned,
+    /// Held while a call loads the plugin (its Initialize before a hook), so
+    /// concurrent calls share one Initialize.
+    loading: Arc<tokio::sync::Mutex<()>>,
     /// The concurrency bound, circuit breaker and retry budget of the plugin:
     /// they live as long as its connection settings do, across reloads.
     limit: ConcurrencyLimitLayer,
@@ -168,10 +150,13 @@ impl Upstream {
         let tls = match &key.ca_bundle {
             None => None,
             Some(CaBundle(ca_bundle_pem)) => {
-                let config =
-                    tls_config(ca_bundle_pem, key.client_identity.as_ref()).map_err(|e| {
-                        UpstreamError(format!("TLS settings for {}: {e}", key.endpoint))
-                    })?;
+                let config = tls_config(
+                    ca_bundle_pem,
+                    key.client_identity
+                        .as_ref()
+                        .map(|id| (id.cert_pem.as_slice(), id.key_pem.as_slice())),
+                )
+                .map_err(|e| UpstreamError(format!("TLS settings for {}: {e}", key.endpoint)))?;
                 let name = ServerName::try_from(key.endpoint.host.clone()).map_err(|e| {
                     UpstreamError(format!(
                         "{} is not a valid TLS server name: {e}",
@@ -190,7 +175,8 @@ impl Upstream {
             settings: settings.clone(),
             tls,
             channel,
-            hooks: AtomicU8::new(0),
+            learned: Learned::default(),
+            loading: Arc::default(),
             limit: ConcurrencyLimitLayer::new(policy.max_concurrent_calls),
             breaker: Arc::new(Mutex::new(Breaker::new(&policy.circuit_breaker))),
             budget: Arc::new(Mutex::new(RetryBudget::new(&policy.retry_budget, now()))),
@@ -255,68 +241,84 @@ impl Upstream {
         &self.key
     }
 
-    /// Whether the plugin is known to leave `kind` out. Unknown (no
-    /// `InitializeResponse` seen yet) means it is called, and an UNIMPLEMENTED
-    /// answer skips it then.
-    pub fn skips(&self, kind: HookKind) -> bool {
-        let Some(hook) = kind.proto_hook() else {
-            return false;
-        };
-        let bits = self.hooks.load(Ordering::Relaxed);
-        bits & HOOKS_KNOWN != 0 && bits & (1 << hook as u8) == 0
+    /// What to do with a call of `kind` from `hub` (`None`: a caller without
+    /// a hub): the shared rule of [`rollout_proto::declaration`] over what
+    /// this hub's Initialize answers said.
+    pub fn decide(&self, hub: Option<&str>, kind: HookKind) -> Decision {
+        self.learned.decide(hub, kind)
     }
 
-    /// The rollout state the plugin wants: `Counts` once its latest
-    /// `InitializeResponse` declared it; `Full` otherwise (declared, unset,
-    /// or no answer seen yet).
-    pub fn state_detail(&self) -> RolloutStateDetail {
-        let bits = self.hooks.load(Ordering::Relaxed);
-        if bits & HOOKS_KNOWN != 0 && bits & COUNTS_ONLY != 0 {
+    /// What is known of the plugin for `hub`: loaded with its declaration,
+    /// or not loaded and why.
+    pub fn load_state(&self, hub: Option<&str>) -> Load {
+        self.learned.load(hub)
+    }
+
+    /// Every hub's [`Load`] seen so far ("" = no hub), for `/debug/plugins`.
+    pub fn load_states(&self) -> Vec<(String, Load)> {
+        self.learned.all()
+    }
+
+    /// The rollout state the plugin wants from `hub`'s calls: `Counts` once
+    /// its latest `InitializeResponse` for that hub declared it; `Full`
+    /// otherwise.
+    pub fn state_detail(&self, hub: Option<&str>) -> RolloutStateDetail {
+        if self.learned.counts_only(hub) {
             RolloutStateDetail::Counts
         } else {
             RolloutStateDetail::Full
         }
     }
 
-    /// Records the hooks and the state detail of the latest
-    /// `InitializeResponse` seen from the plugin.
-    pub fn learn(&self, answer: &InitializeResponse) {
-        let mut bits = HOOKS_KNOWN;
-        if answer.state_detail() == RolloutStateDetail::Counts {
-            bits |= COUNTS_ONLY;
-        }
-        if answer.hooks.is_empty() {
-            for h in Hook::ALL {
-                bits |= 1 << h as u8;
+    /// The hooks `hub`'s calls may reach, by name; `None` when the plugin is
+    /// not loaded for it.
+    pub fn known_hooks(&self, hub: Option<&str>) -> Option<Vec<&'static str>> {
+        match self.learned.load(hub) {
+            Load::Loaded { declaration, .. } => {
+                Some(declaration.hooks().into_iter().map(Hook::name).collect())
             }
-        } else {
-            for h in &answer.hooks {
-                if let Ok(h) = Hook::try_from(*h)
-                    && h != Hook::Unspecified
-                {
-                    bits |= 1 << h as u8;
-                }
-            }
+            Load::NotLoaded { .. } => None,
         }
-        self.hooks.store(bits, Ordering::Relaxed);
     }
 
-    /// The hooks learned so far, by name; `None` when none was learned.
-    pub fn known_hooks(&self) -> Option<Vec<&'static str>> {
-        let bits = self.hooks.load(Ordering::Relaxed);
-        (bits & HOOKS_KNOWN != 0).then(|| {
-            Hook::ALL
-                .iter()
-                .filter(|h| bits & (1 << **h as u8) != 0)
-                .map(|h| h.name())
-                .collect()
-        })
+    /// Holds the plugin's loading lock now, if no one does, for an
+    /// Initialize about to be sent: calls that need the plugin meanwhile
+    /// wait for its answer instead of sending their own.
+    pub fn hold_loading(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        self.loading.clone().try_lock_owned().ok()
+    }
+
+    /// Loads the plugin for `hub` unless it is loaded: one Initialize at a
+    /// time per plugin, sent through `initialize` (the plugin's stack), by
+    /// `deadline`. Calls that waited for another's Initialize use its result.
+    pub async fn ensure_loaded<F, Fut>(
+        &self,
+        hub: Option<&str>,
+        deadline: Instant,
+        owner: DeadlineOwner,
+        initialize: F,
+    ) -> Result<(), CallError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<HookResponse, CallError>>,
+    {
+        let Ok(_loading) = tokio::time::timeout_at(deadline, self.loading.lock()).await else {
+            return Err(CallError::Expired {
+                owner,
+                message: "waiting for the plugin's Initialize".into(),
+            });
+        };
+        if matches!(self.learned.load(hub), Load::Loaded { .. }) {
+            return Ok(());
+        }
+        initialize().await.map(drop)
     }
 
     /// One call to the plugin, bounded by `deadline` (whose deadline it is:
     /// `owner`), whose remaining time is sent on as the plugin's
     /// `grpc-timeout`. `forward` holds the caller's headers to pass on (trace
-    /// context).
+    /// context); `hub` is the calling hub, whose declaration an Initialize
+    /// answer records.
     ///
     /// Errors: the plugin's own status ([`CallError::Plugin`]);
     /// [`CallError::Expired`] when the deadline passes first or the plugin
@@ -331,6 +333,7 @@ impl Upstream {
         deadline: Instant,
         owner: DeadlineOwner,
         forward: &HeaderMap,
+        hub: Option<&str>,
     ) -> Result<HookResponse, CallError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
@@ -340,9 +343,13 @@ impl Upstream {
             owner,
             message: format!("no answer within {} ms", remaining.as_millis()),
         };
+        let kind = request.kind();
+        let is_initialize = kind == HookKind::Initialize;
         let call = async {
-            let kind = request.kind();
-            let payload = request.payload_for(self.state_detail());
+            let detail = self.state_detail(hub);
+            // Made again for each stream sent: a stream the plugin never
+            // processed is sent again on a new connection.
+            let payload = &|| request.payload_for(detail);
             match kind {
                 HookKind::Initialize => self
                     .unary::<InitializeResponse>(kind, payload, deadline, forward)
@@ -352,23 +359,20 @@ impl Upstream {
                     .unary::<()>(kind, payload, deadline, forward)
                     .await
                     .map(|()| HookResponse::Empty),
-                HookKind::ValidateRolloutCompletion => self
-                    .unary::<ValidateResponse>(kind, payload, deadline, forward)
-                    .await
-                    .map(HookResponse::ValidateRolloutCompletion),
+                HookKind::ValidateRolloutCompletion => {
+                    let message = self.unary_raw(kind, payload, deadline, forward).await?;
+                    verdict::read_validate(message)
+                        .map(HookResponse::ValidateRolloutCompletion)
+                        .map_err(|e| undecodable(e.to_string()))
+                }
                 HookKind::MutateManifestWork => self
                     .unary::<MutateManifestWorkResponse>(kind, payload, deadline, forward)
                     .await
                     .map(HookResponse::MutateManifestWork),
             }
         };
-        match tokio::time::timeout_at(deadline, call).await {
-            Ok(Ok(answer)) => {
-                if let HookResponse::Initialize(init) = &answer {
-                    self.learn(init);
-                }
-                Ok(answer)
-            }
+        let result = match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(Failed::Call(error))) => Err(error),
             // A plugin server that gave up on the forwarded `grpc-timeout`
             // answers DEADLINE_EXCEEDED (or CANCELLED, as tonic's does): that
@@ -383,25 +387,122 @@ impl Upstream {
             }
             Ok(Err(Failed::Plugin(status))) => Err(CallError::Plugin(status)),
             Err(_) => Err(expired()),
+        };
+        match result {
+            Ok(HookResponse::Initialize(init)) => self.loaded(hub, init),
+            Err(error) if is_initialize => Err(self.not_loaded(hub, error)),
+            other => other,
         }
+    }
+
+    /// An OK Initialize answer from `hub`'s Initialize: the plugin is loaded
+    /// for that hub, unless its declaration is invalid.
+    fn loaded(
+        &self,
+        hub: Option<&str>,
+        init: InitializeResponse,
+    ) -> Result<HookResponse, CallError> {
+        match self.learned.learn(hub, &init) {
+            Ok(_) => Ok(HookResponse::Initialize(init)),
+            Err(e) => Err(CallError::NotAPlugin(format!(
+                "its InitializeResponse is not a valid declaration: {e}"
+            ))),
+        }
+    }
+
+    /// A failed Initialize from `hub`: the plugin is not loaded. UNIMPLEMENTED
+    /// means the server is not a rollout plugin (a wrong endpoint): the
+    /// plugin's failure, never a skip.
+    fn not_loaded(&self, hub: Option<&str>, error: CallError) -> CallError {
+        let error = if error.is_unimplemented() {
+            CallError::NotAPlugin(format!(
+                "its Initialize answered UNIMPLEMENTED: {} does not serve {} (is the registry entry's endpoint right?)",
+                self.key.endpoint,
+                rollout_proto::SERVICE_NAME
+            ))
+        } else {
+            error
+        };
+        let refused = matches!(error, CallError::NotAPlugin(_) | CallError::Undecodable(_));
+        self.learned.failed(hub, &error.to_string(), refused);
+        error
     }
 
     async fn unary<Resp: prost::Message + Default>(
         &self,
         method: HookKind,
-        payload: Payload,
+        payload: &(dyn Fn() -> Payload + Sync),
         deadline: Instant,
         forward: &HeaderMap,
     ) -> Result<Resp, Failed> {
-        let sender = self.sender(deadline).await?;
+        let message = self.unary_raw(method, payload, deadline, forward).await?;
+        grpc::decode_message(message).map_err(|e| undecodable(e.to_string()))
+    }
+
+    /// One unary call; the answer's message, uncompressed, not decoded.
+    ///
+    /// A stream the plugin never processed — refused before it opened
+    /// because the connection is going away, above the last stream id of
+    /// the plugin's GOAWAY, or reset with REFUSED_STREAM — is sent again on
+    /// a new connection, whatever the retry policy: the plugin never saw it
+    /// (RFC 9113 §8.7). The connection that refused it takes no new calls;
+    /// its calls in flight finish on it.
+    async fn unary_raw(
+        &self,
+        method: HookKind,
+        payload: &(dyn Fn() -> Payload + Sync),
+        deadline: Instant,
+        forward: &HeaderMap,
+    ) -> Result<Bytes, Failed> {
+        let mut resent = 0;
+        loop {
+            let conn = self.connection(deadline).await?;
+            match self
+                .exchange(&conn, method, payload(), deadline, forward)
+                .await
+            {
+                Err(Exchange::Unprocessed(error)) if resent < MAX_RESENDS => {
+                    tracing::debug!(endpoint = %self.key.endpoint, %error, "stream not processed by the plugin; sending it on a new connection");
+                    self.channel.retire(&conn, &error);
+                    resent += 1;
+                }
+                Err(Exchange::Unprocessed(error)) => {
+                    self.channel.retire(&conn, &error);
+                    return Err(Failed::Call(CallError::Unreachable(format!(
+                        "request to {} refused {} times: {error}",
+                        self.key.endpoint,
+                        resent + 1
+                    ))));
+                }
+                Err(Exchange::Failed(failed)) => return Err(failed),
+                Ok(message) => return Ok(message),
+            }
+        }
+    }
+
+    /// One stream on `conn`.
+    async fn exchange(
+        &self,
+        conn: &PluginConnection,
+        method: HookKind,
+        payload: Payload,
+        deadline: Instant,
+        forward: &HeaderMap,
+    ) -> Result<Bytes, Exchange> {
+        let sender = conn.sender();
         let unavailable = |e: h2::Error| {
-            Failed::Call(CallError::Unreachable(format!(
-                "request to {} failed: {e}",
-                self.key.endpoint
-            )))
+            if unprocessed(&e) {
+                Exchange::Unprocessed(e)
+            } else {
+                Exchange::Failed(Failed::Call(CallError::Unreachable(format!(
+                    "request to {} failed: {e}",
+                    self.key.endpoint
+                ))))
+            }
         };
-        // Waits while the plugin's stream limit is reached.
-        let mut sender = sender.ready().await.map_err(unavailable)?;
+        // Waits while the plugin's stream limit is reached. An error here
+        // or from `send_request` means no stream was opened.
+        let mut sender = sender.ready().await.map_err(Exchange::Unprocessed)?;
         let remaining = deadline.saturating_duration_since(Instant::now());
         let mut request = http::Request::new(());
         *request.method_mut() = http::Method::POST;
@@ -427,90 +528,74 @@ impl Upstream {
             headers.insert(k.clone(), v.clone());
         }
         // Headers and the whole message queued together: one write.
-        let (response, mut body) = sender.send_request(request, false).map_err(unavailable)?;
+        let (response, mut body) = sender
+            .send_request(request, false)
+            .map_err(Exchange::Unprocessed)?;
         body.send_data(payload, true).map_err(unavailable)?;
         let response = response.await.map_err(unavailable)?;
         let (parts, mut body) = response.into_parts();
         // A trailers-only answer: the status is in the headers.
         if let Some(status) = grpc::status_from_headers(&parts.headers) {
-            return Err(if status.code() == Code::Ok {
+            return Err(Exchange::Failed(if status.code() == Code::Ok {
                 undecodable("answered OK without a message".into())
             } else {
                 Failed::Plugin(status)
-            });
+            }));
         }
         if parts.status != http::StatusCode::OK {
-            return Err(Failed::Plugin(grpc::status_from_http(parts.status)));
+            return Err(Exchange::Failed(Failed::Plugin(grpc::status_from_http(
+                parts.status,
+            ))));
         }
         let limit = self.settings.max_message_bytes;
-        let (data, trailers) = grpc::collect(&mut body, limit).await.map_err(|e| match e {
-            grpc::ReceiveError::Stream { .. } => {
-                Failed::Call(CallError::Unreachable(e.to_string()))
-            }
-            grpc::ReceiveError::Frame(grpc::FrameError::TooLarge { .. }) => {
-                Failed::Call(CallError::TooLarge(e.to_string()))
-            }
-            _ => undecodable(e.to_string()),
-        })?;
-        match trailers.as_ref().and_then(grpc::status_from_headers) {
+        let (data, trailers) = grpc::collect(&mut body, limit)
+            .await
+            .map_err(|e| match e {
+                grpc::ReceiveError::Stream { .. } => {
+                    Failed::Call(CallError::Unreachable(e.to_string()))
+                }
+                grpc::ReceiveError::Frame(grpc::FrameError::TooLarge { .. }) => {
+                    Failed::Call(CallError::TooLarge(e.to_string()))
+                }
+                _ => undecodable(e.to_string()),
+            })
+            .map_err(Exchange::Failed)?;
+        let answer = match trailers.as_ref().and_then(grpc::status_from_headers) {
             Some(status) if status.code() == Code::Ok => {
                 let encoding = parts
                     .headers
                     .get("grpc-encoding")
-                    .map(|v| v.to_str().unwrap_or("(not text)"));
-                let message = grpc::uncompressed(data, encoding, limit).map_err(|e| match e {
-                    grpc::Unreadable::TooLarge(why) => Failed::Call(CallError::TooLarge(why)),
-                    grpc::Unreadable::Invalid(why) => undecodable(why),
-                })?;
-                grpc::decode_message(message).map_err(|e| undecodable(e.to_string()))
+                    .map(|v| v.to_str().unwrap_or("(not text)").to_string());
+                inflate(data, encoding, limit).await
             }
             Some(status) => Err(Failed::Plugin(status)),
             None => Err(undecodable("answer ended without a grpc-status".into())),
-        }
+        };
+        answer.map_err(Exchange::Failed)
     }
 
     /// The shared connection, dialled (once, for all waiting calls) if there
-    /// is none or it has closed.
-    async fn sender(&self, deadline: Instant) -> Result<SendRequest<Payload>, Failed> {
-        if let Some(s) = self.current() {
-            return Ok(s);
-        }
-        // Waiting for another call's dial: the deadline passing here is the
-        // call's own timer's (see `call`), whose owner it knows.
-        let Ok(_dialling) = tokio::time::timeout_at(deadline, self.channel.dialling.lock()).await
-        else {
-            return std::future::pending().await;
-        };
-        if let Some(s) = self.current() {
-            return Ok(s);
-        }
-        let limit = deadline.min(Instant::now() + self.settings.connect_timeout);
-        let conn = match tokio::time::timeout_at(limit, self.dial()).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(message)) => return Err(Failed::Call(CallError::Unreachable(message))),
-            Err(_) if Instant::now() >= deadline => return std::future::pending().await,
-            Err(_) => {
-                return Err(Failed::Call(CallError::Unreachable(format!(
-                    "connecting to {} timed out",
-                    self.key.endpoint
-                ))));
-            }
-        };
-        let sender = conn.sender();
-        self.channel.conn.store(Some(Arc::new(conn)));
-        Ok(sender)
-    }
-
-    fn current(&self) -> Option<SendRequest<Payload>> {
-        let guard = self.channel.conn.load();
-        guard
-            .as_ref()
-            .filter(|c| !c.is_closed())
-            .map(|c| c.sender())
-    }
-
-    async fn dial(&self) -> Result<PluginConnection, String> {
-        client::dial(&self.key.endpoint, self.tls.as_ref()).await
+    /// is none, it has closed, or it is going away.
+    async fn connection(&self, deadline: Instant) -> Result<Arc<PluginConnection>, Failed> {
+        self.channel
+            .connection(
+                &self.key.endpoint,
+                self.tls.as_ref(),
+                deadline,
+                self.settings.connect_timeout,
+            )
+            .await
+            .map_err(|e| match e {
+                // The deadline passing is the call's own timer's (see
+                // `call`), whose owner it knows.
+                channel::NoConnection::Deadline => Failed::Call(CallError::Expired {
+                    owner: DeadlineOwner::Caller,
+                    message: "no connection".into(),
+                }),
+                channel::NoConnection::Unreachable(why) => {
+                    Failed::Call(CallError::Unreachable(why))
+                }
+            })
     }
 }
 
@@ -554,6 +639,45 @@ const USER_AGENT: &str = concat!("rollout-gateway/", env!("CARGO_PKG_VERSION"));
 enum Failed {
     Plugin(Status),
     Call(CallError),
+}
+
+/// [`grpc::uncompressed`]; a compressed answer is inflated on the blocking
+/// pool: a few KiB of gzip can take tens of milliseconds of CPU to inflate
+/// to the message limit, which on the runtime's thread would stall every
+/// other call it drives. An uncompressed answer (the common case) stays.
+async fn inflate(data: Bytes, encoding: Option<String>, limit: usize) -> Result<Bytes, Failed> {
+    // The first byte of the 5-byte prefix is the compression flag.
+    let compressed = data.first() == Some(&1);
+    let read = move || grpc::uncompressed(data, encoding.as_deref(), limit);
+    let result = if compressed {
+        tokio::task::spawn_blocking(read)
+            .await
+            .unwrap_or_else(|e| Err(grpc::Unreadable::Invalid(format!("inflating failed: {e}"))))
+    } else {
+        read()
+    };
+    result.map_err(|e| match e {
+        grpc::Unreadable::TooLarge(why) => Failed::Call(CallError::TooLarge(why)),
+        grpc::Unreadable::Invalid(why) => undecodable(why),
+    })
+}
+
+/// How one stream failed: never processed by the plugin (sent again on a
+/// new connection), or as [`Failed`].
+enum Exchange {
+    Unprocessed(h2::Error),
+    Failed(Failed),
+}
+
+/// Streams one call may send again after the plugin did not process them.
+const MAX_RESENDS: u32 = 3;
+
+/// Whether the plugin cannot have processed the stream this error ended:
+/// dropped by its GOAWAY (above the last stream id; RFC 9113 §6.8), or
+/// refused with REFUSED_STREAM (§8.7).
+fn unprocessed(e: &h2::Error) -> bool {
+    (e.is_go_away() && e.is_remote())
+        || (e.is_reset() && e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM))
 }
 
 fn undecodable(why: String) -> Failed {

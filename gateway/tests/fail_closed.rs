@@ -1,0 +1,464 @@
+//! A SUCCEEDED validation reaches the caller only from a plugin's own
+//! SUCCEEDED, or from a loaded plugin that does not validate: every other
+//! answer (no plugin behind the endpoint, a declaration naming no hook,
+//! UNIMPLEMENTED for a declared hook, an answer that is no verdict) is the
+//! plugin's failure under its failure policy. Real gateways over real
+//! plugin servers on 127.0.0.1.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rollout_gateway::hooks::HookKind;
+use rollout_proto::v1alpha1::{Hook, InitializeRequest, ValidateResponse, ValidationResult};
+use tonic::Code;
+
+async fn validate(gw: &Gateway, target: &str) -> Result<(i32, Option<String>), tonic::Status> {
+    let answer = gw
+        .client()
+        .await
+        .validate_rollout_completion(to(target, validate_request("cluster1")))
+        .await?;
+    let failed_open = trailer(answer.metadata(), "ocm-rollout-failed-open");
+    Ok((answer.into_inner().result, failed_open))
+}
+
+fn failing() -> ValidateResponse {
+    ValidateResponse {
+        result: ValidationResult::Failed as i32,
+        message: "smoke test failed".into(),
+        recheck_after: None,
+    }
+}
+
+/// A tonic server of another service (an OTLP trace collector): every
+/// method of the plugin API answers UNIMPLEMENTED.
+async fn not_a_plugin() -> std::net::SocketAddr {
+    common::otlp::receiver().await.1
+}
+
+fn entry(name: &str, endpoint: &str, policy: &str) -> String {
+    format!(
+        "  - name: {name}\n    endpoint: {endpoint}\n    insecure: true\n    failurePolicy: {policy}\n"
+    )
+}
+
+#[tokio::test]
+async fn a_declaration_of_hook_unspecified_is_no_declaration_and_the_validation_fails() {
+    let mut behaviour = Behaviour::new("odd");
+    behaviour.hooks = vec![Hook::Unspecified];
+    behaviour.validate = failing();
+    let p = plugin(behaviour).await;
+    let gw = gateway(&format!(
+        "plugins:\n{}",
+        entry("odd", &p.endpoint(), "Fail")
+    ))
+    .await;
+    for _ in 0..3 {
+        let err = validate(&gw, "odd").await.expect_err("not SUCCEEDED");
+        assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+        assert!(
+            err.message().contains("plugin \"odd\""),
+            "{}",
+            err.message()
+        );
+        assert!(err.message().contains("not a hook"), "{}", err.message());
+    }
+    let debug = gw.debug().await;
+    assert_eq!(debug["plugins"][0]["loaded"], false, "{debug}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_that_is_not_a_plugin_fails_every_hook_under_fail() {
+    let addr = not_a_plugin().await;
+    let gw = gateway(&format!(
+        "plugins:\n{}",
+        entry("typo", &addr.to_string(), "Fail")
+    ))
+    .await;
+    let err = validate(&gw, "typo").await.expect_err("not SUCCEEDED");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(
+        err.message().contains("plugin \"typo\""),
+        "{}",
+        err.message()
+    );
+    assert!(err.message().contains("UNIMPLEMENTED"), "{}", err.message());
+    let mutate = gw
+        .client()
+        .await
+        .mutate_manifest_work(to("typo", mutate_request("cluster1", work(200))))
+        .await
+        .expect_err("no plugin mutated nothing");
+    assert_eq!(mutate.code(), Code::FailedPrecondition);
+    // Initialize through the gateway does not make up an answer for it.
+    let init = gw
+        .client()
+        .await
+        .initialize(to("typo", InitializeRequest::default()))
+        .await
+        .expect_err("not a plugin");
+    assert_eq!(init.code(), Code::FailedPrecondition);
+    assert!(
+        init.message().contains("plugin \"typo\""),
+        "{}",
+        init.message()
+    );
+
+    // The admin endpoints say so.
+    eventually_async("/readyz names the plugin", || async {
+        let (status, body) = http_get(gw.admin, "/readyz").await;
+        status == 503 && body.contains("plugin \"typo\"")
+    })
+    .await;
+    let debug = gw.debug().await;
+    let entry = &debug["plugins"][0];
+    assert_eq!(entry["loaded"], false, "{debug}");
+    assert!(
+        entry["initializeError"]
+            .as_str()
+            .is_some_and(|e| e.contains("UNIMPLEMENTED")),
+        "{debug}"
+    );
+    let metrics = http_get(gw.admin, "/metrics").await.1;
+    assert!(
+        metrics.contains("rollout_gateway_plugin_loaded{plugin=\"typo\",hub=\"\"} 0"),
+        "{metrics}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_that_is_not_a_plugin_fails_open_visibly_under_ignore() {
+    let addr = not_a_plugin().await;
+    let gw = gateway(&format!(
+        "plugins:\n{}",
+        entry("typo", &addr.to_string(), "Ignore")
+    ))
+    .await;
+    let (result, failed_open) = validate(&gw, "typo").await.expect("fails open");
+    assert_eq!(result, ValidationResult::Succeeded as i32);
+    assert_eq!(failed_open.as_deref(), Some("typo"));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_loaded_plugin_declaring_every_hook_that_answers_unimplemented_is_skipped() {
+    let mut behaviour = Behaviour::new("partial");
+    behaviour.unimplemented = vec![HookKind::ValidateRolloutCompletion];
+    let p = plugin(behaviour).await;
+    let gw = gateway(&format!(
+        "plugins:\n{}",
+        entry("partial", &p.endpoint(), "Fail")
+    ))
+    .await;
+    let (result, failed_open) = validate(&gw, "partial").await.expect("neutral");
+    assert_eq!(result, ValidationResult::Succeeded as i32);
+    assert_eq!(failed_open, None);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn unimplemented_for_a_hook_the_plugin_named_is_its_failure() {
+    let mut behaviour = Behaviour::new("liar");
+    behaviour.hooks = vec![Hook::ValidateRolloutCompletion];
+    behaviour.unimplemented = vec![HookKind::ValidateRolloutCompletion];
+    let p = plugin(behaviour).await;
+    let gw = gateway(&format!(
+        "plugins:\n{}",
+        entry("liar", &p.endpoint(), "Fail")
+    ))
+    .await;
+    let err = validate(&gw, "liar")
+        .await
+        .expect_err("declared, so not skipped");
+    assert_eq!(err.code(), Code::Unimplemented);
+    assert!(
+        err.message().contains("plugin \"liar\""),
+        "{}",
+        err.message()
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_hook_left_out_of_a_declaration_is_skipped_without_a_call() {
+    let mut behaviour = Behaviour::new("mutator");
+    behaviour.hooks = vec![Hook::MutateManifestWork];
+    behaviour.validate = failing();
+    let p = plugin(behaviour).await;
+    let gw = gateway(&format!(
+        "plugins:\n{}",
+        entry("mutator", &p.endpoint(), "Fail")
+    ))
+    .await;
+    let (result, _) = validate(&gw, "mutator").await.expect("neutral");
+    assert_eq!(result, ValidationResult::Succeeded as i32);
+    assert_eq!(p.calls(HookKind::ValidateRolloutCompletion), 0);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn an_answer_that_is_no_verdict_is_the_plugins_failure() {
+    let mut behaviour = Behaviour::new("vague");
+    behaviour.validate.result = ValidationResult::Unspecified as i32;
+    let p = plugin(behaviour).await;
+    let gw = gateway(&format!(
+        "plugins:\n{}",
+        entry("vague", &p.endpoint(), "Fail")
+    ))
+    .await;
+    let err = validate(&gw, "vague").await.expect_err("no verdict");
+    assert_eq!(err.code(), Code::Internal);
+    assert!(err.message().contains("no verdict"), "{}", err.message());
+    p.set(|b| b.validate.result = 9);
+    let err = validate(&gw, "vague").await.expect_err("no verdict");
+    assert!(err.message().contains("is 9"), "{}", err.message());
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_plugin_down_at_start_is_loaded_by_the_first_call_once_it_is_up() {
+    // A port that refuses, then a plugin started on it.
+    let spare = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = spare.local_addr().unwrap();
+    drop(spare);
+    let gw = gateway(&format!(
+        "plugins:\n{}",
+        entry("late", &addr.to_string(), "Ignore")
+    ))
+    .await;
+    // Down: not skipped, failed open and named.
+    let (_, failed_open) = validate(&gw, "late").await.expect("fails open");
+    assert_eq!(failed_open.as_deref(), Some("late"));
+    let mut behaviour = Behaviour::new("late");
+    behaviour.validate = failing();
+    let p = plugin_on(addr, behaviour).await;
+    // The gateway's own Initialize at load gave up; the call loads it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (result, failed_open) = validate(&gw, "late").await.expect("answered");
+    assert_eq!(result, ValidationResult::Failed as i32);
+    assert_eq!(failed_open, None);
+    assert!(p.calls(HookKind::Initialize) >= 1);
+    gw.stop().await;
+}
+
+/// Polls `done` every 20 ms for at most 10 s.
+async fn eventually_async<F, Fut>(what: &str, done: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..500 {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+mod per_hub {
+    //! Central mode: what one hub's Initialize says decides only that hub's
+    //! calls, and the hub a plugin is told is the one the caller's
+    //! certificate names.
+
+    use std::net::SocketAddr;
+    use std::path::Path;
+    use std::sync::{Arc, Mutex};
+
+    use rollout_gateway::app::{self, Options};
+    use rollout_gateway::tls::ServerTlsFiles;
+    use rollout_plugin_sdk::test_certs::{TestCa as Ca, TestCert as Leaf};
+    use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
+    use rollout_proto::v1alpha1::rollout_plugin_service_server::{
+        RolloutPluginService, RolloutPluginServiceServer,
+    };
+    use rollout_proto::v1alpha1::*;
+    use tokio_stream::wrappers::TcpListenerStream;
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    use tonic::{Request, Response, Status};
+
+    use super::common::{to, validate_request};
+
+    /// Validates for hub-b only (declares MutateManifestWork to any other
+    /// hub), and answers every validation FAILED. Keeps the `hub_name` of
+    /// each Initialize.
+    #[derive(Clone, Default)]
+    struct PerHub {
+        hubs: Arc<Mutex<Vec<String>>>,
+    }
+
+    #[tonic::async_trait]
+    impl RolloutPluginService for PerHub {
+        async fn initialize(
+            &self,
+            request: Request<InitializeRequest>,
+        ) -> Result<Response<InitializeResponse>, Status> {
+            let hub = request.into_inner().hub_name;
+            let hook = if hub == "hub-b" {
+                Hook::ValidateRolloutCompletion
+            } else {
+                Hook::MutateManifestWork
+            };
+            self.hubs.lock().unwrap().push(hub);
+            Ok(Response::new(InitializeResponse {
+                name: "per-hub".into(),
+                hooks: vec![hook as i32],
+                ..Default::default()
+            }))
+        }
+
+        async fn begin_rollout(
+            &self,
+            _: Request<RolloutPluginRequest>,
+        ) -> Result<Response<()>, Status> {
+            Ok(Response::new(()))
+        }
+
+        async fn progress_rollout(
+            &self,
+            _: Request<RolloutPluginRequest>,
+        ) -> Result<Response<()>, Status> {
+            Ok(Response::new(()))
+        }
+
+        async fn validate_rollout_completion(
+            &self,
+            _: Request<ValidateCompletionRequest>,
+        ) -> Result<Response<ValidateResponse>, Status> {
+            Ok(Response::new(ValidateResponse {
+                result: ValidationResult::Failed as i32,
+                message: "hub-b's checks failed".into(),
+                recheck_after: None,
+            }))
+        }
+
+        async fn mutate_manifest_work(
+            &self,
+            _: Request<MutateManifestWorkRequest>,
+        ) -> Result<Response<MutateManifestWorkResponse>, Status> {
+            Ok(Response::new(MutateManifestWorkResponse::default()))
+        }
+    }
+
+    async fn serve(plugin: PerHub) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RolloutPluginServiceServer::new(plugin))
+                .serve_with_incoming(TcpListenerStream::new(listener)),
+        );
+        addr
+    }
+
+    fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    async fn hub_client(
+        addr: SocketAddr,
+        server_ca: &Ca,
+        identity: &Leaf,
+    ) -> RolloutPluginServiceClient<tonic::transport::Channel> {
+        let tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(server_ca.pem()))
+            .domain_name("localhost")
+            .identity(Identity::from_pem(&identity.cert, &identity.key));
+        let channel = tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        RolloutPluginServiceClient::new(channel)
+    }
+
+    #[tokio::test]
+    async fn one_hubs_initialize_does_not_change_what_another_hub_is_answered() {
+        let server_ca = Ca::new("gateway-server").unwrap();
+        let hubs_ca = Ca::new("hubs").unwrap();
+        let plugin = PerHub::default();
+        let plugin_addr = serve(plugin.clone()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let server = server_ca.server().unwrap();
+        let running = app::start(Options {
+            configs: vec![write(
+                dir.path(),
+                "shared.yaml",
+                &format!(
+                    "plugins:\n  - name: gatekeeper\n    endpoint: {plugin_addr}\n    insecure: true\n"
+                ),
+            )],
+            listen: "127.0.0.1:0".parse().unwrap(),
+            admin_listen: "127.0.0.1:0".parse().unwrap(),
+            tls: Some(ServerTlsFiles {
+                cert: write(dir.path(), "tls.crt", &server.cert),
+                key: write(dir.path(), "tls.key", &server.key),
+                client_ca: Some(write(dir.path(), "hubs-ca.crt", &hubs_ca.pem())),
+            }),
+            ..Options::default()
+        })
+        .await
+        .expect("central gateway starts");
+        let addr = running.grpc_addr;
+        let mut a = hub_client(addr, &server_ca, &hubs_ca.leaf("hub-a").unwrap()).await;
+        let mut b = hub_client(addr, &server_ca, &hubs_ca.leaf("hub-b").unwrap()).await;
+
+        let result = |r: Result<Response<ValidateResponse>, Status>| {
+            r.expect("answered").into_inner().result
+        };
+        let failed = ValidationResult::Failed as i32;
+        let succeeded = ValidationResult::Succeeded as i32;
+        assert_eq!(
+            result(
+                b.validate_rollout_completion(to("gatekeeper", validate_request("c1")))
+                    .await
+            ),
+            failed
+        );
+        // Hub A claims to be hub B in the request: the plugin is told hub-a,
+        // and learns hub A's declaration alone.
+        let init = a
+            .initialize(to(
+                "gatekeeper",
+                InitializeRequest {
+                    controller_version: "test".into(),
+                    hub_name: "hub-b".into(),
+                },
+            ))
+            .await
+            .expect("initialized")
+            .into_inner();
+        assert_eq!(init.hooks, vec![Hook::MutateManifestWork as i32]);
+        assert_eq!(
+            plugin.hubs.lock().unwrap().last().map(String::as_str),
+            Some("hub-a")
+        );
+        assert_eq!(
+            result(
+                b.validate_rollout_completion(to("gatekeeper", validate_request("c1")))
+                    .await
+            ),
+            failed,
+            "hub A's Initialize changed hub B's answer"
+        );
+        // Hub A's own declaration leaves validation out: neutral for it.
+        assert_eq!(
+            result(
+                a.validate_rollout_completion(to("gatekeeper", validate_request("c1")))
+                    .await
+            ),
+            succeeded
+        );
+        running.shutdown().await;
+    }
+}

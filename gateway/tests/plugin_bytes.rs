@@ -1,0 +1,177 @@
+//! What a plugin sends is bounded: its error messages are cut once, with
+//! the right count; a pipeline's joined validation messages are bounded
+//! however long its members' are; a compressed answer is inflated off the
+//! thread that drives other calls.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use common::*;
+use rollout_proto::v1alpha1::ValidationResult;
+use tonic::Code;
+
+#[tokio::test]
+async fn a_long_plugin_error_is_cut_once_with_the_bytes_cut_counted() {
+    let long = "y".repeat(48 * 1024);
+    let mut behaviour = Behaviour::new("wordy");
+    behaviour.fail = Some((Code::FailedPrecondition, long.clone()));
+    let p = plugin(behaviour).await;
+    let gw = gateway(&format!("plugins:\n{}", insecure_plugin("wordy", &p, ""))).await;
+    let e = gw
+        .client()
+        .await
+        .begin_rollout(to("wordy", rollout("c1")))
+        .await
+        .expect_err("the plugin fails");
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    let full = format!("plugin \"wordy\": {long}");
+    let message = e.message();
+    assert!(message.len() <= 4096, "{}", message.len());
+    let kept = message.split('…').next().unwrap();
+    assert!(full.starts_with(kept));
+    assert_eq!(
+        message,
+        format!("{kept}… [{} bytes cut]", full.len() - kept.len()),
+        "cut once, counting every byte the caller did not get"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_pipelines_joined_messages_stay_bounded_however_long_its_members_are() {
+    let reason = "z".repeat(9 * MIB);
+    let mut members = Vec::new();
+    for name in ["first", "second"] {
+        let mut behaviour = Behaviour::new(name);
+        behaviour.validate.result = ValidationResult::Failed as i32;
+        behaviour.validate.message = reason.clone();
+        members.push(plugin(behaviour).await);
+    }
+    let gw = gateway(&format!(
+        "plugins:\n{}{}pipelines:\n  - name: both\n    plugins: [first, second]\n",
+        insecure_plugin("first", &members[0], ""),
+        insecure_plugin("second", &members[1], "")
+    ))
+    .await;
+    let answer = gw
+        .client()
+        .await
+        .validate_rollout_completion(to("both", validate_request("c1")))
+        .await
+        .expect("a verdict")
+        .into_inner();
+    assert_eq!(answer.result, ValidationResult::Failed as i32);
+    assert!(answer.message.len() < 80 * 1024, "{}", answer.message.len());
+    for name in ["first: ", "second: "] {
+        assert!(answer.message.contains(name), "each member keeps its part");
+    }
+    assert_eq!(answer.message.matches(" bytes cut]").count(), 2);
+    gw.stop().await;
+}
+
+/// A raw HTTP/2 plugin whose every answer is `inflated` bytes of zeros,
+/// gzip-compressed (about a thousandth of that on the wire).
+async fn gzip_bomb(inflated: usize) -> SocketAddr {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&vec![0u8; inflated]).unwrap();
+    let compressed = Bytes::from(gz.finish().unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let compressed = compressed.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                while let Some(Ok((_, mut respond))) = conn.accept().await {
+                    let mut framed = BytesMut::new();
+                    framed.put_u8(1);
+                    framed.put_u32(compressed.len() as u32);
+                    framed.put_slice(&compressed);
+                    let response = http::Response::builder()
+                        .status(200)
+                        .header("content-type", "application/grpc")
+                        .header("grpc-encoding", "gzip")
+                        .body(())
+                        .unwrap();
+                    let Ok(mut stream) = respond.send_response(response, false) else {
+                        continue;
+                    };
+                    let _ = stream.send_data(framed.freeze(), false);
+                    let mut trailers = http::HeaderMap::new();
+                    trailers.insert("grpc-status", "0".parse().unwrap());
+                    let _ = stream.send_trailers(trailers);
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The 99th percentile of `n` BeginRollout calls to `target`, one at a time.
+async fn p99(gw: &Gateway, target: &str, n: usize) -> Duration {
+    let mut c = gw.client().await;
+    let mut took = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        c.begin_rollout(to(target, rollout("c1"))).await.unwrap();
+        took.push(started.elapsed());
+    }
+    took.sort();
+    took[n * 99 / 100]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn inflating_a_compressed_answer_does_not_stall_another_plugins_callers() {
+    let quiet = plugin(Behaviour::new("quiet")).await;
+    let bomb = gzip_bomb(15 * MIB).await;
+    let gw = gateway(&format!(
+        "plugins:\n{}  - name: bomb\n    endpoint: {bomb}\n    insecure: true\n    failurePolicy: Ignore\n    circuitBreaker:\n      consecutiveFailures: 1000000\n",
+        insecure_plugin("quiet", &quiet, "")
+    ))
+    .await;
+    let alone = p99(&gw, "quiet", 200).await;
+    // Four callers keep four 15 MiB inflations going meanwhile.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut bombers = Vec::new();
+    for _ in 0..4 {
+        let mut c = gw.client().await;
+        let stop = stop.clone();
+        bombers.push(tokio::spawn(async move {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = c
+                    .validate_rollout_completion(to("bomb", validate_request("c1")))
+                    .await;
+                n += 1;
+            }
+            n
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let loaded = p99(&gw, "quiet", 200).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut inflated = 0;
+    for b in bombers {
+        inflated += b.await.unwrap();
+    }
+    eprintln!(
+        "quiet plugin p99: {alone:?} alone, {loaded:?} beside {inflated} inflations of 15 MiB"
+    );
+    assert!(inflated >= 4, "the inflations ran ({inflated})");
+    // On the runtime's one worker thread, each 15 MiB inflation held every
+    // other call for its whole duration (tens of ms); off it, a call waits
+    // for the operating system's scheduler at most.
+    assert!(
+        loaded < alone + Duration::from_millis(15),
+        "p99 {loaded:?} beside the inflations, {alone:?} alone"
+    );
+    gw.stop().await;
+}
