@@ -198,6 +198,74 @@ mod memory {
         }
         eprintln!("health attack: RSS {before} MiB before, peak {peak} MiB");
     }
+
+    /// A measurement, not a check (`cargo test -p rollout-gateway --test
+    /// bounds -- --ignored --nocapture unread`; `ROLLOUT_GATEWAY_BIN` for
+    /// another build): 64 MutateManifestWork calls of 15.9 MiB on one
+    /// connection whose window is 0, against the gateway process with its
+    /// default limits and a 5 s send timeout; prints its resident memory.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "a measurement; prints figures"]
+    async fn unread_answers_resident_memory() {
+        use rollout_proto::v1alpha1::MutateManifestWorkRequest;
+        let p = plugin(Behaviour::new("p")).await;
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            format!("plugins:\n{}", insecure_plugin("p", &p, "")),
+        )
+        .unwrap();
+        let flags: &[&str] = if std::env::var("ROLLOUT_GATEWAY_BIN").is_ok() {
+            &[]
+        } else {
+            &["--send-timeout", "5s"]
+        };
+        let (gw, addr) = spawn(&config, flags);
+        let pid = gw.0.id();
+        let before = rss_mib(pid);
+        let (send, conn) = connect_from("127.0.0.1", addr, 0).await;
+        let request = framed(&MutateManifestWorkRequest {
+            rollout: Some(rollout("c1")),
+            manifest_work: work(15 * MIB + 900 * 1024),
+        });
+        // One call after another (each answer's headers before the next
+        // request), as a caller that never reads would make them.
+        let started = Instant::now();
+        let (mut streams, mut refused) = (Vec::new(), 0);
+        for _ in 0..64 {
+            let Ok(mut send) = send.clone().ready().await else {
+                break;
+            };
+            let (answer, mut body) = send
+                .send_request(grpc_request(MUTATE, Some("p")), false)
+                .unwrap();
+            body.send_data(request.clone(), true).unwrap();
+            match tokio::time::timeout(Duration::from_secs(5), answer).await {
+                Ok(Ok(answer)) if answer.headers().contains_key("grpc-status") => refused += 1,
+                Ok(Ok(answer)) => streams.push(answer),
+                _ => break,
+            }
+        }
+        eprintln!(
+            "{} answers waiting, {refused} refused, after {:?}",
+            streams.len(),
+            started.elapsed()
+        );
+        let mut peak = 0;
+        let mut samples = Vec::new();
+        let sampling = Instant::now();
+        while sampling.elapsed() < Duration::from_secs(12) {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = rss_mib(pid);
+            peak = peak.max(now);
+            samples.push(now);
+        }
+        eprintln!(
+            "unread answers: RSS {before} MiB before, peak {peak} MiB, every 0.5 s: {samples:?}; connection closed by the gateway: {}",
+            conn.is_finished()
+        );
+    }
 }
 
 mod unread_answers {

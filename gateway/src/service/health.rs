@@ -86,13 +86,14 @@ impl Health {
     }
 }
 
-/// The health service as a layer of the server's stack.
+/// The health service as a layer of the server's stack (cheap to clone:
+/// the stack above is cloned per call).
 #[derive(Debug, Clone)]
-pub(crate) struct HealthService(Health);
+pub(crate) struct HealthService(std::sync::Arc<Health>);
 
 impl HealthService {
     pub(crate) fn new(health: Health) -> HealthService {
-        HealthService(health)
+        HealthService(std::sync::Arc::new(health))
     }
 
     /// Answers one health call whose request has arrived whole.

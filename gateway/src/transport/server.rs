@@ -311,7 +311,7 @@ impl Connection {
         io: T,
         identity: Option<String>,
         accepted: Instant,
-        service: S,
+        mut service: S,
     ) -> Result<(), ConnectionError>
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -385,7 +385,9 @@ impl Connection {
                         used = true;
                         let (head, body) = request.into_parts();
                         let call = Call { head, body, peer: peer.clone() };
-                        let answering = service.clone().call(call);
+                        // Called without a clone per call: the services
+                        // of the stack are always ready.
+                        let answering = service.call(call);
                         let driven = send::drive(answering, respond, peer.clone(), self.settings.send_timeout);
                         // A call that panics ends alone, as a spawned task
                         // would (its stream is reset when dropped).
