@@ -116,7 +116,7 @@ pub async fn serve(
 }
 
 async fn readyz(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
-    let refused = refused_plugins(&registry);
+    let refused = registry.refused_plugins();
     if registry.is_ready() && !refused.is_empty() {
         // A registry entry whose server answered that it is no plugin is a
         // configuration error, as a bad registry is: not ready until fixed.
@@ -138,29 +138,6 @@ async fn readyz(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
             format!("no plugin registry loaded: {why}\n"),
         )
     }
-}
-
-/// `plugin "NAME" (hub H): WHY` for each plugin of the current snapshot
-/// whose own Initialize (for its registry file's hub) was answered with a
-/// refusal: UNIMPLEMENTED or an invalid declaration.
-fn refused_plugins(registry: &Registry) -> Vec<String> {
-    let Some(snapshot) = registry.load() else {
-        return Vec::new();
-    };
-    snapshot
-        .plugins
-        .iter()
-        .filter_map(|p| match p.upstream.load_state(p.hub.as_deref()) {
-            Load::NotLoaded {
-                why: Some(why),
-                refused: true,
-            } => Some(match &p.hub {
-                Some(hub) => format!("plugin \"{}\" (hub {hub}): {why}", p.name),
-                None => format!("plugin \"{}\": {why}", p.name),
-            }),
-            _ => None,
-        })
-        .collect()
 }
 
 fn initialize_error(load: &Load) -> Option<String> {

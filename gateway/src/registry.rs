@@ -328,6 +328,38 @@ impl Registry {
         self.current.load().is_some() && !self.draining.load(Ordering::Relaxed)
     }
 
+    /// Serving, what `/readyz` and the gRPC health service both report:
+    /// ready, and no registry entry names a server that answered it is no
+    /// plugin ([`Registry::refused_plugins`]).
+    pub fn is_serving(&self) -> bool {
+        self.is_ready() && self.refused_plugins().is_empty()
+    }
+
+    /// `plugin "NAME" (hub H): WHY` for each plugin of the current snapshot
+    /// whose own Initialize (for its registry file's hub) was answered with
+    /// a refusal: UNIMPLEMENTED or an invalid declaration. Such an entry is
+    /// a configuration error, as a bad registry is; a plugin merely out of
+    /// reach is not one.
+    pub fn refused_plugins(&self) -> Vec<String> {
+        let Some(snapshot) = self.load() else {
+            return Vec::new();
+        };
+        snapshot
+            .plugins
+            .iter()
+            .filter_map(|p| match p.upstream.load_state(p.hub.as_deref()) {
+                crate::upstream::Load::NotLoaded {
+                    why: Some(why),
+                    refused: true,
+                } => Some(match &p.hub {
+                    Some(hub) => format!("plugin \"{}\" (hub {hub}): {why}", p.name),
+                    None => format!("plugin \"{}\": {why}", p.name),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn set_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
         self.publish_readiness();

@@ -15,6 +15,9 @@ use common::*;
 use rollout_gateway::hooks::HookKind;
 use rollout_proto::v1alpha1::{Hook, InitializeRequest, ValidateResponse, ValidationResult};
 use tonic::Code;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 
 async fn validate(gw: &Gateway, target: &str) -> Result<(i32, Option<String>), tonic::Status> {
     let answer = gw
@@ -109,10 +112,14 @@ async fn a_server_that_is_not_a_plugin_fails_every_hook_under_fail() {
         init.message()
     );
 
-    // The admin endpoints say so.
+    // The admin endpoints say so, and the gRPC health service with them.
     eventually_async("/readyz names the plugin", || async {
         let (status, body) = http_get(gw.admin, "/readyz").await;
         status == 503 && body.contains("plugin \"typo\"")
+    })
+    .await;
+    eventually_async("the gRPC health service is NOT_SERVING", || async {
+        grpc_health(gw.grpc).await == ServingStatus::NotServing
     })
     .await;
     let debug = gw.debug().await;
@@ -245,6 +252,20 @@ async fn a_plugin_down_at_start_is_loaded_by_the_first_call_once_it_is_up() {
     assert_eq!(failed_open, None);
     assert!(p.calls(HookKind::Initialize) >= 1);
     gw.stop().await;
+}
+
+/// The gateway's overall status by its gRPC health service.
+async fn grpc_health(addr: std::net::SocketAddr) -> ServingStatus {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let answer = HealthClient::new(channel)
+        .check(HealthCheckRequest::default())
+        .await
+        .expect("health check answered");
+    ServingStatus::try_from(answer.into_inner().status).unwrap()
 }
 
 /// Polls `done` every 20 ms for at most 10 s.

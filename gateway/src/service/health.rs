@@ -3,14 +3,16 @@
 //! can ask the gateway itself.
 //!
 //! The overall status (`""`) and the `RolloutPluginService` status are
-//! SERVING exactly when `/readyz` is 200: a registry is loaded and the gateway
-//! is not draining. It sits in the server's stack ([`crate::service`]) below
+//! SERVING exactly when `/readyz` is 200 ([`Registry::is_serving`]): a
+//! registry is loaded, the gateway is not draining, and no registry entry
+//! names a server that answered it is no plugin. It sits in the server's stack ([`crate::service`]) below
 //! the receive limits like every service on the port: it gets a request
 //! message already received whole, and answers a unary `Check`, or a
 //! `Watch` stream, which lasts as long as the caller keeps it (or its
 //! connection is idle or too old).
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -26,6 +28,10 @@ use crate::error::CallFailure;
 use crate::registry::Registry;
 use crate::transport::grpc;
 use crate::transport::send::{Answer, StreamItem};
+
+/// How often the health service reads [`Registry::is_serving`] again
+/// between changes of readiness.
+const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The path prefix of the health service's methods.
 pub const PATH_PREFIX: &str = "/grpc.health.v1.Health/";
@@ -70,16 +76,32 @@ impl Health {
             .await;
     }
 
-    /// Follows the registry's readiness until the registry is dropped.
-    pub fn track(&self, registry: &Registry) -> tokio::task::JoinHandle<()> {
+    /// Follows [`Registry::is_serving`] until the registry is dropped: at
+    /// once on a change of readiness (a load, a drain), and within
+    /// [`RECHECK_EVERY`] when a plugin's own Initialize says its server is
+    /// no plugin (or, once fixed, loads it), which no event announces.
+    pub fn track(&self, registry: &Arc<Registry>) -> tokio::task::JoinHandle<()> {
         let mut ready = registry.watch_ready();
+        let registry = Arc::downgrade(registry);
         let health = self.clone();
         tokio::spawn(async move {
+            let mut reported = None;
             loop {
-                let serving = *ready.borrow_and_update();
-                health.set(serving).await;
-                if ready.changed().await.is_err() {
+                ready.borrow_and_update();
+                let Some(serving) = registry.upgrade().map(|r| r.is_serving()) else {
                     return;
+                };
+                if reported != Some(serving) {
+                    health.set(serving).await;
+                    reported = Some(serving);
+                }
+                tokio::select! {
+                    changed = ready.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                    }
+                    () = tokio::time::sleep(RECHECK_EVERY) => {}
                 }
             }
         })
@@ -89,11 +111,11 @@ impl Health {
 /// The health service as a layer of the server's stack (cheap to clone:
 /// the stack above is cloned per call).
 #[derive(Debug, Clone)]
-pub(crate) struct HealthService(std::sync::Arc<Health>);
+pub(crate) struct HealthService(Arc<Health>);
 
 impl HealthService {
     pub(crate) fn new(health: Health) -> HealthService {
-        HealthService(std::sync::Arc::new(health))
+        HealthService(Arc::new(health))
     }
 
     /// Answers one health call whose request has arrived whole.
