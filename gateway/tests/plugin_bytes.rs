@@ -224,3 +224,84 @@ async fn an_answer_over_the_limit_because_of_the_callers_own_work_is_not_the_plu
     assert_eq!(gw.debug().await["plugins"][0]["circuit"], "closed");
     gw.stop().await;
 }
+
+/// A raw HTTP/2 plugin that tries to push a stream with its answer, and
+/// reports whether its HTTP/2 stack let it (the peer's SETTINGS_ENABLE_PUSH).
+async fn pushing_plugin(pushed: tokio::sync::mpsc::Sender<bool>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let pushed = pushed.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                while let Some(Ok((_, mut respond))) = conn.accept().await {
+                    let promise = http::Request::builder()
+                        .uri("http://plugin/pushed")
+                        .body(())
+                        .unwrap();
+                    let _ = pushed.send(respond.push_request(promise).is_ok()).await;
+                    let response = http::Response::builder()
+                        .status(200)
+                        .header("content-type", "application/grpc")
+                        .header("grpc-status", "0")
+                        .body(())
+                        .unwrap();
+                    let _ = respond.send_response(response, true);
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn plugins_may_not_push() {
+    let _serial = SERIAL.lock().await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+    let addr = pushing_plugin(tx).await;
+    let gw = gateway(&format!(
+        "plugins:\n  - name: pusher\n    endpoint: {addr}\n    insecure: true\n    failurePolicy: Ignore\n"
+    ))
+    .await;
+    let _ = gw
+        .client()
+        .await
+        .begin_rollout(to("pusher", rollout("c1")))
+        .await;
+    let pushed = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("the plugin was called")
+        .expect("an answer");
+    assert!(!pushed, "the gateway's connection allowed server push");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_plugins_header_block_is_bounded_as_a_callers_is() {
+    let _serial = SERIAL.lock().await;
+    // A 1 MiB status message: a header block far over 64 KiB.
+    let mut behaviour = Behaviour::new("loud");
+    behaviour.fail = Some((Code::FailedPrecondition, "w".repeat(MIB)));
+    let p = plugin(behaviour).await;
+    let gw = gateway(&format!(
+        "plugins:\n{}",
+        insecure_plugin("loud", &p, "    retry:\n      maxAttempts: 1\n")
+    ))
+    .await;
+    let e = gw
+        .client()
+        .await
+        .begin_rollout(to("loud", rollout("c1")))
+        .await
+        .expect_err("the plugin's answer is refused");
+    assert!(
+        e.message().starts_with("plugin \"loud\": "),
+        "{}",
+        e.message()
+    );
+    assert!(e.message().len() <= 4096, "{}", e.message().len());
+    gw.stop().await;
+}
