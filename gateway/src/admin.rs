@@ -176,6 +176,10 @@ pub fn debug_json(registry: &Registry) -> Value {
                 "hub": p.hub,
                 "circuit": circuit.as_str(),
                 "consecutiveFailures": failures,
+                // Central mode: other hubs' circuits, each its own.
+                "circuitByHub": p.upstream.circuits_by_hub().into_iter()
+                    .map(|(hub, state)| (hub, Value::from(state.as_str())))
+                    .collect::<serde_json::Map<String, Value>>(),
                 "transport": match p.upstream.key().ca_bundle {
                     None => "plaintext",
                     Some(_) => "tls",

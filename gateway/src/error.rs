@@ -93,6 +93,14 @@ pub enum CallError {
     /// The plugin's answer is over the gateway's message limit.
     #[error("answer too large: {0}")]
     TooLarge(String),
+    /// The plugin's answer is over the message limit, and the request was
+    /// already within [`CALLER_HEADROOM_BYTES`] of it: the caller's own
+    /// message left the plugin no room (a work near the limit that a plugin
+    /// annotates). The caller's fault: never counted against the plugin.
+    #[error(
+        "answer too large: {0}; the request itself was within {CALLER_HEADROOM_BYTES} bytes of the message limit (--max-message-bytes): send a smaller one"
+    )]
+    CallerTooLarge(String),
     /// The plugin is not loaded: its Initialize answered, and the answer
     /// says the server is no rollout plugin (UNIMPLEMENTED, or a declaration
     /// naming a value that is not a hook). Never a skip.
@@ -107,7 +115,9 @@ impl CallError {
         match self {
             CallError::Plugin(status) => status.code(),
             CallError::CircuitOpen { .. } | CallError::Unreachable(_) => Code::Unavailable,
-            CallError::Overloaded { .. } | CallError::TooLarge(_) => Code::ResourceExhausted,
+            CallError::Overloaded { .. }
+            | CallError::TooLarge(_)
+            | CallError::CallerTooLarge(_) => Code::ResourceExhausted,
             CallError::DeadlineBeforeCall | CallError::Expired { .. } => Code::DeadlineExceeded,
             CallError::Undecodable(_) => Code::Internal,
             CallError::NotAPlugin(_) => Code::FailedPrecondition,
@@ -161,7 +171,8 @@ impl PolicyError for CallError {
         match self {
             CallError::CircuitOpen { .. }
             | CallError::Overloaded { .. }
-            | CallError::DeadlineBeforeCall => None,
+            | CallError::DeadlineBeforeCall
+            | CallError::CallerTooLarge(_) => None,
             other => Some(other.code()),
         }
     }
@@ -184,10 +195,15 @@ impl PolicyError for CallError {
             }
             | CallError::CircuitOpen { .. }
             | CallError::Overloaded { .. }
-            | CallError::DeadlineBeforeCall => CallOutcome::Neutral,
+            | CallError::DeadlineBeforeCall
+            | CallError::CallerTooLarge(_) => CallOutcome::Neutral,
         }
     }
 }
+
+/// How much a plugin's answer may add to its request: an answer over the
+/// message limit for a request within this much of it is the caller's fault.
+pub const CALLER_HEADROOM_BYTES: usize = 64 * 1024;
 
 /// The most bytes of a message the gateway forwards: gRPC clients refuse
 /// metadata over 16 KiB, and a status message travels as percent-encoded
@@ -525,6 +541,10 @@ mod tests {
                 CallOutcome::Failure,
             ),
             (CallError::TooLarge("big".into()), CallOutcome::Failure),
+            (
+                CallError::CallerTooLarge("big".into()),
+                CallOutcome::Neutral,
+            ),
             (
                 CallError::NotAPlugin("UNIMPLEMENTED".into()),
                 CallOutcome::Failure,

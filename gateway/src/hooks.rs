@@ -51,6 +51,10 @@ impl PolicyRequest for PluginCall {
     fn set_attempt(&mut self, attempt: u32) {
         self.attempt = attempt;
     }
+
+    fn scope(&self) -> Option<&str> {
+        self.hub.as_deref()
+    }
 }
 
 /// A request for one hook.
@@ -130,6 +134,21 @@ impl HookRequest {
             HookRequest::ProgressRollout(_) => HookKind::ProgressRollout,
             HookRequest::ValidateRolloutCompletion(_) => HookKind::ValidateRolloutCompletion,
             HookRequest::MutateManifestWork(_) => HookKind::MutateManifestWork,
+        }
+    }
+
+    /// The size of the request's message as the caller sent it (the
+    /// ManifestWork and rollout of a mutation): what a plugin's answer grows
+    /// from.
+    pub fn message_len(&self) -> usize {
+        match self {
+            HookRequest::Initialize(m) => m.encoded_len(),
+            HookRequest::BeginRollout(f)
+            | HookRequest::ProgressRollout(f)
+            | HookRequest::ValidateRolloutCompletion(f) => f.message.len(),
+            HookRequest::MutateManifestWork(m) => {
+                m.manifest_work.len() + m.rollout.as_ref().map_or(0, Bytes::len)
+            }
         }
     }
 

@@ -202,8 +202,9 @@ struct Plan {
     snapshot: Snapshot,
     /// Upstreams made for this plan, whose own Initialize is pending.
     fresh: Vec<(Option<String>, Arc<Upstream>)>,
-    /// Kept upstreams, with the policy they take on commit.
-    kept: Vec<(Arc<Upstream>, Policy)>,
+    /// Kept upstreams, with the policy and the count of hubs sharing them
+    /// that they take on commit.
+    kept: Vec<(Arc<Upstream>, Policy, usize)>,
 }
 
 /// What became of a change to a source.
@@ -650,8 +651,9 @@ impl Registry {
             fresh,
             kept,
         } = plan;
-        for (upstream, policy) in kept {
+        for (upstream, policy, hubs) in kept {
             upstream.update_policy(&policy);
+            upstream.set_hub_count(hubs);
         }
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         snapshot.generation = generation;
@@ -691,6 +693,13 @@ impl Registry {
             })
             .unwrap_or_default();
 
+        // The hubs of central mode, each named by its registry file.
+        let hub_count = configs
+            .iter()
+            .flatten()
+            .filter_map(|c| c.hub.as_deref())
+            .collect::<std::collections::HashSet<_>>()
+            .len();
         // Plugins first, so pipelines of any file can name them.
         for (si, cfg) in configs.iter().enumerate() {
             let Some(cfg) = cfg else { continue };
@@ -773,9 +782,15 @@ impl Registry {
                             _ => None,
                         })
                 });
+                // The hubs that may call it share its concurrency bound.
+                let hubs = match (&pc.hubs, &cfg.hub) {
+                    (Some(hubs), _) => hubs.len(),
+                    (None, Some(_)) => 1,
+                    (None, None) => hub_count,
+                };
                 let upstream = match kept {
                     Some(u) => {
-                        kept_upstreams.push((u.clone(), pc.policy.clone()));
+                        kept_upstreams.push((u.clone(), pc.policy.clone(), hubs));
                         u
                     }
                     None => match Upstream::sharing(
@@ -783,8 +798,10 @@ impl Registry {
                         &self.settings,
                         &pc.policy,
                         channels.entry(key).or_default().clone(),
+                        cfg.hub.as_deref(),
                     ) {
                         Ok(u) => {
+                            u.set_hub_count(hubs);
                             let u = Arc::new(u);
                             fresh.push((cfg.hub.clone(), u.clone()));
                             u

@@ -117,6 +117,11 @@ impl CallContext<'_> {
             // the call goes on, and its failure is the member's.
             Decision::InitializeFirst => false,
         };
+        // Central mode: another hub's calls cannot take this hub's share.
+        let _place = match plugin.upstream.hub_place(hub) {
+            Ok(place) => place,
+            Err(error) => return Sent::Done(started, Err(error.failure())),
+        };
         let call = self.plugin_call(request, deadline, owner);
         match plugin.stack.clone().oneshot(call).await {
             Ok(answer) => Sent::Done(started, Ok(answer)),

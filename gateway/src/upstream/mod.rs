@@ -28,7 +28,7 @@ use rollout_policies::budget::RetryBudget;
 use rollout_policies::layer::ConcurrencyLimitLayer;
 use rollout_policies::{BudgetPolicy, Policy};
 
-use crate::error::{CallError, DeadlineOwner};
+use crate::error::{CALLER_HEADROOM_BYTES, CallError, DeadlineOwner};
 use crate::transport::client::{PluginConnection, tls_config};
 use crate::transport::grpc::{self, Payload};
 
@@ -36,8 +36,11 @@ use crate::config::Endpoint;
 use crate::hooks::{HookKind, HookRequest, HookResponse};
 
 mod channel;
+mod hubs;
 mod learned;
 pub use channel::Channel;
+pub use hubs::HubPlace;
+use hubs::Hubs;
 use learned::Learned;
 pub use learned::Load;
 
@@ -113,6 +116,8 @@ pub struct Upstream {
     channel: Arc<Channel>,
     /// What its Initialize answers said, per hub.
     learned: Learned,
+    /// Central mode: each other hub's breaker and share of the bound.
+    hubs: Hubs,
     /// Held while a call loads the plugin (its Initialize before a hook), so
     /// concurrent calls share one Initialize.
     loading: Arc<tokio::sync::Mutex<()>>,
@@ -141,11 +146,14 @@ impl Upstream {
     /// Prepares the upstream over `channel`, which the caller shares only
     /// between upstreams of the same `key`; nothing is dialled until the
     /// first call.
+    /// `home_hub` is the hub of the registry file defining the plugin
+    /// (`None`: shared): other hubs' calls meet breakers of their own.
     pub fn sharing(
         key: UpstreamKey,
         settings: &ChannelSettings,
         policy: &Policy,
         channel: Arc<Channel>,
+        home_hub: Option<&str>,
     ) -> Result<Upstream, UpstreamError> {
         let tls = match &key.ca_bundle {
             None => None,
@@ -176,6 +184,7 @@ impl Upstream {
             tls,
             channel,
             learned: Learned::default(),
+            hubs: Hubs::new(home_hub.map(str::to_string)),
             loading: Arc::default(),
             limit: ConcurrencyLimitLayer::new(policy.max_concurrent_calls),
             breaker: Arc::new(Mutex::new(Breaker::new(&policy.circuit_breaker))),
@@ -192,6 +201,7 @@ impl Upstream {
     pub fn update_policy(&self, policy: &Policy) {
         self.limit.set_max(policy.max_concurrent_calls);
         lock(&self.breaker).set_policy(&policy.circuit_breaker);
+        self.hubs.set_breaker_policy(&policy.circuit_breaker);
         let mut current = lock(&self.budget_policy);
         if *current != policy.retry_budget {
             *lock(&self.budget) = RetryBudget::new(&policy.retry_budget, now());
@@ -229,6 +239,37 @@ impl Upstream {
     /// upstream of the same key.
     pub fn channel(&self) -> &Arc<Channel> {
         &self.channel
+    }
+
+    /// The breaker the calls of `hub` meet: the plugin's own for its own
+    /// hub and callers without one, else that hub's (central mode: one
+    /// hub's failures never open another hub's circuit).
+    pub fn breaker_for(&self, hub: &str) -> Arc<Mutex<Breaker>> {
+        let policy = lock(&self.breaker).policy().clone();
+        self.hubs
+            .breaker(hub, &policy)
+            .unwrap_or_else(|| self.breaker.clone())
+    }
+
+    /// Each other hub's circuit now, for `/debug/plugins`.
+    pub fn circuits_by_hub(&self) -> Vec<(String, BreakerState)> {
+        self.hubs.circuits(now())
+    }
+
+    /// Sets how many hubs may call the plugin: each other hub may hold at
+    /// most the concurrency bound divided among them.
+    pub fn set_hub_count(&self, count: usize) {
+        self.hubs.set_count(count);
+    }
+
+    /// A place in `hub`'s share of the concurrency bound, held for the
+    /// whole call (`None` when the hub is not kept apart); refused with
+    /// [`CallError::Overloaded`] when the hub's share is taken, whatever
+    /// other hubs hold.
+    pub fn hub_place(&self, hub: Option<&str>) -> Result<Option<HubPlace>, CallError> {
+        self.hubs
+            .place(hub, self.limit.max())
+            .map_err(|share| CallError::Overloaded { max: share })
     }
 
     /// The circuit's state now, and the failures in a row so far.
@@ -345,6 +386,7 @@ impl Upstream {
         };
         let kind = request.kind();
         let is_initialize = kind == HookKind::Initialize;
+        let request_bytes = request.message_len();
         let call = async {
             let detail = self.state_detail(hub);
             // Made again for each stream sent: a stream the plugin never
@@ -390,6 +432,11 @@ impl Upstream {
         };
         match result {
             Ok(HookResponse::Initialize(init)) => self.loaded(hub, init),
+            Err(CallError::TooLarge(why))
+                if request_bytes + CALLER_HEADROOM_BYTES > self.settings.max_message_bytes =>
+            {
+                Err(CallError::CallerTooLarge(why))
+            }
             Err(error) if is_initialize => Err(self.not_loaded(hub, error)),
             other => other,
         }
