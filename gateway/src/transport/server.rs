@@ -306,6 +306,29 @@ impl Connection {
         self.serve_h2(stream, identity, accepted, service).await
     }
 
+    /// The HTTP/2 handshake, bounded, and abandoned (`None`) if a drain
+    /// starts first.
+    async fn handshake<T>(&self, io: T) -> Result<Option<H2Connection<T>>, ConnectionError>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        // A read buffer in front of the socket: a whole small request arrives in
+        // one read instead of two (h2's own buffer splits at its free space).
+        // Writes the peer does not take within the send timeout end the
+        // connection.
+        let io = Coalesce::new(tokio::io::BufReader::with_capacity(READ_BUFFER, io))
+            .with_stall_timeout(self.settings.send_timeout);
+        let handshake = self.builder.handshake::<_, Payload>(io);
+        tokio::select! {
+            done = tokio::time::timeout(self.settings.handshake_timeout, handshake) => match done {
+                Ok(conn) => Ok(Some(conn?)),
+                Err(_) => Ok(None),
+            },
+            // Draining before the peer even said hello: nothing to finish.
+            () = wait_true(self.draining.clone()) => Ok(None),
+        }
+    }
+
     async fn serve_h2<T, S>(
         self,
         io: T,
@@ -317,36 +340,23 @@ impl Connection {
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: CallService,
     {
-        // A read buffer in front of the socket: a whole small request arrives in
-        // one read instead of two (h2's own buffer splits at its free space).
-        // Writes the peer does not take within the send timeout end the
-        // connection.
-        let io = Coalesce::new(tokio::io::BufReader::with_capacity(READ_BUFFER, io))
-            .with_stall_timeout(self.settings.send_timeout);
-        let handshake = self.builder.handshake::<_, Payload>(io);
-        let mut conn = tokio::select! {
-            done = tokio::time::timeout(self.settings.handshake_timeout, handshake) => match done {
-                Ok(conn) => conn?,
-                Err(_) => return Ok(()),
-            },
-            // Draining before the peer even said hello: nothing to finish.
-            () = wait_true(self.draining.clone()) => return Ok(()),
+        let Some(mut conn) = self.handshake(io).await? else {
+            return Ok(());
         };
-        let budget = PendingBudget {
-            connection: Arc::new(Pool::new(
-                self.settings.max_pending_bytes_per_connection,
-                Scope::Connection,
-            )),
-            gateway: self.pending.clone(),
-        };
-        // Once the connection ends, whatever its calls held is freed: have
-        // it returned to the OS.
-        let _reclaim = Reclaim(budget.connection.clone());
         let peer = Arc::new(Peer {
             addr: self.peer,
             identity,
-            budget,
+            budget: PendingBudget {
+                connection: Arc::new(Pool::new(
+                    self.settings.max_pending_bytes_per_connection,
+                    Scope::Connection,
+                )),
+                gateway: self.pending.clone(),
+            },
         });
+        // Once the connection ends, whatever its calls held is freed: have
+        // it returned to the OS.
+        let _reclaim = Reclaim(peer.budget.connection.clone());
         // The calls of this connection, driven inside its task rather than
         // spawned: a call's wakeups (its request, the plugin's answer) are
         // then polls of this one task, with no task of its own to schedule
@@ -467,6 +477,9 @@ impl Connection {
         }
     }
 }
+
+/// A server connection over a socket, as [`Connection::handshake`] makes it.
+type H2Connection<T> = h2::server::Connection<Coalesce<tokio::io::BufReader<T>>, Payload>;
 
 /// On drop (the connection is over), returns the memory its calls held
 /// to the OS, if they held any.
