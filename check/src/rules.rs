@@ -377,8 +377,20 @@ pub fn judge_identity(sent: &Value, observed: &Observed) -> Verdict {
 }
 
 /// `unknown-fields` and `large-state`, for one hook: the call answers OK.
+///
+/// A ValidateRolloutCompletion answer must be a verdict the gateway takes
+/// ([`rollout_proto::verdict`]): SUCCEEDED, FAILED or INPROGRESS, sent once.
 pub fn judge_accepted(hook: Hook, what: &str, observed: &Observed) -> Verdict {
     match &observed.ended {
+        Ended::Answer(bytes) if hook == Hook::ValidateRolloutCompletion => {
+            match rollout_proto::verdict::read_validate(bytes.clone()) {
+                Ok(_) => Verdict::Pass,
+                Err(e) => Verdict::Fail(format!(
+                    "{} with {what}: {e}; the gateway counts that as the plugin's failure",
+                    hook.name()
+                )),
+            }
+        }
         Ended::Answer(_) => Verdict::Pass,
         other => Verdict::Fail(format!("{} with {what} ended with {other}", hook.name())),
     }
@@ -493,6 +505,20 @@ mod tests {
         }
         let err = judge_initialize(&status(Code::Unimplemented, 1)).0;
         assert!(failed(err).contains("Unimplemented"));
+    }
+
+    #[test]
+    fn a_validation_answer_must_be_a_verdict() {
+        let v = Hook::ValidateRolloutCompletion;
+        let verdict = |result: i32| {
+            answer(ValidateResponse {
+                result,
+                ..Default::default()
+            })
+        };
+        assert_eq!(judge_accepted(v, "a state", &verdict(2)), Verdict::Pass);
+        assert!(failed(judge_accepted(v, "a state", &verdict(0))).contains("no verdict"));
+        assert!(failed(judge_accepted(v, "a state", &verdict(7))).contains("no verdict"));
     }
 
     #[test]
