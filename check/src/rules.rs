@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use prost::Message;
+use rollout_proto::HookKind;
+use rollout_proto::declaration::{Decision, Declaration};
 use rollout_proto::v1alpha1::{
     Hook, InitializeResponse, MutateManifestWorkResponse, ValidateResponse,
 };
@@ -132,47 +134,106 @@ pub struct Observed {
     pub elapsed: Duration,
 }
 
-/// `initialize`: the call answers, with a name and only known hooks. Returns
-/// the hooks to check the other rules on (all four when the plugin declares
-/// none, or when Initialize failed).
-pub fn judge_initialize(observed: &Observed) -> (Verdict, Vec<Hook>) {
-    let all = Hook::ALL.to_vec();
+/// A hook the other rules check, and what an UNIMPLEMENTED answer to it
+/// means under the plugin's declaration ([`rollout_proto::declaration`], the
+/// rule the gateway applies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    pub hook: Hook,
+    /// The plugin declared every hook (an empty list): UNIMPLEMENTED means it
+    /// does not implement this one, and the gateway skips it. Otherwise
+    /// UNIMPLEMENTED is the plugin's failure.
+    pub unimplemented_skips: bool,
+}
+
+/// `initialize`: the call answers, with a name and a valid declaration, read
+/// by the same rule as the gateway's ([`rollout_proto::declaration`]): a
+/// value that is not one of the four hooks (`HOOK_UNSPECIFIED` included)
+/// makes the plugin one the gateway never loads. Returns the hooks to check
+/// the other rules on: those the gateway would call; all four, strictly,
+/// when Initialize failed or the declaration is invalid.
+pub fn judge_initialize(observed: &Observed) -> (Verdict, Vec<Probe>) {
+    let strict = || {
+        Hook::ALL
+            .into_iter()
+            .map(|hook| Probe {
+                hook,
+                unimplemented_skips: false,
+            })
+            .collect()
+    };
     let bytes = match &observed.ended {
         Ended::Answer(bytes) => bytes,
-        other => return (Verdict::Fail(format!("Initialize ended with {other}")), all),
+        other => {
+            return (
+                Verdict::Fail(format!(
+                    "Initialize ended with {other}; the gateway fails every hook of a plugin whose Initialize fails"
+                )),
+                strict(),
+            );
+        }
     };
     let answer = match InitializeResponse::decode(bytes.clone()) {
         Ok(answer) => answer,
         Err(e) => {
             return (
                 Verdict::Fail(format!("Initialize answered an undecodable message: {e}")),
-                all,
+                strict(),
             );
         }
     };
     if answer.name.trim().is_empty() {
-        return (Verdict::Fail("Initialize answered no name".into()), all);
+        return (
+            Verdict::Fail("Initialize answered no name".into()),
+            strict(),
+        );
     }
-    let mut hooks = Vec::new();
-    for number in &answer.hooks {
-        match Hook::try_from(*number) {
-            Ok(Hook::Unspecified) => {}
-            Ok(hook) if !hooks.contains(&hook) => hooks.push(hook),
-            Ok(_) => {}
-            Err(_) => {
-                return (
-                    Verdict::Fail(format!(
-                        "Initialize declares hook number {number}, which is no hook"
-                    )),
-                    all,
-                );
-            }
+    let declaration = match Declaration::of(&answer) {
+        Ok(d) => d,
+        Err(e) => {
+            return (
+                Verdict::Fail(format!(
+                    "{e}; the gateway does not load such a plugin and fails its hooks"
+                )),
+                strict(),
+            );
         }
+    };
+    let probes = declaration
+        .hooks()
+        .into_iter()
+        .filter_map(|hook| match declaration.decide(HookKind::of_hook(hook)?) {
+            Decision::Call {
+                unimplemented_skips,
+            } => Some(Probe {
+                hook,
+                unimplemented_skips,
+            }),
+            Decision::Skip | Decision::InitializeFirst => None,
+        })
+        .collect();
+    (Verdict::Pass, probes)
+}
+
+/// Whether the first call of a probed hook answered UNIMPLEMENTED, and what
+/// that means: `Some(Pass)` when the plugin declared every hook (it does not
+/// implement this one: the gateway skips it, and so do the other rules),
+/// `Some(Fail)` when it named the hook; `None` for any other answer.
+pub fn judge_unimplemented(probe: Probe, observed: &Observed) -> Option<Verdict> {
+    match &observed.ended {
+        Ended::Status {
+            code: Code::Unimplemented,
+            ..
+        } if probe.unimplemented_skips => Some(Verdict::Pass),
+        Ended::Status {
+            code: Code::Unimplemented,
+            ..
+        } => Some(Verdict::Fail(format!(
+            "{} answered UNIMPLEMENTED, but the plugin declares it: the gateway counts that as the plugin's failure",
+            probe.hook.name()
+        ))),
+        _ => None,
     }
-    if hooks.is_empty() {
-        hooks = all;
-    }
-    (Verdict::Pass, hooks)
 }
 
 /// `deadline`, for one hook: with a generous deadline the call answers
@@ -316,8 +377,20 @@ pub fn judge_identity(sent: &Value, observed: &Observed) -> Verdict {
 }
 
 /// `unknown-fields` and `large-state`, for one hook: the call answers OK.
+///
+/// A ValidateRolloutCompletion answer must be a verdict the gateway takes
+/// ([`rollout_proto::verdict`]): SUCCEEDED, FAILED or INPROGRESS, sent once.
 pub fn judge_accepted(hook: Hook, what: &str, observed: &Observed) -> Verdict {
     match &observed.ended {
+        Ended::Answer(bytes) if hook == Hook::ValidateRolloutCompletion => {
+            match rollout_proto::verdict::read_validate(bytes.clone()) {
+                Ok(_) => Verdict::Pass,
+                Err(e) => Verdict::Fail(format!(
+                    "{} with {what}: {e}; the gateway counts that as the plugin's failure",
+                    hook.name()
+                )),
+            }
+        }
         Ended::Answer(_) => Verdict::Pass,
         other => Verdict::Fail(format!("{} with {what} ended with {other}", hook.name())),
     }
@@ -396,32 +469,79 @@ mod tests {
         assert_eq!(line.to_string(), "FAIL identity: why");
     }
 
+    fn probes(hooks: &[Hook], unimplemented_skips: bool) -> Vec<Probe> {
+        hooks
+            .iter()
+            .map(|&hook| Probe {
+                hook,
+                unimplemented_skips,
+            })
+            .collect()
+    }
+
     #[test]
-    fn initialize_needs_a_name_and_known_hooks() {
-        let ok = InitializeResponse {
+    fn initialize_needs_a_name_and_a_declaration_the_gateway_loads() {
+        let named = |hooks: Vec<i32>| InitializeResponse {
             name: "p".into(),
-            hooks: vec![Hook::MutateManifestWork.into(), 0],
+            hooks,
             ..Default::default()
         };
         assert_eq!(
-            judge_initialize(&answer(ok)),
-            (Verdict::Pass, vec![Hook::MutateManifestWork])
+            judge_initialize(&answer(named(vec![Hook::MutateManifestWork.into()]))),
+            (Verdict::Pass, probes(&[Hook::MutateManifestWork], false))
         );
-        let all = InitializeResponse {
-            name: "p".into(),
-            ..Default::default()
-        };
-        assert_eq!(judge_initialize(&answer(all)).1, Hook::ALL.to_vec());
+        assert_eq!(
+            judge_initialize(&answer(named(Vec::new()))),
+            (Verdict::Pass, probes(&Hook::ALL, true))
+        );
         let nameless = InitializeResponse::default();
         assert!(failed(judge_initialize(&answer(nameless)).0).contains("no name"));
-        let unknown = InitializeResponse {
-            name: "p".into(),
-            hooks: vec![9],
-            ..Default::default()
-        };
-        assert!(failed(judge_initialize(&answer(unknown)).0).contains("number 9"));
+        // HOOK_UNSPECIFIED, alone or beside a hook, and numbers past the
+        // enum: the gateway does not load the plugin, so it fails here.
+        for hooks in [vec![0], vec![Hook::MutateManifestWork.into(), 0], vec![9]] {
+            let (verdict, checked) = judge_initialize(&answer(named(hooks.clone())));
+            assert!(failed(verdict).contains("not a hook"), "{hooks:?}");
+            assert_eq!(checked, probes(&Hook::ALL, false));
+        }
         let err = judge_initialize(&status(Code::Unimplemented, 1)).0;
         assert!(failed(err).contains("Unimplemented"));
+    }
+
+    #[test]
+    fn a_validation_answer_must_be_a_verdict() {
+        let v = Hook::ValidateRolloutCompletion;
+        let verdict = |result: i32| {
+            answer(ValidateResponse {
+                result,
+                ..Default::default()
+            })
+        };
+        assert_eq!(judge_accepted(v, "a state", &verdict(2)), Verdict::Pass);
+        assert!(failed(judge_accepted(v, "a state", &verdict(0))).contains("no verdict"));
+        assert!(failed(judge_accepted(v, "a state", &verdict(7))).contains("no verdict"));
+    }
+
+    #[test]
+    fn unimplemented_skips_only_under_a_declaration_of_every_hook() {
+        let v = Hook::ValidateRolloutCompletion;
+        let unimplemented = status(Code::Unimplemented, 1);
+        let every = Probe {
+            hook: v,
+            unimplemented_skips: true,
+        };
+        let named = Probe {
+            hook: v,
+            unimplemented_skips: false,
+        };
+        assert_eq!(
+            judge_unimplemented(every, &unimplemented),
+            Some(Verdict::Pass)
+        );
+        assert!(
+            failed(judge_unimplemented(named, &unimplemented).expect("judged"))
+                .contains("declares it")
+        );
+        assert_eq!(judge_unimplemented(named, &answer(())), None);
     }
 
     #[test]

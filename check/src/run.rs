@@ -72,18 +72,31 @@ impl Checker {
         if let rules::Ended::Transport(why) = observed.ended {
             return Err(why);
         }
-        let (verdict, hooks) = rules::judge_initialize(&observed);
+        let (verdict, probes) = rules::judge_initialize(&observed);
         out.push(Outcome {
             rule: Rule::Initialize,
             verdict,
         });
 
         let mut verdicts = Vec::new();
-        for &hook in &hooks {
+        // The hooks the plugin implements: a hook it declared with every
+        // other (an empty list) and answers UNIMPLEMENTED is skipped, as
+        // the gateway skips it.
+        let mut hooks = Vec::with_capacity(probes.len());
+        for probe in probes {
+            let hook = probe.hook;
             // Distinct clusters per rule, so a plugin that keeps state per
             // cluster (a soak) sees each rule's calls as their own.
             let request = hook_request(hook, &rollout("check-deadline", false), None);
             let generous = self.hook(hook, request.clone(), DEADLINE).await;
+            match rules::judge_unimplemented(probe, &generous) {
+                Some(Verdict::Pass) => continue,
+                Some(failed) => {
+                    verdicts.push(failed);
+                    continue;
+                }
+                None => hooks.push(hook),
+            }
             let short = self.hook(hook, request, SHORT_DEADLINE).await;
             verdicts.push(rules::judge_deadline(
                 hook,

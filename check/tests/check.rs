@@ -396,3 +396,82 @@ async fn a_plugin_deaf_to_deadlines_fails_deadline() {
         "BeginRollout with a deadline of 200ms ended with no end (the checker stopped waiting)",
     );
 }
+
+/// Answers Initialize with a fixed `hooks` list and FAILED to every
+/// validation, UNIMPLEMENTED to the other hooks; written on the generated
+/// server trait, below the SDK (which declares only real hooks).
+struct Declares(Vec<i32>);
+
+#[tonic::async_trait]
+impl RolloutPluginService for Declares {
+    async fn initialize(
+        &self,
+        _: tonic::Request<InitializeRequest>,
+    ) -> Result<tonic::Response<InitializeResponse>, tonic::Status> {
+        Ok(tonic::Response::new(InitializeResponse {
+            name: "declares".into(),
+            hooks: self.0.clone(),
+            ..Default::default()
+        }))
+    }
+
+    async fn begin_rollout(
+        &self,
+        _: tonic::Request<RolloutPluginRequest>,
+    ) -> Result<tonic::Response<()>, tonic::Status> {
+        Err(tonic::Status::unimplemented("no"))
+    }
+
+    async fn progress_rollout(
+        &self,
+        _: tonic::Request<RolloutPluginRequest>,
+    ) -> Result<tonic::Response<()>, tonic::Status> {
+        Err(tonic::Status::unimplemented("no"))
+    }
+
+    async fn validate_rollout_completion(
+        &self,
+        _: tonic::Request<ValidateCompletionRequest>,
+    ) -> Result<tonic::Response<ValidateResponse>, tonic::Status> {
+        Ok(tonic::Response::new(ValidateResponse {
+            result: 2,
+            ..Default::default()
+        }))
+    }
+
+    async fn mutate_manifest_work(
+        &self,
+        _: tonic::Request<MutateManifestWorkRequest>,
+    ) -> Result<tonic::Response<MutateManifestWorkResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("no"))
+    }
+}
+
+#[tokio::test]
+async fn a_declaration_of_hook_unspecified_fails_initialize_as_the_gateway_reads_it() {
+    let (addr, server) = serve_raw(Declares(vec![0]), true).await;
+    let (code, out, _) = checker(&[&addr.to_string()]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("FAIL initialize:") && l.contains("not a hook")),
+        "{out}"
+    );
+    server.abort();
+}
+
+#[tokio::test]
+async fn unimplemented_hooks_pass_only_when_every_hook_was_declared() {
+    // Every hook declared: the UNIMPLEMENTED ones are skipped, as the
+    // gateway skips them.
+    let (addr, server) = serve_raw(Declares(Vec::new()), true).await;
+    let (code, out, _) = checker(&[&addr.to_string()]).await;
+    assert_eq!(code, 0, "{out}");
+    server.abort();
+    // BeginRollout named, then answered UNIMPLEMENTED: the plugin's failure.
+    let (addr, server) = serve_raw(Declares(vec![1, 3]), true).await;
+    let (code, out, _) = checker(&[&addr.to_string()]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("BeginRollout answered UNIMPLEMENTED"), "{out}");
+    server.abort();
+}

@@ -30,6 +30,7 @@ use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use crate::config::format_duration;
 use crate::registry::Registry;
 use crate::transport::accept::{self, Accepted};
+use crate::upstream::Load;
 
 /// The default of `--admin-request-timeout`.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -115,7 +116,16 @@ pub async fn serve(
 }
 
 async fn readyz(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
-    if registry.is_ready() {
+    let refused = registry.refused_plugins();
+    if registry.is_ready() && !refused.is_empty() {
+        // A registry entry whose server answered that it is no plugin is a
+        // configuration error, as a bad registry is: not ready until fixed.
+        // A plugin merely out of reach does not make the gateway unready.
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("plugins not loaded:\n{}\n", refused.join("\n")),
+        )
+    } else if registry.is_ready() {
         (StatusCode::OK, "ready\n".to_string())
     } else if registry.is_draining() {
         (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_string())
@@ -127,6 +137,13 @@ async fn readyz(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
             StatusCode::SERVICE_UNAVAILABLE,
             format!("no plugin registry loaded: {why}\n"),
         )
+    }
+}
+
+fn initialize_error(load: &Load) -> Option<String> {
+    match load {
+        Load::NotLoaded { why, .. } => why.as_deref().map(str::to_string),
+        Load::Loaded { .. } => None,
     }
 }
 
@@ -159,6 +176,10 @@ pub fn debug_json(registry: &Registry) -> Value {
                 "hub": p.hub,
                 "circuit": circuit.as_str(),
                 "consecutiveFailures": failures,
+                // Central mode: other hubs' circuits, each its own.
+                "circuitByHub": p.upstream.circuits_by_hub().into_iter()
+                    .map(|(hub, state)| (hub, Value::from(state.as_str())))
+                    .collect::<serde_json::Map<String, Value>>(),
                 "transport": match p.upstream.key().ca_bundle {
                     None => "plaintext",
                     Some(_) => "tls",
@@ -173,12 +194,20 @@ pub fn debug_json(registry: &Registry) -> Value {
                     .map(|(hook, policy)| (rollout_proto::v1alpha1::Hook::name(*hook).to_string(), Value::from(policy.as_str())))
                     .collect::<serde_json::Map<String, Value>>(),
                 "hubs": p.hubs,
-                "hooks": p.upstream.known_hooks(),
+                "hooks": p.upstream.known_hooks(p.hub.as_deref()),
                 // What its requests carry: "counts" once it declared so.
-                "stateDetail": match p.upstream.state_detail() {
+                "stateDetail": match p.upstream.state_detail(p.hub.as_deref()) {
                     RolloutStateDetail::Counts => "counts",
                     _ => "full",
                 },
+                "loaded": matches!(p.upstream.load_state(p.hub.as_deref()), Load::Loaded { .. }),
+                "initializeError": initialize_error(&p.upstream.load_state(p.hub.as_deref())),
+                "byHub": p.upstream.load_states().into_iter().map(|(hub, load)| {
+                    (hub, json!({
+                        "loaded": matches!(load, Load::Loaded { .. }),
+                        "initializeError": initialize_error(&load),
+                    }))
+                }).collect::<serde_json::Map<String, Value>>(),
             })
         })
         .collect();

@@ -13,15 +13,15 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::configmap::{self, ConfigMapRef};
-use crate::error::DeadlineOwner;
+use crate::error::{CallError, DeadlineOwner};
+use crate::files::{self, FileLimits};
 use crate::hooks::HookRequest;
 use crate::registry::{Registry, SourceInfo};
-use crate::service::GatewayService;
+use crate::service::{self, Health, ReceiveLimits};
 use crate::telemetry::{Telemetry, Tracing, TracingError, TracingOptions};
 use crate::tls::{ServerTls, ServerTlsFiles, TlsError};
-use crate::transport::health::Health;
 use crate::transport::pending::{Pool, Scope};
-use crate::transport::server::{self, ServerSettings};
+use crate::transport::server::{self, Handshake, ServerSettings};
 use crate::upstream::ChannelSettings;
 use crate::{admin, watch as file_watch};
 
@@ -45,8 +45,13 @@ pub struct Options {
     pub configmaps: Vec<ConfigMapRef>,
     /// Where spans are exported (the `OTEL_*` variables in the binary).
     pub tracing: TracingOptions,
-    /// gRPC connections open at once (`--max-connections`).
+    /// gRPC connections open at once (`--max-connections`), and from one IP
+    /// address (`--max-connections-per-ip`).
     pub max_connections: usize,
+    pub max_connections_per_ip: usize,
+    /// A peer that takes none of its answers for this long is cut off
+    /// (`--send-timeout`).
+    pub send_timeout: Duration,
     /// A gRPC connection with no call for this long is closed (`--idle-timeout`).
     pub idle_timeout: Duration,
     /// A gRPC connection this old gets a GOAWAY (`--max-connection-age`), and is
@@ -64,6 +69,10 @@ pub struct Options {
     /// An admin request (headers, body and answer) must be done within this
     /// (`--admin-request-timeout`).
     pub admin_request_timeout: Duration,
+    /// Every file the gateway reads (registry, certificates) is at most
+    /// this large (`--max-file-bytes`) and read within this
+    /// (`--file-read-timeout`).
+    pub file_limits: FileLimits,
 }
 
 impl Default for Options {
@@ -80,13 +89,16 @@ impl Default for Options {
             configmaps: Vec::new(),
             tracing: TracingOptions::new("rollout-gateway"),
             max_connections: server.max_connections,
+            max_connections_per_ip: server.max_connections_per_ip,
+            send_timeout: server.send_timeout,
             idle_timeout: server.idle_timeout,
             max_connection_age: server.max_connection_age,
             max_connection_age_grace: server.max_connection_age_grace,
             max_pending_request_bytes: 256 * 1024 * 1024,
             max_pending_request_bytes_per_connection: server.max_pending_bytes_per_connection,
-            request_receive_timeout: Duration::from_secs(30),
+            request_receive_timeout: service::DEFAULT_RECEIVE_TIMEOUT,
             admin_request_timeout: admin::DEFAULT_REQUEST_TIMEOUT,
+            file_limits: FileLimits::default(),
         }
     }
 }
@@ -195,16 +207,20 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
     let registry = Arc::new_cyclic(|weak: &std::sync::Weak<Registry>| {
         let state: std::sync::Weak<dyn crate::telemetry::RegistryState> = weak.clone();
         Registry::with_telemetry(sources, settings, Telemetry::new(tracing, state))
+            .with_file_limits(options.file_limits)
     });
 
     let mut problems = Vec::new();
     for (i, path) in options.configs.iter().enumerate() {
-        match std::fs::read_to_string(path) {
-            Ok(text) => {
+        let read = files::read(path, options.file_limits, None).await;
+        match read.map(|r| r.map(|(bytes, _)| String::from_utf8(bytes))) {
+            Ok(Some(Ok(text))) => {
                 if let Err(e) = registry.apply(i, &text) {
                     problems.push(e.to_string());
                 }
             }
+            Ok(Some(Err(_))) => problems.push(format!("{}: not UTF-8 text", path.display())),
+            Ok(None) => {}
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "registry file not readable; waiting for it");
                 registry.source_failed(i, format!("cannot read: {e}"));
@@ -228,7 +244,7 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
     };
 
     let tls = match options.tls.clone() {
-        Some(files) => Some(Arc::new(ServerTls::load(files)?)),
+        Some(files) => Some(Arc::new(ServerTls::load(files, options.file_limits).await?)),
         None => None,
     };
 
@@ -276,10 +292,12 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
     let health_service = Health::new().await;
     let health = health_service.track(&registry);
     let (stop, stopped) = watch::channel(false);
-    let service = GatewayService::new(
+    let service = service::stack(
         registry.clone(),
-        options.max_message_bytes,
-        options.request_receive_timeout,
+        ReceiveLimits {
+            max_message_bytes: options.max_message_bytes,
+            receive_timeout: options.request_receive_timeout,
+        },
         health_service,
     );
     let pending_requests = Arc::new(Pool::new(options.max_pending_request_bytes, Scope::Gateway));
@@ -289,13 +307,15 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
         ServerSettings {
             drain_timeout: options.drain_timeout,
             max_connections: options.max_connections,
+            max_connections_per_ip: options.max_connections_per_ip,
+            send_timeout: options.send_timeout,
             idle_timeout: options.idle_timeout,
             max_connection_age: options.max_connection_age,
             max_connection_age_grace: options.max_connection_age_grace,
             max_pending_bytes_per_connection: options.max_pending_request_bytes_per_connection,
             ..ServerSettings::default()
         },
-        tls.clone(),
+        tls.clone().map(|t| t as Arc<dyn Handshake>),
         pending_requests.clone(),
         wait_for(stopped.clone()),
     ));
@@ -330,7 +350,7 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                match tls.reload() {
+                match tls.reload().await {
                     Ok(true) => tracing::info!("listener certificate reloaded"),
                     Ok(false) => {}
                     Err(error) => tracing::error!(%error, "listener certificate reload failed; keeping the previous one"),
@@ -358,11 +378,16 @@ async fn wait_for(mut stopped: watch::Receiver<bool>) {
 }
 
 /// Sends the gateway's own Initialize to each plugin the latest reloads added,
-/// to learn which hooks it implements. Best effort: a plugin that is not up
-/// yet is learned from the controller's Initialize, or skipped on UNIMPLEMENTED.
+/// to load it (learn which hooks it implements) for the hub of its registry
+/// file. Best effort: a plugin that is not up yet is loaded by the first call
+/// that needs it (its Initialize first); one that answers it is no plugin
+/// stays not loaded, and its hooks fail under its failure policy.
 fn initialize_fresh(registry: &Registry) {
     for (hub, upstream) in registry.take_fresh_upstreams() {
         let weak = Arc::downgrade(&upstream);
+        // Taken before the task runs: a call that arrives first waits for
+        // this Initialize rather than sending its own.
+        let mut first = upstream.hold_loading();
         drop(upstream);
         tokio::spawn(async move {
             let mut wait = Duration::from_millis(500);
@@ -371,27 +396,48 @@ fn initialize_fresh(registry: &Registry) {
                     return;
                 };
                 let request = HookRequest::Initialize(InitializeRequest {
-                    controller_version: concat!("rollout-gateway/", env!("CARGO_PKG_VERSION"))
-                        .to_string(),
+                    controller_version: crate::router::GATEWAY_VERSION.to_string(),
                     hub_name: hub.clone().unwrap_or_default(),
                 });
                 let deadline = Instant::now() + Duration::from_secs(5);
-                match upstream
-                    .call(
+                // Calls that need the plugin meanwhile wait for this
+                // Initialize instead of sending their own.
+                let no_headers = http::HeaderMap::new();
+                let initialize = || {
+                    upstream.call(
                         request,
                         deadline,
                         DeadlineOwner::Caller,
-                        &http::HeaderMap::new(),
+                        &no_headers,
+                        hub.as_deref(),
                     )
-                    .await
-                {
+                };
+                let result = match first.take() {
+                    Some(held) => {
+                        let result = initialize().await.map(drop);
+                        drop(held);
+                        result
+                    }
+                    None => {
+                        upstream
+                            .ensure_loaded(
+                                hub.as_deref(),
+                                deadline,
+                                DeadlineOwner::Caller,
+                                initialize,
+                            )
+                            .await
+                    }
+                };
+                match result {
                     Ok(_) => {
-                        tracing::debug!(endpoint = %upstream.key().endpoint, hooks = ?upstream.known_hooks(), "plugin initialized");
+                        tracing::debug!(endpoint = %upstream.key().endpoint, hooks = ?upstream.known_hooks(hub.as_deref()), "plugin initialized");
                         return;
                     }
                     Err(error) => {
                         tracing::debug!(endpoint = %upstream.key().endpoint, attempt, code = ?error.code(), %error, "gateway's own Initialize failed");
-                        if error.is_unimplemented() {
+                        if matches!(error, CallError::NotAPlugin(_)) {
+                            tracing::warn!(endpoint = %upstream.key().endpoint, %error, "plugin not loaded");
                             return;
                         }
                     }

@@ -2,11 +2,18 @@
 //!
 //! Two levels: [`CallError`] is why one call to one plugin failed, made by the
 //! layers of its stack and its connection, each kind its own variant;
-//! [`GatewayError`] is why a gateway call failed, and
-//! [`GatewayError::into_status`] is the one place a gRPC status is made.
-//! Nothing reads an error's message to decide what it is.
+//! [`GatewayError`] is why a gateway call failed. [`Rescue`], the top of the
+//! server's stack, is the one place a gRPC status is made: from a
+//! [`CallFailure`] that any layer below returned, through
+//! [`GatewayError::into_status`]. Nothing reads an error's message to decide
+//! what it is.
 
 use std::borrow::Cow;
+use std::convert::Infallible;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use http::{HeaderMap, HeaderValue};
 
 use rollout_policies::breaker::{CallOutcome, Rejected, is_failure};
 use rollout_policies::layer::{PolicyError, circuit_message};
@@ -14,7 +21,9 @@ use rollout_policies::merge::{Failure, MergeError};
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
+use crate::transport::grpc::{self, FrameError, ReceiveError};
 use crate::transport::pending::PendingExceeded;
+use crate::transport::send::Answer;
 
 /// Why a name could not be resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +93,19 @@ pub enum CallError {
     /// The plugin's answer is over the gateway's message limit.
     #[error("answer too large: {0}")]
     TooLarge(String),
+    /// The plugin's answer is over the message limit, and the request was
+    /// already within [`CALLER_HEADROOM_BYTES`] of it: the caller's own
+    /// message left the plugin no room (a work near the limit that a plugin
+    /// annotates). The caller's fault: never counted against the plugin.
+    #[error(
+        "answer too large: {0}; the request itself was within {CALLER_HEADROOM_BYTES} bytes of the message limit (--max-message-bytes): send a smaller one"
+    )]
+    CallerTooLarge(String),
+    /// The plugin is not loaded: its Initialize answered, and the answer
+    /// says the server is no rollout plugin (UNIMPLEMENTED, or a declaration
+    /// naming a value that is not a hook). Never a skip.
+    #[error("not loaded: {0}")]
+    NotAPlugin(String),
 }
 
 impl CallError {
@@ -93,9 +115,12 @@ impl CallError {
         match self {
             CallError::Plugin(status) => status.code(),
             CallError::CircuitOpen { .. } | CallError::Unreachable(_) => Code::Unavailable,
-            CallError::Overloaded { .. } | CallError::TooLarge(_) => Code::ResourceExhausted,
+            CallError::Overloaded { .. }
+            | CallError::TooLarge(_)
+            | CallError::CallerTooLarge(_) => Code::ResourceExhausted,
             CallError::DeadlineBeforeCall | CallError::Expired { .. } => Code::DeadlineExceeded,
             CallError::Undecodable(_) => Code::Internal,
+            CallError::NotAPlugin(_) => Code::FailedPrecondition,
         }
     }
 
@@ -110,12 +135,14 @@ impl CallError {
         matches!(self, CallError::CircuitOpen { .. })
     }
 
-    /// The failure of one member, as the merge rules take it; the message is
-    /// bounded ([`bounded`]).
+    /// The failure of one member, as the merge rules take it. The message is
+    /// not cut here: [`GatewayError::into_status`] cuts the whole once, so
+    /// the `[N bytes cut]` count is the bytes the caller did not get. (A
+    /// plugin's own message is at most its header block, 64 KiB.)
     pub fn failure(&self) -> Failure {
         Failure {
             code: self.code(),
-            message: bounded(&self.to_string()).into_owned(),
+            message: self.to_string(),
         }
     }
 }
@@ -144,7 +171,8 @@ impl PolicyError for CallError {
         match self {
             CallError::CircuitOpen { .. }
             | CallError::Overloaded { .. }
-            | CallError::DeadlineBeforeCall => None,
+            | CallError::DeadlineBeforeCall
+            | CallError::CallerTooLarge(_) => None,
             other => Some(other.code()),
         }
     }
@@ -159,17 +187,23 @@ impl PolicyError for CallError {
             }
             | CallError::Unreachable(_)
             | CallError::Undecodable(_)
-            | CallError::TooLarge(_) => CallOutcome::Failure,
+            | CallError::TooLarge(_)
+            | CallError::NotAPlugin(_) => CallOutcome::Failure,
             CallError::Expired {
                 owner: DeadlineOwner::Caller,
                 ..
             }
             | CallError::CircuitOpen { .. }
             | CallError::Overloaded { .. }
-            | CallError::DeadlineBeforeCall => CallOutcome::Neutral,
+            | CallError::DeadlineBeforeCall
+            | CallError::CallerTooLarge(_) => CallOutcome::Neutral,
         }
     }
 }
+
+/// How much a plugin's answer may add to its request: an answer over the
+/// message limit for a request within this much of it is the caller's fault.
+pub const CALLER_HEADROOM_BYTES: usize = 64 * 1024;
 
 /// The most bytes of a message the gateway forwards: gRPC clients refuse
 /// metadata over 16 KiB, and a status message travels as percent-encoded
@@ -222,6 +256,36 @@ pub enum GatewayError {
     /// Buffering the request would go over a pending-bytes limit.
     #[error("{0}")]
     PendingBytes(PendingExceeded),
+    /// The request's message is malformed, too large or undecodable, or its
+    /// stream failed while it arrived.
+    #[error("{0}")]
+    Request(FrameError),
+    #[error("the request stream failed: {0}")]
+    RequestStream(h2::Error),
+    /// A request header is malformed or repeated.
+    #[error("metadata key \"{name}\" {why}")]
+    Header {
+        name: &'static str,
+        why: &'static str,
+    },
+    #[error("unknown method {0}")]
+    UnknownMethod(String),
+}
+
+impl From<ReceiveError> for GatewayError {
+    fn from(e: ReceiveError) -> Self {
+        match e {
+            ReceiveError::Frame(e) => GatewayError::Request(e),
+            ReceiveError::Stream { source, .. } => GatewayError::RequestStream(source),
+            ReceiveError::Held(e) => GatewayError::PendingBytes(e),
+        }
+    }
+}
+
+impl From<FrameError> for GatewayError {
+    fn from(e: FrameError) -> Self {
+        GatewayError::Request(e)
+    }
 }
 
 fn receive_timeout_message(waited: std::time::Duration, by_caller: bool) -> String {
@@ -287,7 +351,19 @@ impl GatewayError {
         match self {
             GatewayError::MissingTarget
             | GatewayError::InvalidTarget(_)
-            | GatewayError::InvalidRequest(_) => Code::InvalidArgument,
+            | GatewayError::InvalidRequest(_)
+            | GatewayError::Header { .. } => Code::InvalidArgument,
+            GatewayError::UnknownMethod(_) => Code::Unimplemented,
+            // The caller's own bytes: never a failure of the gateway's.
+            GatewayError::Request(e) => match e {
+                FrameError::TooLarge { .. } => Code::ResourceExhausted,
+                FrameError::Compressed | FrameError::SeveralMessages => Code::Unimplemented,
+                FrameError::TruncatedPrefix
+                | FrameError::InvalidFlag(_)
+                | FrameError::LengthMismatch { .. }
+                | FrameError::Decode(_) => Code::InvalidArgument,
+            },
+            GatewayError::RequestStream(_) => Code::Cancelled,
             GatewayError::NotReady => Code::Unavailable,
             GatewayError::ReceiveTimeout { .. } => Code::DeadlineExceeded,
             GatewayError::PendingBytes(_) => Code::ResourceExhausted,
@@ -321,6 +397,105 @@ impl GatewayError {
                 .insert(rollout_proto::FAILED_OPEN_METADATA_KEY, v);
         }
         status
+    }
+}
+
+/// A gateway call that failed, and the members that had failed open
+/// before it (`ocm-rollout-failed-open`).
+#[derive(Debug)]
+pub struct CallFailure {
+    pub error: GatewayError,
+    pub failed_open: Vec<String>,
+}
+
+impl From<GatewayError> for CallFailure {
+    fn from(error: GatewayError) -> Self {
+        CallFailure {
+            error,
+            failed_open: Vec::new(),
+        }
+    }
+}
+
+impl From<ReceiveError> for CallFailure {
+    fn from(e: ReceiveError) -> Self {
+        GatewayError::from(e).into()
+    }
+}
+
+impl From<FrameError> for CallFailure {
+    fn from(e: FrameError) -> Self {
+        GatewayError::from(e).into()
+    }
+}
+
+impl CallFailure {
+    /// The gRPC code the caller gets.
+    pub fn code(&self) -> Code {
+        self.error.code()
+    }
+}
+
+/// The status of a failed call as the headers of a trailers-only answer.
+fn status_headers(failure: CallFailure) -> HeaderMap {
+    let status = failure.error.into_status(&failure.failed_open);
+    let mut headers = HeaderMap::with_capacity(2 + status.metadata().len());
+    grpc::put_status(&mut headers, status.code(), status.message());
+    for kv in status.metadata().iter() {
+        if let tonic::metadata::KeyAndValueRef::Ascii(k, v) = kv
+            && let (Ok(k), Ok(v)) = (
+                http::HeaderName::from_bytes(k.as_str().as_bytes()),
+                HeaderValue::from_bytes(v.as_encoded_bytes()),
+            )
+        {
+            headers.insert(k, v);
+        }
+    }
+    headers
+}
+
+/// The rescue layer: the top of the server's stack, turning the failure of
+/// any layer below into a trailers-only gRPC answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RescueLayer;
+
+impl<S> tower::Layer<S> for RescueLayer {
+    type Service = Rescue<S>;
+
+    fn layer(&self, inner: S) -> Rescue<S> {
+        Rescue(inner)
+    }
+}
+
+/// See [`RescueLayer`].
+#[derive(Debug, Clone)]
+pub struct Rescue<S>(S);
+
+impl<S, R> tower::Service<R> for Rescue<S>
+where
+    S: tower::Service<R, Response = Answer, Error = CallFailure>,
+    S::Future: Send + 'static,
+{
+    type Response = Answer;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Answer, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The layers below are always ready; a failure would be a call's.
+        match self.0.poll_ready(cx) {
+            Poll::Ready(_) => Poll::Ready(Ok(())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let answering = self.0.call(request);
+        Box::pin(async move {
+            Ok(match answering.await {
+                Ok(answer) => answer,
+                Err(failure) => Answer::TrailersOnly(status_headers(failure)),
+            })
+        })
     }
 }
 
@@ -366,6 +541,14 @@ mod tests {
                 CallOutcome::Failure,
             ),
             (CallError::TooLarge("big".into()), CallOutcome::Failure),
+            (
+                CallError::CallerTooLarge("big".into()),
+                CallOutcome::Neutral,
+            ),
+            (
+                CallError::NotAPlugin("UNIMPLEMENTED".into()),
+                CallOutcome::Failure,
+            ),
             (
                 CallError::Plugin(Status::unavailable("down")),
                 CallOutcome::Failure,

@@ -10,7 +10,6 @@ use rollout_proto::v1alpha1::{
     RolloutStateDetail, ValidateResponse,
 };
 use rollout_proto::view::{self, MutateParts, RolloutFields, ValidateView};
-use tonic::Status;
 
 use http::HeaderMap;
 use opentelemetry::trace::SpanContext;
@@ -18,7 +17,7 @@ use rollout_policies::layer::PolicyRequest;
 use tokio::time::Instant;
 
 use crate::error::DeadlineOwner;
-use crate::transport::grpc;
+use crate::transport::grpc::{self, FrameError};
 
 pub use rollout_proto::HookKind;
 
@@ -39,6 +38,9 @@ pub struct PluginCall {
     pub parent: SpanContext,
     /// 1-based attempt number, set by the retry layer.
     pub attempt: u32,
+    /// The calling hub (central mode: the one its certificate names), whose
+    /// declaration the plugin's Initialize answer is recorded under.
+    pub hub: Option<Arc<str>>,
 }
 
 impl PolicyRequest for PluginCall {
@@ -48,6 +50,10 @@ impl PolicyRequest for PluginCall {
 
     fn set_attempt(&mut self, attempt: u32) {
         self.attempt = attempt;
+    }
+
+    fn scope(&self) -> Option<&str> {
+        self.hub.as_deref()
     }
 }
 
@@ -77,7 +83,7 @@ pub struct Forwarded {
 
 impl Forwarded {
     /// A `RolloutPluginRequest` (BeginRollout, ProgressRollout).
-    pub fn rollout_request(message: Bytes) -> Result<Forwarded, Status> {
+    pub fn rollout_request(message: Bytes) -> Result<Forwarded, FrameError> {
         let fields: RolloutFields = grpc::decode_message(message.clone())?;
         Ok(Forwarded {
             message,
@@ -86,7 +92,7 @@ impl Forwarded {
     }
 
     /// A `ValidateCompletionRequest`.
-    pub fn validate_request(message: Bytes) -> Result<Forwarded, Status> {
+    pub fn validate_request(message: Bytes) -> Result<Forwarded, FrameError> {
         let view: ValidateView = grpc::decode_message(message.clone())?;
         Ok(Forwarded {
             message,
@@ -106,7 +112,7 @@ pub struct MutateStep {
 
 impl MutateStep {
     /// A `MutateManifestWorkRequest`.
-    pub fn decode(message: Bytes) -> Result<MutateStep, Status> {
+    pub fn decode(message: Bytes) -> Result<MutateStep, FrameError> {
         let parts: MutateParts = grpc::decode_message(message)?;
         let fields = match &parts.rollout {
             Some(r) => Some(Arc::new(grpc::decode_message::<RolloutFields>(r.clone())?)),
@@ -128,6 +134,21 @@ impl HookRequest {
             HookRequest::ProgressRollout(_) => HookKind::ProgressRollout,
             HookRequest::ValidateRolloutCompletion(_) => HookKind::ValidateRolloutCompletion,
             HookRequest::MutateManifestWork(_) => HookKind::MutateManifestWork,
+        }
+    }
+
+    /// The size of the request's message as the caller sent it (the
+    /// ManifestWork and rollout of a mutation): what a plugin's answer grows
+    /// from.
+    pub fn message_len(&self) -> usize {
+        match self {
+            HookRequest::Initialize(m) => m.encoded_len(),
+            HookRequest::BeginRollout(f)
+            | HookRequest::ProgressRollout(f)
+            | HookRequest::ValidateRolloutCompletion(f) => f.message.len(),
+            HookRequest::MutateManifestWork(m) => {
+                m.manifest_work.len() + m.rollout.as_ref().map_or(0, Bytes::len)
+            }
         }
     }
 

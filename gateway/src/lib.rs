@@ -2,17 +2,19 @@
 //! controller talks to, which routes each rollout hook to the plugins behind
 //! a name.
 //!
-//! The pieces, in the order a call meets them: [`transport`] accepts HTTP/2
-//! connections ([`transport::server`]) and speaks gRPC's wire format
-//! ([`transport::grpc`]); [`service`] reads the target name and the caller's
-//! deadline and decodes the message;
-//! [`registry`] resolves the name in the current snapshot (hot-reloaded from
-//! [`config`] files by [`watch`]); [`router`] calls the plugins through their
-//! resilience [`stack`] (concurrency bound, retries with a budget, circuit
-//! breaker) and [`upstream`] connections (one, a concurrent fan-out, or the ordered mutate
-//! chain checked by [`manifest`]) and merges the answers; [`error`] is the one
-//! place that turns failures into gRPC statuses. [`telemetry`] traces every
-//! call and attempt and counts them; [`transport::health`] is the gRPC health service;
+//! The pieces, in the order a call meets them: [`transport`], the bottom
+//! layer, accepts HTTP/2 connections ([`transport::server`], generic over the
+//! service it drives), speaks gRPC's wire format ([`transport::grpc`]) and
+//! sends answers within bounds ([`transport::send`]); [`service`] is the one
+//! stack every call on the port goes through (receive limits and deadline,
+//! the health service or resolution and routing), under [`error`]'s rescue
+//! layer, the one place failures become gRPC statuses; [`registry`] resolves
+//! names in the current snapshot (hot-reloaded from [`config`] files by
+//! [`watch`], read through [`files`]); [`router`] calls the plugins through
+//! their resilience [`stack`] (concurrency bound, retries with a budget,
+//! circuit breaker) and [`upstream`] connections (one, a concurrent fan-out,
+//! or the ordered mutate chain checked by [`manifest`]) and merges the
+//! answers. [`telemetry`] traces every call and attempt and counts them;
 //! [`admin`] serves health, metrics and debug endpoints; [`app`] assembles
 //! everything; [`check`] validates registry files offline.
 
@@ -22,6 +24,7 @@ pub mod check;
 pub mod config;
 pub mod configmap;
 pub mod error;
+pub mod files;
 pub mod hooks;
 pub mod manifest;
 pub mod registry;

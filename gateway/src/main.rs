@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use rollout_gateway::app::{self, Options, StartError};
 use rollout_gateway::config::parse_duration;
 use rollout_gateway::configmap::ConfigMapRef;
+use rollout_gateway::files::FileLimits;
 use rollout_gateway::tls::ServerTlsFiles;
 use rollout_telemetry::TracingOptions;
 use rollout_telemetry::logs::{self, LogFormat};
@@ -93,6 +94,19 @@ struct Flags {
     /// accepted.
     #[arg(long, env = "ROLLOUT_GATEWAY_MAX_CONNECTIONS", default_value_t = 1024)]
     max_connections: usize,
+    /// gRPC connections open at once from one IP address, so that one peer
+    /// cannot take them all; one more is closed as soon as it is accepted.
+    #[arg(
+        long,
+        env = "ROLLOUT_GATEWAY_MAX_CONNECTIONS_PER_IP",
+        default_value_t = 256
+    )]
+    max_connections_per_ip: usize,
+    /// A gRPC peer that takes none of its answers for this long (a full
+    /// flow-control window, or a socket it does not read) is cut off: its
+    /// connection is closed (0: never).
+    #[arg(long, env = "ROLLOUT_GATEWAY_SEND_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    send_timeout: Duration,
     /// A gRPC connection with no call in progress for this long gets a GOAWAY
     /// and is closed (0: never).
     #[arg(long, env = "ROLLOUT_GATEWAY_IDLE_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
@@ -121,6 +135,15 @@ struct Flags {
     /// admin connection is closed after it.
     #[arg(long, env = "ROLLOUT_GATEWAY_ADMIN_REQUEST_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     admin_request_timeout: Duration,
+    /// Largest file the gateway reads (registry files, the certificate files
+    /// they name, the listener's TLS files); a larger one is refused like an
+    /// invalid change.
+    #[arg(long, env = "ROLLOUT_GATEWAY_MAX_FILE_BYTES", default_value_t = 4 * 1024 * 1024)]
+    max_file_bytes: u64,
+    /// A file read that takes longer than this (a hung mount) fails; the
+    /// file is not read again until that read returns.
+    #[arg(long, env = "ROLLOUT_GATEWAY_FILE_READ_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    file_read_timeout: Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -160,7 +183,19 @@ fn main() -> ExitCode {
         b.worker_threads(workers);
         b
     };
-    let runtime = match builder.thread_name(WORKER_NAME).enable_all().build() {
+    // The runtime starts its workers first; every later thread is the
+    // blocking pool's (file reads, large checks), named apart.
+    let started = std::sync::atomic::AtomicUsize::new(0);
+    let pool_workers = if workers == 1 { 0 } else { workers };
+    builder.thread_name_fn(move || {
+        let n = started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n < pool_workers {
+            WORKER_NAME.into()
+        } else {
+            BLOCKING_NAME.into()
+        }
+    });
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(error) => {
             eprintln!("rollout-gateway: cannot start the runtime: {error}");
@@ -185,6 +220,8 @@ fn main() -> ExitCode {
 
 /// The name of the threads that run the gateway's tasks.
 const WORKER_NAME: &str = "gateway-worker";
+/// The name of the threads of the blocking pool.
+const BLOCKING_NAME: &str = "gateway-blocking";
 
 fn check(args: CheckArgs) -> ExitCode {
     let files = if args.configs.is_empty() {
@@ -238,6 +275,8 @@ fn options(flags: Flags) -> Options {
         configmaps: flags.configmaps,
         tracing: TracingOptions::from_env("rollout-gateway"),
         max_connections: flags.max_connections,
+        max_connections_per_ip: flags.max_connections_per_ip,
+        send_timeout: flags.send_timeout,
         idle_timeout: flags.idle_timeout,
         max_connection_age: flags.max_connection_age,
         max_connection_age_grace: flags.max_connection_age_grace,
@@ -245,6 +284,10 @@ fn options(flags: Flags) -> Options {
         max_pending_request_bytes_per_connection: flags.max_pending_request_bytes_per_connection,
         request_receive_timeout: flags.request_receive_timeout,
         admin_request_timeout: flags.admin_request_timeout,
+        file_limits: FileLimits {
+            max_bytes: flags.max_file_bytes,
+            timeout: flags.file_read_timeout,
+        },
         ..Options::default()
     }
 }
@@ -338,6 +381,11 @@ mod tests {
         let parsed = options(Flags::parse_from(["rollout-gateway"]));
         let library = Options::default();
         assert_eq!(parsed.max_connections, library.max_connections);
+        assert_eq!(
+            parsed.max_connections_per_ip,
+            library.max_connections_per_ip
+        );
+        assert_eq!(parsed.send_timeout, library.send_timeout);
         assert_eq!(parsed.idle_timeout, library.idle_timeout);
         assert_eq!(parsed.max_connection_age, library.max_connection_age);
         assert_eq!(
@@ -357,6 +405,7 @@ mod tests {
             library.request_receive_timeout
         );
         assert_eq!(parsed.admin_request_timeout, library.admin_request_timeout);
+        assert_eq!(parsed.file_limits, library.file_limits);
         assert_eq!(parsed.max_message_bytes, library.max_message_bytes);
     }
 }

@@ -32,6 +32,7 @@ use crate::config::{
     Transport,
 };
 pub use crate::error::ResolveError;
+use crate::files::{self, FileLimits};
 use crate::stack::{self, PluginStack};
 use crate::telemetry::{PluginMetrics, RegistryState, Telemetry};
 use crate::upstream::{CaBundle, Channel, ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
@@ -201,8 +202,9 @@ struct Plan {
     snapshot: Snapshot,
     /// Upstreams made for this plan, whose own Initialize is pending.
     fresh: Vec<(Option<String>, Arc<Upstream>)>,
-    /// Kept upstreams, with the policy they take on commit.
-    kept: Vec<(Arc<Upstream>, Policy)>,
+    /// Kept upstreams, with the policy and the count of hubs sharing them
+    /// that they take on commit.
+    kept: Vec<(Arc<Upstream>, Policy, usize)>,
 }
 
 /// What became of a change to a source.
@@ -241,6 +243,8 @@ pub struct Registry {
     reload_failure: AtomicU64,
     draining: AtomicBool,
     settings: ChannelSettings,
+    /// Bounds on the certificate files plans read.
+    file_limits: FileLimits,
     telemetry: Telemetry,
     /// Readiness ([`Registry::is_ready`]), for those who follow its changes.
     ready: tokio::sync::watch::Sender<bool>,
@@ -280,10 +284,22 @@ impl Registry {
             reload_failure: AtomicU64::new(0),
             draining: AtomicBool::new(false),
             settings,
+            file_limits: FileLimits::default(),
             telemetry,
             ready: tokio::sync::watch::Sender::new(false),
             fresh: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The same, with the files it and its watchers read bounded by `limits`.
+    pub fn with_file_limits(mut self, limits: FileLimits) -> Registry {
+        self.file_limits = limits;
+        self
+    }
+
+    /// The bounds on the files the registry and its watchers read.
+    pub fn file_limits(&self) -> FileLimits {
+        self.file_limits
     }
 
     /// The telemetry the plugins' stacks report to.
@@ -311,6 +327,38 @@ impl Registry {
     /// Ready: a registry is loaded and the gateway is not draining.
     pub fn is_ready(&self) -> bool {
         self.current.load().is_some() && !self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Serving, what `/readyz` and the gRPC health service both report:
+    /// ready, and no registry entry names a server that answered it is no
+    /// plugin ([`Registry::refused_plugins`]).
+    pub fn is_serving(&self) -> bool {
+        self.is_ready() && self.refused_plugins().is_empty()
+    }
+
+    /// `plugin "NAME" (hub H): WHY` for each plugin of the current snapshot
+    /// whose own Initialize (for its registry file's hub) was answered with
+    /// a refusal: UNIMPLEMENTED or an invalid declaration. Such an entry is
+    /// a configuration error, as a bad registry is; a plugin merely out of
+    /// reach is not one.
+    pub fn refused_plugins(&self) -> Vec<String> {
+        let Some(snapshot) = self.load() else {
+            return Vec::new();
+        };
+        snapshot
+            .plugins
+            .iter()
+            .filter_map(|p| match p.upstream.load_state(p.hub.as_deref()) {
+                crate::upstream::Load::NotLoaded {
+                    why: Some(why),
+                    refused: true,
+                } => Some(match &p.hub {
+                    Some(hub) => format!("plugin \"{}\" (hub {hub}): {why}", p.name),
+                    None => format!("plugin \"{}\": {why}", p.name),
+                }),
+                _ => None,
+            })
+            .collect()
     }
 
     pub fn set_draining(&self) {
@@ -440,7 +488,7 @@ impl Registry {
         if let Some(s) = inner.sources.get_mut(source) {
             s.last_text = Some(text.to_string());
         }
-        let mut files = FileCache::default();
+        let mut files = FileCache::new(self.file_limits.max_bytes);
         let result = config::parse(text).and_then(|cfg| {
             let mut configs: Vec<Option<&Config>> =
                 inner.sources.iter().map(|s| s.config.as_ref()).collect();
@@ -483,7 +531,7 @@ impl Registry {
         // One lock throughout: a newer text of the source (another watcher)
         // cannot land between the check and the retry and be overwritten.
         let mut inner = self.lock();
-        let mut now = FileCache::default();
+        let mut now = FileCache::new(self.file_limits.max_bytes);
         let mut results = Vec::new();
         for index in 0..inner.sources.len() {
             let s = &mut inner.sources[index];
@@ -568,7 +616,11 @@ impl Registry {
         }
         let configs: Vec<Option<&Config>> =
             inner.sources.iter().map(|s| s.config.as_ref()).collect();
-        match self.plan(&configs, &inner.sources, &mut FileCache::default()) {
+        match self.plan(
+            &configs,
+            &inner.sources,
+            &mut FileCache::new(self.file_limits.max_bytes),
+        ) {
             Ok(plan) if plan.fresh.is_empty() => {
                 // The files hold what the live upstreams were built from
                 // (a file put back after a bad rotation, or a rewrite of the
@@ -599,8 +651,9 @@ impl Registry {
             fresh,
             kept,
         } = plan;
-        for (upstream, policy) in kept {
+        for (upstream, policy, hubs) in kept {
             upstream.update_policy(&policy);
+            upstream.set_hub_count(hubs);
         }
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         snapshot.generation = generation;
@@ -640,6 +693,13 @@ impl Registry {
             })
             .unwrap_or_default();
 
+        // The hubs of central mode, each named by its registry file.
+        let hub_count = configs
+            .iter()
+            .flatten()
+            .filter_map(|c| c.hub.as_deref())
+            .collect::<std::collections::HashSet<_>>()
+            .len();
         // Plugins first, so pipelines of any file can name them.
         for (si, cfg) in configs.iter().enumerate() {
             let Some(cfg) = cfg else { continue };
@@ -722,9 +782,15 @@ impl Registry {
                             _ => None,
                         })
                 });
+                // The hubs that may call it share its concurrency bound.
+                let hubs = match (&pc.hubs, &cfg.hub) {
+                    (Some(hubs), _) => hubs.len(),
+                    (None, Some(_)) => 1,
+                    (None, None) => hub_count,
+                };
                 let upstream = match kept {
                     Some(u) => {
-                        kept_upstreams.push((u.clone(), pc.policy.clone()));
+                        kept_upstreams.push((u.clone(), pc.policy.clone(), hubs));
                         u
                     }
                     None => match Upstream::sharing(
@@ -732,8 +798,10 @@ impl Registry {
                         &self.settings,
                         &pc.policy,
                         channels.entry(key).or_default().clone(),
+                        cfg.hub.as_deref(),
                     ) {
                         Ok(u) => {
+                            u.set_hub_count(hubs);
                             let u = Arc::new(u);
                             fresh.push((cfg.hub.clone(), u.clone()));
                             u
@@ -842,6 +910,21 @@ impl RegistryState for Registry {
             .collect()
     }
 
+    fn loaded(&self) -> Vec<(String, Option<String>, bool)> {
+        self.load()
+            .iter()
+            .flat_map(|s| s.plugins.iter())
+            .map(|p| {
+                let load = p.upstream.load_state(p.hub.as_deref());
+                (
+                    p.name.clone(),
+                    p.hub.clone(),
+                    matches!(load, crate::upstream::Load::Loaded { .. }),
+                )
+            })
+            .collect()
+    }
+
     fn reload_counts(&self) -> (u64, u64) {
         Registry::reload_counts(self)
     }
@@ -858,18 +941,29 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The certificate files one plan has read, by path as written.
-#[derive(Default)]
 struct FileCache {
     read: HashMap<String, Result<Vec<u8>, String>>,
+    max_bytes: u64,
 }
 
 impl FileCache {
-    /// The file's bytes, or why it cannot be read (naming it).
+    fn new(max_bytes: u64) -> FileCache {
+        FileCache {
+            read: HashMap::new(),
+            max_bytes,
+        }
+    }
+
+    /// The file's bytes, or why it cannot be read (naming it): only a
+    /// regular file, at most `max_bytes` (plans run off the runtime).
     fn read(&mut self, path: &str) -> Result<Vec<u8>, String> {
+        let max_bytes = self.max_bytes;
         self.read
             .entry(path.to_string())
             .or_insert_with(|| {
-                std::fs::read(Path::new(path)).map_err(|e| format!("cannot read {path}: {e}"))
+                files::read_sync(Path::new(path), max_bytes, None)
+                    .map(|read| read.map(|(bytes, _)| bytes).unwrap_or_default())
+                    .map_err(|e| e.to_string())
             })
             .clone()
     }

@@ -3,11 +3,16 @@
 //! ValidateRolloutCompletion), or the ordered MutateManifestWork chain.
 //!
 //! Each member call is bounded by the sooner of the caller's deadline and the
-//! member's own `timeout`. A member that does not implement the hook is not
-//! called (or, answering UNIMPLEMENTED itself, is skipped: only the plugin's
-//! own answer means that, never a failure of the gateway's); a member that fails is
-//! dropped (failure policy `Ignore`) or fails the call (`Fail`). The answers
-//! are merged by `rollout_policies::merge`.
+//! member's own `timeout`. Whether a member is called is the shared rule of
+//! [`rollout_proto::declaration`], over what the member's Initialize answers
+//! for the caller's hub said: a member not loaded is loaded first (its
+//! Initialize, within the call's deadline) or has failed, never skipped; a
+//! loaded member that left the hook out of its declaration is skipped; one
+//! that declared every hook and answers UNIMPLEMENTED is skipped; anything
+//! else that is not the member's own answer is its failure. A member that
+//! fails is dropped (failure policy `Ignore`, named in the failed-open
+//! trailer) or fails the call (`Fail`). The answers are merged by
+//! `rollout_policies::merge`.
 
 use bytes::Bytes;
 use futures::future::join_all;
@@ -21,6 +26,8 @@ use rollout_proto::v1alpha1::{InitializeRequest, InitializeResponse, ValidateRes
 use tokio::time::Instant;
 use tonic::Code;
 use tower::ServiceExt;
+
+use rollout_proto::declaration::Decision;
 
 use crate::error::{DeadlineOwner, GatewayError};
 use crate::hooks::{Forwarded, HookKind, HookRequest, HookResponse, MutateStep, PluginCall};
@@ -37,6 +44,10 @@ pub struct CallContext<'a> {
     pub forward: Arc<HeaderMap>,
     /// The server span of this call, parent of every attempt's span.
     pub parent: SpanContext,
+    /// The caller's hub (central mode: the one its certificate names): the
+    /// plugins' declarations are learned and read per hub, and the
+    /// `hub_name` a plugin's Initialize carries is this one.
+    pub hub: Option<Arc<str>>,
 }
 
 /// The result of a mutate chain.
@@ -65,31 +76,83 @@ impl CallContext<'_> {
         }
     }
 
-    /// Sends one member its request through its stack, unless it does not
-    /// implement the hook.
+    /// Sends one member its request through its stack, unless its
+    /// declaration for the caller's hub leaves the hook out. A member not
+    /// loaded for this hub is sent its Initialize first.
     async fn send(&self, plugin: &Plugin, request: HookRequest) -> Sent {
         let kind = request.kind();
-        if plugin.upstream.skips(kind) {
-            return Sent::Skipped;
-        }
+        let hub = self.hub.as_deref();
         let started = Instant::now();
         let own = started + plugin.policy.timeout;
         let (deadline, owner) = match self.deadline {
             Some(d) if d < own => (d, DeadlineOwner::Caller),
             _ => (own, DeadlineOwner::Plugin),
         };
-        let call = PluginCall {
+        let mut decision = plugin.upstream.decide(hub, kind);
+        if decision == Decision::InitializeFirst && kind != HookKind::Initialize {
+            let load = plugin.upstream.ensure_loaded(hub, deadline, owner, || {
+                let initialize = HookRequest::Initialize(self.own_initialize());
+                plugin
+                    .stack
+                    .clone()
+                    .oneshot(self.plugin_call(initialize, deadline, owner))
+            });
+            if let Err(error) = load.await {
+                let failure = Failure {
+                    code: error.code(),
+                    message: format!(
+                        "not loaded: its Initialize failed ({error}); the gateway calls no hook of a plugin before its Initialize succeeds"
+                    ),
+                };
+                return Sent::Done(started, Err(failure));
+            }
+            decision = plugin.upstream.decide(hub, kind);
+        }
+        let unimplemented_skips = match decision {
+            Decision::Skip => return Sent::Skipped,
+            Decision::Call {
+                unimplemented_skips,
+            } => unimplemented_skips,
+            // Initialize itself, or a declaration refused in the meantime:
+            // the call goes on, and its failure is the member's.
+            Decision::InitializeFirst => false,
+        };
+        // Central mode: another hub's calls cannot take this hub's share.
+        let _place = match plugin.upstream.hub_place(hub) {
+            Ok(place) => place,
+            Err(error) => return Sent::Done(started, Err(error.failure())),
+        };
+        let call = self.plugin_call(request, deadline, owner);
+        match plugin.stack.clone().oneshot(call).await {
+            Ok(answer) => Sent::Done(started, Ok(answer)),
+            Err(error) if unimplemented_skips && error.is_unimplemented() => Sent::Skipped,
+            Err(error) => Sent::Done(started, Err(error.failure())),
+        }
+    }
+
+    fn plugin_call(
+        &self,
+        request: HookRequest,
+        deadline: Instant,
+        owner: DeadlineOwner,
+    ) -> PluginCall {
+        PluginCall {
             request,
             deadline,
             owner,
             forward: self.forward.clone(),
             parent: self.parent.clone(),
             attempt: 1,
-        };
-        match plugin.stack.clone().oneshot(call).await {
-            Ok(answer) => Sent::Done(started, Ok(answer)),
-            Err(error) if error.is_unimplemented() => Sent::Skipped,
-            Err(error) => Sent::Done(started, Err(error.failure())),
+            hub: self.hub.clone(),
+        }
+    }
+
+    /// The Initialize the gateway sends on its own to load a plugin for the
+    /// caller's hub.
+    fn own_initialize(&self) -> InitializeRequest {
+        InitializeRequest {
+            controller_version: GATEWAY_VERSION.to_string(),
+            hub_name: self.hub.as_deref().unwrap_or_default().to_string(),
         }
     }
 
@@ -115,11 +178,16 @@ impl CallContext<'_> {
         join_all(calls).await
     }
 
-    /// Initialize: every member; learns each member's hooks on the way.
+    /// Initialize: every member; learns each member's hooks for the caller's
+    /// hub on the way. A caller with a hub identity cannot speak for another
+    /// hub: `hub_name` becomes its own.
     pub async fn initialize(
         &self,
-        request: InitializeRequest,
+        mut request: InitializeRequest,
     ) -> Result<Merged<InitializeResponse>, GatewayError> {
+        if let Some(hub) = &self.hub {
+            request.hub_name = hub.to_string();
+        }
         let members = self.fan_out(HookRequest::Initialize(request)).await;
         let members = narrow(members, |r| match r {
             HookResponse::Initialize(i) => Some(i),
@@ -248,6 +316,9 @@ impl CallContext<'_> {
         })
     }
 }
+
+/// What the gateway sends as `controller_version` in its own Initialize.
+pub(crate) const GATEWAY_VERSION: &str = concat!("rollout-gateway/", env!("CARGO_PKG_VERSION"));
 
 /// Above this size, parsing a ManifestWork is moved off the runtime thread,
 /// so one multi-MiB work does not stall every other call.

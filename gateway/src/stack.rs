@@ -61,7 +61,13 @@ impl tower::Service<PluginCall> for UpstreamService {
         let upstream = self.0.clone();
         Box::pin(async move {
             upstream
-                .call(call.request, call.deadline, call.owner, &call.forward)
+                .call(
+                    call.request,
+                    call.deadline,
+                    call.owner,
+                    &call.forward,
+                    call.hub.as_deref(),
+                )
                 .await
         })
     }
@@ -95,10 +101,14 @@ pub fn build(
             metrics.clone(),
         ))
         // Per attempt: fail fast while open; every attempt's outcome counts.
-        .layer(CircuitBreakerLayer::new(
-            name.to_string(),
-            upstream.breaker(),
-        ))
+        // …per calling hub in central mode: one hub's failures do not
+        // open the circuit for another.
+        .layer(
+            CircuitBreakerLayer::new(name.to_string(), upstream.breaker()).with_scopes({
+                let upstream = upstream.clone();
+                Arc::new(move |hub: &str| upstream.breaker_for(hub))
+            }),
+        )
         .service(UpstreamService(upstream.clone()));
     BoxCloneSyncService::new(service)
 }

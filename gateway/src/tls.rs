@@ -7,7 +7,7 @@
 //! CA takes effect for new connections without a restart; a bad rotation is
 //! logged and the previous configuration kept.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -16,6 +16,9 @@ use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
+
+use crate::files::{self, FileLimits, Stamp};
+use crate::transport::server::Handshake;
 
 /// The files the listener's TLS comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,20 +38,26 @@ pub struct TlsError(String);
 #[derive(Debug)]
 pub struct ServerTls {
     files: ServerTlsFiles,
+    limits: FileLimits,
     current: ArcSwap<ServerConfig>,
     /// The bytes the current configuration was built from.
     loaded: Mutex<Vec<u8>>,
+    /// The files' stamps when last read: unchanged files are not read again.
+    stamps: Mutex<Vec<Option<Stamp>>>,
 }
 
 impl ServerTls {
-    /// Reads the files and builds the configuration.
-    pub fn load(files: ServerTlsFiles) -> Result<ServerTls, TlsError> {
-        let bytes = read_all(&files)?;
+    /// Reads the files (bounded by `limits`, off the worker thread) and
+    /// builds the configuration.
+    pub async fn load(files: ServerTlsFiles, limits: FileLimits) -> Result<ServerTls, TlsError> {
+        let bytes = read_all(&files, limits).await?;
         let config = build(&files, &bytes)?;
         Ok(ServerTls {
             files,
+            limits,
             current: ArcSwap::from_pointee(config),
             loaded: Mutex::new(bytes.concat()),
+            stamps: Mutex::new(Vec::new()),
         })
     }
 
@@ -64,8 +73,11 @@ impl ServerTls {
 
     /// Reads the files again; if they changed and are valid, the new
     /// configuration takes effect. Returns whether it changed.
-    pub fn reload(&self) -> Result<bool, TlsError> {
-        let bytes = read_all(&self.files)?;
+    pub async fn reload(&self) -> Result<bool, TlsError> {
+        if !self.may_have_changed().await {
+            return Ok(false);
+        }
+        let bytes = read_all(&self.files, self.limits).await?;
         let joined = bytes.concat();
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
         if *loaded == joined {
@@ -78,18 +90,45 @@ impl ServerTls {
     }
 }
 
-fn read_all(files: &ServerTlsFiles) -> Result<Vec<Vec<u8>>, TlsError> {
-    let read = |path: &PathBuf, flag: &str| {
-        std::fs::read(path).map_err(|e| TlsError(format!("{flag} {}: {e}", path.display())))
-    };
+impl ServerTls {
+    /// Whether a file's metadata changed since the last look (or cannot be
+    /// read: the read then says why).
+    async fn may_have_changed(&self) -> bool {
+        let paths = self.paths();
+        let mut now = Vec::with_capacity(paths.len());
+        for path in paths {
+            now.push(files::stamp(path, self.limits).await.ok());
+        }
+        let mut stamps = self.stamps.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = now.iter().any(Option::is_none) || *stamps != now;
+        *stamps = now;
+        changed
+    }
+
+    fn paths(&self) -> Vec<&Path> {
+        let mut paths = vec![self.files.cert.as_path(), self.files.key.as_path()];
+        paths.extend(self.files.client_ca.as_deref());
+        paths
+    }
+}
+
+async fn read_all(files: &ServerTlsFiles, limits: FileLimits) -> Result<Vec<Vec<u8>>, TlsError> {
     let mut out = vec![
-        read(&files.cert, "--tls-cert")?,
-        read(&files.key, "--tls-key")?,
+        read(&files.cert, "--tls-cert", limits).await?,
+        read(&files.key, "--tls-key", limits).await?,
     ];
     if let Some(ca) = &files.client_ca {
-        out.push(read(ca, "--client-ca")?);
+        out.push(read(ca, "--client-ca", limits).await?);
     }
     Ok(out)
+}
+
+/// One of the listener's files, bounded; the error names its flag and path.
+async fn read(path: &Path, flag: &str, limits: FileLimits) -> Result<Vec<u8>, TlsError> {
+    match files::read(path, limits, None).await {
+        Ok(read) => Ok(read.map(|(bytes, _)| bytes).unwrap_or_default()),
+        Err(e) => Err(TlsError(format!("{flag} {e}"))),
+    }
 }
 
 fn build(files: &ServerTlsFiles, bytes: &[Vec<u8>]) -> Result<ServerConfig, TlsError> {
@@ -130,6 +169,21 @@ fn build(files: &ServerTlsFiles, bytes: &[Vec<u8>]) -> Result<ServerConfig, TlsE
         .map_err(|e| TlsError(format!("--tls-cert/--tls-key: {e}")))?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
+}
+
+impl Handshake for ServerTls {
+    fn acceptor(&self) -> TlsAcceptor {
+        ServerTls::acceptor(self)
+    }
+
+    /// The calling hub. A verified certificate that names no hub can call
+    /// only shared plugins without `hubs:`.
+    fn identify(&self, certificates: Option<&[CertificateDer<'static>]>) -> Option<String> {
+        if !self.requires_client_certificate() {
+            return None;
+        }
+        certificates.and_then(|c| c.first()).and_then(hub_of)
+    }
 }
 
 /// The hub a client certificate names: its first DNS subject-alternative

@@ -24,58 +24,96 @@ use std::ffi::OsString;
 use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
+use crate::files::{self, FileLimits, Stamp};
 use crate::registry::{Applied, Registry};
 
 /// How long to wait after an event for the rest of a burst (an editor's save,
 /// the kubelet's swap) before reading.
 const DEBOUNCE: Duration = Duration::from_millis(50);
 
-/// Reads one registry file into the registry, parsing and planning off the
-/// runtime ([`Registry::apply_blocking`]: a large registry must not stall the
-/// calls). Returns whether a new snapshot was loaded. `last_read_error`
-/// suppresses repeating the same read error on every poll.
+/// What the watcher knows of one registry file: the stamp of its last
+/// read, and the last read error (not repeated on every poll).
+#[derive(Debug, Default)]
+pub struct FileState {
+    stamp: Option<Stamp>,
+    last_read_error: Option<String>,
+}
+
+/// Reads one registry file into the registry, if it changed since the last
+/// read ([`files::read`]: bounded, off the worker thread), parsing and
+/// planning off the runtime ([`Registry::apply_blocking`]: a large registry
+/// must not stall the calls). Returns whether a new snapshot was loaded.
 pub async fn reload_file(
     registry: &Arc<Registry>,
     index: usize,
     path: &Path,
-    last_read_error: &mut Option<String>,
+    state: &mut FileState,
 ) -> bool {
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            *last_read_error = None;
-            match registry.apply_blocking(index, text).await {
-                Ok(Applied::Loaded(generation)) => {
-                    tracing::info!(path = %path.display(), generation, "registry loaded");
-                    true
-                }
-                Ok(Applied::Unchanged) => false,
-                Ok(Applied::Blank) => {
-                    tracing::warn!(path = %path.display(), "registry file is empty; keeping the loaded registry");
-                    false
-                }
-                Err(error) => {
-                    tracing::error!(path = %path.display(), %error, "registry reload rejected; keeping the loaded registry");
-                    false
-                }
-            }
+    let read = files::read(path, registry.file_limits(), state.stamp).await;
+    let text = match read.map(|r| r.map(|(bytes, stamp)| (String::from_utf8(bytes), stamp))) {
+        Ok(None) => return false,
+        Ok(Some((Ok(text), stamp))) => {
+            state.last_read_error = None;
+            state.stamp = Some(stamp);
+            text
+        }
+        Ok(Some((Err(_), stamp))) => {
+            state.stamp = Some(stamp);
+            let message = format!("{}: not UTF-8 text", path.display());
+            report_read_error(registry, index, path, state, message);
+            return false;
         }
         Err(error) => {
-            let message = format!("cannot read: {error}");
-            if last_read_error.as_deref() != Some(&message) {
-                tracing::warn!(path = %path.display(), %error, "cannot read registry file");
-                registry.source_failed(index, message.clone());
-                *last_read_error = Some(message);
-            }
+            // Read again next time, whatever the stamp.
+            state.stamp = None;
+            let message = if error.is_not_found() {
+                format!("cannot read: {error}")
+            } else {
+                error.to_string()
+            };
+            report_read_error(registry, index, path, state, message);
+            return false;
+        }
+    };
+    match registry.apply_blocking(index, text).await {
+        Ok(Applied::Loaded(generation)) => {
+            tracing::info!(path = %path.display(), generation, "registry loaded");
+            true
+        }
+        Ok(Applied::Unchanged) => false,
+        Ok(Applied::Blank) => {
+            tracing::warn!(path = %path.display(), "registry file is empty; keeping the loaded registry");
+            false
+        }
+        Err(error) => {
+            tracing::error!(path = %path.display(), %error, "registry reload rejected; keeping the loaded registry");
             false
         }
     }
 }
 
-/// What the certificate files held when last read: bytes, or why they could
-/// not be read. A file counts as changed when this differs.
+/// Records a registry file that could not be read, as a refused change
+/// (the loaded registry stays), once per distinct error.
+fn report_read_error(
+    registry: &Registry,
+    index: usize,
+    path: &Path,
+    state: &mut FileState,
+    message: String,
+) {
+    if state.last_read_error.as_deref() != Some(&message) {
+        tracing::warn!(path = %path.display(), error = %message, "cannot read registry file; keeping the loaded registry");
+        registry.source_failed(index, message.clone());
+        state.last_read_error = Some(message);
+    }
+}
+
+/// What the certificate files held when last read: their stamp and bytes,
+/// or why they could not be read. A file counts as changed when this
+/// differs; a file whose stamp did not change is not read again.
 #[derive(Debug, Default)]
 pub struct CertificateFiles {
-    seen: BTreeMap<PathBuf, Result<Vec<u8>, String>>,
+    seen: BTreeMap<PathBuf, Result<(Stamp, Vec<u8>), String>>,
 }
 
 impl CertificateFiles {
@@ -83,13 +121,28 @@ impl CertificateFiles {
     /// those whose content changed since the last read, or that are new
     /// here (the registry then finds whether they differ from what its
     /// upstreams were built from). Forgets files no longer wanted.
-    pub fn changed(&mut self, wanted: &BTreeSet<PathBuf>) -> Vec<PathBuf> {
+    pub async fn changed(
+        &mut self,
+        wanted: &BTreeSet<PathBuf>,
+        limits: FileLimits,
+    ) -> Vec<PathBuf> {
         self.seen.retain(|path, _| wanted.contains(path));
         let mut changed = Vec::new();
         for path in wanted {
-            let now = std::fs::read(path).map_err(|e| e.to_string());
-            if self.seen.get(path) != Some(&now) {
-                self.seen.insert(path.clone(), now);
+            let before = self.seen.get(path);
+            let stamp = before.and_then(|b| b.as_ref().ok()).map(|(s, _)| *s);
+            let now = match files::read(path, limits, stamp).await {
+                Ok(None) => continue,
+                Ok(Some((bytes, stamp))) => Ok((stamp, bytes)),
+                Err(e) => Err(e.to_string()),
+            };
+            let same = match (before, &now) {
+                (Some(Ok((_, old))), Ok((_, new))) => old == new,
+                (Some(Err(old)), Err(new)) => old == new,
+                _ => false,
+            };
+            self.seen.insert(path.clone(), now);
+            if !same {
                 changed.push(path.clone());
             }
         }
@@ -105,7 +158,7 @@ pub async fn reload_certificates(
     files: &mut CertificateFiles,
     wanted: &BTreeSet<PathBuf>,
 ) -> bool {
-    let changed = files.changed(wanted);
+    let changed = files.changed(wanted, registry.file_limits()).await;
     if changed.is_empty() {
         return false;
     }
@@ -260,7 +313,7 @@ pub fn spawn(
     };
     tokio::spawn(async move {
         let mut certificates = CertificateFiles::default();
-        let mut errors: Vec<Option<String>> = vec![None; files.len()];
+        let mut states: Vec<FileState> = files.iter().map(|_| FileState::default()).collect();
         let mut poll = tokio::time::interval(poll_every);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -276,7 +329,7 @@ pub fn spawn(
             }
             let mut loaded = false;
             for (i, path) in files.iter().enumerate() {
-                loaded |= reload_file(&registry, i, path, &mut errors[i]).await;
+                loaded |= reload_file(&registry, i, path, &mut states[i]).await;
             }
             // The snapshot may name other certificate files now, and a
             // refused text may wait on some: watch them before reading them,
@@ -330,27 +383,51 @@ mod tests {
         assert!(!is_relevant(&event(modify, "/etc/gw/other.log"), &names));
     }
 
-    #[test]
-    fn a_certificate_file_counts_as_changed_when_its_content_does() {
+    #[tokio::test]
+    async fn a_certificate_file_counts_as_changed_when_its_content_does() {
         let dir = tempfile::tempdir().expect("dir");
         let (a, b) = (dir.path().join("a.crt"), dir.path().join("b.crt"));
         std::fs::write(&a, "one").expect("write");
         let mut files = CertificateFiles::default();
         let wanted = BTreeSet::from([a.clone(), b.clone()]);
         // New here: both (b unreadable).
-        assert_eq!(files.changed(&wanted), vec![a.clone(), b.clone()]);
-        assert!(files.changed(&wanted).is_empty());
+        assert_eq!(
+            files.changed(&wanted, FileLimits::default()).await,
+            vec![a.clone(), b.clone()]
+        );
+        assert!(
+            files
+                .changed(&wanted, FileLimits::default())
+                .await
+                .is_empty()
+        );
         std::fs::write(&a, "one").expect("same bytes");
-        assert!(files.changed(&wanted).is_empty());
+        assert!(
+            files
+                .changed(&wanted, FileLimits::default())
+                .await
+                .is_empty()
+        );
         std::fs::write(&a, "two").expect("write");
         std::fs::write(&b, "now readable").expect("write");
-        assert_eq!(files.changed(&wanted), vec![a.clone(), b.clone()]);
+        assert_eq!(
+            files.changed(&wanted, FileLimits::default()).await,
+            vec![a.clone(), b.clone()]
+        );
         std::fs::remove_file(&a).expect("remove");
-        assert_eq!(files.changed(&wanted), vec![a.clone()]);
+        assert_eq!(
+            files.changed(&wanted, FileLimits::default()).await,
+            vec![a.clone()]
+        );
         // No longer wanted: forgotten, so new again when wanted again.
         let only_b = BTreeSet::from([b.clone()]);
-        assert!(files.changed(&only_b).is_empty());
+        assert!(
+            files
+                .changed(&only_b, FileLimits::default())
+                .await
+                .is_empty()
+        );
         std::fs::write(&a, "two").expect("write");
-        assert_eq!(files.changed(&wanted), vec![a]);
+        assert_eq!(files.changed(&wanted, FileLimits::default()).await, vec![a]);
     }
 }

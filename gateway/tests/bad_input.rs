@@ -1,6 +1,7 @@
 //! Bad input from either side: plugins that answer with something that is
-//! not the ManifestWork they were given, garbage on the gRPC port, and
-//! messages at and over the size limit.
+//! not the ManifestWork they were given, callers whose requests no plugin
+//! could take, garbage on the gRPC port, and messages at and over the size
+//! limit.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,6 +12,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
+use prost::Message as _;
+use rollout_gateway::hooks::HookKind;
 use rollout_proto::v1alpha1::InitializeRequest;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -228,5 +231,88 @@ async fn messages_over_the_limit_are_resource_exhausted() {
     c.mutate_manifest_work(to("p", mutate_request("c1", work(1024))))
         .await
         .unwrap();
+    gw.stop().await;
+}
+
+/// What a caller sends that a plugin could not take is the caller's error:
+/// `INVALID_ARGUMENT` naming what is wrong, before any plugin is called, so
+/// a plugin's circuit (which every caller and hub shares) never counts it.
+#[tokio::test]
+async fn a_callers_malformed_request_is_invalid_argument_and_no_plugin_is_called() {
+    let (p, gw) = one_mutator(Mutation::Echo).await;
+    let good = rollout("c1").encode_to_vec();
+    let with = |extra: &[u8]| [good.as_slice(), extra].concat();
+    let target = ("ocm-rollout-plugin", "rogue");
+    // (method, message, headers, what the message names)
+    type Case<'a> = (&'a str, Vec<u8>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        // plugin_config_json (field 11): not UTF-8, then not JSON.
+        (
+            "BeginRollout",
+            with(&[0x5a, 2, 0xff, 0xfe]),
+            vec![target],
+            "plugin_config_json is not UTF-8",
+        ),
+        (
+            "ProgressRollout",
+            with(&[0x5a, 4, b'n', b'o', b'p', b'e']),
+            vec![target],
+            "plugin_config_json is not JSON",
+        ),
+        // rollout_status (field 6) whose first cluster is cut short.
+        (
+            "BeginRollout",
+            with(&[0x32, 3, 0x0a, 5, b'c']),
+            vec![target],
+            "rollout_status",
+        ),
+        // Not a protobuf message at all.
+        (
+            "Initialize",
+            vec![0x0a, 50, 1, 2],
+            vec![target],
+            "cannot decode",
+        ),
+        (
+            "BeginRollout",
+            good.clone(),
+            vec![target, target],
+            "\"ocm-rollout-plugin\" is sent more than once",
+        ),
+        (
+            "BeginRollout",
+            good.clone(),
+            vec![target, ("grpc-timeout", "soon")],
+            "\"grpc-timeout\" is not",
+        ),
+        (
+            "BeginRollout",
+            good.clone(),
+            vec![target, ("grpc-timeout", "1S"), ("grpc-timeout", "2S")],
+            "\"grpc-timeout\" is sent more than once",
+        ),
+    ];
+    // The gateway's own Initialize first, so that none is counted below.
+    p.wait_calls(HookKind::Initialize, 1).await;
+    let initialized = p.calls(HookKind::Initialize);
+    for (method, bytes, headers, why) in cases {
+        let answer = raw_unary(gw.grpc, method, &RawMessage(bytes), &headers).await;
+        assert_eq!(
+            answer.status().as_deref(),
+            Some("3"),
+            "{method} {why}: {answer:?}"
+        );
+        assert!(
+            answer.message().contains(why),
+            "{method}: {}",
+            answer.message()
+        );
+    }
+    assert_eq!(p.calls(HookKind::BeginRollout), 0);
+    assert_eq!(p.calls(HookKind::ProgressRollout), 0);
+    assert_eq!(p.calls(HookKind::Initialize), initialized);
+    // The plugin is as healthy as before: a good call goes through.
+    let answer = raw_unary(gw.grpc, "BeginRollout", &RawMessage(good), &[target]).await;
+    assert_eq!(answer.status().as_deref(), Some("0"), "{answer:?}");
     gw.stop().await;
 }

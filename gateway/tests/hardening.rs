@@ -162,9 +162,10 @@ async fn an_answer_the_gateway_cannot_decode_is_the_plugins_failure() {
             .await
             .expect_err("not a neutral answer");
         assert_eq!(e.code(), Code::Internal, "{framing:?}: {e:?}");
+        // Its Initialize is as undecodable: the plugin is never loaded.
         assert!(
-            e.message()
-                .starts_with("plugin \"raw\": undecodable answer: "),
+            e.message().starts_with("plugin \"raw\": not loaded: ")
+                && e.message().contains("undecodable answer: "),
             "{framing:?}: {}",
             e.message()
         );

@@ -238,31 +238,6 @@ async fn send_each_hook(gw: &Gateway, target: &str, request: &RolloutPluginReque
     }
 }
 
-/// Already encoded message bytes, sent as they are.
-#[derive(Debug)]
-struct RawMessage(Vec<u8>);
-
-impl prost::Message for RawMessage {
-    fn encode_raw(&self, buf: &mut impl bytes::BufMut) {
-        buf.put_slice(&self.0);
-    }
-    fn merge_field(
-        &mut self,
-        _: u32,
-        _: prost::encoding::WireType,
-        _: &mut impl bytes::Buf,
-        _: prost::encoding::DecodeContext,
-    ) -> Result<(), prost::DecodeError> {
-        unreachable!("only encoded")
-    }
-    fn encoded_len(&self) -> usize {
-        self.0.len()
-    }
-    fn clear(&mut self) {
-        self.0.clear();
-    }
-}
-
 /// What `plugin` received for each hook is `request` as the caller sent it
 /// (`full`) or without its state, the counts untouched.
 fn assert_received(plugin: &Recorder, request: &RolloutPluginRequest, full: bool, who: &str) {
@@ -389,7 +364,7 @@ struct NewerRequest {
     cluster_index: i32,
     #[prost(message, optional, tag = "10")]
     counts: Option<RolloutCounts>,
-    #[prost(string, tag = "11")]
+    #[prost(string, tag = "12")]
     added_later: String,
     #[prost(fixed64, tag = "200")]
     added_much_later: u64,

@@ -157,6 +157,7 @@ async fn the_gateway_presents_its_client_certificate_when_configured() {
             tokio::time::Instant::now() + Duration::from_secs(5),
             rollout_gateway::error::DeadlineOwner::Plugin,
             &http::HeaderMap::new(),
+            Some("other"),
         )
         .await
         .unwrap_err();

@@ -161,7 +161,7 @@ pub fn merge_validate(
     let mut any_failed = false;
     let mut any_in_progress = false;
     let mut recheck: Option<prost_types::Duration> = None;
-    let mut message = String::new();
+    let mut parts: Vec<(&str, &str)> = Vec::new();
     for (name, answer) in &answered {
         match ValidationResult::try_from(answer.result).unwrap_or(ValidationResult::Unspecified) {
             ValidationResult::Failed => any_failed = true,
@@ -178,14 +178,10 @@ pub fn merge_validate(
             }
         }
         if !answer.message.is_empty() {
-            if !message.is_empty() {
-                message.push_str("; ");
-            }
-            message.push_str(name);
-            message.push_str(": ");
-            message.push_str(&answer.message);
+            parts.push((name, &answer.message));
         }
     }
+    let message = join_bounded(&parts, MAX_JOINED_MESSAGE_BYTES);
     let result = if any_failed {
         ValidationResult::Failed
     } else if any_in_progress {
@@ -207,8 +203,10 @@ pub fn merge_validate(
     })
 }
 
-/// Initialize. With `single` the plugin's answer passes through unchanged.
-/// For a pipeline: `name` is the pipeline's, `version` lists the members as
+/// Initialize. With `single` the plugin's answer passes through unchanged,
+/// and a plugin that did not answer has failed whatever its failure policy:
+/// there is no neutral answer to make up for it (a made-up name and an empty
+/// list would read as "every hook"). For a pipeline: `name` is the pipeline's, `version` lists the members as
 /// `NAME=VERSION,…`, `hooks` is the union of the members' hooks, spelled
 /// out (a member with an empty list implements all), and `state_detail` is
 /// `COUNTS` only when every member declared `COUNTS`, `FULL` otherwise: a
@@ -221,6 +219,26 @@ pub fn merge_initialize(
     members: Vec<Member<InitializeResponse>>,
 ) -> Result<Merged<InitializeResponse>, MergeError> {
     let members_len = members.len();
+    if single && let [only] = members.as_slice() {
+        return match &only.outcome {
+            Outcome::Answered(value) => Ok(Merged {
+                value: value.clone(),
+                failed_open: Vec::new(),
+            }),
+            Outcome::FailedOpen(f) | Outcome::Failed(f) => Err(MergeError {
+                failures: vec![(only.name.clone(), f.clone())],
+            }),
+            Outcome::Skipped => Err(MergeError {
+                failures: vec![(
+                    only.name.clone(),
+                    Failure {
+                        code: Code::Internal,
+                        message: "Initialize was not answered".into(),
+                    },
+                )],
+            }),
+        };
+    }
     let Partitioned {
         answered,
         failed_open,
@@ -228,19 +246,6 @@ pub fn merge_initialize(
     } = partition(members);
     if !failures.is_empty() {
         return Err(MergeError { failures });
-    }
-    if single {
-        let value = answered
-            .into_iter()
-            .next()
-            .map(|(_, v)| v)
-            .unwrap_or_else(|| InitializeResponse {
-                name: pipeline.to_string(),
-                version: String::new(),
-                hooks: Vec::new(),
-                ..Default::default()
-            });
-        return Ok(Merged { value, failed_open });
     }
     let mut implemented = [false; Hook::ALL.len()];
     let mut versions = Vec::with_capacity(answered.len());
@@ -279,6 +284,60 @@ pub fn merge_initialize(
         },
         failed_open,
     })
+}
+
+/// The most bytes of members' messages a pipeline's validation joins: the
+/// members share it fairly (a short message is kept whole, the long ones
+/// are cut to equal parts), so two members answering with multi-MiB reasons
+/// cannot make an answer over the gateway's message limit.
+pub const MAX_JOINED_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// `NAME: message; NAME: message`, at most `budget` bytes of messages
+/// (names and separators besides): each member's share is the budget left
+/// divided among the members left, shortest first, and a message over its
+/// share is cut on a character boundary and marked `… [N bytes cut]`, the
+/// mark within the share.
+pub fn join_bounded(parts: &[(&str, &str)], budget: usize) -> String {
+    let mut order: Vec<usize> = (0..parts.len()).collect();
+    order.sort_by_key(|&i| parts[i].1.len());
+    let mut shares = vec![0; parts.len()];
+    let mut left = budget;
+    for (k, &i) in order.iter().enumerate() {
+        let share = (left / (parts.len() - k)).min(parts[i].1.len());
+        shares[i] = share;
+        left -= share;
+    }
+    let mut out = String::new();
+    for (i, (name, message)) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push_str("; ");
+        }
+        out.push_str(name);
+        out.push_str(": ");
+        out.push_str(&cut_to(message, shares[i]));
+    }
+    out
+}
+
+/// The room the cut mark takes, whatever number it shows.
+const CUT_MARK_BYTES: usize = 32;
+
+/// `message` if it fits `max` bytes, else its start cut on a character
+/// boundary and marked `… [N bytes cut]` (N the bytes left out), the whole
+/// within `max` when `max` leaves room for the mark (32 bytes).
+pub fn cut_to(message: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if message.len() <= max {
+        return std::borrow::Cow::Borrowed(message);
+    }
+    let mut end = max.saturating_sub(CUT_MARK_BYTES);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}… [{} bytes cut]",
+        &message[..end],
+        message.len() - end
+    ))
 }
 
 /// A protobuf duration as a comparable std duration (negative counts as zero).
@@ -441,6 +500,62 @@ mod tests {
         ])
         .expect("ok");
         assert_eq!(got.failed_open, vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn joined_messages_share_a_bound_fairly_and_say_what_was_cut() {
+        let big = "x".repeat(9 * 1024 * 1024);
+        let members = vec![
+            m("a", Outcome::Answered(v(F, &big, None))),
+            m("b", Outcome::Answered(v(F, &big, None))),
+            m("c", Outcome::Answered(v(S, "short and whole", None))),
+        ];
+        let got = merge_validate(false, members).expect("merged").value;
+        assert_eq!(got.result, F as i32);
+        assert!(
+            got.message.len() <= MAX_JOINED_MESSAGE_BYTES + 64,
+            "{}",
+            got.message.len()
+        );
+        assert!(
+            got.message.ends_with("; c: short and whole"),
+            "{}",
+            &got.message[got.message.len() - 40..]
+        );
+        let parts: Vec<&str> = got.message.split("; ").collect();
+        for (part, name) in parts.iter().zip(["a: ", "b: "]) {
+            let body = part.strip_prefix(name).expect("named");
+            let kept = body.split('…').next().expect("kept");
+            assert_eq!(
+                body,
+                format!("{kept}… [{} bytes cut]", big.len() - kept.len())
+            );
+            // Each long member got half of what the short one left.
+            assert!(
+                kept.len() > MAX_JOINED_MESSAGE_BYTES / 2 - 64,
+                "{}",
+                kept.len()
+            );
+        }
+        // Under the bound, nothing is cut.
+        assert_eq!(
+            join_bounded(&[("a", "one"), ("b", "two")], 64),
+            "a: one; b: two"
+        );
+        assert_eq!(cut_to("€€€€", 40), "€€€€");
+        assert_eq!(cut_to(&"€".repeat(20), 40), "€€… [54 bytes cut]");
+    }
+
+    #[test]
+    fn initialize_of_one_plugin_that_did_not_answer_fails_whatever_its_policy() {
+        for outcome in [
+            Outcome::FailedOpen(fail(Code::FailedPrecondition, "not a plugin")),
+            Outcome::Failed(fail(Code::FailedPrecondition, "not a plugin")),
+        ] {
+            let err = merge_initialize("a", true, vec![m("a", outcome)]).expect_err("no answer");
+            assert_eq!(err.code(), Code::FailedPrecondition);
+            assert_eq!(err.message(), "plugin \"a\": not a plugin");
+        }
     }
 
     #[test]

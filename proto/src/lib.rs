@@ -12,7 +12,9 @@ pub mod v1alpha1 {
     tonic::include_proto!("ocm.rolloutplugin.v1alpha1");
 }
 
+pub mod declaration;
 pub mod duration;
+pub mod verdict;
 pub mod view;
 
 /// Request metadata key naming the plugin or pipeline a gateway call targets.

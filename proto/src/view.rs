@@ -188,6 +188,27 @@ fn map_field(
     Ok(out.freeze())
 }
 
+/// Every value of the top-level varint field `number` of `message`, in
+/// order (a field sent several times shows each time); occurrences with
+/// another wire type are returned as `None`.
+pub(crate) fn varint_occurrences(
+    message: &[u8],
+    number: u32,
+) -> Result<Vec<Option<u64>>, WireError> {
+    let mut out = Vec::new();
+    for field in Fields::new(message) {
+        let field = field?;
+        if field.number == number {
+            out.push(if field.wire_type == VARINT {
+                varint(message, field.body.start).map(|(v, _)| v)
+            } else {
+                None
+            });
+        }
+    }
+    Ok(out)
+}
+
 const VARINT: u8 = 0;
 const FIXED64: u8 = 1;
 const LENGTH_DELIMITED: u8 = 2;
@@ -340,6 +361,173 @@ fn put_varint(out: &mut BytesMut, mut value: u64) {
         value >>= 7;
     }
     out.put_u8(value as u8);
+}
+
+/// Why a request's bytes are not what the plugin API's messages allow,
+/// past what decoding the partial views above checks (they skip
+/// `rollout_status` and `counts`): `field` is the path of the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("field {field}: {source}")]
+    Wire {
+        field: String,
+        #[source]
+        source: WireError,
+    },
+    #[error("field {field} has wire type {found}, not the {expected} its type needs")]
+    WireType {
+        field: String,
+        found: u8,
+        expected: u8,
+    },
+    #[error("field {field} is not UTF-8")]
+    NotUtf8 { field: String },
+}
+
+/// What a field of a message is, for [`check_rollout_request`].
+enum Kind {
+    /// An integer, bool or enum.
+    Varint,
+    /// A string: UTF-8.
+    Text,
+    /// `bytes`: anything.
+    Bytes,
+    /// A nested message with these fields.
+    Message(&'static [(u32, &'static str, Kind)]),
+}
+
+const TIMESTAMP: &[(u32, &str, Kind)] = &[(1, "seconds", Kind::Varint), (2, "nanos", Kind::Varint)];
+const CLUSTER_STATUS: &[(u32, &str, Kind)] = &[
+    (1, "cluster_name", Kind::Text),
+    (2, "rollout_status", Kind::Varint),
+    (3, "manifest_revision_name", Kind::Text),
+    (4, "last_transition_time", Kind::Message(TIMESTAMP)),
+    (5, "group_index", Kind::Varint),
+    (6, "group_name", Kind::Text),
+];
+const ROLLOUT_STATE: &[(u32, &str, Kind)] = &[
+    (1, "completed", Kind::Message(CLUSTER_STATUS)),
+    (2, "progressing", Kind::Message(CLUSTER_STATUS)),
+    (3, "timed_out", Kind::Message(CLUSTER_STATUS)),
+    (4, "removed", Kind::Message(CLUSTER_STATUS)),
+];
+const COUNTS: &[(u32, &str, Kind)] = &[
+    (1, "to_apply", Kind::Varint),
+    (2, "progressing", Kind::Varint),
+    (3, "validating", Kind::Varint),
+    (4, "succeeded", Kind::Varint),
+    (5, "failed", Kind::Varint),
+    (6, "timed_out", Kind::Varint),
+    (7, "skip", Kind::Varint),
+    (8, "removed", Kind::Varint),
+];
+/// `RolloutPluginRequest.plugin_config_json`.
+pub const PLUGIN_CONFIG_FIELD: u32 = 11;
+const ROLLOUT_REQUEST: &[(u32, &str, Kind)] = &[
+    (1, "mwrs_name", Kind::Text),
+    (2, "mwrs_namespace", Kind::Text),
+    (3, "placement_name", Kind::Text),
+    (4, "cluster_name", Kind::Text),
+    (5, "total_cluster_count", Kind::Varint),
+    (
+        ROLLOUT_STATUS_FIELD,
+        "rollout_status",
+        Kind::Message(ROLLOUT_STATE),
+    ),
+    (7, "desired_revision", Kind::Text),
+    (8, "aborting", Kind::Varint),
+    (9, "cluster_index", Kind::Varint),
+    (10, "counts", Kind::Message(COUNTS)),
+    (PLUGIN_CONFIG_FIELD, "plugin_config_json", Kind::Text),
+];
+const VALIDATE_REQUEST: &[(u32, &str, Kind)] =
+    &[(ROLLOUT_FIELD, "rollout", Kind::Message(ROLLOUT_REQUEST))];
+const MUTATE_REQUEST: &[(u32, &str, Kind)] = &[
+    (ROLLOUT_FIELD, "rollout", Kind::Message(ROLLOUT_REQUEST)),
+    (2, "manifest_work", Kind::Bytes),
+];
+
+/// Checks an encoded `RolloutPluginRequest` as a plugin decoding it whole
+/// would: every field the API declares, nested ones included
+/// (`rollout_status` with every cluster), has its type's wire type, strings
+/// are UTF-8 and messages well framed; unknown fields are let through. One
+/// pass over the bytes, nothing allocated. Returns the bytes of
+/// `plugin_config_json` (the last occurrence, as protobuf reads it).
+pub fn check_rollout_request(message: &[u8]) -> Result<&[u8], RequestError> {
+    check_message(message, ROLLOUT_REQUEST, "")
+}
+
+/// [`check_rollout_request`] for a `ValidateCompletionRequest`.
+pub fn check_validate_request(message: &[u8]) -> Result<&[u8], RequestError> {
+    check_message(message, VALIDATE_REQUEST, "")
+}
+
+/// [`check_rollout_request`] for a `MutateManifestWorkRequest` (the
+/// ManifestWork itself is bytes here; it is JSON the gateway checks).
+pub fn check_mutate_request(message: &[u8]) -> Result<&[u8], RequestError> {
+    check_message(message, MUTATE_REQUEST, "")
+}
+
+/// Walks `message` by `schema`; returns the last `plugin_config_json` found
+/// in it or its nested messages (empty when none).
+fn check_message<'a>(
+    message: &'a [u8],
+    schema: &'static [(u32, &'static str, Kind)],
+    path: &str,
+) -> Result<&'a [u8], RequestError> {
+    let name = |n: &str| {
+        if path.is_empty() {
+            n.to_string()
+        } else {
+            format!("{path}.{n}")
+        }
+    };
+    let mut config: &[u8] = &[];
+    for field in Fields::new(message) {
+        let field = field.map_err(|source| RequestError::Wire {
+            field: if path.is_empty() {
+                "(top level)".into()
+            } else {
+                path.to_string()
+            },
+            source,
+        })?;
+        let Some((_, field_name, kind)) = schema.iter().find(|(n, _, _)| *n == field.number) else {
+            continue;
+        };
+        let expected = match kind {
+            Kind::Varint => VARINT,
+            Kind::Text | Kind::Bytes | Kind::Message(_) => LENGTH_DELIMITED,
+        };
+        if field.wire_type != expected {
+            return Err(RequestError::WireType {
+                field: name(field_name),
+                found: field.wire_type,
+                expected,
+            });
+        }
+        let body = &message[field.body.clone()];
+        match kind {
+            Kind::Text => {
+                if std::str::from_utf8(body).is_err() {
+                    return Err(RequestError::NotUtf8 {
+                        field: name(field_name),
+                    });
+                }
+                if std::ptr::eq(schema, ROLLOUT_REQUEST) && field.number == PLUGIN_CONFIG_FIELD {
+                    config = body;
+                }
+            }
+            Kind::Message(inner) => {
+                let found = check_message(body, inner, &name(field_name))?;
+                if !found.is_empty() {
+                    config = found;
+                }
+            }
+            Kind::Varint | Kind::Bytes => {}
+        }
+    }
+    Ok(config)
 }
 
 #[cfg(test)]

@@ -160,11 +160,13 @@ def _read(path):
         return f.read()
 
 
-def serve(listen, tls_cert=None, tls_key=None, client_ca=None):
-    """Starts the server; returns (server, bound address)."""
+def serve(listen, tls_cert=None, tls_key=None, client_ca=None, extra_options=()):
+    """Starts the server; returns (server, bound address). `extra_options` are
+    more grpc server options (say, ("grpc.max_connection_age_ms", N))."""
     options = [
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        *extra_options,
     ]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=options)
     pb_grpc.add_RolloutPluginServiceServicer_to_server(RevisionStamper(), server)

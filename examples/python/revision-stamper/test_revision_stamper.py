@@ -13,7 +13,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
+from concurrent import futures
 import urllib.request
 
 import revision_stamper as rs
@@ -166,6 +168,75 @@ class EndToEndTest(unittest.TestCase):
                 self.assertEqual(annotations[rs.PLACEMENT_ANNOTATION], "canary")
             finally:
                 self.assertEqual(stop(gateway), 0)
+
+
+class GracefulGoawayTest(unittest.TestCase):
+    """grpcio's max_connection_age makes the plugin send GOAWAY to every
+    connection 200 ms after it opens, as grpc servers do in production; calls
+    through the gateway, 1 and 32 at a time, with no retries and a circuit
+    breaker that opens at the first failure, must never fail."""
+
+    def test_no_call_fails_while_the_plugin_keeps_going_away(self):
+        import grpc
+
+        gateway_bin = binary("ROLLOUT_GATEWAY")
+        server, addr = rs.serve(
+            "127.0.0.1:0",
+            extra_options=[("grpc.max_connection_age_ms", 200), ("grpc.max_connection_age_grace_ms", 5000)],
+        )
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                config = os.path.join(d, "config.yaml")
+                with open(config, "w") as f:
+                    f.write(
+                        f"plugins:\n  - name: stamper\n    endpoint: {addr}\n    insecure: true\n"
+                        "    retry:\n      maxAttempts: 1\n"
+                        "    circuitBreaker:\n      consecutiveFailures: 1\n      openFor: 1m\n"
+                    )
+                gateway, fields = start(
+                    [gateway_bin, "--config", config, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
+                )
+                try:
+                    with grpc.insecure_channel(fields["grpc"]) as channel:
+                        client = rs.pb_grpc.RolloutPluginServiceStub(channel)
+                        for in_flight in (1, 32):
+                            calls, failed, first = self._load(client, in_flight, seconds=3)
+                            self.assertGreater(calls, in_flight)
+                            self.assertEqual(failed, 0, f"{failed} of {calls} calls failed at {in_flight} in flight: {first}")
+                finally:
+                    self.assertEqual(stop(gateway), 0)
+        finally:
+            server.stop(0)
+
+    @staticmethod
+    def _load(client, in_flight, seconds):
+        import grpc
+
+        rollout = rs.pb.RolloutPluginRequest(
+            mwrs_name="web", mwrs_namespace="default", placement_name="canary",
+            cluster_name="cluster1", cluster_index=1, total_cluster_count=2, desired_revision="rev-7",
+        )
+        request = rs.pb.MutateManifestWorkRequest(rollout=rollout, manifest_work=json.dumps(WORK).encode())
+        until = time.monotonic() + seconds
+
+        def worker(_):
+            calls, failed, first = 0, 0, None
+            while time.monotonic() < until:
+                calls += 1
+                try:
+                    client.MutateManifestWork(request, metadata=[("ocm-rollout-plugin", "stamper")], timeout=10)
+                except grpc.RpcError as e:
+                    failed += 1
+                    first = first or f"{e.code()}: {e.details()}"
+            return calls, failed, first
+
+        with futures.ThreadPoolExecutor(in_flight) as pool:
+            results = list(pool.map(worker, range(in_flight)))
+        return (
+            sum(r[0] for r in results),
+            sum(r[1] for r in results),
+            next((r[2] for r in results if r[2]), None),
+        )
 
 
 if __name__ == "__main__":

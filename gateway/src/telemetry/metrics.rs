@@ -394,6 +394,11 @@ pub trait RegistryState: Send + Sync {
     /// shared scope) and the state of its circuit.
     fn circuits(&self) -> Vec<(String, Option<String>, BreakerState)>;
 
+    /// Each plugin of the current snapshot: its name, its hub, and whether
+    /// it is loaded (its own Initialize for that hub answered OK with a
+    /// valid declaration).
+    fn loaded(&self) -> Vec<(String, Option<String>, bool)>;
+
     /// Counts of successful and failed reloads.
     fn reload_counts(&self) -> (u64, u64);
 
@@ -435,6 +440,20 @@ impl Collector for RegistryCollector {
                 ("hub", hub.as_deref().unwrap_or("")),
             ];
             ConstGauge::new(value).encode(metric.encode_family(&labels)?)?;
+        }
+
+        let mut metric = encoder.encode_descriptor(
+            "rollout_gateway_plugin_loaded",
+            "Whether each plugin is loaded (1): its Initialize answered OK with a valid declaration; 0 until then, and while its server refuses",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (plugin, hub, loaded) in registry.loaded() {
+            let labels = [
+                ("plugin", plugin.as_str()),
+                ("hub", hub.as_deref().unwrap_or("")),
+            ];
+            ConstGauge::new(i64::from(loaded)).encode(metric.encode_family(&labels)?)?;
         }
 
         let (success, failure) = registry.reload_counts();

@@ -1,7 +1,8 @@
 //! Connections to plugins: dialling (TCP, then TLS trusting the plugin's own
 //! CA bundle when it has one), the HTTP/2 client handshake, and a keepalive
 //! that notices a dead peer. What a plugin's connection is used for, and the
-//! state kept per plugin, is [`crate::upstream`]'s.
+//! state kept per plugin, is the upstream's; this module takes plain values
+//! and imports nothing above the transport.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,15 +13,18 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 
-use crate::config::Endpoint;
 use crate::transport::grpc::Payload;
-use crate::upstream::ClientIdentity;
 
-/// An HTTP/2 connection to a plugin: the handle to open streams, and whether
-/// the connection has ended (the next call then dials anew).
+/// An HTTP/2 connection to a plugin: the handle to open streams, whether
+/// the connection has ended, and whether it was retired (it refused a stream
+/// because it is going away); either way the next call dials anew.
 pub struct PluginConnection {
     sender: SendRequest<Payload>,
     closed: Arc<AtomicBool>,
+    /// Set (before `closed`) when the connection ended after the plugin's
+    /// GOAWAY with NO_ERROR: a graceful stop, not a crash.
+    graceful: Arc<AtomicBool>,
+    retired: AtomicBool,
 }
 
 impl PluginConnection {
@@ -33,25 +37,67 @@ impl PluginConnection {
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Relaxed)
     }
+
+    /// Whether the connection has ended after the plugin's graceful GOAWAY.
+    pub fn ended_gracefully(&self) -> bool {
+        self.graceful.load(Ordering::Relaxed)
+    }
+
+    /// Takes the connection out of use for new calls; the streams open on
+    /// it go on until they end.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether new calls may use the connection.
+    pub fn is_usable(&self) -> bool {
+        !self.is_closed() && !self.retired.load(Ordering::Relaxed)
+    }
 }
+
+/// Why a plugin could not be dialled; each names the endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    #[error("cannot connect to {endpoint}: {source}")]
+    Connect {
+        endpoint: String,
+        source: std::io::Error,
+    },
+    #[error("TLS handshake with {endpoint} failed: {why}")]
+    Tls { endpoint: String, why: String },
+    #[error("HTTP/2 handshake with {endpoint} failed: {source}")]
+    Handshake { endpoint: String, source: h2::Error },
+}
+
+/// The largest header block accepted from a plugin, as from callers: a
+/// plugin's answer carries a few short headers and trailers.
+pub const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
 
 /// How often an idle-or-not connection is pinged, and how long a ping may
 /// wait for its answer before the connection is given up.
 const PING_EVERY: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Dials `endpoint`: TCP, then TLS with `tls` (the client configuration and
+/// Dials `host:port`: TCP, then TLS with `tls` (the client configuration and
 /// the name the certificate must carry) when given, then the HTTP/2
 /// handshake. The error says which step failed, naming the endpoint.
 pub async fn dial(
-    endpoint: &Endpoint,
+    host: &str,
+    port: u16,
     tls: Option<&(Arc<rustls::ClientConfig>, ServerName<'static>)>,
-) -> Result<PluginConnection, String> {
-    let tcp = TcpStream::connect((endpoint.host.as_str(), endpoint.port))
+) -> Result<Arc<PluginConnection>, DialError> {
+    let label = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let tcp = TcpStream::connect((host, port))
         .await
-        .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
+        .map_err(|source| DialError::Connect {
+            endpoint: label.clone(),
+            source,
+        })?;
     let _ = tcp.set_nodelay(true);
-    let label = endpoint.to_string();
     // A read buffer in front of the socket: a whole small answer arrives
     // in one read instead of two.
     let read_buffer = crate::transport::io::READ_BUFFER;
@@ -61,13 +107,16 @@ pub async fn dial(
             let tls = tokio_rustls::TlsConnector::from(config.clone())
                 .connect(name.clone(), tcp)
                 .await
-                .map_err(|e| format!("TLS handshake with {endpoint} failed: {}", chain(&e)))?;
+                .map_err(|e| DialError::Tls {
+                    endpoint: label.clone(),
+                    why: chain(&e),
+                })?;
             handshake(tokio::io::BufReader::with_capacity(read_buffer, tls), label).await
         }
     }
 }
 
-async fn handshake<T>(io: T, endpoint: String) -> Result<PluginConnection, String>
+async fn handshake<T>(io: T, endpoint: String) -> Result<Arc<PluginConnection>, DialError>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -79,12 +128,29 @@ where
         // Large frames: an answer up to 1 MiB arrives in one frame.
         .max_frame_size(1024 * 1024)
         .max_send_buffer_size(4 * 1024 * 1024)
+        // A plugin has no business pushing: SETTINGS_ENABLE_PUSH=0, so a
+        // PUSH_PROMISE is a protocol error rather than bytes held.
+        .enable_push(false)
+        // Header blocks bounded as callers' are.
+        .max_header_list_size(MAX_HEADER_LIST_BYTES)
         .handshake::<_, Payload>(io)
         .await
-        .map_err(|e| format!("HTTP/2 handshake with {endpoint} failed: {e}"))?;
-    let closed = Arc::new(AtomicBool::new(false));
+        .map_err(|source| DialError::Handshake {
+            endpoint: endpoint.clone(),
+            source,
+        })?;
+    let plugin_connection = Arc::new(PluginConnection {
+        sender,
+        closed: Arc::new(AtomicBool::new(false)),
+        graceful: Arc::new(AtomicBool::new(false)),
+        retired: AtomicBool::new(false),
+    });
     let ping = connection.ping_pong();
-    let flag = closed.clone();
+    let flag = plugin_connection.closed.clone();
+    let graceful_flag = plugin_connection.graceful.clone();
+    // Weak: a connection nobody holds any more closes when idle, as h2
+    // closes a client connection whose handles are all dropped.
+    let handle = Arc::downgrade(&plugin_connection);
     tokio::spawn(async move {
         let keepalive = async {
             let Some(mut ping) = ping else {
@@ -103,19 +169,31 @@ where
             result = connection => result.err().map(|e| e.to_string()),
             why = keepalive => Some(why),
         };
+        // Asked once the connection has ended, a handle answers with the
+        // error that ended it: a GOAWAY's when the plugin sent one.
+        let probe = handle.upgrade().map(|c| c.sender());
+        if let Some(probe) = probe
+            && let Err(e) = probe.ready().await
+            && e.is_go_away()
+            && e.is_remote()
+            && e.reason() == Some(h2::Reason::NO_ERROR)
+        {
+            graceful_flag.store(true, Ordering::Relaxed);
+        }
         flag.store(true, Ordering::Relaxed);
         if let Some(error) = ended {
             tracing::debug!(%endpoint, %error, "plugin connection closed");
         }
     });
-    Ok(PluginConnection { sender, closed })
+    Ok(plugin_connection)
 }
 
 /// A client TLS configuration trusting only `ca_bundle_pem`, presenting
-/// `identity` when given, speaking HTTP/2.
+/// `identity` (a certificate chain and its key, PEM) when given, speaking
+/// HTTP/2.
 pub fn tls_config(
     ca_bundle_pem: &[u8],
-    identity: Option<&ClientIdentity>,
+    identity: Option<(&[u8], &[u8])>,
 ) -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_bundle_pem) {
@@ -133,12 +211,12 @@ pub fn tls_config(
     .with_root_certificates(roots);
     let mut config = match identity {
         None => builder.with_no_client_auth(),
-        Some(id) => {
-            let certs = CertificateDer::pem_slice_iter(&id.cert_pem)
+        Some((cert_pem, key_pem)) => {
+            let certs = CertificateDer::pem_slice_iter(cert_pem)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| format!("certFile: {e}"))?;
             let key =
-                PrivateKeyDer::from_pem_slice(&id.key_pem).map_err(|e| format!("keyFile: {e}"))?;
+                PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("keyFile: {e}"))?;
             builder
                 .with_client_auth_cert(certs, key)
                 .map_err(|e| format!("client certificate: {e}"))?

@@ -7,7 +7,6 @@
 //! and wakes the peer once, and lets an over-large message be refused from
 //! its 5-byte prefix before it is buffered.
 
-use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tonic::{Code, Status};
 
-use crate::transport::pending::{PendingExceeded, Reservation};
+use super::pending::{PendingExceeded, Reservation};
 
 /// The gRPC content type.
 pub const CONTENT_TYPE: &str = "application/grpc";
@@ -75,16 +74,35 @@ pub fn frame_mutate(rollout: Option<Bytes>, manifest_work: Bytes) -> Payload {
 
 /// The message of a whole unary body, without its 5-byte prefix, after
 /// checking the prefix (compression flag, limit, length).
-pub fn message(mut body: Bytes, limit: usize) -> Result<Bytes, Status> {
+pub fn message(mut body: Bytes, limit: usize) -> Result<Bytes, FrameError> {
     let len = message_len(&body, limit)?;
     body.advance(5);
     if body.len() != len {
-        return Err(Status::internal(format!(
-            "gRPC message length {len} does not match the {} bytes received",
-            body.len()
-        )));
+        return Err(FrameError::LengthMismatch {
+            declared: len,
+            received: body.len(),
+        });
     }
     Ok(body)
+}
+
+/// Why bytes are not one well-formed gRPC message (or its protobuf).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("truncated gRPC message prefix")]
+    TruncatedPrefix,
+    #[error("invalid gRPC compression flag {0}")]
+    InvalidFlag(u8),
+    #[error("compressed messages are not supported (send grpc-encoding identity)")]
+    Compressed,
+    #[error("message of {len} bytes is larger than the limit of {limit} bytes")]
+    TooLarge { len: usize, limit: usize },
+    #[error("gRPC message length {declared} does not match the {received} bytes received")]
+    LengthMismatch { declared: usize, received: usize },
+    #[error("more than one message on a unary call")]
+    SeveralMessages,
+    #[error("cannot decode message: {0}")]
+    Decode(#[from] prost::DecodeError),
 }
 
 /// Why a plugin's answer could not be taken.
@@ -104,9 +122,9 @@ pub fn uncompressed(
     encoding: Option<&str>,
     limit: usize,
 ) -> Result<Bytes, Unreadable> {
-    let len = frame_len(&body, limit).map_err(|s| match s.code() {
-        Code::ResourceExhausted => Unreadable::TooLarge(s.message().to_string()),
-        _ => Unreadable::Invalid(s.message().to_string()),
+    let len = frame_len(&body, limit).map_err(|e| match e {
+        FrameError::TooLarge { .. } => Unreadable::TooLarge(e.to_string()),
+        _ => Unreadable::Invalid(e.to_string()),
     })?;
     let compressed = body[0] == 1;
     body.advance(5);
@@ -147,8 +165,8 @@ pub fn uncompressed(
 }
 
 /// Decodes a message (without its prefix) as `M`.
-pub fn decode_message<M: prost::Message + Default>(message: Bytes) -> Result<M, Status> {
-    M::decode(message).map_err(|e| Status::internal(format!("cannot decode message: {e}")))
+pub fn decode_message<M: prost::Message + Default>(message: Bytes) -> Result<M, FrameError> {
+    Ok(M::decode(message)?)
 }
 
 /// Encodes `head` followed by a length-delimited field number `tag` holding
@@ -207,41 +225,33 @@ pub fn flatten(mut payload: Payload) -> Bytes {
 
 /// Reads the 5-byte prefix: the message length, after checking the
 /// compression flag (the gateway's callers must not compress) and the limit.
-pub fn message_len(prefix: &[u8], limit: usize) -> Result<usize, Status> {
+pub fn message_len(prefix: &[u8], limit: usize) -> Result<usize, FrameError> {
     if prefix.first() == Some(&1) {
-        return Err(Status::unimplemented(
-            "compressed messages are not supported (send grpc-encoding identity)",
-        ));
+        return Err(FrameError::Compressed);
     }
     frame_len(prefix, limit)
 }
 
 /// Reads the 5-byte prefix: the message length, after checking that the
 /// compression flag is 0 or 1 and the limit.
-fn frame_len(prefix: &[u8], limit: usize) -> Result<usize, Status> {
+fn frame_len(prefix: &[u8], limit: usize) -> Result<usize, FrameError> {
     if prefix.len() < 5 {
-        return Err(Status::internal("truncated gRPC message prefix"));
+        return Err(FrameError::TruncatedPrefix);
     }
     match prefix[0] {
         0 | 1 => {}
-        f => {
-            return Err(Status::internal(format!(
-                "invalid gRPC compression flag {f}"
-            )));
-        }
+        f => return Err(FrameError::InvalidFlag(f)),
     }
     let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
     if len > limit {
-        return Err(Status::resource_exhausted(format!(
-            "message of {len} bytes is larger than the limit of {limit} bytes"
-        )));
+        return Err(FrameError::TooLarge { len, limit });
     }
     Ok(len)
 }
 
 /// Decodes one length-prefixed message from a whole unary body. `Bytes`
 /// fields of the message share `body`'s memory.
-pub fn decode<M: prost::Message + Default>(body: Bytes, limit: usize) -> Result<M, Status> {
+pub fn decode<M: prost::Message + Default>(body: Bytes, limit: usize) -> Result<M, FrameError> {
     decode_message(message(body, limit)?)
 }
 
@@ -252,13 +262,8 @@ pub fn decode<M: prost::Message + Default>(body: Bytes, limit: usize) -> Result<
 pub async fn collect(
     body: &mut h2::RecvStream,
     limit: usize,
-) -> Result<(Bytes, Option<HeaderMap>), Status> {
-    collect_held(body, limit, |_| Ok::<(), Infallible>(()))
-        .await
-        .map_err(|e| match e {
-            ReceiveError::Framing(status) => status,
-            ReceiveError::Held(never) => match never {},
-        })
+) -> Result<(Bytes, Option<HeaderMap>), ReceiveError> {
+    collect_held(body, limit, |_| Ok(())).await
 }
 
 /// [`collect`], with the bytes buffered while the message is incomplete held
@@ -268,20 +273,30 @@ pub async fn collect_reserved(
     body: &mut h2::RecvStream,
     limit: usize,
     reservation: &mut Reservation,
-) -> Result<(Bytes, Option<HeaderMap>), ReceiveError<PendingExceeded>> {
+) -> Result<(Bytes, Option<HeaderMap>), ReceiveError> {
     let collected = collect_held(body, limit, |bytes| reservation.hold(bytes)).await;
     // Whole or failed, the request is no longer arriving.
     let _ = reservation.hold(0);
     collected
 }
 
-/// Why a request body could not be received.
-#[derive(Debug)]
-pub enum ReceiveError<E> {
-    /// The stream failed or the message is malformed or too large.
-    Framing(Status),
+/// Why a message body could not be received.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiveError {
+    /// The message is malformed or too large.
+    #[error("{0}")]
+    Frame(#[from] FrameError),
+    /// The HTTP/2 stream failed (reset by the peer, or a stream error such
+    /// as a `content-length` that its DATA contradicts).
+    #[error("reading the {part}: {source}")]
+    Stream {
+        part: &'static str,
+        #[source]
+        source: h2::Error,
+    },
     /// Holding the bytes received so far was refused.
-    Held(E),
+    #[error("{0}")]
+    Held(#[from] PendingExceeded),
 }
 
 /// The buffer of a message whose first piece is shorter than its 5-byte
@@ -291,18 +306,20 @@ const FIRST_BUFFER: usize = 16 * 1024;
 /// The core of [`collect`]: `hold(n)` is asked before the buffered bytes
 /// (counted by capacity, what the allocator holds) grow to `n`, and may
 /// refuse.
-async fn collect_held<E>(
+async fn collect_held(
     body: &mut h2::RecvStream,
     limit: usize,
-    mut hold: impl FnMut(usize) -> Result<(), E>,
-) -> Result<(Bytes, Option<HeaderMap>), ReceiveError<E>> {
-    let framing = ReceiveError::Framing;
+    mut hold: impl FnMut(usize) -> Result<(), PendingExceeded>,
+) -> Result<(Bytes, Option<HeaderMap>), ReceiveError> {
+    let framing = ReceiveError::Frame;
     let mut first: Option<Bytes> = None;
     let mut buf: Option<BytesMut> = None;
     let mut expected: Option<usize> = None;
     while let Some(chunk) = body.data().await {
-        let chunk =
-            chunk.map_err(|e| framing(Status::unavailable(format!("reading the message: {e}"))))?;
+        let chunk = chunk.map_err(|source| ReceiveError::Stream {
+            part: "message",
+            source,
+        })?;
         let _ = body.flow_control().release_capacity(chunk.len());
         if chunk.is_empty() {
             continue;
@@ -365,15 +382,16 @@ async fn collect_held<E>(
         if let Some(e) = expected
             && seen.len() > e + 5
         {
-            return Err(framing(Status::unimplemented(
-                "more than one message on a unary call",
-            )));
+            return Err(framing(FrameError::SeveralMessages));
         }
     }
     let trailers = body
         .trailers()
         .await
-        .map_err(|e| framing(Status::unavailable(format!("reading the trailers: {e}"))))?;
+        .map_err(|source| ReceiveError::Stream {
+            part: "trailers",
+            source,
+        })?;
     let data = match (first, buf) {
         (Some(f), _) => f,
         (_, Some(b)) => b.freeze(),
@@ -615,27 +633,27 @@ mod tests {
 
     #[test]
     fn prefixes_are_checked() {
-        assert_eq!(message_len(&[0, 0, 0, 0, 10], 10).expect("ok"), 10);
+        assert_eq!(message_len(&[0, 0, 0, 0, 10], 10), Ok(10));
         assert_eq!(
-            message_len(&[0, 0, 0, 0, 11], 10).expect_err("big").code(),
-            Code::ResourceExhausted
+            message_len(&[0, 0, 0, 0, 11], 10),
+            Err(FrameError::TooLarge { len: 11, limit: 10 })
         );
         assert_eq!(
-            message_len(&[1, 0, 0, 0, 1], 10)
-                .expect_err("compressed")
-                .code(),
-            Code::Unimplemented
+            message_len(&[1, 0, 0, 0, 1], 10),
+            Err(FrameError::Compressed)
         );
+        assert_eq!(message_len(&[0, 0], 10), Err(FrameError::TruncatedPrefix));
         assert_eq!(
-            message_len(&[0, 0], 10).expect_err("short").code(),
-            Code::Internal
+            message_len(&[2, 0, 0, 0, 1], 10),
+            Err(FrameError::InvalidFlag(2))
         );
         let wrong_len = Bytes::from_static(&[0, 0, 0, 0, 3, 1]);
         assert_eq!(
-            decode::<MutateManifestWorkResponse>(wrong_len, 10)
-                .expect_err("len")
-                .code(),
-            Code::Internal
+            decode::<MutateManifestWorkResponse>(wrong_len, 10).expect_err("len"),
+            FrameError::LengthMismatch {
+                declared: 3,
+                received: 1
+            }
         );
     }
 

@@ -8,12 +8,19 @@
 //! task wakes itself at once), so frames h2 queues on the next poll — the
 //! trailers — join the same write. Large writes pass straight through after
 //! whatever is gathered, in one `writev`, so big ManifestWorks are not copied.
+//!
+//! With a stall timeout, a write the socket has not taken any of for that
+//! long fails (`TimedOut`), which ends the connection: a peer that stops
+//! reading cannot keep the answers queued for it in memory.
 
+use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
 
 /// The read buffer of each connection, the callers' and the plugins'; larger
 /// reads bypass it.
@@ -29,6 +36,10 @@ pub struct Coalesce<T> {
     buf: Vec<u8>,
     /// The pending data has already waited one flush: write it at the next.
     yielded: bool,
+    /// How long a write may make no progress, and the timer of the current
+    /// stall (armed when the socket first refuses a write).
+    stall_timeout: Option<Duration>,
+    stall: Option<Pin<Box<Sleep>>>,
 }
 
 impl<T> Coalesce<T> {
@@ -37,6 +48,37 @@ impl<T> Coalesce<T> {
             inner,
             buf: Vec::with_capacity(8 * 1024),
             yielded: false,
+            stall_timeout: None,
+            stall: None,
+        }
+    }
+
+    /// Fails writes that make no progress for `timeout` (zero: never).
+    pub fn with_stall_timeout(mut self, timeout: Duration) -> Coalesce<T> {
+        self.stall_timeout = (!timeout.is_zero()).then_some(timeout);
+        self
+    }
+
+    /// Passes on the result of a write to the socket, timing a stall: while
+    /// the socket takes nothing, the stall timer runs, and once it is over
+    /// the write fails.
+    fn timed<R>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
+        let Some(timeout) = self.stall_timeout else {
+            return poll;
+        };
+        if poll.is_ready() {
+            self.stall = None;
+            return poll;
+        }
+        let stall = self
+            .stall
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match stall.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer has taken no bytes for the send timeout",
+            ))),
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -51,12 +93,15 @@ impl<T: AsyncWrite + Unpin> Coalesce<T> {
     ) -> Poll<io::Result<usize>> {
         loop {
             if self.buf.is_empty() {
-                return Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+                let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+                return self.timed(cx, poll);
             }
             let mut slices = Vec::with_capacity(bufs.len() + 1);
             slices.push(IoSlice::new(&self.buf));
             slices.extend(bufs.iter().map(|b| IoSlice::new(b)));
-            let n = ready!(Pin::new(&mut self.inner).poll_write_vectored(cx, &slices))?;
+            let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, &slices);
+            drop(slices);
+            let n = ready!(self.timed(cx, poll))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
@@ -72,7 +117,8 @@ impl<T: AsyncWrite + Unpin> Coalesce<T> {
 
     fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while !self.buf.is_empty() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.buf))?;
+            let poll = Pin::new(&mut self.inner).poll_write(cx, &self.buf);
+            let n = ready!(self.timed(cx, poll))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }

@@ -1,18 +1,21 @@
 //! The gateway's transport: everything between the bytes on a socket and a
-//! decoded gRPC call, on both sides.
+//! gRPC message, on both sides. The bottom layer of the crate: it imports
+//! nothing else from it, and its errors are its own typed errors (never a
+//! gRPC status, which only the gateway's rescue layer makes).
 //!
-//! [`server`] is the HTTP/2 accept loop of the gRPC listener ([`accept`] the
-//! bounded accept both listeners share); [`client`]
-//! dials plugins (TCP, TLS, the HTTP/2 handshake, keepalive); [`grpc`] is
-//! gRPC's wire format (message framing, status headers, `grpc-timeout`);
-//! [`io`] coalesces an answer's frames into one write; [`health`] carries
-//! the standard gRPC health service over the gateway's own HTTP/2 streams.
+//! [`server`] is the HTTP/2 accept loop of the gRPC listener, generic over
+//! the service it drives ([`accept`] the bounded accept both listeners
+//! share), and [`send`] sends each answer within bounds; [`client`] dials
+//! plugins (TCP, TLS, the HTTP/2 handshake, keepalive); [`grpc`] is gRPC's
+//! wire format (message framing, status headers, `grpc-timeout`); [`io`]
+//! coalesces an answer's frames into one write; [`pending`] bounds the
+//! bytes held for peers; [`reclaim`] returns freed memory to the OS.
 
 pub mod accept;
 pub mod client;
 pub mod grpc;
-pub mod health;
 pub mod io;
 pub mod pending;
 pub mod reclaim;
+pub mod send;
 pub mod server;

@@ -1,35 +1,45 @@
-//! The gRPC listener: an HTTP/2 accept loop (the `h2` crate) around the
-//! gateway service.
+//! The gRPC listener: an HTTP/2 accept loop (the `h2` crate) that drives any
+//! service of [`Call`] to [`Answer`].
 //!
 //! The gateway runs its own loop rather than tonic's `Server`: an expired
 //! `grpc-timeout` must answer DEADLINE_EXCEEDED (tonic's server layer answers
 //! CANCELLED), central mode needs the peer certificate of each connection to
 //! know the calling hub, draining on SIGTERM must be bounded, and an answer
-//! should leave in one write ([`crate::service`] queues headers, data and
+//! should leave in one write ([`super::send`] queues headers, data and
 //! trailers together). A bad connection (garbage bytes, a failed handshake)
 //! only ends that connection.
+//!
+//! What a call means is the service's business: this loop only knows
+//! streams, bytes and time. It hands each stream to the service with its
+//! connection's [`Peer`] (identity and pending-bytes budget), queues the
+//! answer, and bounds what a peer can hold: connections (in all and per IP
+//! address), idle time (a long-lived answer stream, such as a health `Watch`,
+//! does not count as activity), age, and a peer that stops reading.
 
+use std::collections::HashMap;
+use std::convert::Infallible;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use std::sync::Arc;
-
+use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
+use rustls_pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::service::{Caller, CallerHub, GatewayService};
-use crate::tls::{ServerTls, hub_of};
-use crate::transport::accept::{self, Accepted};
-use crate::transport::grpc::Payload;
-use crate::transport::io::{Coalesce, READ_BUFFER};
-use crate::transport::pending::{PendingBudget, Pool, Scope};
-use crate::transport::reclaim;
+use super::accept::{self, Accepted};
+use super::grpc::Payload;
+use super::io::{Coalesce, READ_BUFFER};
+use super::pending::{PendingBudget, Pool, Scope};
+use super::reclaim;
+use super::send::{self, Answer, Sent};
 
 /// HTTP/2 settings and limits of the gRPC listener.
 #[derive(Debug, Clone)]
@@ -41,8 +51,12 @@ pub struct ServerSettings {
     pub handshake_timeout: Duration,
     /// Connections open at once; one more is closed as soon as it is accepted.
     pub max_connections: usize,
+    /// Connections open at once from one IP address, so that one peer cannot
+    /// take every connection.
+    pub max_connections_per_ip: usize,
     /// A connection without a call in progress for this long gets a GOAWAY
-    /// and is closed (zero: never).
+    /// and is closed (zero: never). Long-lived answer streams (a health
+    /// `Watch`) are not calls in progress.
     pub idle_timeout: Duration,
     /// A connection this old gets a GOAWAY (no new calls), and is closed
     /// `max_connection_age_grace` later whatever is still running on it: a
@@ -50,8 +64,12 @@ pub struct ServerSettings {
     /// how long a revoked one keeps working (zero: never).
     pub max_connection_age: Duration,
     pub max_connection_age_grace: Duration,
-    /// Bytes of requests still arriving that one connection may hold.
+    /// Bytes of requests still arriving, and of answers the peer has not
+    /// taken yet, that one connection may hold.
     pub max_pending_bytes_per_connection: usize,
+    /// A peer that takes none of an answer (or of the connection's writes)
+    /// for this long is cut off: its connection is closed.
+    pub send_timeout: Duration,
 }
 
 impl Default for ServerSettings {
@@ -61,12 +79,62 @@ impl Default for ServerSettings {
             max_concurrent_streams: 1024,
             handshake_timeout: Duration::from_secs(10),
             max_connections: 1024,
+            max_connections_per_ip: 256,
             idle_timeout: Duration::from_secs(300),
             max_connection_age: Duration::from_secs(3600),
             max_connection_age_grace: Duration::from_secs(30),
             max_pending_bytes_per_connection: 64 * 1024 * 1024,
+            send_timeout: Duration::from_secs(30),
         }
     }
+}
+
+/// What the server knows of the connection a call came on.
+#[derive(Debug)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    /// The identity its verified client certificate names ([`Handshake::identify`]).
+    pub identity: Option<String>,
+    /// The pools the connection's buffered bytes are held against.
+    pub budget: PendingBudget,
+}
+
+/// One call: a request whose body may still be arriving, and its connection.
+#[derive(Debug)]
+pub struct Call {
+    pub head: http::request::Parts,
+    pub body: h2::RecvStream,
+    pub peer: Arc<Peer>,
+}
+
+/// The TLS side of the listener, when it serves TLS.
+pub trait Handshake: Send + Sync + 'static {
+    /// The acceptor for the next connection (so a reloaded certificate
+    /// applies to the next handshake).
+    fn acceptor(&self) -> tokio_rustls::TlsAcceptor;
+    /// The identity a connection's verified client certificates name, if
+    /// client certificates are required.
+    fn identify(&self, certificates: Option<&[CertificateDer<'static>]>) -> Option<String>;
+}
+
+/// The service every call on the listener goes through. It must always be
+/// ready (the loop calls it without `poll_ready`, as `tower::util::BoxCloneSyncService`
+/// and the gateway's stack are).
+pub trait CallService:
+    tower::Service<Call, Response = Answer, Error = Infallible, Future = Self::Answering>
+    + Clone
+    + Send
+    + 'static
+{
+    type Answering: Future<Output = Result<Answer, Infallible>> + Send + 'static;
+}
+
+impl<S> CallService for S
+where
+    S: tower::Service<Call, Response = Answer, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Answering = S::Future;
 }
 
 /// The HTTP/2 settings every connection gets.
@@ -94,19 +162,20 @@ fn h2_builder(settings: &ServerSettings) -> h2::server::Builder {
 /// handshake, or a peer that connected and said nothing) is closed at once,
 /// so a silent peer cannot hold the drain for its whole timeout. At the
 /// drain timeout the connections left are closed, and the calls on them
-/// dropped. `pending` is the gateway-wide pool of bytes of requests still
-/// arriving, shared by every connection.
-pub async fn serve(
+/// dropped. `pending` is the gateway-wide pool of bytes held for peers,
+/// shared by every connection.
+pub async fn serve<S: CallService>(
     listener: TcpListener,
-    service: GatewayService,
+    service: S,
     settings: ServerSettings,
-    tls: Option<Arc<ServerTls>>,
+    tls: Option<Arc<dyn Handshake>>,
     pending: Arc<Pool>,
     shutdown: impl Future<Output = ()>,
 ) {
     let (draining_tx, draining) = watch::channel(false);
     // Every connection task, so the drain can wait for them and then end them.
     let mut connections = JoinSet::new();
+    let per_ip = PerIp::default();
     let mut refusing = false;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -130,17 +199,24 @@ pub async fn serve(
             Accepted::Shutdown => break,
         };
         refusing = false;
+        let Some(slot) = per_ip.take(peer.ip(), settings.max_connections_per_ip) else {
+            tracing::debug!(%peer, max = settings.max_connections_per_ip, "refusing a connection: --max-connections-per-ip reached");
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let conn = Connection {
-            service: service.clone(),
             builder: h2_builder(&settings),
             settings: settings.clone(),
             draining: draining.clone(),
             tls: tls.clone(),
             pending: pending.clone(),
+            peer,
         };
+        let service = service.clone();
         connections.spawn(async move {
-            if let Err(error) = conn.run(stream).await {
+            let _slot = slot;
+            if let Err(error) = conn.run(stream, service).await {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
         });
@@ -159,13 +235,44 @@ pub async fn serve(
     connections.shutdown().await;
 }
 
+/// Connections open per IP address.
+#[derive(Debug, Default, Clone)]
+struct PerIp(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// One connection's place in [`PerIp`], given back on drop.
+struct IpSlot(PerIp, IpAddr);
+
+impl PerIp {
+    fn take(&self, ip: IpAddr, max: usize) -> Option<IpSlot> {
+        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(ip).or_default();
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot(self.clone(), ip))
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        let mut open = self.0.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.1);
+            }
+        }
+    }
+}
+
 struct Connection {
-    service: GatewayService,
     builder: h2::server::Builder,
     settings: ServerSettings,
     draining: watch::Receiver<bool>,
-    tls: Option<Arc<ServerTls>>,
+    tls: Option<Arc<dyn Handshake>>,
     pending: Arc<Pool>,
+    peer: SocketAddr,
 }
 
 /// Why the gateway is closing a connection (for the log).
@@ -176,10 +283,14 @@ enum Closing {
 }
 
 impl Connection {
-    async fn run(self, stream: TcpStream) -> Result<(), ConnectionError> {
+    async fn run<S: CallService>(
+        self,
+        stream: TcpStream,
+        service: S,
+    ) -> Result<(), ConnectionError> {
         let accepted = Instant::now();
         let Some(tls) = self.tls.clone() else {
-            return self.serve_h2(stream, None, accepted).await;
+            return self.serve_h2(stream, None, accepted, service).await;
         };
         // The TLS handshake, bounded, and abandoned if a drain starts.
         let accept = tls.acceptor().accept(stream);
@@ -191,58 +302,70 @@ impl Connection {
             },
             () = wait_true(self.draining.clone()) => return Ok(()),
         };
-        // A verified certificate that names no hub can call only shared
-        // plugins without `hubs:`.
-        let hub = if tls.requires_client_certificate() {
-            let peer = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first());
-            peer.and_then(hub_of).map(CallerHub)
-        } else {
-            None
-        };
-        self.serve_h2(stream, hub, accepted).await
+        let identity = tls.identify(stream.get_ref().1.peer_certificates());
+        self.serve_h2(stream, identity, accepted, service).await
     }
 
-    async fn serve_h2<T>(
-        self,
-        io: T,
-        hub: Option<CallerHub>,
-        accepted: Instant,
-    ) -> Result<(), ConnectionError>
+    /// The HTTP/2 handshake, bounded, and abandoned (`None`) if a drain
+    /// starts first.
+    async fn handshake<T>(&self, io: T) -> Result<Option<H2Connection<T>>, ConnectionError>
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         // A read buffer in front of the socket: a whole small request arrives in
         // one read instead of two (h2's own buffer splits at its free space).
-        let io = Coalesce::new(tokio::io::BufReader::with_capacity(READ_BUFFER, io));
+        // Writes the peer does not take within the send timeout end the
+        // connection.
+        let io = Coalesce::new(tokio::io::BufReader::with_capacity(READ_BUFFER, io))
+            .with_stall_timeout(self.settings.send_timeout);
         let handshake = self.builder.handshake::<_, Payload>(io);
-        let mut conn = tokio::select! {
+        tokio::select! {
             done = tokio::time::timeout(self.settings.handshake_timeout, handshake) => match done {
-                Ok(conn) => conn?,
-                Err(_) => return Ok(()),
+                Ok(conn) => Ok(Some(conn?)),
+                Err(_) => Ok(None),
             },
             // Draining before the peer even said hello: nothing to finish.
-            () = wait_true(self.draining.clone()) => return Ok(()),
+            () = wait_true(self.draining.clone()) => Ok(None),
+        }
+    }
+
+    async fn serve_h2<T, S>(
+        self,
+        io: T,
+        identity: Option<String>,
+        accepted: Instant,
+        mut service: S,
+    ) -> Result<(), ConnectionError>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: CallService,
+    {
+        let Some(mut conn) = self.handshake(io).await? else {
+            return Ok(());
         };
-        let budget = PendingBudget {
-            connection: Arc::new(Pool::new(
-                self.settings.max_pending_bytes_per_connection,
-                Scope::Connection,
-            )),
-            gateway: self.pending.clone(),
-        };
-        // Once the connection ends, whatever its requests held is freed: have
+        let peer = Arc::new(Peer {
+            addr: self.peer,
+            identity,
+            budget: PendingBudget {
+                connection: Arc::new(Pool::new(
+                    self.settings.max_pending_bytes_per_connection,
+                    Scope::Connection,
+                )),
+                gateway: self.pending.clone(),
+            },
+        });
+        // Once the connection ends, whatever its calls held is freed: have
         // it returned to the OS.
-        let _reclaim = Reclaim(budget.connection.clone());
+        let _reclaim = Reclaim(peer.budget.connection.clone());
         // The calls of this connection, driven inside its task rather than
         // spawned: a call's wakeups (its request, the plugin's answer) are
         // then polls of this one task, with no task of its own to schedule
         // per call, and its answer is flushed in the same poll that queued
         // it. Dropped with the connection, so closing it ends them.
-        let mut streams = FuturesUnordered::new();
+        let mut calls: FuturesUnordered<BoxFuture<'static, Sent>> = FuturesUnordered::new();
+        // Answer streams that last (a health Watch): driven the same way,
+        // but they do not keep the connection from being idle.
+        let mut lasting: FuturesUnordered<BoxFuture<'static, Sent>> = FuturesUnordered::new();
         let mut used = false;
         let mut goaway_sent = false;
         let idle_timeout = or_forever(self.settings.idle_timeout);
@@ -270,23 +393,44 @@ impl Connection {
                 next = conn.accept() => match next {
                     Some(Ok((request, respond))) => {
                         used = true;
-                        let caller = Caller { hub: hub.clone(), budget: Some(budget.clone()) };
+                        let (head, body) = request.into_parts();
+                        let call = Call { head, body, peer: peer.clone() };
+                        // Called without a clone per call: the services
+                        // of the stack are always ready.
+                        let answering = service.call(call);
+                        let driven = send::drive(answering, respond, peer.clone(), self.settings.send_timeout);
                         // A call that panics ends alone, as a spawned task
                         // would (its stream is reset when dropped).
-                        let call = AssertUnwindSafe(self.service.clone().serve_stream(request, respond, caller));
-                        streams.push(call.catch_unwind().map(|_| ()));
+                        calls.push(AssertUnwindSafe(driven).catch_unwind().map(|r| r.unwrap_or(Sent::Done)).boxed());
                         continue;
                     }
                     Some(Err(e)) => return Err(e.into()),
                     None => return Ok(()),
                 },
-                Some(()) = streams.next(), if !streams.is_empty() => {
-                    if streams.is_empty() {
+                Some(sent) = calls.next(), if !calls.is_empty() => {
+                    match sent {
+                        Sent::Done => {}
+                        Sent::Lasting(rest) if lasting.len() < MAX_LASTING => lasting.push(rest),
+                        // Dropped: its stream is reset (CANCEL).
+                        Sent::Lasting(_) => tracing::debug!(peer = %peer.addr, max = MAX_LASTING, "answer stream refused: too many open on this connection"),
+                        Sent::Stalled => return Err(ConnectionError::Stalled(self.settings.send_timeout)),
+                    }
+                    if calls.is_empty() {
                         idle_since = Instant::now();
+                        // Draining: answer streams that last are not waited for.
+                        if goaway_sent && closing.is_none() && !lasting.is_empty() {
+                            return Ok(());
+                        }
                     }
                     continue;
                 }
-                () = &mut idle, if streams.is_empty() && closing.is_none() => {
+                Some(sent) = lasting.next(), if !lasting.is_empty() => {
+                    if let Sent::Stalled = sent {
+                        return Err(ConnectionError::Stalled(self.settings.send_timeout));
+                    }
+                    continue;
+                }
+                () = &mut idle, if calls.is_empty() && closing.is_none() => {
                     let due = idle_since + idle_timeout;
                     if due > Instant::now() {
                         idle.as_mut().reset(due);
@@ -305,10 +449,14 @@ impl Connection {
                     // the calls in flight finish (until the drain timeout).
                     conn.graceful_shutdown();
                     goaway_sent = true;
+                    // Answer streams that last (a Watch) are not waited for.
+                    if calls.is_empty() && !lasting.is_empty() {
+                        return Ok(());
+                    }
                     continue;
                 }
                 () = &mut grace_over => {
-                    tracing::debug!(reason = ?closing, open_calls = streams.len(), "closing the connection: its GOAWAY grace is over");
+                    tracing::debug!(reason = ?closing, open_calls = calls.len(), lasting = lasting.len(), "closing the connection: its GOAWAY grace is over");
                     return Ok(());
                 }
             };
@@ -330,7 +478,10 @@ impl Connection {
     }
 }
 
-/// On drop (the connection is over), returns the memory its requests held
+/// A server connection over a socket, as [`Connection::handshake`] makes it.
+type H2Connection<T> = h2::server::Connection<Coalesce<tokio::io::BufReader<T>>, Payload>;
+
+/// On drop (the connection is over), returns the memory its calls held
 /// to the OS, if they held any.
 struct Reclaim(Arc<Pool>);
 
@@ -350,6 +501,11 @@ fn or_forever(d: Duration) -> Duration {
     if d.is_zero() { FOREVER } else { d }
 }
 
+/// Answer streams that last (health `Watch`es) open at once on one
+/// connection; one more is reset. Each holds a little memory for as long as
+/// its connection lives, which nothing else bounds.
+const MAX_LASTING: usize = 16;
+
 /// How long an idle connection's peer has, after the GOAWAY, to close it.
 const IDLE_GRACE: Duration = Duration::from_secs(1);
 
@@ -360,6 +516,8 @@ enum ConnectionError {
     Tls(std::io::Error),
     #[error("HTTP/2: {0}")]
     H2(#[from] h2::Error),
+    #[error("the peer took no answer bytes for {0:?} (--send-timeout)")]
+    Stalled(Duration),
 }
 
 async fn wait_true(mut flag: watch::Receiver<bool>) {

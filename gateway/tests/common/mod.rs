@@ -49,6 +49,7 @@ pub struct Behaviour {
     pub name: String,
     /// Hooks listed in the InitializeResponse (empty = all).
     pub hooks: Vec<Hook>,
+    /// How long each hook but Initialize takes.
     pub delay: Duration,
     /// Every hook but Initialize fails with this.
     pub fail: Option<(Code, String)>,
@@ -198,7 +199,9 @@ impl Scripted {
             }
             current.clone()
         };
-        if !b.delay.is_zero() {
+        // The delay models slow hooks: Initialize, which loads the plugin,
+        // answers at once.
+        if !b.delay.is_zero() && hook != HookKind::Initialize {
             tokio::time::sleep(b.delay).await;
         }
         if b.unimplemented.contains(&hook) {
@@ -559,6 +562,44 @@ impl RawAnswer {
             .or_else(|| self.headers.get("grpc-status"))
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
+    }
+}
+
+impl RawAnswer {
+    /// grpc-message, percent-decoded, wherever it came.
+    pub fn message(&self) -> String {
+        self.trailers
+            .get("grpc-message")
+            .or_else(|| self.headers.get("grpc-message"))
+            .and_then(|v| v.to_str().ok())
+            .map(rollout_gateway::transport::grpc::percent_decode)
+            .unwrap_or_default()
+    }
+}
+
+/// Already encoded message bytes, sent exactly as they are (unknown
+/// fields, or a message a correct encoder would never make).
+#[derive(Debug)]
+pub struct RawMessage(pub Vec<u8>);
+
+impl prost::Message for RawMessage {
+    fn encode_raw(&self, buf: &mut impl bytes::BufMut) {
+        buf.put_slice(&self.0);
+    }
+    fn merge_field(
+        &mut self,
+        _: u32,
+        _: prost::encoding::WireType,
+        _: &mut impl bytes::Buf,
+        _: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        unreachable!("only encoded")
+    }
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+    fn clear(&mut self) {
+        self.0.clear();
     }
 }
 

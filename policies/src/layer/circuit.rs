@@ -12,12 +12,26 @@ use tower::{Layer, Service};
 use super::{PolicyError, lock, now};
 use crate::breaker::{Breaker, CallOutcome, Permit};
 
+/// Picks the breaker of a request's scope (in the gateway's central mode,
+/// the calling hub), so one scope's failures never open another's circuit.
+pub type ScopedBreakers = Arc<dyn Fn(&str) -> Arc<Mutex<Breaker>> + Send + Sync>;
+
 /// Applies [`CircuitBreaker`]. Every service this layer makes shares the one
-/// breaker of the plugin.
-#[derive(Debug, Clone)]
+/// breaker of the plugin, or, with [`CircuitBreakerLayer::with_scopes`], one
+/// per request scope.
+#[derive(Clone)]
 pub struct CircuitBreakerLayer {
     name: Arc<str>,
     breaker: Arc<Mutex<Breaker>>,
+    scoped: Option<ScopedBreakers>,
+}
+
+impl std::fmt::Debug for CircuitBreakerLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CircuitBreakerLayer")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl CircuitBreakerLayer {
@@ -28,7 +42,15 @@ impl CircuitBreakerLayer {
         CircuitBreakerLayer {
             name: name.into(),
             breaker,
+            scoped: None,
         }
+    }
+
+    /// A request with a scope ([`super::PolicyRequest::scope`]) meets the
+    /// breaker `scoped` gives for it; one without, the plugin's breaker.
+    pub fn with_scopes(mut self, scoped: ScopedBreakers) -> Self {
+        self.scoped = Some(scoped);
+        self
     }
 }
 
@@ -40,6 +62,7 @@ impl<S> Layer<S> for CircuitBreakerLayer {
             inner,
             name: self.name.clone(),
             breaker: self.breaker.clone(),
+            scoped: self.scoped.clone(),
         }
     }
 }
@@ -50,17 +73,28 @@ impl<S> Layer<S> for CircuitBreakerLayer {
 /// The outcome of each call it makes is recorded when the call ends: `Ok` is a
 /// success; an error is what [`PolicyError::outcome`] says; a call dropped
 /// before it ended (the caller gave up) is neutral.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CircuitBreaker<S> {
     inner: S,
     name: Arc<str>,
     breaker: Arc<Mutex<Breaker>>,
+    scoped: Option<ScopedBreakers>,
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for CircuitBreaker<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CircuitBreaker")
+            .field("inner", &self.inner)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S, R> Service<R> for CircuitBreaker<S>
 where
     S: Service<R>,
     S::Error: PolicyError,
+    R: super::PolicyRequest,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -71,12 +105,16 @@ where
     }
 
     fn call(&mut self, request: R) -> Self::Future {
-        let acquired = lock(&self.breaker).acquire(now());
+        let breaker = match (request.scope(), &self.scoped) {
+            (Some(scope), Some(scoped)) => scoped(scope),
+            _ => self.breaker.clone(),
+        };
+        let acquired = lock(&breaker).acquire(now());
         match acquired {
             Ok(permit) => ResponseFuture {
                 inner: Some(self.inner.call(request)),
                 guard: Some(Guard {
-                    breaker: self.breaker.clone(),
+                    breaker,
                     permit: Some(permit),
                 }),
                 rejected: None,

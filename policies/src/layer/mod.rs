@@ -120,6 +120,13 @@ pub trait PolicyRequest: Clone + Send + 'static {
     fn set_attempt(&mut self, attempt: u32) {
         let _ = attempt;
     }
+
+    /// The scope whose circuit breaker the request meets, when the breaker
+    /// is kept per scope ([`CircuitBreakerLayer::with_scopes`]); `None` by
+    /// default: the plugin's one breaker.
+    fn scope(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Whether `status` is a refusal by an open circuit (made by

@@ -1,0 +1,146 @@
+//! The gateway's server side: every call on the gRPC port goes down one
+//! stack of layers, built in [`stack`], health checks included.
+//!
+//! ```text
+//! Rescue     (error.rs) the one place a gRPC status is made: the failure of
+//!            any layer below becomes a trailers-only answer
+//! Receive    receive limits and deadline: the caller's grpc-timeout, the
+//!            message whole within it, its bytes held against the pools
+//! Dispatch   by path: the health service, or the plugin service below
+//! Observe    the call's server span, log context and metrics
+//! Resolve    the target header and the caller's hub, resolved in one
+//!            registry snapshot
+//! Route      the caller's request checked and decoded, then the plugins
+//!            called through the router
+//! ```
+//!
+//! The transport ([`crate::transport::server`]) drives the stack per HTTP/2
+//! stream and sends what it answers.
+
+mod check;
+pub mod health;
+mod receive;
+mod resolve;
+mod route;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use tokio::time::Instant;
+use tower::util::BoxCloneSyncService;
+use tower::{Service, ServiceBuilder};
+
+use crate::error::{CallFailure, GatewayError, RescueLayer};
+use crate::hooks::HookKind;
+use crate::registry::{Registry, Target};
+use crate::telemetry::trace::ServerSpan;
+use crate::transport::send::Answer;
+use crate::transport::server::{Call, Peer};
+
+pub use health::Health;
+pub use receive::ReceiveLimits;
+pub use route::valid_tracestate;
+
+/// The server's whole stack: a cheap-to-clone service the transport drives.
+pub type GatewayStack = BoxCloneSyncService<Call, Answer, Infallible>;
+
+/// The path prefix of every method of the plugin service.
+const PATH_PREFIX: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/";
+
+/// A call whose request message arrived whole.
+#[derive(Debug)]
+pub struct Received {
+    pub head: http::request::Parts,
+    /// The framed message (with its 5-byte prefix), as it arrived.
+    pub message: Bytes,
+    /// When the call began.
+    pub began: Instant,
+    /// The caller's deadline (`grpc-timeout`), if it sent one.
+    pub deadline: Option<Instant>,
+    pub peer: Arc<Peer>,
+}
+
+/// A plugin-service call on its way down, with its span.
+#[derive(Debug)]
+pub(crate) struct HookCall {
+    hook: HookKind,
+    call: Received,
+    span: ServerSpan,
+}
+
+/// A plugin-service call resolved to its target.
+#[derive(Debug)]
+pub(crate) struct Routed {
+    call: HookCall,
+    target: Target,
+}
+
+/// What comes back up to [`resolve::Observe`]: the outcome, the span to
+/// finish, and the name the call resolved to (a metric label).
+pub(crate) struct Traced {
+    outcome: Result<Answer, CallFailure>,
+    span: ServerSpan,
+    target: Option<String>,
+}
+
+/// Builds the stack every call on the gRPC port goes through, top to bottom.
+pub fn stack(registry: Arc<Registry>, limits: ReceiveLimits, health: Health) -> GatewayStack {
+    let plugins = ServiceBuilder::new()
+        // A span and metrics per hook call; outside resolution, so that an
+        // unknown name or a refused header is traced and counted too.
+        .layer(resolve::ObserveLayer::new(registry.clone()))
+        // One registry snapshot per call (calls in flight finish on theirs).
+        .layer(resolve::ResolveLayer::new(registry.clone()))
+        .service(route::Route::new(limits.max_message_bytes));
+    let service = ServiceBuilder::new()
+        // Outermost: whatever fails below is answered with a status made here.
+        .layer(RescueLayer)
+        // Before anything reads a request: every service on the port, health
+        // included, gets its message whole within the limits, or not at all.
+        .layer(receive::ReceiveLayer::new(limits))
+        .service(Dispatch {
+            health: health::HealthService::new(health),
+            plugins,
+        });
+    BoxCloneSyncService::new(service)
+}
+
+/// Sends each call to the service its path names.
+#[derive(Clone)]
+struct Dispatch<P> {
+    health: health::HealthService,
+    plugins: P,
+}
+
+impl<P> Service<Received> for Dispatch<P>
+where
+    P: Service<Received, Response = Answer, Error = CallFailure> + Clone + Send + 'static,
+    P::Future: Send + 'static,
+{
+    type Response = Answer;
+    type Error = CallFailure;
+    type Future = BoxFuture<'static, Result<Answer, CallFailure>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), CallFailure>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, call: Received) -> Self::Future {
+        let path = call.head.uri.path();
+        if path.starts_with(health::PATH_PREFIX) {
+            return Box::pin(self.health.call(call));
+        }
+        if path.starts_with(PATH_PREFIX) {
+            return Box::pin(self.plugins.call(call));
+        }
+        let unknown = GatewayError::UnknownMethod(path.to_string());
+        Box::pin(async move { Err(unknown.into()) })
+    }
+}
+
+/// The receive timeout's default.
+pub const DEFAULT_RECEIVE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -1,0 +1,135 @@
+//! The connection of an endpoint, shared by every upstream of the same
+//! [`super::UpstreamKey`]: dialled on first use, and again whenever it has
+//! closed or is going away.
+//!
+//! A plugin's graceful GOAWAY (grpc servers send one at
+//! `max_connection_age` and on every graceful stop, so on every rolling
+//! update) must never fail a call: the connection that said it takes no
+//! new calls, they go to a fresh one, and its calls in flight finish on it.
+//! A plugin that stopped gracefully and is coming back on the same address
+//! is waited for, within each call's deadline, for [`RESTART_GRACE`] after
+//! its GOAWAY; past that, a refused dial fails the call at once.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use rustls_pki_types::ServerName;
+use tokio::time::Instant;
+
+use crate::config::Endpoint;
+use crate::transport::client::{self, PluginConnection};
+
+/// How long after a graceful GOAWAY a refused dial is taken for a plugin
+/// restarting (a rolling update), and retried within the call's deadline.
+pub(crate) const RESTART_GRACE: Duration = Duration::from_secs(10);
+
+/// First and longest wait between dials to a restarting plugin.
+const REDIAL_FIRST: Duration = Duration::from_millis(20);
+const REDIAL_MAX: Duration = Duration::from_millis(500);
+
+/// One HTTP/2 connection to an endpoint. Every [`super::Upstream`] with the
+/// same key shares one: registry entries naming the same plugin server under
+/// several names (or in several hubs' registries) multiplex their calls over
+/// one connection instead of holding one each (about 25 KiB resident apiece,
+/// docs/performance.md).
+#[derive(Default)]
+pub struct Channel {
+    /// The current connection; read on every call, so lock-free.
+    conn: ArcSwapOption<PluginConnection>,
+    /// Held while dialling, so concurrent calls share one new connection.
+    dialling: tokio::sync::Mutex<()>,
+    /// When the plugin last said GOAWAY with NO_ERROR (a graceful stop).
+    graceful_goaway: Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channel").finish_non_exhaustive()
+    }
+}
+
+/// Why no connection could be had.
+#[derive(Debug)]
+pub(crate) enum NoConnection {
+    /// The call's deadline passed first.
+    Deadline,
+    /// The dial failed; the message says how, naming the endpoint.
+    Unreachable(String),
+}
+
+impl Channel {
+    /// The current connection, or a new one (one dial for every call that
+    /// waits) when there is none, it has closed, or it is going away.
+    pub(crate) async fn connection(
+        &self,
+        endpoint: &Endpoint,
+        tls: Option<&(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+        deadline: Instant,
+        connect_timeout: Duration,
+    ) -> Result<Arc<PluginConnection>, NoConnection> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let Ok(_dialling) = tokio::time::timeout_at(deadline, self.dialling.lock()).await else {
+            return Err(NoConnection::Deadline);
+        };
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        // A connection that ended after a graceful GOAWAY (no call saw it):
+        // the plugin is stopping or restarting.
+        if let Some(old) = self.conn.load_full()
+            && old.ended_gracefully()
+        {
+            *lock(&self.graceful_goaway) = Some(Instant::now());
+            self.conn.store(None);
+        }
+        let mut wait = REDIAL_FIRST;
+        loop {
+            let limit = deadline.min(Instant::now() + connect_timeout);
+            let dialled =
+                tokio::time::timeout_at(limit, client::dial(&endpoint.host, endpoint.port, tls))
+                    .await;
+            let why = match dialled {
+                Ok(Ok(conn)) => {
+                    self.conn.store(Some(conn.clone()));
+                    return Ok(conn);
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) if Instant::now() >= deadline => return Err(NoConnection::Deadline),
+                Err(_) => format!("connecting to {endpoint} timed out"),
+            };
+            // A plugin that stopped gracefully a moment ago is most likely
+            // restarting: wait for it, within the call's deadline.
+            if !self.restarting() || Instant::now() + wait >= deadline {
+                return Err(NoConnection::Unreachable(why));
+            }
+            tracing::debug!(%endpoint, error = %why, "plugin restarting after its GOAWAY; dialling again");
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(REDIAL_MAX);
+        }
+    }
+
+    /// `conn` refused a stream with `error` (it is going away): it takes no
+    /// new calls (those in flight finish on it). A GOAWAY with NO_ERROR is a
+    /// graceful stop: dials are retried for [`RESTART_GRACE`].
+    pub(crate) fn retire(&self, conn: &PluginConnection, error: &h2::Error) {
+        conn.retire();
+        if error.is_go_away() && error.reason() == Some(h2::Reason::NO_ERROR) {
+            *lock(&self.graceful_goaway) = Some(Instant::now());
+        }
+    }
+
+    fn restarting(&self) -> bool {
+        lock(&self.graceful_goaway).is_some_and(|at| at.elapsed() < RESTART_GRACE)
+    }
+
+    fn current(&self) -> Option<Arc<PluginConnection>> {
+        self.conn.load().as_ref().filter(|c| c.is_usable()).cloned()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,202 @@
+//! One stream to a plugin: the request's head, the answer read whole, and
+//! what happens to a stream the plugin never processed (sent again on a new
+//! connection).
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+use tokio::time::Instant;
+use tonic::Code;
+
+use super::{Failed, USER_AGENT, Upstream, undecodable};
+use crate::error::CallError;
+use crate::hooks::HookKind;
+use crate::transport::client::PluginConnection;
+use crate::transport::grpc::{self, Payload};
+
+impl Upstream {
+    /// One unary call; the answer's message, uncompressed, not decoded.
+    ///
+    /// A stream the plugin never processed — refused before it opened
+    /// because the connection is going away, above the last stream id of
+    /// the plugin's GOAWAY, or reset with REFUSED_STREAM — is sent again on
+    /// a new connection, whatever the retry policy: the plugin never saw it
+    /// (RFC 9113 §8.7). The connection that refused it takes no new calls;
+    /// its calls in flight finish on it.
+    pub(super) async fn unary_raw(
+        &self,
+        method: HookKind,
+        payload: &(dyn Fn() -> Payload + Sync),
+        deadline: Instant,
+        forward: &HeaderMap,
+    ) -> Result<Bytes, Failed> {
+        let mut resent = 0;
+        loop {
+            let conn = self.connection(deadline).await?;
+            match self
+                .exchange(&conn, method, payload(), deadline, forward)
+                .await
+            {
+                Err(Exchange::Unprocessed(error)) if resent < MAX_RESENDS => {
+                    tracing::debug!(endpoint = %self.key.endpoint, %error, "stream not processed by the plugin; sending it on a new connection");
+                    self.channel.retire(&conn, &error);
+                    resent += 1;
+                }
+                Err(Exchange::Unprocessed(error)) => {
+                    self.channel.retire(&conn, &error);
+                    return Err(Failed::Call(CallError::Unreachable(format!(
+                        "request to {} refused {} times: {error}",
+                        self.key.endpoint,
+                        resent + 1
+                    ))));
+                }
+                Err(Exchange::Failed(failed)) => return Err(failed),
+                Ok(message) => return Ok(message),
+            }
+        }
+    }
+
+    /// The request's head: the method's URI, gRPC's headers, the time left
+    /// as `grpc-timeout`, and the caller's headers passed on.
+    fn request_head(
+        &self,
+        method: HookKind,
+        deadline: Instant,
+        forward: &HeaderMap,
+    ) -> http::Request<()> {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let mut request = http::Request::new(());
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = self.uris.get(method);
+        let headers = request.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static(grpc::CONTENT_TYPE),
+        );
+        headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+        headers.insert(grpc::GRPC_TIMEOUT, grpc::encode_timeout(remaining));
+        headers.insert(
+            http::header::USER_AGENT,
+            HeaderValue::from_static(USER_AGENT),
+        );
+        // What the gateway can read: gzip is what gRPC libraries send when
+        // compression is switched on.
+        headers.insert(
+            grpc::GRPC_ACCEPT_ENCODING,
+            HeaderValue::from_static(grpc::ACCEPT_ENCODING),
+        );
+        for (k, v) in forward {
+            headers.insert(k.clone(), v.clone());
+        }
+        request
+    }
+
+    /// One stream on `conn`.
+    async fn exchange(
+        &self,
+        conn: &PluginConnection,
+        method: HookKind,
+        payload: Payload,
+        deadline: Instant,
+        forward: &HeaderMap,
+    ) -> Result<Bytes, Exchange> {
+        let sender = conn.sender();
+        let unavailable = |e: h2::Error| {
+            if unprocessed(&e) {
+                Exchange::Unprocessed(e)
+            } else {
+                Exchange::Failed(Failed::Call(CallError::Unreachable(format!(
+                    "request to {} failed: {e}",
+                    self.key.endpoint
+                ))))
+            }
+        };
+        // Waits while the plugin's stream limit is reached. An error here
+        // or from `send_request` means no stream was opened.
+        let mut sender = sender.ready().await.map_err(Exchange::Unprocessed)?;
+        let request = self.request_head(method, deadline, forward);
+        // Headers and the whole message queued together: one write.
+        let (response, mut body) = sender
+            .send_request(request, false)
+            .map_err(Exchange::Unprocessed)?;
+        body.send_data(payload, true).map_err(unavailable)?;
+        let response = response.await.map_err(unavailable)?;
+        let (parts, mut body) = response.into_parts();
+        // A trailers-only answer: the status is in the headers.
+        if let Some(status) = grpc::status_from_headers(&parts.headers) {
+            return Err(Exchange::Failed(if status.code() == Code::Ok {
+                undecodable("answered OK without a message".into())
+            } else {
+                Failed::Plugin(status)
+            }));
+        }
+        if parts.status != http::StatusCode::OK {
+            return Err(Exchange::Failed(Failed::Plugin(grpc::status_from_http(
+                parts.status,
+            ))));
+        }
+        let limit = self.settings.max_message_bytes;
+        let (data, trailers) = grpc::collect(&mut body, limit)
+            .await
+            .map_err(|e| match e {
+                grpc::ReceiveError::Stream { .. } => {
+                    Failed::Call(CallError::Unreachable(e.to_string()))
+                }
+                grpc::ReceiveError::Frame(grpc::FrameError::TooLarge { .. }) => {
+                    Failed::Call(CallError::TooLarge(e.to_string()))
+                }
+                _ => undecodable(e.to_string()),
+            })
+            .map_err(Exchange::Failed)?;
+        let answer = match trailers.as_ref().and_then(grpc::status_from_headers) {
+            Some(status) if status.code() == Code::Ok => {
+                let encoding = parts
+                    .headers
+                    .get("grpc-encoding")
+                    .map(|v| v.to_str().unwrap_or("(not text)").to_string());
+                inflate(data, encoding, limit).await
+            }
+            Some(status) => Err(Failed::Plugin(status)),
+            None => Err(undecodable("answer ended without a grpc-status".into())),
+        };
+        answer.map_err(Exchange::Failed)
+    }
+}
+
+/// [`grpc::uncompressed`]; a compressed answer is inflated on the blocking
+/// pool: a few KiB of gzip can take tens of milliseconds of CPU to inflate
+/// to the message limit, which on the runtime's thread would stall every
+/// other call it drives. An uncompressed answer (the common case) stays.
+async fn inflate(data: Bytes, encoding: Option<String>, limit: usize) -> Result<Bytes, Failed> {
+    // The first byte of the 5-byte prefix is the compression flag.
+    let compressed = data.first() == Some(&1);
+    let read = move || grpc::uncompressed(data, encoding.as_deref(), limit);
+    let result = if compressed {
+        tokio::task::spawn_blocking(read)
+            .await
+            .unwrap_or_else(|e| Err(grpc::Unreadable::Invalid(format!("inflating failed: {e}"))))
+    } else {
+        read()
+    };
+    result.map_err(|e| match e {
+        grpc::Unreadable::TooLarge(why) => Failed::Call(CallError::TooLarge(why)),
+        grpc::Unreadable::Invalid(why) => undecodable(why),
+    })
+}
+
+/// How one stream failed: never processed by the plugin (sent again on a
+/// new connection), or as [`Failed`].
+enum Exchange {
+    Unprocessed(h2::Error),
+    Failed(Failed),
+}
+
+/// Streams one call may send again after the plugin did not process them.
+const MAX_RESENDS: u32 = 3;
+
+/// Whether the plugin cannot have processed the stream this error ended:
+/// dropped by its GOAWAY (above the last stream id; RFC 9113 §6.8), or
+/// refused with REFUSED_STREAM (§8.7).
+fn unprocessed(e: &h2::Error) -> bool {
+    (e.is_go_away() && e.is_remote())
+        || (e.is_reset() && e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM))
+}
