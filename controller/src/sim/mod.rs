@@ -55,8 +55,8 @@ use crate::orchestrate::{
     self, DeployInput, DeployOutcome, Owner, PlacementOutcome, PlacementTarget, World, WorldError,
 };
 use crate::revision::{AbortAction, Revision, RevisionStatus};
+use crate::rollout::RolloutStatus;
 use crate::rollout::work_status::ValidationResult as Decided;
-use crate::rollout::{RolloutKind, RolloutStatus, Strategy, Threshold};
 use crate::telemetry::Telemetry;
 pub use config::{Config, ConfigError, StrategyFlags};
 pub use fleet::FleetWorld;
@@ -100,49 +100,7 @@ impl SimError {
     }
 }
 
-/// The strategy as a phrase, such as `Progressive, maxConcurrency 25%,
-/// maxFailures 0, progressDeadline None, abort on failure`.
-pub fn describe_strategy(strategy: &Strategy) -> String {
-    let threshold = |t: Threshold| match t {
-        Threshold::Count(n) => n.to_string(),
-        Threshold::Percent(p) => format!("{p}%"),
-    };
-    let config = strategy.config();
-    let mut parts = vec![strategy.type_name().to_owned()];
-    if let RolloutKind::Progressive {
-        max_concurrency, ..
-    } = &strategy.kind
-    {
-        parts.push(match max_concurrency {
-            Threshold::Count(0) => "maxConcurrency all".to_owned(),
-            t => format!("maxConcurrency {}", threshold(*t)),
-        });
-    }
-    if let RolloutKind::Progressive { mandatory, .. }
-    | RolloutKind::ProgressivePerGroup { mandatory, .. } = &strategy.kind
-        && !mandatory.is_empty()
-    {
-        parts.push(format!("{} mandatory group(s)", mandatory.len()));
-    }
-    if !matches!(strategy.kind, RolloutKind::All(_)) {
-        parts.push(format!("maxFailures {}", threshold(config.max_failures)));
-    }
-    parts.push(match config.progress_deadline {
-        Some(d) => format!("progressDeadline {}", terminal::duration(d.unsigned_abs())),
-        None => "progressDeadline None".to_owned(),
-    });
-    if !config.min_success_time.is_zero() && !matches!(strategy.kind, RolloutKind::All(_)) {
-        parts.push(format!(
-            "minSuccessTime {}",
-            terminal::duration(config.min_success_time.unsigned_abs())
-        ));
-    }
-    let mut text = parts.join(", ");
-    if strategy.abort_on_failure {
-        text.push_str("; abort on failure");
-    }
-    text
-}
+pub use crate::format::describe_strategy;
 
 /// The annotations on `work`'s manifests (the union, a later manifest
 /// winning).

@@ -26,79 +26,7 @@ const MAX_ANNOTATED: usize = 10;
 /// Hook errors shown per step; the rest are counted.
 const MAX_ERRORS_SHOWN: usize = 5;
 
-/// A duration as Go writes it, shortened: `300ms`, `30s`, `30.3s`,
-/// `1m30s`, `2h5m0s`.
-pub fn duration(d: Duration) -> String {
-    let millis = d.as_millis();
-    if millis == 0 {
-        return "0s".to_owned();
-    }
-    if millis < 1000 {
-        return format!("{millis}ms");
-    }
-    let tenths = (millis + 50) / 100;
-    let (hours, rest) = (tenths / 36_000, tenths % 36_000);
-    let (minutes, tenths) = (rest / 600, rest % 600);
-    let seconds = if tenths % 10 == 0 {
-        format!("{}s", tenths / 10)
-    } else {
-        format!("{}.{}s", tenths / 10, tenths % 10)
-    };
-    match (hours, minutes) {
-        (0, 0) => seconds,
-        (0, m) => format!("{m}m{seconds}"),
-        (h, m) => format!("{h}h{m}m{seconds}"),
-    }
-}
-
-/// Cluster names with runs of consecutive numbers shortened:
-/// `cluster-001 … cluster-005, cluster-008`. Past `max` runs, the rest are
-/// counted.
-pub fn ranges(names: &[String], max: usize) -> String {
-    fn split(name: &str) -> Option<(&str, u64, usize)> {
-        let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-        let (prefix, number) = name.split_at(name.len() - digits);
-        Some((prefix, number.parse().ok()?, digits))
-    }
-    let mut runs: Vec<(String, String)> = Vec::new();
-    for name in names {
-        if let (Some((_, last)), Some((prefix, n, width))) = (runs.last_mut(), split(name))
-            && let Some((last_prefix, m, last_width)) = split(last)
-            && prefix == last_prefix
-            && width == last_width
-            && n == m + 1
-        {
-            *last = name.clone();
-            continue;
-        }
-        runs.push((name.clone(), name.clone()));
-    }
-    let shown: Vec<String> = runs
-        .iter()
-        .take(max)
-        .map(|(first, last)| {
-            if first == last {
-                first.clone()
-            } else {
-                format!("{first} … {last}")
-            }
-        })
-        .collect();
-    let mut text = shown.join(", ");
-    if runs.len() > max {
-        let rest: usize = names.len()
-            - runs
-                .iter()
-                .take(max)
-                .map(|(first, last)| match (split(first), split(last)) {
-                    (Some((_, a, _)), Some((_, b, _))) => usize::try_from(b - a + 1).unwrap_or(1),
-                    _ => 1,
-                })
-                .sum::<usize>();
-        let _ = write!(text, " and {rest} more");
-    }
-    text
-}
+pub use crate::format::{duration, ranges};
 
 /// The manifest annotations of the works applied, one entry per key (its
 /// last path segment): `key=value` when every work has the same value,
@@ -548,26 +476,6 @@ impl<W: Write> Report for Terminal<W> {
 mod tests {
     use super::*;
 
-    fn names(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn durations_read_like_go() {
-        let table = [
-            (Duration::from_millis(300), "300ms"),
-            (Duration::from_secs(30), "30s"),
-            (Duration::from_millis(30_320), "30.3s"),
-            (Duration::from_secs(90), "1m30s"),
-            (Duration::from_millis(90_300), "1m30.3s"),
-            (Duration::from_secs(7500), "2h5m0s"),
-            (Duration::ZERO, "0s"),
-        ];
-        for (d, want) in table {
-            assert_eq!(duration(d), want, "{d:?}");
-        }
-    }
-
     #[test]
     fn annotations_are_summed_up_per_key() {
         let work = |cluster: &str, weight: &str| AppliedWork {
@@ -588,27 +496,5 @@ mod tests {
             "canary-weight=5,10 rollback=true"
         );
         assert_eq!(annotation_line(&[]), "");
-    }
-
-    #[test]
-    fn consecutive_clusters_are_shortened() {
-        let list = names(&[
-            "cluster-001",
-            "cluster-002",
-            "cluster-003",
-            "cluster-005",
-            "cluster-007",
-            "cluster-008",
-        ]);
-        assert_eq!(
-            ranges(&list, 10),
-            "cluster-001 … cluster-003, cluster-005, cluster-007 … cluster-008"
-        );
-        assert_eq!(
-            ranges(&list, 2),
-            "cluster-001 … cluster-003, cluster-005 and 2 more"
-        );
-        assert_eq!(ranges(&names(&["a", "b"]), 5), "a, b");
-        assert_eq!(ranges(&[], 5), "");
     }
 }
