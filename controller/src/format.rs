@@ -125,6 +125,36 @@ pub fn describe_strategy(strategy: &Strategy) -> String {
     text
 }
 
+/// `rows` as a table: each column as wide as its widest cell (counted in
+/// characters), two spaces between columns, the last column not padded;
+/// one line per row, trailing spaces trimmed.
+pub fn table(rows: &[Vec<String>]) -> Vec<String> {
+    let mut widths: Vec<usize> = Vec::new();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            let len = cell.chars().count();
+            match widths.get_mut(i) {
+                Some(w) => *w = (*w).max(len),
+                None => widths.push(len),
+            }
+        }
+    }
+    rows.iter()
+        .map(|row| {
+            let mut line = String::new();
+            for (i, cell) in row.iter().enumerate() {
+                if i + 1 == row.len() {
+                    line.push_str(cell);
+                } else {
+                    let pad = widths[i] - cell.chars().count();
+                    let _ = write!(line, "{cell}{}  ", " ".repeat(pad));
+                }
+            }
+            line.trim_end().to_owned()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,5 +199,15 @@ mod tests {
         );
         assert_eq!(ranges(&names(&["a", "b"]), 5), "a, b");
         assert_eq!(ranges(&[], 5), "");
+    }
+
+    #[test]
+    fn tables_align_columns_by_characters() {
+        let rows = vec![
+            vec!["A".to_owned(), "✔ ok".to_owned(), "x".to_owned()],
+            vec!["long".to_owned(), "b".to_owned(), String::new()],
+        ];
+        assert_eq!(table(&rows), vec!["A     ✔ ok  x", "long  b"]);
+        assert!(table(&[]).is_empty());
     }
 }

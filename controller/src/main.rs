@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use jiff::Timestamp;
 use rollout_controller::app::{self, RunOptions};
 use rollout_controller::hooks::{DEFAULT_GATEWAY_URL, GatewayHooks, GatewayOptions, GatewayTls};
@@ -15,7 +15,7 @@ use rollout_controller::orchestrate::{DEFAULT_HOOK_CONCURRENCY, Settings};
 use rollout_controller::reconcile::Options;
 use rollout_controller::rollout::duration::parse_go_duration;
 use rollout_controller::telemetry::{Telemetry, TracingOptions};
-use rollout_controller::{api, plan, sim};
+use rollout_controller::{api, plan, sim, view};
 
 /// Exit status for input the command cannot use (bad file, JSON or strategy).
 const EXIT_BAD_INPUT: u8 = 2;
@@ -39,6 +39,36 @@ enum Command {
     Plan(PlanArgs),
     /// Print the CRDs the controller uses, as multi-document YAML.
     Crd(CrdArgs),
+    /// Show one ManifestWorkReplicaSet's rollout as the hub sees it:
+    /// placements, decision groups, each cluster's status and revision, the
+    /// plugin's verdicts, the abort, and what the controller waits for.
+    Get(GetArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "As a kubectl plugin: put a copy or symlink of this binary named \
+kubectl-mwrs on PATH, then `kubectl mwrs get NAME --watch`. Exit status: 0 when drawn (with \
+--watch: until Ctrl-C or SIGTERM), 1 when the ManifestWorkReplicaSet is not found or the API \
+server cannot be reached, 2 for bad flags."
+)]
+struct GetArgs {
+    /// The ManifestWorkReplicaSet's name.
+    name: String,
+    /// Its namespace; default: the kubeconfig context's.
+    #[arg(short, long, value_name = "NS", env = "ROLLOUT_CONTROLLER_NAMESPACE")]
+    namespace: Option<String>,
+    /// Keep watching and redraw on every change.
+    #[arg(short, long, env = "ROLLOUT_CONTROLLER_WATCH")]
+    watch: bool,
+    /// A kubeconfig file; default: in-cluster, else $KUBECONFIG or ~/.kube/config.
+    #[arg(long, value_name = "PATH", env = "ROLLOUT_CONTROLLER_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// text, or json: the view as one JSON object (one per line per frame
+    /// with --watch).
+    #[arg(short, long, value_name = "FORMAT", default_value = "text",
+          value_parser = ["text", "json"], env = "ROLLOUT_CONTROLLER_OUTPUT")]
+    output: String,
 }
 
 #[derive(Debug, Args)]
@@ -411,7 +441,18 @@ struct CrdArgs {
 }
 
 fn main() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut command = Cli::command();
+    if args
+        .first()
+        .is_some_and(|argv0| view::is_kubectl_plugin(argv0))
+    {
+        command = command
+            .name(view::KUBECTL_PLUGIN_COMMAND)
+            .bin_name(view::KUBECTL_PLUGIN_COMMAND);
+    }
+    let cli =
+        Cli::from_arg_matches(&command.get_matches_from(args)).unwrap_or_else(|error| error.exit());
     match cli.command {
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
@@ -420,6 +461,50 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Simulate(args) => simulate_command(&args),
         Command::Plan(args) => plan_command(&args),
         Command::Crd(args) => crd_command(&args),
+        Command::Get(args) => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(get_command(&args))
+        }
+    }
+}
+
+async fn get_command(args: &GetArgs) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal;
+    use view::hub::{self, Output};
+    let drawn = async {
+        let (client, server, default_namespace) = hub::connect(args.kubeconfig.as_deref()).await?;
+        let target = hub::Target {
+            namespace: args.namespace.clone().unwrap_or(default_namespace),
+            name: args.name.clone(),
+            server,
+        };
+        let stdout = std::io::stdout();
+        let output = match (args.output.as_str(), stdout.is_terminal()) {
+            ("json", _) => Output::Json,
+            (_, true) => Output::Terminal,
+            _ => Output::Appended,
+        };
+        let mut out = stdout.lock();
+        if args.watch {
+            hub::watch(&client, &target, output, &mut out, app::signal()).await
+        } else {
+            let snapshot = hub::first_snapshot(&client, &target).await?;
+            let view = view::build(&snapshot, Timestamp::now());
+            // One frame, never clearing the screen.
+            let once = if output == Output::Json {
+                Output::Json
+            } else {
+                Output::Appended
+            };
+            hub::write_frame(&mut out, &view, once, true).map_err(hub::GetError::from)
+        }
+    };
+    match drawn.await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(err) => {
+            eprintln!("rollout-controller get: {}", error_chain(&err));
+            Ok(ExitCode::FAILURE)
+        }
     }
 }
 
@@ -517,6 +602,21 @@ fn simulate_command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `err` and those of its sources that it does not already say.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// What went wrong, and what to do about it.
