@@ -366,11 +366,11 @@ fn start_watches(client: &Client, target: &Target, first: &Snapshot) -> (Stores,
 /// Draws the view of `target` to `out` until `stop` completes or the
 /// ManifestWorkReplicaSet is deleted (see the module documentation).
 /// Fails at once when the first read fails.
-pub async fn watch(
+pub async fn watch<W: Write>(
     client: &Client,
     target: &Target,
     output: Output,
-    out: &mut dyn Write,
+    out: &mut W,
     stop: impl Future<Output = ()>,
 ) -> Result<(), GetError> {
     let first = first_snapshot(client, target).await?;
