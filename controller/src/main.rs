@@ -258,7 +258,11 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     after_help = "The fleet runs the previous revision (an Argo Rollout of web:1.0); the update \
 revision (web:1.1) is rolled out, one step per reconcile, on a simulated clock that jumps to the \
 next event, except while a plugin is validating: then it follows the real clock, since a plugin \
-measures its own waits. Exit status: 0 when the rollout ran to its end (Succeeded, Aborted or \
+measures its own waits. With --template FILE the update revision is your own ManifestWork \
+template instead (a ManifestWork, a ManifestWorkReplicaSet or a ManifestWork spec, in YAML or \
+JSON), and each step shows what the plugins changed in each work as a diff (--json: a \
+`mutations` array with a JSON Patch and the diff per work); the fleet starts empty unless \
+--previous-template gives the revision it runs. Exit status: 0 when the rollout ran to its end (Succeeded, Aborted or \
 Failed), 2 for bad flags, 1 when the gateway cannot be reached or the rollout does not end."
 )]
 struct SimulateArgs {
@@ -387,6 +391,20 @@ struct SimulateArgs {
     /// cluster's calls stay in order).
     #[arg(long, value_name = "N", env = "ROLLOUT_CONTROLLER_HOOK_CONCURRENCY", default_value_t = DEFAULT_HOOK_CONCURRENCY, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     hook_concurrency: usize,
+    /// Roll out this ManifestWork template (YAML or JSON: a ManifestWork,
+    /// a ManifestWorkReplicaSet or a ManifestWork spec) instead of the
+    /// built-in Argo Rollout, and show what the plugins change in it.
+    #[arg(long, value_name = "FILE", env = "ROLLOUT_CONTROLLER_TEMPLATE")]
+    template: Option<PathBuf>,
+    /// The template the fleet runs before the rollout (with --template;
+    /// without it the fleet starts empty).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "template",
+        env = "ROLLOUT_CONTROLLER_PREVIOUS_TEMPLATE"
+    )]
+    previous_template: Option<PathBuf>,
     /// At the end, write the rollout_controller_* metrics the run recorded
     /// (as `run` serves them on /metrics, OpenMetrics text) to FILE.
     #[arg(long, value_name = "FILE", env = "ROLLOUT_CONTROLLER_METRICS")]
@@ -395,7 +413,7 @@ struct SimulateArgs {
 
 impl SimulateArgs {
     /// The simulation these flags describe.
-    fn config(&self) -> Result<sim::Config, sim::ConfigError> {
+    fn config(&self) -> anyhow::Result<sim::Config> {
         let strategy = sim::StrategyFlags {
             kind: self.strategy.clone(),
             max_concurrency: self.max_concurrency.clone(),
@@ -421,6 +439,21 @@ impl SimulateArgs {
         config.settings.validation_poll = self.validation_poll;
         config.settings.hook_concurrency = self.hook_concurrency;
         config.list_works = self.list_works;
+        config.template = self
+            .template
+            .as_deref()
+            .map(sim::template::load)
+            .transpose()?;
+        config.previous_template = self
+            .previous_template
+            .as_deref()
+            .map(sim::template::load)
+            .transpose()?;
+        // A template of the user's own has no earlier revision unless one
+        // is given.
+        if config.template.is_some() && config.previous_template.is_none() {
+            config.first_rollout = true;
+        }
         config.check()?;
         Ok(config)
     }

@@ -245,6 +245,12 @@ pub struct Config {
     /// counts them (with the hooks wrapped in
     /// [`Metered`](crate::metrics::Metered), the hook calls too).
     pub metrics: Option<std::sync::Arc<crate::metrics::ControllerMetrics>>,
+    /// The update revision's template (`--template`); the built-in Argo
+    /// Rollout of [`UPDATE_IMAGE`] when `None`.
+    pub template: Option<super::template::Template>,
+    /// The previous revision's template (`--previous-template`); the
+    /// built-in one of [`PREVIOUS_IMAGE`] when `None`.
+    pub previous_template: Option<super::template::Template>,
 }
 
 impl Config {
@@ -272,6 +278,8 @@ impl Config {
             list_works: false,
             start: Timestamp::now(),
             metrics: None,
+            template: None,
+            previous_template: None,
         }
     }
 

@@ -30,9 +30,11 @@
 
 pub mod clock;
 pub mod config;
+pub mod diff;
 pub mod fleet;
 pub mod record;
 pub mod report;
+pub mod template;
 pub mod terminal;
 
 #[cfg(test)]
@@ -123,6 +125,49 @@ pub fn manifest_annotations(work: &ManifestWork) -> BTreeMap<String, String> {
     annotations
 }
 
+/// How the report names a revision: where its template came from, or the
+/// built-in template's image.
+fn label(template: &Option<template::Template>, image: &str) -> String {
+    template
+        .as_ref()
+        .map_or_else(|| image.to_owned(), |t| t.label.clone())
+}
+
+/// What the plugins changed in the works of a step: one report per work
+/// they changed, in the records' order.
+fn mutation_reports(records: &[Record]) -> Vec<report::MutationReport> {
+    records
+        .iter()
+        .filter_map(|record| {
+            let Answer::Mutation {
+                mutated_by,
+                failed_open,
+                sent,
+                answered: Some(answered),
+            } = &record.answer
+            else {
+                return None;
+            };
+            let (patch, diff) = match diff::diff(sent, answered) {
+                Ok(Some(d)) => (d.patch, d.text),
+                Ok(None) => return None,
+                Err(err) => (
+                    serde_json::Value::Null,
+                    format!("cannot show the change: {err}"),
+                ),
+            };
+            Some(report::MutationReport {
+                cluster: record.cluster.clone(),
+                aborting: record.aborting,
+                mutated_by: mutated_by.clone(),
+                failed_open: failed_open.clone(),
+                patch,
+                diff,
+            })
+        })
+        .collect()
+}
+
 /// One simulated rollout.
 struct Simulation<'a, H> {
     config: &'a Config,
@@ -172,8 +217,13 @@ pub async fn run<H: Hooks>(
         .enumerate()
         .map(|(i, c)| (c.clone(), i + 1))
         .collect();
-    let update = Revision::of(&config::template(config::UPDATE_IMAGE));
-    let previous = Revision::of(&config::template(config::PREVIOUS_IMAGE));
+    let spec = |template: &Option<template::Template>, image: &str| {
+        template
+            .as_ref()
+            .map_or_else(|| config::template(image), |t| t.spec.clone())
+    };
+    let update = Revision::of(&spec(&config.template, config::UPDATE_IMAGE));
+    let previous = Revision::of(&spec(&config.previous_template, config::PREVIOUS_IMAGE));
     let world = FleetWorld::new(
         fleet::AgentConfig {
             delay: config.agent_delay,
@@ -319,17 +369,21 @@ impl<H: Hooks> Simulation<'_, H> {
             strategy: describe_strategy(&self.config.strategy),
             gateway: plugin.as_ref().and(gateway.map(str::to_owned)),
             plugin,
-            update: (self.update.hash.clone(), config::UPDATE_IMAGE.to_owned()),
+            update: (
+                self.update.hash.clone(),
+                label(&self.config.template, config::UPDATE_IMAGE),
+            ),
             previous: (!self.config.first_rollout).then(|| {
                 (
                     self.previous.hash.clone(),
-                    config::PREVIOUS_IMAGE.to_owned(),
+                    label(&self.config.previous_template, config::PREVIOUS_IMAGE),
                 )
             }),
             latency,
             delay: terminal::duration(self.config.agent_delay),
             fail: self.config.fail.iter().cloned().collect(),
             tracing: self.telemetry.is_exporting(),
+            diffs: self.config.template.is_some(),
         }
     }
 
@@ -625,6 +679,7 @@ impl<H: Hooks> Simulation<'_, H> {
             verdicts,
             hook_calls,
             events,
+            mutations: mutation_reports(records),
             next_in_seconds: None,
             real_wait: false,
             trace_id: String::new(),

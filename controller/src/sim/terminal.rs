@@ -8,7 +8,9 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::Duration;
 
-use super::report::{AppliedWork, Event, Outcome, Plan, Report, StepReport, Summary};
+use super::report::{
+    AppliedWork, Event, MutationReport, Outcome, Plan, Report, StepReport, Summary,
+};
 
 const STATUS_COLUMNS: [&str; 6] = [
     "ToApply",
@@ -23,6 +25,8 @@ const HOOK_COLUMNS: [&str; 4] = ["Begin", "Progress", "Validate", "Mutate"];
 const INDENT: &str = "                 ";
 /// Steps applying at most this many works show their annotations.
 const MAX_ANNOTATED: usize = 10;
+/// Distinct changes shown per step (`--template`); the rest are counted.
+const MAX_DIFFS_SHOWN: usize = 3;
 /// Hook errors shown per step; the rest are counted.
 const MAX_ERRORS_SHOWN: usize = 5;
 
@@ -63,6 +67,7 @@ fn annotation_line(applied: &[AppliedWork]) -> String {
 pub struct Terminal<W> {
     out: W,
     tracing: bool,
+    diffs: bool,
     previous: Option<(String, String)>,
 }
 
@@ -72,6 +77,7 @@ impl<W: Write> Terminal<W> {
         Terminal {
             out,
             tracing: false,
+            diffs: false,
             previous: None,
         }
     }
@@ -120,9 +126,48 @@ impl<W: Write> Terminal<W> {
     }
 }
 
+impl<W: Write> Terminal<W> {
+    /// What the plugins changed in each work: each distinct change once,
+    /// with the clusters it was made on.
+    fn changes(&mut self, mutations: &[MutationReport]) -> io::Result<()> {
+        let mut distinct: Vec<(&MutationReport, Vec<String>)> = Vec::new();
+        for m in mutations {
+            match distinct
+                .iter_mut()
+                .find(|(first, _)| first.diff == m.diff && first.mutated_by == m.mutated_by)
+            {
+                Some((_, clusters)) => clusters.push(m.cluster.clone()),
+                None => distinct.push((m, vec![m.cluster.clone()])),
+            }
+        }
+        for (m, clusters) in distinct.iter().take(MAX_DIFFS_SHOWN) {
+            self.detail(format!(
+                "{} · changed by {}:",
+                ranges(clusters, 4),
+                m.mutated_by.join(", ")
+            ))?;
+            for line in m.diff.lines() {
+                self.detail(format!("  {line}"))?;
+            }
+        }
+        if distinct.len() > MAX_DIFFS_SHOWN {
+            let rest: usize = distinct[MAX_DIFFS_SHOWN..]
+                .iter()
+                .map(|(_, c)| c.len())
+                .sum();
+            self.detail(format!(
+                "… and {} more changes on {rest} works (--json has each one's diff and JSON Patch)",
+                distinct.len() - MAX_DIFFS_SHOWN
+            ))?;
+        }
+        Ok(())
+    }
+}
+
 impl<W: Write> Report for Terminal<W> {
     fn begin(&mut self, plan: &Plan) -> io::Result<()> {
         self.tracing = plan.tracing;
+        self.diffs = plan.diffs;
         self.previous = plan.previous.clone();
         let out = &mut self.out;
         writeln!(
@@ -288,6 +333,9 @@ impl<W: Write> Report for Terminal<W> {
             }
         }
         self.applied(&step.applied, step.aborting, &step.revision)?;
+        if self.diffs {
+            self.changes(&step.mutations)?;
+        }
         for event in &step.events {
             if let Event::HookError {
                 hook,
