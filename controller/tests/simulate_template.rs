@@ -93,6 +93,8 @@ async fn json_lines_carry_each_works_patch_and_diff() {
         .collect();
     assert_eq!(clusters, ["cluster-001", "cluster-002", "cluster-003"]);
     let first = mutations[0];
+    // Shown with --nocapture: the JSON the docs quote.
+    println!("{first}");
     assert_eq!(first["mutatedBy"], json!(["canary"]));
     assert_eq!(
         first["patch"],
