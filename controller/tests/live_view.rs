@@ -47,6 +47,8 @@ struct Store {
     version: u64,
     /// Watches held open, by collection.
     watches: HashMap<String, Vec<Responder>>,
+    /// Whether every watch is refused, as by an API server going away.
+    broken: bool,
 }
 
 /// Whether `object` matches a `k=v,k2` label selector.
@@ -93,16 +95,21 @@ fn respond(send: Responder, status: StatusCode, body: Vec<u8>) {
     );
 }
 
-/// A change the test makes: the object stored in place of the one of the
-/// same name, sent to the watches of its collection.
-struct Change {
-    collection: &'static str,
-    object: Value,
+/// What the test does to the hub.
+enum Command {
+    /// Store `object` in place of the one of the same name and send it to
+    /// the watches of `collection`.
+    Change {
+        collection: &'static str,
+        object: Value,
+    },
+    /// Refuse every watch, those held open included, with a 503.
+    Break,
 }
 
 struct FakeHub {
     client: kube::Client,
-    changes: mpsc::UnboundedSender<Change>,
+    changes: mpsc::UnboundedSender<Command>,
     /// Every request, as `METHOD path?query`.
     requests: Arc<Mutex<Vec<String>>>,
 }
@@ -122,7 +129,7 @@ impl FakeHub {
         }
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = kube::Client::new(service, NS);
-        let (changes, mut incoming) = mpsc::unbounded_channel::<Change>();
+        let (changes, mut incoming) = mpsc::unbounded_channel::<Command>();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = requests.clone();
         tokio::spawn(async move {
@@ -135,7 +142,10 @@ impl FakeHub {
                         seen.lock().unwrap().push(line);
                         store.answer(&request, send);
                     }
-                    Some(change) = incoming.recv() => store.change(&hub, change),
+                    Some(command) = incoming.recv() => match command {
+                        Command::Change { collection, object } => store.change(&hub, collection, object),
+                        Command::Break => store.break_watches(),
+                    },
                 }
             }
         });
@@ -147,7 +157,13 @@ impl FakeHub {
     }
 
     fn change(&self, collection: &'static str, object: Value) {
-        self.changes.send(Change { collection, object }).unwrap();
+        self.changes
+            .send(Command::Change { collection, object })
+            .unwrap();
+    }
+
+    fn break_watches(&self) {
+        self.changes.send(Command::Break).unwrap();
     }
 }
 
@@ -183,6 +199,10 @@ impl Store {
             };
         }
         if query_param(query, "watch").as_deref() == Some("true") {
+            if self.broken {
+                let refused = api_status(503, "ServiceUnavailable").to_string();
+                return respond(send, StatusCode::SERVICE_UNAVAILABLE, refused.into());
+            }
             self.watches
                 .entry(collection.to_owned())
                 .or_default()
@@ -200,16 +220,28 @@ impl Store {
         respond(send, StatusCode::OK, list.to_string().into());
     }
 
-    fn change(&mut self, hub: &Hub, change: Change) {
+    fn break_watches(&mut self) {
+        self.broken = true;
+        let refused = api_status(503, "ServiceUnavailable").to_string();
+        for send in self.watches.drain().flat_map(|(_, held)| held) {
+            respond(
+                send,
+                StatusCode::SERVICE_UNAVAILABLE,
+                refused.clone().into(),
+            );
+        }
+    }
+
+    fn change(&mut self, hub: &Hub, collection: &'static str, object: Value) {
         self.version += 1;
-        let mut object = hub.stored(change.object);
+        let mut object = hub.stored(object);
         object["metadata"]["resourceVersion"] = json!(self.version.to_string());
-        let list = self.objects.entry(change.collection).or_default();
+        let list = self.objects.entry(collection).or_default();
         list.retain(|o| o["metadata"]["name"] != object["metadata"]["name"]);
         list.push(object.clone());
         let event = json!({"type": "MODIFIED", "object": object});
         // Each open watch gets the event; the watcher then watches again.
-        for send in self.watches.remove(change.collection).unwrap_or_default() {
+        for send in self.watches.remove(collection).unwrap_or_default() {
             respond(send, StatusCode::OK, format!("{event}\n").into_bytes());
         }
     }
@@ -561,6 +593,9 @@ async fn watch_redraws_when_the_rollout_changes_and_stops_on_request() {
     let text = out.text();
     assert!(text.contains("────────"), "frames are separated:\n{text}");
     assert!(!text.contains('\x1b'), "no terminal codes into a pipe");
+    // The API server stops serving watches: said at once, nothing changed.
+    fake.break_watches();
+    out.wait_for("! the watch is interrupted (").await;
     stop.send(()).unwrap();
     let result = tokio::time::timeout(Duration::from_secs(5), watching)
         .await

@@ -679,7 +679,12 @@ impl<H: Hooks> Simulation<'_, H> {
             verdicts,
             hook_calls,
             events,
-            mutations: mutation_reports(records),
+            // Diffing every work costs; only asked for with --template.
+            mutations: if self.config.template.is_some() {
+                mutation_reports(records)
+            } else {
+                Vec::new()
+            },
             next_in_seconds: None,
             real_wait: false,
             trace_id: String::new(),

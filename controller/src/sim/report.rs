@@ -241,7 +241,8 @@ pub struct StepReport {
     /// What else happened.
     pub events: Vec<Event>,
     /// What the plugins changed in the works of the step, in order; only
-    /// the works they changed.
+    /// the works they changed, and only with a template of the user's own
+    /// (`--template`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mutations: Vec<MutationReport>,
     /// Simulated seconds until the next step; `None` after the last.

@@ -393,7 +393,15 @@ pub async fn watch<W: Write>(
                     writeln!(out, "ManifestWorkReplicaSet {}/{} was deleted", target.namespace, target.name)?;
                     return Ok(());
                 }
-                Some(Err(error)) => trouble = Some(error.to_string()),
+                Some(Err(error)) => {
+                    // Said at once: with the API server gone nothing
+                    // changes, so no frame would say it.
+                    if trouble.is_none() && output != Output::Json {
+                        writeln!(out, "! the watch is interrupted ({error}); retrying")?;
+                        out.flush()?;
+                    }
+                    trouble = Some(error.to_string());
+                }
                 None => return Ok(()),
             },
             _ = tick.tick() => {
