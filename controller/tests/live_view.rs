@@ -688,3 +688,108 @@ async fn a_symlink_named_kubectl_mwrs_is_a_kubectl_plugin() {
         "the plain binary keeps its name"
     );
 }
+
+/// The fake hub's objects served over HTTP on 127.0.0.1:0, for the real
+/// binary: gets and lists as [`Store::answer`] does; a watch is held open
+/// and never answered.
+async fn http_hub(objects: Vec<(&'static str, Value)>) -> std::net::SocketAddr {
+    let hub = Hub::ocm();
+    let mut by_collection: BTreeMap<&'static str, Vec<Value>> = BTreeMap::new();
+    for (collection, object) in objects {
+        by_collection
+            .entry(collection)
+            .or_default()
+            .push(hub.stored(object));
+    }
+    let objects = Arc::new(by_collection);
+    let app = axum::Router::new().fallback(move |uri: http::Uri| {
+        let objects = objects.clone();
+        async move {
+            let (path, query) = (uri.path(), uri.query().unwrap_or_default());
+            if query_param(query, "watch").as_deref() == Some("true") {
+                std::future::pending::<()>().await;
+            }
+            let not_found = (
+                StatusCode::NOT_FOUND,
+                api_status(404, "NotFound").to_string(),
+            );
+            let Some((collection, items)) = objects.iter().find(|(c, _)| {
+                path == **c || path.strip_prefix(**c).is_some_and(|r| r.starts_with('/'))
+            }) else {
+                return not_found;
+            };
+            if let Some(name) = path
+                .strip_prefix(collection)
+                .and_then(|r| r.strip_prefix('/'))
+            {
+                return match items.iter().find(|o| o["metadata"]["name"] == name) {
+                    Some(object) => (StatusCode::OK, object.to_string()),
+                    None => not_found,
+                };
+            }
+            let labels = query_param(query, "labelSelector").unwrap_or_default();
+            let fields = query_param(query, "fieldSelector").unwrap_or_default();
+            let items: Vec<&Value> = items
+                .iter()
+                .filter(|o| labels_match(o, &labels) && fields_match(o, &fields))
+                .collect();
+            let list = json!({"apiVersion": "v1", "kind": "List",
+                              "metadata": {"resourceVersion": "1"}, "items": items});
+            (StatusCode::OK, list.to_string())
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn get_watch_draws_then_exits_0_on_sigterm() {
+    use tokio::io::AsyncBufReadExt;
+
+    let mut objects = mid_validation();
+    // Lists see every collection, events included.
+    objects.push((EVENTS, aborted().pop().unwrap().1));
+    let addr = http_hub(objects).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path(), &format!("http://{addr}"));
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollout-controller"))
+        .args(["get", NAME, "-n", NS, "--watch", "--kubeconfig"])
+        .arg(&config)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let drawn = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut text = String::new();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            text.push_str(&line);
+            text.push('\n');
+            if line.contains("smoke-test says INPROGRESS: smoke test 3/5") {
+                return text;
+            }
+        }
+        panic!("stdout closed before the view:\n{text}");
+    })
+    .await
+    .expect("the first frame is drawn");
+    assert!(drawn.contains("Name:       hello"), "{drawn}");
+    // Let the watches start, then stop it as a kubelet or Ctrl-C would.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+        .await
+        .expect("it exits promptly on SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
