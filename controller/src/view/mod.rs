@@ -29,7 +29,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use serde::Serialize;
 
-use crate::api::conditions::{PLUGIN_LOADED, PROGRESSING, REASON_PLUGIN_CALL_FAILED};
+use crate::api::conditions::{PLACEMENT_VERIFIED, PLUGIN_LOADED, PROGRESSING};
 use crate::api::labels::PLACEMENT_LABEL;
 use crate::api::manifestworkreplicasetrollout::bind;
 use crate::api::{
@@ -328,8 +328,13 @@ fn phase(view: &View) -> Phase {
         };
     }
     let breach = view.placements.iter().any(|p| p.max_failure_breach);
-    let plugin_failed = find(&view.conditions, PLUGIN_LOADED).is_some_and(|c| c.status == "False");
-    if breach || plugin_failed || progressing.reason == REASON_PLUGIN_CALL_FAILED {
+    let false_ = |kind: &str| find(&view.conditions, kind).is_some_and(|c| c.status == "False");
+    // Hook calls failing, a deadline passed, a plugin or placement missing.
+    if breach
+        || false_(PLUGIN_LOADED)
+        || false_(PLACEMENT_VERIFIED)
+        || progressing.status == "False"
+    {
         return Phase::Degraded;
     }
     let done = view.update_revision.is_some() && view.update_revision == view.current_revision;

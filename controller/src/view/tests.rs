@@ -331,3 +331,22 @@ fn the_kubectl_plugin_is_known_by_its_file_name() {
         assert_eq!(is_kubectl_plugin(OsStr::new(argv0)), want, "{argv0}");
     }
 }
+
+#[test]
+fn failing_hook_calls_and_a_missing_placement_degrade_the_rollout() {
+    let mut snapshot = mid_rollout();
+    snapshot.mwrs = mwrs(json!({"conditions": [
+        condition("PlacementVerified", "False", "PlacementDecisionNotFound", "placement canary not found"),
+        condition("Progressing", "False", "PluginCallFailed",
+                  "placement canary: BeginRollout for cluster-003 failed: Unavailable: circuit open")]}));
+    let view = build(&snapshot, at(NOW));
+    assert_eq!(view.phase, Phase::Degraded);
+    assert_eq!(
+        &view.waiting[..2],
+        [
+            "placements not usable (PlacementDecisionNotFound): placement canary not found",
+            "hook calls failing: placement canary: BeginRollout for cluster-003 failed: Unavailable: circuit open",
+        ]
+    );
+    assert!(render(&view).contains("Status:     ✖ Degraded"));
+}

@@ -8,7 +8,9 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 
 use super::{ClusterView, PlacementView, View, find};
-use crate::api::conditions::{PLUGIN_LOADED, PROGRESSING, REASON_PLUGIN_CALL_FAILED};
+use crate::api::conditions::{
+    PLACEMENT_VERIFIED, PLUGIN_LOADED, PROGRESSING, REASON_PLUGIN_CALL_FAILED,
+};
 use crate::format::{duration, ranges};
 use crate::rollout::RolloutStatus;
 
@@ -29,6 +31,12 @@ pub(crate) fn lines(view: &View) -> Vec<String> {
     let mut lines = Vec::new();
     if let Some(at) = view.aborted_time {
         lines.push(abort_line(view, at));
+    }
+    if let Some(c) = find(&view.conditions, PLACEMENT_VERIFIED).filter(|c| c.status == "False") {
+        lines.push(format!(
+            "placements not usable ({}): {}",
+            c.reason, c.message
+        ));
     }
     if let Some(c) = find(&view.conditions, PLUGIN_LOADED).filter(|c| c.status == "False") {
         lines.push(format!("plugin not loaded: {}", c.message));
