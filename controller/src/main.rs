@@ -64,6 +64,10 @@ struct GetArgs {
     /// A kubeconfig file; default: in-cluster, else $KUBECONFIG or ~/.kube/config.
     #[arg(long, value_name = "PATH", env = "ROLLOUT_CONTROLLER_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
+    /// How long the first read may take before the API server counts as
+    /// unreachable.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_REQUEST_TIMEOUT")]
+    request_timeout: std::time::Duration,
     /// text, or json: the view as one JSON object (one per line per frame
     /// with --watch).
     #[arg(short, long, value_name = "FORMAT", default_value = "text",
@@ -510,6 +514,7 @@ async fn get_command(args: &GetArgs) -> anyhow::Result<ExitCode> {
             namespace: args.namespace.clone().unwrap_or(default_namespace),
             name: args.name.clone(),
             server,
+            request_timeout: args.request_timeout,
         };
         let stdout = std::io::stdout();
         let output = match (args.output.as_str(), stdout.is_terminal()) {

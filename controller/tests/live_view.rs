@@ -416,6 +416,7 @@ fn target() -> Target {
         namespace: NS.into(),
         name: NAME.into(),
         server: "https://hub.example:6443".into(),
+        request_timeout: hub::DEFAULT_REQUEST_TIMEOUT,
     }
 }
 
@@ -792,4 +793,39 @@ async fn get_watch_draws_then_exits_0_on_sigterm() {
         .expect("it exits promptly on SIGTERM")
         .unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test]
+async fn an_api_server_that_never_answers_fails_after_the_request_timeout() {
+    // Accepts connections, answers nothing.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path(), &format!("http://{addr}"));
+    let started = std::time::Instant::now();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_rollout-controller"))
+        .args(["get", NAME, "--request-timeout", "1s", "--kubeconfig"])
+        .arg(&config)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "the Kubernetes API server at http://{addr}/ did not answer within 1s"
+        )),
+        "{stderr}"
+    );
 }

@@ -41,8 +41,8 @@ use crate::api::{
 pub const MAX_FRAMES_PER_SECOND: u32 = 4;
 
 /// How long the first read may take before the API server counts as
-/// unreachable.
-pub const FIRST_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// unreachable, unless the caller says otherwise (`--request-timeout`).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Clears a terminal and moves the cursor home.
 const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J";
@@ -75,11 +75,15 @@ pub enum GetError {
         #[source]
         source: kube::Error,
     },
-    /// No answer within [`FIRST_READ_TIMEOUT`].
-    #[error("the Kubernetes API server{at} did not answer within {}s (check --kubeconfig and the cluster's address)", FIRST_READ_TIMEOUT.as_secs())]
+    /// No answer within [`Target::request_timeout`].
+    #[error(
+        "the Kubernetes API server{at} did not answer within {after} (check --kubeconfig and the cluster's address)"
+    )]
     Timeout {
         /// ` at URL`, when known.
         at: String,
+        /// The time waited, as a Go duration.
+        after: String,
     },
     /// The API server refused a read.
     #[error("reading {what}: {source}")]
@@ -111,6 +115,8 @@ pub struct Target {
     pub name: String,
     /// The API server's address, for errors (empty when unknown).
     pub server: String,
+    /// How long the first read may take.
+    pub request_timeout: Duration,
 }
 
 impl Target {
@@ -227,11 +233,16 @@ pub async fn snapshot(client: &Client, target: &Target) -> Result<Snapshot, GetE
 }
 
 /// [`snapshot`], failing as [`GetError::Timeout`] after
-/// [`FIRST_READ_TIMEOUT`].
+/// [`Target::request_timeout`].
 pub async fn first_snapshot(client: &Client, target: &Target) -> Result<Snapshot, GetError> {
-    tokio::time::timeout(FIRST_READ_TIMEOUT, snapshot(client, target))
+    tokio::time::timeout(target.request_timeout, snapshot(client, target))
         .await
-        .unwrap_or_else(|_| Err(GetError::Timeout { at: target.at() }))
+        .unwrap_or_else(|_| {
+            Err(GetError::Timeout {
+                at: target.at(),
+                after: crate::format::duration(target.request_timeout),
+            })
+        })
 }
 
 /// How frames are written.
