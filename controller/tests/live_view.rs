@@ -349,6 +349,7 @@ fn rolling() -> Vec<Value> {
 /// Mid-rollout: cluster-001 done, cluster-002 progressing, the rest to do.
 fn mid_rollout() -> Vec<(&'static str, Value)> {
     let details = json!({"currentRevision": "r1", "updateRevision": "r2", "placements": [{"name": "canary",
+        "clusterCounts": {"toApply": 2, "progressing": 1, "succeeded": 1},
         "clusters": [cluster("cluster-002", "Progressing", None),
                      cluster("cluster-003", "ToApply", None), cluster("cluster-004", "ToApply", None)]}]});
     vec![
@@ -366,6 +367,7 @@ fn mid_rollout() -> Vec<(&'static str, Value)> {
 /// Mid-validation: cluster-002 done progressing, the plugin says INPROGRESS.
 fn mid_validation() -> Vec<(&'static str, Value)> {
     let details = json!({"currentRevision": "r1", "updateRevision": "r2", "placements": [{"name": "canary",
+        "clusterCounts": {"toApply": 2, "validating": 1, "succeeded": 1},
         "clusters": [cluster("cluster-002", "Validating", Some("smoke test 3/5")),
                      cluster("cluster-003", "ToApply", None), cluster("cluster-004", "ToApply", None)]}]});
     let mut objects = mid_rollout();
@@ -380,7 +382,7 @@ const ABORT_MESSAGE: &str = "Rollout of revision r2 aborted: placement canary: c
 /// Aborted: cluster-002 failed validation; cluster-001 and -002 still on r2.
 fn aborted() -> Vec<(&'static str, Value)> {
     let details = json!({"currentRevision": "r1", "updateRevision": "r2", "abortedTime": "2025-03-01T11:59:00Z",
-        "placements": [{"name": "canary", "clusters": [
+        "placements": [{"name": "canary", "clusterCounts": {"toApply": 2, "succeeded": 2}, "clusters": [
             cluster("cluster-001", "ToApply", None), cluster("cluster-002", "ToApply", None)]}]});
     let conditions = vec![
         condition(

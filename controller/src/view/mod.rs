@@ -369,17 +369,22 @@ fn placement_status(
         .as_ref()
         .and_then(|c| c.status.as_ref())
         .and_then(|s| s.placements.iter().find(|p| p.name == name));
+    // A report without counts (a hub whose CRD pruned them) lists nothing,
+    // so it says nothing about the clusters it leaves out.
+    let counted = |c: &ClusterCounts| {
+        c.to_apply + c.progressing + c.validating + c.succeeded + c.failed + c.time_out + c.skip > 0
+    };
     if let Some(p) = carried {
         return Some(Reported {
             clusters: p.clusters.clone(),
-            complete: p.omitted_clusters == 0,
+            complete: p.omitted_clusters == 0 && counted(&p.cluster_counts),
             max_failure_breach: p.max_failure_breach,
         });
     }
     let own = status.placements_summary.iter().find(|p| p.name == name)?;
     Some(Reported {
         clusters: own.clusters.clone(),
-        complete: own.omitted_clusters == 0,
+        complete: own.omitted_clusters == 0 && counted(&own.cluster_counts),
         max_failure_breach: own.max_failure_breach,
     })
 }

@@ -130,6 +130,7 @@ fn aborted() -> Snapshot {
         condition("Progressing", "False", "RolloutAborted", message)]});
     let details = json!({"currentRevision": "r1", "updateRevision": "r2",
         "abortedTime": "2025-03-01T11:58:00Z", "placements": [{"name": "canary",
+        "clusterCounts": {"toApply": 2, "succeeded": 2},
         "clusters": [
             {"clusterName": "cluster-001", "rolloutStatus": "ToApply", "groupIndex": 0, "revision": "r2"},
             {"clusterName": "cluster-002", "rolloutStatus": "ToApply", "groupIndex": 0, "revision": "r2"}]}]});
@@ -349,4 +350,24 @@ fn failing_hook_calls_and_a_missing_placement_degrade_the_rollout() {
         ]
     );
     assert!(render(&view).contains("Status:     ✖ Degraded"));
+}
+
+#[test]
+fn a_report_without_counts_says_nothing_of_the_clusters_it_leaves_out() {
+    // As a hub that pruned the controller's details leaves the status.
+    let mut snapshot = mid_rollout();
+    if let Some(status) = snapshot.carrier.as_mut().and_then(|c| c.status.as_mut()) {
+        status.placements[0].cluster_counts = ClusterCounts::default();
+        status.placements[0].clusters.clear();
+    }
+    let view = build(&snapshot, at(NOW));
+    // Done progressing, no verdict persisted: the plugin is validating it.
+    assert_eq!(
+        cluster(&view, "cluster-001").status,
+        RolloutStatus::Validating
+    );
+    assert_eq!(
+        cluster(&view, "cluster-003").status,
+        RolloutStatus::Progressing
+    );
 }
