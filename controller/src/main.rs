@@ -473,7 +473,7 @@ struct CrdArgs {
     out: Option<PathBuf>,
     /// Print OCM's kinds with OCM's fields only (as OCM's cluster-manager
     /// operator installs them), without the design's additions.
-    #[arg(long, conflicts_with = "out")]
+    #[arg(long, conflicts_with = "out", env = "ROLLOUT_CONTROLLER_OCM_SHAPED")]
     ocm_shaped: bool,
 }
 
