@@ -371,3 +371,28 @@ fn a_report_without_counts_says_nothing_of_the_clusters_it_leaves_out() {
         RolloutStatus::Progressing
     );
 }
+
+#[test]
+fn frames_clear_a_terminal_and_are_separated_in_a_pipe() {
+    use super::hub::{Output, write_frame};
+    let view = build(&mid_rollout(), at(NOW));
+    let frames = |output: Output| {
+        let mut out = Vec::new();
+        write_frame(&mut out, &view, output, true).expect("writes");
+        write_frame(&mut out, &view, output, false).expect("writes");
+        String::from_utf8(out).expect("UTF-8")
+    };
+    let terminal = frames(Output::Terminal);
+    assert_eq!(terminal.matches("\x1b[H\x1b[2J").count(), 2);
+    assert!(terminal.starts_with("\x1b[H\x1b[2JName:"));
+    let piped = frames(Output::Appended);
+    assert!(!piped.contains('\x1b'));
+    assert_eq!(piped.matches("\n────").count(), 1, "{piped}");
+    assert!(piped.starts_with("Name:"));
+    let json = frames(Output::Json);
+    assert_eq!(json.lines().count(), 2);
+    for line in json.lines() {
+        let value: serde_json::Value = serde_json::from_str(line).expect("JSON");
+        assert_eq!(value["name"], "hello");
+    }
+}
