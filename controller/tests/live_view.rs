@@ -49,6 +49,8 @@ struct Store {
     watches: HashMap<String, Vec<Responder>>,
     /// Whether every watch is refused, as by an API server going away.
     broken: bool,
+    /// Collections the reader may not read (403).
+    forbidden: Vec<&'static str>,
 }
 
 /// Whether `object` matches a `k=v,k2` label selector.
@@ -118,8 +120,19 @@ impl FakeHub {
     /// A hub holding `objects` (collection, object), stored as OCM's CRDs
     /// keep them.
     fn start(objects: Vec<(&'static str, Value)>) -> FakeHub {
+        FakeHub::start_forbidding(objects, Vec::new())
+    }
+
+    /// [`FakeHub::start`], answering 403 to every request on `forbidden`.
+    fn start_forbidding(
+        objects: Vec<(&'static str, Value)>,
+        forbidden: Vec<&'static str>,
+    ) -> FakeHub {
         let hub = Hub::ocm();
-        let mut store = Store::default();
+        let mut store = Store {
+            forbidden,
+            ..Store::default()
+        };
         for (collection, object) in objects {
             store
                 .objects
@@ -184,6 +197,10 @@ impl Store {
                 api_status(404, "NotFound").to_string().into(),
             );
         };
+        if self.forbidden.contains(&collection) {
+            let refused = api_status(403, "Forbidden").to_string();
+            return respond(send, StatusCode::FORBIDDEN, refused.into());
+        }
         let items = self.objects.get(collection).cloned().unwrap_or_default();
         if let Some(name) = path
             .strip_prefix(collection)
@@ -829,5 +846,26 @@ async fn an_api_server_that_never_answers_fails_after_the_request_timeout() {
             "the Kubernetes API server at http://{addr}/ did not answer within 1s"
         )),
         "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn events_the_reader_may_not_list_are_left_out_and_works_are_not() {
+    let fake = FakeHub::start_forbidding(aborted(), vec![EVENTS]);
+    let snapshot = hub::first_snapshot(&fake.client, &target()).await.unwrap();
+    let text = render(&build(&snapshot, now()));
+    assert!(
+        text.contains("rolling back 2 clusters to revision r1"),
+        "{text}"
+    );
+    assert!(!text.contains("Events:"), "{text}");
+    let fake = FakeHub::start_forbidding(aborted(), vec![WORKS]);
+    let err = hub::first_snapshot(&fake.client, &target())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, GetError::Api { .. }), "{err:?}");
+    assert!(
+        err.to_string().starts_with("reading the ManifestWorks: "),
+        "{err}"
     );
 }

@@ -218,11 +218,16 @@ pub async fn snapshot(client: &Client, target: &Target) -> Result<Snapshot, GetE
         .await
         .map_err(|e| target.error("the PlacementDecisions", e))?
         .items;
-    let events = Api::<Event>::namespaced(client.clone(), ns)
+    let events = match Api::<Event>::namespaced(client.clone(), ns)
         .list(&ListParams::default().fields(&events_selector(&target.name)))
         .await
-        .map_err(|e| target.error("the Events", e))?
-        .items;
+    {
+        Ok(list) => list.items,
+        // Events only add to the view: one the reader may not list (403) is
+        // left out; an API server that stopped answering is not.
+        Err(kube::Error::Api(status)) if status.code == 403 => Vec::new(),
+        Err(e) => return Err(target.error("the Events", e)),
+    };
     Ok(Snapshot {
         mwrs,
         carrier,
