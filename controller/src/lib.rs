@@ -19,12 +19,15 @@
 //! simulator), and [`reconcile`] the kube-rs controller around it.
 //! [`metrics`] counts what it does for Prometheus, [`leader`] elects the
 //! replica that reconciles, and [`app`] assembles `rollout-controller run`
-//! from all of these. The binary only parses flags and calls into this
-//! library.
+//! from all of these. [`view`] draws one ManifestWorkReplicaSet's rollout
+//! live from the hub (`rollout-controller get`, `kubectl mwrs get`), with
+//! the text formatting it shares with the simulator in [`format`]. The
+//! binary only parses flags and calls into this library.
 
 pub mod api;
 pub mod app;
 pub mod events;
+pub mod format;
 pub mod health;
 pub mod hooks;
 pub mod leader;
@@ -37,3 +40,4 @@ pub mod revision;
 pub mod rollout;
 pub mod sim;
 pub mod telemetry;
+pub mod view;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use jiff::Timestamp;
 use rollout_controller::app::{self, RunOptions};
 use rollout_controller::hooks::{DEFAULT_GATEWAY_URL, GatewayHooks, GatewayOptions, GatewayTls};
@@ -15,7 +15,7 @@ use rollout_controller::orchestrate::{DEFAULT_HOOK_CONCURRENCY, Settings};
 use rollout_controller::reconcile::Options;
 use rollout_controller::rollout::duration::parse_go_duration;
 use rollout_controller::telemetry::{Telemetry, TracingOptions};
-use rollout_controller::{api, plan, sim};
+use rollout_controller::{api, plan, sim, view};
 
 /// Exit status for input the command cannot use (bad file, JSON or strategy).
 const EXIT_BAD_INPUT: u8 = 2;
@@ -39,6 +39,40 @@ enum Command {
     Plan(PlanArgs),
     /// Print the CRDs the controller uses, as multi-document YAML.
     Crd(CrdArgs),
+    /// Show one ManifestWorkReplicaSet's rollout as the hub sees it:
+    /// placements, decision groups, each cluster's status and revision, the
+    /// plugin's verdicts, the abort, and what the controller waits for.
+    Get(GetArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "As a kubectl plugin: put a copy or symlink of this binary named \
+kubectl-mwrs on PATH, then `kubectl mwrs get NAME --watch`. Exit status: 0 when drawn (with \
+--watch: until Ctrl-C or SIGTERM), 1 when the ManifestWorkReplicaSet is not found or the API \
+server cannot be reached, 2 for bad flags."
+)]
+struct GetArgs {
+    /// The ManifestWorkReplicaSet's name.
+    name: String,
+    /// Its namespace; default: the kubeconfig context's.
+    #[arg(short, long, value_name = "NS", env = "ROLLOUT_CONTROLLER_NAMESPACE")]
+    namespace: Option<String>,
+    /// Keep watching and redraw on every change.
+    #[arg(short, long, env = "ROLLOUT_CONTROLLER_WATCH")]
+    watch: bool,
+    /// A kubeconfig file; default: in-cluster, else $KUBECONFIG or ~/.kube/config.
+    #[arg(long, value_name = "PATH", env = "ROLLOUT_CONTROLLER_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// How long the first read may take before the API server counts as
+    /// unreachable.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_REQUEST_TIMEOUT")]
+    request_timeout: std::time::Duration,
+    /// text, or json: the view as one JSON object (one per line per frame
+    /// with --watch).
+    #[arg(short, long, value_name = "FORMAT", default_value = "text",
+          value_parser = ["text", "json"], env = "ROLLOUT_CONTROLLER_OUTPUT")]
+    output: String,
 }
 
 #[derive(Debug, Args)]
@@ -248,7 +282,11 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     after_help = "The fleet runs the previous revision (an Argo Rollout of web:1.0); the update \
 revision (web:1.1) is rolled out, one step per reconcile, on a simulated clock that jumps to the \
 next event, except while a plugin is validating: then it follows the real clock, since a plugin \
-measures its own waits. Exit status: 0 when the rollout ran to its end (Succeeded, Aborted or \
+measures its own waits. With --template FILE the update revision is your own ManifestWork \
+template instead (a ManifestWork, a ManifestWorkReplicaSet or a ManifestWork spec, in YAML or \
+JSON), and each step shows what the plugins changed in each work as a diff (--json: a \
+`mutations` array with a JSON Patch and the diff per work); the fleet starts empty unless \
+--previous-template gives the revision it runs. Exit status: 0 when the rollout ran to its end (Succeeded, Aborted or \
 Failed), 2 for bad flags, 1 when the gateway cannot be reached or the rollout does not end."
 )]
 struct SimulateArgs {
@@ -388,6 +426,20 @@ struct SimulateArgs {
     /// cluster's calls stay in order).
     #[arg(long, value_name = "N", env = "ROLLOUT_CONTROLLER_HOOK_CONCURRENCY", default_value_t = DEFAULT_HOOK_CONCURRENCY, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     hook_concurrency: usize,
+    /// Roll out this ManifestWork template (YAML or JSON: a ManifestWork,
+    /// a ManifestWorkReplicaSet or a ManifestWork spec) instead of the
+    /// built-in Argo Rollout, and show what the plugins change in it.
+    #[arg(long, value_name = "FILE", env = "ROLLOUT_CONTROLLER_TEMPLATE")]
+    template: Option<PathBuf>,
+    /// The template the fleet runs before the rollout (with --template;
+    /// without it the fleet starts empty).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "template",
+        env = "ROLLOUT_CONTROLLER_PREVIOUS_TEMPLATE"
+    )]
+    previous_template: Option<PathBuf>,
     /// At the end, write the rollout_controller_* metrics the run recorded
     /// (as `run` serves them on /metrics, OpenMetrics text) to FILE.
     #[arg(long, value_name = "FILE", env = "ROLLOUT_CONTROLLER_METRICS")]
@@ -446,6 +498,21 @@ impl SimulateArgs {
         config.settings.validation_poll = self.validation_poll;
         config.settings.hook_concurrency = self.hook_concurrency;
         config.list_works = self.list_works;
+        config.template = self
+            .template
+            .as_deref()
+            .map(sim::template::load)
+            .transpose()?;
+        config.previous_template = self
+            .previous_template
+            .as_deref()
+            .map(sim::template::load)
+            .transpose()?;
+        // A template of the user's own has no earlier revision unless one
+        // is given.
+        if config.template.is_some() && config.previous_template.is_none() {
+            config.first_rollout = true;
+        }
         config.check()?;
         Ok(config)
     }
@@ -466,7 +533,18 @@ struct CrdArgs {
 }
 
 fn main() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut command = Cli::command();
+    if args
+        .first()
+        .is_some_and(|argv0| view::is_kubectl_plugin(argv0))
+    {
+        command = command
+            .name(view::KUBECTL_PLUGIN_COMMAND)
+            .bin_name(view::KUBECTL_PLUGIN_COMMAND);
+    }
+    let cli =
+        Cli::from_arg_matches(&command.get_matches_from(args)).unwrap_or_else(|error| error.exit());
     match cli.command {
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
@@ -475,6 +553,51 @@ fn main() -> anyhow::Result<ExitCode> {
         Command::Simulate(args) => simulate_command(&args),
         Command::Plan(args) => plan_command(&args),
         Command::Crd(args) => crd_command(&args),
+        Command::Get(args) => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(get_command(&args))
+        }
+    }
+}
+
+async fn get_command(args: &GetArgs) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal;
+    use view::hub::{self, Output};
+    let drawn = async {
+        let (client, server, default_namespace) = hub::connect(args.kubeconfig.as_deref()).await?;
+        let target = hub::Target {
+            namespace: args.namespace.clone().unwrap_or(default_namespace),
+            name: args.name.clone(),
+            server,
+            request_timeout: args.request_timeout,
+        };
+        let stdout = std::io::stdout();
+        let output = match (args.output.as_str(), stdout.is_terminal()) {
+            ("json", _) => Output::Json,
+            (_, true) => Output::Terminal,
+            _ => Output::Appended,
+        };
+        let mut out = stdout.lock();
+        if args.watch {
+            hub::watch(&client, &target, output, &mut out, app::signal()).await
+        } else {
+            let snapshot = hub::first_snapshot(&client, &target).await?;
+            let view = view::build(&snapshot, Timestamp::now());
+            // One frame, never clearing the screen.
+            let once = if output == Output::Json {
+                Output::Json
+            } else {
+                Output::Appended
+            };
+            hub::write_frame(&mut out, &view, once, true).map_err(hub::GetError::from)
+        }
+    };
+    match drawn.await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(err) => {
+            eprintln!("rollout-controller get: {}", error_chain(&err));
+            Ok(ExitCode::FAILURE)
+        }
     }
 }
 
@@ -573,6 +696,21 @@ fn simulate_command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `err` and those of its sources that it does not already say.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// What went wrong, and what to do about it.

@@ -258,6 +258,12 @@ pub struct Config {
     /// simulated API server that prunes them, and read them back each step;
     /// `None`: use [`Config::strategy`] as given.
     pub api: Option<super::api::ApiConfig>,
+    /// The update revision's template (`--template`); the built-in Argo
+    /// Rollout of [`UPDATE_IMAGE`] when `None`.
+    pub template: Option<super::template::Template>,
+    /// The previous revision's template (`--previous-template`); the
+    /// built-in one of [`PREVIOUS_IMAGE`] when `None`.
+    pub previous_template: Option<super::template::Template>,
 }
 
 impl Config {
@@ -287,6 +293,8 @@ impl Config {
             start: Timestamp::now(),
             metrics: None,
             api: None,
+            template: None,
+            previous_template: None,
         }
     }
 

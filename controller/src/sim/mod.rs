@@ -31,9 +31,11 @@
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod diff;
 pub mod fleet;
 pub mod record;
 pub mod report;
+pub mod template;
 pub mod terminal;
 
 #[cfg(test)]
@@ -56,8 +58,8 @@ use crate::orchestrate::{
     self, DeployInput, DeployOutcome, Owner, PlacementOutcome, PlacementTarget, World, WorldError,
 };
 use crate::revision::{AbortAction, Revision, RevisionStatus};
+use crate::rollout::RolloutStatus;
 use crate::rollout::work_status::ValidationResult as Decided;
-use crate::rollout::{RolloutKind, RolloutStatus, Strategy, Threshold};
 use crate::telemetry::Telemetry;
 pub use config::{Config, ConfigError, StrategyFlags};
 pub use fleet::FleetWorld;
@@ -104,49 +106,7 @@ impl SimError {
     }
 }
 
-/// The strategy as a phrase, such as `Progressive, maxConcurrency 25%,
-/// maxFailures 0, progressDeadline None, abort on failure`.
-pub fn describe_strategy(strategy: &Strategy) -> String {
-    let threshold = |t: Threshold| match t {
-        Threshold::Count(n) => n.to_string(),
-        Threshold::Percent(p) => format!("{p}%"),
-    };
-    let config = strategy.config();
-    let mut parts = vec![strategy.type_name().to_owned()];
-    if let RolloutKind::Progressive {
-        max_concurrency, ..
-    } = &strategy.kind
-    {
-        parts.push(match max_concurrency {
-            Threshold::Count(0) => "maxConcurrency all".to_owned(),
-            t => format!("maxConcurrency {}", threshold(*t)),
-        });
-    }
-    if let RolloutKind::Progressive { mandatory, .. }
-    | RolloutKind::ProgressivePerGroup { mandatory, .. } = &strategy.kind
-        && !mandatory.is_empty()
-    {
-        parts.push(format!("{} mandatory group(s)", mandatory.len()));
-    }
-    if !matches!(strategy.kind, RolloutKind::All(_)) {
-        parts.push(format!("maxFailures {}", threshold(config.max_failures)));
-    }
-    parts.push(match config.progress_deadline {
-        Some(d) => format!("progressDeadline {}", terminal::duration(d.unsigned_abs())),
-        None => "progressDeadline None".to_owned(),
-    });
-    if !config.min_success_time.is_zero() && !matches!(strategy.kind, RolloutKind::All(_)) {
-        parts.push(format!(
-            "minSuccessTime {}",
-            terminal::duration(config.min_success_time.unsigned_abs())
-        ));
-    }
-    let mut text = parts.join(", ");
-    if strategy.abort_on_failure {
-        text.push_str("; abort on failure");
-    }
-    text
-}
+pub use crate::format::describe_strategy;
 
 /// The annotations on `work`'s manifests (the union, a later manifest
 /// winning).
@@ -167,6 +127,49 @@ pub fn manifest_annotations(work: &ManifestWork) -> BTreeMap<String, String> {
         }
     }
     annotations
+}
+
+/// How the report names a revision: where its template came from, or the
+/// built-in template's image.
+fn label(template: &Option<template::Template>, image: &str) -> String {
+    template
+        .as_ref()
+        .map_or_else(|| image.to_owned(), |t| t.label.clone())
+}
+
+/// What the plugins changed in the works of a step: one report per work
+/// they changed, in the records' order.
+fn mutation_reports(records: &[Record]) -> Vec<report::MutationReport> {
+    records
+        .iter()
+        .filter_map(|record| {
+            let Answer::Mutation {
+                mutated_by,
+                failed_open,
+                sent,
+                answered: Some(answered),
+            } = &record.answer
+            else {
+                return None;
+            };
+            let (patch, diff) = match diff::diff(sent, answered) {
+                Ok(Some(d)) => (d.patch, d.text),
+                Ok(None) => return None,
+                Err(err) => (
+                    serde_json::Value::Null,
+                    format!("cannot show the change: {err}"),
+                ),
+            };
+            Some(report::MutationReport {
+                cluster: record.cluster.clone(),
+                aborting: record.aborting,
+                mutated_by: mutated_by.clone(),
+                failed_open: failed_open.clone(),
+                patch,
+                diff,
+            })
+        })
+        .collect()
 }
 
 /// One simulated rollout.
@@ -228,8 +231,13 @@ pub async fn run<H: Hooks>(
         .enumerate()
         .map(|(i, c)| (c.clone(), i + 1))
         .collect();
-    let update = Revision::of(&config::template(config::UPDATE_IMAGE));
-    let previous = Revision::of(&config::template(config::PREVIOUS_IMAGE));
+    let spec = |template: &Option<template::Template>, image: &str| {
+        template
+            .as_ref()
+            .map_or_else(|| config::template(image), |t| t.spec.clone())
+    };
+    let update = Revision::of(&spec(&config.template, config::UPDATE_IMAGE));
+    let previous = Revision::of(&spec(&config.previous_template, config::PREVIOUS_IMAGE));
     let world = FleetWorld::new(
         fleet::AgentConfig {
             delay: config.agent_delay,
@@ -386,11 +394,14 @@ impl<H: Hooks> Simulation<'_, H> {
             strategy: describe_strategy(&self.strategy),
             gateway: plugin.as_ref().and(gateway.map(str::to_owned)),
             plugin,
-            update: (self.update.hash.clone(), config::UPDATE_IMAGE.to_owned()),
+            update: (
+                self.update.hash.clone(),
+                label(&self.config.template, config::UPDATE_IMAGE),
+            ),
             previous: (!self.config.first_rollout).then(|| {
                 (
                     self.previous.hash.clone(),
-                    config::PREVIOUS_IMAGE.to_owned(),
+                    label(&self.config.previous_template, config::PREVIOUS_IMAGE),
                 )
             }),
             latency,
@@ -402,6 +413,7 @@ impl<H: Hooks> Simulation<'_, H> {
                 .as_ref()
                 .map(api::SimApi::warnings)
                 .unwrap_or_default(),
+            diffs: self.config.template.is_some(),
         }
     }
 
@@ -717,6 +729,12 @@ impl<H: Hooks> Simulation<'_, H> {
             verdicts,
             hook_calls,
             events,
+            // Diffing every work costs; only asked for with --template.
+            mutations: if self.config.template.is_some() {
+                mutation_reports(records)
+            } else {
+                Vec::new()
+            },
             next_in_seconds: None,
             real_wait: false,
             trace_id: String::new(),

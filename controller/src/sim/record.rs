@@ -35,6 +35,10 @@ pub enum Answer {
         mutated_by: Vec<String>,
         /// The `ocm-rollout-failed-open` trailer.
         failed_open: Vec<String>,
+        /// The ManifestWork sent, as JSON.
+        sent: Bytes,
+        /// The ManifestWork answered, as JSON; `None` for "unchanged".
+        answered: Option<Bytes>,
     },
     /// The call failed.
     Failed(HookError),
@@ -234,6 +238,8 @@ impl<H: Hooks> Hooks for Recorder<H> {
         manifest_work: Bytes,
     ) -> Result<Mutation, HookError> {
         let about = About::of(&request);
+        // A reference count, not a copy: kept to show what the plugin changed.
+        let sent = manifest_work.clone();
         let result = self
             .inner
             .mutate_manifest_work(call, request, manifest_work)
@@ -242,6 +248,8 @@ impl<H: Hooks> Hooks for Recorder<H> {
             Ok(mutation) => Answer::Mutation {
                 mutated_by: mutation.mutated_by.clone(),
                 failed_open: mutation.failed_open.clone(),
+                sent,
+                answered: mutation.work.clone(),
             },
             Err(error) => Answer::Failed(error.clone()),
         };

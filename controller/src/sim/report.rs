@@ -17,6 +17,9 @@
 //!  "verdicts": [{"cluster": "cluster-008", "revision": "…", "result": "Failed", "message": "smoke-test: …"}],
 //!  "hookCalls": {"BeginRollout": 5, "ProgressRollout": 1, "ValidateRolloutCompletion": 5, "MutateManifestWork": 5},
 //!  "events": [{"type": "validationFailed", …}, {"type": "abort", …}],
+//!  "mutations": [{"cluster": "cluster-001", "aborting": false, "mutatedBy": ["traffic-weights"],
+//!                 "patch": [{"op": "replace", "path": "/spec/workload/manifests/0/…/setWeight", "value": 5}],
+//!                 "diff": "@@ -22,7 +22,7 @@\n …"}],
 //!  "nextInSeconds": 30.0, "realWait": false, "traceId": "…"}
 //! ```
 
@@ -182,6 +185,28 @@ pub enum Event {
     },
 }
 
+/// What the plugins changed in one work (`MutateManifestWork`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MutationReport {
+    /// The cluster.
+    pub cluster: String,
+    /// Whether the request said `aborting` (a rollback's work).
+    pub aborting: bool,
+    /// The plugins that changed the work, in order
+    /// (`ocm-rollout-mutated-by`).
+    pub mutated_by: Vec<String>,
+    /// Plugins skipped under `failurePolicy: Ignore`
+    /// (`ocm-rollout-failed-open`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed_open: Vec<String>,
+    /// RFC 6902 operations from the work sent to the work answered.
+    pub patch: serde_json::Value,
+    /// The same change as a unified diff of the works as YAML, changed
+    /// lines with two lines of context.
+    pub diff: String,
+}
+
 /// One step: one reconcile of the ManifestWorkReplicaSet.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -215,6 +240,11 @@ pub struct StepReport {
     pub hook_calls: HookCounts,
     /// What else happened.
     pub events: Vec<Event>,
+    /// What the plugins changed in the works of the step, in order; only
+    /// the works they changed, and only with a template of the user's own
+    /// (`--template`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mutations: Vec<MutationReport>,
     /// Simulated seconds until the next step; `None` after the last.
     pub next_in_seconds: Option<f64>,
     /// Whether that wait is slept in real time (a plugin is deciding).
@@ -283,6 +313,9 @@ pub struct Plan {
     /// The fields the simulated API server (`--crds`) dropped when it
     /// stored the objects, as its warnings name them.
     pub api_warnings: Vec<String>,
+    /// Whether the terminal shows what the plugins changed in each work
+    /// (`--template`).
+    pub diffs: bool,
 }
 
 /// The works at the end, summed up.

@@ -8,7 +8,9 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::Duration;
 
-use super::report::{AppliedWork, Event, Outcome, Plan, Report, StepReport, Summary};
+use super::report::{
+    AppliedWork, Event, MutationReport, Outcome, Plan, Report, StepReport, Summary,
+};
 
 const STATUS_COLUMNS: [&str; 6] = [
     "ToApply",
@@ -23,82 +25,12 @@ const HOOK_COLUMNS: [&str; 4] = ["Begin", "Progress", "Validate", "Mutate"];
 const INDENT: &str = "                 ";
 /// Steps applying at most this many works show their annotations.
 const MAX_ANNOTATED: usize = 10;
+/// Distinct changes shown per step (`--template`); the rest are counted.
+const MAX_DIFFS_SHOWN: usize = 3;
 /// Hook errors shown per step; the rest are counted.
 const MAX_ERRORS_SHOWN: usize = 5;
 
-/// A duration as Go writes it, shortened: `300ms`, `30s`, `30.3s`,
-/// `1m30s`, `2h5m0s`.
-pub fn duration(d: Duration) -> String {
-    let millis = d.as_millis();
-    if millis == 0 {
-        return "0s".to_owned();
-    }
-    if millis < 1000 {
-        return format!("{millis}ms");
-    }
-    let tenths = (millis + 50) / 100;
-    let (hours, rest) = (tenths / 36_000, tenths % 36_000);
-    let (minutes, tenths) = (rest / 600, rest % 600);
-    let seconds = if tenths % 10 == 0 {
-        format!("{}s", tenths / 10)
-    } else {
-        format!("{}.{}s", tenths / 10, tenths % 10)
-    };
-    match (hours, minutes) {
-        (0, 0) => seconds,
-        (0, m) => format!("{m}m{seconds}"),
-        (h, m) => format!("{h}h{m}m{seconds}"),
-    }
-}
-
-/// Cluster names with runs of consecutive numbers shortened:
-/// `cluster-001 … cluster-005, cluster-008`. Past `max` runs, the rest are
-/// counted.
-pub fn ranges(names: &[String], max: usize) -> String {
-    fn split(name: &str) -> Option<(&str, u64, usize)> {
-        let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-        let (prefix, number) = name.split_at(name.len() - digits);
-        Some((prefix, number.parse().ok()?, digits))
-    }
-    let mut runs: Vec<(String, String)> = Vec::new();
-    for name in names {
-        if let (Some((_, last)), Some((prefix, n, width))) = (runs.last_mut(), split(name))
-            && let Some((last_prefix, m, last_width)) = split(last)
-            && prefix == last_prefix
-            && width == last_width
-            && n == m + 1
-        {
-            *last = name.clone();
-            continue;
-        }
-        runs.push((name.clone(), name.clone()));
-    }
-    let shown: Vec<String> = runs
-        .iter()
-        .take(max)
-        .map(|(first, last)| {
-            if first == last {
-                first.clone()
-            } else {
-                format!("{first} … {last}")
-            }
-        })
-        .collect();
-    let mut text = shown.join(", ");
-    if runs.len() > max {
-        let rest: usize = names.len()
-            - runs
-                .iter()
-                .take(max)
-                .map(|(first, last)| match (split(first), split(last)) {
-                    (Some((_, a, _)), Some((_, b, _))) => usize::try_from(b - a + 1).unwrap_or(1),
-                    _ => 1,
-                })
-                .sum::<usize>();
-        let _ = write!(text, " and {rest} more");
-    }
-    text
-}
+pub use crate::format::{duration, ranges};
 
 /// The manifest annotations of the works applied, one entry per key (its
 /// last path segment): `key=value` when every work has the same value,
@@ -135,6 +67,7 @@ fn annotation_line(applied: &[AppliedWork]) -> String {
 pub struct Terminal<W> {
     out: W,
     tracing: bool,
+    diffs: bool,
     previous: Option<(String, String)>,
     /// The failed clusters of the stored status last printed.
     status_clusters: Vec<crate::api::ClusterRolloutSummary>,
@@ -146,6 +79,7 @@ impl<W: Write> Terminal<W> {
         Terminal {
             out,
             tracing: false,
+            diffs: false,
             previous: None,
             status_clusters: Vec::new(),
         }
@@ -217,9 +151,48 @@ impl<W: Write> Terminal<W> {
     }
 }
 
+impl<W: Write> Terminal<W> {
+    /// What the plugins changed in each work: each distinct change once,
+    /// with the clusters it was made on.
+    fn changes(&mut self, mutations: &[MutationReport]) -> io::Result<()> {
+        let mut distinct: Vec<(&MutationReport, Vec<String>)> = Vec::new();
+        for m in mutations {
+            match distinct
+                .iter_mut()
+                .find(|(first, _)| first.diff == m.diff && first.mutated_by == m.mutated_by)
+            {
+                Some((_, clusters)) => clusters.push(m.cluster.clone()),
+                None => distinct.push((m, vec![m.cluster.clone()])),
+            }
+        }
+        for (m, clusters) in distinct.iter().take(MAX_DIFFS_SHOWN) {
+            self.detail(format!(
+                "{} · changed by {}:",
+                ranges(clusters, 4),
+                m.mutated_by.join(", ")
+            ))?;
+            for line in m.diff.lines() {
+                self.detail(format!("  {line}"))?;
+            }
+        }
+        if distinct.len() > MAX_DIFFS_SHOWN {
+            let rest: usize = distinct[MAX_DIFFS_SHOWN..]
+                .iter()
+                .map(|(_, c)| c.len())
+                .sum();
+            self.detail(format!(
+                "… and {} more changes on {rest} works (--json has each one's diff and JSON Patch)",
+                distinct.len() - MAX_DIFFS_SHOWN
+            ))?;
+        }
+        Ok(())
+    }
+}
+
 impl<W: Write> Report for Terminal<W> {
     fn begin(&mut self, plan: &Plan) -> io::Result<()> {
         self.tracing = plan.tracing;
+        self.diffs = plan.diffs;
         self.previous = plan.previous.clone();
         let out = &mut self.out;
         writeln!(
@@ -388,6 +361,9 @@ impl<W: Write> Report for Terminal<W> {
             }
         }
         self.applied(&step.applied, step.aborting, &step.revision)?;
+        if self.diffs {
+            self.changes(&step.mutations)?;
+        }
         for event in &step.events {
             if let Event::HookError {
                 hook,
@@ -616,26 +592,6 @@ fn rollout_status(out: &mut impl Write, status: &serde_json::Value) -> io::Resul
 mod tests {
     use super::*;
 
-    fn names(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn durations_read_like_go() {
-        let table = [
-            (Duration::from_millis(300), "300ms"),
-            (Duration::from_secs(30), "30s"),
-            (Duration::from_millis(30_320), "30.3s"),
-            (Duration::from_secs(90), "1m30s"),
-            (Duration::from_millis(90_300), "1m30.3s"),
-            (Duration::from_secs(7500), "2h5m0s"),
-            (Duration::ZERO, "0s"),
-        ];
-        for (d, want) in table {
-            assert_eq!(duration(d), want, "{d:?}");
-        }
-    }
-
     #[test]
     fn annotations_are_summed_up_per_key() {
         let work = |cluster: &str, weight: &str| AppliedWork {
@@ -656,27 +612,5 @@ mod tests {
             "canary-weight=5,10 rollback=true"
         );
         assert_eq!(annotation_line(&[]), "");
-    }
-
-    #[test]
-    fn consecutive_clusters_are_shortened() {
-        let list = names(&[
-            "cluster-001",
-            "cluster-002",
-            "cluster-003",
-            "cluster-005",
-            "cluster-007",
-            "cluster-008",
-        ]);
-        assert_eq!(
-            ranges(&list, 10),
-            "cluster-001 … cluster-003, cluster-005, cluster-007 … cluster-008"
-        );
-        assert_eq!(
-            ranges(&list, 2),
-            "cluster-001 … cluster-003, cluster-005 and 2 more"
-        );
-        assert_eq!(ranges(&names(&["a", "b"]), 5), "a, b");
-        assert_eq!(ranges(&[], 5), "");
     }
 }

@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::rollout::Strategy;
 use bytes::Bytes;
 use rollout_proto::v1alpha1::{
     InitializeRequest, InitializeResponse, ValidateResponse, ValidationResult,

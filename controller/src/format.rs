@@ -1,0 +1,213 @@
+//! Pure text formatting shared by the simulator's terminal view and the
+//! live view (`rollout-controller get`): durations as Go writes them, runs
+//! of cluster names shortened, a rollout strategy as a phrase.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::rollout::{RolloutKind, Strategy, Threshold};
+
+/// A duration as Go writes it, shortened: `300ms`, `30s`, `30.3s`,
+/// `1m30s`, `2h5m0s`.
+pub fn duration(d: Duration) -> String {
+    let millis = d.as_millis();
+    if millis == 0 {
+        return "0s".to_owned();
+    }
+    if millis < 1000 {
+        return format!("{millis}ms");
+    }
+    let tenths = (millis + 50) / 100;
+    let (hours, rest) = (tenths / 36_000, tenths % 36_000);
+    let (minutes, tenths) = (rest / 600, rest % 600);
+    let seconds = if tenths % 10 == 0 {
+        format!("{}s", tenths / 10)
+    } else {
+        format!("{}.{}s", tenths / 10, tenths % 10)
+    };
+    match (hours, minutes) {
+        (0, 0) => seconds,
+        (0, m) => format!("{m}m{seconds}"),
+        (h, m) => format!("{h}h{m}m{seconds}"),
+    }
+}
+
+/// Cluster names with runs of consecutive numbers shortened:
+/// `cluster-001 … cluster-005, cluster-008`. Past `max` runs, the rest are
+/// counted.
+pub fn ranges(names: &[String], max: usize) -> String {
+    fn split(name: &str) -> Option<(&str, u64, usize)> {
+        let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let (prefix, number) = name.split_at(name.len() - digits);
+        Some((prefix, number.parse().ok()?, digits))
+    }
+    let mut runs: Vec<(String, String)> = Vec::new();
+    for name in names {
+        if let (Some((_, last)), Some((prefix, n, width))) = (runs.last_mut(), split(name))
+            && let Some((last_prefix, m, last_width)) = split(last)
+            && prefix == last_prefix
+            && width == last_width
+            && n == m + 1
+        {
+            *last = name.clone();
+            continue;
+        }
+        runs.push((name.clone(), name.clone()));
+    }
+    let shown: Vec<String> = runs
+        .iter()
+        .take(max)
+        .map(|(first, last)| {
+            if first == last {
+                first.clone()
+            } else {
+                format!("{first} … {last}")
+            }
+        })
+        .collect();
+    let mut text = shown.join(", ");
+    if runs.len() > max {
+        let rest: usize = names.len()
+            - runs
+                .iter()
+                .take(max)
+                .map(|(first, last)| match (split(first), split(last)) {
+                    (Some((_, a, _)), Some((_, b, _))) => usize::try_from(b - a + 1).unwrap_or(1),
+                    _ => 1,
+                })
+                .sum::<usize>();
+        let _ = write!(text, " and {rest} more");
+    }
+    text
+}
+
+/// The strategy as a phrase, such as `Progressive, maxConcurrency 25%,
+/// maxFailures 0, progressDeadline None, abort on failure`.
+pub fn describe_strategy(strategy: &Strategy) -> String {
+    let threshold = |t: Threshold| match t {
+        Threshold::Count(n) => n.to_string(),
+        Threshold::Percent(p) => format!("{p}%"),
+    };
+    let config = strategy.config();
+    let mut parts = vec![strategy.type_name().to_owned()];
+    if let RolloutKind::Progressive {
+        max_concurrency, ..
+    } = &strategy.kind
+    {
+        parts.push(match max_concurrency {
+            Threshold::Count(0) => "maxConcurrency all".to_owned(),
+            t => format!("maxConcurrency {}", threshold(*t)),
+        });
+    }
+    if let RolloutKind::Progressive { mandatory, .. }
+    | RolloutKind::ProgressivePerGroup { mandatory, .. } = &strategy.kind
+        && !mandatory.is_empty()
+    {
+        parts.push(format!("{} mandatory group(s)", mandatory.len()));
+    }
+    if !matches!(strategy.kind, RolloutKind::All(_)) {
+        parts.push(format!("maxFailures {}", threshold(config.max_failures)));
+    }
+    parts.push(match config.progress_deadline {
+        Some(d) => format!("progressDeadline {}", duration(d.unsigned_abs())),
+        None => "progressDeadline None".to_owned(),
+    });
+    if !config.min_success_time.is_zero() && !matches!(strategy.kind, RolloutKind::All(_)) {
+        parts.push(format!(
+            "minSuccessTime {}",
+            duration(config.min_success_time.unsigned_abs())
+        ));
+    }
+    let mut text = parts.join(", ");
+    if strategy.abort_on_failure {
+        text.push_str("; abort on failure");
+    }
+    text
+}
+
+/// `rows` as a table: each column as wide as its widest cell (counted in
+/// characters), two spaces between columns, the last column not padded;
+/// one line per row, trailing spaces trimmed.
+pub fn table(rows: &[Vec<String>]) -> Vec<String> {
+    let mut widths: Vec<usize> = Vec::new();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            let len = cell.chars().count();
+            match widths.get_mut(i) {
+                Some(w) => *w = (*w).max(len),
+                None => widths.push(len),
+            }
+        }
+    }
+    rows.iter()
+        .map(|row| {
+            let mut line = String::new();
+            for (i, cell) in row.iter().enumerate() {
+                if i + 1 == row.len() {
+                    line.push_str(cell);
+                } else {
+                    let pad = widths[i] - cell.chars().count();
+                    let _ = write!(line, "{cell}{}  ", " ".repeat(pad));
+                }
+            }
+            line.trim_end().to_owned()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn durations_read_like_go() {
+        let table = [
+            (Duration::from_millis(300), "300ms"),
+            (Duration::from_secs(30), "30s"),
+            (Duration::from_millis(30_320), "30.3s"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_millis(90_300), "1m30.3s"),
+            (Duration::from_secs(7500), "2h5m0s"),
+            (Duration::ZERO, "0s"),
+        ];
+        for (d, want) in table {
+            assert_eq!(duration(d), want, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn consecutive_clusters_are_shortened() {
+        let list = names(&[
+            "cluster-001",
+            "cluster-002",
+            "cluster-003",
+            "cluster-005",
+            "cluster-007",
+            "cluster-008",
+        ]);
+        assert_eq!(
+            ranges(&list, 10),
+            "cluster-001 … cluster-003, cluster-005, cluster-007 … cluster-008"
+        );
+        assert_eq!(
+            ranges(&list, 2),
+            "cluster-001 … cluster-003, cluster-005 and 2 more"
+        );
+        assert_eq!(ranges(&names(&["a", "b"]), 5), "a, b");
+        assert_eq!(ranges(&[], 5), "");
+    }
+
+    #[test]
+    fn tables_align_columns_by_characters() {
+        let rows = vec![
+            vec!["A".to_owned(), "✔ ok".to_owned(), "x".to_owned()],
+            vec!["long".to_owned(), "b".to_owned(), String::new()],
+        ];
+        assert_eq!(table(&rows), vec!["A     ✔ ok  x", "long  b"]);
+        assert!(table(&[]).is_empty());
+    }
+}

@@ -1,0 +1,446 @@
+//! The live view's I/O: reads one ManifestWorkReplicaSet and what belongs
+//! to it through the Kubernetes API ([`snapshot`]), or watches it all and
+//! redraws on change ([`watch`]).
+//!
+//! What is read: the ManifestWorkReplicaSet; its ManifestWorkReplicaSetRollout
+//! (same namespace and name; absent when the CRD is not installed); the
+//! ManifestWorks carrying its owner label, in every namespace; the
+//! PlacementDecisions of its namespace labelled with a placement; the
+//! `events.k8s.io/v1` Events about it.
+//!
+//! [`watch`] redraws at most [`MAX_FRAMES_PER_SECOND`] times a second, only
+//! when something changed (on a terminal also once a second, for the
+//! countdowns); on a terminal each frame clears the screen, otherwise
+//! frames are appended, separated by a line. It returns when `stop`
+//! completes (Ctrl-C, SIGTERM) or the ManifestWorkReplicaSet is deleted.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::io::{self, Write};
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{BoxStream, StreamExt};
+use jiff::Timestamp;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use thiserror::Error;
+
+use super::{Snapshot, View, build, render};
+use crate::api::labels::{MWRS_OWNER_LABEL, PLACEMENT_LABEL};
+use crate::api::{
+    ManifestWork, ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout, PlacementDecision,
+};
+
+/// The most frames [`watch`] draws in a second.
+pub const MAX_FRAMES_PER_SECOND: u32 = 4;
+
+/// How long the first read may take before the API server counts as
+/// unreachable, unless the caller says otherwise (`--request-timeout`).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Clears a terminal and moves the cursor home.
+const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J";
+
+/// Between two frames appended to a file or pipe.
+const FRAME_SEPARATOR: &str = "────────────────────────────────────────";
+
+/// Why the view could not be drawn.
+#[derive(Debug, Error)]
+pub enum GetError {
+    /// The ManifestWorkReplicaSet does not exist.
+    #[error(
+        "ManifestWorkReplicaSet {name:?} not found in namespace {namespace:?} \
+         (kubectl get manifestworkreplicasets -n {namespace} lists them; -n picks another namespace)"
+    )]
+    NotFound {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// No answer from the API server.
+    #[error(
+        "cannot reach the Kubernetes API server{at} (check --kubeconfig and the cluster's address)"
+    )]
+    Unreachable {
+        /// ` at URL`, when known.
+        at: String,
+        /// What the client said.
+        #[source]
+        source: kube::Error,
+    },
+    /// No answer within [`Target::request_timeout`].
+    #[error(
+        "the Kubernetes API server{at} did not answer within {after} (check --kubeconfig and the cluster's address)"
+    )]
+    Timeout {
+        /// ` at URL`, when known.
+        at: String,
+        /// The time waited, as a Go duration.
+        after: String,
+    },
+    /// The API server refused a read.
+    #[error("reading {what}: {source}")]
+    Api {
+        /// What was read.
+        what: String,
+        /// The API server's answer.
+        #[source]
+        source: kube::Error,
+    },
+    /// No client configuration (kubeconfig, in-cluster) could be read.
+    #[error("no Kubernetes client configuration: {source}")]
+    Config {
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The output could not be written.
+    #[error("writing the view: {0}")]
+    Output(#[from] io::Error),
+}
+
+/// What the API calls are about, for errors.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The ManifestWorkReplicaSet's namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The API server's address, for errors (empty when unknown).
+    pub server: String,
+    /// How long the first read may take.
+    pub request_timeout: Duration,
+}
+
+impl Target {
+    fn at(&self) -> String {
+        if self.server.is_empty() {
+            String::new()
+        } else {
+            format!(" at {}", self.server)
+        }
+    }
+
+    /// `error` of reading `what`, classified: no answer at all is
+    /// [`GetError::Unreachable`], a refusal is [`GetError::Api`].
+    fn error(&self, what: &str, error: kube::Error) -> GetError {
+        match error {
+            kube::Error::Api(_) => GetError::Api {
+                what: what.to_owned(),
+                source: error,
+            },
+            other => GetError::Unreachable {
+                at: self.at(),
+                source: other,
+            },
+        }
+    }
+}
+
+/// A client from `kubeconfig` (default: in-cluster, else $KUBECONFIG or
+/// ~/.kube/config), the API server's address, and the context's namespace.
+pub async fn connect(
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<(Client, String, String), GetError> {
+    let boxed = |e: Box<dyn std::error::Error + Send + Sync>| GetError::Config { source: e };
+    let config = match kubeconfig {
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| boxed(Box::new(e)))?,
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| boxed(format!("reading {}: {e}", path.display()).into()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| boxed(format!("{}: {e}", path.display()).into()))?
+        }
+    };
+    let server = config.cluster_url.to_string();
+    let namespace = config.default_namespace.clone();
+    let client = Client::try_from(config).map_err(|e| boxed(Box::new(e)))?;
+    Ok((client, server, namespace))
+}
+
+fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+/// The label selector of the ManifestWorks of `mwrs`.
+fn works_selector(mwrs: &ManifestWorkReplicaSet) -> String {
+    let (owner, _) = mwrs.owner_label_value();
+    format!("{MWRS_OWNER_LABEL}={owner}")
+}
+
+/// The field selector of the Events about `name`.
+fn events_selector(name: &str) -> String {
+    format!("regarding.kind=ManifestWorkReplicaSet,regarding.name={name}")
+}
+
+/// Reads everything the view of `target` needs, once.
+pub async fn snapshot(client: &Client, target: &Target) -> Result<Snapshot, GetError> {
+    let ns = target.namespace.as_str();
+    let mwrs = Api::<ManifestWorkReplicaSet>::namespaced(client.clone(), ns)
+        .get(&target.name)
+        .await
+        .map_err(|e| {
+            if is_not_found(&e) {
+                GetError::NotFound {
+                    namespace: ns.to_owned(),
+                    name: target.name.clone(),
+                }
+            } else {
+                target.error("the ManifestWorkReplicaSet", e)
+            }
+        })?;
+    let carrier = match Api::<ManifestWorkReplicaSetRollout>::namespaced(client.clone(), ns)
+        .get(&target.name)
+        .await
+    {
+        Ok(carrier) => Some(carrier),
+        // No such object, or no such CRD on this hub.
+        Err(e) if is_not_found(&e) => None,
+        Err(e) => return Err(target.error("the ManifestWorkReplicaSetRollout", e)),
+    };
+    let works = Api::<ManifestWork>::all(client.clone())
+        .list(&ListParams::default().labels(&works_selector(&mwrs)))
+        .await
+        .map_err(|e| target.error("the ManifestWorks", e))?
+        .items;
+    let decisions = Api::<PlacementDecision>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(PLACEMENT_LABEL))
+        .await
+        .map_err(|e| target.error("the PlacementDecisions", e))?
+        .items;
+    let events = match Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().fields(&events_selector(&target.name)))
+        .await
+    {
+        Ok(list) => list.items,
+        // Events only add to the view: one the reader may not list (403) is
+        // left out; an API server that stopped answering is not.
+        Err(kube::Error::Api(status)) if status.code == 403 => Vec::new(),
+        Err(e) => return Err(target.error("the Events", e)),
+    };
+    Ok(Snapshot {
+        mwrs,
+        carrier,
+        works,
+        decisions,
+        events,
+    })
+}
+
+/// [`snapshot`], failing as [`GetError::Timeout`] after
+/// [`Target::request_timeout`].
+pub async fn first_snapshot(client: &Client, target: &Target) -> Result<Snapshot, GetError> {
+    tokio::time::timeout(target.request_timeout, snapshot(client, target))
+        .await
+        .unwrap_or_else(|_| {
+            Err(GetError::Timeout {
+                at: target.at(),
+                after: crate::format::duration(target.request_timeout),
+            })
+        })
+}
+
+/// How frames are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Text, redrawn in place (a terminal).
+    Terminal,
+    /// Text frames appended, separated by a line.
+    Appended,
+    /// One JSON object per frame, one per line.
+    Json,
+}
+
+/// Writes one frame of `view` to `out`.
+pub fn write_frame(
+    out: &mut dyn Write,
+    view: &View,
+    output: Output,
+    first: bool,
+) -> io::Result<()> {
+    match output {
+        Output::Json => {
+            let line = serde_json::to_string(view).map_err(io::Error::other)?;
+            writeln!(out, "{line}")?;
+        }
+        Output::Terminal => write!(out, "{CLEAR_SCREEN}{}", render(view))?,
+        Output::Appended => {
+            if !first {
+                writeln!(out, "{FRAME_SEPARATOR}")?;
+            }
+            write!(out, "{}", render(view))?;
+        }
+    }
+    out.flush()
+}
+
+/// What a watch stream says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// An object was added, changed or removed.
+    Changed,
+    /// The ManifestWorkReplicaSet itself was deleted.
+    Deleted,
+}
+
+/// A stream of watch events, as [`Change`]s.
+type Changes = BoxStream<'static, Result<Change, watcher::Error>>;
+
+/// One kind's watcher: its store, and a stream that keeps the store up to
+/// date and yields on every change (`deleted` says what a deletion is).
+fn watched<K>(api: Api<K>, config: watcher::Config, deleted: Change) -> (Store<K>, Changes)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, config).default_backoff())
+        .map(move |event| {
+            event.map(|e| match e {
+                watcher::Event::Delete(_) => deleted,
+                _ => Change::Changed,
+            })
+        })
+        .boxed();
+    (store, stream)
+}
+
+fn owned<K: Clone>(list: Vec<Arc<K>>) -> Vec<K> {
+    list.iter().map(|o| (**o).clone()).collect()
+}
+
+/// The stores of every kind the view reads.
+struct Stores {
+    mwrs: Store<ManifestWorkReplicaSet>,
+    carrier: Store<ManifestWorkReplicaSetRollout>,
+    works: Store<ManifestWork>,
+    decisions: Store<PlacementDecision>,
+    events: Store<Event>,
+}
+
+impl Stores {
+    fn snapshot(&self) -> Option<Snapshot> {
+        let mwrs = (*self.mwrs.state().into_iter().next()?).clone();
+        Some(Snapshot {
+            mwrs,
+            carrier: self.carrier.state().first().map(|c| (**c).clone()),
+            works: owned(self.works.state()),
+            decisions: owned(self.decisions.state()),
+            events: owned(self.events.state()),
+        })
+    }
+}
+
+fn start_watches(client: &Client, target: &Target, first: &Snapshot) -> (Stores, Changes) {
+    let ns = target.namespace.as_str();
+    let by_name = || watcher::Config::default().fields(&format!("metadata.name={}", target.name));
+    let (mwrs, a) = watched(
+        Api::namespaced(client.clone(), ns),
+        by_name(),
+        Change::Deleted,
+    );
+    let (carrier, b) = watched(
+        Api::namespaced(client.clone(), ns),
+        by_name(),
+        Change::Changed,
+    );
+    let (works, c) = watched(
+        Api::all(client.clone()),
+        watcher::Config::default().labels(&works_selector(&first.mwrs)),
+        Change::Changed,
+    );
+    let (decisions, d) = watched(
+        Api::namespaced(client.clone(), ns),
+        watcher::Config::default().labels(PLACEMENT_LABEL),
+        Change::Changed,
+    );
+    let (events, e) = watched(
+        Api::namespaced(client.clone(), ns),
+        watcher::Config::default().fields(&events_selector(&target.name)),
+        Change::Changed,
+    );
+    let stores = Stores {
+        mwrs,
+        carrier,
+        works,
+        decisions,
+        events,
+    };
+    (stores, futures::stream::select_all([a, b, c, d, e]).boxed())
+}
+
+/// Draws the view of `target` to `out` until `stop` completes or the
+/// ManifestWorkReplicaSet is deleted (see the module documentation).
+/// Fails at once when the first read fails.
+pub async fn watch<W: Write>(
+    client: &Client,
+    target: &Target,
+    output: Output,
+    out: &mut W,
+    stop: impl Future<Output = ()>,
+) -> Result<(), GetError> {
+    let first = first_snapshot(client, target).await?;
+    let view = build(&first, Timestamp::now());
+    write_frame(out, &view, output, true)?;
+    let mut last_text = render(&view);
+    let (stores, mut changes) = start_watches(client, target, &first);
+    let mut stop = pin!(stop);
+    let mut tick = tokio::time::interval(Duration::from_secs(1) / MAX_FRAMES_PER_SECOND);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut dirty = false;
+    let mut last_draw = tokio::time::Instant::now();
+    let mut trouble: Option<String> = None;
+    loop {
+        tokio::select! {
+            () = &mut stop => return Ok(()),
+            change = changes.next() => match change {
+                Some(Ok(Change::Changed)) => { dirty = true; trouble = None; }
+                Some(Ok(Change::Deleted)) => {
+                    writeln!(out, "ManifestWorkReplicaSet {}/{} was deleted", target.namespace, target.name)?;
+                    return Ok(());
+                }
+                Some(Err(error)) => {
+                    // Said at once: with the API server gone nothing
+                    // changes, so no frame would say it.
+                    if trouble.is_none() && output != Output::Json {
+                        writeln!(out, "! the watch is interrupted ({error}); retrying")?;
+                        out.flush()?;
+                    }
+                    trouble = Some(error.to_string());
+                }
+                None => return Ok(()),
+            },
+            _ = tick.tick() => {
+                // A terminal also redraws once a second, for the countdowns.
+                let countdown = output == Output::Terminal
+                    && last_draw.elapsed() >= Duration::from_secs(1);
+                if !dirty && !countdown {
+                    continue;
+                }
+                // Until the ManifestWorkReplicaSet's watch has listed it.
+                let Some(snapshot) = stores.snapshot() else { continue };
+                let view = build(&snapshot, Timestamp::now());
+                let text = render(&view);
+                if text != last_text {
+                    write_frame(out, &view, output, false)?;
+                    if let (Some(trouble), true) = (&trouble, output != Output::Json) {
+                        writeln!(out, "! the watch is interrupted ({trouble}); retrying")?;
+                    }
+                    last_text = text;
+                }
+                dirty = false;
+                last_draw = tokio::time::Instant::now();
+            }
+        }
+    }
+}
