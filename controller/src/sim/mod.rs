@@ -58,7 +58,7 @@ use crate::orchestrate::{
     self, DeployInput, DeployOutcome, Owner, PlacementOutcome, PlacementTarget, World, WorldError,
 };
 use crate::revision::{AbortAction, Revision, RevisionStatus};
-use crate::rollout::RolloutStatus;
+use crate::rollout::{RolloutStatus, Strategy};
 use crate::rollout::work_status::ValidationResult as Decided;
 use crate::telemetry::Telemetry;
 pub use config::{Config, ConfigError, StrategyFlags};
