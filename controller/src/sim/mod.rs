@@ -58,8 +58,8 @@ use crate::orchestrate::{
     self, DeployInput, DeployOutcome, Owner, PlacementOutcome, PlacementTarget, World, WorldError,
 };
 use crate::revision::{AbortAction, Revision, RevisionStatus};
-use crate::rollout::{RolloutStatus, Strategy};
 use crate::rollout::work_status::ValidationResult as Decided;
+use crate::rollout::{RolloutStatus, Strategy};
 use crate::telemetry::Telemetry;
 pub use config::{Config, ConfigError, StrategyFlags};
 pub use fleet::FleetWorld;
