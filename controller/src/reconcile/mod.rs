@@ -602,13 +602,17 @@ pub fn referencing(
         .collect()
 }
 
-/// Runs the controller until SIGTERM or Ctrl-C: watches
+/// A shutdown trigger that every phase of `run` can wait on (cloned).
+pub type Stop = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
+
+/// Runs the controller until `stop` fires: watches
 /// ManifestWorkReplicaSets, the ManifestWorks they own (by owner label, in
 /// every namespace), PlacementDecisions and Placements (mapped to the
 /// ManifestWorkReplicaSets referencing them), and reconciles. `readiness`
 /// turns true once the ManifestWorkReplicaSets are listed, false on
-/// shutdown. Reconciles in flight finish before it returns.
-pub async fn run(ctx: Arc<Context>, readiness: Readiness) {
+/// shutdown. Reconciles in flight finish before it returns (the caller
+/// bounds how long it waits for them).
+pub async fn run(ctx: Arc<Context>, readiness: Readiness, stop: Stop) {
     let client = ctx.client.clone();
     // The stores' watches start with the first run and outlive it, so a
     // replica that loses the lease and leads again reads warm stores.
@@ -662,7 +666,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness) {
                 )
             },
         )
-        .shutdown_on_signal()
+        .graceful_shutdown_on(stop)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {
