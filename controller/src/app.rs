@@ -8,7 +8,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures::FutureExt;
 use kube::Client;
 use thiserror::Error;
 
@@ -17,7 +19,7 @@ use crate::health::{self, Readiness};
 use crate::hooks::{GatewayError, GatewayHooks, GatewayOptions};
 use crate::leader::{self, LeaderElection, LeaseConfig};
 use crate::metrics::ControllerMetrics;
-use crate::reconcile::{self, Context, Options};
+use crate::reconcile::{self, Context, Options, Stop};
 use crate::registration;
 use crate::telemetry::{DEFAULT_SERVICE_NAME, Telemetry, TracingError, TracingOptions};
 
@@ -101,17 +103,28 @@ pub struct Running {
     pub readiness: Readiness,
 }
 
-/// Runs the controller over `client` until SIGTERM or Ctrl-C (or, while
-/// waiting to lead, until `shutdown`): serves the probes and metrics,
-/// keeps the registry ConfigMap if asked, and reconciles, under leader
-/// election if configured. `started` is told the bound addresses once
-/// serving. Trace export is flushed before it returns.
+/// How long the controller may go on after `shutdown` fires: in-flight
+/// reconciles finish and the lease is released within it, else they are
+/// dropped. An API server that does not answer must not hold a stop.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+/// How long flushing trace export may take on the way out.
+const FLUSH_LIMIT: Duration = Duration::from_secs(2);
+
+/// Runs the controller over `client` until `shutdown` fires (the binary
+/// passes [`signal`]), in every phase: electing a leader, starting the
+/// watches, reconciling, registering. Serves the probes and metrics, keeps
+/// the registry ConfigMap if asked, and reconciles, under leader election
+/// if configured. After `shutdown` the work gets [`SHUTDOWN_GRACE`] to
+/// finish, then is dropped. `started` is told the bound addresses once
+/// serving. Trace export is flushed (bounded) before it returns.
 pub async fn run(
     client: Client,
     options: RunOptions,
-    shutdown: impl Future<Output = ()>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
     started: impl FnOnce(&Running),
 ) -> Result<(), RunError> {
+    let stop: Stop = shutdown.boxed().shared();
     let telemetry = Telemetry::new(&TracingOptions::from_env(DEFAULT_SERVICE_NAME))?;
     let hooks = GatewayHooks::new(&options.gateway, telemetry.clone())?;
     let readiness = Readiness::default();
@@ -159,6 +172,7 @@ pub async fn run(
     let lead = || {
         let (context, readiness) = (context.clone(), readiness.clone());
         let (client, register) = (client.clone(), register.clone());
+        let stop = stop.clone();
         async move {
             let registration = async move {
                 if let Some(namespace) = register {
@@ -169,46 +183,76 @@ pub async fn run(
                 std::future::pending::<()>().await;
             };
             tokio::select! {
-                () = reconcile::run(context, readiness) => {}
+                () = reconcile::run(context, readiness, stop) => {}
                 () = registration => {}
             }
         }
     };
-    match options.leader_election {
-        None => {
-            metrics.set_leader(true);
-            lead().await;
-            metrics.set_leader(false);
+    if options.leader_election.is_none() {
+        metrics.set_leader(true);
+    }
+    let work = async {
+        match options.leader_election {
+            None => lead().await,
+            Some(lease) => {
+                let election = LeaderElection::new(client.clone(), lease);
+                let candidate = stop.clone();
+                leader::run_when_leading(
+                    election,
+                    metrics.clone(),
+                    readiness.clone(),
+                    candidate,
+                    lead,
+                )
+                .await;
+            }
         }
-        Some(lease) => {
-            let election = LeaderElection::new(client.clone(), lease);
-            leader::run_when_leading(election, metrics, readiness.clone(), shutdown, lead).await;
+    };
+    let overdue = stop.clone().then(|()| tokio::time::sleep(SHUTDOWN_GRACE));
+    tokio::select! {
+        () = work => {}
+        () = overdue => {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "stopping: the work did not finish within the grace period");
         }
     }
+    metrics.set_leader(false);
     tracing::info!("rollout-controller stopped");
-    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    let flush = tokio::task::spawn_blocking(move || telemetry.shutdown());
+    if tokio::time::timeout(FLUSH_LIMIT, flush).await.is_err() {
+        tracing::warn!(limit = ?FLUSH_LIMIT, "trace export not flushed in time");
+    }
     Ok(())
 }
 
-/// SIGTERM or Ctrl-C.
-pub async fn signal() {
+/// SIGTERM or SIGINT (Ctrl-C). The handlers are installed when this is
+/// called, not when first awaited, so a signal that comes before the
+/// controller starts waiting is not lost (nor kills the process). Call it
+/// inside a Tokio runtime.
+pub fn signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
+        let term = signal(SignalKind::terminate()).ok();
+        let int = signal(SignalKind::interrupt()).ok();
+        async move {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+            };
+            tokio::select! {
+                () = wait(term) => tracing::info!("SIGTERM: stopping"),
+                () = wait(int) => tracing::info!("SIGINT: stopping"),
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

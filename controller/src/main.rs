@@ -548,7 +548,11 @@ fn main() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            runtime.block_on(run_command(*args))
+            let result = runtime.block_on(run_command(*args));
+            // Reconciles dropped at shutdown may still hold tasks; they
+            // must not keep the process up.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            result
         }
         Command::Simulate(args) => simulate_command(&args),
         Command::Plan(args) => plan_command(&args),
@@ -602,6 +606,9 @@ async fn get_command(args: &GetArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
+    // Listening from the first moment: a signal during start-up stops it
+    // cleanly too.
+    let signal = app::signal();
     rollout_telemetry::logs::init(args.log_format);
     let options = RunOptions {
         gateway: GatewayOptions {
@@ -623,7 +630,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
         leader_election: args.leader_election()?,
     };
     let client = app::client(args.kubeconfig.as_deref()).await?;
-    app::run(client, options, app::signal(), |_| {}).await?;
+    app::run(client, options, signal, |_| {}).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1478,3 +1478,91 @@ async fn the_carriers_rollback_pace_sets_how_an_abort_restores() {
     let paced = ["cluster1", "cluster2"];
     assert_eq!(rollback_with_pace(Some("Strategy"), &paced).await, paced);
 }
+
+/// A plugin that refuses the rollout's input (INVALID_ARGUMENT through the
+/// real gateway): the status says so at once, the reconciles that follow at
+/// the same generation call no plugin and back off, and a new generation
+/// calls it again at once.
+#[tokio::test]
+async fn a_permanent_plugin_error_backs_off_until_the_spec_changes() {
+    let (plugin, addr) = plugin().await;
+    plugin.script.lock().unwrap().begin_error = Some((
+        tonic::Code::InvalidArgument,
+        "pluginConfig.weights: expected a list of numbers".to_owned(),
+    ));
+    let gw = gateway(&[("canary", addr)]).await;
+    let v2 = template("v2");
+    let strategy = json!({"type": "All"});
+    let hub = Hub::ocm().with_carrier(
+        json!([{"name": PLACEMENT, "plugin": "canary", "pluginConfig": {"weights": "x"}}]),
+        Value::Null,
+    );
+    let clusters = ["cluster1", "cluster2"];
+    let gen1 = mwrs(v2.clone(), strategy.clone(), Value::Null);
+    let mut gen2 = gen1.clone();
+    gen2["metadata"]["generation"] = json!(2);
+    let (client, server) = api_server_on(
+        hub,
+        vec![
+            // The first reconcile: the hooks fail, the status says why.
+            Expect::ok(Method::GET, works_path(), works(vec![])),
+            Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
+            Expect::echo(Method::POST, revisions_path()),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            Expect::ok(Method::GET, decisions_path(), decisions(&clusters)),
+            Expect::status(&gen1),
+            // The reconcile at generation 2.
+            Expect::ok(Method::GET, works_path(), works(vec![])),
+            Expect::ok(
+                Method::GET,
+                revisions_path(),
+                revisions(vec![controller_revision(&v2, 1)]),
+            ),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            Expect::ok(Method::GET, decisions_path(), decisions(&clusters)),
+            Expect::status(&gen2),
+        ],
+    );
+    let ctx = context(client, &gw.url);
+    let begins = || {
+        plugin
+            .calls()
+            .iter()
+            .filter(|(hook, _)| *hook == Begin)
+            .count()
+    };
+
+    let first = reconcile(object(gen1.clone()), ctx.clone())
+        .await
+        .expect("reconciled");
+    assert_eq!(first, Action::requeue(Duration::from_secs(5)));
+    assert_eq!(begins(), 2);
+    // Triggers at the same generation (its own status write, a work's
+    // status) within the backoff call nothing.
+    for _ in 0..20 {
+        let again = reconcile(object(gen1.clone()), ctx.clone())
+            .await
+            .expect("reconciled");
+        // Requeued within the backoff, not at the 30-minute resync.
+        assert_ne!(again, Action::requeue(Duration::from_secs(30 * 60)));
+        assert_ne!(again, Action::await_change());
+    }
+    assert_eq!(begins(), 2);
+    // A fixed spec is tried at once.
+    reconcile(object(gen2), ctx.clone())
+        .await
+        .expect("reconciled");
+    assert_eq!(begins(), 4);
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    let status = &recorded[5].body["status"];
+    let progressing = condition(status, "Progressing");
+    assert_eq!(progressing["status"], json!("False"), "{status}");
+    assert_eq!(progressing["reason"], json!("PluginCallFailed"));
+    let message = progressing["message"].as_str().unwrap();
+    assert!(message.contains("INVALID_ARGUMENT"), "{message}");
+    assert!(
+        message.contains("pluginConfig.weights: expected a list of numbers"),
+        "{message}"
+    );
+}

@@ -60,6 +60,54 @@ impl HookError {
             message: status.message().to_owned(),
         }
     }
+
+    /// Whether calling again with the same input gives the same error.
+    pub fn persistence(&self) -> Persistence {
+        Persistence::of(self.code)
+    }
+}
+
+/// Whether a failed hook call can succeed when retried unchanged: the one
+/// classification of gRPC codes the retry policy uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// The plugin refused the input or is not able to handle it
+    /// (`INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `PERMISSION_DENIED`,
+    /// `UNAUTHENTICATED`, `NOT_FOUND`, `UNIMPLEMENTED`, `OUT_OF_RANGE`,
+    /// `ALREADY_EXISTS`): only a change of the ManifestWorkReplicaSet, its
+    /// rollout settings or the plugin helps, so it is retried with a
+    /// growing backoff.
+    Permanent,
+    /// The call may succeed later (`UNAVAILABLE`, `DEADLINE_EXCEEDED`,
+    /// `RESOURCE_EXHAUSTED`, `ABORTED`, `CANCELLED`, `INTERNAL`,
+    /// `UNKNOWN`, `DATA_LOSS`): retried after the error requeue.
+    Transient,
+}
+
+impl Persistence {
+    /// The class of gRPC `code`.
+    pub fn of(code: tonic::Code) -> Persistence {
+        use tonic::Code;
+        match code {
+            Code::InvalidArgument
+            | Code::FailedPrecondition
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+            | Code::NotFound
+            | Code::Unimplemented
+            | Code::OutOfRange
+            | Code::AlreadyExists => Persistence::Permanent,
+            Code::Ok
+            | Code::Cancelled
+            | Code::Unknown
+            | Code::DeadlineExceeded
+            | Code::ResourceExhausted
+            | Code::Aborted
+            | Code::Internal
+            | Code::Unavailable
+            | Code::DataLoss => Persistence::Transient,
+        }
+    }
 }
 
 /// How much rollout state a target (plugin or pipeline) asked for in its

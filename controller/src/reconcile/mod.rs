@@ -32,6 +32,7 @@
 //!    ManifestWorkReplicaSetRollout;
 //! 7. requeue after the soonest recheck, capped at 30 minutes.
 
+pub mod backoff;
 pub mod cache;
 pub(crate) mod carrier;
 pub mod plugins;
@@ -41,7 +42,7 @@ pub mod world;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -160,6 +161,7 @@ pub struct Context {
     pub events: Option<Arc<Events>>,
     plugins: PluginCache,
     cache: cache::Cache,
+    backoffs: backoff::Backoffs,
 }
 
 impl Context {
@@ -174,6 +176,7 @@ impl Context {
         Context {
             plugins: PluginCache::new(options.plugin_ttl),
             cache: cache::Cache::new(),
+            backoffs: backoff::Backoffs::default(),
             client,
             hooks,
             telemetry,
@@ -331,6 +334,7 @@ async fn reconcile_traced(
     let key = format!("{namespace}/{name}");
     if mwrs.meta().deletion_timestamp.is_some() {
         ctx.metrics.forget_rollout(&key);
+        ctx.backoffs.forget(&key);
         return finalize(&api, &reads, &world, &mwrs, &owner_label, &ctx.options).await;
     }
     // Every hook call of this reconcile is counted and timed.
@@ -348,6 +352,15 @@ async fn reconcile_traced(
 
     // The MWRS as read: its own fields, completed from its carrier.
     let bound_to = carrier::ensure(&reads, &mwrs).await?;
+    let generations = backoff::Generations {
+        mwrs: mwrs.meta().generation,
+        carrier: bound_to.meta().generation,
+    };
+    if let Some(wait) = ctx.backoffs.waiting(&key, generations, Instant::now()) {
+        // A plugin refused this very input; its message is in the status.
+        tracing::debug!(mwrs = %name, namespace = %namespace, ?wait, "backing off after a permanent hook error");
+        return Ok(Action::requeue(wait));
+    }
     let stored = mwrs;
     let mwrs = Arc::new(manifestworkreplicasetrollout::bind(
         &stored,
@@ -511,6 +524,17 @@ async fn reconcile_traced(
     }
 
     let mut requeue = outcome.requeue_after;
+    let permanent = backoff::all_permanent(outcome.hook_errors().map(|(_, f)| &f.error));
+    if let Some(wait) = ctx.backoffs.record(
+        &key,
+        generations,
+        permanent,
+        ctx.options.settings.error_requeue,
+        Instant::now(),
+    ) {
+        tracing::warn!(mwrs = %name, namespace = %namespace, ?wait, "a plugin refused this input; retrying after a backoff, or at once when the ManifestWorkReplicaSet changes");
+        requeue = Some(wait);
+    }
     if !failed_plugins.is_empty() {
         requeue = soonest(requeue, Some(ctx.plugins.retry_after()));
     }
@@ -602,13 +626,17 @@ pub fn referencing(
         .collect()
 }
 
-/// Runs the controller until SIGTERM or Ctrl-C: watches
+/// A shutdown trigger that every phase of `run` can wait on (cloned).
+pub type Stop = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
+
+/// Runs the controller until `stop` fires: watches
 /// ManifestWorkReplicaSets, the ManifestWorks they own (by owner label, in
 /// every namespace), PlacementDecisions and Placements (mapped to the
 /// ManifestWorkReplicaSets referencing them), and reconciles. `readiness`
 /// turns true once the ManifestWorkReplicaSets are listed, false on
-/// shutdown. Reconciles in flight finish before it returns.
-pub async fn run(ctx: Arc<Context>, readiness: Readiness) {
+/// shutdown. Reconciles in flight finish before it returns (the caller
+/// bounds how long it waits for them).
+pub async fn run(ctx: Arc<Context>, readiness: Readiness, stop: Stop) {
     let client = ctx.client.clone();
     // The stores' watches start with the first run and outlive it, so a
     // replica that loses the lease and leads again reads warm stores.
@@ -662,7 +690,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness) {
                 )
             },
         )
-        .shutdown_on_signal()
+        .graceful_shutdown_on(stop)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {

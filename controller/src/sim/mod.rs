@@ -52,7 +52,9 @@ use thiserror::Error;
 
 use crate::api::ManifestWork;
 use crate::api::annotations::VALIDATION_ANNOTATION;
-use crate::hooks::{Call, HookCounts, HookError, HookKind, Hooks, StateDetail, code_name};
+use crate::hooks::{
+    Call, HookCounts, HookError, HookKind, Hooks, Persistence, StateDetail, code_name,
+};
 use crate::orchestrate::observe::{self, Verdict};
 use crate::orchestrate::{
     self, DeployInput, DeployOutcome, Owner, PlacementOutcome, PlacementTarget, World, WorldError,
@@ -82,6 +84,15 @@ pub enum SimError {
     /// The gateway stopped answering during the rollout.
     #[error("the gateway stopped answering: {0}")]
     GatewayLost(HookError),
+    /// A plugin refused the rollout's input with a permanent error (such
+    /// as `INVALID_ARGUMENT` to a bad `pluginConfig`): nothing in a
+    /// simulation changes that input, so the run ends at the step that
+    /// got it instead of calling the plugin again and again.
+    #[error(
+        "a plugin refused the rollout: {0}. The same input gets the same answer: fix the \
+         rollout's pluginConfig (or the plugin) and run again"
+    )]
+    PluginRefused(HookError),
     /// The in-memory world failed (it does not, short of a bug).
     #[error(transparent)]
     World(#[from] WorldError),
@@ -439,6 +450,10 @@ impl<H: Hooks> Simulation<'_, H> {
             }) {
                 return Err(SimError::GatewayLost(lost));
             }
+            let refused = records.iter().find_map(|r| match &r.answer {
+                Answer::Failed(e) if e.persistence() == Persistence::Permanent => Some(e.clone()),
+                _ => None,
+            });
             // `deploy` reports every placement it is given, and it is
             // given one.
             let placement = outcome
@@ -503,6 +518,9 @@ impl<H: Hooks> Simulation<'_, H> {
                 report_step.real_wait = wait.real;
             }
             report.step(&report_step)?;
+            if let Some(error) = refused {
+                return Err(SimError::PluginRefused(error));
+            }
             if let Some(result) = result {
                 let summary = self.summary(result, step, &clock, placement);
                 report.end(&summary)?;

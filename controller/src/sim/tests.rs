@@ -28,6 +28,8 @@ struct Scripted {
     recheck: Duration,
     asked: Mutex<HashSet<(String, String)>>,
     down: bool,
+    /// `BeginRollout` answers this code, when set.
+    refuse: Option<tonic::Code>,
     configs: Arc<Mutex<Vec<SeenConfig>>>,
 }
 
@@ -41,6 +43,7 @@ impl Scripted {
             recheck: Duration::from_millis(5),
             asked: Mutex::new(HashSet::new()),
             down: false,
+            refuse: None,
             configs: Arc::default(),
         }
     }
@@ -88,7 +91,14 @@ impl Hooks for Scripted {
 
     async fn begin_rollout(&self, _: Call<'_>, r: RolloutRequest) -> Result<(), HookError> {
         self.record(HookKind::BeginRollout, &r);
-        Ok(())
+        match self.refuse {
+            Some(code) => Err(HookError {
+                hook: HookKind::BeginRollout,
+                code,
+                message: "pluginConfig.weight: expected a number".into(),
+            }),
+            None => Ok(()),
+        }
     }
 
     async fn progress_rollout(&self, _: Call<'_>, r: RolloutRequest) -> Result<(), HookError> {
@@ -802,6 +812,56 @@ async fn an_unreachable_gateway_fails_before_the_first_step() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_permanent_hook_error_ends_the_run_at_the_step_that_got_it() {
+    let config = config(3, strategy("All", None, true, false));
+    let mut hooks = Scripted::new(&[]);
+    hooks.refuse = Some(tonic::Code::InvalidArgument);
+    let configs = hooks.configs.clone();
+    let recorder = Recorder::new(hooks);
+    let mut collect = Collect::default();
+    let telemetry = Telemetry::disabled();
+    let err = run(
+        &config,
+        &recorder,
+        &telemetry,
+        Some("http://gateway"),
+        &mut collect,
+    )
+    .await
+    .expect_err("ends");
+    match &err {
+        SimError::PluginRefused(error) => {
+            assert_eq!(error.code, tonic::Code::InvalidArgument);
+            assert!(
+                err.to_string()
+                    .contains("pluginConfig.weight: expected a number"),
+                "{err}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The step that got it is reported, and the plugin is not called again.
+    assert_eq!(collect.steps.len(), 1);
+    let begins = configs
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|(hook, _)| *hook == HookKind::BeginRollout)
+        .count();
+    assert_eq!(begins, 3);
+}
+
+#[tokio::test]
+async fn a_transient_hook_error_is_retried() {
+    let mut config = config(3, strategy("All", None, true, false));
+    config.max_steps = 3;
+    let mut hooks = Scripted::new(&[]);
+    hooks.refuse = Some(tonic::Code::DeadlineExceeded);
+    let err = simulate(&config, hooks).await.err().expect("fails");
+    assert!(matches!(err, SimError::TooManySteps(3)), "{err:?}");
 }
 
 #[tokio::test]

@@ -56,6 +56,8 @@ pub struct Seen {
 pub struct Script {
     /// ValidateRolloutCompletion answers per cluster (SUCCEEDED otherwise).
     pub validate: HashMap<String, ValidateResponse>,
+    /// BeginRollout answers this error when set (OK otherwise).
+    pub begin_error: Option<(tonic::Code, String)>,
     pub seen: Vec<Seen>,
 }
 
@@ -183,6 +185,9 @@ impl RolloutPluginService for Plugin {
             None,
             None,
         );
+        if let Some((code, message)) = self.script.lock().unwrap().begin_error.clone() {
+            return Err(Status::new(code, message));
+        }
         Ok(tonic::Response::new(()))
     }
 
