@@ -65,6 +65,12 @@ impl Rule {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Pass,
+    /// It held, with something the author should know (such as what an
+    /// empty list means).
+    PassWithHint(String),
+    /// It does not apply to this plugin (the reason says why); not a
+    /// failure.
+    Skip(String),
     /// It did not; the reason names the hook and what was seen.
     Fail(String),
 }
@@ -90,6 +96,8 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.verdict {
             Verdict::Pass => write!(f, "PASS {}", self.rule.name()),
+            Verdict::PassWithHint(hint) => write!(f, "PASS {} (hint: {hint})", self.rule.name()),
+            Verdict::Skip(reason) => write!(f, "SKIP {}: {reason}", self.rule.name()),
             Verdict::Fail(reason) => write!(f, "FAIL {}: {reason}", self.rule.name()),
         }
     }
@@ -170,7 +178,14 @@ pub fn judge_initialize(observed: &Observed) -> (Verdict, Vec<Hook>) {
         }
     }
     if hooks.is_empty() {
-        hooks = all;
+        return (
+            Verdict::PassWithHint(
+                "Initialize declares no hooks, which declares every hook: the gateway calls all \
+                 four and they are all checked; list only the hooks the plugin implements"
+                    .into(),
+            ),
+            all,
+        );
     }
     (Verdict::Pass, hooks)
 }
@@ -370,7 +385,7 @@ mod tests {
     fn failed(v: Verdict) -> String {
         match v {
             Verdict::Fail(reason) => reason,
-            Verdict::Pass => panic!("expected a failure"),
+            other => panic!("expected a failure: {other:?}"),
         }
     }
 
@@ -411,7 +426,12 @@ mod tests {
             name: "p".into(),
             ..Default::default()
         };
-        assert_eq!(judge_initialize(&answer(all)).1, Hook::ALL.to_vec());
+        let (verdict, hooks) = judge_initialize(&answer(all));
+        assert_eq!(hooks, Hook::ALL.to_vec());
+        let Verdict::PassWithHint(hint) = verdict else {
+            panic!("no hint: {verdict:?}")
+        };
+        assert!(hint.contains("declares every hook"), "{hint}");
         let nameless = InitializeResponse::default();
         assert!(failed(judge_initialize(&answer(nameless)).0).contains("no name"));
         let unknown = InitializeResponse {
