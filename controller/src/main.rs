@@ -87,7 +87,8 @@ struct RunArgs {
         env = "ROLLOUT_CONTROLLER_LOG_FORMAT"
     )]
     log_format: rollout_telemetry::logs::LogFormat,
-    /// Serve /healthz and /readyz for the kubelet on this address.
+    /// Serve /healthz and /readyz for the kubelet, and /metrics
+    /// (OpenMetrics) for Prometheus, on this address.
     #[arg(long, value_name = "ADDR", env = "ROLLOUT_CONTROLLER_HEALTH_LISTEN")]
     health_listen: Option<std::net::SocketAddr>,
     /// How many clusters of a placement have their hook calls in flight at
@@ -612,6 +613,17 @@ mod tests {
         }
         for sub in cmd.get_subcommands() {
             flags(sub, &format!("{at} {}", sub.get_name()), out);
+        }
+    }
+
+    /// `run --help` lists every endpoint of --health-listen.
+    #[test]
+    fn the_help_lists_every_health_endpoint() {
+        let mut cli = super::Cli::command();
+        let run = cli.find_subcommand_mut("run").expect("run");
+        let help = run.render_long_help().to_string();
+        for path in rollout_controller::health::ENDPOINTS {
+            assert!(help.contains(path), "{path} in {help}");
         }
     }
 

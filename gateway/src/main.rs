@@ -50,7 +50,8 @@ struct Flags {
         default_value = "127.0.0.1:10843"
     )]
     listen: SocketAddr,
-    /// HTTP admin address (/healthz, /readyz, /debug/plugins).
+    /// HTTP admin address: /healthz, /readyz, /metrics (Prometheus and
+    /// OpenMetrics), /debug/plugins (the registry as JSON).
     #[arg(
         long,
         env = "ROLLOUT_GATEWAY_ADMIN_LISTEN",
@@ -140,7 +141,7 @@ struct CheckArgs {
     /// Read no certificate file the registry names (caFile,
     /// clientCertificate), for a CI job without them: everything else is
     /// checked.
-    #[arg(long, env = "ROLLOUT_GATEWAY_CHECK_SKIP_FILES")]
+    #[arg(long, env = "ROLLOUT_GATEWAY_SKIP_FILES")]
     skip_files: bool,
 }
 
@@ -330,6 +331,26 @@ mod tests {
         for (at, long, env) in all {
             let want = format!("ROLLOUT_GATEWAY_{}", long.to_uppercase().replace('-', "_"));
             assert_eq!(env.as_deref(), Some(want.as_str()), "{at} --{long}");
+        }
+    }
+
+    /// `--help` lists every admin endpoint, and each is routed.
+    #[tokio::test]
+    async fn the_help_lists_every_admin_endpoint() {
+        use tower::ServiceExt as _;
+        let help = Flags::command().render_long_help().to_string();
+        let registry = std::sync::Arc::new(rollout_gateway::registry::Registry::new(
+            Vec::new(),
+            rollout_gateway::upstream::ChannelSettings::default(),
+        ));
+        for path in rollout_gateway::admin::ENDPOINTS {
+            assert!(help.contains(path), "{path} in {help}");
+            let router = rollout_gateway::admin::router(registry.clone(), Duration::from_secs(5));
+            let request = axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .expect("a request");
+            let answer = router.oneshot(request).await.expect("answers");
+            assert_ne!(answer.status(), axum::http::StatusCode::NOT_FOUND, "{path}");
         }
     }
 
