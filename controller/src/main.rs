@@ -428,8 +428,36 @@ struct CrdArgs {
     out: Option<PathBuf>,
 }
 
-fn main() -> anyhow::Result<ExitCode> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    match command(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("rollout-controller: {}", error_text(&err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `err` and its causes on one line, each cause only when its text is not
+/// already in the line: most errors repeat their source in their own text,
+/// and the chain would otherwise say the same thing several times.
+fn error_text(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+fn command(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
@@ -614,6 +642,19 @@ mod tests {
         for sub in cmd.get_subcommands() {
             flags(sub, &format!("{at} {}", sub.get_name()), out);
         }
+    }
+
+    /// An error whose text holds its source's is said once.
+    #[test]
+    fn an_error_chain_is_said_once() {
+        let root = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let err = anyhow::Error::new(root)
+            .context("reading /k: no such file")
+            .context("configuring");
+        assert_eq!(
+            super::error_text(&err),
+            "configuring: reading /k: no such file"
+        );
     }
 
     /// `run --help` lists every endpoint of --health-listen.
