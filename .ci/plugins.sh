@@ -41,6 +41,27 @@ start_plugin() {
   return 1
 }
 
+echo "-- the guide's Go and Python plugins, as files"
+# The fenced block after the line starting `<!-- MARKER` in the guide.
+snippet() {
+  awk -v m="<!-- $1" 'index($0, m) == 1 { found = 1; next }
+    found && /^```/ { if (inside) exit; inside = 1; next }
+    inside { print }' docs/plugin-guide.md
+}
+SNIPDIR=$(mktemp -d)
+snippet guide:go >"$SNIPDIR/main.go"
+snippet guide:python >"$SNIPDIR/plugin.py"
+for f in "$SNIPDIR/main.go" "$SNIPDIR/plugin.py"; do
+  [[ -s "$f" ]] || { echo "docs/plugin-guide.md: no block for $(basename "$f")" >&2; exit 1; }
+done
+# gofmt parses the whole file (an import left out shows in `go vet` below).
+if [[ -n "$(gofmt -l "$SNIPDIR/main.go")" ]]; then
+  echo "docs/plugin-guide.md: the Go plugin is not gofmt-formatted:" >&2
+  gofmt -d "$SNIPDIR/main.go" >&2
+  exit 1
+fi
+python3 -m py_compile "$SNIPDIR/plugin.py"
+
 echo "-- rollout-plugin-check against the Rust example plugins"
 for plugin in "smoke-test --soak 30s" traffic-weights rollback-mutator; do
   # shellcheck disable=SC2086
@@ -61,6 +82,26 @@ PYTHON="$PYENV/bin/python" "$PYDIR/generate.sh"
 addr=$(start_plugin "$PYENV/bin/python" "$PYDIR/revision_stamper.py" --listen 127.0.0.1:0)
 echo "revision-stamper ($addr)"
 "$ROLLOUT_PLUGIN_CHECK" "$addr"
+# The guide's Python plugin, with the generated modules next to it: its
+# statements up to the server's (imports, the servicer class) run, and its
+# Initialize answers; serving is left out.
+cp -r "$PYDIR/gen" "$SNIPDIR/gen"
+"$PYENV/bin/python" - "$SNIPDIR/plugin.py" <<'PY'
+import ast, sys
+path = sys.argv[1]
+tree = ast.parse(open(path).read())
+head = []
+for node in tree.body:
+    if isinstance(node, ast.Assign):
+        break
+    head.append(node)
+scope = {"__file__": path, "__name__": "guide"}
+exec(compile(ast.Module(head, []), path, "exec"), scope)
+servicers = [v for v in scope.values() if isinstance(v, type) and hasattr(v, "Initialize")
+             and v.__module__ == "guide"]
+assert servicers, "no servicer class in the guide's Python plugin"
+print("guide plugin:", servicers[0]().Initialize(None, None).name)
+PY
 (cd "$PYDIR" && "$PYENV/bin/python" -m unittest -v test_revision_stamper 2>&1 | grep -v ResourceWarning)
 
 echo "-- the Go plugin (examples/go/cluster-gate)"
@@ -98,7 +139,11 @@ fi
   go build -o "$GOWORK_DIR/cluster-gate" .
   go test -count=1 -v . 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go'
 )
+# The guide's Go plugin, compiled against the same generated package.
+mkdir -p "$GOWORK_DIR/src/example.com/guide-plugin"
+cp "$SNIPDIR/main.go" "$GOWORK_DIR/src/example.com/guide-plugin/main.go"
+(cd "$GOWORK_DIR/src/example.com/guide-plugin" && go vet . && go build -o "$GOWORK_DIR/guide-plugin" .)
 addr=$(start_plugin "$GOWORK_DIR/cluster-gate" --listen 127.0.0.1:0)
 echo "cluster-gate ($addr)"
 "$ROLLOUT_PLUGIN_CHECK" "$addr"
-rm -rf "$GOWORK_DIR"
+rm -rf "$GOWORK_DIR" "$SNIPDIR"

@@ -10,8 +10,10 @@ use rollout_plugin_check::{TlsFiles, check};
 
 /// Checks that the rollout plugin at HOST:PORT follows the rules the
 /// controller and the gateway rely on, and prints one line per rule: `PASS
-/// NAME` or `FAIL NAME: reason`. Exits 0 when every rule holds, 1 when one
-/// fails, 2 on bad flags or an endpoint it cannot reach.
+/// NAME`, `SKIP NAME: reason` (the rule does not apply to the plugin, such as
+/// identity to a plugin that does not mutate) or `FAIL NAME: reason`. Exits 0
+/// when no rule fails (SKIP does not fail), 1 when one fails, 2 on bad flags
+/// or an endpoint it cannot reach.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Flags {
@@ -52,7 +54,10 @@ fn main() -> ExitCode {
             for outcome in &outcomes {
                 println!("{outcome}");
             }
-            if outcomes.iter().all(|o| o.verdict == Verdict::Pass) {
+            if !outcomes
+                .iter()
+                .any(|o| matches!(o.verdict, Verdict::Fail(_)))
+            {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)

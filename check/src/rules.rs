@@ -67,6 +67,12 @@ impl Rule {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Pass,
+    /// It held, with something the author should know (such as what an
+    /// empty list means).
+    PassWithHint(String),
+    /// It does not apply to this plugin (the reason says why); not a
+    /// failure.
+    Skip(String),
     /// It did not; the reason names the hook and what was seen.
     Fail(String),
 }
@@ -92,6 +98,8 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.verdict {
             Verdict::Pass => write!(f, "PASS {}", self.rule.name()),
+            Verdict::PassWithHint(hint) => write!(f, "PASS {} (hint: {hint})", self.rule.name()),
+            Verdict::Skip(reason) => write!(f, "SKIP {}: {reason}", self.rule.name()),
             Verdict::Fail(reason) => write!(f, "FAIL {}: {reason}", self.rule.name()),
         }
     }
@@ -212,6 +220,16 @@ pub fn judge_initialize(observed: &Observed) -> (Verdict, Vec<Probe>) {
             Decision::Skip | Decision::InitializeFirst => None,
         })
         .collect();
+    if declaration.is_every() {
+        return (
+            Verdict::PassWithHint(
+                "Initialize declares no hooks, which declares every hook: the gateway calls all \
+                 four and they are all checked; list only the hooks the plugin implements"
+                    .into(),
+            ),
+            probes,
+        );
+    }
     (Verdict::Pass, probes)
 }
 
@@ -443,7 +461,7 @@ mod tests {
     fn failed(v: Verdict) -> String {
         match v {
             Verdict::Fail(reason) => reason,
-            Verdict::Pass => panic!("expected a failure"),
+            other => panic!("expected a failure: {other:?}"),
         }
     }
 
@@ -490,10 +508,12 @@ mod tests {
             judge_initialize(&answer(named(vec![Hook::MutateManifestWork.into()]))),
             (Verdict::Pass, probes(&[Hook::MutateManifestWork], false))
         );
-        assert_eq!(
-            judge_initialize(&answer(named(Vec::new()))),
-            (Verdict::Pass, probes(&Hook::ALL, true))
-        );
+        let (verdict, every) = judge_initialize(&answer(named(Vec::new())));
+        assert_eq!(every, probes(&Hook::ALL, true));
+        let Verdict::PassWithHint(hint) = verdict else {
+            panic!("no hint: {verdict:?}")
+        };
+        assert!(hint.contains("declares every hook"), "{hint}");
         let nameless = InitializeResponse::default();
         assert!(failed(judge_initialize(&answer(nameless)).0).contains("no name"));
         // HOOK_UNSPECIFIED, alone or beside a hook, and numbers past the

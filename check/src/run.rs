@@ -140,7 +140,7 @@ impl Checker {
             }
             Verdict::all(verdicts)
         } else {
-            Verdict::Pass
+            Verdict::Skip("the plugin does not declare MutateManifestWork".into())
         };
         out.push(Outcome {
             rule: Rule::Identity,

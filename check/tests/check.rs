@@ -40,6 +40,12 @@ async fn checker(args: &[&str]) -> (i32, String, String) {
 const ALL_PASS: &str = "PASS initialize\nPASS deadline\nPASS idempotent\nPASS identity\n\
 PASS unknown-fields\nPASS large-state\nPASS health\n";
 
+/// A plugin that does not mutate: identity does not apply, and SKIP does
+/// not fail.
+const ALL_PASS_NO_MUTATE: &str = "PASS initialize\nPASS deadline\nPASS idempotent\n\
+SKIP identity: the plugin does not declare MutateManifestWork\n\
+PASS unknown-fields\nPASS large-state\nPASS health\n";
+
 #[tokio::test]
 async fn the_example_plugins_pass_every_rule() {
     let smoke = smoke_test::SmokeTest::new(smoke_test::Settings {
@@ -47,18 +53,24 @@ async fn the_example_plugins_pass_every_rule() {
         ..Default::default()
     });
     let servers = [
-        testing::spawn(smoke).await.unwrap(),
-        testing::spawn(traffic_weights::TrafficWeights)
-            .await
-            .unwrap(),
-        testing::spawn(rollback_mutator::RollbackMutator)
-            .await
-            .unwrap(),
+        (testing::spawn(smoke).await.unwrap(), ALL_PASS_NO_MUTATE),
+        (
+            testing::spawn(traffic_weights::TrafficWeights)
+                .await
+                .unwrap(),
+            ALL_PASS,
+        ),
+        (
+            testing::spawn(rollback_mutator::RollbackMutator)
+                .await
+                .unwrap(),
+            ALL_PASS,
+        ),
     ];
-    for server in servers {
+    for (server, want) in servers {
         let addr = server.local_addr().to_string();
         let (code, out, err) = checker(&[&addr]).await;
-        assert_eq!((code, out.as_str()), (0, ALL_PASS), "{addr}: {err}");
+        assert_eq!((code, out.as_str()), (0, want), "{addr}: {err}");
         server.shutdown().await.unwrap();
     }
 }

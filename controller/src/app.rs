@@ -53,7 +53,10 @@ pub enum RunError {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// No in-cluster or default configuration.
-    #[error("configuring the Kubernetes client: {0}")]
+    #[error(
+        "no Kubernetes API server to talk to: {0}. Run it in a pod, or name a kubeconfig \
+         with --kubeconfig PATH (or KUBECONFIG)"
+    )]
     Client(#[source] kube::Error),
     /// Trace export could not be set up.
     #[error(transparent)]

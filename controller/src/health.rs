@@ -34,6 +34,9 @@ impl Readiness {
     }
 }
 
+/// The paths [`router`] answers, for `--help` and docs.
+pub const ENDPOINTS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
 /// The probe and metrics routes.
 pub fn router(readiness: Readiness, metrics: Arc<ControllerMetrics>) -> Router {
     Router::new()
@@ -97,6 +100,22 @@ pub(crate) mod tests {
         let mut answer = String::new();
         stream.read_to_string(&mut answer).await.expect("reads");
         answer
+    }
+
+    /// Every path of [`ENDPOINTS`] is routed.
+    #[tokio::test]
+    async fn every_endpoint_is_routed() {
+        let addr = serve(
+            "127.0.0.1:0".parse().expect("addr"),
+            Readiness::default(),
+            Arc::new(ControllerMetrics::new()),
+        )
+        .await
+        .expect("binds");
+        for path in ENDPOINTS {
+            let answer = get(addr, path).await;
+            assert!(!answer.starts_with("HTTP/1.1 404"), "{path}: {answer}");
+        }
     }
 
     #[tokio::test]

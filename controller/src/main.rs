@@ -8,7 +8,9 @@ use anyhow::Context;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use jiff::Timestamp;
 use rollout_controller::app::{self, RunOptions};
-use rollout_controller::hooks::{DEFAULT_GATEWAY_URL, GatewayHooks, GatewayOptions, GatewayTls};
+use rollout_controller::hooks::{
+    DEFAULT_GATEWAY_URL, GatewayHooks, GatewayOptions, GatewayTls, check_gateway_url,
+};
 use rollout_controller::leader::{self, LeaseConfig, LeaseTimings};
 use rollout_controller::metrics::{ControllerMetrics, Metered};
 use rollout_controller::orchestrate::{DEFAULT_HOOK_CONCURRENCY, Settings};
@@ -87,9 +89,8 @@ struct PlanArgs {
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// The rollout gateway's gRPC address.
-    #[arg(long, value_name = "URL", default_value = DEFAULT_GATEWAY_URL, env = "ROLLOUT_CONTROLLER_GATEWAY")]
-    gateway: String,
+    #[command(flatten)]
+    gateway: GatewayFlags,
     /// A kubeconfig file; default: in-cluster, else $KUBECONFIG or ~/.kube/config.
     #[arg(long, value_name = "PATH", env = "ROLLOUT_CONTROLLER_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
@@ -127,38 +128,10 @@ struct RunArgs {
         env = "ROLLOUT_CONTROLLER_LOG_FORMAT"
     )]
     log_format: rollout_telemetry::logs::LogFormat,
-    /// Serve /healthz and /readyz for the kubelet on this address.
+    /// Serve /healthz and /readyz for the kubelet, and /metrics
+    /// (OpenMetrics) for Prometheus, on this address.
     #[arg(long, value_name = "ADDR", env = "ROLLOUT_CONTROLLER_HEALTH_LISTEN")]
     health_listen: Option<std::net::SocketAddr>,
-    /// The CA bundle (PEM) that signed a TLS gateway's certificate (an
-    /// `https://` --gateway).
-    #[arg(long, value_name = "FILE", env = "ROLLOUT_CONTROLLER_GATEWAY_CA")]
-    gateway_ca: Option<PathBuf>,
-    /// The client certificate (PEM) presented to a central gateway; its
-    /// first DNS SAN (else its CN) names this hub. Needs --client-key.
-    #[arg(
-        long,
-        value_name = "FILE",
-        requires = "client_key",
-        env = "ROLLOUT_CONTROLLER_CLIENT_CERT"
-    )]
-    client_cert: Option<PathBuf>,
-    /// The key (PEM) of --client-cert.
-    #[arg(
-        long,
-        value_name = "FILE",
-        requires = "client_cert",
-        env = "ROLLOUT_CONTROLLER_CLIENT_KEY"
-    )]
-    client_key: Option<PathBuf>,
-    /// The name to verify in the gateway's certificate, when not the
-    /// --gateway host.
-    #[arg(
-        long,
-        value_name = "NAME",
-        env = "ROLLOUT_CONTROLLER_GATEWAY_SERVER_NAME"
-    )]
-    gateway_server_name: Option<String>,
     /// How many clusters of a placement have their hook calls in flight at
     /// once (each cluster's calls stay in order).
     #[arg(long, value_name = "N", env = "ROLLOUT_CONTROLLER_HOOK_CONCURRENCY", default_value_t = DEFAULT_HOOK_CONCURRENCY, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
@@ -198,21 +171,64 @@ struct RunArgs {
     retry_period: std::time::Duration,
 }
 
+/// How the gateway is reached: one set of flags for `run` and `simulate`.
+#[derive(Debug, Args)]
+struct GatewayFlags {
+    /// The rollout gateway's gRPC address: http://HOST:PORT (plaintext) or
+    /// https://HOST:PORT (TLS).
+    #[arg(long, value_name = "URL", default_value = DEFAULT_GATEWAY_URL, value_parser = parse_gateway_url, env = "ROLLOUT_CONTROLLER_GATEWAY")]
+    gateway: String,
+    /// The CA bundle (PEM) that signed a TLS gateway's certificate (an
+    /// `https://` --gateway).
+    #[arg(long, value_name = "FILE", env = "ROLLOUT_CONTROLLER_GATEWAY_CA")]
+    gateway_ca: Option<PathBuf>,
+    /// The client certificate (PEM) presented to a central gateway; its
+    /// first DNS SAN (else its CN) names this hub. Needs --client-key.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "client_key",
+        env = "ROLLOUT_CONTROLLER_CLIENT_CERT"
+    )]
+    client_cert: Option<PathBuf>,
+    /// The key (PEM) of --client-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "client_cert",
+        env = "ROLLOUT_CONTROLLER_CLIENT_KEY"
+    )]
+    client_key: Option<PathBuf>,
+    /// The name to verify in the gateway's certificate, when not the
+    /// --gateway host.
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "ROLLOUT_CONTROLLER_GATEWAY_SERVER_NAME"
+    )]
+    gateway_server_name: Option<String>,
+}
+
+fn parse_gateway_url(text: &str) -> Result<String, String> {
+    check_gateway_url(text).map_err(|e| e.to_string())?;
+    Ok(text.to_owned())
+}
+
 /// Where an in-cluster pod finds its namespace.
 const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
-impl RunArgs {
-    /// The TLS settings towards the gateway, reading the files named.
-    /// Where to keep the plugin registry, if anywhere: the namespace given,
-    /// else OCM's Default-mode hub namespace when --register-plugins is on.
-    fn registration_namespace(&self) -> Option<String> {
-        self.register_plugins_namespace.clone().or_else(|| {
-            self.register_plugins
-                .then(|| rollout_controller::registration::DEFAULT_NAMESPACE.to_owned())
+impl GatewayFlags {
+    /// The gateway's client options, reading the files named.
+    fn options(&self, timeout: std::time::Duration) -> anyhow::Result<GatewayOptions> {
+        Ok(GatewayOptions {
+            url: self.gateway.clone(),
+            timeout,
+            tls: self.tls()?,
         })
     }
 
-    fn gateway_tls(&self) -> anyhow::Result<Option<GatewayTls>> {
+    /// The TLS settings towards the gateway, reading the files named.
+    fn tls(&self) -> anyhow::Result<Option<GatewayTls>> {
         let read = |path: &PathBuf| {
             std::fs::read(path).with_context(|| format!("reading {}", path.display()))
         };
@@ -236,6 +252,15 @@ impl RunArgs {
 }
 
 impl RunArgs {
+    /// Where to keep the plugin registry, if anywhere: the namespace given,
+    /// else OCM's Default-mode hub namespace when --register-plugins is on.
+    fn registration_namespace(&self) -> Option<String> {
+        self.register_plugins_namespace.clone().or_else(|| {
+            self.register_plugins
+                .then(|| rollout_controller::registration::DEFAULT_NAMESPACE.to_owned())
+        })
+    }
+
     /// The Lease to elect a leader with, if asked.
     fn leader_election(&self) -> anyhow::Result<Option<LeaseConfig>> {
         if !self.leader_elect {
@@ -344,9 +369,8 @@ struct SimulateArgs {
     /// '{"soakTime":"2s","failClusters":["cluster-008"]}' for smoke-test).
     #[arg(long, value_name = "JSON", env = "ROLLOUT_CONTROLLER_PLUGIN_CONFIG")]
     plugin_config: Option<String>,
-    /// The rollout gateway's gRPC address (plaintext).
-    #[arg(long, value_name = "URL", default_value = DEFAULT_GATEWAY_URL, env = "ROLLOUT_CONTROLLER_GATEWAY")]
-    gateway: String,
+    #[command(flatten)]
+    gateway: GatewayFlags,
     /// The deadline of each hook call (at most 30s).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_HOOK_TIMEOUT")]
     hook_timeout: std::time::Duration,
@@ -532,19 +556,47 @@ struct CrdArgs {
     ocm_shaped: bool,
 }
 
-fn main() -> anyhow::Result<ExitCode> {
+fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let mut command = Cli::command();
+    let mut clap_command = Cli::command();
     if args
         .first()
         .is_some_and(|argv0| view::is_kubectl_plugin(argv0))
     {
-        command = command
+        clap_command = clap_command
             .name(view::KUBECTL_PLUGIN_COMMAND)
             .bin_name(view::KUBECTL_PLUGIN_COMMAND);
     }
-    let cli =
-        Cli::from_arg_matches(&command.get_matches_from(args)).unwrap_or_else(|error| error.exit());
+    let cli = Cli::from_arg_matches(&clap_command.get_matches_from(args))
+        .unwrap_or_else(|error| error.exit());
+    match command(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("rollout-controller: {}", error_text(&err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `err` and its causes on one line, each cause only when its text is not
+/// already in the line: most errors repeat their source in their own text,
+/// and the chain would otherwise say the same thing several times.
+fn error_text(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+fn command(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
@@ -611,11 +663,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
     let signal = app::signal();
     rollout_telemetry::logs::init(args.log_format);
     let options = RunOptions {
-        gateway: GatewayOptions {
-            url: args.gateway.clone(),
-            timeout: args.hook_timeout,
-            tls: args.gateway_tls()?,
-        },
+        gateway: args.gateway.options(args.hook_timeout)?,
         reconcile: Options {
             hub_name: args.hub_name.clone(),
             settings: Settings {
@@ -655,14 +703,14 @@ fn simulate_command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         let telemetry = Telemetry::new(&TracingOptions::from_env(
             rollout_controller::telemetry::DEFAULT_SERVICE_NAME,
         ))?;
-        let gateway = match GatewayHooks::new(
-            &GatewayOptions {
-                url: args.gateway.clone(),
-                timeout: args.hook_timeout,
-                tls: None,
-            },
-            telemetry.clone(),
-        ) {
+        let options = match args.gateway.options(args.hook_timeout) {
+            Ok(options) => options,
+            Err(err) => {
+                eprintln!("rollout-controller simulate: {err:#}");
+                return Ok(ExitCode::from(EXIT_BAD_INPUT));
+            }
+        };
+        let gateway = match GatewayHooks::new(&options, telemetry.clone()) {
             Ok(gateway) => gateway,
             Err(err) => {
                 eprintln!("rollout-controller simulate: --gateway: {err}");
@@ -678,7 +726,7 @@ fn simulate_command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         } else {
             Box::new(sim::terminal::Terminal::new(std::io::stdout()))
         };
-        let url = args.plugin.as_ref().map(|_| args.gateway.as_str());
+        let url = args.plugin.as_ref().map(|_| args.gateway.gateway.as_str());
         let result = sim::run(&config, &hooks, &telemetry, url, report.as_mut()).await;
         let exporter = telemetry.clone();
         let _ = tokio::task::spawn_blocking(move || exporter.shutdown()).await;
@@ -722,7 +770,7 @@ fn error_chain(err: &dyn std::error::Error) -> String {
 
 /// What went wrong, and what to do about it.
 fn simulate_error(err: &sim::SimError, args: &SimulateArgs) -> String {
-    let gateway = &args.gateway;
+    let gateway = &args.gateway.gateway;
     match err {
         sim::SimError::Initialize { error, .. } | sim::SimError::GatewayLost(error)
             if sim::SimError::is_unreachable(error) =>
@@ -808,6 +856,67 @@ mod tests {
         }
         for sub in cmd.get_subcommands() {
             flags(sub, &format!("{at} {}", sub.get_name()), out);
+        }
+    }
+
+    /// An error whose text holds its source's is said once.
+    #[test]
+    fn an_error_chain_is_said_once() {
+        let root = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let err = anyhow::Error::new(root)
+            .context("reading /k: no such file")
+            .context("configuring");
+        assert_eq!(
+            super::error_text(&err),
+            "configuring: reading /k: no such file"
+        );
+    }
+
+    /// `run --help` lists every endpoint of --health-listen.
+    #[test]
+    fn the_help_lists_every_health_endpoint() {
+        let mut cli = super::Cli::command();
+        let run = cli.find_subcommand_mut("run").expect("run");
+        let help = run.render_long_help().to_string();
+        for path in rollout_controller::health::ENDPOINTS {
+            assert!(help.contains(path), "{path} in {help}");
+        }
+    }
+
+    /// `run` and `simulate` refuse a gateway address without a scheme at
+    /// flag parsing, showing both right forms; `simulate` takes the TLS
+    /// flags `run` has.
+    #[test]
+    fn the_gateway_flags_are_checked_and_shared() {
+        use clap::Parser;
+        for sub in ["run", "simulate"] {
+            let err = super::Cli::try_parse_from([
+                "rollout-controller",
+                sub,
+                "--gateway",
+                "127.0.0.1:10843",
+            ])
+            .expect_err("a bare address")
+            .to_string();
+            assert!(
+                err.contains("http://127.0.0.1:10843") && err.contains("https://127.0.0.1:10843"),
+                "{sub}: {err}"
+            );
+            let ok = super::Cli::try_parse_from([
+                "rollout-controller",
+                sub,
+                "--gateway",
+                "https://gateway.ns:10843",
+                "--gateway-ca",
+                "ca.pem",
+                "--client-cert",
+                "hub.pem",
+                "--client-key",
+                "hub.key",
+                "--gateway-server-name",
+                "gateway",
+            ]);
+            assert!(ok.is_ok(), "{sub}: {ok:?}");
         }
     }
 

@@ -66,6 +66,36 @@ fn contract_example() {
     assert!(output.stderr.is_empty());
 }
 
+/// The JSON block after `marker` in docs/plugin-api.md.
+fn doc_block(marker: &str) -> String {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/plugin-api.md"
+    ))
+    .expect("docs/plugin-api.md");
+    let (_, after) = doc.split_once(marker).expect("the marker");
+    let (_, block) = after.split_once("```json\n").expect("a JSON block");
+    let (block, _) = block.split_once("```").expect("its end");
+    block.to_owned()
+}
+
+/// The doc's example input gives the doc's answer: the page cannot drift
+/// from the engine.
+#[test]
+fn the_docs_example_gives_the_docs_answer() {
+    let input = doc_block("<!-- plan:input");
+    assert_eq!(
+        serde_json::from_str::<Value>(&input).expect("the input is JSON"),
+        serde_json::from_str::<Value>(CONTRACT_EXAMPLE).expect("JSON"),
+        "the doc's input is the example tested above"
+    );
+    let path = input_file("doc-example.json", &input);
+    let output = plan(path.to_str().expect("utf-8 path"));
+    let want: Value =
+        serde_json::from_str(&doc_block("<!-- plan:output")).expect("the answer is JSON");
+    assert_eq!(stdout_json(&output), want);
+}
+
 #[test]
 fn reference_case_from_stdin() {
     let input = r#"{"strategy": {"type": "Progressive", "progressive": {"maxConcurrency": 2, "maxFailures": 1, "progressDeadline": "90s"}},

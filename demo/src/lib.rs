@@ -146,6 +146,25 @@ pub fn check_port(addr: &str, what: &str) -> anyhow::Result<()> {
     }
 }
 
+/// The demo's fleet flags, checked before any process starts: at least one
+/// cluster, and every cluster of `fail` (the names of `--fail`, "none"
+/// removed) in the fleet of `clusters`, named as `simulate` names them.
+pub fn check_fleet(clusters: usize, fail: &[String]) -> anyhow::Result<()> {
+    if clusters == 0 {
+        bail!("--clusters must be at least 1");
+    }
+    let names = rollout_controller::sim::fleet::cluster_names(clusters);
+    if let Some(unknown) = fail.iter().find(|c| !names.contains(c)) {
+        let first = names.first().map_or("", String::as_str);
+        let last = names.last().map_or("", String::as_str);
+        bail!(
+            "--fail {unknown}: no such cluster in a fleet of {clusters} ({first} … {last}); \
+             name one of them, or --fail none for a rollout without a failure"
+        );
+    }
+    Ok(())
+}
+
 /// The gateway's registry: every plugin in `plugins` (name, address) on
 /// plaintext loopback, a 5 s timeout, the pipeline [`PIPELINE`] of all of
 /// them, and `extra_plugins`/`extra_pipelines` (YAML list items) appended.
@@ -352,6 +371,22 @@ impl Drop for WorkDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fleet_flags_are_checked_before_anything_starts() {
+        let fail = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert!(check_fleet(20, &fail(&["cluster-008"])).is_ok());
+        assert!(check_fleet(5, &[]).is_ok());
+        let none = check_fleet(0, &[]).expect_err("no cluster").to_string();
+        assert!(none.contains("--clusters must be at least 1"), "{none}");
+        let unknown = check_fleet(5, &fail(&["cluster-008"]))
+            .expect_err("cluster-008 is not in a fleet of 5")
+            .to_string();
+        assert!(
+            unknown.contains("cluster-008") && unknown.contains("cluster-001 … cluster-005"),
+            "{unknown}"
+        );
+    }
 
     #[test]
     fn the_registry_has_the_pipeline_of_every_plugin() {

@@ -11,9 +11,9 @@
 //! cluster, the smoke test failing on one cluster, the abort, the rollback
 //! with `aborting = true`. It tells the outcome, then hot-reloads the
 //! registry and measures the gateway's added latency. When
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, the controller and the gateway
-//! export their spans there (the children inherit the environment) and the
-//! demo says where to look. Every process is stopped at the end, on an
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, the controller, the gateway and the
+//! example plugins export their spans there (the children inherit the
+//! environment) and the demo says where to look. Every process is stopped at the end, on an
 //! error, or on Ctrl-C.
 
 use std::path::Path;
@@ -26,7 +26,8 @@ use clap::Parser;
 use rollout_bench::load::{self, Hook, LoadConfig, Stop};
 use rollout_bench::manifest::manifest_work_json;
 use rollout_demo::{
-    Binaries, PIPELINE, PLUGINS, RolloutParams, Stack, StackOptions, WorkDir, simulate_args,
+    Binaries, PIPELINE, PLUGINS, RolloutParams, Stack, StackOptions, WorkDir, check_fleet,
+    simulate_args,
 };
 use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
 use rollout_proto::v1alpha1::{MutateManifestWorkRequest, RolloutPluginRequest};
@@ -61,8 +62,25 @@ struct Flags {
     rollout_only: bool,
 }
 
+impl Flags {
+    /// The clusters of `--fail`, comma-separated or repeated, "none" removed.
+    fn failing(&self) -> Vec<String> {
+        self.fail
+            .iter()
+            .flat_map(|f| f.split(','))
+            .filter(|f| !f.is_empty() && *f != "none")
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
+    // Before any process starts: a bad flag stops the demo at once.
+    if let Err(e) = check_fleet(flags.clusters, &flags.failing()) {
+        eprintln!("demo: {e:#}");
+        std::process::exit(2);
+    }
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -97,13 +115,7 @@ fn main() -> anyhow::Result<()> {
 async fn run(flags: &Flags, dir: &Path) -> anyhow::Result<()> {
     let bins = Binaries::next_to_this_one()?;
     let controller = bins.path("rollout-controller")?;
-    let fail: Vec<String> = flags
-        .fail
-        .iter()
-        .flat_map(|f| f.split(','))
-        .filter(|f| !f.is_empty() && *f != "none")
-        .map(str::to_owned)
-        .collect();
+    let fail = flags.failing();
     let options = StackOptions {
         gateway_listen: flags.gateway_listen.clone(),
     };
@@ -271,10 +283,10 @@ fn traces(summary: &Value) {
         return;
     };
     println!(
-        "\nTraces: rollout-controller and rollout-gateway exported their spans to {endpoint} (OTLP/gRPC; the example plugins do not trace)."
+        "\nTraces: rollout-controller and rollout-gateway exported their spans to {endpoint} (OTLP/gRPC), and so did the three example plugins (the plugin SDK exports their spans per the same OTEL_* variables)."
     );
     println!(
-        "   In Jaeger (http://localhost:16686 for a local all-in-one; deploy/tracing/README.md for a cluster) pick the service rollout-controller: one trace per step, \"reconcile ManifestWorkReplicaSet\", with a span per hook call and the gateway's spans below it."
+        "   In Jaeger (http://localhost:16686 for a local all-in-one; deploy/tracing/README.md for a cluster) pick the service rollout-controller: one trace per step, \"reconcile ManifestWorkReplicaSet\", with a span per hook call, the gateway's spans below it and each plugin's server span below those."
     );
     if let Some(trace) = summary["abort"]["traceId"].as_str() {
         println!("   The step that aborted is trace {trace}.");

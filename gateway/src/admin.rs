@@ -41,6 +41,9 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// The largest admin request body (the endpoints take none).
 const MAX_BODY_BYTES: usize = 16 * 1024;
 
+/// The paths the admin router answers, for `--help` and docs.
+pub const ENDPOINTS: [&str; 4] = ["/healthz", "/readyz", "/metrics", "/debug/plugins"];
+
 /// The admin router over the shared registry; a request not answered within
 /// `timeout` gets 408, its body too (a body that stops arriving ends there).
 pub fn router(registry: Arc<Registry>, timeout: Duration) -> Router {

@@ -365,7 +365,7 @@ pub fn is_blank(text: &str) -> bool {
 /// Turns raw types into a [`Config`], collecting every problem.
 pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let mut p = Problems::default();
-    p.unknown("", &raw.unknown);
+    p.unknown::<RawConfig>("", &raw.unknown);
 
     let hub = raw.hub.and_then(|h| {
         p.check_name("hub", &h);
@@ -373,7 +373,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     });
 
     let client_certificate = raw.client_certificate.and_then(|c| {
-        p.unknown("clientCertificate", &c.unknown);
+        p.unknown::<RawClientCertificate>("clientCertificate", &c.unknown);
         let cert = c.cert_file.unwrap_or_default();
         let key = c.key_file.unwrap_or_default();
         if cert.is_empty() {
@@ -422,7 +422,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         } else {
             format!("pipelines[{i}] ({name})")
         };
-        p.unknown(&at, &rp.unknown);
+        p.unknown::<RawPipeline>(&at, &rp.unknown);
         if name.is_empty() {
             p.push(format!("{at}.name"), "is required");
             continue;
@@ -496,7 +496,13 @@ impl Problems {
         }
     }
 
-    fn unknown(&mut self, at: &str, unknown: &BTreeMap<String, IgnoredAny>) {
+    /// Every key of `unknown` (a `T`'s fields that no field took) is a
+    /// problem, suggesting `T`'s field nearest a typo.
+    fn unknown<T: JsonSchema>(&mut self, at: &str, unknown: &BTreeMap<String, IgnoredAny>) {
+        if unknown.is_empty() {
+            return;
+        }
+        let known = known_fields::<T>();
         for key in unknown.keys() {
             // A key that would not read as a place (empty, or with dots or
             // spaces) is quoted, so the path always names something.
@@ -514,7 +520,10 @@ impl Problems {
             } else {
                 format!("{at}.{shown}")
             };
-            self.push(path, "unknown field");
+            match nearest_field(key, &known) {
+                Some(near) => self.push(path, format!("unknown field; did you mean `{near}`?")),
+                None => self.push(path, "unknown field"),
+            }
         }
     }
 
@@ -612,7 +621,7 @@ impl Problems {
 
         let r = raw.retry.clone().unwrap_or_default();
         if raw.retry.is_some() {
-            self.unknown(&join("retry"), &r.unknown);
+            self.unknown::<RawRetry>(&join("retry"), &r.unknown);
         }
         let retry = RetryPolicy {
             max_attempts: self.positive_int(
@@ -672,7 +681,7 @@ impl Problems {
 
         let b = raw.retry_budget.clone().unwrap_or_default();
         if raw.retry_budget.is_some() {
-            self.unknown(&join("retryBudget"), &b.unknown);
+            self.unknown::<RawBudget>(&join("retryBudget"), &b.unknown);
         }
         let retry_budget = BudgetPolicy {
             ratio: match b.ratio {
@@ -697,7 +706,7 @@ impl Problems {
 
         let c = raw.circuit_breaker.clone().unwrap_or_default();
         if raw.circuit_breaker.is_some() {
-            self.unknown(&join("circuitBreaker"), &c.unknown);
+            self.unknown::<RawBreaker>(&join("circuitBreaker"), &c.unknown);
         }
         let circuit_breaker = BreakerPolicy {
             consecutive_failures: self.positive_int(
@@ -749,7 +758,7 @@ impl Problems {
 
     fn plugin(&mut self, at: &str, raw: RawPlugin, defaults: &Policy) -> Option<PluginConfig> {
         // The flattened policy block also collected the plugin's unknown keys.
-        self.unknown(at, &raw.policy.unknown);
+        self.unknown::<RawPlugin>(at, &raw.policy.unknown);
         let name = raw.name.unwrap_or_default();
         if name.is_empty() {
             self.push(format!("{at}.name"), "is required");
@@ -787,7 +796,7 @@ impl Problems {
                 None
             }
             (Some(ca), false) => {
-                self.unknown(&format!("{at}.caCertificate"), &ca.unknown);
+                self.unknown::<RawCaCertificate>(&format!("{at}.caCertificate"), &ca.unknown);
                 match (ca.ca_bundle, ca.ca_file) {
                     (Some(b64), None) => match decode_ca_bundle(&b64) {
                         Ok(pem) => Some(Transport::Tls {
@@ -980,6 +989,32 @@ fn check_host_name(host: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The fields `T` takes, read from its JSON schema: the type itself is the
+/// one list of its fields.
+fn known_fields<T: JsonSchema>() -> Vec<String> {
+    let schema = schemars::schema_for!(T);
+    schema
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+        .map(|fields| fields.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The field of `known` that `key` most likely misspells, if one is near
+/// enough (the measure clap suggests flags by).
+fn nearest_field<'a>(key: &str, known: &'a [String]) -> Option<&'a str> {
+    let key = key.to_ascii_lowercase();
+    known
+        .iter()
+        .map(|field| {
+            let score = strsim::jaro(&key, &field.to_ascii_lowercase());
+            (score, field.as_str())
+        })
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, field)| field)
+}
+
 /// Decodes the design's `caBundle` (base64 of a PEM bundle) and checks that it
 /// holds at least one certificate.
 fn decode_ca_bundle(b64: &str) -> Result<Vec<u8>, String> {
@@ -989,11 +1024,37 @@ fn decode_ca_bundle(b64: &str) -> Result<Vec<u8>, String> {
     let cleaned: String = b64.chars().filter(|c| !c.is_whitespace()).collect();
     let pem = base64::engine::general_purpose::STANDARD
         .decode(cleaned.as_bytes())
-        .map_err(|e| format!("is not base64: {e}"))?;
+        .map_err(|e| base64_problem(&e))?;
     if !holds_pem_certificate(&pem) {
         return Err("does not decode to a PEM bundle holding a CERTIFICATE".into());
     }
     Ok(pem)
+}
+
+/// What is wrong with a `caBundle` that does not decode, in its user's terms.
+fn base64_problem(error: &base64::DecodeError) -> String {
+    use base64::DecodeError as E;
+    let what = match error {
+        E::InvalidByte(offset, byte) => format!(
+            "has {:?} at character {}, which base64 does not use",
+            char::from(*byte),
+            offset + 1
+        ),
+        E::InvalidLength(length) => {
+            format!(
+                "is {length} characters long after removing whitespace, which is not a whole base64 text"
+            )
+        }
+        E::InvalidLastSymbol(offset, byte) => format!(
+            "ends with {:?} at character {}, which cannot end a base64 text",
+            char::from(*byte),
+            offset + 1
+        ),
+        E::InvalidPadding => "has misplaced `=` padding".to_owned(),
+    };
+    format!(
+        "is not base64: it {what}; set it to the output of `base64 -w0 ca.crt`, or name the PEM file with caFile"
+    )
 }
 
 /// Whether `pem` is text holding at least one PEM `CERTIFICATE` block: the
@@ -1198,6 +1259,33 @@ pipelines:
             all.contains("failurePolicyByHook.BeginRollout: \"Maybe\" is not Fail or Ignore"),
             "{all}"
         );
+    }
+
+    #[test]
+    fn an_unknown_field_suggests_the_nearest_known_one() {
+        let text = "plugins:\n  - name: a\n    endpoint: h:1\n    insecure: true\n    timout: 5s\n    retry:\n      maxAtempts: 2\n    colour: red\npipelines:\n  - name: p\n    plugin: [a]\n";
+        let all = parse(text).expect_err("unknown fields").to_string();
+        for want in [
+            "plugins[0] (a).timout: unknown field; did you mean `timeout`?",
+            "plugins[0] (a).retry.maxAtempts: unknown field; did you mean `maxAttempts`?",
+            "plugins[0] (a).colour: unknown field",
+            "pipelines[0] (p).plugin: unknown field; did you mean `plugins`?",
+        ] {
+            assert!(all.contains(want), "{want} in {all}");
+        }
+        assert!(!all.contains("colour: unknown field; did"), "{all}");
+    }
+
+    #[test]
+    fn a_ca_bundle_that_is_not_base64_says_where_and_what_to_do() {
+        let text = "plugins:\n  - name: a\n    endpoint: h:1\n    caCertificate:\n      caBundle: \"QUJD!EF\"\n";
+        let all = parse(text).expect_err("bad").to_string();
+        assert!(
+            all.contains("caCertificate.caBundle: is not base64: it has '!' at character 5"),
+            "{all}"
+        );
+        assert!(all.contains("base64 -w0"), "{all}");
+        assert!(!all.contains("Invalid symbol"), "{all}");
     }
 
     #[test]

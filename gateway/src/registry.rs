@@ -17,7 +17,7 @@
 //! does them on the blocking pool, never on the runtime's workers, and no
 //! lock that the call path or the admin endpoints take is held meanwhile.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -250,6 +250,8 @@ pub struct Registry {
     ready: tokio::sync::watch::Sender<bool>,
     /// Upstreams created by the last reload, whose own Initialize is pending.
     fresh: Mutex<Vec<(Option<String>, Arc<Upstream>)>>,
+    /// Check everything but the certificate files (`check --skip-files`).
+    skip_files: bool,
 }
 
 impl Registry {
@@ -288,6 +290,7 @@ impl Registry {
             telemetry,
             ready: tokio::sync::watch::Sender::new(false),
             fresh: Mutex::new(Vec::new()),
+            skip_files: false,
         }
     }
 
@@ -300,6 +303,15 @@ impl Registry {
     /// The bounds on the files the registry and its watchers read.
     pub fn file_limits(&self) -> FileLimits {
         self.file_limits
+    }
+
+    /// A registry that reads no certificate file (`caFile`,
+    /// `clientCertificate`): a plugin naming one is checked for everything
+    /// else (its name, clashes, the pipelines naming it) but not built, so
+    /// its texts are for checking only, never for serving.
+    pub fn skipping_files(mut self) -> Registry {
+        self.skip_files = true;
+        self
     }
 
     /// The telemetry the plugins' stacks report to.
@@ -679,6 +691,12 @@ impl Registry {
         let mut plugins = Vec::new();
         let mut fresh = Vec::new();
         let mut kept_upstreams = Vec::new();
+        // The file defining each name of a hub's scope, for a clash's
+        // message; and the plugins defined but not built (their own problem
+        // is reported, or their files are skipped), which pipelines may name
+        // without a follow-on problem.
+        let mut defined: HashMap<(Option<String>, String), String> = HashMap::new();
+        let mut unbuilt: HashSet<(Option<String>, String)> = HashSet::new();
         // Each certificate file is read once a plan (`files`): every plugin
         // naming it sees the same bytes.
         // One connection per key: a new upstream joins the channel of any
@@ -706,6 +724,10 @@ impl Registry {
             let label = &sources[si].label;
             let identity = match &cfg.client_certificate {
                 None => None,
+                Some(_) if self.skip_files => {
+                    unbuilt_file(cfg, label, &mut defined, &mut unbuilt, &mut problems);
+                    continue;
+                }
                 Some(cc) => match read_identity(cc, files) {
                     Ok(id) => Some(id),
                     Err(message) => {
@@ -713,6 +735,7 @@ impl Registry {
                             path: format!("{label}: clientCertificate"),
                             message,
                         });
+                        unbuilt_file(cfg, label, &mut defined, &mut unbuilt, &mut problems);
                         continue;
                     }
                 },
@@ -725,22 +748,24 @@ impl Registry {
             let scope = scopes.entry(cfg.hub.clone()).or_default();
             for (pi, pc) in cfg.plugins.iter().enumerate() {
                 let at = format!("{label}: plugins[{pi}] ({})", pc.name);
-                if scope.contains_key(&pc.name) {
-                    problems.push(Problem {
-                        path: at,
-                        message: format!(
-                            "\"{}\" is already defined by another file for the same hub",
-                            pc.name
-                        ),
-                    });
+                let name = (cfg.hub.clone(), pc.name.clone());
+                if let Some(problem) = clash(&defined, &name, &at) {
+                    problems.push(problem);
                     continue;
                 }
+                defined.insert(name.clone(), label.clone());
                 let mut certificate_files = Vec::new();
                 let ca_bundle = match &pc.transport {
                     Transport::Plaintext => None,
                     Transport::Tls {
                         ca: CaSource::Bundle { pem },
                     } => Some(CaBundle(pem.clone())),
+                    Transport::Tls {
+                        ca: CaSource::File { .. },
+                    } if self.skip_files => {
+                        unbuilt.insert(name);
+                        continue;
+                    }
                     Transport::Tls {
                         ca: CaSource::File { path },
                     } => match files.read(path).and_then(|pem| {
@@ -759,6 +784,7 @@ impl Registry {
                                 path: format!("{at}.caCertificate.caFile"),
                                 message,
                             });
+                            unbuilt.insert(name);
                             continue;
                         }
                     },
@@ -817,6 +843,7 @@ impl Registry {
                                 format!("{e} (read from {})", names.join(", "))
                             };
                             problems.push(Problem { path: at, message });
+                            unbuilt.insert(name);
                             continue;
                         }
                     },
@@ -853,8 +880,12 @@ impl Registry {
                             .as_ref()
                             .and_then(|_| scopes.get(&None).and_then(|s| s.get(member)))
                     });
+                    let is_unbuilt = unbuilt.contains(&(cfg.hub.clone(), member.clone()))
+                        || (cfg.hub.is_some() && unbuilt.contains(&(None, member.clone())));
                     match found {
                         Some(Target::Plugin(p)) => members.push(p.clone()),
+                        // Its own problem is reported (or its files skipped).
+                        None if is_unbuilt => {}
                         _ => problems.push(Problem {
                             path: format!("{at}.plugins[{mi}]"),
                             message: match &cfg.hub {
@@ -866,21 +897,18 @@ impl Registry {
                         }),
                     }
                 }
-                resolved_pipelines.push((cfg.hub.clone(), pl.name.clone(), members, at));
+                resolved_pipelines.push((cfg.hub.clone(), pl.name.clone(), members, at, label));
                 pipelines.push((cfg.hub.clone(), pl.clone()));
             }
         }
-        for (hub, name, members, at) in resolved_pipelines {
-            let scope = scopes.entry(hub).or_default();
-            if scope.contains_key(&name) {
-                problems.push(Problem {
-                    path: at,
-                    message: format!(
-                        "\"{name}\" is already defined by another file for the same hub"
-                    ),
-                });
+        for (hub, name, members, at, label) in resolved_pipelines {
+            let key = (hub.clone(), name.clone());
+            if let Some(problem) = clash(&defined, &key, &at) {
+                problems.push(problem);
                 continue;
             }
+            defined.insert(key, label.clone());
+            let scope = scopes.entry(hub).or_default();
             scope.insert(name.clone(), Target::Pipeline { name, members });
         }
 
@@ -938,6 +966,44 @@ impl RegistryState for Registry {
 /// assignment).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The problem of `name` (hub, name) at `at` when a file already defines it
+/// for the same hub, naming that file.
+fn clash(
+    defined: &HashMap<(Option<String>, String), String>,
+    name: &(Option<String>, String),
+    at: &str,
+) -> Option<Problem> {
+    defined.get(name).map(|file| Problem {
+        path: at.to_owned(),
+        message: format!(
+            "\"{}\" is already defined by {file} for the same hub",
+            name.1
+        ),
+    })
+}
+
+/// Records the plugins of `cfg` (the file `label`) as defined but not
+/// built, their file's client certificate being unusable or skipped; a
+/// clash among them is still a problem.
+fn unbuilt_file(
+    cfg: &Config,
+    label: &str,
+    defined: &mut HashMap<(Option<String>, String), String>,
+    unbuilt: &mut HashSet<(Option<String>, String)>,
+    problems: &mut Vec<Problem>,
+) {
+    for (pi, pc) in cfg.plugins.iter().enumerate() {
+        let name = (cfg.hub.clone(), pc.name.clone());
+        let at = format!("{label}: plugins[{pi}] ({})", pc.name);
+        if let Some(problem) = clash(defined, &name, &at) {
+            problems.push(problem);
+            continue;
+        }
+        defined.insert(name.clone(), label.to_owned());
+        unbuilt.insert(name);
+    }
 }
 
 /// The certificate files one plan has read, by path as written.
@@ -1083,7 +1149,8 @@ mod tests {
         r.apply(0, SHARED).expect("ok");
         let err = r.apply(1, SHARED).expect_err("clash");
         assert!(
-            err.to_string().contains("already defined by another file"),
+            err.to_string()
+                .contains("\"a\" is already defined by file0 for the same hub"),
             "{err}"
         );
         let err = r

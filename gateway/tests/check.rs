@@ -191,3 +191,91 @@ fn a_ca_file_is_read_and_an_unusable_one_is_a_problem_naming_it() {
     );
     assert!(!stdout.contains("(good)"), "{stdout}");
 }
+
+/// A missing certificate file is one problem, naming the file: the pipeline
+/// naming its plugin, or the plugins of a file whose client certificate is
+/// missing, add no follow-on problem.
+#[test]
+fn a_missing_certificate_file_is_one_problem_without_follow_ons() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.crt");
+    let config = write(
+        dir.path(),
+        "config.yaml",
+        &format!(
+            "plugins:\n  - name: a\n    endpoint: 127.0.0.1:1\n    caCertificate:\n      caFile: {}\n\
+             pipelines:\n  - name: p\n    plugins: [a]\n",
+            missing.display()
+        ),
+    );
+    let identity = write(
+        dir.path(),
+        "identity.yaml",
+        &format!(
+            "hub: hub-a\nclientCertificate:\n  certFile: {0}\n  keyFile: {0}\n\
+             plugins:\n  - name: b\n    endpoint: 127.0.0.1:2\n    insecure: true\n\
+             pipelines:\n  - name: q\n    plugins: [b]\n",
+            missing.display()
+        ),
+    );
+    let out = check(&[&config, &identity]);
+    assert_eq!(out.status.code(), Some(64));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "only the files:\n{stdout}");
+    assert!(
+        lines[0].contains("caCertificate.caFile: cannot read") && lines[0].contains("missing.crt"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].contains("clientCertificate: certFile: cannot read"),
+        "{stdout}"
+    );
+}
+
+/// `--skip-files` checks everything but the certificate files, which need
+/// not exist: a registry passes in CI without them, and its other problems
+/// (a clash naming the file that defines the name first) are still found.
+#[test]
+fn skip_files_checks_everything_but_the_certificate_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.crt");
+    let tls = format!(
+        "plugins:\n  - name: a\n    endpoint: 127.0.0.1:1\n    caCertificate:\n      caFile: {0}\n\
+         pipelines:\n  - name: p\n    plugins: [a]\n",
+        missing.display()
+    );
+    let first = write(dir.path(), "first.yaml", &tls);
+    let skip = |files: &[&Path]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["check", "--skip-files"]);
+        for f in files {
+            cmd.args(["--config", f.to_str().unwrap()]);
+        }
+        cmd.env_remove("ROLLOUT_GATEWAY_CONFIG").output().unwrap()
+    };
+    let out = skip(&[&first]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(check(&[&first]).status.code(), Some(64), "without the flag");
+    let second = write(
+        dir.path(),
+        "second.yaml",
+        "plugins:\n  - name: a\n    endpoint: 127.0.0.1:2\n    insecure: true\n",
+    );
+    let out = skip(&[&first, &second]);
+    assert_eq!(out.status.code(), Some(64));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "{}: plugins[0] (a): \"a\" is already defined by {} for the same hub",
+            second.display(),
+            first.display()
+        )),
+        "{stdout}"
+    );
+}

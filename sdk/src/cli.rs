@@ -23,6 +23,7 @@ use crate::server::{ServeOptions, TlsOptions};
 /// }
 /// ```
 #[derive(Debug, Clone, Default, clap::Args)]
+#[command(about = None, long_about = None)]
 pub struct TlsArgs {
     /// Serve gRPC over TLS with this certificate chain (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -64,7 +65,10 @@ pub use rollout_telemetry::logs::LogFormat;
 /// What every plugin binary's flags have beyond its own: the TLS flags,
 /// `--log-format` and `--health-listen`. Flatten it into the plugin's clap
 /// flags and pass it to [`run_plugin_with`].
+// Without the `about = None`, clap would take this doc comment as the --help
+// text of a plugin that has no doc comment of its own.
 #[derive(Debug, Clone, clap::Args)]
+#[command(about = None, long_about = None)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub tls: TlsArgs,
@@ -193,6 +197,60 @@ mod tests {
             half.load().map(|_| ()).map_err(|e| e.to_string()),
             Err("invalid TLS flags: --tls-cert requires --tls-key".to_string())
         );
+    }
+
+    /// A plugin without a doc comment of its own, as a short `main` is
+    /// written.
+    #[derive(Debug, Parser)]
+    #[command(name = "my-plugin", version, about)]
+    struct Undocumented {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    #[derive(Debug, Parser)]
+    #[command(name = "my-plugin", version, about, long_about)]
+    struct UndocumentedLong {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    #[derive(Debug, Parser)]
+    #[command(name = "my-plugin")]
+    struct Bare {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    /// A plugin with its own doc comment.
+    ///
+    /// It does one thing.
+    #[derive(Debug, Parser)]
+    #[command(name = "my-plugin", version, about, long_about)]
+    struct Documented {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    /// The SDK's flattened flags bring their options, never the SDK's own
+    /// text, into a plugin's --help.
+    #[test]
+    fn a_plugins_help_shows_the_plugins_text_not_the_sdks() {
+        use clap::CommandFactory;
+        for help in [
+            Undocumented::command().render_long_help().to_string(),
+            Undocumented::command().render_help().to_string(),
+            Documented::command().render_long_help().to_string(),
+            Documented::command().render_help().to_string(),
+            UndocumentedLong::command().render_long_help().to_string(),
+            Bare::command().render_long_help().to_string(),
+        ] {
+            assert!(!help.contains("every plugin binary"), "{help}");
+            assert!(!help.contains("Flatten it"), "{help}");
+            assert!(help.contains("--log-format"), "{help}");
+        }
+        let long = Documented::command().render_long_help().to_string();
+        assert!(long.contains("It does one thing."), "{long}");
     }
 
     #[test]

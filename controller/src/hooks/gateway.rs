@@ -73,6 +73,31 @@ pub struct GatewayError {
     message: String,
 }
 
+/// `url` if it is a gateway address the client can use: `http://HOST:PORT`
+/// (plaintext h2c) or `https://HOST:PORT` (TLS). A bare `HOST:PORT` is
+/// refused with the right form in the message, since without a scheme every
+/// call would fail later with only "transport error".
+pub fn check_gateway_url(url: &str) -> Result<(), GatewayError> {
+    let invalid = |message: String| GatewayError {
+        url: url.to_owned(),
+        message,
+    };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(invalid(format!(
+            "it has no scheme; write http://{url} for a plaintext gateway or https://{url} \
+             for a TLS one"
+        )));
+    };
+    if scheme != "http" && scheme != "https" {
+        return Err(invalid(format!(
+            "the scheme {scheme:?} is neither http (plaintext) nor https (TLS); write \
+             http://{rest} or https://{rest}"
+        )));
+    }
+    Endpoint::from_shared(url.to_owned()).map_err(|e| invalid(e.to_string()))?;
+    Ok(())
+}
+
 /// The rollout gateway's client: one channel, connected on first use and
 /// again whenever it breaks; every call names its plugin in the
 /// `ocm-rollout-plugin` metadata key, carries a `grpc-timeout` and the
@@ -99,6 +124,7 @@ impl GatewayHooks {
             url: options.url.clone(),
             message: e.to_string(),
         };
+        check_gateway_url(&options.url)?;
         let mut endpoint = Endpoint::from_shared(options.url.clone()).map_err(|e| invalid(&e))?;
         if let Some(tls) = &options.tls {
             let mut config = ClientTlsConfig::new();
@@ -333,6 +359,24 @@ impl Hooks for GatewayHooks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gateway_url_needs_http_or_https() {
+        for good in ["http://127.0.0.1:10843", "https://gateway.ns:10843"] {
+            assert!(check_gateway_url(good).is_ok(), "{good}");
+        }
+        let bare = check_gateway_url("127.0.0.1:10843")
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            bare.contains("http://127.0.0.1:10843") && bare.contains("https://127.0.0.1:10843"),
+            "{bare}"
+        );
+        let other = check_gateway_url("grpc://127.0.0.1:10843")
+            .expect_err("refused")
+            .to_string();
+        assert!(other.contains("http://127.0.0.1:10843"), "{other}");
+    }
 
     #[test]
     fn trailers_split_on_commas() {
