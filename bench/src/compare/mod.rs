@@ -91,7 +91,7 @@ pub struct Scenario {
     pub plugin_mode: PluginMode,
 }
 
-/// The default scenarios, the ones issue 15's goals name: one call in
+/// The default scenarios, the ones the performance goals name: one call in
 /// flight with the echo plugin and with the mutating one, 32 in flight with
 /// the mutating one; then larger works under moderate load.
 pub const DEFAULT_SCENARIOS: &[&str] = &["c1-4k", "c1-4k-mut", "c32-4k-mut", "c8-64k"];

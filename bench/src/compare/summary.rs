@@ -114,8 +114,8 @@ pub struct TracingOverhead {
 }
 
 /// The goal for tracing: the added latency with spans exported at most this
-/// much above the added latency without (issue 5: "at most 15% more"; issue
-/// 15 keeps it at one call in flight and allows [`TRACING_GOAL_RATIO_C32`]
+/// much above the added latency without ("at most 15% more" at one call in flight;
+/// the goals allow [`TRACING_GOAL_RATIO_C32`]
 /// at 32).
 pub const TRACING_GOAL_RATIO: f64 = 1.15;
 
@@ -315,12 +315,12 @@ fn summarize_target(target: TargetKind, runs: &[&RoundRecord]) -> Option<TargetS
     })
 }
 
-/// Issue 15's bound on the gateway's peak resident memory with
+/// The goal's bound on the gateway's peak resident memory with
 /// [`MEMORY_GOAL_PLUGINS`] plugins registered, MiB.
 pub const MEMORY_GOAL_MIB: f64 = 16.0;
 /// The registry size the memory goal is stated for.
 pub const MEMORY_GOAL_PLUGINS: usize = 100;
-/// Issue 15's bound on tracing at 32 calls in flight: the traced gateway's
+/// The goal's bound on tracing at 32 calls in flight: the traced gateway's
 /// added p50 at most this times the untraced one's (at one call in flight
 /// it is [`TRACING_GOAL_RATIO`]).
 pub const TRACING_GOAL_RATIO_C32: f64 = 1.30;
@@ -382,7 +382,7 @@ impl GoalUnit {
     }
 }
 
-/// One goal of issue 15, checked against the run's medians.
+/// One performance goal, checked against the run's medians.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Goal {
@@ -452,7 +452,7 @@ impl Goal {
     }
 }
 
-/// Issue 15's goals, checked against the medians of `results` (its
+/// The performance goals, checked against the medians of `results` (its
 /// `summary`, `memory` and `settings`; `goals` is not read):
 ///
 /// - at one call in flight, 4 KiB, with the echo plugin (`c1-4k`) and the
@@ -651,7 +651,7 @@ fn goals_markdown(goals: &[Goal], out: &mut String) {
     if goals.is_empty() {
         return;
     }
-    out.push_str("\nGoals (issue 15), from the medians above:\n\n");
+    out.push_str("\nGoals, from the medians above:\n\n");
     out.push_str("| goal | gateway | yardstick | result |\n|---|--:|--:|---|\n");
     for goal in goals {
         let value = |v: Option<f64>| v.map_or("–".to_owned(), |v| goal.unit.format(v));
@@ -784,7 +784,7 @@ pub struct BenchResults {
     /// What the OTLP receiver got from the traced gateway, when it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spans: Option<SpanReport>,
-    /// Issue 15's goals, from the medians ([`goals`]).
+    /// The performance goals, from the medians ([`goals`]).
     #[serde(default)]
     pub goals: Vec<Goal>,
     /// Every `hookbench` run.

@@ -6,7 +6,7 @@
 //! and HAProxy, in front of them; runs `hookbench` against the targets,
 //! alternating them within every round; and reports medians over the rounds
 //! with the latency, throughput and CPU the gateway adds, what exporting
-//! spans adds to that, memory, and issue 15's goals met or missed. The full
+//! spans adds to that, memory, and the performance goals met or missed. The full
 //! results go to a JSON file, Markdown tables to stdout, progress to stderr.
 
 use std::collections::BTreeMap;
