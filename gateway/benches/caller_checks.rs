@@ -1,10 +1,11 @@
 //! What the checks on a caller's request cost per call: the wire check of
 //! the fields the gateway forwards without decoding
 //! (`rollout_proto::view::check_validate_request`: `rollout_status` with every
-//! cluster, `counts`, `plugin_config_json` as UTF-8) and the JSON check of
+//! cluster, or framed only for a target whose plugins get the counts,
+//! `counts`, `plugin_config_json` as UTF-8) and the JSON check of
 //! `plugin_config_json` (`manifest::check_object`), next to the decoding of
-//! the few fields spans need that every call already paid, on a request of
-//! 10 and of 1,000 clusters.
+//! the few fields spans need that every call already paid and to the full
+//! decode a plugin pays, on a request of 10 and of 1,000 clusters.
 //!
 //! `cargo bench -p rollout-gateway --bench caller_checks`
 
@@ -62,9 +63,15 @@ fn bench(c: &mut Criterion) {
             b.iter(|| ValidateView::decode(black_box(message.clone())).map(drop))
         });
         group.bench_function("wire check of the whole request", |b| {
-            b.iter(|| view::check_validate_request(black_box(&message)).map(<[u8]>::len))
+            b.iter(|| view::check_validate_request(black_box(&message), true).map(<[u8]>::len))
         });
-        let config = view::check_validate_request(&message)
+        group.bench_function("wire check, rollout_status framed only", |b| {
+            b.iter(|| view::check_validate_request(black_box(&message), false).map(<[u8]>::len))
+        });
+        group.bench_function("full decode (what a plugin pays)", |b| {
+            b.iter(|| ValidateCompletionRequest::decode(black_box(message.clone())).map(drop))
+        });
+        let config = view::check_validate_request(&message, true)
             .unwrap_or_default()
             .to_vec();
         group.bench_function("plugin_config_json is a JSON object", |b| {

@@ -113,23 +113,22 @@ fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     path
 }
 
-async fn hub_client(
+async fn hub_channel(
     addr: SocketAddr,
     server_ca: &Ca,
     identity: &Leaf,
-) -> RolloutPluginServiceClient<tonic::transport::Channel> {
+) -> tonic::transport::Channel {
     let tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(server_ca.pem()))
         .domain_name("localhost")
         .identity(Identity::from_pem(&identity.cert, &identity.key));
-    let channel = tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+    tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
         .unwrap()
         .tls_config(tls)
         .unwrap()
         .connect()
         .await
-        .unwrap();
-    RolloutPluginServiceClient::new(channel)
+        .unwrap()
 }
 
 /// A central gateway: the plugin at `plugin_addr` registered in the shared
@@ -142,6 +141,25 @@ async fn central(
     rollout_gateway::app::Running,
     RolloutPluginServiceClient<tonic::transport::Channel>,
     RolloutPluginServiceClient<tonic::transport::Channel>,
+    tempfile::TempDir,
+) {
+    let (running, a, b, dir) = central_channels(plugin_addr, extra).await;
+    (
+        running,
+        RolloutPluginServiceClient::new(a),
+        RolloutPluginServiceClient::new(b),
+        dir,
+    )
+}
+
+/// [`central`], with the hubs' channels rather than clients.
+async fn central_channels(
+    plugin_addr: SocketAddr,
+    extra: &str,
+) -> (
+    rollout_gateway::app::Running,
+    tonic::transport::Channel,
+    tonic::transport::Channel,
     tempfile::TempDir,
 ) {
     let server_ca = Ca::new("gateway-server").unwrap();
@@ -172,8 +190,8 @@ async fn central(
     .await
     .expect("central gateway starts");
     let addr = running.grpc_addr;
-    let a = hub_client(addr, &server_ca, &hubs_ca.leaf("hub-a").unwrap()).await;
-    let b = hub_client(addr, &server_ca, &hubs_ca.leaf("hub-b").unwrap()).await;
+    let a = hub_channel(addr, &server_ca, &hubs_ca.leaf("hub-a").unwrap()).await;
+    let b = hub_channel(addr, &server_ca, &hubs_ca.leaf("hub-b").unwrap()).await;
     (running, a, b, dir)
 }
 
@@ -298,4 +316,174 @@ async fn one_hubs_initialize_does_not_change_what_another_hub_is_answered() {
         succeeded
     );
     running.shutdown().await;
+}
+
+mod state_per_hub {
+    //! What a plugin asked for (the clusters' states, or their counts) is
+    //! learned per hub, and so is whether the caller's `rollout_status`
+    //! reaches it: the gateway checks that field for the caller's own hub.
+
+    use bytes::{Buf, BufMut, Bytes};
+    use prost::Message;
+    use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+    use super::*;
+
+    /// Asks for the counts when the gateway loads it for the shared file
+    /// (no hub), and for the full state when hub-a's calls load it.
+    #[derive(Clone, Default)]
+    struct CountsButForHubA;
+
+    #[tonic::async_trait]
+    impl RolloutPluginService for CountsButForHubA {
+        async fn initialize(
+            &self,
+            request: Request<InitializeRequest>,
+        ) -> Result<Response<InitializeResponse>, Status> {
+            let detail = if request.into_inner().hub_name == "hub-a" {
+                RolloutStateDetail::Full
+            } else {
+                RolloutStateDetail::Counts
+            };
+            Ok(Response::new(InitializeResponse {
+                name: "counts-but-for-hub-a".into(),
+                hooks: vec![Hook::BeginRollout as i32],
+                state_detail: detail as i32,
+                ..Default::default()
+            }))
+        }
+
+        async fn begin_rollout(
+            &self,
+            _: Request<RolloutPluginRequest>,
+        ) -> Result<Response<()>, Status> {
+            Ok(Response::new(()))
+        }
+
+        async fn progress_rollout(
+            &self,
+            _: Request<RolloutPluginRequest>,
+        ) -> Result<Response<()>, Status> {
+            Ok(Response::new(()))
+        }
+
+        async fn validate_rollout_completion(
+            &self,
+            _: Request<ValidateCompletionRequest>,
+        ) -> Result<Response<ValidateResponse>, Status> {
+            Err(Status::unimplemented("not declared"))
+        }
+
+        async fn mutate_manifest_work(
+            &self,
+            _: Request<MutateManifestWorkRequest>,
+        ) -> Result<Response<MutateManifestWorkResponse>, Status> {
+            Err(Status::unimplemented("not declared"))
+        }
+    }
+
+    /// Sends a message's bytes as they are, so a test can write what no
+    /// generated client would.
+    #[derive(Clone, Copy, Default)]
+    struct Raw;
+
+    impl Codec for Raw {
+        type Encode = Bytes;
+        type Decode = Bytes;
+        type Encoder = Raw;
+        type Decoder = Raw;
+
+        fn encoder(&mut self) -> Raw {
+            Raw
+        }
+
+        fn decoder(&mut self) -> Raw {
+            Raw
+        }
+    }
+
+    impl Encoder for Raw {
+        type Item = Bytes;
+        type Error = Status;
+
+        fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+            dst.put(item);
+            Ok(())
+        }
+    }
+
+    impl Decoder for Raw {
+        type Item = Bytes;
+        type Error = Status;
+
+        fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+            Ok(Some(src.copy_to_bytes(src.remaining())))
+        }
+    }
+
+    /// A BeginRollout request whose `rollout_status` (field 6) is cut short
+    /// inside a cluster's status.
+    fn truncated_state() -> Bytes {
+        let state = RolloutState {
+            completed: vec![ClusterRolloutStatus {
+                cluster_name: "c0".into(),
+                last_transition_time: Some(prost_types::Timestamp {
+                    seconds: 5,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut message = rollout("c1").encode_to_vec();
+        message.extend_from_slice(&[0x32, state.len() as u8]);
+        message.extend_from_slice(&state[..state.len() - 3]);
+        message.extend_from_slice(&[0, 0, 0]);
+        message.into()
+    }
+
+    #[tokio::test]
+    async fn a_hubs_rollout_status_is_checked_when_the_plugin_asked_that_hub_for_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let plugin_addr = listener.local_addr().unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RolloutPluginServiceServer::new(CountsButForHubA))
+                .serve_with_incoming(TcpListenerStream::new(listener)),
+        );
+        let (running, channel, _b, _dir) = central_channels(plugin_addr, "").await;
+        let mut a = RolloutPluginServiceClient::new(channel.clone());
+        // Loaded for the shared file (counts), then for hub-a (full state).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while rollout_gateway::admin::debug_json(&running.registry)["plugins"][0]["stateDetail"]
+            != "counts"
+        {
+            assert!(std::time::Instant::now() < deadline, "never loaded");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        a.begin_rollout(to("gatekeeper", rollout("c1")))
+            .await
+            .expect("loaded for hub-a");
+
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.unwrap();
+        let mut request = Request::new(truncated_state());
+        request
+            .metadata_mut()
+            .insert("ocm-rollout-plugin", "gatekeeper".parse().unwrap());
+        let e = grpc
+            .unary(
+                request,
+                http::uri::PathAndQuery::from_static(
+                    "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/BeginRollout",
+                ),
+                Raw,
+            )
+            .await
+            .expect_err("the caller's malformed state is refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("rollout_status"), "{}", e.message());
+        running.shutdown().await;
+    }
 }

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use rollout_proto::v1alpha1::{InitializeRequest, MutateManifestWorkResponse};
+use rollout_proto::v1alpha1::{InitializeRequest, MutateManifestWorkResponse, RolloutStateDetail};
 use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY};
 use tonic::Code;
 use tower::Service;
@@ -116,6 +116,14 @@ async fn route(
         hub: call.peer.identity.as_deref().map(Arc::from),
     };
     let data = grpc::message(call.message.clone(), limit)?;
+    // Whether a plugin of the target gets the clusters' states (the others
+    // get the counts): only then are they checked. What each asked for is
+    // kept per hub, so it is read for the caller's.
+    let hub = ctx.hub.as_deref();
+    let state = target
+        .members()
+        .iter()
+        .any(|p| p.upstream.state_detail(hub) != RolloutStateDetail::Counts);
     match hook {
         HookKind::Initialize => {
             let merged = ctx
@@ -127,7 +135,7 @@ async fn route(
             ))
         }
         HookKind::BeginRollout | HookKind::ProgressRollout => {
-            check::rollout_request(&data)?;
+            check::rollout_request(&data, state)?;
             let request = Forwarded::rollout_request(data)?;
             if let Some(rollout) = &request.rollout {
                 span.set_rollout(rollout);
@@ -139,7 +147,7 @@ async fn route(
             ))
         }
         HookKind::ValidateRolloutCompletion => {
-            check::validate_request(&data)?;
+            check::validate_request(&data, state)?;
             let request = Forwarded::validate_request(data)?;
             if let Some(rollout) = &request.rollout {
                 span.set_rollout(rollout);
@@ -150,7 +158,7 @@ async fn route(
                 ok_trailers(failed_open(&merged.failed_open)),
             ))
         }
-        HookKind::MutateManifestWork => mutate(&ctx, data, span).await,
+        HookKind::MutateManifestWork => mutate(&ctx, data, state, span).await,
     }
 }
 
@@ -158,9 +166,10 @@ async fn route(
 async fn mutate(
     ctx: &CallContext<'_>,
     data: Bytes,
+    state: bool,
     span: &mut ServerSpan,
 ) -> Result<(Payload, HeaderMap), CallFailure> {
-    check::mutate_request(&data)?;
+    check::mutate_request(&data, state)?;
     let request = MutateStep::decode(data)?;
     if let Some(rollout) = &request.fields {
         span.set_rollout(rollout);
