@@ -369,7 +369,7 @@ async fn a_reload_rejected_across_files_changes_no_live_policy() {
     let rejected = |debug: &Value| {
         debug["lastReloadError"]
             .as_str()
-            .is_some_and(|e| e.contains("already defined by another file"))
+            .is_some_and(|e| e.contains("\"other\" is already defined by") && e.contains("b.yaml"))
     };
     for _ in 0..500 {
         if rejected(&gw.debug().await) {
