@@ -271,16 +271,12 @@ pub struct PlacementSummary {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<ClusterRolloutSummary>,
     /// Clusters left out of `clusters` to keep the status small.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "schema::is_default")]
     pub omitted_clusters: i32,
     /// The failed and timed-out clusters that aborted the rollout, with
     /// why; kept while the abort lasts (`abortedTime` set).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub abort_failures: Vec<ClusterRolloutSummary>,
-}
-
-fn is_zero(n: &i32) -> bool {
-    *n == 0
 }
 
 /// The number of clusters in each rollout status.

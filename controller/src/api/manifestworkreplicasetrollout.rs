@@ -39,6 +39,7 @@ use super::manifestworkreplicaset::{
     AdditionsSchema, ClusterCounts, ClusterRolloutSummary, ManifestWorkReplicaSet,
     ManifestWorkReplicaSetStatus, PlacementSummary,
 };
+use super::schema;
 use crate::rollout::RawAdditions;
 
 /// What a ManifestWorkReplicaSet of the same namespace and name leaves out
@@ -149,16 +150,12 @@ pub struct PlacementRolloutStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<ClusterRolloutSummary>,
     /// Clusters left out of `clusters` to keep the status small.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "schema::is_default")]
     pub omitted_clusters: i32,
     /// The failed and timed-out clusters that aborted the rollout, with
     /// why; kept while the abort lasts (`abortedTime` set).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub abort_failures: Vec<ClusterRolloutSummary>,
-}
-
-fn is_zero(n: &i32) -> bool {
-    *n == 0
 }
 
 /// The schema of `spec.placements`: a list keyed by name, each entry the
