@@ -126,11 +126,12 @@ func TestRolloutPluginCheckPasses(t *testing.T) {
 	}
 }
 
-func TestACallThroughTheGateway(t *testing.T) {
+// startGateway runs rollout-gateway with the registry given, waits until
+// it is ready and returns its gRPC address.
+func startGateway(t *testing.T, registry string) string {
+	t.Helper()
 	gatewayBin := binary(t, "ROLLOUT_GATEWAY")
-	addr := servePlugin(t, "cluster-9")
 	config := filepath.Join(t.TempDir(), "config.yaml")
-	registry := fmt.Sprintf("plugins:\n  - name: gate\n    endpoint: %s\n    insecure: true\n", addr)
 	if err := os.WriteFile(config, []byte(registry), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -158,8 +159,14 @@ func TestACallThroughTheGateway(t *testing.T) {
 		t.Fatalf("gateway not ready: %v %v", ready, err)
 	}
 	ready.Body.Close()
+	return fields["grpc"]
+}
 
-	conn, err := grpc.Dial(fields["grpc"], grpc.WithInsecure(), grpc.WithBlock())
+func TestACallThroughTheGateway(t *testing.T) {
+	addr := servePlugin(t, "cluster-9")
+	grpcAddr := startGateway(t, fmt.Sprintf("plugins:\n  - name: gate\n    endpoint: %s\n    insecure: true\n", addr))
+
+	conn, err := grpc.Dial(grpcAddr, grpc.WithInsecure(), grpc.WithBlock())
 	if err != nil {
 		t.Fatal(err)
 	}
