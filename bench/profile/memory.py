@@ -25,7 +25,7 @@ there with `--loopback-aliases 98`), so the gateway keeps a connection per
 plugin, as with 100 distinct plugin servers: the registry gwbench writes.
 LOADS (comma-separated scenario names) runs only those; DURATION (default 3s)
 sets the measured time; EXTRA_ARGS adds flags to every gateway; BIN_DIR
-(default target/release) holds echo-plugin and hookbench. See docs/performance.md ("Where the gateway's memory goes").
+(default target/release) holds echo-plugin and hookbench. See docs/performance.md ("How to reproduce") and docs/decisions/0005-resident-memory.md.
 """
 import os, re, statistics, subprocess, sys, tempfile, time
 

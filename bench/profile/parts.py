@@ -12,7 +12,7 @@ arguments are stripped from frame names before matching.
 
 With CALLS (calls made during the recording) and CPU_SECONDS (the
 gateway's CPU time over it), each part is also given in µs per call.
-See docs/performance.md, "Where a call's time goes".
+See docs/performance.md, "How to reproduce".
 """
 import sys, re, collections
 RULES = [

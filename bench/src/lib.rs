@@ -6,8 +6,9 @@
 //!   upstream of every benchmark;
 //! - [`compare`]: the pure parts of `gwbench`, the driver that compares the
 //!   plugin called directly, through `rollout-gateway` (with and without
-//!   exported tracing) and through nginx and HAProxy (scenarios, generated
-//!   configurations, `/proc` readings, the machine, summaries and goals);
+//!   exported tracing) and through yardsticks (a minimal `h2` forwarder, a
+//!   tonic forwarder, nginx, HAProxy, nghttpx, Envoy): scenarios, generated
+//!   configurations, `/proc` readings, the machine, summaries and goals;
 //! - [`otlp`]: the OTLP/gRPC trace receiver the traced gateway exports to;
 //! - [`manifest`], [`stats`], [`units`]: payloads, percentiles, flag values.
 

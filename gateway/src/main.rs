@@ -20,7 +20,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 // mimalloc keeps freed buffers for reuse instead of returning and faulting
 // them back in: with ManifestWorks of 64 KiB it cuts the gateway's CPU per call
-// by a quarter (docs/performance.md). See .cargo/config.toml for its setting.
+// by a quarter (docs/decisions/0005-resident-memory.md). See .cargo/config.toml for its setting.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

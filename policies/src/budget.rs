@@ -27,6 +27,8 @@
 //! It cannot be promised for a window that reaches into a later lull: retries
 //! funded by calls just before such a window started still count inside it.
 
+// Why our own budget and not tower's `TpsBudget`: docs/decisions/0003-retry-and-budget.md.
+
 use std::time::{Duration, Instant};
 
 use crate::policy::BudgetPolicy;

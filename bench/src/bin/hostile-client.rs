@@ -4,13 +4,14 @@
 //! before, during and after, as a Markdown table (docs/security.md).
 //! Arguments after `--` go to the gateway (to try other limits).
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use rollout_bench::compare::procfs;
-use rollout_bench::hostile::{self, Attack};
+use rollout_bench::hostile::{self, Answers, Attack};
 use rollout_bench::process::ChildGuard;
 use rollout_bench::units::{parse_duration, parse_size};
 use tokio::process::Command;
@@ -65,42 +66,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let gateway = match &args.gateway {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()
-            .context("cannot find this executable")?
-            .with_file_name("rollout-gateway"),
-    };
-    if !gateway.is_file() {
-        bail!(
-            "rollout-gateway not found at {}: build it with `cargo build --release -p rollout-gateway` (or pass --gateway)",
-            gateway.display()
-        );
-    }
     let dir = tempfile::tempdir().context("cannot make a temporary directory")?;
-    let config = dir.path().join("config.yaml");
-    // One plugin whose port is closed: the requests never get that far.
-    std::fs::write(
-        &config,
-        "plugins:\n  - name: p\n    endpoint: 127.0.0.1:9\n    insecure: true\n",
-    )?;
-    let mut command = Command::new(&gateway);
-    command
-        .arg("--config")
-        .arg(&config)
-        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .args(&args.gateway_args);
-    let (mut child, stdout) =
-        ChildGuard::spawn("rollout-gateway", command, &dir.path().join("gateway.log"))?;
-    let line = child
-        .wait_for_line(stdout, "rollout-gateway listening", Duration::from_secs(10))
-        .await?;
-    let addr = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("grpc="))
-        .context("no grpc= in the listening line")?
-        .parse()
-        .context("a bad grpc address")?;
+    let (mut child, addr) = start_gateway(&args, dir.path()).await?;
     let pid = child.pid()?;
     let memory = || procfs::read_memory(pid).map(|m| m.rss_kib);
 
@@ -129,13 +96,68 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tokio::time::sleep(args.settle).await;
     let after = procfs::read_memory(pid)?;
     child.ensure_running()?;
+    report(
+        &args,
+        &attack,
+        &answers,
+        [before, during, after.rss_kib, after.hwm_kib],
+    );
+    child.stop(Duration::from_secs(15)).await;
+    Ok(())
+}
 
+/// Starts the gateway (`--gateway`, or the one next to this executable)
+/// with one plugin whose port is closed, and returns it with its gRPC
+/// address.
+async fn start_gateway(args: &Args, dir: &Path) -> anyhow::Result<(ChildGuard, SocketAddr)> {
+    let gateway = match &args.gateway {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()
+            .context("cannot find this executable")?
+            .with_file_name("rollout-gateway"),
+    };
+    if !gateway.is_file() {
+        bail!(
+            "rollout-gateway not found at {}: build it with `cargo build --release -p rollout-gateway` (or pass --gateway)",
+            gateway.display()
+        );
+    }
+    let config = dir.join("config.yaml");
+    // One plugin whose port is closed: the requests never get that far.
+    std::fs::write(
+        &config,
+        "plugins:\n  - name: p\n    endpoint: 127.0.0.1:9\n    insecure: true\n",
+    )?;
+    let mut command = Command::new(&gateway);
+    command
+        .arg("--config")
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(&args.gateway_args);
+    let (mut child, stdout) =
+        ChildGuard::spawn("rollout-gateway", command, &dir.join("gateway.log"))?;
+    let line = child
+        .wait_for_line(stdout, "rollout-gateway listening", Duration::from_secs(10))
+        .await?;
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("grpc="))
+        .context("no grpc= in the listening line")?
+        .parse()
+        .context("a bad grpc address")?;
+    Ok((child, addr))
+}
+
+/// Prints the memory table (`kib`: before, during at its highest, after
+/// closing, and the peak) and what the half-sent requests got.
+fn report(args: &Args, attack: &Attack, answers: &Answers, kib: [u64; 4]) {
     let mib = |kib: u64| format!("{:.0}", kib as f64 / 1024.0);
     println!(
         "| gateway RSS, MiB | before | during (max) | after closing (+{:?}) | peak |",
         args.settle
     );
     println!("|---|---|---|---|---|");
+    let [before, during, after, peak] = kib;
     println!(
         "| {} | {} | {} | {} | {} |",
         if args.gateway_args.is_empty() {
@@ -145,8 +167,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         },
         mib(before),
         mib(during),
-        mib(after.rss_kib),
-        mib(after.hwm_kib)
+        mib(after),
+        mib(peak)
     );
     println!();
     println!(
@@ -159,6 +181,4 @@ async fn run(args: Args) -> anyhow::Result<()> {
         answers.closed_connections,
         attack.connections + attack.idle
     );
-    child.stop(Duration::from_secs(15)).await;
-    Ok(())
 }

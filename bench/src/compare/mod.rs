@@ -1,10 +1,10 @@
 //! The pure parts of `gwbench`, the driver that compares a plugin (the echo
 //! plugin, or the mutating one) called directly, through `rollout-gateway`
-//! (without and with exported tracing) and through two plain gRPC proxies,
-//! nginx and HAProxy: scenarios, the generated gateway, nginx and HAProxy
-//! configurations, `/proc` readings, the machine, and the summary (medians
-//! over rounds, added latency, the cost of tracing, the goals,
-//! Markdown).
+//! (without and with exported tracing) and through yardsticks (a minimal
+//! forwarder on `h2`, a tonic forwarder, nginx, HAProxy, nghttpx, Envoy):
+//! scenarios, the generated gateway registry and proxy configurations,
+//! `/proc` readings, the machine, and the summary (medians over rounds,
+//! added latency, the cost of tracing, the performance goals, Markdown).
 //!
 //! Starting and stopping the processes is the binary's business.
 
@@ -12,6 +12,7 @@ pub mod config;
 pub mod machine;
 pub mod procfs;
 pub mod summary;
+pub mod yardsticks;
 
 use std::fmt;
 
@@ -153,7 +154,7 @@ impl Scenario {
 }
 
 /// Where the load goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TargetKind {
     /// The echo plugin itself: the baseline.
@@ -169,6 +170,20 @@ pub enum TargetKind {
     /// HAProxy (`mode http`, h2c on both sides) in front of the plugin: the
     /// second plain proxy.
     Haproxy,
+    /// `h2-forwarder`: headers, data and trailers relayed over one upstream
+    /// connection on the `h2` crate, nothing else: the floor of the
+    /// gateway's own dependency.
+    #[serde(rename = "h2-forwarder")]
+    H2Forwarder,
+    /// `tonic-forwarder`: tonic's generic server with a raw-bytes codec and
+    /// a tonic client, the build the gateway's own framing replaces.
+    #[serde(rename = "tonic-forwarder")]
+    TonicForwarder,
+    /// nghttpx (Debian's `nghttp2-proxy`), h2c on both sides.
+    Nghttpx,
+    /// Envoy (an HTTP connection manager and an HTTP/2 cluster): the L7
+    /// proxy users compare a gRPC gateway with.
+    Envoy,
 }
 
 impl TargetKind {
@@ -180,6 +195,30 @@ impl TargetKind {
             TargetKind::GatewayTraced => "gateway-traced",
             TargetKind::Nginx => "nginx",
             TargetKind::Haproxy => "haproxy",
+            TargetKind::H2Forwarder => "h2-forwarder",
+            TargetKind::TonicForwarder => "tonic-forwarder",
+            TargetKind::Nghttpx => "nghttpx",
+            TargetKind::Envoy => "envoy",
+        }
+    }
+
+    /// The yardsticks: every target but the direct call and the gateways,
+    /// in the order gwbench starts them.
+    pub const YARDSTICKS: [TargetKind; 6] = [
+        TargetKind::H2Forwarder,
+        TargetKind::TonicForwarder,
+        TargetKind::Nginx,
+        TargetKind::Haproxy,
+        TargetKind::Nghttpx,
+        TargetKind::Envoy,
+    ];
+
+    /// How the tables name it: `nginx`, `HAProxy`, `Envoy`, ….
+    pub fn display_name(self) -> &'static str {
+        match self {
+            TargetKind::Haproxy => "HAProxy",
+            TargetKind::Envoy => "Envoy",
+            other => other.as_str(),
         }
     }
 
@@ -253,9 +292,10 @@ mod tests {
             TargetKind::Direct,
             TargetKind::Gateway,
             TargetKind::GatewayTraced,
-            TargetKind::Nginx,
-            TargetKind::Haproxy,
-        ] {
+        ]
+        .into_iter()
+        .chain(TargetKind::YARDSTICKS)
+        {
             // The JSON name is the displayed one.
             assert_eq!(
                 serde_json::to_string(&kind).expect("serializable"),

@@ -1,8 +1,8 @@
 //! The results of a `gwbench` run: raw rounds, medians per scenario and
 //! target, the figures derived against the direct baseline, the cost of
-//! exported tracing (the traced gateway against the untraced one), issue
-//! 15's goals checked against the medians ([`goals`]), the JSON file and the
-//! Markdown tables.
+//! exported tracing (the traced gateway against the untraced one), the
+//! performance goals checked against the medians ([`goals`]), the JSON file
+//! and the Markdown tables.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -452,6 +452,52 @@ impl Goal {
     }
 }
 
+/// The bound on the gateway's CPU per call against the minimal `h2`
+/// forwarder's at one call in flight: at most 15 % more.
+pub const FORWARDER_GOAL_FACTOR_C1: f64 = 1.15;
+/// The same at 32 calls in flight: at most 20 % more.
+pub const FORWARDER_GOAL_FACTOR_C32: f64 = 1.20;
+/// How much cheaper per call than Envoy the gateway must be, in every
+/// scenario: Envoy's CPU per call at least 1.5 times the gateway's.
+pub const ENVOY_GOAL_FACTOR: f64 = 1.5;
+
+/// Picks one figure out of a target's summary.
+type Pick = fn(&TargetSummary) -> Option<f64>;
+
+/// The figures of one run, each found or the reason it is missing.
+struct Figures<'a> {
+    results: &'a BenchResults,
+}
+
+impl Figures<'_> {
+    /// `what` (picked by `pick`) of `target` in scenario `name`, or why the
+    /// run has none.
+    fn get(&self, name: &str, target: TargetKind, what: &str, pick: Pick) -> Result<f64, String> {
+        let results = self.results;
+        let summary = results
+            .summary
+            .iter()
+            .find(|s| s.scenario.name == name)
+            .ok_or_else(|| format!("scenario {name} did not run"))?;
+        let target_summary = summary
+            .targets
+            .iter()
+            .find(|t| t.target == target)
+            .ok_or_else(|| match results.environment.skipped(target) {
+                Some(reason) if !results.settings.targets.contains(&target) => {
+                    format!("{target} skipped ({reason})")
+                }
+                _ => format!("{target} did not run in {name}"),
+            })?;
+        pick(target_summary).ok_or_else(|| format!("no {what} for {target} in {name}"))
+    }
+}
+
+const ADDED_P50: Pick = |t| t.added_p50_micros;
+const ADDED_P99: Pick = |t| t.added_p99_micros;
+const CPU: Pick = |t| t.proxy_cpu_micros_per_call;
+const SHARE: Pick = |t| t.throughput_ratio;
+
 /// The performance goals, checked against the medians of `results` (its
 /// `summary`, `memory` and `settings`; `goals` is not read):
 ///
@@ -461,6 +507,10 @@ impl Goal {
 ///   most nginx's;
 /// - 32 in flight with the mutating plugin (`c32-4k-mut`): the gateway's
 ///   throughput over the direct one's at least HAProxy's;
+/// - against the yardsticks of its own dependency: CPU per call at most
+///   15 % above the minimal `h2` forwarder's at one call in flight, 20 % at
+///   32, and at most the tonic forwarder's at one call in flight; in every
+///   scenario, at most Envoy's divided by 1.5;
 /// - the gateway's peak resident memory (`VmHWM` after the runs) at most
 ///   16 MiB with 100 plugins registered;
 /// - for every 4 KiB scenario the traced gateway ran in at 1 and at 32 in
@@ -469,102 +519,141 @@ impl Goal {
 ///
 /// A goal whose figures the run lacks is "not measured", saying why.
 pub fn goals(results: &BenchResults) -> Vec<Goal> {
-    /// Picks one figure out of a target's summary.
-    type Pick = fn(&TargetSummary) -> Option<f64>;
+    let figures = Figures { results };
     let mut goals = Vec::new();
-    let scenario = |name: &str| results.summary.iter().find(|s| s.scenario.name == name);
-    // A figure of one target in one scenario, or why there is none.
-    let figure = |name: &str, target: TargetKind, what: &str, pick: Pick| -> Result<f64, String> {
-        let summary = scenario(name).ok_or_else(|| format!("scenario {name} did not run"))?;
-        let target_summary = summary
-            .targets
-            .iter()
-            .find(|t| t.target == target)
-            .ok_or_else(|| {
-                let env = &results.environment;
-                let skipped = match target {
-                    TargetKind::Nginx => env.nginx_skipped.as_deref(),
-                    TargetKind::Haproxy => env.haproxy_skipped.as_deref(),
-                    _ => None,
-                };
-                match skipped {
-                    Some(reason) if !results.settings.targets.contains(&target) => {
-                        format!("{target} skipped ({reason})")
-                    }
-                    _ => format!("{target} did not run in {name}"),
-                }
-            })?;
-        pick(target_summary).ok_or_else(|| format!("no {what} for {target} in {name}"))
-    };
-    let added_p50: Pick = |t| t.added_p50_micros;
-    let added_p99: Pick = |t| t.added_p99_micros;
-    let cpu: Pick = |t| t.proxy_cpu_micros_per_call;
-    let share: Pick = |t| t.throughput_ratio;
-
     for name in GOAL_C1_SCENARIOS {
-        let rows: [(&str, TargetKind, &str, Pick, GoalUnit); 4] = [
-            (
-                "added p50",
-                TargetKind::Haproxy,
-                "HAProxy's",
-                added_p50,
-                GoalUnit::AddedMicros,
-            ),
-            (
-                "added p50",
-                TargetKind::Nginx,
-                "nginx's",
-                added_p50,
-                GoalUnit::AddedMicros,
-            ),
-            (
-                "CPU per call",
-                TargetKind::Nginx,
-                "nginx's",
-                cpu,
-                GoalUnit::MicrosPerCall,
-            ),
-            (
-                "added p99",
-                TargetKind::Nginx,
-                "nginx's",
-                added_p99,
-                GoalUnit::AddedMicros,
-            ),
-        ];
-        for (what, yardstick, whose, pick, unit) in rows {
-            goals.push(Goal::compare(
-                format!("{name}: gateway {what} ≤ {whose}"),
+        goals.extend(one_call_goals(&figures, name));
+    }
+    goals.push(throughput_goal(&figures));
+    goals.extend(floor_goals(&figures));
+    goals.push(memory_goal(results));
+    goals.extend(tracing_goals(results));
+    goals
+}
+
+/// One call in flight in scenario `name`: latency and CPU against nginx and
+/// HAProxy.
+fn one_call_goals(figures: &Figures<'_>, name: &str) -> Vec<Goal> {
+    let rows: [(&str, TargetKind, Pick, GoalUnit); 4] = [
+        (
+            "added p50",
+            TargetKind::Haproxy,
+            ADDED_P50,
+            GoalUnit::AddedMicros,
+        ),
+        (
+            "added p50",
+            TargetKind::Nginx,
+            ADDED_P50,
+            GoalUnit::AddedMicros,
+        ),
+        (
+            "CPU per call",
+            TargetKind::Nginx,
+            CPU,
+            GoalUnit::MicrosPerCall,
+        ),
+        (
+            "added p99",
+            TargetKind::Nginx,
+            ADDED_P99,
+            GoalUnit::AddedMicros,
+        ),
+    ];
+    rows.into_iter()
+        .map(|(what, yardstick, pick, unit)| {
+            Goal::compare(
+                format!("{name}: gateway {what} ≤ {}'s", yardstick.display_name()),
                 Some(name),
-                figure(name, TargetKind::Gateway, what, pick),
-                figure(name, yardstick, what, pick),
+                figures.get(name, TargetKind::Gateway, what, pick),
+                figures.get(name, yardstick, what, pick),
                 yardstick.as_str(),
                 unit,
                 true,
-            ));
-        }
-    }
+            )
+        })
+        .collect()
+}
 
-    goals.push(Goal::compare(
-        format!("{GOAL_C32_SCENARIO}: gateway calls/s vs direct ≥ HAProxy's"),
+/// 32 in flight: the gateway's share of the direct throughput against
+/// HAProxy's.
+fn throughput_goal(figures: &Figures<'_>) -> Goal {
+    let what = "calls/s vs direct";
+    Goal::compare(
+        format!("{GOAL_C32_SCENARIO}: gateway {what} ≥ HAProxy's"),
         Some(GOAL_C32_SCENARIO),
-        figure(
-            GOAL_C32_SCENARIO,
-            TargetKind::Gateway,
-            "calls/s vs direct",
-            share,
-        ),
-        figure(
-            GOAL_C32_SCENARIO,
-            TargetKind::Haproxy,
-            "calls/s vs direct",
-            share,
-        ),
+        figures.get(GOAL_C32_SCENARIO, TargetKind::Gateway, what, SHARE),
+        figures.get(GOAL_C32_SCENARIO, TargetKind::Haproxy, what, SHARE),
         TargetKind::Haproxy.as_str(),
         GoalUnit::ShareOfDirect,
         false,
-    ));
+    )
+}
 
+/// The gateway's CPU per call against the forwarders on its own
+/// dependencies (the `h2` floor, the tonic build) and against Envoy. Each
+/// bound is the yardstick's figure scaled, named so (`h2-forwarder × 1.15`).
+fn floor_goals(figures: &Figures<'_>) -> Vec<Goal> {
+    let what = "CPU per call";
+    let cpu_goal = |name: &str, yardstick: TargetKind, scale: f64, bound: String| {
+        Goal::compare(
+            format!("{name}: gateway {what} ≤ {bound}"),
+            Some(name),
+            figures.get(name, TargetKind::Gateway, what, CPU),
+            figures
+                .get(name, yardstick, what, CPU)
+                .map(|cpu| round_to_tenth(cpu * scale)),
+            &if scale == 1.0 {
+                yardstick.as_str().to_owned()
+            } else if scale > 1.0 {
+                format!("{yardstick} × {scale}")
+            } else {
+                format!("{yardstick} ÷ {}", 1.0 / scale)
+            },
+            GoalUnit::MicrosPerCall,
+            true,
+        )
+    };
+    let mut goals = Vec::new();
+    for name in GOAL_C1_SCENARIOS {
+        goals.push(cpu_goal(
+            name,
+            TargetKind::H2Forwarder,
+            FORWARDER_GOAL_FACTOR_C1,
+            format!(
+                "h2-forwarder's {}",
+                percent_change(FORWARDER_GOAL_FACTOR_C1)
+            ),
+        ));
+        goals.push(cpu_goal(
+            name,
+            TargetKind::TonicForwarder,
+            1.0,
+            "tonic-forwarder's".to_owned(),
+        ));
+    }
+    goals.push(cpu_goal(
+        GOAL_C32_SCENARIO,
+        TargetKind::H2Forwarder,
+        FORWARDER_GOAL_FACTOR_C32,
+        format!(
+            "h2-forwarder's {}",
+            percent_change(FORWARDER_GOAL_FACTOR_C32)
+        ),
+    ));
+    for summary in &figures.results.summary {
+        goals.push(cpu_goal(
+            &summary.scenario.name,
+            TargetKind::Envoy,
+            1.0 / ENVOY_GOAL_FACTOR,
+            format!("Envoy's ÷ {ENVOY_GOAL_FACTOR}"),
+        ));
+    }
+    goals
+}
+
+/// The gateway's peak resident memory with the registry the goal names.
+fn memory_goal(results: &BenchResults) -> Goal {
     let registered = results.settings.registered_plugins;
     let peak = if registered < MEMORY_GOAL_PLUGINS {
         Err(format!(
@@ -577,7 +666,7 @@ pub fn goals(results: &BenchResults) -> Vec<Goal> {
             .map(|m| round_to_tenth(m.hwm_kib as f64 / 1024.0))
             .ok_or_else(|| "the gateway's memory was not read".to_owned())
     };
-    goals.push(Goal::compare(
+    Goal::compare(
         format!(
             "gateway peak RSS ≤ {MEMORY_GOAL_MIB} MiB with {MEMORY_GOAL_PLUGINS} plugins registered"
         ),
@@ -587,8 +676,12 @@ pub fn goals(results: &BenchResults) -> Vec<Goal> {
         "bound",
         GoalUnit::Mib,
         true,
-    ));
+    )
+}
 
+/// What exporting spans adds to the added p50, at 1 and at 32 in flight.
+fn tracing_goals(results: &BenchResults) -> Vec<Goal> {
+    let mut goals = Vec::new();
     for (concurrency, bound) in [(1, TRACING_GOAL_RATIO), (32, TRACING_GOAL_RATIO_C32)] {
         let goal = |name: &str| {
             format!(
@@ -722,18 +815,48 @@ pub struct Environment {
     pub load_average_end: Option<LoadAverage>,
     /// Clock ticks per second of `/proc/PID/stat`.
     pub clock_ticks_per_second: u64,
-    /// `nginx -v`, when nginx took part.
-    pub nginx_version: Option<String>,
-    /// Why nginx did not take part, when it did not.
-    pub nginx_skipped: Option<String>,
-    /// `haproxy -v`, shortened, when HAProxy took part.
+    /// Each yardstick's version, or why it did not take part.
     #[serde(default)]
-    pub haproxy_version: Option<String>,
-    /// Why HAProxy did not take part, when it did not.
+    pub yardsticks: BTreeMap<TargetKind, YardstickRun>,
+    /// The commit of the working directory gwbench ran in (`git rev-parse
+    /// HEAD`), when it is a checkout.
     #[serde(default)]
-    pub haproxy_skipped: Option<String>,
+    pub commit: Option<String>,
     /// Seconds since the Unix epoch at the start.
     pub started_at_unix: u64,
+}
+
+impl Environment {
+    /// Why `target` did not take part, when it is a yardstick that did not.
+    pub fn skipped(&self, target: TargetKind) -> Option<&str> {
+        self.yardsticks.get(&target)?.skipped.as_deref()
+    }
+}
+
+/// A yardstick's version (`nginx -v`, `haproxy -v`, …; the build for the
+/// forwarders), or why it did not take part.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct YardstickRun {
+    /// Its version, when it took part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Why it did not, when it did not (`--no-envoy`, not installed, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+/// A yardstick's memory: every process of it, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyMemory {
+    /// Right after it started.
+    pub idle: Option<Memory>,
+    /// After every round.
+    pub after_runs: Option<Memory>,
+    /// Its processes (nginx: master and workers; one per route for the
+    /// forwarders and nghttpx, which take one upstream each).
+    pub processes: usize,
 }
 
 /// Memory of the proxies, idle and after the runs.
@@ -750,18 +873,9 @@ pub struct MemoryReport {
     /// The traced gateway after every round.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traced_gateway_after_runs: Option<Memory>,
-    /// nginx master and workers, summed, right after start.
-    pub nginx_idle: Option<Memory>,
-    /// nginx master and workers, summed, after every round.
-    pub nginx_after_runs: Option<Memory>,
-    /// nginx processes (master and workers).
-    pub nginx_processes: Option<usize>,
-    /// HAProxy (every process of it, summed), right after start.
+    /// Each yardstick that took part.
     #[serde(default)]
-    pub haproxy_idle: Option<Memory>,
-    /// HAProxy after every round.
-    #[serde(default)]
-    pub haproxy_after_runs: Option<Memory>,
+    pub yardsticks: BTreeMap<TargetKind, ProxyMemory>,
     /// The echo plugin after every round.
     pub plugin_after_runs: Option<Memory>,
     /// The mutating plugin after every round.
@@ -791,26 +905,45 @@ pub struct BenchResults {
     pub rounds: Vec<RoundRecord>,
 }
 
-/// The Markdown tables for `docs/performance.md`.
+/// The Markdown tables for `docs/performance.md`: the machine and the
+/// command, the medians, tracing on vs off, memory, and the goals.
 pub fn markdown(results: &BenchResults) -> String {
+    let mut out = String::new();
+    machine_markdown(results, &mut out);
+    settings_markdown(results, &mut out);
+    medians_markdown(results, &mut out);
+    tracing_markdown(results, &mut out);
+    memory_markdown(results, &mut out);
+    goals_markdown(&results.goals, &mut out);
+    out
+}
+
+/// One paragraph on how the run was made, with the yardsticks' versions.
+fn settings_markdown(results: &BenchResults, out: &mut String) {
     let settings = &results.settings;
     let env = &results.environment;
-    let mut out = String::new();
-    let tool =
-        |name: &str, version: &Option<String>, skipped: &Option<String>| match (version, skipped) {
-            (Some(version), _) => format!(", {version}"),
-            (None, Some(reason)) => format!(", {name} skipped ({reason})"),
-            (None, None) => String::new(),
-        };
-    let nginx = tool("nginx", &env.nginx_version, &env.nginx_skipped);
-    let haproxy = tool("HAProxy", &env.haproxy_version, &env.haproxy_skipped);
-    machine_markdown(results, &mut out);
+    let mut tools = String::new();
+    for (target, run) in &env.yardsticks {
+        match (&run.version, &run.skipped) {
+            (Some(version), _) => {
+                let _ = write!(tools, ", {version}");
+            }
+            (None, Some(reason)) => {
+                let _ = write!(tools, ", {} skipped ({reason})", target.display_name());
+            }
+            (None, None) => {}
+        }
+    }
+    let commit = env
+        .commit
+        .as_deref()
+        .map_or(String::new(), |commit| format!(" Commit `{commit}`."));
     let _ = writeln!(
         out,
         "Hook `{}`, {} rounds of {} s per target and scenario (after {} s of warm-up), targets alternating \
-         within each round; {} HTTP/2 connection(s); {} plugins registered in the gateway; {} CPUs{nginx}{haproxy}. \
+         within each round; {} HTTP/2 connection(s); {} plugins registered in the gateway; {} CPUs{tools}. \
          Figures are medians over the rounds; \"added\" is the difference to calling the plugin directly; \
-         scenarios ending in `-mut` call the mutating plugin.\n",
+         scenarios ending in `-mut` call the mutating plugin.{commit}\n",
         settings.hook.as_str(),
         settings.rounds,
         settings.duration_seconds,
@@ -819,6 +952,10 @@ pub fn markdown(results: &BenchResults) -> String {
         settings.registered_plugins,
         env.cpus,
     );
+}
+
+/// The medians: one row per scenario and target.
+fn medians_markdown(results: &BenchResults, out: &mut String) {
     out.push_str(
         "| scenario | target | p50 µs | p99 µs | calls/s | added p50 µs | added p99 µs | calls/s vs direct | proxy CPU µs/call | errors |\n",
     );
@@ -853,75 +990,59 @@ pub fn markdown(results: &BenchResults) -> String {
             );
         }
     }
+}
 
-    tracing_markdown(results, &mut out);
-
+/// Resident memory of every process that took part.
+fn memory_markdown(results: &BenchResults, out: &mut String) {
     let memory = &results.memory;
+    let mut rows = vec![
+        (
+            format!(
+                "rollout-gateway ({} plugins registered)",
+                results.settings.registered_plugins
+            ),
+            memory.gateway_idle,
+            memory.gateway_after_runs,
+        ),
+        (
+            "rollout-gateway, spans exported (gateway-traced)".to_owned(),
+            memory.traced_gateway_idle,
+            memory.traced_gateway_after_runs,
+        ),
+    ];
+    for (target, proxy) in &memory.yardsticks {
+        let name = format!(
+            "{} ({} processes summed)",
+            target.display_name(),
+            proxy.processes
+        );
+        rows.push((name, proxy.idle, proxy.after_runs));
+    }
+    rows.push(("echo-plugin".to_owned(), None, memory.plugin_after_runs));
+    rows.push((
+        "echo-plugin --mode mutate".to_owned(),
+        None,
+        memory.mutate_plugin_after_runs,
+    ));
     let mib = |m: Option<Memory>, peak: bool| {
         m.map_or("–".to_owned(), |m| {
-            format!(
-                "{:.1} MiB",
-                (if peak { m.hwm_kib } else { m.rss_kib }) as f64 / 1024.0
-            )
+            let kib = if peak { m.hwm_kib } else { m.rss_kib };
+            format!("{:.1} MiB", kib as f64 / 1024.0)
         })
     };
     out.push_str("\n| process | RSS idle | RSS after runs | peak RSS (VmHWM) after runs |\n");
     out.push_str("|---|--:|--:|--:|\n");
-    if memory.gateway_idle.is_some() || memory.gateway_after_runs.is_some() {
-        let _ = writeln!(
-            out,
-            "| rollout-gateway ({} plugins registered) | {} | {} | {} |",
-            settings.registered_plugins,
-            mib(memory.gateway_idle, false),
-            mib(memory.gateway_after_runs, false),
-            mib(memory.gateway_after_runs, true),
-        );
-    }
-    if memory.traced_gateway_idle.is_some() || memory.traced_gateway_after_runs.is_some() {
-        let _ = writeln!(
-            out,
-            "| rollout-gateway, spans exported (gateway-traced) | {} | {} | {} |",
-            mib(memory.traced_gateway_idle, false),
-            mib(memory.traced_gateway_after_runs, false),
-            mib(memory.traced_gateway_after_runs, true),
-        );
-    }
-    if memory.nginx_idle.is_some() || memory.nginx_after_runs.is_some() {
-        let processes = memory
-            .nginx_processes
-            .map_or(String::new(), |n| format!(", {n} processes summed"));
-        let _ = writeln!(
-            out,
-            "| nginx (master + workers{processes}) | {} | {} | {} |",
-            mib(memory.nginx_idle, false),
-            mib(memory.nginx_after_runs, false),
-            mib(memory.nginx_after_runs, true),
-        );
-    }
-    if memory.haproxy_idle.is_some() || memory.haproxy_after_runs.is_some() {
-        let _ = writeln!(
-            out,
-            "| HAProxy | {} | {} | {} |",
-            mib(memory.haproxy_idle, false),
-            mib(memory.haproxy_after_runs, false),
-            mib(memory.haproxy_after_runs, true),
-        );
-    }
-    for (name, after) in [
-        ("echo-plugin", memory.plugin_after_runs),
-        ("echo-plugin --mode mutate", memory.mutate_plugin_after_runs),
-    ] {
-        if after.is_some() {
+    for (name, idle, after) in rows {
+        if idle.is_some() || after.is_some() {
             let _ = writeln!(
                 out,
-                "| {name} | – | {} | {} |",
+                "| {name} | {} | {} | {} |",
+                mib(idle, false),
                 mib(after, false),
                 mib(after, true),
             );
         }
     }
-    goals_markdown(&results.goals, &mut out);
-    out
 }
 
 /// The machine and the command line, above the tables.
@@ -1114,8 +1235,13 @@ mod tests {
             environment: Environment {
                 cpus: 2,
                 clock_ticks_per_second: 100,
-                nginx_version: None,
-                nginx_skipped: Some("--no-nginx".to_owned()),
+                yardsticks: BTreeMap::from([(
+                    TargetKind::Nginx,
+                    YardstickRun {
+                        version: None,
+                        skipped: Some("--no-nginx".to_owned()),
+                    },
+                )]),
                 started_at_unix: 0,
                 ..Environment::default()
             },
@@ -1225,8 +1351,6 @@ mod tests {
             environment: Environment {
                 cpus: 2,
                 clock_ticks_per_second: 100,
-                nginx_version: None,
-                nginx_skipped: None,
                 started_at_unix: 0,
                 ..Environment::default()
             },
@@ -1333,8 +1457,6 @@ mod tests {
             environment: Environment {
                 cpus: 2,
                 clock_ticks_per_second: 100,
-                nginx_version: None,
-                nginx_skipped: None,
                 started_at_unix: 0,
                 ..Environment::default()
             },
@@ -1507,7 +1629,9 @@ mod tests {
             (c32_traced.figure, c32_traced.status),
             (Some(1.25), GoalStatus::Met)
         );
-        assert_eq!(goals.len(), 4 + 4 + 1 + 1 + 2);
+        // Per one-call scenario 4 against nginx and HAProxy, 1 throughput,
+        // 5 against the forwarders, 1 against Envoy per scenario, memory, tracing.
+        assert_eq!(goals.len(), 4 + 4 + 1 + 5 + 3 + 1 + 2);
 
         results.goals = goals;
         let table = markdown(&results);
@@ -1535,7 +1659,13 @@ mod tests {
         results.settings.registered_plugins = 10;
         results.settings.targets = vec![Direct, Gateway, Nginx];
         results.summary = summarize(&scenarios, &results.settings.targets, &results.rounds);
-        results.environment.haproxy_skipped = Some("--no-haproxy".to_owned());
+        results.environment.yardsticks.insert(
+            Haproxy,
+            YardstickRun {
+                version: None,
+                skipped: Some("--no-haproxy".to_owned()),
+            },
+        );
         let goals = super::goals(&results);
         assert_eq!(
             goal(&goals, "c1-4k: gateway added p50 ≤ HAProxy's")

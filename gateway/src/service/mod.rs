@@ -2,8 +2,8 @@
 //! stack of layers, built in [`stack`], health checks included.
 //!
 //! ```text
-//! Rescue     (error.rs) the one place a gRPC status is made: the failure of
-//!            any layer below becomes a trailers-only answer
+//! Rescue     (error.rs) the one place a failure becomes a gRPC status: the
+//!            failure of any layer below becomes a trailers-only answer
 //! Receive    receive limits and deadline: the caller's grpc-timeout, the
 //!            message whole within it, its bytes held against the pools
 //! Dispatch   by path: the health service, or the plugin service below
@@ -15,7 +15,10 @@
 //! ```
 //!
 //! The transport ([`crate::transport::server`]) drives the stack per HTTP/2
-//! stream and sends what it answers.
+//! stream and sends what it answers. Not made by Rescue: a successful call's
+//! OK trailers (Route), the health service's own answers (passed on as
+//! tonic-health made them), and HTTP 415 to a request that is not gRPC
+//! (Receive).
 
 mod check;
 pub mod health;

@@ -4,6 +4,8 @@
 //! state kept per plugin, is the upstream's; this module takes plain values
 //! and imports nothing above the transport.
 
+// Why our own client and not tonic's `Channel`: docs/decisions/0001-grpc-framing-on-h2.md.
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

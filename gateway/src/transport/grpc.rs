@@ -7,6 +7,8 @@
 //! and wakes the peer once, and lets an over-large message be refused from
 //! its 5-byte prefix before it is buffered.
 
+// Why own framing over `h2` and not tonic: docs/decisions/0001-grpc-framing-on-h2.md.
+
 use std::fmt::Write as _;
 use std::time::Duration;
 

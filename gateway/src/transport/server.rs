@@ -16,6 +16,9 @@
 //! address), idle time (a long-lived answer stream, such as a health `Watch`,
 //! does not count as activity), age, and a peer that stops reading.
 
+// Why our own loop and not tonic's server: docs/decisions/0001-grpc-framing-on-h2.md;
+// why calls are polled in the connection's task: docs/decisions/0004-calls-in-the-connection-task.md.
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;

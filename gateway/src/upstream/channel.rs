@@ -32,7 +32,7 @@ const REDIAL_MAX: Duration = Duration::from_millis(500);
 /// same key shares one: registry entries naming the same plugin server under
 /// several names (or in several hubs' registries) multiplex their calls over
 /// one connection instead of holding one each (about 25 KiB resident apiece,
-/// docs/performance.md).
+/// docs/decisions/0005-resident-memory.md).
 #[derive(Default)]
 pub struct Channel {
     /// The current connection; read on every call, so lock-free.

@@ -11,9 +11,12 @@
 //!    the limit so that retries do not take extra slots, and above the breaker
 //!    so that each attempt meets the circuit.
 //! 3. [`CircuitBreakerLayer`]: per attempt; fails fast while the circuit is
-//!    open, and records the outcome of every attempt it lets through. Its
-//!    rejections are marked (see [`is_circuit_rejection`]) so that the retry
-//!    layer does not retry them.
+//!    open, and records the outcome of every attempt it lets through. It
+//!    makes its refusals with [`PolicyError::circuit_open`], and the retry
+//!    layer does not retry them because their [`PolicyError::retry_code`] is
+//!    `None`: the gateway's typed error has a variant of its own for them;
+//!    in the [`tonic::Status`] form they are marked with
+//!    [`CIRCUIT_METADATA_KEY`] ([`is_circuit_rejection`]).
 //! 4. The upstream call itself, which bounds itself by the request's deadline
 //!    and sends the time left on to the plugin as its `grpc-timeout`. That is
 //!    why there is no deadline layer: the deadline travels in the request
@@ -231,7 +234,7 @@ mod tests {
         assert_no_request(&mut handle);
     }
 
-    /// The acceptance bound of the issue, through the whole stack: in a
+    /// The retry budget's bound, through the whole stack: in a
     /// sustained outage (every attempt UNAVAILABLE, circuit never opening),
     /// attempts ≤ (1 + ratio) × calls + min_per_second × (seconds + 1), the
     /// one second being the reserve a fresh budget starts with.

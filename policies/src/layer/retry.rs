@@ -1,6 +1,8 @@
 //! Retries of one call, in the manner of gRPC's retry design (gRFC A6), inside
 //! the call's deadline and the plugin's retry budget.
 
+// Why our own layer and not tower's `Retry`: docs/decisions/0003-retry-and-budget.md.
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};

@@ -5,12 +5,14 @@
 //! No intermediate message structs: the generic path (opentelemetry-proto's
 //! conversion, then prost) allocates two `String`s per attribute and a `Vec`
 //! per id, and frees them all again, which was most of the export's CPU
-//! (docs/performance.md, "Where exporting spends its CPU"). Here a batch costs
+//! (docs/decisions/0002-own-otlp-exporter.md). Here a batch costs
 //! the growth of one output buffer. Fields follow proto3's implicit presence
 //! exactly as prost writes them: a scalar or string at its default value is
 //! left out; a message that is set (`resource`, `scope`, `status`) and a oneof
 //! member (`AnyValue`) are always written, so that a decoder sees the same
 //! messages the generic path would have built.
+
+// Why encode here and not through opentelemetry-proto: docs/decisions/0002-own-otlp-exporter.md.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -6,7 +6,10 @@
 //! The export threads keep the process's CPU priority. A lower one (nice 10)
 //! made no measurable difference to the calls' latency, and the lowest (nice
 //! 19) starved them on a saturated machine: the queue overflowed and 46 % of
-//! the spans were dropped (docs/performance.md).
+//! the spans were dropped (docs/decisions/0002-own-otlp-exporter.md).
+
+// Why our own exporter and not opentelemetry-otlp, and when to go back:
+// docs/decisions/0002-own-otlp-exporter.md.
 
 mod encode;
 
@@ -393,7 +396,7 @@ impl ExportRuntime {
 /// the spans all happen on the `otlp-export` thread (split over two
 /// threads, every structure was freed by the other thread, and the
 /// allocator's slow path was half of the batch thread's time:
-/// docs/performance.md).
+/// docs/decisions/0002-own-otlp-exporter.md).
 #[derive(Debug)]
 pub(crate) struct OnExportThread<E> {
     pub(crate) inner: Arc<E>,

@@ -2,130 +2,39 @@
 //! mode the scenarios use (the echo plugin; the mutating one, for scenarios
 //! ending in `-mut`), the gateway (with a registry of `--registered`
 //! plugins), a second gateway exporting its spans over OTLP/gRPC to a
-//! receiver inside `gwbench`, and two plain gRPC proxies as yardsticks, nginx
-//! and HAProxy, in front of them; runs `hookbench` against the targets,
+//! receiver inside `gwbench`, and the yardsticks in front of the same
+//! plugins: a minimal forwarder on `h2`, a tonic forwarder, nginx, HAProxy,
+//! nghttpx and Envoy (each left out, saying why, when it is missing or
+//! `--no-NAME`); runs `hookbench` against the targets,
 //! alternating them within every round; and reports medians over the rounds
 //! with the latency, throughput and CPU the gateway adds, what exporting
 //! spans adds to that, memory, and the performance goals met or missed. The full
 //! results go to a JSON file, Markdown tables to stdout, progress to stderr.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+mod args;
+mod launch;
+mod plan;
+mod rounds;
+mod running;
+mod yardsticks;
 
-use anyhow::{Context as _, anyhow, bail};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, anyhow};
 use clap::Parser;
-use rollout_bench::compare::config::{
-    NginxSettings, Route, gateway_config_yaml, haproxy_config, nginx_config, padding_count,
-    parse_haproxy_version, parse_nginx_version, traced_gateway_env,
-};
+use rollout_bench::compare::TargetKind;
+use rollout_bench::compare::machine;
 use rollout_bench::compare::summary::{
-    BenchResults, Environment, MemoryReport, RoundRecord, Settings, SpanReport, calls_made,
-    cpu_micros_per_call, goals, markdown, summarize,
+    BenchResults, Environment, Settings, goals, markdown, summarize,
 };
-use rollout_bench::compare::{
-    DEFAULT_SCENARIOS, DEFAULT_TRACED_SCENARIOS, PluginMode, Scenario, TargetKind,
-};
-use rollout_bench::compare::{machine, procfs};
-use rollout_bench::load::{Hook, Report};
-use rollout_bench::otlp::SpanReceiver;
-use rollout_bench::units::parse_duration;
-use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
-use rollout_bench::process::{self as processes, ChildGuard, wait_for_http_ok, wait_for_port};
-
-/// How long a process may take to print its address or become ready.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How long the traced gateway gets to drain and flush its last spans.
-const TRACED_STOP_GRACE: Duration = Duration::from_secs(20);
-
-/// Compare a plugin called directly, through rollout-gateway (without and
-/// with exported tracing), and through nginx and HAProxy.
-#[derive(Debug, Parser)]
-#[command(version)]
-struct Args {
-    /// Scenarios `c{CONCURRENCY}-{SIZE}`, comma-separated; `-mut` at the end
-    /// (`c1-4k-mut`) calls the mutating plugin instead of the echo plugin.
-    #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_SCENARIOS.iter().map(|s| s.to_string()))]
-    scenarios: Vec<String>,
-    /// The scenarios the traced gateway runs in, comma-separated, or `all`;
-    /// names not in --scenarios are ignored.
-    #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_TRACED_SCENARIOS.iter().map(|s| s.to_string()))]
-    traced_scenarios: Vec<String>,
-    /// Rounds; each runs every scenario against every target.
-    #[arg(long, default_value_t = 5)]
-    rounds: usize,
-    /// Measured time per hookbench run.
-    #[arg(long, default_value = "3s", value_parser = parse_duration)]
-    duration: Duration,
-    /// Warm-up per hookbench run.
-    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
-    warmup: Duration,
-    /// The hook to call.
-    #[arg(long, value_enum, default_value_t = Hook::Mutate)]
-    hook: Hook,
-    /// HTTP/2 connections per hookbench run.
-    #[arg(long, default_value_t = 1)]
-    connections: usize,
-    /// grpc-timeout of every call.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    timeout: Duration,
-    /// Plugins in the gateway's registry: the called plugins plus padding
-    /// entries, each at an endpoint of its own (the echo plugin's port on
-    /// 127.0.0.2, 127.0.0.3, …), so the gateway keeps a connection per plugin.
-    #[arg(long, default_value_t = 100)]
-    registered: usize,
-    /// Runtime threads of hookbench.
-    #[arg(long, default_value_t = 1)]
-    hookbench_threads: usize,
-    /// Runtime threads of each echo plugin.
-    #[arg(long, default_value_t = 1)]
-    plugin_threads: usize,
-    /// RUST_LOG of the gateway during the run.
-    #[arg(long, default_value = "warn")]
-    gateway_log: String,
-    /// Where to write the JSON results.
-    #[arg(long, default_value = "bench/results/latest.json")]
-    out: PathBuf,
-    /// Directory of echo-plugin, rollout-gateway and hookbench (default: this executable's).
-    #[arg(long)]
-    bin_dir: Option<PathBuf>,
-    /// The echo-plugin binary (default: in --bin-dir).
-    #[arg(long)]
-    echo_plugin: Option<PathBuf>,
-    /// The rollout-gateway binary (default: in --bin-dir).
-    #[arg(long)]
-    gateway: Option<PathBuf>,
-    /// The hookbench binary (default: in --bin-dir).
-    #[arg(long)]
-    hookbench: Option<PathBuf>,
-    /// The nginx binary (default: `nginx` on PATH or in /usr/sbin).
-    #[arg(long)]
-    nginx: Option<PathBuf>,
-    /// Leave nginx out.
-    #[arg(long)]
-    no_nginx: bool,
-    /// Leave out the traced gateway (the second gateway, exporting its spans
-    /// over OTLP/gRPC to a receiver in gwbench).
-    #[arg(long)]
-    no_traced: bool,
-    /// When nginx is missing, install it with `apt-get install -y nginx-light`.
-    #[arg(long)]
-    install_nginx: bool,
-    /// The HAProxy binary (default: `haproxy` on PATH or in /usr/sbin).
-    #[arg(long)]
-    haproxy: Option<PathBuf>,
-    /// Leave HAProxy out.
-    #[arg(long)]
-    no_haproxy: bool,
-    /// When HAProxy is missing, install it with `apt-get install -y haproxy`.
-    #[arg(long)]
-    install_haproxy: bool,
-}
+use crate::args::Args;
+use crate::launch::set_world_readable;
+use crate::plan::Plan;
+use crate::rounds::run_rounds;
+use crate::running::{Running, count_spans, read_memory_after_runs, start_all};
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
@@ -161,375 +70,24 @@ async fn run_until_signal(args: Args) -> anyhow::Result<()> {
     }
 }
 
-/// The binaries and settings of one run.
-struct Plan {
-    args: Args,
-    scenarios: Vec<Scenario>,
-    /// The names of the scenarios the traced gateway runs in.
-    traced_scenarios: Vec<String>,
-    /// The plugin modes the scenarios use, in order.
-    modes: Vec<PluginMode>,
-    echo_plugin: PathBuf,
-    gateway: PathBuf,
-    hookbench: PathBuf,
-    nginx: Result<PathBuf, String>,
-    haproxy: Result<PathBuf, String>,
-}
-
-impl Plan {
-    fn new(args: Args) -> anyhow::Result<Self> {
-        let scenarios = args
-            .scenarios
-            .iter()
-            .map(|name| Scenario::parse(name))
-            .collect::<Result<Vec<_>, _>>()?;
-        if scenarios.is_empty() || args.rounds == 0 {
-            bail!("nothing to run: give at least one scenario and one round");
-        }
-        let traced_scenarios = traced_scenarios(&args, &scenarios)?;
-        let mut modes: Vec<PluginMode> = scenarios.iter().map(|s| s.plugin_mode).collect();
-        modes.sort_unstable();
-        modes.dedup();
-        let most = modes.len() + rollout_bench::echo::MAX_LOOPBACK_ALIASES;
-        if args.registered > most {
-            bail!(
-                "--registered {} is more than the {most} plugins with endpoints of their own \
-                 there can be (one per loopback address)",
-                args.registered
-            );
-        }
-        let bin_dir = match &args.bin_dir {
-            Some(dir) => dir.clone(),
-            None => std::env::current_exe()
-                .context("cannot find this executable")?
-                .parent()
-                .context("this executable has no directory")?
-                .to_owned(),
-        };
-        let binary = |flag: &Option<PathBuf>, name: &str| -> anyhow::Result<PathBuf> {
-            let path = flag.clone().unwrap_or_else(|| bin_dir.join(name));
-            if !path.is_file() {
-                bail!(
-                    "{name} not found at {}: build it with `cargo build --release --workspace` \
-                     (or point --{} at it)",
-                    path.display(),
-                    if name == "rollout-gateway" {
-                        "gateway"
-                    } else {
-                        name
-                    }
-                );
-            }
-            Ok(path)
-        };
-        let echo_plugin = binary(&args.echo_plugin, "echo-plugin")?;
-        let gateway = binary(&args.gateway, "rollout-gateway")?;
-        let hookbench = binary(&args.hookbench, "hookbench")?;
-        let nginx = find_tool(
-            &NGINX,
-            args.nginx.as_deref(),
-            args.no_nginx,
-            args.install_nginx,
-        );
-        let haproxy = find_tool(
-            &HAPROXY,
-            args.haproxy.as_deref(),
-            args.no_haproxy,
-            args.install_haproxy,
-        );
-        Ok(Self {
-            args,
-            scenarios,
-            traced_scenarios,
-            modes,
-            echo_plugin,
-            gateway,
-            hookbench,
-            nginx,
-            haproxy,
-        })
-    }
-}
-
-/// The names of the scenarios the traced gateway runs in: `--traced-scenarios`
-/// (`all`: every scenario) among `scenarios`, none with `--no-traced`.
-fn traced_scenarios(args: &Args, scenarios: &[Scenario]) -> anyhow::Result<Vec<String>> {
-    if args.no_traced {
-        return Ok(Vec::new());
-    }
-    if args.traced_scenarios.iter().any(|name| name == "all") {
-        return Ok(scenarios.iter().map(|s| s.name.clone()).collect());
-    }
-    let mut wanted = Vec::new();
-    for name in &args.traced_scenarios {
-        // Parsed so a typo says so, and `c1-4KiB-mut` matches `c1-4k-mut`.
-        wanted.push(Scenario::parse(name).context("--traced-scenarios")?.name);
-    }
-    Ok(scenarios
-        .iter()
-        .filter(|s| wanted.contains(&s.name))
-        .map(|s| s.name.clone())
-        .collect())
-}
-
-/// A yardstick proxy gwbench can run: its binary, the flags that name it,
-/// and the Debian package that has it.
-struct Tool {
-    /// The binary's name.
-    binary: &'static str,
-    /// The name of its flags (`--no-NAME`, `--install-NAME`).
-    flag: &'static str,
-    /// The Debian package.
-    package: &'static str,
-    /// Where to look besides PATH.
-    dirs: &'static [&'static str],
-}
-
-const NGINX: Tool = Tool {
-    binary: "nginx",
-    flag: "nginx",
-    package: "nginx-light",
-    dirs: &["/usr/sbin", "/usr/local/sbin", "/usr/local/nginx/sbin"],
-};
-
-const HAPROXY: Tool = Tool {
-    binary: "haproxy",
-    flag: "haproxy",
-    package: "haproxy",
-    dirs: &["/usr/sbin", "/usr/local/sbin"],
-};
-
-/// The tool's binary, or why there is none: `--no-NAME` leaves it out, a
-/// given path must exist, else PATH and the usual directories are searched,
-/// and, with `--install-NAME`, apt-get installs it when missing.
-fn find_tool(
-    tool: &Tool,
-    given: Option<&Path>,
-    leave_out: bool,
-    install: bool,
-) -> Result<PathBuf, String> {
-    let Tool {
-        binary,
-        flag,
-        package,
-        dirs,
-    } = tool;
-    if leave_out {
-        return Err(format!("--no-{flag}"));
-    }
-    if let Some(path) = given {
-        return if path.is_file() {
-            Ok(path.to_owned())
-        } else {
-            Err(format!("{} does not exist", path.display()))
-        };
-    }
-    let search = || {
-        std::env::var_os("PATH")
-            .map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-            .unwrap_or_default()
-            .into_iter()
-            .chain(dirs.iter().map(PathBuf::from))
-            .map(|dir| dir.join(binary))
-            .find(|path| path.is_file())
-    };
-    if let Some(path) = search() {
-        return Ok(path);
-    }
-    if install {
-        eprintln!("gwbench: {binary} not found; running `apt-get install -y {package}`");
-        let installed = std::process::Command::new("apt-get")
-            .args(["install", "-y", package])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success());
-        if let (true, Some(path)) = (installed, search()) {
-            return Ok(path);
-        }
-        return Err(format!("`apt-get install -y {package}` failed"));
-    }
-    Err(format!(
-        "{binary} not found on PATH; install it (`apt-get install -y {package}`) or pass --install-{flag}"
-    ))
-}
-
-/// A running gateway.
-struct Gateway {
-    guard: ChildGuard,
-    /// gRPC address.
-    address: String,
-    admin_address: String,
-    pid: u32,
-}
-
-/// The traced gateway and the receiver of its spans (dropped in this
-/// order: the gateway flushes to the receiver as it stops).
-struct Traced {
-    gateway: Gateway,
-    receiver: SpanReceiver,
-    /// The `OTEL_*` variables it runs with.
-    exporter_env: BTreeMap<String, String>,
-}
-
-/// Starts `command` (the gateway binary, its environment set) with the
-/// registry `config` and waits until `/readyz` says 200; `name` names the
-/// process and its log file.
-async fn start_gateway(
-    args: &Args,
-    mut command: Command,
-    config: &Path,
-    temp: &Path,
-    name: &str,
-) -> anyhow::Result<Gateway> {
-    command
-        .arg("--config")
-        .arg(config)
-        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .env("RUST_LOG", &args.gateway_log);
-    let (mut guard, stdout) = ChildGuard::spawn(
-        &if name == "gateway" {
-            "rollout-gateway".to_owned()
-        } else {
-            format!("rollout-gateway ({name})")
-        },
-        command,
-        &temp.join(format!("{name}.log")),
-    )?;
-    let line = guard
-        .wait_for_line(stdout, "rollout-gateway listening", START_TIMEOUT)
-        .await?;
-    let address = field(&line, "grpc")?;
-    let admin_address = field(&line, "admin")?;
-    wait_for_http_ok(&mut guard, &admin_address, "/readyz", START_TIMEOUT).await?;
-    let pid = guard.pid()?;
-    Ok(Gateway {
-        guard,
-        address,
-        admin_address,
-        pid,
-    })
-}
-
-/// A target of the load: where it is and which processes serve it.
-struct Target {
-    kind: TargetKind,
-    /// Its address for each plugin mode (proxies have one route per plugin).
-    urls: BTreeMap<PluginMode, String>,
-    /// The proxy's processes, for CPU time (none for direct).
-    proxy_pids: Vec<u32>,
-}
-
-impl Target {
-    /// Whether the target runs in `scenario` (the traced gateway runs only in
-    /// the traced scenarios).
-    fn runs_in(&self, scenario: &Scenario, traced_scenarios: &[String]) -> bool {
-        self.urls.contains_key(&scenario.plugin_mode)
-            && (self.kind != TargetKind::GatewayTraced || traced_scenarios.contains(&scenario.name))
-    }
-}
-
-/// A running echo plugin.
-struct Plugin {
-    guard: ChildGuard,
-    address: SocketAddr,
-    pid: u32,
-}
-
-/// Starts `echo-plugin` in `mode`, named as the gateway's registry names it,
-/// on 127.0.0.1 and `aliases` loopback aliases (the padding plugins'
-/// endpoints).
-async fn start_plugin(
-    plan: &Plan,
-    mode: PluginMode,
-    aliases: usize,
-    temp: &Path,
-) -> anyhow::Result<Plugin> {
-    let mut command = Command::new(&plan.echo_plugin);
-    command
-        .args(["--listen", "127.0.0.1:0"])
-        .args(["--mode", mode.echo_mode_arg()])
-        .args(["--name", mode.plugin_name()])
-        .args(["--threads", &plan.args.plugin_threads.to_string()])
-        .args(["--loopback-aliases", &aliases.to_string()]);
-    let name = format!("echo-plugin --mode {}", mode.echo_mode_arg());
-    let (mut guard, stdout) = ChildGuard::spawn(
-        &name,
-        command,
-        &temp.join(format!("echo-plugin-{}.log", mode.echo_mode_arg())),
-    )?;
-    let line = guard
-        .wait_for_line(stdout, "echo-plugin listening", START_TIMEOUT)
-        .await?;
-    let address: SocketAddr = field(&line, "grpc")?
-        .parse()
-        .with_context(|| format!("bad address in {line:?}"))?;
-    let pid = guard.pid()?;
-    if aliases > 0 {
-        let aliases = field(&line, "aliases")?;
-        eprintln!("gwbench: {name} listening on {address} and the same port of {aliases}");
-    } else {
-        eprintln!("gwbench: {name} listening on {address}");
-    }
-    Ok(Plugin {
-        guard,
-        address,
-        pid,
-    })
-}
-
-/// A running plain proxy (nginx or HAProxy).
-struct Proxy {
-    guard: ChildGuard,
-    /// Where it listens for each plugin mode.
-    listen: BTreeMap<PluginMode, SocketAddr>,
-    /// Its processes (master and workers), as found once it runs.
-    pids: Vec<u32>,
-}
-
-impl Proxy {
-    fn target(&self, kind: TargetKind) -> Target {
-        Target {
-            kind,
-            urls: self
-                .listen
-                .iter()
-                .map(|(mode, address)| (*mode, format!("http://{address}")))
-                .collect(),
-            proxy_pids: self.pids.clone(),
-        }
-    }
-}
-
-/// One route per plugin: a free port to listen on and the plugin behind it.
-fn routes(
-    plugins: &BTreeMap<PluginMode, Plugin>,
-) -> anyhow::Result<(Vec<Route>, BTreeMap<PluginMode, SocketAddr>)> {
-    let mut routes = Vec::new();
-    let mut listen = BTreeMap::new();
-    for (mode, plugin) in plugins {
-        let route = Route {
-            listen: free_port()?,
-            upstream: plugin.address,
-        };
-        listen.insert(*mode, route.listen);
-        routes.push(route);
-    }
-    Ok((routes, listen))
+/// What is known before the run starts.
+struct Start {
+    command_line: Vec<String>,
+    load_average: Option<machine::LoadAverage>,
+    unix: u64,
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let command_line: Vec<String> = std::env::args_os()
-        .map(|arg| arg.to_string_lossy().into_owned())
-        .collect();
-    let load_average_start = machine::load_average();
+    let start = Start {
+        command_line: std::env::args_os()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect(),
+        load_average: machine::load_average(),
+        unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs()),
+    };
     let plan = Plan::new(args)?;
-    let args = &plan.args;
-    let started_at_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs());
-    let ticks_per_second = procfs::clock_ticks_per_second();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let temp = tempfile::Builder::new()
         .prefix("gwbench-")
         .tempdir()
@@ -537,529 +95,54 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // nginx's workers drop root to `nobody`, and must still reach their
     // temporary directories inside this one.
     set_world_readable(temp.path())?;
-
-    // 1. One plugin per mode: every target of a scenario calls the same one.
-    // The first (the registry's first entry) also serves the padding
-    // plugins' endpoints, one loopback alias each.
-    let padding = padding_count(plan.modes.len(), args.registered);
-    let mut plugins = BTreeMap::new();
-    for (index, &mode) in plan.modes.iter().enumerate() {
-        let aliases = if index == 0 { padding } else { 0 };
-        plugins.insert(mode, start_plugin(&plan, mode, aliases, temp.path()).await?);
-    }
-
-    // 2. The gateway, with every plugin and the padded registry.
-    let config = temp.path().join("config.yaml");
-    let registry: Vec<(&str, SocketAddr)> = plugins
-        .iter()
-        .map(|(mode, plugin)| (mode.plugin_name(), plugin.address))
-        .collect();
-    std::fs::write(&config, gateway_config_yaml(&registry, args.registered))
-        .with_context(|| format!("cannot write {}", config.display()))?;
-    let mut command = Command::new(&plan.gateway);
-    // Nothing exported, whatever gwbench's environment says.
-    command
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
-    let mut gateway = start_gateway(args, command, &config, temp.path(), "gateway").await?;
-    let mut memory = MemoryReport {
-        gateway_idle: Some(
-            procfs::read_memory(gateway.pid).context("cannot read the gateway's memory")?,
-        ),
-        ..MemoryReport::default()
-    };
-    eprintln!(
-        "gwbench: rollout-gateway ready on {} ({} plugins registered, admin {})",
-        gateway.address,
-        args.registered.max(registry.len()),
-        gateway.admin_address
-    );
-
-    // 2b. The traced gateway, the same but exporting to a receiver in here.
-    let mut traced = None;
-    if !args.no_traced && plan.traced_scenarios.is_empty() {
-        eprintln!(
-            "gwbench: the traced gateway is left out: none of --traced-scenarios is among --scenarios"
-        );
-    }
-    if !plan.traced_scenarios.is_empty() {
-        let receiver = SpanReceiver::start(SocketAddr::from(([127, 0, 0, 1], 0)))
-            .context("cannot start the OTLP receiver")?;
-        let endpoint = format!("http://{}", receiver.address);
-        let (exporter_env, removed) = traced_gateway_env(
-            // Not `env::vars`, which panics on a variable that is not UTF-8.
-            std::env::vars_os().filter_map(|(name, value)| {
-                Some((name.into_string().ok()?, value.into_string().ok()?))
-            }),
-            &endpoint,
-        );
-        let mut command = Command::new(&plan.gateway);
-        for name in &removed {
-            command.env_remove(name);
-        }
-        command.env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
-        let gateway = start_gateway(args, command, &config, temp.path(), "gateway-traced").await?;
-        memory.traced_gateway_idle = Some(
-            procfs::read_memory(gateway.pid).context("cannot read the traced gateway's memory")?,
-        );
-        eprintln!(
-            "gwbench: rollout-gateway (traced) ready on {}, exporting spans to {endpoint}, in {}",
-            gateway.address,
-            plan.traced_scenarios.join(", ")
-        );
-        traced = Some(Traced {
-            gateway,
-            receiver,
-            exporter_env,
-        });
-    }
-
-    // 3. nginx and HAProxy, unless skipped.
-    let (mut nginx_version, mut nginx_skipped, mut nginx) = (None, None, None);
-    match &plan.nginx {
-        Err(reason) => {
-            eprintln!("gwbench: nginx is skipped: {reason}");
-            nginx_skipped = Some(reason.clone());
-        }
-        Ok(binary) => {
-            let (proxy, version) = start_nginx(binary, temp.path(), &plugins).await?;
-            memory.nginx_idle = Some(procfs::memory(&proxy.pids));
-            memory.nginx_processes = Some(proxy.pids.len());
-            eprintln!(
-                "gwbench: {version} proxying on {} ({} processes)",
-                addresses(&proxy.listen),
-                proxy.pids.len()
-            );
-            nginx_version = Some(version);
-            nginx = Some(proxy);
-        }
-    }
-    let (mut haproxy_version, mut haproxy_skipped, mut haproxy) = (None, None, None);
-    match &plan.haproxy {
-        Err(reason) => {
-            eprintln!("gwbench: HAProxy is skipped: {reason}");
-            haproxy_skipped = Some(reason.clone());
-        }
-        Ok(binary) => {
-            let (proxy, version) = start_haproxy(binary, temp.path(), &plugins, cpus).await?;
-            memory.haproxy_idle = Some(procfs::memory(&proxy.pids));
-            eprintln!(
-                "gwbench: {version} proxying on {} ({cpus} threads)",
-                addresses(&proxy.listen)
-            );
-            haproxy_version = Some(version);
-            haproxy = Some(proxy);
-        }
-    }
-
-    let plugin_urls = |address: &dyn Fn(&Plugin) -> String| -> BTreeMap<PluginMode, String> {
-        plugins
-            .iter()
-            .map(|(mode, plugin)| (*mode, address(plugin)))
-            .collect()
-    };
-    let mut targets = vec![
-        Target {
-            kind: TargetKind::Direct,
-            urls: plugin_urls(&|plugin| format!("http://{}", plugin.address)),
-            proxy_pids: Vec::new(),
-        },
-        Target {
-            kind: TargetKind::Gateway,
-            urls: plugin_urls(&|_| format!("http://{}", gateway.address)),
-            proxy_pids: vec![gateway.pid],
-        },
-    ];
-    if let Some(traced) = &traced {
-        targets.push(Target {
-            kind: TargetKind::GatewayTraced,
-            urls: plugin_urls(&|_| format!("http://{}", traced.gateway.address)),
-            proxy_pids: vec![traced.gateway.pid],
-        });
-    }
-    if let Some(proxy) = &nginx {
-        targets.push(proxy.target(TargetKind::Nginx));
-    }
-    if let Some(proxy) = &haproxy {
-        targets.push(proxy.target(TargetKind::Haproxy));
-    }
-
-    // 4. The rounds.
-    let per_round: usize = plan
-        .scenarios
-        .iter()
-        .map(|scenario| {
-            targets
-                .iter()
-                .filter(|t| t.runs_in(scenario, &plan.traced_scenarios))
-                .count()
-        })
-        .sum();
-    let runs = args.rounds * per_round;
-    let estimate = (args.duration + args.warmup).as_secs_f64() * runs as f64;
-    eprintln!(
-        "gwbench: {runs} runs, about {:.0} s (plus start-up and hookbench's own)",
-        estimate.ceil()
-    );
-    let mut records = Vec::with_capacity(runs);
-    for round in 1..=args.rounds {
-        for scenario in &plan.scenarios {
-            let in_scenario: Vec<&Target> = targets
-                .iter()
-                .filter(|t| t.runs_in(scenario, &plan.traced_scenarios))
-                .collect();
-            // Rotate the order every round so no target always runs first
-            // (after a pause) or last (on a warmer machine).
-            let offset = (round - 1) % in_scenario.len();
-            for index in 0..in_scenario.len() {
-                let target = in_scenario[(offset + index) % in_scenario.len()];
-                for plugin in plugins.values_mut() {
-                    plugin.guard.ensure_running()?;
-                }
-                gateway.guard.ensure_running()?;
-                if let Some(traced) = &mut traced {
-                    traced.gateway.guard.ensure_running()?;
-                }
-                for proxy in [&mut nginx, &mut haproxy].into_iter().flatten() {
-                    proxy.guard.ensure_running()?;
-                }
-                eprint!(
-                    "round {round}/{} {} {} ... ",
-                    args.rounds, scenario.name, target.kind
-                );
-                let plugin_pid = plugins
-                    .get(&scenario.plugin_mode)
-                    .map(|plugin| plugin.pid)
-                    .context("no plugin for the scenario")?;
-                let record =
-                    run_round(&plan, round, scenario, target, plugin_pid, ticks_per_second).await?;
-                let latency = &record.report.latency_micros;
-                let mut cpu = record
-                    .proxy_cpu_micros_per_call
-                    .map_or(String::new(), |cpu| format!(", proxy CPU {cpu:.1} µs/call"));
-                if let (TargetKind::GatewayTraced, Some(traced)) = (target.kind, &traced) {
-                    let _ = write!(cpu, ", {} spans so far", traced.receiver.counts().spans);
-                }
-                eprintln!(
-                    "p50 {:.1} µs, p99 {:.1} µs, {:.0} calls/s{cpu}{}",
-                    latency.p50,
-                    latency.p99,
-                    record.report.throughput_rps,
-                    if record.report.errors > 0 {
-                        format!(
-                            ", {} ERRORS: {:?}",
-                            record.report.errors, record.report.error_samples
-                        )
-                    } else {
-                        String::new()
-                    }
-                );
-                records.push(record);
-            }
-        }
-    }
+    let (mut running, mut memory, environment) = start_all(&plan, temp.path()).await?;
+    let records = run_rounds(&plan, &mut running).await?;
     let load_average_end = machine::load_average();
-
-    // 5. Memory after the runs, then the results.
-    memory.gateway_after_runs = Some(procfs::read_memory(gateway.pid)?);
-    for (mode, plugin) in &plugins {
-        let after = Some(procfs::read_memory(plugin.pid)?);
-        match mode {
-            PluginMode::Echo => memory.plugin_after_runs = after,
-            PluginMode::Mutate => memory.mutate_plugin_after_runs = after,
-        }
-    }
-    if let Some(proxy) = &nginx {
-        memory.nginx_after_runs = Some(procfs::memory(&proxy.pids));
-    }
-    if let Some(proxy) = &haproxy {
-        memory.haproxy_after_runs = Some(procfs::memory(&proxy.pids));
-    }
-    // The spans: stop the traced gateway first, so its batch processor
-    // flushes what it still holds, then count.
-    let mut spans = None;
-    if let Some(traced) = &mut traced {
-        memory.traced_gateway_after_runs = Some(procfs::read_memory(traced.gateway.pid)?);
-        let flushed = traced.gateway.guard.stop(TRACED_STOP_GRACE).await;
-        if !flushed {
-            eprintln!(
-                "gwbench: the traced gateway did not exit cleanly on SIGTERM; the span count may miss its last batch{}",
-                traced.gateway.guard.log_tail()
-            );
-        }
-        let counts = traced.receiver.counts();
-        let report = SpanReport::new(
-            calls_made(&records, TargetKind::GatewayTraced),
-            counts.spans,
-            counts.exports,
-            flushed,
-            traced.exporter_env.clone(),
-        );
-        eprintln!(
-            "gwbench: the OTLP receiver got {} spans in {} requests for {} calls through the traced gateway",
-            report.spans_received, report.export_requests, report.calls
-        );
-        if let Some(warning) = report.shortfall_warning() {
-            eprintln!("gwbench: WARNING: {warning}");
-        }
-        spans = Some(report);
-    }
-    let target_kinds: Vec<TargetKind> = targets.iter().map(|t| t.kind).collect();
+    read_memory_after_runs(&running, &mut memory)?;
+    let spans = count_spans(&mut running, &records).await;
+    let targets: Vec<TargetKind> = running.targets().iter().map(|t| t.kind).collect();
     let mut results = BenchResults {
-        settings: Settings {
-            hook: args.hook,
-            rounds: args.rounds,
-            duration_seconds: args.duration.as_secs_f64(),
-            warmup_seconds: args.warmup.as_secs_f64(),
-            connections: args.connections,
-            registered_plugins: args.registered.max(registry.len()),
-            scenarios: plan.scenarios.clone(),
-            targets: target_kinds.clone(),
-            traced_scenarios: plan.traced_scenarios.clone(),
-            command_line,
-        },
+        settings: settings(&plan, &running, targets.clone(), start.command_line),
         environment: Environment {
-            cpus,
-            cpu_model: machine::cpu_model(),
-            kernel: machine::kernel(),
-            load_average_start,
+            load_average_start: start.load_average,
             load_average_end,
-            clock_ticks_per_second: ticks_per_second,
-            nginx_version,
-            nginx_skipped,
-            haproxy_version,
-            haproxy_skipped,
-            started_at_unix,
+            started_at_unix: start.unix,
+            ..environment
         },
-        summary: summarize(&plan.scenarios, &target_kinds, &records),
+        summary: summarize(&plan.scenarios, &targets, &records),
         memory,
         spans,
         goals: Vec::new(),
         rounds: records,
     };
     results.goals = goals(&results);
-    write_results(&args.out, &results)?;
+    write_results(&plan.args.out, &results)?;
     print!("{}", markdown(&results));
-    eprintln!("gwbench: results written to {}", args.out.display());
-    // Stop the proxies, then the gateways, then the plugins and the receiver.
-    drop(nginx);
-    drop(haproxy);
-    drop(gateway);
-    drop(traced);
-    drop(plugins);
+    eprintln!("gwbench: results written to {}", plan.args.out.display());
+    drop(running);
     Ok(())
 }
 
-/// `echo=ADDR, mutate=ADDR`.
-fn addresses(listen: &BTreeMap<PluginMode, SocketAddr>) -> String {
-    listen
-        .iter()
-        .map(|(mode, address)| format!("{}={address}", mode.plugin_name()))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// One hookbench run against one target, with the CPU time the target's
-/// processes and the plugin spent on it.
-async fn run_round(
+/// How the run was set up, for the results.
+fn settings(
     plan: &Plan,
-    round: usize,
-    scenario: &Scenario,
-    target: &Target,
-    plugin_pid: u32,
-    ticks_per_second: u64,
-) -> anyhow::Result<RoundRecord> {
+    running: &Running,
+    targets: Vec<TargetKind>,
+    command_line: Vec<String>,
+) -> Settings {
     let args = &plan.args;
-    let url = target.urls.get(&scenario.plugin_mode).with_context(|| {
-        format!(
-            "{} has no route to the {} plugin",
-            target.kind,
-            scenario.plugin_mode.plugin_name()
-        )
-    })?;
-    let mut command = Command::new(&plan.hookbench);
-    command
-        .args(["--target", url])
-        .args(["--hook", args.hook.as_str()])
-        .args(["--concurrency", &scenario.concurrency.to_string()])
-        .args(["--connections", &args.connections.to_string()])
-        .args(["--work-bytes", &scenario.work_bytes.to_string()])
-        .args(["--duration", &seconds(args.duration)])
-        .args(["--warmup", &seconds(args.warmup)])
-        .args(["--timeout", &seconds(args.timeout)])
-        .args(["--threads", &args.hookbench_threads.to_string()])
-        .arg("--json");
-    if target.kind.is_gateway() {
-        command.args(["--plugin", scenario.plugin_mode.plugin_name()]);
+    Settings {
+        hook: args.hook,
+        rounds: args.rounds,
+        duration_seconds: args.duration.as_secs_f64(),
+        warmup_seconds: args.warmup.as_secs_f64(),
+        connections: args.connections,
+        registered_plugins: args.registered.max(running.plugins.len()),
+        scenarios: plan.scenarios.clone(),
+        targets,
+        traced_scenarios: plan.traced_scenarios.clone(),
+        command_line,
     }
-
-    let proxy_before = procfs::cpu_ticks(&target.proxy_pids);
-    let plugin_before = procfs::cpu_ticks(&[plugin_pid]);
-    let output = processes::output(command)
-        .await
-        .context("cannot run hookbench")?;
-    let proxy_ticks = procfs::cpu_ticks(&target.proxy_pids).saturating_sub(proxy_before);
-    let plugin_ticks = procfs::cpu_ticks(&[plugin_pid]).saturating_sub(plugin_before);
-
-    // hookbench prints its report even when every call failed (and exits 1).
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let report: Report = serde_json::from_str(stdout.trim()).with_context(|| {
-        format!(
-            "hookbench against {} ({url}) gave no report ({}): {}",
-            target.kind,
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        )
-    })?;
-    // The ticks cover the warm-up as well, so divide by every call made.
-    let calls = report.requests + report.warmup_requests;
-    Ok(RoundRecord {
-        round,
-        scenario: scenario.name.clone(),
-        target: target.kind,
-        proxy_cpu_micros_per_call: if target.proxy_pids.is_empty() {
-            None
-        } else {
-            cpu_micros_per_call(proxy_ticks, ticks_per_second, calls)
-        },
-        plugin_cpu_micros_per_call: cpu_micros_per_call(plugin_ticks, ticks_per_second, calls),
-        report,
-    })
-}
-
-/// Starts nginx as a gRPC proxy with one route per plugin; returns it and
-/// its version.
-async fn start_nginx(
-    binary: &Path,
-    temp: &Path,
-    plugins: &BTreeMap<PluginMode, Plugin>,
-) -> anyhow::Result<(Proxy, String)> {
-    let version_output = std::process::Command::new(binary)
-        .arg("-v")
-        .output()
-        .with_context(|| format!("cannot run {} -v", binary.display()))?;
-    // `nginx -v` writes to stderr.
-    let version_text = String::from_utf8_lossy(&version_output.stderr)
-        .trim()
-        .to_owned();
-    let version = version_text
-        .strip_prefix("nginx version: ")
-        .unwrap_or(&version_text)
-        .to_owned();
-
-    let prefix = temp.join("nginx");
-    std::fs::create_dir_all(&prefix)
-        .with_context(|| format!("cannot create {}", prefix.display()))?;
-    set_world_readable(&prefix)?;
-    let (routes, listen) = routes(plugins)?;
-    let conf = prefix.join("nginx.conf");
-    let settings = NginxSettings {
-        prefix: &prefix,
-        routes: &routes,
-        version: parse_nginx_version(&version_text),
-    };
-    std::fs::write(&conf, nginx_config(&settings))
-        .with_context(|| format!("cannot write {}", conf.display()))?;
-
-    let mut command = Command::new(binary);
-    command.arg("-p").arg(&prefix).arg("-c").arg(&conf);
-    let (mut guard, _stdout) = ChildGuard::spawn("nginx", command, &prefix.join("stderr.log"))?;
-    for route in &routes {
-        wait_for_port(&mut guard, &route.listen.to_string(), START_TIMEOUT)
-            .await
-            .map_err(|error| {
-                anyhow!(
-                    "{error:#}{}",
-                    processes::log_tail(&prefix.join("error.log"))
-                )
-            })
-            .context("nginx did not start (pass --no-nginx to leave it out)")?;
-    }
-    // The workers start after the master binds; wait for them so the idle
-    // memory reading includes them.
-    let master = guard.pid()?;
-    for _ in 0..100 {
-        if !procfs::children(master)?.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let pids = procfs::process_group(master)?;
-    Ok((
-        Proxy {
-            guard,
-            listen,
-            pids,
-        },
-        version,
-    ))
-}
-
-/// Starts HAProxy in the foreground (`-db`: one process, `threads`
-/// threads) as a gRPC proxy with one route per plugin; returns it and its
-/// version.
-async fn start_haproxy(
-    binary: &Path,
-    temp: &Path,
-    plugins: &BTreeMap<PluginMode, Plugin>,
-    threads: usize,
-) -> anyhow::Result<(Proxy, String)> {
-    let version_output = std::process::Command::new(binary)
-        .arg("-v")
-        .output()
-        .with_context(|| format!("cannot run {} -v", binary.display()))?;
-    let version_text = String::from_utf8_lossy(&version_output.stdout);
-    let version = parse_haproxy_version(&version_text)
-        .unwrap_or_else(|| version_text.lines().next().unwrap_or("HAProxy").to_owned());
-
-    let (routes, listen) = routes(plugins)?;
-    let conf = temp.join("haproxy.cfg");
-    std::fs::write(&conf, haproxy_config(&routes, threads))
-        .with_context(|| format!("cannot write {}", conf.display()))?;
-    let mut command = Command::new(binary);
-    command.arg("-db").arg("-f").arg(&conf);
-    let (mut guard, _stdout) = ChildGuard::spawn("haproxy", command, &temp.join("haproxy.log"))?;
-    for route in &routes {
-        wait_for_port(&mut guard, &route.listen.to_string(), START_TIMEOUT)
-            .await
-            .context("HAProxy did not start (pass --no-haproxy to leave it out)")?;
-    }
-    // One process with threads; should a master-worker setup ever be used,
-    // its workers count too.
-    let pids = procfs::process_group(guard.pid()?)?;
-    Ok((
-        Proxy {
-            guard,
-            listen,
-            pids,
-        },
-        version,
-    ))
-}
-
-/// A port that is free now (nginx cannot be told to pick one itself).
-fn free_port() -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
-    Ok(listener.local_addr()?)
-}
-
-/// `KEY=VALUE` out of a `… listening grpc=ADDR admin=ADDR` line.
-fn field(line: &str, key: &str) -> anyhow::Result<String> {
-    line.split_whitespace()
-        .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
-        .map(str::to_owned)
-        .with_context(|| format!("no {key}=ADDR in {line:?}"))
-}
-
-/// A duration as hookbench reads it (`3s`, `0.5s`).
-fn seconds(duration: Duration) -> String {
-    format!("{}s", duration.as_secs_f64())
-}
-
-fn set_world_readable(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
-        .with_context(|| format!("cannot set the permissions of {}", dir.display()))
 }
 
 fn write_results(path: &Path, results: &BenchResults) -> anyhow::Result<()> {
@@ -1068,115 +151,4 @@ fn write_results(path: &Path, results: &BenchResults) -> anyhow::Result<()> {
     }
     let json = serde_json::to_string_pretty(results).context("cannot serialize the results")?;
     std::fs::write(path, json + "\n").with_context(|| format!("cannot write {}", path.display()))
-}
-
-#[cfg(test)]
-mod tests {
-    use rollout_bench::compare::procfs::Memory;
-
-    use super::*;
-
-    #[test]
-    fn address_fields() {
-        let line = "rollout-gateway listening grpc=127.0.0.1:4000 admin=127.0.0.1:4001";
-        assert_eq!(field(line, "grpc").expect("present"), "127.0.0.1:4000");
-        assert_eq!(field(line, "admin").expect("present"), "127.0.0.1:4001");
-        assert!(field("echo-plugin listening", "grpc").is_err());
-    }
-
-    #[test]
-    fn durations_for_hookbench() {
-        assert_eq!(seconds(Duration::from_secs(3)), "3s");
-        assert_eq!(seconds(Duration::from_millis(500)), "0.5s");
-        assert_eq!(
-            parse_duration(&seconds(Duration::from_millis(1250))),
-            Ok(Duration::from_millis(1250))
-        );
-    }
-
-    fn scenarios(args: &Args) -> Vec<Scenario> {
-        args.scenarios
-            .iter()
-            .map(|name| Scenario::parse(name).expect("valid"))
-            .collect()
-    }
-
-    #[test]
-    fn the_traced_gateway_runs_in_the_traced_scenarios_only() {
-        let parse = |extra: &[&str]| {
-            let args = Args::try_parse_from(["gwbench"].iter().chain(extra)).expect("valid flags");
-            let scenarios = scenarios(&args);
-            traced_scenarios(&args, &scenarios).map(|traced| (scenarios, traced))
-        };
-        let (defaults, traced) = parse(&[]).expect("valid");
-        assert_eq!(
-            defaults.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
-            DEFAULT_SCENARIOS
-        );
-        assert_eq!(traced, DEFAULT_TRACED_SCENARIOS);
-        assert!(parse(&["--no-traced"]).expect("valid").1.is_empty());
-        assert_eq!(
-            parse(&["--traced-scenarios", "all"])
-                .expect("valid")
-                .1
-                .len(),
-            DEFAULT_SCENARIOS.len()
-        );
-        // Spelled differently, still the same scenario; others ignored.
-        assert_eq!(
-            parse(&[
-                "--scenarios",
-                "c1-4k-mut,c8-64k",
-                "--traced-scenarios",
-                "c1-4KiB-mut,c32-4k-mut"
-            ])
-            .expect("valid")
-            .1,
-            ["c1-4k-mut"]
-        );
-        assert!(parse(&["--traced-scenarios", "c1-nope"]).is_err());
-
-        let (scenarios, traced) = parse(&[]).expect("valid");
-        let target = |kind, modes: &[PluginMode]| Target {
-            kind,
-            urls: modes
-                .iter()
-                .map(|mode| (*mode, "http://127.0.0.1:1".to_owned()))
-                .collect(),
-            proxy_pids: Vec::new(),
-        };
-        let both = [PluginMode::Echo, PluginMode::Mutate];
-        let runs = |target: &Target| {
-            scenarios
-                .iter()
-                .filter(|s| target.runs_in(s, &traced))
-                .map(|s| s.name.as_str())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(runs(&target(TargetKind::Gateway, &both)), DEFAULT_SCENARIOS);
-        assert_eq!(
-            runs(&target(TargetKind::GatewayTraced, &both)),
-            DEFAULT_TRACED_SCENARIOS
-        );
-        // A target with no route to the mutating plugin runs in no `-mut` scenario.
-        assert_eq!(
-            runs(&target(TargetKind::Haproxy, &[PluginMode::Echo])),
-            ["c1-4k", "c8-64k"]
-        );
-    }
-
-    #[test]
-    fn memory_is_summed() {
-        let a = Memory {
-            rss_kib: 1,
-            hwm_kib: 2,
-        };
-        assert_eq!(
-            a + a,
-            Memory {
-                rss_kib: 2,
-                hwm_kib: 4
-            }
-        );
-    }
 }
