@@ -2,6 +2,9 @@
 //! (`gateway/src/telemetry/trace.rs`, docs/plugin-api.md §4): one span per reconcile of
 //! one ManifestWorkReplicaSet, and one client span per hook call, a child of
 //! it, whose context travels to the gateway as the W3C `traceparent` header.
+//! A hook span carries a validation's verdict and the plugins that failed
+//! open (`rollout_telemetry::outcome`); the reconcile span says when an abort
+//! starts (`orchestrate::trace`).
 //! The gateway makes its server span a child of that one, and each plugin's
 //! span a child of the gateway's, so a whole rollout step is one trace.
 //!
@@ -12,8 +15,9 @@
 use opentelemetry::trace::{Span as _, SpanContext, SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::Span;
+use rollout_proto::v1alpha1::ValidateResponse;
 use rollout_proto::view::RolloutFields;
-use rollout_telemetry::{Tracer, finish_span, rollout_attributes};
+use rollout_telemetry::{Tracer, finish_span, outcome, rollout_attributes};
 
 pub use rollout_telemetry::{TracingError, TracingOptions};
 
@@ -119,7 +123,22 @@ impl HookSpan {
         rollout_telemetry::traceparent(self.context())
     }
 
-    /// Ends the span with the call's gRPC status.
+    /// Records a validation answer from `plugin` (the target the call
+    /// named): `ocm.rollout.validation.result`, and when it is FAILED an
+    /// error status naming the target and the answer's message.
+    pub fn set_validation(&mut self, plugin: &str, answer: &ValidateResponse) {
+        outcome::record_validation(&mut self.span, &[plugin], answer);
+    }
+
+    /// Records the plugins that failed open (the gateway's
+    /// `ocm-rollout-failed-open` trailer) as `ocm.rollout.failed_open`;
+    /// nothing when there is none.
+    pub fn set_failed_open(&mut self, plugins: &[String]) {
+        let names: Vec<&str> = plugins.iter().map(String::as_str).collect();
+        outcome::record_failed_open(&mut self.span, &names);
+    }
+
+    /// Ends the span with the call's gRPC status (an error names the code).
     pub fn finish(mut self, code: tonic::Code, message: &str) {
         finish_span(&mut self.span, code, message);
     }

@@ -22,7 +22,9 @@ use http::HeaderMap;
 use opentelemetry::trace::SpanContext;
 use rollout_policies::FailurePolicy;
 use rollout_policies::merge::{self, Failure, Member, Merged, Outcome};
-use rollout_proto::v1alpha1::{InitializeRequest, InitializeResponse, ValidateResponse};
+use rollout_proto::v1alpha1::{
+    InitializeRequest, InitializeResponse, ValidateResponse, ValidationResult,
+};
 use tokio::time::Instant;
 use tonic::Code;
 use tower::ServiceExt;
@@ -218,11 +220,12 @@ impl CallContext<'_> {
         Ok(merge::merge_ack(members)?)
     }
 
-    /// ValidateRolloutCompletion.
+    /// ValidateRolloutCompletion: the merged answer, and the members that
+    /// answered FAILED (for the call's span).
     pub async fn validate(
         &self,
         request: Forwarded,
-    ) -> Result<Merged<ValidateResponse>, GatewayError> {
+    ) -> Result<(Merged<ValidateResponse>, Vec<String>), GatewayError> {
         let members = self
             .fan_out(HookRequest::ValidateRolloutCompletion(request))
             .await;
@@ -230,7 +233,15 @@ impl CallContext<'_> {
             HookResponse::ValidateRolloutCompletion(v) => Some(v),
             _ => None,
         });
-        Ok(merge::merge_validate(!self.target.is_pipeline(), members)?)
+        let failed_by = members
+            .iter()
+            .filter(|m| {
+                matches!(&m.outcome, Outcome::Answered(v) if v.result == ValidationResult::Failed as i32)
+            })
+            .map(|m| m.name.clone())
+            .collect();
+        let merged = merge::merge_validate(!self.target.is_pipeline(), members)?;
+        Ok((merged, failed_by))
     }
 
     /// MutateManifestWork: members one after another, each receiving the

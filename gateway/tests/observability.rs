@@ -14,8 +14,10 @@ use common::otlp::{attribute, hex, receiver};
 use common::*;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use rollout_gateway::hooks::HookKind;
 use rollout_gateway::telemetry::TracingOptions;
+use rollout_proto::v1alpha1::{ValidateResponse, ValidationResult};
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -190,6 +192,200 @@ async fn a_pipeline_mutate_is_one_server_span_with_a_client_span_per_attempt() {
     assert_eq!(
         b.last(HookKind::MutateManifestWork).unwrap().traceparent,
         Some(expected(clients[2]))
+    );
+}
+
+/// The spans of one trace, by kind: (server spans, client spans by plugin).
+fn trace_spans<'a>(spans: &'a [Span], trace: &str) -> (Vec<&'a Span>, BTreeMap<String, &'a Span>) {
+    let of_trace: Vec<&Span> = spans.iter().filter(|s| hex(&s.trace_id) == trace).collect();
+    let server = of_trace
+        .iter()
+        .copied()
+        .filter(|s| s.kind == SpanKind::Server as i32)
+        .collect();
+    let clients = of_trace
+        .iter()
+        .copied()
+        .filter(|s| s.kind == SpanKind::Client as i32)
+        .map(|s| (attribute(s, "ocm.rollout.plugin").unwrap_or_default(), s))
+        .collect();
+    (server, clients)
+}
+
+/// A span's status as (code, description).
+fn status(span: &Span) -> (StatusCode, String) {
+    let status = span.status.clone().unwrap_or_default();
+    (
+        StatusCode::try_from(status.code).unwrap_or(StatusCode::Unset),
+        status.message,
+    )
+}
+
+/// Failures are searchable: a FAILED validation is an error (naming the
+/// plugin that said it and why) on the server span and on that plugin's
+/// attempt span, with `ocm.rollout.validation.result`; a fail-open is an
+/// attribute on a span that is no error; a plugin's error is an error
+/// status naming its code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_validations_fail_opens_and_errors_are_searchable_on_spans() {
+    let (otlp, otlp_addr) = receiver().await;
+    let smoke = plugin(Behaviour::new("smoke")).await;
+    smoke.set(|b| {
+        b.validate = ValidateResponse {
+            result: ValidationResult::Failed as i32,
+            message: "error rate 7% > 1%".into(),
+            recheck_after: None,
+        };
+    });
+    let weights = plugin(Behaviour::new("weights")).await;
+    let down = plugin(Behaviour::new("down")).await;
+    down.set(|b| b.fail = Some((Code::Internal, "lost its database".into())));
+    let broken = plugin(Behaviour::new("broken")).await;
+    broken.set(|b| b.fail = Some((Code::FailedPrecondition, "not configured".into())));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    let once = "    retry:\n      maxAttempts: 1\n";
+    std::fs::write(
+        &path,
+        format!(
+            "plugins:\n{}{}{}{}pipelines:\n  - name: canary\n    plugins: [smoke, weights, down]\n  - name: quiet\n    plugins: [weights, down]\n",
+            insecure_plugin("smoke", &smoke, once),
+            insecure_plugin("weights", &weights, once),
+            insecure_plugin("down", &down, &format!("{once}    failurePolicy: Ignore\n")),
+            insecure_plugin("broken", &broken, once),
+        ),
+    )
+    .unwrap();
+    let gw = gateway_with(dir, path, |o| {
+        o.tracing = TracingOptions {
+            otlp_endpoint: Some(format!("http://{otlp_addr}")),
+            schedule_delay: Some(Duration::from_millis(50)),
+            ..TracingOptions::new("gateway-under-test")
+        };
+    })
+    .await;
+    for p in [&smoke, &weights, &down, &broken] {
+        p.wait_calls(HookKind::Initialize, 1).await;
+    }
+    let traces = [
+        ("canary", "4bf92f3577b34da6a3ce929d0e0e4701"),
+        ("quiet", "4bf92f3577b34da6a3ce929d0e0e4702"),
+        ("broken", "4bf92f3577b34da6a3ce929d0e0e4703"),
+    ];
+    let mut client = gw.client().await;
+    let mut answers = Vec::new();
+    for (target, trace) in traces {
+        let mut request = to(target, validate_request("cluster-2"));
+        request.metadata_mut().insert(
+            "traceparent",
+            format!("00-{trace}-00f067aa0ba902b7-01").parse().unwrap(),
+        );
+        answers.push(client.validate_rollout_completion(request).await);
+    }
+    let canary = answers[0].as_ref().expect("the pipeline answers");
+    assert_eq!(canary.get_ref().result, ValidationResult::Failed as i32);
+    assert_eq!(
+        trailer(canary.metadata(), "ocm-rollout-failed-open").as_deref(),
+        Some("down")
+    );
+    assert_eq!(
+        answers[2].as_ref().expect_err("broken fails").code(),
+        Code::FailedPrecondition
+    );
+    gw.stop().await;
+    let spans: Vec<Span> = otlp
+        .spans
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, s)| s.clone())
+        .collect();
+
+    // The pipeline whose member said FAILED.
+    let (server, clients) = trace_spans(&spans, traces[0].1);
+    let [server] = server[..] else {
+        panic!("one server span: {spans:#?}")
+    };
+    let (code, description) = status(server);
+    assert_eq!(code, StatusCode::Error, "{server:#?}");
+    // The description ends with the answer's message: a pipeline's names
+    // each member that gave one.
+    assert_eq!(
+        description,
+        "ValidateRolloutCompletion FAILED by plugin \"smoke\": smoke: error rate 7% > 1%"
+    );
+    for (key, value) in [
+        ("ocm.rollout.validation.result", "FAILED"),
+        ("ocm.rollout.validation.failed_by", "smoke"),
+        ("ocm.rollout.failed_open", "down"),
+        ("rpc.grpc.status_code", "0"),
+    ] {
+        assert_eq!(attribute(server, key).as_deref(), Some(value), "{key}");
+    }
+    let smoke_span = clients["smoke"];
+    assert_eq!(
+        status(smoke_span),
+        (
+            StatusCode::Error,
+            "ValidateRolloutCompletion FAILED by plugin \"smoke\": error rate 7% > 1%".into()
+        )
+    );
+    assert_eq!(
+        attribute(smoke_span, "ocm.rollout.validation.result").as_deref(),
+        Some("FAILED")
+    );
+    let weights_span = clients["weights"];
+    assert_eq!(status(weights_span).0, StatusCode::Unset);
+    assert_eq!(
+        attribute(weights_span, "ocm.rollout.validation.result").as_deref(),
+        Some("SUCCEEDED")
+    );
+    let down_span = clients["down"];
+    assert_eq!(
+        status(down_span),
+        (StatusCode::Error, "INTERNAL: lost its database".into())
+    );
+    assert_eq!(attribute(down_span, "ocm.rollout.validation.result"), None);
+
+    // A fail-open alone: the call succeeded, so its span is no error.
+    let (server, _) = trace_spans(&spans, traces[1].1);
+    let [server] = server[..] else {
+        panic!("one server span: {spans:#?}")
+    };
+    assert_eq!(status(server).0, StatusCode::Unset, "{server:#?}");
+    assert_eq!(
+        attribute(server, "ocm.rollout.failed_open").as_deref(),
+        Some("down")
+    );
+    assert_eq!(
+        attribute(server, "ocm.rollout.validation.result").as_deref(),
+        Some("SUCCEEDED")
+    );
+    assert!(server.events.iter().any(|e| e.name == "fail-open"));
+
+    // A plugin's error under failurePolicy: Fail names its code.
+    let (server, clients) = trace_spans(&spans, traces[2].1);
+    let [server] = server[..] else {
+        panic!("one server span: {spans:#?}")
+    };
+    assert_eq!(
+        status(server),
+        (
+            StatusCode::Error,
+            "FAILED_PRECONDITION: plugin \"broken\": not configured".into()
+        )
+    );
+    assert_eq!(
+        attribute(server, "rpc.grpc.status_code").as_deref(),
+        Some((Code::FailedPrecondition as i32).to_string().as_str())
+    );
+    assert_eq!(attribute(server, "ocm.rollout.validation.result"), None);
+    assert_eq!(
+        status(clients["broken"]),
+        (
+            StatusCode::Error,
+            "FAILED_PRECONDITION: not configured".into()
+        )
     );
 }
 

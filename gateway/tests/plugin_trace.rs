@@ -124,6 +124,14 @@ async fn the_clients_the_gateways_and_the_plugins_spans_are_one_trace() {
         hex(&plugin_server.parent_span_id),
         hex(&gateway_client.span_id)
     );
+    // Each hop says the verdict it saw.
+    for span in [&gateway_server, &gateway_client] {
+        assert_eq!(
+            attribute(span, "ocm.rollout.validation.result").as_deref(),
+            Some("SUCCEEDED"),
+            "{span:#?}"
+        );
+    }
     assert_eq!(
         plugin_server.name,
         "ocm.rolloutplugin.v1alpha1.RolloutPluginService/ValidateRolloutCompletion"
@@ -138,6 +146,7 @@ async fn the_clients_the_gateways_and_the_plugins_spans_are_one_trace() {
         ("ocm.rollout.plugin", "validator"),
         ("ocm.cluster", "cluster-3"),
         ("rpc.grpc.status_code", "0"),
+        ("ocm.rollout.validation.result", "SUCCEEDED"),
     ] {
         assert_eq!(
             attribute(&plugin_server, key).as_deref(),

@@ -90,8 +90,9 @@ impl<P: RolloutPlugin> PluginService<P> {
     }
 
     /// Runs `call`, the body of `hook`, inside a server span (child of
-    /// `parent`) and a `tracing` span carrying its ids; records the outcome.
-    async fn traced<T>(
+    /// `parent`) and a `tracing` span carrying its ids; records the outcome
+    /// (a validation's verdict too: FAILED makes the span an error).
+    async fn traced<T: Answer>(
         &self,
         hook: &'static str,
         parent: Option<SpanContext>,
@@ -126,7 +127,16 @@ impl<P: RolloutPlugin> PluginService<P> {
         );
         let result = call.instrument(log_span).await;
         match &result {
-            Ok(_) => rollout_telemetry::finish_span(&mut span, tonic::Code::Ok, ""),
+            Ok(answer) => {
+                if let Some(validation) = answer.validation() {
+                    rollout_telemetry::outcome::record_validation(
+                        &mut span,
+                        &[&*self.name],
+                        validation,
+                    );
+                }
+                rollout_telemetry::finish_span(&mut span, tonic::Code::Ok, "")
+            }
             Err(status) => {
                 rollout_telemetry::finish_span(&mut span, status.code(), status.message())
             }
@@ -263,6 +273,26 @@ impl<P: RolloutPlugin> RolloutPluginService for PluginService<P> {
             .await
     }
 }
+
+/// What an answer says on the plugin's span beyond its code: a
+/// validation's verdict.
+trait Answer {
+    fn validation(&self) -> Option<&ValidateResponse> {
+        None
+    }
+}
+
+impl Answer for Response<ValidateResponse> {
+    fn validation(&self) -> Option<&ValidateResponse> {
+        Some(self.get_ref())
+    }
+}
+
+impl Answer for Response<InitializeResponse> {}
+
+impl Answer for Response<()> {}
+
+impl Answer for Response<MutateManifestWorkResponse> {}
 
 impl<P: RolloutPlugin> PluginService<P> {
     /// MutateManifestWork's body: the hook, then the identity check.

@@ -2,7 +2,8 @@
 //! OpenTelemetry tracer configured by the standard `OTEL_*` variables
 //! ([`TracingOptions`], [`Tracer`]), the W3C `traceparent` they pass along
 //! ([`traceparent`], [`parse_traceparent`]), the span attributes of a rollout
-//! request ([`rollout_attributes`]), and log set-up whose JSON lines carry the
+//! request ([`rollout_attributes`]), what a span says about a hook's
+//! outcome ([`outcome`]: codes, verdicts, fail-opens), and log set-up whose JSON lines carry the
 //! trace ids ([`logs`]).
 //!
 //! Spans are always made, so the trace context always propagates; they leave
@@ -18,19 +19,20 @@
 
 pub mod logs;
 mod otlp;
+pub mod outcome;
 
-use std::borrow::Cow;
+pub use outcome::finish_span;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::{
-    Span as _, SpanContext, SpanId, Status as SpanStatus, TraceFlags, TraceId, TraceState,
-    TracerProvider as _,
+    SpanContext, SpanId, TraceFlags, TraceId, TraceState, TracerProvider as _,
 };
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, Span,
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider,
 };
 use rollout_proto::view::RolloutFields;
 
@@ -401,16 +403,6 @@ pub fn rollout_attributes(attributes: &mut Vec<KeyValue>, r: &RolloutFields) {
     }
 }
 
-/// Records a gRPC outcome on `span` (`rpc.grpc.status_code`, and an error
-/// status with the message when not OK) and ends it.
-pub fn finish_span(span: &mut Span, code: tonic::Code, message: &str) {
-    span.set_attribute(KeyValue::new("rpc.grpc.status_code", code as i64));
-    if code != tonic::Code::Ok {
-        span.set_status(SpanStatus::error(Cow::Owned(message.to_string())));
-    }
-    span.end();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -660,7 +652,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_headers_variable_reaches_the_collector() {
-        use opentelemetry::trace::Tracer as _;
+        use opentelemetry::trace::{Span as _, Tracer as _};
         use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

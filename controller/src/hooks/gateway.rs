@@ -194,7 +194,8 @@ impl GatewayHooks {
         Ok(request)
     }
 
-    /// Makes one call: counts it, wraps it in a client span, sends it, and
+    /// Makes one call: counts it, wraps it in a client span (with the
+    /// members that failed open and a validation's verdict), sends it, and
     /// turns a failure into a [`HookError`].
     async fn call<Req, Resp>(
         &self,
@@ -205,18 +206,23 @@ impl GatewayHooks {
     ) -> Result<tonic::Response<Resp>, HookError>
     where
         Req: prost::Message + Send + Sync + 'static,
-        Resp: prost::Message + Default + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + Answer + 'static,
     {
         self.counters.record(hook);
-        let span = self
+        let mut span = self
             .telemetry
             .hook_span(call.trace, hook, call.plugin, rollout);
         let result = match self.request(call, message, &span.traceparent()) {
-            Ok(request) => self.send(hook, request).await,
+            Ok(request) => self.send::<_, Resp>(hook, request).await,
             Err(status) => Err(status),
         };
         match result {
             Ok(response) => {
+                let failed_open = trailer_list(response.metadata(), FAILED_OPEN_METADATA_KEY);
+                span.set_failed_open(&failed_open);
+                if let Some(answer) = response.get_ref().validation() {
+                    span.set_validation(call.plugin, answer);
+                }
                 span.finish(tonic::Code::Ok, "");
                 Ok(response)
             }
@@ -258,6 +264,27 @@ impl GatewayHooks {
         client.unary(request, path, codec).await
     }
 }
+
+/// What a hook's answer says on its span beyond the code: a validation's
+/// verdict.
+trait Answer {
+    /// The validation answer, for ValidateRolloutCompletion.
+    fn validation(&self) -> Option<&ValidateResponse> {
+        None
+    }
+}
+
+impl Answer for ValidateResponse {
+    fn validation(&self) -> Option<&ValidateResponse> {
+        Some(self)
+    }
+}
+
+impl Answer for InitializeResponse {}
+
+impl Answer for MutateManifestWorkResponse {}
+
+impl Answer for () {}
 
 /// A comma-separated trailer as a list (absent or empty: none).
 fn trailer_list(metadata: &MetadataMap, key: &str) -> Vec<String> {

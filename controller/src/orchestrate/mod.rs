@@ -54,6 +54,7 @@ pub mod conflict;
 pub mod memory;
 pub mod observe;
 pub mod request;
+mod trace;
 
 #[cfg(test)]
 mod tests;
@@ -639,6 +640,7 @@ pub async fn deploy<H: Hooks, W: World>(
         outcome.requeue_after = soonest(outcome.requeue_after, placement.requeue_after);
         outcome.placements.push(placement);
     }
+    trace::record_step(input, &outcome);
     outcome
 }
 

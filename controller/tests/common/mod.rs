@@ -12,6 +12,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod fields;
+pub mod otlp;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

@@ -152,7 +152,8 @@ async fn route(
             if let Some(rollout) = &request.rollout {
                 span.set_rollout(rollout);
             }
-            let merged = ctx.validate(request).await?;
+            let (merged, failed_by) = ctx.validate(request).await?;
+            span.set_validation(&failed_by, &merged.value);
             Ok((
                 grpc::encode(&merged.value),
                 ok_trailers(failed_open(&merged.failed_open)),

@@ -1,6 +1,7 @@
 //! The per-attempt telemetry layer of a plugin's stack: a client span per
-//! attempt, its context injected as the plugin's `traceparent`, and the
-//! attempt, retry and circuit-rejection counters.
+//! attempt (with the plugin's validation verdict), its context injected as
+//! the plugin's `traceparent`, and the attempt, retry and circuit-rejection
+//! counters.
 //!
 //! It sits below the retry layer (so it sees every attempt, numbered) and above
 //! the circuit breaker (so an attempt the open circuit refuses is visible too,
@@ -90,6 +91,7 @@ where
         ResponseFuture {
             inner: self.inner.call(call),
             span: Some(span),
+            plugin: self.layer.plugin.clone(),
             metrics: self.layer.metrics.clone(),
             hook,
             attempt,
@@ -105,6 +107,7 @@ pin_project! {
         #[pin]
         inner: F,
         span: Option<ClientSpan>,
+        plugin: Arc<str>,
         metrics: Arc<PluginMetrics>,
         hook: HookKind,
         attempt: u32,
@@ -141,7 +144,10 @@ where
         } else {
             this.metrics.record_attempt(*this.hook, *this.attempt, code);
         }
-        if let Some(span) = this.span.take() {
+        if let Some(mut span) = this.span.take() {
+            if let Ok(HookResponse::ValidateRolloutCompletion(answer)) = &result {
+                span.set_validation(this.plugin, answer);
+            }
             span.finish(code, &message, rejected);
         }
         Poll::Ready(result)

@@ -13,7 +13,9 @@ use http::HeaderValue;
 use opentelemetry::trace::{Span as _, SpanContext, SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::Span;
+use rollout_proto::v1alpha1::ValidateResponse;
 use rollout_proto::view::RolloutFields;
+use rollout_telemetry::outcome::{self, VALIDATION_FAILED_BY};
 use rollout_telemetry::{
     Tracer, TracingError, TracingOptions, finish_span, parse_traceparent, rollout_attributes,
 };
@@ -123,12 +125,14 @@ impl Tracing {
 
 /// The most attributes a server span carries: the three of
 /// [`server_attributes`], `ocm.rollout.plugin`, `ocm.hub`, the four rollout
-/// attributes, `rpc.grpc.status_code` and `ocm.rollout.failed_open`.
-const SERVER_ATTRIBUTES: usize = 11;
+/// attributes, `rpc.grpc.status_code`, `ocm.rollout.failed_open`,
+/// `ocm.rollout.validation.result` and `ocm.rollout.validation.failed_by`.
+const SERVER_ATTRIBUTES: usize = 13;
 
 /// The most attributes a client span carries: five set at its start, the
-/// four rollout attributes and `rpc.grpc.status_code`.
-const CLIENT_ATTRIBUTES: usize = 10;
+/// four rollout attributes, `rpc.grpc.status_code` and
+/// `ocm.rollout.validation.result`.
+const CLIENT_ATTRIBUTES: usize = 11;
 
 /// The attributes a server span starts with, in a vector with room for all
 /// it may get later, so that setting them never reallocates it.
@@ -197,21 +201,30 @@ impl ServerSpan {
         self.span.set_attributes(attributes);
     }
 
-    /// Ends the span with the call's answer; each member that failed open is
-    /// an event and is listed in `ocm.rollout.failed_open`.
-    pub fn finish(mut self, code: Code, message: &str, failed_open: &[&str]) {
-        if !failed_open.is_empty() {
-            for name in failed_open {
-                self.span.add_event(
-                    "fail-open",
-                    vec![KeyValue::new("ocm.rollout.plugin", name.to_string())],
-                );
-            }
-            self.span.set_attribute(KeyValue::new(
-                "ocm.rollout.failed_open",
-                failed_open.join(","),
-            ));
+    /// Records the merged validation answer: `ocm.rollout.validation.result`,
+    /// and when it is FAILED an error status naming `failed_by` (the members
+    /// that answered FAILED), also listed in
+    /// `ocm.rollout.validation.failed_by`.
+    pub fn set_validation(&mut self, failed_by: &[String], answer: &ValidateResponse) {
+        let names: Vec<&str> = failed_by.iter().map(String::as_str).collect();
+        outcome::record_validation(&mut self.span, &names, answer);
+        if !names.is_empty() {
+            self.span
+                .set_attribute(KeyValue::new(VALIDATION_FAILED_BY, names.join(",")));
         }
+    }
+
+    /// Ends the span with the call's answer; each member that failed open is
+    /// an event and is listed in `ocm.rollout.failed_open` (the status stays
+    /// as the code says: the call went on without them).
+    pub fn finish(mut self, code: Code, message: &str, failed_open: &[&str]) {
+        for name in failed_open {
+            self.span.add_event(
+                "fail-open",
+                vec![KeyValue::new("ocm.rollout.plugin", name.to_string())],
+            );
+        }
+        outcome::record_failed_open(&mut self.span, failed_open);
         finish_span(&mut self.span, code, message);
     }
 }
@@ -226,6 +239,12 @@ impl ClientSpan {
     /// The context the plugin receives as its `traceparent`.
     pub fn context(&self) -> &SpanContext {
         self.span.span_context()
+    }
+
+    /// Records the plugin's validation answer: its verdict, and when it is
+    /// FAILED an error status naming `plugin` and its message.
+    pub fn set_validation(&mut self, plugin: &str, answer: &ValidateResponse) {
+        outcome::record_validation(&mut self.span, &[plugin], answer);
     }
 
     /// Ends the span with the attempt's status. An attempt refused by the
