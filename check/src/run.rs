@@ -13,8 +13,8 @@ use rollout_proto::v1alpha1::{
 };
 use serde_json::{Value, json};
 
+use crate::client::{ConnectError, Connection, TlsFiles};
 use crate::rules::{self, Outcome, Rule, Verdict};
-use crate::wire::{ConnectError, Connection, TlsFiles};
 
 /// The deadline every ordinary call gets (the gateway's default plugin
 /// timeout is of this order).

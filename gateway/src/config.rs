@@ -884,27 +884,7 @@ pub fn parse_code(text: &str) -> Option<Code> {
     if let Ok(n) = text.parse::<i32>() {
         return (0..=16).contains(&n).then(|| Code::from_i32(n));
     }
-    let code = match text.to_ascii_uppercase().as_str() {
-        "OK" => Code::Ok,
-        "CANCELLED" => Code::Cancelled,
-        "UNKNOWN" => Code::Unknown,
-        "INVALID_ARGUMENT" => Code::InvalidArgument,
-        "DEADLINE_EXCEEDED" => Code::DeadlineExceeded,
-        "NOT_FOUND" => Code::NotFound,
-        "ALREADY_EXISTS" => Code::AlreadyExists,
-        "PERMISSION_DENIED" => Code::PermissionDenied,
-        "RESOURCE_EXHAUSTED" => Code::ResourceExhausted,
-        "FAILED_PRECONDITION" => Code::FailedPrecondition,
-        "ABORTED" => Code::Aborted,
-        "OUT_OF_RANGE" => Code::OutOfRange,
-        "UNIMPLEMENTED" => Code::Unimplemented,
-        "INTERNAL" => Code::Internal,
-        "UNAVAILABLE" => Code::Unavailable,
-        "DATA_LOSS" => Code::DataLoss,
-        "UNAUTHENTICATED" => Code::Unauthenticated,
-        _ => return None,
-    };
-    Some(code)
+    rollout_wire::code_from_name(text)
 }
 
 /// `host:port`, `[v6]:port`. No scheme: the transport comes from
