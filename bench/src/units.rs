@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use rollout_proto::duration::{self, DurationError, Rules};
+
 /// A size or duration that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UnitError {
@@ -29,10 +31,12 @@ pub enum UnitError {
     /// The value does not fit in 64 bits.
     #[error("{0:?} is too large")]
     Overflow(String),
+    /// Not a duration.
+    #[error(transparent)]
+    Duration(#[from] DurationError),
 }
 
 const SIZE_UNITS: &str = "B, k/K/KiB, KB, m/M/MiB, MB, g/G/GiB, GB";
-const DURATION_UNITS: &str = "ns, us, µs, ms, s, m, h";
 
 /// Splits `"64KiB"` into `(64.0, "KiB")`; the number may have a fraction.
 fn split_number(input: &str) -> Result<(f64, &str), UnitError> {
@@ -95,27 +99,11 @@ pub fn format_size(bytes: u64) -> String {
     }
 }
 
-/// Parses a Go-style duration: `500ms`, `3s`, `1.5s`, `2m`, `1h`. A plain
-/// number means seconds.
+/// Parses a duration: a bare number of seconds (`10`, `1.5`) or Go's
+/// syntax (`500ms`, `3s`, `2m`, `1h30m`), by the workspace's one parser
+/// ([`Rules::BareSeconds`]).
 pub fn parse_duration(input: &str) -> Result<Duration, UnitError> {
-    let (value, unit) = split_number(input)?;
-    let seconds_per_unit = match unit {
-        "ns" => 1e-9,
-        "us" | "µs" | "μs" => 1e-6,
-        "ms" => 1e-3,
-        "" | "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => {
-            return Err(UnitError::UnknownUnit {
-                input: input.to_owned(),
-                unit: unit.to_owned(),
-                expected: DURATION_UNITS,
-            });
-        }
-    };
-    Duration::try_from_secs_f64(value * seconds_per_unit)
-        .map_err(|_| UnitError::Overflow(input.to_owned()))
+    Ok(duration::parse_duration(input, Rules::BareSeconds)?)
 }
 
 #[cfg(test)]

@@ -4,13 +4,14 @@
 //! one verdict per rule.
 //!
 //! [`rules`] is the pure core: each rule judges what a call returned.
-//! [`wire`] is a unary gRPC client over raw HTTP/2 (it sends deadlines
-//! without enforcing them, and messages with fields the proto lacks), and
+//! [`client`] is a unary gRPC client over raw HTTP/2 (it sends deadlines
+//! without enforcing them, and messages with fields the proto lacks) that
+//! reads answers by the gateway's wire rules (`rollout_wire`), and
 //! [`check`] drives the calls.
 
+pub mod client;
 pub mod rules;
 mod run;
-pub mod wire;
 
+pub use client::{ConnectError, TlsFiles};
 pub use run::{DEADLINE, LARGE_STATE_CLUSTERS, SHORT_DEADLINE, SLACK, check};
-pub use wire::{ConnectError, TlsFiles};

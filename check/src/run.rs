@@ -13,8 +13,8 @@ use rollout_proto::v1alpha1::{
 };
 use serde_json::{Value, json};
 
-use crate::rules::{self, Outcome, Rule, Verdict};
-use crate::wire::{ConnectError, Connection, TlsFiles};
+use crate::client::{ConnectError, Connection, TlsFiles};
+use crate::rules::{self, Outcome, Probe, Rule, Verdict};
 
 /// The deadline every ordinary call gets (the gateway's default plugin
 /// timeout is of this order).
@@ -54,10 +54,25 @@ impl Checker {
             .await
     }
 
-    /// Every rule's outcome; `Err` when the first call's stream failed (the
-    /// endpoint does not speak gRPC over HTTP/2).
+    /// Every rule's outcome, one phase per rule in [`Rule::ALL`]'s order;
+    /// `Err` (why) when the first call's stream failed (the endpoint does
+    /// not speak gRPC over HTTP/2).
     async fn run(&self) -> Result<Vec<Outcome>, String> {
-        let mut out = Vec::new();
+        let (initialize, probes) = self.initialize().await?;
+        let (deadline, hooks) = self.deadline(probes).await;
+        Ok(vec![
+            initialize,
+            deadline,
+            self.idempotent(&hooks).await,
+            self.identity(&hooks).await,
+            self.unknown_fields(&hooks).await,
+            self.large_state(&hooks).await,
+            self.health().await,
+        ])
+    }
+
+    /// Initialize, and the hooks its declaration says to probe.
+    async fn initialize(&self) -> Result<(Outcome, Vec<Probe>), String> {
         let initialize = InitializeRequest {
             controller_version: concat!("rollout-plugin-check/", env!("CARGO_PKG_VERSION")).into(),
             hub_name: String::new(),
@@ -73,15 +88,19 @@ impl Checker {
             return Err(why);
         }
         let (verdict, probes) = rules::judge_initialize(&observed);
-        out.push(Outcome {
+        let outcome = Outcome {
             rule: Rule::Initialize,
             verdict,
-        });
+        };
+        Ok((outcome, probes))
+    }
 
+    /// Each probed hook with a generous deadline, then a short one; and the
+    /// hooks the plugin implements. A hook it declared with every other (an
+    /// empty list) and answers UNIMPLEMENTED is skipped, as the gateway
+    /// skips it.
+    async fn deadline(&self, probes: Vec<Probe>) -> (Outcome, Vec<Hook>) {
         let mut verdicts = Vec::new();
-        // The hooks the plugin implements: a hook it declared with every
-        // other (an empty list) and answers UNIMPLEMENTED is skipped, as
-        // the gateway skips it.
         let mut hooks = Vec::with_capacity(probes.len());
         for probe in probes {
             let hook = probe.hook;
@@ -107,52 +126,52 @@ impl Checker {
                 SLACK,
             ));
         }
-        out.push(Outcome {
-            rule: Rule::Deadline,
-            verdict: Verdict::all(verdicts),
-        });
+        (outcome(Rule::Deadline, verdicts), hooks)
+    }
 
+    /// Each hook twice with the same request.
+    async fn idempotent(&self, hooks: &[Hook]) -> Outcome {
         let mut verdicts = Vec::new();
-        for &hook in &hooks {
+        for &hook in hooks {
             let request = hook_request(hook, &rollout("check-idempotent", false), None);
             let first = self.hook(hook, request.clone(), DEADLINE).await;
             let second = self.hook(hook, request, DEADLINE).await;
             verdicts.push(rules::judge_idempotent(hook, &first, &second));
         }
-        out.push(Outcome {
-            rule: Rule::Idempotent,
-            verdict: Verdict::all(verdicts),
-        });
+        outcome(Rule::Idempotent, verdicts)
+    }
 
-        let verdict = if hooks.contains(&Hook::MutateManifestWork) {
-            let mut verdicts = Vec::new();
-            // A normal rollout and a rollback: plugins often mutate only one.
-            for aborting in [false, true] {
-                let cluster = "check-identity";
-                let work = sample_work(cluster);
-                let request = hook_request(
-                    Hook::MutateManifestWork,
-                    &rollout(cluster, aborting),
-                    Some(&work),
-                );
-                let observed = self.hook(Hook::MutateManifestWork, request, DEADLINE).await;
-                verdicts.push(rules::judge_identity(&work, &observed));
-            }
-            Verdict::all(verdicts)
-        } else {
-            Verdict::Skip("the plugin does not declare MutateManifestWork".into())
-        };
-        out.push(Outcome {
-            rule: Rule::Identity,
-            verdict,
-        });
-
+    /// MutateManifestWork keeps the work's identity, in a normal rollout
+    /// and a rollback (plugins often mutate only one).
+    async fn identity(&self, hooks: &[Hook]) -> Outcome {
+        if !hooks.contains(&Hook::MutateManifestWork) {
+            return Outcome {
+                rule: Rule::Identity,
+                verdict: Verdict::Skip("the plugin does not declare MutateManifestWork".into()),
+            };
+        }
         let mut verdicts = Vec::new();
-        // Unknown fields, and a plugin configuration holding only another
-        // plugin's key: a pipeline's members all get the same object.
+        for aborting in [false, true] {
+            let cluster = "check-identity";
+            let work = sample_work(cluster);
+            let request = hook_request(
+                Hook::MutateManifestWork,
+                &rollout(cluster, aborting),
+                Some(&work),
+            );
+            let observed = self.hook(Hook::MutateManifestWork, request, DEADLINE).await;
+            verdicts.push(rules::judge_identity(&work, &observed));
+        }
+        outcome(Rule::Identity, verdicts)
+    }
+
+    /// Unknown fields, and a plugin configuration holding only another
+    /// plugin's key: a pipeline's members all get the same object.
+    async fn unknown_fields(&self, hooks: &[Hook]) -> Outcome {
+        let mut verdicts = Vec::new();
         let mut unknown = rollout("check-unknown-fields", false);
         unknown.plugin_config_json = OTHER_PLUGINS_CONFIG.into();
-        for &hook in &hooks {
+        for &hook in hooks {
             let request = with_unknown_fields(hook, &unknown);
             let observed = self.hook(hook, request, DEADLINE).await;
             verdicts.push(rules::judge_accepted(
@@ -161,14 +180,14 @@ impl Checker {
                 &observed,
             ));
         }
-        out.push(Outcome {
-            rule: Rule::UnknownFields,
-            verdict: Verdict::all(verdicts),
-        });
+        outcome(Rule::UnknownFields, verdicts)
+    }
 
+    /// Each hook with a rollout state of [`LARGE_STATE_CLUSTERS`] clusters.
+    async fn large_state(&self, hooks: &[Hook]) -> Outcome {
         let mut verdicts = Vec::new();
         let large = large_rollout(LARGE_STATE_CLUSTERS);
-        for &hook in &hooks {
+        for &hook in hooks {
             let request = hook_request(hook, &large, None);
             let observed = self.hook(hook, request, DEADLINE).await;
             verdicts.push(rules::judge_accepted(
@@ -177,11 +196,11 @@ impl Checker {
                 &observed,
             ));
         }
-        out.push(Outcome {
-            rule: Rule::LargeState,
-            verdict: Verdict::all(verdicts),
-        });
+        outcome(Rule::LargeState, verdicts)
+    }
 
+    /// The standard health service's Check.
+    async fn health(&self) -> Outcome {
         let health = tonic_health::pb::HealthCheckRequest {
             service: String::new(),
         };
@@ -192,11 +211,18 @@ impl Checker {
                 DEADLINE,
             )
             .await;
-        out.push(Outcome {
+        Outcome {
             rule: Rule::Health,
             verdict: rules::judge_health(&observed),
-        });
-        Ok(out)
+        }
+    }
+}
+
+/// A rule's outcome from the verdicts of its calls.
+fn outcome(rule: Rule, verdicts: Vec<Verdict>) -> Outcome {
+    Outcome {
+        rule,
+        verdict: Verdict::all(verdicts),
     }
 }
 

@@ -15,9 +15,9 @@ use rollout_controller::leader::{self, LeaseConfig, LeaseTimings};
 use rollout_controller::metrics::{ControllerMetrics, Metered};
 use rollout_controller::orchestrate::{DEFAULT_HOOK_CONCURRENCY, Settings};
 use rollout_controller::reconcile::Options;
-use rollout_controller::rollout::duration::parse_go_duration;
 use rollout_controller::telemetry::{Telemetry, TracingOptions};
 use rollout_controller::{api, plan, sim, view};
+use rollout_proto::duration::{self, DurationError, Rules};
 
 /// Exit status for input the command cannot use (bad file, JSON or strategy).
 const EXIT_BAD_INPUT: u8 = 2;
@@ -297,9 +297,9 @@ impl RunArgs {
     }
 }
 
-fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let d = parse_go_duration(text).map_err(|e| e.to_string())?;
-    std::time::Duration::try_from(d).map_err(|_| format!("{text:?} is negative"))
+/// A flag's duration: Go's syntax, not negative.
+fn parse_duration(text: &str) -> Result<std::time::Duration, DurationError> {
+    duration::parse_duration(text, Rules::NotNegative)
 }
 
 #[derive(Debug, Args)]

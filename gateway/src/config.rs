@@ -15,7 +15,7 @@ use base64::Engine as _;
 use rollout_policies::policy::MAX_TIMEOUT;
 use rollout_policies::{BreakerPolicy, BudgetPolicy, FailurePolicy, Policy, RetryPolicy};
 use rollout_proto::HookKind;
-use rollout_proto::duration::{DurationError, parse_go_duration};
+use rollout_proto::duration::{self, Rules};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -847,24 +847,10 @@ impl Problems {
 }
 
 /// Parses a registry duration: Go's syntax (`500ms`, `10s`, `2m`, `1h30m`,
-/// `1.5s`; units ns, us (µs), ms, s, m, h; a bare `0`), read by the
-/// workspace's one parser ([`rollout_proto::duration`]), with no sign and at
-/// most 10^9 s. Blanks around it are ignored.
+/// `1.5s`; units ns, us (µs), ms, s, m, h; a bare `0`), with no sign and at
+/// most 10^9 s, blanks around it ignored ([`Rules::Registry`]).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    /// The longest duration a registry takes, in nanoseconds (10^9 s).
-    const MAX_NANOS: i64 = 1_000_000_000 * 1_000_000_000;
-    let s = text.trim();
-    if s.starts_with(['-', '+']) {
-        return Err("a duration takes no sign".into());
-    }
-    match parse_go_duration(s) {
-        Ok(nanos) if nanos > MAX_NANOS => Err("too large".into()),
-        // Never negative: no sign.
-        Ok(nanos) => Ok(Duration::from_nanos(nanos.unsigned_abs())),
-        Err(DurationError::OutOfRange(_)) => Err("too large".into()),
-        Err(DurationError::Invalid(_)) if s.is_empty() => Err("empty".into()),
-        Err(e) => Err(e.to_string()),
-    }
+    duration::parse_duration(text, Rules::Registry).map_err(|e| e.to_string())
 }
 
 /// Formats a duration the way the config spells it (`500ms`, `10s`, `2m`).
@@ -884,27 +870,7 @@ pub fn parse_code(text: &str) -> Option<Code> {
     if let Ok(n) = text.parse::<i32>() {
         return (0..=16).contains(&n).then(|| Code::from_i32(n));
     }
-    let code = match text.to_ascii_uppercase().as_str() {
-        "OK" => Code::Ok,
-        "CANCELLED" => Code::Cancelled,
-        "UNKNOWN" => Code::Unknown,
-        "INVALID_ARGUMENT" => Code::InvalidArgument,
-        "DEADLINE_EXCEEDED" => Code::DeadlineExceeded,
-        "NOT_FOUND" => Code::NotFound,
-        "ALREADY_EXISTS" => Code::AlreadyExists,
-        "PERMISSION_DENIED" => Code::PermissionDenied,
-        "RESOURCE_EXHAUSTED" => Code::ResourceExhausted,
-        "FAILED_PRECONDITION" => Code::FailedPrecondition,
-        "ABORTED" => Code::Aborted,
-        "OUT_OF_RANGE" => Code::OutOfRange,
-        "UNIMPLEMENTED" => Code::Unimplemented,
-        "INTERNAL" => Code::Internal,
-        "UNAVAILABLE" => Code::Unavailable,
-        "DATA_LOSS" => Code::DataLoss,
-        "UNAUTHENTICATED" => Code::Unauthenticated,
-        _ => return None,
-    };
-    Some(code)
+    rollout_wire::code_from_name(text)
 }
 
 /// `host:port`, `[v6]:port`. No scheme: the transport comes from

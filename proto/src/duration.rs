@@ -1,10 +1,13 @@
-//! Go's duration syntax (`time.ParseDuration`: `300ms`, `1h30m`, `-1.5s`),
-//! the one parser of the workspace: Kubernetes objects spell durations this
-//! way (a `rolloutStrategy`'s `minSuccessTime`), and so do the gateway's
-//! registry and the command-line flags. It lives here because every crate
-//! that reads one already depends on this one, and it needs nothing else.
-//! Each user adds its own rules on top (the gateway takes no sign and at
-//! most 10^9 s; the controller reads `progressDeadline`'s pattern first).
+//! Durations as the workspace reads them: Go's syntax (`time.ParseDuration`:
+//! `300ms`, `1h30m`, `-1.5s`), the one parser of the workspace, and
+//! [`parse_duration`] with the named [`Rules`] each reader keeps on top of it.
+//! Kubernetes objects spell durations the Go way (a `rolloutStrategy`'s
+//! `minSuccessTime`), and so do the gateway's registry and the command-line
+//! flags. It lives here because every crate that reads one (the gateway, the
+//! controller, the sample plugins, the benchmarks) already depends on this
+//! one, and it needs nothing else.
+
+use std::time::Duration;
 
 /// Why a string is not a Go duration. The messages follow Go's wording.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,6 +29,90 @@ pub enum DurationError {
         /// The whole input.
         input: String,
     },
+    /// Below zero, where [`Rules`] want none.
+    #[error("{0:?} is negative")]
+    Negative(String),
+    /// A sign, where [`Rules::Registry`] takes none.
+    #[error("a duration takes no sign")]
+    Signed,
+    /// Over [`Rules::Registry`]'s maximum.
+    #[error("too large")]
+    TooLarge,
+    /// Nothing but blanks.
+    #[error("empty")]
+    Empty,
+}
+
+/// The rules a duration is read by, on top of Go's syntax; each reader
+/// names the one it keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rules {
+    /// Go's syntax, not negative (`-0s` is zero): the controller's flags,
+    /// the smoke-test plugin's `--soak` and `soakTime`.
+    NotNegative,
+    /// The gateway's registry and flags: Go's syntax without a sign, blanks
+    /// around it ignored, at most 10^9 s.
+    Registry,
+    /// The benchmarks' flags: a bare number is seconds (`10`, `1.5`), else
+    /// Go's syntax, with blanks around it and before the first unit ignored
+    /// (`3 s`); not negative.
+    BareSeconds,
+}
+
+/// The longest duration [`Rules::Registry`] takes, in nanoseconds (10^9 s).
+const REGISTRY_MAX_NANOS: i64 = 1_000_000_000 * 1_000_000_000;
+
+/// Parses a duration by `rules` (see [`Rules`]).
+pub fn parse_duration(text: &str, rules: Rules) -> Result<Duration, DurationError> {
+    let nanos = match rules {
+        Rules::NotNegative => parse_go_duration(text)?,
+        Rules::Registry => registry_nanos(text.trim())?,
+        Rules::BareSeconds => bare_seconds_nanos(text.trim())?,
+    };
+    u64::try_from(nanos)
+        .map(Duration::from_nanos)
+        .map_err(|_| DurationError::Negative(text.to_owned()))
+}
+
+fn registry_nanos(text: &str) -> Result<i64, DurationError> {
+    if text.is_empty() {
+        return Err(DurationError::Empty);
+    }
+    if text.starts_with(['-', '+']) {
+        return Err(DurationError::Signed);
+    }
+    match parse_go_duration(text) {
+        Ok(nanos) if nanos > REGISTRY_MAX_NANOS => Err(DurationError::TooLarge),
+        Err(DurationError::OutOfRange(_)) => Err(DurationError::TooLarge),
+        other => other,
+    }
+}
+
+fn bare_seconds_nanos(text: &str) -> Result<i64, DurationError> {
+    if text.is_empty() {
+        return Err(DurationError::Empty);
+    }
+    let number_len = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(number_len);
+    let unit = unit.trim_start();
+    let go = if unit.is_empty() {
+        format!("{number}s")
+    } else {
+        format!("{number}{unit}")
+    };
+    parse_go_duration(&go).map_err(|e| match e {
+        // Named by what was written, not by the Go spelling made of it.
+        DurationError::Invalid(_) => DurationError::Invalid(text.to_owned()),
+        DurationError::OutOfRange(_) => DurationError::OutOfRange(text.to_owned()),
+        DurationError::MissingUnit(_) => DurationError::MissingUnit(text.to_owned()),
+        DurationError::UnknownUnit { unit, .. } => DurationError::UnknownUnit {
+            unit,
+            input: text.to_owned(),
+        },
+        other => other,
+    })
 }
 
 /// Parses a Go duration (`time.ParseDuration`).
@@ -227,6 +314,78 @@ mod tests {
         ];
         for (input, want) in cases {
             assert_eq!(&parse_go_duration(input), want, "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn not_negative_is_go_without_a_minus() {
+        let parse = |t: &str| parse_duration(t, Rules::NotNegative);
+        assert_eq!(parse("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse("+5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse("-0s"), Ok(Duration::ZERO));
+        assert_eq!(parse("-1s"), Err(DurationError::Negative("-1s".into())));
+        assert_eq!(
+            parse("-1s").map_err(|e| e.to_string()),
+            Err("\"-1s\" is negative".into())
+        );
+        assert_eq!(parse("10"), Err(DurationError::MissingUnit("10".into())));
+        assert_eq!(parse(" 1s"), Err(DurationError::Invalid(" 1s".into())));
+    }
+
+    #[test]
+    fn registry_takes_no_sign_and_at_most_a_billion_seconds() {
+        let parse = |t: &str| parse_duration(t, Rules::Registry);
+        assert_eq!(parse(" 1.5s "), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse("0"), Ok(Duration::ZERO));
+        assert_eq!(parse("1000000000s"), Ok(Duration::from_secs(1_000_000_000)));
+        assert_eq!(parse("1000000001s"), Err(DurationError::TooLarge));
+        assert_eq!(parse("3000000h"), Err(DurationError::TooLarge));
+        assert_eq!(parse("+5s"), Err(DurationError::Signed));
+        assert_eq!(parse("-0s"), Err(DurationError::Signed));
+        assert_eq!(parse("  "), Err(DurationError::Empty));
+        assert_eq!(parse("10"), Err(DurationError::MissingUnit("10".into())));
+        let messages =
+            [parse("+5s"), parse("1e9h"), parse("")].map(|r| r.map_err(|e| e.to_string()));
+        assert_eq!(
+            messages,
+            [
+                Err("a duration takes no sign".into()),
+                Err("unknown unit \"e\" in duration \"1e9h\"".into()),
+                Err("empty".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn bare_seconds_reads_a_number_as_seconds() {
+        let parse = |t: &str| parse_duration(t, Rules::BareSeconds);
+        for (text, want) in [
+            ("10", Duration::from_secs(10)),
+            ("0.5", Duration::from_millis(500)),
+            (".5", Duration::from_millis(500)),
+            ("1.", Duration::from_secs(1)),
+            ("3s", Duration::from_secs(3)),
+            (" 3 s ", Duration::from_secs(3)),
+            ("0.1s", Duration::from_millis(100)),
+            ("250us", Duration::from_micros(250)),
+            ("250\u{00b5}s", Duration::from_micros(250)),
+            ("2m", Duration::from_secs(120)),
+            ("1h", Duration::from_secs(3600)),
+            ("1h30m", Duration::from_secs(5400)),
+        ] {
+            assert_eq!(parse(text), Ok(want), "{text:?}");
+        }
+        assert_eq!(parse(""), Err(DurationError::Empty));
+        assert_eq!(
+            parse("3 fortnights"),
+            Err(DurationError::UnknownUnit {
+                unit: "fortnights".into(),
+                input: "3 fortnights".into()
+            })
+        );
+        for bad in ["-1s", "+1", "1.2.3", ".", "s", "1e3"] {
+            assert!(parse(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -123,30 +123,9 @@ impl std::fmt::Display for HookKind {
     }
 }
 
-/// A gRPC code's canonical upper-case name (`OK`, `UNAVAILABLE`, ...), as
-/// the gRPC status code documentation spells it: metric labels, messages.
-pub fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code;
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
-    }
-}
+/// A gRPC code's canonical upper-case name (`OK`, `UNAVAILABLE`, ...):
+/// the one table is the wire crate's, named here beside the hooks.
+pub use rollout_wire::code_name;
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,6 @@
 //! Connections to plugins: dialling (TCP, then TLS trusting the plugin's own
-//! CA bundle when it has one), the HTTP/2 client handshake, and a keepalive
-//! that notices a dead peer. What a plugin's connection is used for, and the
+//! CA bundle when it has one, configured by `rollout_wire::client_config`),
+//! the HTTP/2 client handshake, and a keepalive that notices a dead peer. What a plugin's connection is used for, and the
 //! state kept per plugin, is the upstream's; this module takes plain values
 //! and imports nothing above the transport.
 
@@ -11,8 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use h2::client::SendRequest;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 
 use crate::transport::grpc::Payload;
@@ -188,44 +187,6 @@ where
         }
     });
     Ok(plugin_connection)
-}
-
-/// A client TLS configuration trusting only `ca_bundle_pem`, presenting
-/// `identity` (a certificate chain and its key, PEM) when given, speaking
-/// HTTP/2.
-pub fn tls_config(
-    ca_bundle_pem: &[u8],
-    identity: Option<(&[u8], &[u8])>,
-) -> Result<rustls::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_bundle_pem) {
-        let cert = cert.map_err(|e| format!("caBundle: {e}"))?;
-        roots.add(cert).map_err(|e| format!("caBundle: {e}"))?;
-    }
-    if roots.is_empty() {
-        return Err("caBundle holds no certificate".into());
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
-    .with_root_certificates(roots);
-    let mut config = match identity {
-        None => builder.with_no_client_auth(),
-        Some((cert_pem, key_pem)) => {
-            let certs = CertificateDer::pem_slice_iter(cert_pem)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("certFile: {e}"))?;
-            let key =
-                PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("keyFile: {e}"))?;
-            builder
-                .with_client_auth_cert(certs, key)
-                .map_err(|e| format!("client certificate: {e}"))?
-        }
-    };
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(config)
 }
 
 /// An error with its sources, `a: b: c`.

@@ -7,7 +7,8 @@
 //! the service it drives ([`accept`] the bounded accept both listeners
 //! share), and [`send`] sends each answer within bounds; [`client`] dials
 //! plugins (TCP, TLS, the HTTP/2 handshake, keepalive); [`grpc`] is gRPC's
-//! wire format (message framing, status headers, `grpc-timeout`); [`io`]
+//! wire format (message framing, status headers, `grpc-timeout`: the parts
+//! the plugin checker shares come from the `rollout_wire` crate); [`io`]
 //! coalesces an answer's frames into one write; [`pending`] bounds the
 //! bytes held for peers; [`reclaim`] returns freed memory to the OS.
 

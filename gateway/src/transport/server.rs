@@ -332,21 +332,10 @@ impl Connection {
         }
     }
 
-    async fn serve_h2<T, S>(
-        self,
-        io: T,
-        identity: Option<String>,
-        accepted: Instant,
-        mut service: S,
-    ) -> Result<(), ConnectionError>
-    where
-        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        S: CallService,
-    {
-        let Some(mut conn) = self.handshake(io).await? else {
-            return Ok(());
-        };
-        let peer = Arc::new(Peer {
+    /// The connection's [`Peer`]: its address, identity and budget of
+    /// pending bytes (its own pool, and the gateway's).
+    fn peer(&self, identity: Option<String>) -> Arc<Peer> {
+        Arc::new(Peer {
             addr: self.peer,
             identity,
             budget: PendingBudget {
@@ -356,127 +345,229 @@ impl Connection {
                 )),
                 gateway: self.pending.clone(),
             },
-        });
+        })
+    }
+
+    /// Serves HTTP/2 on `io` until the peer or the gateway ends it: each
+    /// stream is a call driven in this task, and timers close the
+    /// connection when idle, too old, or draining.
+    async fn serve_h2<T, S>(
+        self,
+        io: T,
+        identity: Option<String>,
+        accepted: Instant,
+        service: S,
+    ) -> Result<(), ConnectionError>
+    where
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: CallService,
+    {
+        let Some(mut conn) = self.handshake(io).await? else {
+            return Ok(());
+        };
+        let mut s = Serving::new(service, self.peer(identity), self.settings.send_timeout);
         // Once the connection ends, whatever its calls held is freed: have
         // it returned to the OS.
-        let _reclaim = Reclaim(peer.budget.connection.clone());
-        // The calls of this connection, driven inside its task rather than
-        // spawned: a call's wakeups (its request, the plugin's answer) are
-        // then polls of this one task, with no task of its own to schedule
-        // per call, and its answer is flushed in the same poll that queued
-        // it. Dropped with the connection, so closing it ends them.
-        let mut calls: FuturesUnordered<BoxFuture<'static, Sent>> = FuturesUnordered::new();
-        // Answer streams that last (a health Watch): driven the same way,
-        // but they do not keep the connection from being idle.
-        let mut lasting: FuturesUnordered<BoxFuture<'static, Sent>> = FuturesUnordered::new();
-        let mut used = false;
-        let mut goaway_sent = false;
+        let _reclaim = Reclaim(s.peer.budget.connection.clone());
         let idle_timeout = or_forever(self.settings.idle_timeout);
-        // When the connection last became idle. The idle timer is not re-armed
-        // per call: when it fires, it is pushed to `idle_since + idle_timeout`
-        // if a call came and went in between.
-        let mut idle_since = Instant::now();
+        // The idle timer is not re-armed per call: when it fires, it is
+        // pushed to `idle_since + idle_timeout` if a call came and went in
+        // between.
         let idle = tokio::time::sleep(idle_timeout);
         let max_age =
             tokio::time::sleep_until(accepted + or_forever(self.settings.max_connection_age));
         // Armed once the gateway decides to close: the end of the GOAWAY's grace.
         let grace_over = tokio::time::sleep(FOREVER);
-        let mut closing: Option<Closing> = None;
         // One waiter for the whole connection, not a new one per poll.
         let draining = wait_true(self.draining.clone());
         tokio::pin!(idle, max_age, grace_over, draining);
         loop {
-            let close = tokio::select! {
+            let next = tokio::select! {
                 // The connection first, then the calls: a call that ends
                 // queues its answer and the loop comes straight back here,
                 // which flushes it without a wakeup. (The calls first made
                 // answers wait for every ready call, and measured fewer
                 // calls/s at 32 in flight.)
                 biased;
-                next = conn.accept() => match next {
-                    Some(Ok((request, respond))) => {
-                        used = true;
-                        let (head, body) = request.into_parts();
-                        let call = Call { head, body, peer: peer.clone() };
-                        // Called without a clone per call: the services
-                        // of the stack are always ready.
-                        let answering = service.call(call);
-                        let driven = send::drive(answering, respond, peer.clone(), self.settings.send_timeout);
-                        // A call that panics ends alone, as a spawned task
-                        // would (its stream is reset when dropped).
-                        calls.push(AssertUnwindSafe(driven).catch_unwind().map(|r| r.unwrap_or(Sent::Done)).boxed());
-                        continue;
-                    }
-                    Some(Err(e)) => return Err(e.into()),
-                    None => return Ok(()),
-                },
-                Some(sent) = calls.next(), if !calls.is_empty() => {
-                    match sent {
-                        Sent::Done => {}
-                        Sent::Lasting(rest) if lasting.len() < MAX_LASTING => lasting.push(rest),
-                        // Dropped: its stream is reset (CANCEL).
-                        Sent::Lasting(_) => tracing::debug!(peer = %peer.addr, max = MAX_LASTING, "answer stream refused: too many open on this connection"),
-                        Sent::Stalled => return Err(ConnectionError::Stalled(self.settings.send_timeout)),
-                    }
-                    if calls.is_empty() {
-                        idle_since = Instant::now();
-                        // Draining: answer streams that last are not waited for.
-                        if goaway_sent && closing.is_none() && !lasting.is_empty() {
-                            return Ok(());
-                        }
-                    }
-                    continue;
-                }
-                Some(sent) = lasting.next(), if !lasting.is_empty() => {
-                    if let Sent::Stalled = sent {
-                        return Err(ConnectionError::Stalled(self.settings.send_timeout));
-                    }
-                    continue;
-                }
-                () = &mut idle, if calls.is_empty() && closing.is_none() => {
-                    let due = idle_since + idle_timeout;
+                next = conn.accept() => s.accepted(next),
+                Some(sent) = s.calls.next(), if !s.calls.is_empty() => s.call_sent(sent),
+                Some(sent) = s.lasting.next(), if !s.lasting.is_empty() => s.lasting_sent(sent),
+                () = &mut idle, if s.calls.is_empty() && s.closing.is_none() => {
+                    let due = s.idle_since + idle_timeout;
                     if due > Instant::now() {
                         idle.as_mut().reset(due);
-                        continue;
+                        Next::Continue
+                    } else {
+                        Next::Close(Closing::Idle, IDLE_GRACE)
                     }
-                    (Closing::Idle, IDLE_GRACE)
                 }
-                () = &mut max_age, if closing.is_none() => {
-                    (Closing::MaxAge, self.settings.max_connection_age_grace)
+                () = &mut max_age, if s.closing.is_none() => {
+                    Next::Close(Closing::MaxAge, self.settings.max_connection_age_grace)
                 }
-                () = &mut draining, if !goaway_sent => {
-                    if !used {
-                        return Ok(());
-                    }
-                    // GOAWAY: no new streams; keep driving the connection so
-                    // the calls in flight finish (until the drain timeout).
-                    conn.graceful_shutdown();
-                    goaway_sent = true;
-                    // Answer streams that last (a Watch) are not waited for.
-                    if calls.is_empty() && !lasting.is_empty() {
-                        return Ok(());
-                    }
-                    continue;
-                }
+                () = &mut draining, if !s.goaway_sent => s.draining(&mut conn),
                 () = &mut grace_over => {
-                    tracing::debug!(reason = ?closing, open_calls = calls.len(), lasting = lasting.len(), "closing the connection: its GOAWAY grace is over");
-                    return Ok(());
+                    tracing::debug!(reason = ?s.closing, open_calls = s.calls.len(), lasting = s.lasting.len(), "closing the connection: its GOAWAY grace is over");
+                    Next::End(Ok(()))
                 }
             };
-            // GOAWAY now (no new calls; those in flight go on), the socket
-            // when they are done or after the grace, whichever comes first.
-            let (reason, grace) = close;
-            tracing::debug!(
-                ?reason,
-                grace_ms = grace.as_millis(),
-                "closing the connection: GOAWAY"
-            );
-            closing = Some(reason);
-            if !goaway_sent {
-                conn.graceful_shutdown();
-                goaway_sent = true;
+            match next {
+                Next::Continue => {}
+                Next::End(result) => return result,
+                Next::Close(reason, grace) => {
+                    s.close(&mut conn, reason, grace);
+                    grace_over.as_mut().reset(Instant::now() + grace);
+                }
             }
-            grace_over.as_mut().reset(Instant::now() + grace);
+        }
+    }
+}
+
+/// What [`Connection::serve_h2`]'s loop does after one event.
+enum Next {
+    Continue,
+    /// Close the connection for `reason`, giving the calls in flight the
+    /// grace.
+    Close(Closing, Duration),
+    /// The connection is over.
+    End(Result<(), ConnectionError>),
+}
+
+/// The calls of one connection, and where it stands in closing.
+struct Serving<S> {
+    service: S,
+    peer: Arc<Peer>,
+    send_timeout: Duration,
+    /// The calls of this connection, driven inside its task rather than
+    /// spawned: a call's wakeups (its request, the plugin's answer) are
+    /// then polls of this one task, with no task of its own to schedule per
+    /// call, and its answer is flushed in the same poll that queued it.
+    /// Dropped with the connection, so closing it ends them.
+    calls: FuturesUnordered<BoxFuture<'static, Sent>>,
+    /// Answer streams that last (a health Watch): driven the same way, but
+    /// they do not keep the connection from being idle.
+    lasting: FuturesUnordered<BoxFuture<'static, Sent>>,
+    /// Whether the connection has carried a request.
+    used: bool,
+    goaway_sent: bool,
+    /// When the connection last became idle.
+    idle_since: Instant,
+    closing: Option<Closing>,
+}
+
+/// What `h2::server::Connection::accept` yields.
+type NextStream = Option<Result<(http::Request<h2::RecvStream>, Respond), h2::Error>>;
+type Respond = h2::server::SendResponse<Payload>;
+
+impl<S: CallService> Serving<S> {
+    fn new(service: S, peer: Arc<Peer>, send_timeout: Duration) -> Serving<S> {
+        Serving {
+            service,
+            peer,
+            send_timeout,
+            calls: FuturesUnordered::new(),
+            lasting: FuturesUnordered::new(),
+            used: false,
+            goaway_sent: false,
+            idle_since: Instant::now(),
+            closing: None,
+        }
+    }
+
+    /// A new stream is a call, started here and driven with the others; the
+    /// connection ending ends the loop.
+    fn accepted(&mut self, next: NextStream) -> Next {
+        let (request, respond) = match next {
+            Some(Ok(stream)) => stream,
+            Some(Err(e)) => return Next::End(Err(e.into())),
+            None => return Next::End(Ok(())),
+        };
+        self.used = true;
+        let (head, body) = request.into_parts();
+        let call = Call {
+            head,
+            body,
+            peer: self.peer.clone(),
+        };
+        // Called without a clone per call: the services of the stack are
+        // always ready.
+        let answering = self.service.call(call);
+        let driven = send::drive(answering, respond, self.peer.clone(), self.send_timeout);
+        // A call that panics ends alone, as a spawned task would (its stream
+        // is reset when dropped).
+        self.calls.push(
+            AssertUnwindSafe(driven)
+                .catch_unwind()
+                .map(|r| r.unwrap_or(Sent::Done))
+                .boxed(),
+        );
+        Next::Continue
+    }
+
+    /// A call's answer is sent (or goes on as a lasting stream, or stalled).
+    fn call_sent(&mut self, sent: Sent) -> Next {
+        match sent {
+            Sent::Done => {}
+            Sent::Lasting(rest) if self.lasting.len() < MAX_LASTING => self.lasting.push(rest),
+            // Dropped: its stream is reset (CANCEL).
+            Sent::Lasting(_) => {
+                tracing::debug!(peer = %self.peer.addr, max = MAX_LASTING, "answer stream refused: too many open on this connection");
+            }
+            Sent::Stalled => return Next::End(Err(ConnectionError::Stalled(self.send_timeout))),
+        }
+        if self.calls.is_empty() {
+            self.idle_since = Instant::now();
+            // Draining: answer streams that last are not waited for.
+            if self.goaway_sent && self.closing.is_none() && !self.lasting.is_empty() {
+                return Next::End(Ok(()));
+            }
+        }
+        Next::Continue
+    }
+
+    /// A lasting answer stream ended; a peer that stopped taking it ends the
+    /// connection.
+    fn lasting_sent(&self, sent: Sent) -> Next {
+        match sent {
+            Sent::Stalled => Next::End(Err(ConnectionError::Stalled(self.send_timeout))),
+            Sent::Done | Sent::Lasting(_) => Next::Continue,
+        }
+    }
+
+    /// The gateway drains: a connection that never carried a request is
+    /// closed at once; others get a GOAWAY (no new streams) and go on so
+    /// the calls in flight finish (until the drain timeout).
+    fn draining<T>(&mut self, conn: &mut H2Connection<T>) -> Next
+    where
+        T: AsyncRead + AsyncWrite + Unpin,
+    {
+        if !self.used {
+            return Next::End(Ok(()));
+        }
+        conn.graceful_shutdown();
+        self.goaway_sent = true;
+        // Answer streams that last (a Watch) are not waited for.
+        if self.calls.is_empty() && !self.lasting.is_empty() {
+            return Next::End(Ok(()));
+        }
+        Next::Continue
+    }
+
+    /// GOAWAY now (no new calls; those in flight go on); the caller closes
+    /// the socket when they are done or after the grace, whichever comes
+    /// first.
+    fn close<T>(&mut self, conn: &mut H2Connection<T>, reason: Closing, grace: Duration)
+    where
+        T: AsyncRead + AsyncWrite + Unpin,
+    {
+        tracing::debug!(
+            ?reason,
+            grace_ms = grace.as_millis(),
+            "closing the connection: GOAWAY"
+        );
+        self.closing = Some(reason);
+        if !self.goaway_sent {
+            conn.graceful_shutdown();
+            self.goaway_sent = true;
         }
     }
 }

@@ -28,7 +28,7 @@ use rollout_policies::layer::ConcurrencyLimitLayer;
 use rollout_policies::{BudgetPolicy, Policy};
 
 use crate::error::{CALLER_HEADROOM_BYTES, CallError, DeadlineOwner};
-use crate::transport::client::{PluginConnection, tls_config};
+use crate::transport::client::PluginConnection;
 use crate::transport::grpc::{self, Payload};
 
 use crate::hooks::{HookKind, HookRequest, HookResponse};
@@ -116,7 +116,7 @@ impl Upstream {
         let tls = match &key.ca_bundle {
             None => None,
             Some(CaBundle(ca_bundle_pem)) => {
-                let config = tls_config(
+                let config = rollout_wire::client_config(
                     ca_bundle_pem,
                     key.client_identity
                         .as_ref()

@@ -35,7 +35,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rollout_plugin_sdk::prelude::*;
-use rollout_proto::duration::parse_go_duration;
+use rollout_proto::duration::{self, DurationError};
 use serde::Deserialize;
 
 /// The plugin's name, as it answers `Initialize` and prints when listening.
@@ -104,10 +104,8 @@ impl Settings {
                         "plugin_config_json (the rollout's pluginConfig): soakTime: {why}"
                     ))
                 };
-                let nanos = parse_go_duration(&text).map_err(|e| bad(e.to_string()))?;
-                let nanos =
-                    u64::try_from(nanos).map_err(|_| bad(format!("{text:?} is negative")))?;
-                Duration::from_nanos(nanos)
+                duration::parse_duration(&text, duration::Rules::NotNegative)
+                    .map_err(|e| bad(e.to_string()))?
             }
         };
         Ok(match config.fail_clusters {
@@ -239,11 +237,10 @@ fn millis(d: Duration) -> String {
 /// Parses a Go duration (`500ms`, `10s`, `2m`, `1h30m`), not negative, for
 /// `--soak`: the workspace's one Go duration parser, as for `soakTime`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let nanos = parse_go_duration(text)
-        .map_err(|e| format!("{text:?} is not a duration like 500ms, 10s or 2m: {e}"))?;
-    u64::try_from(nanos)
-        .map(Duration::from_nanos)
-        .map_err(|_| format!("{text:?} is negative"))
+    duration::parse_duration(text, duration::Rules::NotNegative).map_err(|e| match e {
+        DurationError::Negative(_) => e.to_string(),
+        _ => format!("{text:?} is not a duration like 500ms, 10s or 2m: {e}"),
+    })
 }
 
 /// The plugin.

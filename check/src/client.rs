@@ -4,16 +4,19 @@
 //! call at its `grpc-timeout` on its own, which would hide a plugin that
 //! ignores its deadline, and it cannot send a message with fields the proto
 //! does not have. Here the deadline is only sent; the checker measures when
-//! the plugin ends the call, and waits at most a bound of its own.
+//! the plugin ends the call, and waits at most a bound of its own. What is
+//! on the wire — framing, status, `grpc-timeout`, the TLS configuration — is
+//! `rollout_wire`'s, as in the gateway, so an answer the gateway would refuse
+//! is one the checker calls broken.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use h2::client::SendRequest;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rollout_wire::{ClientTlsError, FrameError, ReceiveError, TlsPart};
+use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tonic::Code;
 
@@ -51,8 +54,23 @@ pub enum ConnectError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Tls(String),
+    #[error("{}: {source}", file.display())]
+    TlsConfig {
+        file: PathBuf,
+        source: ClientTlsError,
+    },
+    #[error("TLS needs the plugin's CA bundle (--ca-file)")]
+    NoCaFile,
+    #[error("{target} is not a valid TLS server name: {source}")]
+    ServerName {
+        target: String,
+        source: rustls_pki_types::InvalidDnsNameError,
+    },
+    #[error("TLS handshake with {target} failed: {source}")]
+    TlsHandshake {
+        target: String,
+        source: std::io::Error,
+    },
     #[error("cannot connect to {target}: {source}")]
     Connect {
         target: String,
@@ -100,12 +118,17 @@ impl Connection {
         };
         let (send, scheme) = if tls.is_tls() {
             let config = client_config(tls)?;
-            let name = ServerName::try_from(host)
-                .map_err(|e| ConnectError::Tls(format!("server name of {target}: {e}")))?;
+            let name = ServerName::try_from(host).map_err(|source| ConnectError::ServerName {
+                target: target.to_string(),
+                source,
+            })?;
             let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
                 .connect(name, tcp)
                 .await
-                .map_err(|e| ConnectError::Tls(format!("TLS handshake with {target}: {e}")))?;
+                .map_err(|source| ConnectError::TlsHandshake {
+                    target: target.to_string(),
+                    source,
+                })?;
             let (send, conn) = h2::client::handshake(stream).await.map_err(handshake_err)?;
             tokio::spawn(conn);
             (send, "https")
@@ -156,23 +179,24 @@ impl Connection {
         let mut request = http::Request::builder()
             .method("POST")
             .uri(format!("{}{path}", self.origin))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
+            .header(http::header::CONTENT_TYPE, rollout_wire::CONTENT_TYPE)
+            .header(http::header::TE, "trailers")
             .header(
-                "user-agent",
+                http::header::USER_AGENT,
                 concat!("rollout-plugin-check/", env!("CARGO_PKG_VERSION")),
             );
         if let Some(deadline) = deadline {
-            // Milliseconds, rounded up, at most 8 digits (the gRPC spec).
-            let ms = deadline.as_nanos().div_ceil(1_000_000).clamp(1, 99_999_999);
-            request = request.header("grpc-timeout", format!("{ms}m"));
+            // Sent as the gateway sends it.
+            request = request.header(
+                rollout_wire::GRPC_TIMEOUT,
+                rollout_wire::encode_timeout(deadline),
+            );
         }
         let Ok(request) = request.body(()) else {
             return Ok(Ended::Broken(format!("{path} is not a request path")));
         };
-        let mut frame = BytesMut::with_capacity(5 + message.len());
-        frame.put_u8(0);
-        frame.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
+        let mut frame = BytesMut::with_capacity(rollout_wire::PREFIX_LEN + message.len());
+        frame.put_slice(&rollout_wire::prefix(message.len()));
         frame.put_slice(&message);
 
         let mut send = self.send.clone().ready().await?;
@@ -187,20 +211,13 @@ impl Connection {
         if let Some(ended) = status_of(&head.headers) {
             return Ok(ended);
         }
-        let mut data = BytesMut::new();
-        while let Some(chunk) = body.data().await {
-            let chunk = chunk?;
-            let _ = body.flow_control().release_capacity(chunk.len());
-            if data.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Ok(Ended::Broken(format!(
-                    "the answer is over {MAX_ANSWER_BYTES} bytes"
-                )));
-            }
-            data.extend_from_slice(&chunk);
-        }
-        let trailers = body.trailers().await?.unwrap_or_default();
-        match status_of(&trailers) {
-            Some(Ended::Answer(_)) => Ok(first_message(data.freeze())),
+        let (data, trailers) = match rollout_wire::collect(&mut body, MAX_ANSWER_BYTES).await {
+            Ok(collected) => collected,
+            Err(ReceiveError::Frame(e)) => return Ok(Ended::Broken(e.to_string())),
+            Err(ReceiveError::Stream { source, .. }) => return Err(source),
+        };
+        match status_of(&trailers.unwrap_or_default()) {
+            Some(Ended::Answer(_)) => Ok(answer(data)),
             Some(ended) => Ok(ended),
             None => Ok(Ended::Broken("the answer has no grpc-status".into())),
         }
@@ -210,62 +227,27 @@ impl Connection {
 /// `grpc-status` (and `grpc-message`) of a header block: `Answer` (empty)
 /// for OK, `None` when absent.
 fn status_of(headers: &http::HeaderMap) -> Option<Ended> {
-    let code = headers
-        .get("grpc-status")?
-        .to_str()
-        .ok()?
-        .parse::<i32>()
-        .ok()?;
-    let code = Code::from_i32(code);
-    if code == Code::Ok {
-        return Some(Ended::Answer(Bytes::new()));
-    }
-    let message = headers
-        .get("grpc-message")
-        .and_then(|m| m.to_str().ok())
-        .map(percent_decode)
-        .unwrap_or_default();
-    Some(Ended::Status { code, message })
-}
-
-/// The one message of a unary answer's length-prefixed body.
-fn first_message(mut data: Bytes) -> Ended {
-    if data.len() < 5 {
-        return Ended::Broken("an OK answer without a message".into());
-    }
-    let compressed = data.get_u8();
-    let len = data.get_u32() as usize;
-    if compressed != 0 {
-        return Ended::Broken("a compressed answer (the checker asked for none)".into());
-    }
-    if data.len() < len {
-        return Ended::Broken("a truncated answer".into());
-    }
-    Ended::Answer(data.split_to(len))
-}
-
-/// `grpc-message` is percent-encoded (the gRPC spec).
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
+    let status = rollout_wire::status_from_headers(headers)?;
+    Some(if status.code == Code::Ok {
+        Ended::Answer(Bytes::new())
+    } else {
+        Ended::Status {
+            code: status.code,
+            message: status.message,
         }
+    })
+}
+
+/// The one message of an OK answer's body, read as the gateway reads it.
+fn answer(data: Bytes) -> Ended {
+    match rollout_wire::message(data, MAX_ANSWER_BYTES) {
+        Ok(message) => Ended::Answer(message),
+        Err(FrameError::TruncatedPrefix) => Ended::Broken("an OK answer without a message".into()),
+        Err(FrameError::Compressed) => {
+            Ended::Broken("a compressed answer (the checker asked for none)".into())
+        }
+        Err(e) => Ended::Broken(e.to_string()),
     }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn read(path: &PathBuf) -> Result<Vec<u8>, ConnectError> {
@@ -275,45 +257,27 @@ fn read(path: &PathBuf) -> Result<Vec<u8>, ConnectError> {
     })
 }
 
-/// A client TLS configuration trusting `--ca-file` (or, without it, no
-/// one), presenting `--cert-file` when given, speaking HTTP/2.
+/// The client TLS configuration for `tls`'s files; an error names the
+/// file it is about.
 fn client_config(tls: &TlsFiles) -> Result<rustls::ClientConfig, ConnectError> {
-    let mut roots = rustls::RootCertStore::empty();
-    if let Some(ca) = &tls.ca_file {
-        for cert in CertificateDer::pem_slice_iter(&read(ca)?) {
-            let cert = cert.map_err(|e| ConnectError::Tls(format!("{}: {e}", ca.display())))?;
-            roots
-                .add(cert)
-                .map_err(|e| ConnectError::Tls(format!("{}: {e}", ca.display())))?;
-        }
-        if roots.is_empty() {
-            return Err(ConnectError::Tls(format!(
-                "{} holds no certificate",
-                ca.display()
-            )));
-        }
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| ConnectError::Tls(e.to_string()))?
-    .with_root_certificates(roots);
-    let mut config = match (&tls.cert_file, &tls.key_file) {
-        (Some(cert), Some(key)) => {
-            let certs = CertificateDer::pem_slice_iter(&read(cert)?)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| ConnectError::Tls(format!("{}: {e}", cert.display())))?;
-            let key = PrivateKeyDer::from_pem_slice(&read(key)?)
-                .map_err(|e| ConnectError::Tls(format!("{}: {e}", key.display())))?;
-            builder
-                .with_client_auth_cert(certs, key)
-                .map_err(|e| ConnectError::Tls(format!("client certificate: {e}")))?
-        }
-        _ => builder.with_no_client_auth(),
+    let ca_file = tls.ca_file.as_ref().ok_or(ConnectError::NoCaFile)?;
+    let ca = read(ca_file)?;
+    let identity = match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+        _ => None,
     };
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(config)
+    let identity_pem = identity.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice()));
+    rollout_wire::client_config(&ca, identity_pem).map_err(|source| {
+        let file = match (source.part(), &tls.cert_file, &tls.key_file) {
+            (TlsPart::Certificate | TlsPart::Pair, Some(cert), _) => cert,
+            (TlsPart::Key, _, Some(key)) => key,
+            _ => ca_file,
+        };
+        ConnectError::TlsConfig {
+            file: file.clone(),
+            source,
+        }
+    })
 }
 
 #[cfg(test)]
@@ -321,25 +285,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grpc_message_is_percent_decoded() {
-        assert_eq!(percent_decode("a%20b%"), "a b%");
-        assert_eq!(percent_decode("%E2%9C%93 ok"), "✓ ok");
+    fn an_answer_body_is_exactly_one_length_prefixed_message() {
+        let body = Bytes::from_static(&[0, 0, 0, 0, 2, 8, 1]);
+        assert_eq!(answer(body), Ended::Answer(Bytes::from_static(&[8, 1])));
+        // Bytes past the message are a second message, which the gateway
+        // refuses too.
+        for broken in [
+            &[0, 0, 0, 0, 2, 8, 1, 99][..],
+            &[0, 0, 0, 0, 9, 1],
+            &[1, 0, 0, 0, 0],
+            &[],
+        ] {
+            assert!(
+                matches!(answer(Bytes::from_static(broken)), Ended::Broken(_)),
+                "{broken:?}"
+            );
+        }
     }
 
     #[test]
-    fn an_answer_body_is_one_length_prefixed_message() {
-        let body = Bytes::from_static(&[0, 0, 0, 0, 2, 8, 1, 99]);
+    fn an_ok_status_is_an_answer_and_others_keep_their_message() {
+        let mut headers = http::HeaderMap::new();
+        assert_eq!(status_of(&headers), None);
+        rollout_wire::put_status(&mut headers, Code::Unavailable, "down 100%");
         assert_eq!(
-            first_message(body),
-            Ended::Answer(Bytes::from_static(&[8, 1]))
+            status_of(&headers),
+            Some(Ended::Status {
+                code: Code::Unavailable,
+                message: "down 100%".into()
+            })
         );
-        assert!(matches!(
-            first_message(Bytes::from_static(&[0, 0, 0, 0, 9, 1])),
-            Ended::Broken(_)
-        ));
-        assert!(matches!(
-            first_message(Bytes::from_static(&[1, 0, 0, 0, 0])),
-            Ended::Broken(_)
-        ));
+        rollout_wire::put_status(&mut headers, Code::Ok, "");
+        assert_eq!(status_of(&headers), Some(Ended::Answer(Bytes::new())));
     }
 }
