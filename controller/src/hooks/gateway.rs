@@ -1,5 +1,6 @@
 //! [`GatewayHooks`]: the [`Hooks`] over gRPC to the rollout gateway.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,6 +64,82 @@ pub struct GatewayTls {
     /// The name to verify in the gateway's certificate, when not the URL's
     /// host.
     pub domain: Option<String>,
+}
+
+impl GatewayOptions {
+    /// The options for the gateway at `url`, with the TLS settings read
+    /// from `files` (see [`GatewayTls::read`]).
+    pub fn read(
+        url: String,
+        timeout: Duration,
+        files: &GatewayTlsFiles,
+    ) -> Result<GatewayOptions, GatewayTlsError> {
+        let tls = GatewayTls::read(&url, files)?;
+        Ok(GatewayOptions { url, timeout, tls })
+    }
+}
+
+/// Where [`GatewayTls`] comes from: the files the command line names
+/// (`--gateway-ca`, `--client-cert` with `--client-key`,
+/// `--gateway-server-name`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GatewayTlsFiles {
+    /// The CA bundle (PEM) that signed the gateway's certificate.
+    pub ca: Option<PathBuf>,
+    /// The client certificate and its key (PEM).
+    pub identity: Option<(PathBuf, PathBuf)>,
+    /// The name to verify in the gateway's certificate, when not the URL's
+    /// host.
+    pub server_name: Option<String>,
+}
+
+/// The TLS settings towards the gateway cannot be used.
+#[derive(Debug, Error)]
+pub enum GatewayTlsError {
+    /// A CA or a client certificate for a plaintext gateway.
+    #[error("--gateway-ca and --client-cert need an https:// --gateway")]
+    NotHttps,
+    /// A file could not be read.
+    #[error("reading {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl GatewayTls {
+    /// The TLS settings towards the gateway at `url`, reading `files`: none
+    /// for an `http://` gateway without a CA or a client certificate, the
+    /// files' contents for an `https://` one. A CA or a client certificate
+    /// for an `http://` gateway is an error rather than plaintext, since it
+    /// says TLS was meant.
+    pub fn read(url: &str, files: &GatewayTlsFiles) -> Result<Option<GatewayTls>, GatewayTlsError> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|source| GatewayTlsError::Read {
+                path: path.clone(),
+                source,
+            })
+        };
+        let https = url.starts_with("https://");
+        if !https && files.ca.is_none() && files.identity.is_none() {
+            return Ok(None);
+        }
+        if !https {
+            return Err(GatewayTlsError::NotHttps);
+        }
+        let identity = match &files.identity {
+            Some((cert, key)) => Some((read(cert)?, read(key)?)),
+            None => None,
+        };
+        Ok(Some(GatewayTls {
+            ca_pem: files.ca.as_ref().map(read).transpose()?,
+            identity,
+            domain: files.server_name.clone(),
+        }))
+    }
 }
 
 /// The gateway address is unusable.

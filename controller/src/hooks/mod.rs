@@ -22,7 +22,7 @@ use thiserror::Error;
 
 pub use gateway::{
     DEFAULT_GATEWAY_URL, DEFAULT_HOOK_TIMEOUT, GatewayError, GatewayHooks, GatewayOptions,
-    GatewayTls, check_gateway_url,
+    GatewayTls, GatewayTlsError, GatewayTlsFiles, check_gateway_url,
 };
 
 pub use request::{RolloutRequest, encode_state};

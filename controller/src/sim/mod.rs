@@ -30,6 +30,7 @@
 
 pub mod api;
 pub mod clock;
+pub mod command;
 pub mod config;
 pub mod diff;
 pub mod fleet;
@@ -63,6 +64,7 @@ use crate::revision::{AbortAction, Revision, RevisionStatus};
 use crate::rollout::work_status::ValidationResult as Decided;
 use crate::rollout::{RolloutStatus, Strategy};
 use crate::telemetry::Telemetry;
+pub use command::{SimulateError, SimulateOptions, simulate};
 pub use config::{Config, ConfigError, StrategyFlags};
 pub use fleet::FleetWorld;
 pub use record::Recorder;
@@ -114,6 +116,32 @@ impl SimError {
         error.code == tonic::Code::Unavailable
             && !error.message.starts_with("plugin \"")
             && !error.message.contains("circuit open")
+    }
+
+    /// What went wrong, and what to do about it, for a gateway at
+    /// `gateway`: an unreachable gateway and a plugin it does not know are
+    /// explained; any other error is said as it is.
+    pub fn advice(&self, gateway: &str) -> String {
+        match self {
+            SimError::Initialize { error, .. } | SimError::GatewayLost(error)
+                if SimError::is_unreachable(error) =>
+            {
+                format!(
+                    "cannot reach the rollout gateway at {gateway} ({}). Start one \
+                     (rollout-gateway --config FILE) or point --gateway at it; without --plugin \
+                     no gateway is needed.",
+                    error.message
+                )
+            }
+            SimError::Initialize { plugin, error } if error.code == tonic::Code::NotFound => {
+                format!(
+                    "the gateway at {gateway} has no plugin or pipeline named {plugin:?} ({}). \
+                     Add it to the gateway's registry, or name another with --plugin.",
+                    error.message
+                )
+            }
+            other => other.to_string(),
+        }
     }
 }
 
