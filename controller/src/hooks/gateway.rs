@@ -144,10 +144,42 @@ impl GatewayTls {
 
 /// The gateway address is unusable.
 #[derive(Debug, Error)]
-#[error("invalid gateway URL {url:?}: {message}")]
+#[error("invalid gateway URL {url:?}: {problem}")]
 pub struct GatewayError {
     url: String,
-    message: String,
+    #[source]
+    problem: UrlProblem,
+}
+
+impl GatewayError {
+    /// What is wrong with the address.
+    pub fn problem(&self) -> &UrlProblem {
+        &self.problem
+    }
+}
+
+/// What is wrong with a gateway address.
+#[derive(Debug, Error)]
+pub enum UrlProblem {
+    /// `HOST:PORT` without `http://` or `https://`.
+    #[error(
+        "it has no scheme; write http://{0} for a plaintext gateway or https://{0} for a TLS one"
+    )]
+    NoScheme(String),
+    /// A scheme other than `http` and `https`.
+    #[error(
+        "the scheme {scheme:?} is neither http (plaintext) nor https (TLS); write \
+         http://{rest} or https://{rest}"
+    )]
+    Scheme {
+        /// The scheme given.
+        scheme: String,
+        /// The address after it.
+        rest: String,
+    },
+    /// The client refused the address or its TLS settings.
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
 }
 
 /// `url` if it is a gateway address the client can use: `http://HOST:PORT`
@@ -155,23 +187,20 @@ pub struct GatewayError {
 /// refused with the right form in the message, since without a scheme every
 /// call would fail later with only "transport error".
 pub fn check_gateway_url(url: &str) -> Result<(), GatewayError> {
-    let invalid = |message: String| GatewayError {
+    let invalid = |problem: UrlProblem| GatewayError {
         url: url.to_owned(),
-        message,
+        problem,
     };
     let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(invalid(format!(
-            "it has no scheme; write http://{url} for a plaintext gateway or https://{url} \
-             for a TLS one"
-        )));
+        return Err(invalid(UrlProblem::NoScheme(url.to_owned())));
     };
     if scheme != "http" && scheme != "https" {
-        return Err(invalid(format!(
-            "the scheme {scheme:?} is neither http (plaintext) nor https (TLS); write \
-             http://{rest} or https://{rest}"
-        )));
+        return Err(invalid(UrlProblem::Scheme {
+            scheme: scheme.to_owned(),
+            rest: rest.to_owned(),
+        }));
     }
-    Endpoint::from_shared(url.to_owned()).map_err(|e| invalid(e.to_string()))?;
+    Endpoint::from_shared(url.to_owned()).map_err(|e| invalid(e.into()))?;
     Ok(())
 }
 
@@ -197,12 +226,12 @@ impl GatewayHooks {
         telemetry: Telemetry,
     ) -> Result<GatewayHooks, GatewayError> {
         let timeout = options.timeout.min(DEFAULT_HOOK_TIMEOUT);
-        let invalid = |e: &dyn std::fmt::Display| GatewayError {
+        let invalid = |e: tonic::transport::Error| GatewayError {
             url: options.url.clone(),
-            message: e.to_string(),
+            problem: e.into(),
         };
         check_gateway_url(&options.url)?;
-        let mut endpoint = Endpoint::from_shared(options.url.clone()).map_err(|e| invalid(&e))?;
+        let mut endpoint = Endpoint::from_shared(options.url.clone()).map_err(invalid)?;
         if let Some(tls) = &options.tls {
             let mut config = ClientTlsConfig::new();
             if let Some(ca) = &tls.ca_pem {
@@ -214,7 +243,7 @@ impl GatewayHooks {
             if let Some(domain) = &tls.domain {
                 config = config.domain_name(domain.clone());
             }
-            endpoint = endpoint.tls_config(config).map_err(|e| invalid(&e))?;
+            endpoint = endpoint.tls_config(config).map_err(invalid)?;
         }
         let endpoint = endpoint
             .connect_timeout(Duration::from_secs(5))

@@ -54,7 +54,7 @@ use thiserror::Error;
 use crate::api::ManifestWork;
 use crate::api::annotations::VALIDATION_ANNOTATION;
 use crate::hooks::{
-    Call, HookCounts, HookError, HookKind, Hooks, Persistence, StateDetail, code_name,
+    Call, HookCounts, HookError, HookKind, Hooks, Origin, Persistence, StateDetail, code_name,
 };
 use crate::orchestrate::observe::{self, Verdict};
 use crate::orchestrate::{
@@ -111,12 +111,11 @@ pub enum SimError {
 }
 
 impl SimError {
-    /// Whether `error` says the gateway itself cannot be reached (not a
-    /// plugin behind it).
+    /// Whether `error` says the gateway itself cannot be reached: an
+    /// `UNAVAILABLE` the client made for want of an answer, not one the
+    /// gateway answered (a plugin behind it down, its circuit open).
     pub fn is_unreachable(error: &HookError) -> bool {
-        error.code == tonic::Code::Unavailable
-            && !error.message.starts_with("plugin \"")
-            && !error.message.contains("circuit open")
+        error.code == tonic::Code::Unavailable && error.origin == Origin::Transport
     }
 
     /// What went wrong, and what to do about it, for a gateway at

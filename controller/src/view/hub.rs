@@ -101,6 +101,24 @@ pub enum GetError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The kubeconfig file could not be read.
+    #[error("no Kubernetes client configuration: reading {}: {source}", path.display())]
+    KubeconfigRead {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// The kubeconfig file does not make a client configuration.
+    #[error("no Kubernetes client configuration: {}: {source}", path.display())]
+    Kubeconfig {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
     /// The output could not be written.
     #[error("writing the view: {0}")]
     Output(#[from] io::Error),
@@ -208,11 +226,18 @@ pub async fn connect(
             .await
             .map_err(|e| boxed(Box::new(e)))?,
         Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| boxed(format!("reading {}: {e}", path.display()).into()))?;
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|source| {
+                GetError::KubeconfigRead {
+                    path: path.to_owned(),
+                    source,
+                }
+            })?;
             kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
                 .await
-                .map_err(|e| boxed(format!("{}: {e}", path.display()).into()))?
+                .map_err(|source| GetError::Kubeconfig {
+                    path: path.to_owned(),
+                    source,
+                })?
         }
     };
     let server = config.cluster_url.to_string();
