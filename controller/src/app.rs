@@ -132,16 +132,7 @@ pub async fn run(
     let hooks = GatewayHooks::new(&options.gateway, telemetry.clone())?;
     let readiness = Readiness::default();
     let metrics = Arc::new(ControllerMetrics::new());
-    let health = match options.health_listen {
-        Some(addr) => {
-            let bound = health::serve(addr, readiness.clone(), metrics.clone())
-                .await
-                .map_err(|source| RunError::Health { addr, source })?;
-            tracing::info!(%bound, "serving /healthz, /readyz and /metrics");
-            Some(bound)
-        }
-        None => None,
-    };
+    let health = serve_health(options.health_listen, &readiness, &metrics).await?;
     started(&Running {
         health,
         metrics: metrics.clone(),
@@ -149,48 +140,9 @@ pub async fn run(
     });
 
     tracing::info!(gateway = %options.gateway.url, "rollout-controller running");
-    // The Events' reportingInstance: this replica.
-    let instance = options
-        .leader_election
-        .as_ref()
-        .map_or_else(|| DEFAULT_SERVICE_NAME.to_owned(), |l| l.identity.clone());
-    let context = Arc::new(
-        Context::new(
-            client.clone(),
-            hooks,
-            telemetry.clone(),
-            options.reconcile.clone(),
-        )
-        .with_metrics(metrics.clone())
-        .with_events(Arc::new(Events::new(
-            client.clone(),
-            &instance,
-            EventGate::default(),
-        ))),
-    );
+    let context = Arc::new(context(&client, hooks, &telemetry, &options, &metrics));
     let register = options.register_plugins_namespace.clone();
-    // What the leader does, and only the leader: reconcile, and keep the
-    // registry (two replicas must not write it at once, and a follower's
-    // view may be stale).
-    let lead = || {
-        let (context, readiness) = (context.clone(), readiness.clone());
-        let (client, register) = (client.clone(), register.clone());
-        let stop = stop.clone();
-        async move {
-            let registration = async move {
-                if let Some(namespace) = register {
-                    registration::watch_and_register(client, &namespace).await;
-                }
-                // The watch never ends on its own; if it did, reconciling
-                // goes on.
-                std::future::pending::<()>().await;
-            };
-            tokio::select! {
-                () = reconcile::run(context, readiness, stop) => {}
-                () = registration => {}
-            }
-        }
-    };
+    let lead = || lead(&context, &readiness, &client, register.clone(), &stop);
     if options.leader_election.is_none() {
         metrics.set_leader(true);
     }
@@ -225,6 +177,78 @@ pub async fn run(
         tracing::warn!(limit = ?FLUSH_LIMIT, "trace export not flushed in time");
     }
     Ok(())
+}
+
+/// Serves the probes and metrics on `listen`, if given: the address bound.
+async fn serve_health(
+    listen: Option<SocketAddr>,
+    readiness: &Readiness,
+    metrics: &Arc<ControllerMetrics>,
+) -> Result<Option<SocketAddr>, RunError> {
+    let Some(addr) = listen else {
+        return Ok(None);
+    };
+    let bound = health::serve(addr, readiness.clone(), metrics.clone())
+        .await
+        .map_err(|source| RunError::Health { addr, source })?;
+    tracing::info!(%bound, "serving /healthz, /readyz and /metrics");
+    Ok(Some(bound))
+}
+
+/// The reconcile's context: the client, the hooks, metrics, and Events
+/// reported as this replica.
+fn context(
+    client: &Client,
+    hooks: GatewayHooks,
+    telemetry: &Telemetry,
+    options: &RunOptions,
+    metrics: &Arc<ControllerMetrics>,
+) -> Context {
+    // The Events' reportingInstance: this replica.
+    let instance = options
+        .leader_election
+        .as_ref()
+        .map_or_else(|| DEFAULT_SERVICE_NAME.to_owned(), |l| l.identity.clone());
+    Context::new(
+        client.clone(),
+        hooks,
+        telemetry.clone(),
+        options.reconcile.clone(),
+    )
+    .with_metrics(metrics.clone())
+    .with_events(Arc::new(Events::new(
+        client.clone(),
+        &instance,
+        EventGate::default(),
+    )))
+}
+
+/// What the leader does, and only the leader: reconcile, and keep the
+/// registry in `register` if given (two replicas must not write it at
+/// once, and a follower's view may be stale).
+fn lead(
+    context: &Arc<Context>,
+    readiness: &Readiness,
+    client: &Client,
+    register: Option<String>,
+    stop: &Stop,
+) -> impl Future<Output = ()> + use<> {
+    let (context, readiness) = (context.clone(), readiness.clone());
+    let (client, stop) = (client.clone(), stop.clone());
+    async move {
+        let registration = async move {
+            if let Some(namespace) = register {
+                registration::watch_and_register(client, &namespace).await;
+            }
+            // The watch never ends on its own; if it did, reconciling
+            // goes on.
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            () = reconcile::run(context, readiness, stop) => {}
+            () = registration => {}
+        }
+    }
 }
 
 /// SIGTERM or SIGINT (Ctrl-C). The handlers are installed when this is

@@ -1,11 +1,31 @@
 //! Pure text formatting shared by the simulator's terminal view and the
 //! live view (`rollout-controller get`): durations as Go writes them, runs
-//! of cluster names shortened, a rollout strategy as a phrase.
+//! of cluster names shortened, a rollout strategy as a phrase, an error
+//! and its causes on one line.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::rollout::{RolloutKind, Strategy, Threshold};
+
+/// `err` and its causes on one line, each cause only when its text is not
+/// already in the line: most errors repeat their source in their own text,
+/// and the chain would otherwise say the same thing several times.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = String::new();
+    let mut next = Some(err);
+    while let Some(cause) = next {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+        next = cause.source();
+    }
+    text
+}
 
 /// A duration as Go writes it, shortened: `300ms`, `30s`, `30.3s`,
 /// `1m30s`, `2h5m0s`.
@@ -158,6 +178,29 @@ pub fn table(rows: &[Vec<String>]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error whose text holds its source's is said once; a source
+    /// that adds something is appended.
+    #[test]
+    fn an_error_chain_is_said_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("{text}")]
+        struct Wrapped {
+            text: String,
+            #[source]
+            source: Box<dyn std::error::Error + Send + Sync>,
+        }
+        let root = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let reading = Wrapped {
+            text: "reading /k: no such file".into(),
+            source: Box::new(root),
+        };
+        let err = Wrapped {
+            text: "configuring".into(),
+            source: Box::new(reading),
+        };
+        assert_eq!(error_chain(&err), "configuring: reading /k: no such file");
+    }
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()

@@ -21,8 +21,22 @@
 //! replica that reconciles, and [`app`] assembles `rollout-controller run`
 //! from all of these. [`view`] draws one ManifestWorkReplicaSet's rollout
 //! live from the hub (`rollout-controller get`, `kubectl mwrs get`), with
-//! the text formatting it shares with the simulator in [`format`]. The
-//! binary only parses flags and calls into this library.
+//! the text formatting it shares with the simulator in [`format`].
+//!
+//! # Entry points
+//!
+//! The binary only parses flags, turns them into options and calls one of
+//! these:
+//!
+//! - `run`: [`app::client`], then [`app::run`] with [`app::RunOptions`];
+//! - `simulate`: [`sim::simulate`] with [`sim::SimulateOptions`] (the
+//!   rollout itself is [`sim::run`], for tests with scripted hooks);
+//! - `get`: [`view::hub::get`] with [`view::hub::GetOptions`];
+//! - `plan`: [`plan::run`];
+//! - `crd`: [`api::crds_yaml`], or [`api::write_crd_files`] for `--out`.
+//!
+//! Errors are typed; [`format::error_chain`] says one and its causes on one
+//! line.
 
 pub mod api;
 pub mod app;

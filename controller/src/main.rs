@@ -8,14 +8,14 @@ use anyhow::Context;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use jiff::Timestamp;
 use rollout_controller::app::{self, RunOptions};
+use rollout_controller::format::error_chain;
 use rollout_controller::hooks::{
-    DEFAULT_GATEWAY_URL, GatewayHooks, GatewayOptions, GatewayTls, check_gateway_url,
+    DEFAULT_GATEWAY_URL, GatewayError, GatewayOptions, GatewayTlsError, GatewayTlsFiles,
+    check_gateway_url,
 };
 use rollout_controller::leader::{self, LeaseConfig, LeaseTimings};
-use rollout_controller::metrics::{ControllerMetrics, Metered};
 use rollout_controller::orchestrate::{DEFAULT_HOOK_CONCURRENCY, Settings};
 use rollout_controller::reconcile::Options;
-use rollout_controller::telemetry::{Telemetry, TracingOptions};
 use rollout_controller::{api, plan, sim, view};
 use rollout_proto::duration::{self, DurationError, Rules};
 
@@ -209,8 +209,8 @@ struct GatewayFlags {
     gateway_server_name: Option<String>,
 }
 
-fn parse_gateway_url(text: &str) -> Result<String, String> {
-    check_gateway_url(text).map_err(|e| e.to_string())?;
+fn parse_gateway_url(text: &str) -> Result<String, GatewayError> {
+    check_gateway_url(text)?;
     Ok(text.to_owned())
 }
 
@@ -219,35 +219,13 @@ const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/
 
 impl GatewayFlags {
     /// The gateway's client options, reading the files named.
-    fn options(&self, timeout: std::time::Duration) -> anyhow::Result<GatewayOptions> {
-        Ok(GatewayOptions {
-            url: self.gateway.clone(),
-            timeout,
-            tls: self.tls()?,
-        })
-    }
-
-    /// The TLS settings towards the gateway, reading the files named.
-    fn tls(&self) -> anyhow::Result<Option<GatewayTls>> {
-        let read = |path: &PathBuf| {
-            std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+    fn options(&self, timeout: std::time::Duration) -> Result<GatewayOptions, GatewayTlsError> {
+        let files = GatewayTlsFiles {
+            ca: self.gateway_ca.clone(),
+            identity: self.client_cert.clone().zip(self.client_key.clone()),
+            server_name: self.gateway_server_name.clone(),
         };
-        let https = self.gateway.starts_with("https://");
-        if !https && self.gateway_ca.is_none() && self.client_cert.is_none() {
-            return Ok(None);
-        }
-        if !https {
-            anyhow::bail!("--gateway-ca and --client-cert need an https:// --gateway");
-        }
-        let identity = match (&self.client_cert, &self.client_key) {
-            (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
-            _ => None,
-        };
-        Ok(Some(GatewayTls {
-            ca_pem: self.gateway_ca.as_ref().map(read).transpose()?,
-            identity,
-            domain: self.gateway_server_name.clone(),
-        }))
+        GatewayOptions::read(self.gateway.clone(), timeout, &files)
     }
 }
 
@@ -572,28 +550,10 @@ fn main() -> ExitCode {
     match command(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("rollout-controller: {}", error_text(&err));
+            eprintln!("rollout-controller: {}", error_chain(err.as_ref()));
             ExitCode::FAILURE
         }
     }
-}
-
-/// `err` and its causes on one line, each cause only when its text is not
-/// already in the line: most errors repeat their source in their own text,
-/// and the chain would otherwise say the same thing several times.
-fn error_text(err: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in err.chain() {
-        let part = cause.to_string();
-        if text.contains(&part) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&part);
-    }
-    text
 }
 
 fn command(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -617,38 +577,15 @@ fn command(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 async fn get_command(args: &GetArgs) -> anyhow::Result<ExitCode> {
-    use std::io::IsTerminal;
-    use view::hub::{self, Output};
-    let drawn = async {
-        let (client, server, default_namespace) = hub::connect(args.kubeconfig.as_deref()).await?;
-        let target = hub::Target {
-            namespace: args.namespace.clone().unwrap_or(default_namespace),
-            name: args.name.clone(),
-            server,
-            request_timeout: args.request_timeout,
-        };
-        let stdout = std::io::stdout();
-        let output = match (args.output.as_str(), stdout.is_terminal()) {
-            ("json", _) => Output::Json,
-            (_, true) => Output::Terminal,
-            _ => Output::Appended,
-        };
-        let mut out = stdout.lock();
-        if args.watch {
-            hub::watch(&client, &target, output, &mut out, app::signal()).await
-        } else {
-            let snapshot = hub::first_snapshot(&client, &target).await?;
-            let view = view::build(&snapshot, Timestamp::now());
-            // One frame, never clearing the screen.
-            let once = if output == Output::Json {
-                Output::Json
-            } else {
-                Output::Appended
-            };
-            hub::write_frame(&mut out, &view, once, true).map_err(hub::GetError::from)
-        }
+    let options = view::hub::GetOptions {
+        kubeconfig: args.kubeconfig.clone(),
+        namespace: args.namespace.clone(),
+        name: args.name.clone(),
+        watch: args.watch,
+        request_timeout: args.request_timeout,
+        json: args.output == "json",
     };
-    match drawn.await {
+    match view::hub::get(&options, app::signal()).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(err) => {
             eprintln!("rollout-controller get: {}", error_chain(&err));
@@ -683,14 +620,39 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn simulate_command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
+    let bad_input = |err: &dyn std::fmt::Display| -> anyhow::Result<ExitCode> {
+        eprintln!("rollout-controller simulate: {err}");
+        Ok(ExitCode::from(EXIT_BAD_INPUT))
+    };
     let config = match args.config() {
         Ok(config) => config,
-        Err(err) => {
-            eprintln!("rollout-controller simulate: {err:#}");
-            return Ok(ExitCode::from(EXIT_BAD_INPUT));
-        }
+        Err(err) => return bad_input(&format!("{err:#}")),
     };
-    // Logs go to stderr, quiet by default: stdout is the progress.
+    init_simulate_logs();
+    let options = match args.gateway.options(args.hook_timeout) {
+        Ok(gateway) => sim::SimulateOptions {
+            config,
+            gateway,
+            json: args.json,
+            metrics_file: args.metrics.clone(),
+            summary_file: args.summary.clone(),
+        },
+        Err(err) => return bad_input(&error_chain(&err)),
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    match runtime.block_on(sim::simulate(options)) {
+        Ok(_) => Ok(ExitCode::SUCCESS),
+        Err(err @ sim::SimulateError::Gateway(_)) => bad_input(&err),
+        Err(err @ sim::SimulateError::Simulation { .. }) => {
+            eprintln!("rollout-controller simulate: {err}");
+            Ok(ExitCode::FAILURE)
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Logs go to stderr, quiet by default: stdout is the progress.
+fn init_simulate_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
@@ -698,119 +660,19 @@ fn simulate_command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         .with_ansi(rollout_telemetry::logs::stderr_colour())
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
-    runtime.block_on(async {
-        let telemetry = Telemetry::new(&TracingOptions::from_env(
-            rollout_controller::telemetry::DEFAULT_SERVICE_NAME,
-        ))?;
-        let options = match args.gateway.options(args.hook_timeout) {
-            Ok(options) => options,
-            Err(err) => {
-                eprintln!("rollout-controller simulate: {err:#}");
-                return Ok(ExitCode::from(EXIT_BAD_INPUT));
-            }
-        };
-        let gateway = match GatewayHooks::new(&options, telemetry.clone()) {
-            Ok(gateway) => gateway,
-            Err(err) => {
-                eprintln!("rollout-controller simulate: --gateway: {err}");
-                return Ok(ExitCode::from(EXIT_BAD_INPUT));
-            }
-        };
-        let metrics = std::sync::Arc::new(ControllerMetrics::new());
-        let mut config = config;
-        config.metrics = Some(metrics.clone());
-        let hooks = sim::Recorder::new(Metered::new(gateway, metrics.clone()));
-        let mut report: Box<dyn sim::Report> = if args.json {
-            Box::new(sim::JsonLines::new(std::io::stdout()))
-        } else {
-            Box::new(sim::terminal::Terminal::new(std::io::stdout()))
-        };
-        let url = args.plugin.as_ref().map(|_| args.gateway.gateway.as_str());
-        let result = sim::run(&config, &hooks, &telemetry, url, report.as_mut()).await;
-        let exporter = telemetry.clone();
-        let _ = tokio::task::spawn_blocking(move || exporter.shutdown()).await;
-        if let Some(path) = &args.metrics {
-            std::fs::write(path, metrics.encode())
-                .with_context(|| format!("writing {}", path.display()))?;
-        }
-        let summary = match result {
-            Ok(summary) => summary,
-            Err(err) => {
-                eprintln!(
-                    "rollout-controller simulate: {}",
-                    simulate_error(&err, args)
-                );
-                return Ok(ExitCode::FAILURE);
-            }
-        };
-        if let Some(path) = &args.summary {
-            let text = serde_json::to_string_pretty(&summary).context("encoding the summary")?;
-            std::fs::write(path, text + "\n")
-                .with_context(|| format!("writing {}", path.display()))?;
-        }
-        Ok(ExitCode::SUCCESS)
-    })
-}
-
-/// `err` and those of its sources that it does not already say.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let said = cause.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        source = cause.source();
-    }
-    text
-}
-
-/// What went wrong, and what to do about it.
-fn simulate_error(err: &sim::SimError, args: &SimulateArgs) -> String {
-    let gateway = &args.gateway.gateway;
-    match err {
-        sim::SimError::Initialize { error, .. } | sim::SimError::GatewayLost(error)
-            if sim::SimError::is_unreachable(error) =>
-        {
-            format!(
-                "cannot reach the rollout gateway at {gateway} ({}). Start one \
-                 (rollout-gateway --config FILE) or point --gateway at it; without --plugin \
-                 no gateway is needed.",
-                error.message
-            )
-        }
-        sim::SimError::Initialize { plugin, error } if error.code == tonic::Code::NotFound => {
-            format!(
-                "the gateway at {gateway} has no plugin or pipeline named {plugin:?} ({}). \
-                 Add it to the gateway's registry, or name another with --plugin.",
-                error.message
-            )
-        }
-        other => other.to_string(),
-    }
 }
 
 fn crd_command(args: &CrdArgs) -> anyhow::Result<ExitCode> {
-    let Some(dir) = &args.out else {
-        let shape = if args.ocm_shaped {
-            api::CrdShape::Ocm
-        } else {
-            api::CrdShape::Design
-        };
-        print!("{}", api::crds_yaml(shape)?);
-        return Ok(ExitCode::SUCCESS);
-    };
-    for file in api::crd_files()? {
-        let path = dir.join(&file.name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("creating {}", parent.display()))?;
+    match &args.out {
+        Some(dir) => api::write_crd_files(dir)?,
+        None => {
+            let shape = if args.ocm_shaped {
+                api::CrdShape::Ocm
+            } else {
+                api::CrdShape::Design
+            };
+            print!("{}", api::crds_yaml(shape)?);
         }
-        std::fs::write(&path, &file.contents)
-            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -857,19 +719,6 @@ mod tests {
         for sub in cmd.get_subcommands() {
             flags(sub, &format!("{at} {}", sub.get_name()), out);
         }
-    }
-
-    /// An error whose text holds its source's is said once.
-    #[test]
-    fn an_error_chain_is_said_once() {
-        let root = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
-        let err = anyhow::Error::new(root)
-            .context("reading /k: no such file")
-            .context("configuring");
-        assert_eq!(
-            super::error_text(&err),
-            "configuring: reading /k: no such file"
-        );
     }
 
     /// `run --help` lists every endpoint of --health-listen.

@@ -39,8 +39,8 @@ pub const CONFIG_KEY: &str = "config.yaml";
 /// design puts the ConfigMap.
 pub const DEFAULT_NAMESPACE: &str = "open-cluster-management-hub";
 
-/// The server-side apply field manager of the registration.
-pub const FIELD_MANAGER: &str = "rollout-controller";
+// The registration writes as the controller's one field manager.
+use crate::orchestrate::FIELD_MANAGER;
 
 /// A registration that could not be written.
 #[derive(Debug, Error)]

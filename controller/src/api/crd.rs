@@ -17,6 +17,8 @@
 //! Both come with the project's own ManifestWorkReplicaSetRollout CRD, the
 //! carrier of the additions on a hub that prunes them.
 
+use std::path::{Path, PathBuf};
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use thiserror::Error;
@@ -164,6 +166,49 @@ pub fn crd_files() -> Result<Vec<CrdFile>, CrdError> {
     files.extend(directory(DESIGN_DIR, &ocm_kinds(CrdShape::Design))?);
     files.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(files)
+}
+
+/// The CRD files could not be written.
+#[derive(Debug, Error)]
+pub enum WriteError {
+    /// A CRD could not be encoded.
+    #[error(transparent)]
+    Encode(#[from] CrdError),
+    /// A directory could not be created.
+    #[error("creating {}", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file could not be written.
+    #[error("writing {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Writes [`crd_files`] under `dir`, creating the directories they need
+/// (`rollout-controller crd --out DIR`).
+pub fn write_crd_files(dir: &Path) -> Result<(), WriteError> {
+    for file in crd_files()? {
+        let path = dir.join(&file.name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| WriteError::CreateDir {
+                path: parent.to_owned(),
+                source,
+            })?;
+        }
+        std::fs::write(&path, &file.contents)
+            .map_err(|source| WriteError::Write { path, source })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -39,7 +39,9 @@ pub use clustermanager::{
     CaCertificate, ClusterManager, ClusterManagerSpec, ClusterManagerStatus, FeatureGate,
     RolloutPipeline, RolloutPlugin, WorkConfiguration,
 };
-pub use crd::{CrdError, CrdFile, CrdShape, crd_files, crds, crds_yaml};
+pub use crd::{
+    CrdError, CrdFile, CrdShape, WriteError, crd_files, crds, crds_yaml, write_crd_files,
+};
 pub use labels::{HashedLabelValue, owner_label_value};
 pub use manifestwork::{
     DeleteOption, ManifestWork, ManifestWorkSpec, ManifestWorkStatus, Manifests, ManifestsTemplate,

@@ -68,6 +68,7 @@ fn failure(cluster: &str) -> HookFailure {
             hook: HookKind::BeginRollout,
             code: tonic::Code::Unavailable,
             message: "connection refused".into(),
+            origin: crate::hooks::Origin::Answer,
         },
     }
 }

@@ -1,5 +1,6 @@
 //! [`GatewayHooks`]: the [`Hooks`] over gRPC to the rollout gateway.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,12 +66,120 @@ pub struct GatewayTls {
     pub domain: Option<String>,
 }
 
+impl GatewayOptions {
+    /// The options for the gateway at `url`, with the TLS settings read
+    /// from `files` (see [`GatewayTls::read`]).
+    pub fn read(
+        url: String,
+        timeout: Duration,
+        files: &GatewayTlsFiles,
+    ) -> Result<GatewayOptions, GatewayTlsError> {
+        let tls = GatewayTls::read(&url, files)?;
+        Ok(GatewayOptions { url, timeout, tls })
+    }
+}
+
+/// Where [`GatewayTls`] comes from: the files the command line names
+/// (`--gateway-ca`, `--client-cert` with `--client-key`,
+/// `--gateway-server-name`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GatewayTlsFiles {
+    /// The CA bundle (PEM) that signed the gateway's certificate.
+    pub ca: Option<PathBuf>,
+    /// The client certificate and its key (PEM).
+    pub identity: Option<(PathBuf, PathBuf)>,
+    /// The name to verify in the gateway's certificate, when not the URL's
+    /// host.
+    pub server_name: Option<String>,
+}
+
+/// The TLS settings towards the gateway cannot be used.
+#[derive(Debug, Error)]
+pub enum GatewayTlsError {
+    /// A CA or a client certificate for a plaintext gateway.
+    #[error("--gateway-ca and --client-cert need an https:// --gateway")]
+    NotHttps,
+    /// A file could not be read.
+    #[error("reading {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl GatewayTls {
+    /// The TLS settings towards the gateway at `url`, reading `files`: none
+    /// for an `http://` gateway without a CA or a client certificate, the
+    /// files' contents for an `https://` one. A CA or a client certificate
+    /// for an `http://` gateway is an error rather than plaintext, since it
+    /// says TLS was meant.
+    pub fn read(url: &str, files: &GatewayTlsFiles) -> Result<Option<GatewayTls>, GatewayTlsError> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|source| GatewayTlsError::Read {
+                path: path.clone(),
+                source,
+            })
+        };
+        let https = url.starts_with("https://");
+        if !https && files.ca.is_none() && files.identity.is_none() {
+            return Ok(None);
+        }
+        if !https {
+            return Err(GatewayTlsError::NotHttps);
+        }
+        let identity = match &files.identity {
+            Some((cert, key)) => Some((read(cert)?, read(key)?)),
+            None => None,
+        };
+        Ok(Some(GatewayTls {
+            ca_pem: files.ca.as_ref().map(read).transpose()?,
+            identity,
+            domain: files.server_name.clone(),
+        }))
+    }
+}
+
 /// The gateway address is unusable.
 #[derive(Debug, Error)]
-#[error("invalid gateway URL {url:?}: {message}")]
+#[error("invalid gateway URL {url:?}: {problem}")]
 pub struct GatewayError {
     url: String,
-    message: String,
+    #[source]
+    problem: UrlProblem,
+}
+
+impl GatewayError {
+    /// What is wrong with the address.
+    pub fn problem(&self) -> &UrlProblem {
+        &self.problem
+    }
+}
+
+/// What is wrong with a gateway address.
+#[derive(Debug, Error)]
+pub enum UrlProblem {
+    /// `HOST:PORT` without `http://` or `https://`.
+    #[error(
+        "it has no scheme; write http://{0} for a plaintext gateway or https://{0} for a TLS one"
+    )]
+    NoScheme(String),
+    /// A scheme other than `http` and `https`.
+    #[error(
+        "the scheme {scheme:?} is neither http (plaintext) nor https (TLS); write \
+         http://{rest} or https://{rest}"
+    )]
+    Scheme {
+        /// The scheme given.
+        scheme: String,
+        /// The address after it.
+        rest: String,
+    },
+    /// The client refused the address or its TLS settings.
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
 }
 
 /// `url` if it is a gateway address the client can use: `http://HOST:PORT`
@@ -78,23 +187,20 @@ pub struct GatewayError {
 /// refused with the right form in the message, since without a scheme every
 /// call would fail later with only "transport error".
 pub fn check_gateway_url(url: &str) -> Result<(), GatewayError> {
-    let invalid = |message: String| GatewayError {
+    let invalid = |problem: UrlProblem| GatewayError {
         url: url.to_owned(),
-        message,
+        problem,
     };
     let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(invalid(format!(
-            "it has no scheme; write http://{url} for a plaintext gateway or https://{url} \
-             for a TLS one"
-        )));
+        return Err(invalid(UrlProblem::NoScheme(url.to_owned())));
     };
     if scheme != "http" && scheme != "https" {
-        return Err(invalid(format!(
-            "the scheme {scheme:?} is neither http (plaintext) nor https (TLS); write \
-             http://{rest} or https://{rest}"
-        )));
+        return Err(invalid(UrlProblem::Scheme {
+            scheme: scheme.to_owned(),
+            rest: rest.to_owned(),
+        }));
     }
-    Endpoint::from_shared(url.to_owned()).map_err(|e| invalid(e.to_string()))?;
+    Endpoint::from_shared(url.to_owned()).map_err(|e| invalid(e.into()))?;
     Ok(())
 }
 
@@ -120,12 +226,12 @@ impl GatewayHooks {
         telemetry: Telemetry,
     ) -> Result<GatewayHooks, GatewayError> {
         let timeout = options.timeout.min(DEFAULT_HOOK_TIMEOUT);
-        let invalid = |e: &dyn std::fmt::Display| GatewayError {
+        let invalid = |e: tonic::transport::Error| GatewayError {
             url: options.url.clone(),
-            message: e.to_string(),
+            problem: e.into(),
         };
         check_gateway_url(&options.url)?;
-        let mut endpoint = Endpoint::from_shared(options.url.clone()).map_err(|e| invalid(&e))?;
+        let mut endpoint = Endpoint::from_shared(options.url.clone()).map_err(invalid)?;
         if let Some(tls) = &options.tls {
             let mut config = ClientTlsConfig::new();
             if let Some(ca) = &tls.ca_pem {
@@ -137,7 +243,7 @@ impl GatewayHooks {
             if let Some(domain) = &tls.domain {
                 config = config.domain_name(domain.clone());
             }
-            endpoint = endpoint.tls_config(config).map_err(|e| invalid(&e))?;
+            endpoint = endpoint.tls_config(config).map_err(invalid)?;
         }
         let endpoint = endpoint
             .connect_timeout(Duration::from_secs(5))

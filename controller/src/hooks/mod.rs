@@ -22,7 +22,7 @@ use thiserror::Error;
 
 pub use gateway::{
     DEFAULT_GATEWAY_URL, DEFAULT_HOOK_TIMEOUT, GatewayError, GatewayHooks, GatewayOptions,
-    GatewayTls, check_gateway_url,
+    GatewayTls, GatewayTlsError, GatewayTlsFiles, UrlProblem, check_gateway_url,
 };
 
 pub use request::{RolloutRequest, encode_state};
@@ -49,15 +49,36 @@ pub struct HookError {
     pub code: tonic::Code,
     /// The status message.
     pub message: String,
+    /// Whether the gateway answered, or the call never got an answer.
+    pub origin: Origin,
+}
+
+/// Where a failed hook call's status comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// An answer: the gateway's own status, a plugin's passed through, or
+    /// one the controller made of an answer it cannot use.
+    Answer,
+    /// No answer: the client made the status because the connection could
+    /// not be made or broke (the gateway cannot be reached).
+    Transport,
 }
 
 impl HookError {
-    /// An error of `hook` from a gRPC status.
+    /// An error of `hook` from a gRPC status. A status that carries a
+    /// source error was made by the client from a transport failure; one
+    /// read from the gateway's headers or trailers has none.
     pub fn from_status(hook: HookKind, status: &tonic::Status) -> HookError {
+        use std::error::Error as _;
         HookError {
             hook,
             code: status.code(),
             message: status.message().to_owned(),
+            origin: if status.source().is_some() {
+                Origin::Transport
+            } else {
+                Origin::Answer
+            },
         }
     }
 
@@ -320,6 +341,19 @@ mod tests {
             StateDetail::Counts
         );
         assert_eq!(declared(99), StateDetail::Full);
+    }
+
+    /// A status the gateway sent is an answer whatever its text; one the
+    /// client made of a transport failure is not.
+    #[test]
+    fn an_error_says_whether_the_gateway_answered() {
+        let answered = tonic::Status::unavailable("tcp connect error");
+        let err = HookError::from_status(HookKind::Initialize, &answered);
+        assert_eq!(err.origin, Origin::Answer);
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let made = tonic::Status::from_error(Box::new(refused));
+        let err = HookError::from_status(HookKind::Initialize, &made);
+        assert_eq!(err.origin, Origin::Transport);
     }
 
     #[test]

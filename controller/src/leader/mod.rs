@@ -148,6 +148,17 @@ pub struct LeaseError {
     pub source: kube::Error,
 }
 
+/// Why one attempt to acquire or renew the lease failed.
+#[derive(Debug, Error)]
+enum AttemptError {
+    /// The API server refused or failed the read or write.
+    #[error(transparent)]
+    Lease(LeaseError),
+    /// The API server did not answer within the renew deadline.
+    #[error("no answer within {0:?}")]
+    NoAnswer(Duration),
+}
+
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Attempt {
@@ -323,12 +334,12 @@ impl LeaderElection {
 
     /// One attempt, bounded by the renew deadline (an API server that does
     /// not answer must not keep a leader reconciling).
-    async fn attempt(&mut self) -> Result<Attempt, String> {
+    async fn attempt(&mut self) -> Result<Attempt, AttemptError> {
         let deadline = self.config.timings.renew_deadline;
         match tokio::time::timeout(deadline, self.try_acquire_or_renew(Timestamp::now())).await {
             Ok(Ok(attempt)) => Ok(attempt),
-            Ok(Err(error)) => Err(error.to_string()),
-            Err(_) => Err(format!("no answer within {deadline:?}")),
+            Ok(Err(error)) => Err(AttemptError::Lease(error)),
+            Err(_) => Err(AttemptError::NoAnswer(deadline)),
         }
     }
 }

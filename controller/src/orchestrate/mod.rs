@@ -1521,6 +1521,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                     hook: HookKind::MutateManifestWork,
                     code: tonic::Code::Internal,
                     message: format!("the mutated ManifestWork cannot be read: {err}"),
+                    origin: crate::hooks::Origin::Answer,
                 });
             }
         };

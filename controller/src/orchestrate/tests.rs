@@ -104,6 +104,7 @@ impl Script {
                 hook,
                 code: *code,
                 message: format!("plugin \"p\": scripted {hook} failure"),
+                origin: crate::hooks::Origin::Answer,
             }),
             None => Ok(()),
         }

@@ -139,6 +139,7 @@ mod tests {
             hook: HookKind::ValidateRolloutCompletion,
             code,
             message: "pluginConfig.threshold: not a number".into(),
+            origin: crate::hooks::Origin::Answer,
         }
     }
 

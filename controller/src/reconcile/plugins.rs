@@ -148,6 +148,7 @@ mod tests {
                     hook: HookKind::Initialize,
                     code: tonic::Code::Unavailable,
                     message: String::new(),
+                    origin: crate::hooks::Origin::Answer,
                 });
             }
             Ok(InitializeResponse::default())
@@ -215,6 +216,7 @@ mod tests {
             hook: HookKind::Initialize,
             code: tonic::Code::Unavailable,
             message: message.into(),
+            origin: crate::hooks::Origin::Answer,
         };
         assert_eq!(
             failure_message("my-rollout", &unavailable("")),
@@ -232,6 +234,7 @@ mod tests {
             hook: HookKind::Initialize,
             code: tonic::Code::NotFound,
             message: "plugin \"x\" is not registered".into(),
+            origin: crate::hooks::Origin::Answer,
         };
         assert_eq!(
             failure_message("x", &not_found),

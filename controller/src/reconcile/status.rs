@@ -821,6 +821,7 @@ mod tests {
                 hook: HookKind::BeginRollout,
                 code: tonic::Code::Unavailable,
                 message: "plugin \"canary\": down".into(),
+                origin: crate::hooks::Origin::Answer,
             },
         });
         let mut f = Fixture::new(outcome(vec![p]));

@@ -30,6 +30,7 @@
 
 pub mod api;
 pub mod clock;
+pub mod command;
 pub mod config;
 pub mod diff;
 pub mod fleet;
@@ -53,16 +54,18 @@ use thiserror::Error;
 use crate::api::ManifestWork;
 use crate::api::annotations::VALIDATION_ANNOTATION;
 use crate::hooks::{
-    Call, HookCounts, HookError, HookKind, Hooks, Persistence, StateDetail, code_name,
+    Call, HookCounts, HookError, HookKind, Hooks, Origin, Persistence, StateDetail, code_name,
 };
 use crate::orchestrate::observe::{self, Verdict};
 use crate::orchestrate::{
-    self, DeployInput, DeployOutcome, Owner, PlacementOutcome, PlacementTarget, World, WorldError,
+    self, AbortReport, DeployInput, DeployOutcome, Owner, PlacementOutcome, PlacementTarget, World,
+    WorldError,
 };
 use crate::revision::{AbortAction, Revision, RevisionStatus};
 use crate::rollout::work_status::ValidationResult as Decided;
 use crate::rollout::{RolloutStatus, Strategy};
 use crate::telemetry::Telemetry;
+pub use command::{SimulateError, SimulateOptions, simulate};
 pub use config::{Config, ConfigError, StrategyFlags};
 pub use fleet::FleetWorld;
 pub use record::Recorder;
@@ -108,12 +111,37 @@ pub enum SimError {
 }
 
 impl SimError {
-    /// Whether `error` says the gateway itself cannot be reached (not a
-    /// plugin behind it).
+    /// Whether `error` says the gateway itself cannot be reached: an
+    /// `UNAVAILABLE` the client made for want of an answer, not one the
+    /// gateway answered (a plugin behind it down, its circuit open).
     pub fn is_unreachable(error: &HookError) -> bool {
-        error.code == tonic::Code::Unavailable
-            && !error.message.starts_with("plugin \"")
-            && !error.message.contains("circuit open")
+        error.code == tonic::Code::Unavailable && error.origin == Origin::Transport
+    }
+
+    /// What went wrong, and what to do about it, for a gateway at
+    /// `gateway`: an unreachable gateway and a plugin it does not know are
+    /// explained; any other error is said as it is.
+    pub fn advice(&self, gateway: &str) -> String {
+        match self {
+            SimError::Initialize { error, .. } | SimError::GatewayLost(error)
+                if SimError::is_unreachable(error) =>
+            {
+                format!(
+                    "cannot reach the rollout gateway at {gateway} ({}). Start one \
+                     (rollout-gateway --config FILE) or point --gateway at it; without --plugin \
+                     no gateway is needed.",
+                    error.message
+                )
+            }
+            SimError::Initialize { plugin, error } if error.code == tonic::Code::NotFound => {
+                format!(
+                    "the gateway at {gateway} has no plugin or pipeline named {plugin:?} ({}). \
+                     Add it to the gateway's registry, or name another with --plugin.",
+                    error.message
+                )
+            }
+            other => other.to_string(),
+        }
     }
 }
 
@@ -181,6 +209,101 @@ fn mutation_reports(records: &[Record]) -> Vec<report::MutationReport> {
             })
         })
         .collect()
+}
+
+/// The first failed call in `records` whose error `matches`.
+fn failure(records: &[Record], matches: impl Fn(&HookError) -> bool) -> Option<HookError> {
+    records.iter().find_map(|r| match &r.answer {
+        Answer::Failed(e) if matches(e) => Some(e.clone()),
+        _ => None,
+    })
+}
+
+/// What a step's hook calls come to, gathered in the records' order (the
+/// events keep it).
+#[derive(Default)]
+struct Tally<'r> {
+    hook_calls: HookCounts,
+    validations: report::ValidationCounts,
+    verdicts: Vec<report::Verdict>,
+    events: Vec<report::Event>,
+    /// Failed calls.
+    errors: usize,
+    /// The mutate call of each cluster.
+    mutations: HashMap<&'r str, &'r Record>,
+}
+
+impl<'r> Tally<'r> {
+    fn of(records: &'r [Record]) -> Tally<'r> {
+        let mut tally = Tally::default();
+        for record in records {
+            tally.count(record);
+            tally.answer(record);
+        }
+        tally
+    }
+
+    fn count(&mut self, record: &'r Record) {
+        let calls = &mut self.hook_calls;
+        match record.hook {
+            HookKind::Initialize => {}
+            HookKind::BeginRollout => calls.begin_rollout += 1,
+            HookKind::ProgressRollout => calls.progress_rollout += 1,
+            HookKind::ValidateRolloutCompletion => calls.validate_rollout_completion += 1,
+            HookKind::MutateManifestWork => {
+                calls.mutate_manifest_work += 1;
+                self.mutations.insert(&record.cluster, record);
+            }
+        }
+    }
+
+    fn answer(&mut self, record: &Record) {
+        match &record.answer {
+            Answer::Validation {
+                result, message, ..
+            } => self.validation(record, *result, message),
+            Answer::Failed(error) => {
+                self.errors += 1;
+                self.events.push(report::Event::HookError {
+                    hook: error.hook.as_str().to_owned(),
+                    cluster: (!record.cluster.is_empty()).then(|| record.cluster.clone()),
+                    code: code_name(error.code).to_owned(),
+                    message: error.message.clone(),
+                });
+            }
+            Answer::Done | Answer::Mutation { .. } => {}
+        }
+    }
+
+    fn validation(&mut self, record: &Record, result: ValidationResult, message: &str) {
+        let verdict = |result| report::Verdict {
+            cluster: record.cluster.clone(),
+            revision: record.revision.clone(),
+            result,
+            message: message.to_owned(),
+        };
+        match result {
+            ValidationResult::Succeeded => {
+                self.validations.succeeded += 1;
+                self.verdicts.push(verdict(RolloutStatus::Succeeded));
+            }
+            ValidationResult::Failed => {
+                self.validations.failed += 1;
+                self.verdicts.push(verdict(RolloutStatus::Failed));
+                self.events.push(report::Event::ValidationFailed {
+                    cluster: record.cluster.clone(),
+                    message: message.to_owned(),
+                });
+            }
+            _ => {
+                let v = &mut self.validations;
+                v.in_progress += 1;
+                if v.in_progress_message.is_none() && !message.is_empty() {
+                    v.in_progress_message = Some(message.to_owned());
+                }
+            }
+        }
+    }
 }
 
 /// One simulated rollout.
@@ -444,16 +567,10 @@ impl<H: Hooks> Simulation<'_, H> {
                 .reconcile_span(config::NAMESPACE, config::NAME);
             let outcome = self.step(now, &trace).await?;
             let records = self.hooks.take();
-            if let Some(lost) = records.iter().find_map(|r| match &r.answer {
-                Answer::Failed(e) if SimError::is_unreachable(e) => Some(e.clone()),
-                _ => None,
-            }) {
+            if let Some(lost) = failure(&records, SimError::is_unreachable) {
                 return Err(SimError::GatewayLost(lost));
             }
-            let refused = records.iter().find_map(|r| match &r.answer {
-                Answer::Failed(e) if e.persistence() == Persistence::Permanent => Some(e.clone()),
-                _ => None,
-            });
+            let refused = failure(&records, |e| e.persistence() == Persistence::Permanent);
             // `deploy` reports every placement it is given, and it is
             // given one.
             let placement = outcome
@@ -469,32 +586,8 @@ impl<H: Hooks> Simulation<'_, H> {
                     .map(|cluster| report::Event::WorkDegraded { cluster }),
             );
             if let Some(abort) = &outcome.abort {
-                let action = format!("{:?}", abort.action);
-                let failures: Vec<report::Failure> = abort
-                    .failures
-                    .iter()
-                    .map(|f| report::Failure {
-                        cluster: f.cluster.clone(),
-                        status: f.status,
-                        message: f.message.clone(),
-                    })
-                    .collect();
-                self.abort = Some(report::AbortSummary {
-                    step,
-                    action: action.clone(),
-                    failures: failures.clone(),
-                    trace_id: report_step.trace_id.clone(),
-                });
-                report_step.events.push(report::Event::Abort {
-                    action,
-                    from: self.update.hash.clone(),
-                    to: (abort.action == AbortAction::RollBack)
-                        .then(|| placement.desired_revision.clone()),
-                    failures,
-                });
+                self.record_abort(step, abort, placement, &mut report_step);
             }
-
-            let ended = self.ended(placement);
             let wait = clock::plan(
                 now,
                 outcome.requeue_after,
@@ -502,15 +595,7 @@ impl<H: Hooks> Simulation<'_, H> {
                 self.config.tick,
                 report_step.clusters.validating > 0,
             );
-            let result = ended.or_else(|| {
-                wait.is_none().then(|| {
-                    if self.status.is_aborted() {
-                        Outcome::Aborted
-                    } else {
-                        Outcome::Failed
-                    }
-                })
-            });
+            let result = self.result(placement, wait.is_some());
             if result.is_none()
                 && let Some(wait) = wait
             {
@@ -530,6 +615,54 @@ impl<H: Hooks> Simulation<'_, H> {
                 clock.wait(wait).await;
             }
         }
+    }
+
+    /// Remembers the abort that started in `step` for the summary, and
+    /// reports it as the step's last event.
+    fn record_abort(
+        &mut self,
+        step: usize,
+        abort: &AbortReport,
+        placement: &PlacementOutcome,
+        report_step: &mut StepReport,
+    ) {
+        let action = format!("{:?}", abort.action);
+        let failures: Vec<report::Failure> = abort
+            .failures
+            .iter()
+            .map(|f| report::Failure {
+                cluster: f.cluster.clone(),
+                status: f.status,
+                message: f.message.clone(),
+            })
+            .collect();
+        self.abort = Some(report::AbortSummary {
+            step,
+            action: action.clone(),
+            failures: failures.clone(),
+            trace_id: report_step.trace_id.clone(),
+        });
+        report_step.events.push(report::Event::Abort {
+            action,
+            from: self.update.hash.clone(),
+            to: (abort.action == AbortAction::RollBack).then(|| placement.desired_revision.clone()),
+            failures,
+        });
+    }
+
+    /// How the rollout ended, if it did: as [`Self::ended`] says, or, when
+    /// nothing is left to wait for, `Aborted` after an abort and `Failed`
+    /// otherwise.
+    fn result(&self, placement: &PlacementOutcome, waiting: bool) -> Option<Outcome> {
+        self.ended(placement).or_else(|| {
+            (!waiting).then(|| {
+                if self.status.is_aborted() {
+                    Outcome::Aborted
+                } else {
+                    Outcome::Failed
+                }
+            })
+        })
     }
 
     /// One reconcile at `now`.
@@ -635,77 +768,55 @@ impl<H: Hooks> Simulation<'_, H> {
         for c in &placement.clusters {
             clusters.add(c.status);
         }
-
-        let mut hook_calls = HookCounts::default();
-        let mut validations = report::ValidationCounts::default();
-        let mut verdicts = Vec::new();
-        let mut events = Vec::new();
-        let mut mutations: HashMap<&str, &Record> = HashMap::new();
-        for record in records {
-            match record.hook {
-                HookKind::Initialize => {}
-                HookKind::BeginRollout => hook_calls.begin_rollout += 1,
-                HookKind::ProgressRollout => hook_calls.progress_rollout += 1,
-                HookKind::ValidateRolloutCompletion => hook_calls.validate_rollout_completion += 1,
-                HookKind::MutateManifestWork => {
-                    hook_calls.mutate_manifest_work += 1;
-                    mutations.insert(&record.cluster, record);
-                }
-            }
-            match &record.answer {
-                Answer::Validation {
-                    result, message, ..
-                } => match result {
-                    ValidationResult::Succeeded => {
-                        validations.succeeded += 1;
-                        verdicts.push(report::Verdict {
-                            cluster: record.cluster.clone(),
-                            revision: record.revision.clone(),
-                            result: RolloutStatus::Succeeded,
-                            message: message.clone(),
-                        });
-                    }
-                    ValidationResult::Failed => {
-                        validations.failed += 1;
-                        verdicts.push(report::Verdict {
-                            cluster: record.cluster.clone(),
-                            revision: record.revision.clone(),
-                            result: RolloutStatus::Failed,
-                            message: message.clone(),
-                        });
-                        events.push(report::Event::ValidationFailed {
-                            cluster: record.cluster.clone(),
-                            message: message.clone(),
-                        });
-                    }
-                    _ => {
-                        validations.in_progress += 1;
-                        if validations.in_progress_message.is_none() && !message.is_empty() {
-                            validations.in_progress_message = Some(message.clone());
-                        }
-                    }
-                },
-                Answer::Failed(error) => {
-                    self.hook_errors += 1;
-                    events.push(report::Event::HookError {
-                        hook: error.hook.as_str().to_owned(),
-                        cluster: (!record.cluster.is_empty()).then(|| record.cluster.clone()),
-                        code: code_name(error.code).to_owned(),
-                        message: error.message.clone(),
-                    });
-                }
-                Answer::Done | Answer::Mutation { .. } => {}
-            }
-        }
+        let mut tally = Tally::of(records);
+        self.hook_errors += tally.errors;
         for timed_out in &placement.result.clusters_timeout {
             if self.timed_out.insert(timed_out.cluster_name.clone()) {
-                events.push(report::Event::TimedOut {
+                tally.events.push(report::Event::TimedOut {
                     cluster: timed_out.cluster_name.clone(),
                 });
             }
         }
+        StepReport {
+            step,
+            time: now,
+            elapsed_seconds: clock.elapsed().as_secs_f64(),
+            wall_seconds: clock.wall().as_secs_f64(),
+            revision: placement.desired_revision.clone(),
+            aborting: placement.aborting,
+            clusters,
+            updated: placement.at_update,
+            applied: self.applied_works(placement, &tally.mutations),
+            validations: tally.validations,
+            verdicts: tally.verdicts,
+            hook_calls: tally.hook_calls,
+            events: tally.events,
+            // Diffing every work costs; only asked for with --template.
+            mutations: if self.config.template.is_some() {
+                mutation_reports(records)
+            } else {
+                Vec::new()
+            },
+            next_in_seconds: None,
+            real_wait: false,
+            trace_id: String::new(),
+            status_clusters: self
+                .api
+                .as_ref()
+                .map(api::SimApi::failed_clusters)
+                .unwrap_or_default(),
+        }
+    }
 
-        let applied = placement
+    /// The works applied in a step, as the world holds them now, with the
+    /// plugins that changed each (`mutations`: the step's mutate call per
+    /// cluster).
+    fn applied_works(
+        &self,
+        placement: &PlacementOutcome,
+        mutations: &HashMap<&str, &Record>,
+    ) -> Vec<report::AppliedWork> {
+        placement
             .applied
             .iter()
             .map(|cluster| {
@@ -731,37 +842,7 @@ impl<H: Hooks> Simulation<'_, H> {
                     annotations: work.as_ref().map(manifest_annotations).unwrap_or_default(),
                 }
             })
-            .collect();
-
-        StepReport {
-            step,
-            time: now,
-            elapsed_seconds: clock.elapsed().as_secs_f64(),
-            wall_seconds: clock.wall().as_secs_f64(),
-            revision: placement.desired_revision.clone(),
-            aborting: placement.aborting,
-            clusters,
-            updated: placement.at_update,
-            applied,
-            validations,
-            verdicts,
-            hook_calls,
-            events,
-            // Diffing every work costs; only asked for with --template.
-            mutations: if self.config.template.is_some() {
-                mutation_reports(records)
-            } else {
-                Vec::new()
-            },
-            next_in_seconds: None,
-            real_wait: false,
-            trace_id: String::new(),
-            status_clusters: self
-                .api
-                .as_ref()
-                .map(api::SimApi::failed_clusters)
-                .unwrap_or_default(),
-        }
+            .collect()
     }
 
     fn summary(

@@ -284,6 +284,7 @@ mod tests {
                     hook: HookKind::BeginRollout,
                     code: tonic::Code::Unavailable,
                     message: "plugin \"p\": down".into(),
+                    origin: crate::hooks::Origin::Answer,
                 });
             }
             Ok(())

@@ -269,39 +269,76 @@ impl<W: Write> Report for Terminal<W> {
     }
 
     fn step(&mut self, step: &StepReport) -> io::Result<()> {
-        let c = &step.clusters;
-        let counts = [
-            c.to_apply,
-            c.progressing,
-            c.validating,
-            c.succeeded,
-            c.failed,
-            c.time_out,
-        ];
-        let h = &step.hook_calls;
-        let hooks = [
-            h.begin_rollout,
-            h.progress_rollout,
-            h.validate_rollout_completion,
-            h.mutate_manifest_work,
-        ];
-        let elapsed = duration(Duration::from_secs_f64(step.elapsed_seconds));
-        let mut row = format!("{:>5} {:>10} ", step.step, format!("+{elapsed}"));
-        for (value, name) in counts.iter().zip(STATUS_COLUMNS) {
-            let _ = write!(row, " {value:>w$}", w = name.len());
-        }
-        row.push_str(&" ".repeat("   hook calls:".len()));
-        for (value, name) in hooks.iter().zip(HOOK_COLUMNS) {
-            let _ = write!(row, " {value:>w$}", w = name.len());
-        }
-        if step.aborting {
-            let _ = write!(row, "   ← rolling back to {}", step.revision);
-        }
-        writeln!(self.out, "{row}")?;
-
+        writeln!(self.out, "{}", step_row(step))?;
         // In the order things happen in a step: the agent's reports, the
         // plugin's verdicts, the abort, the applies; then the errors.
-        let mut errors = 0;
+        self.agent_reports(step)?;
+        self.validations(step)?;
+        self.failures(step)?;
+        self.applied(&step.applied, step.aborting, &step.revision)?;
+        if self.diffs {
+            self.changes(&step.mutations)?;
+        }
+        self.hook_errors(step)?;
+        if step.real_wait
+            && let Some(next) = step.next_in_seconds
+        {
+            self.detail(format!(
+                "next step in {} of real time: the plugin decides on its own clock",
+                duration(Duration::from_secs_f64(next))
+            ))?;
+        }
+        if self.tracing {
+            self.detail(format!("trace {}", step.trace_id))?;
+        }
+        self.status_clusters(step)?;
+        self.out.flush()
+    }
+
+    fn end(&mut self, summary: &Summary) -> io::Result<()> {
+        let out = &mut self.out;
+        writeln!(out)?;
+        writeln!(out, "{}", result_line(summary))?;
+        if let Some(abort) = &summary.abort {
+            abort_lines(out, abort, summary.rollback_applies)?;
+        }
+        writeln!(out, "{}", works_line(summary))?;
+        if let Some(status) = &summary.rollout_status {
+            rollout_status(out, status)?;
+        }
+        hook_call_lines(out, summary)?;
+        if !summary.works.annotations.is_empty() {
+            let annotations: Vec<String> = summary
+                .works
+                .annotations
+                .iter()
+                .map(|(key, n)| format!("{key} ({n})"))
+                .collect();
+            writeln!(
+                out,
+                "  annotations on the {} works applied: {}",
+                summary.works.applied,
+                annotations.join(", ")
+            )?;
+        }
+        if let Some(list) = &summary.work_list {
+            writeln!(out)?;
+            work_list(out, list)?;
+        }
+        if matches!(summary.result, Outcome::Failed) {
+            writeln!(
+                out,
+                "  the rollout can go no further: failures beyond maxFailures, or clusters stuck, and no abort"
+            )?;
+        }
+        out.flush()
+    }
+}
+
+impl<W: Write> Terminal<W> {
+    /// What the work agent reported: works turned Degraded, clusters timed
+    /// out.
+    fn agent_reports(&mut self, step: &StepReport) -> io::Result<()> {
         for event in &step.events {
             match event {
                 Event::WorkDegraded { cluster } => {
@@ -313,6 +350,12 @@ impl<W: Write> Report for Terminal<W> {
                 _ => {}
             }
         }
+        Ok(())
+    }
+
+    /// The plugin's INPROGRESS and SUCCEEDED answers, counted, with one
+    /// message as an example.
+    fn validations(&mut self, step: &StepReport) -> io::Result<()> {
         let v = &step.validations;
         if v.in_progress > 0 {
             let message = v.in_progress_message.as_deref().unwrap_or("");
@@ -332,6 +375,11 @@ impl<W: Write> Report for Terminal<W> {
             });
             self.detail(format!("{} SUCCEEDED{example}", v.succeeded))?;
         }
+        Ok(())
+    }
+
+    /// Each FAILED validation, then the abort.
+    fn failures(&mut self, step: &StepReport) -> io::Result<()> {
         for event in &step.events {
             match event {
                 Event::ValidationFailed { cluster, message } => {
@@ -360,10 +408,13 @@ impl<W: Write> Report for Terminal<W> {
                 _ => {}
             }
         }
-        self.applied(&step.applied, step.aborting, &step.revision)?;
-        if self.diffs {
-            self.changes(&step.mutations)?;
-        }
+        Ok(())
+    }
+
+    /// The failed hook calls, the first [`MAX_ERRORS_SHOWN`] of them
+    /// shown and the rest counted.
+    fn hook_errors(&mut self, step: &StepReport) -> io::Result<()> {
+        let mut errors = 0;
         for event in &step.events {
             if let Event::HookError {
                 hook,
@@ -387,169 +438,179 @@ impl<W: Write> Report for Terminal<W> {
                 errors - MAX_ERRORS_SHOWN
             ))?;
         }
-        if step.real_wait
-            && let Some(next) = step.next_in_seconds
-        {
-            self.detail(format!(
-                "next step in {} of real time: the plugin decides on its own clock",
-                duration(Duration::from_secs_f64(next))
-            ))?;
-        }
-        if self.tracing {
-            self.detail(format!("trace {}", step.trace_id))?;
-        }
-        self.status_clusters(step)?;
-        self.out.flush()
+        Ok(())
     }
+}
 
-    fn end(&mut self, summary: &Summary) -> io::Result<()> {
-        let out = &mut self.out;
-        writeln!(out)?;
-        let simulated = duration(Duration::from_secs_f64(summary.simulated_seconds));
-        let wall = duration(Duration::from_secs_f64(summary.wall_seconds));
-        let mut line = format!(
-            "Result: {:?} after {} steps: {simulated} simulated in {wall}",
-            summary.result, summary.steps
-        );
-        if summary.real_wait_seconds > 0.0 {
-            let _ = write!(
-                line,
-                " ({} of it waiting for the plugin)",
-                duration(Duration::from_secs_f64(summary.real_wait_seconds))
-            );
-        }
-        writeln!(out, "{line}")?;
-        if let Some(abort) = &summary.abort {
-            let failed: Vec<String> = abort
-                .failures
-                .iter()
-                .map(|f| match &f.message {
-                    Some(m) => format!("{} {:?} ({m})", f.cluster, f.status),
-                    None => format!("{} {:?}", f.cluster, f.status),
-                })
-                .collect();
-            writeln!(
-                out,
-                "  abort       at step {}: {}",
-                abort.step,
-                failed.join("; ")
-            )?;
-            let rolled_back = summary.rollback_applies;
-            if abort.action == "RollBack" {
-                writeln!(
-                    out,
-                    "  rollback    {rolled_back} works re-applied with the last good revision, aborting = true"
-                )?;
-            } else {
-                writeln!(out, "  rollback    none: there was no earlier revision")?;
-            }
-        }
-        let revisions: Vec<String> = summary
-            .works
-            .by_revision
-            .iter()
-            .map(|(hash, n)| {
-                let name = if *hash == summary.update_revision {
-                    "new"
-                } else if Some(hash) == summary.previous_revision.as_ref() {
-                    "previous"
-                } else {
-                    "other"
-                };
-                format!("{n} on {hash} ({name})")
-            })
-            .collect();
-        writeln!(
-            out,
-            "  works       {} in all: {}; currentRevision {}",
-            summary.works.total,
-            revisions.join(", "),
-            summary.current_revision.as_deref().unwrap_or("none")
-        )?;
-        if let Some(status) = &summary.rollout_status {
-            rollout_status(out, status)?;
-        }
-        let h = &summary.hook_calls;
-        let calls = h.begin_rollout
-            + h.progress_rollout
-            + h.validate_rollout_completion
-            + h.mutate_manifest_work;
-        let a = &summary.aborting_hook_calls;
-        let aborting = a.begin_rollout
-            + a.progress_rollout
-            + a.validate_rollout_completion
-            + a.mutate_manifest_work;
-        writeln!(
-            out,
-            "  hook calls  BeginRollout {}, ProgressRollout {}, ValidateRolloutCompletion {}, MutateManifestWork {}",
-            h.begin_rollout,
-            h.progress_rollout,
-            h.validate_rollout_completion,
-            h.mutate_manifest_work
-        )?;
-        writeln!(
-            out,
-            "              {calls} in all, {aborting} with aborting = true, {} failed; {:.0} calls/s",
-            summary.hook_errors, summary.hook_calls_per_second
-        )?;
-        if !summary.works.annotations.is_empty() {
-            let annotations: Vec<String> = summary
-                .works
-                .annotations
-                .iter()
-                .map(|(key, n)| format!("{key} ({n})"))
-                .collect();
-            writeln!(
-                out,
-                "  annotations on the {} works applied: {}",
-                summary.works.applied,
-                annotations.join(", ")
-            )?;
-        }
-        if let Some(list) = &summary.work_list {
-            writeln!(out)?;
-            let keys: Vec<&String> = {
-                let mut keys: BTreeMap<&String, ()> = BTreeMap::new();
-                for w in list {
-                    for k in w.annotations.keys() {
-                        keys.insert(k, ());
-                    }
-                }
-                keys.into_keys().collect()
-            };
-            let mut header = format!(
-                "  {:<14} {:<12} {:>3} {:>7}  {:<11}",
-                "cluster", "revision", "gen", "applies", "status"
-            );
-            for key in &keys {
-                let _ = write!(header, "  {}", key.rsplit('/').next().unwrap_or(key));
-            }
-            writeln!(out, "{header}")?;
-            for w in list {
-                let mut row = format!(
-                    "  {:<14} {:<12} {:>3} {:>7}  {:<11}",
-                    w.cluster,
-                    w.revision,
-                    w.generation,
-                    w.applies,
-                    format!("{:?}", w.status)
-                );
-                for key in &keys {
-                    let width = key.rsplit('/').next().unwrap_or(key).len();
-                    let value = w.annotations.get(*key).map_or("-", String::as_str);
-                    let _ = write!(row, "  {value:<width$}");
-                }
-                writeln!(out, "{}", row.trim_end())?;
-            }
-        }
-        if matches!(summary.result, Outcome::Failed) {
-            writeln!(
-                out,
-                "  the rollout can go no further: failures beyond maxFailures, or clusters stuck, and no abort"
-            )?;
-        }
-        out.flush()
+/// A step's table row: its number and simulated time, the clusters per
+/// status and the hook calls, under the header's columns.
+fn step_row(step: &StepReport) -> String {
+    let c = &step.clusters;
+    let counts = [
+        c.to_apply,
+        c.progressing,
+        c.validating,
+        c.succeeded,
+        c.failed,
+        c.time_out,
+    ];
+    let h = &step.hook_calls;
+    let hooks = [
+        h.begin_rollout,
+        h.progress_rollout,
+        h.validate_rollout_completion,
+        h.mutate_manifest_work,
+    ];
+    let elapsed = duration(Duration::from_secs_f64(step.elapsed_seconds));
+    let mut row = format!("{:>5} {:>10} ", step.step, format!("+{elapsed}"));
+    for (value, name) in counts.iter().zip(STATUS_COLUMNS) {
+        let _ = write!(row, " {value:>w$}", w = name.len());
     }
+    row.push_str(&" ".repeat("   hook calls:".len()));
+    for (value, name) in hooks.iter().zip(HOOK_COLUMNS) {
+        let _ = write!(row, " {value:>w$}", w = name.len());
+    }
+    if step.aborting {
+        let _ = write!(row, "   ← rolling back to {}", step.revision);
+    }
+    row
+}
+
+/// How the rollout ended, after how many steps and how much time.
+fn result_line(summary: &Summary) -> String {
+    let simulated = duration(Duration::from_secs_f64(summary.simulated_seconds));
+    let wall = duration(Duration::from_secs_f64(summary.wall_seconds));
+    let mut line = format!(
+        "Result: {:?} after {} steps: {simulated} simulated in {wall}",
+        summary.result, summary.steps
+    );
+    if summary.real_wait_seconds > 0.0 {
+        let _ = write!(
+            line,
+            " ({} of it waiting for the plugin)",
+            duration(Duration::from_secs_f64(summary.real_wait_seconds))
+        );
+    }
+    line
+}
+
+/// The abort: when, the failures that caused it, and the rollback.
+fn abort_lines(
+    out: &mut impl Write,
+    abort: &super::report::AbortSummary,
+    rolled_back: usize,
+) -> io::Result<()> {
+    let failed: Vec<String> = abort
+        .failures
+        .iter()
+        .map(|f| match &f.message {
+            Some(m) => format!("{} {:?} ({m})", f.cluster, f.status),
+            None => format!("{} {:?}", f.cluster, f.status),
+        })
+        .collect();
+    writeln!(
+        out,
+        "  abort       at step {}: {}",
+        abort.step,
+        failed.join("; ")
+    )?;
+    if abort.action == "RollBack" {
+        writeln!(
+            out,
+            "  rollback    {rolled_back} works re-applied with the last good revision, aborting = true"
+        )
+    } else {
+        writeln!(out, "  rollback    none: there was no earlier revision")
+    }
+}
+
+/// The works per revision, and the current revision.
+fn works_line(summary: &Summary) -> String {
+    let revisions: Vec<String> = summary
+        .works
+        .by_revision
+        .iter()
+        .map(|(hash, n)| {
+            let name = if *hash == summary.update_revision {
+                "new"
+            } else if Some(hash) == summary.previous_revision.as_ref() {
+                "previous"
+            } else {
+                "other"
+            };
+            format!("{n} on {hash} ({name})")
+        })
+        .collect();
+    format!(
+        "  works       {} in all: {}; currentRevision {}",
+        summary.works.total,
+        revisions.join(", "),
+        summary.current_revision.as_deref().unwrap_or("none")
+    )
+}
+
+/// The hook calls per hook, in all, while aborting, failed, and per
+/// second.
+fn hook_call_lines(out: &mut impl Write, summary: &Summary) -> io::Result<()> {
+    let h = &summary.hook_calls;
+    let calls = h.begin_rollout
+        + h.progress_rollout
+        + h.validate_rollout_completion
+        + h.mutate_manifest_work;
+    let a = &summary.aborting_hook_calls;
+    let aborting = a.begin_rollout
+        + a.progress_rollout
+        + a.validate_rollout_completion
+        + a.mutate_manifest_work;
+    writeln!(
+        out,
+        "  hook calls  BeginRollout {}, ProgressRollout {}, ValidateRolloutCompletion {}, MutateManifestWork {}",
+        h.begin_rollout, h.progress_rollout, h.validate_rollout_completion, h.mutate_manifest_work
+    )?;
+    writeln!(
+        out,
+        "              {calls} in all, {aborting} with aborting = true, {} failed; {:.0} calls/s",
+        summary.hook_errors, summary.hook_calls_per_second
+    )
+}
+
+/// Every work (`--list-works`): a row per work with its manifests'
+/// annotations in columns.
+fn work_list(out: &mut impl Write, list: &[super::report::WorkEntry]) -> io::Result<()> {
+    let keys: Vec<&String> = {
+        let mut keys: BTreeMap<&String, ()> = BTreeMap::new();
+        for w in list {
+            for k in w.annotations.keys() {
+                keys.insert(k, ());
+            }
+        }
+        keys.into_keys().collect()
+    };
+    let mut header = format!(
+        "  {:<14} {:<12} {:>3} {:>7}  {:<11}",
+        "cluster", "revision", "gen", "applies", "status"
+    );
+    for key in &keys {
+        let _ = write!(header, "  {}", key.rsplit('/').next().unwrap_or(key));
+    }
+    writeln!(out, "{header}")?;
+    for w in list {
+        let mut row = format!(
+            "  {:<14} {:<12} {:>3} {:>7}  {:<11}",
+            w.cluster,
+            w.revision,
+            w.generation,
+            w.applies,
+            format!("{:?}", w.status)
+        );
+        for key in &keys {
+            let width = key.rsplit('/').next().unwrap_or(key).len();
+            let value = w.annotations.get(*key).map_or("-", String::as_str);
+            let _ = write!(row, "  {value:<width$}");
+        }
+        writeln!(out, "{}", row.trim_end())?;
+    }
+    Ok(())
 }
 
 /// The ManifestWorkReplicaSetRollout's stored status: its revisions and the

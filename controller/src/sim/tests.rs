@@ -79,6 +79,7 @@ impl Hooks for Scripted {
                 hook: HookKind::Initialize,
                 code: tonic::Code::Unavailable,
                 message: "tcp connect error: Connection refused".into(),
+                origin: crate::hooks::Origin::Transport,
             });
         }
         Ok(InitializeResponse {
@@ -96,6 +97,7 @@ impl Hooks for Scripted {
                 hook: HookKind::BeginRollout,
                 code,
                 message: "pluginConfig.weight: expected a number".into(),
+                origin: crate::hooks::Origin::Answer,
             }),
             None => Ok(()),
         }

@@ -101,6 +101,24 @@ pub enum GetError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The kubeconfig file could not be read.
+    #[error("no Kubernetes client configuration: reading {}: {source}", path.display())]
+    KubeconfigRead {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// The kubeconfig file does not make a client configuration.
+    #[error("no Kubernetes client configuration: {}: {source}", path.display())]
+    Kubeconfig {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
     /// The output could not be written.
     #[error("writing the view: {0}")]
     Output(#[from] io::Error),
@@ -144,6 +162,59 @@ impl Target {
     }
 }
 
+/// What `rollout-controller get` shows, and how.
+#[derive(Debug, Clone)]
+pub struct GetOptions {
+    /// The kubeconfig file; `None`: in-cluster, else $KUBECONFIG or
+    /// ~/.kube/config.
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The ManifestWorkReplicaSet's namespace; `None`: the context's.
+    pub namespace: Option<String>,
+    /// The ManifestWorkReplicaSet's name.
+    pub name: String,
+    /// Keep watching and redraw on every change, until `stop`.
+    pub watch: bool,
+    /// How long the first read may take (see [`Target::request_timeout`]).
+    pub request_timeout: Duration,
+    /// JSON lines instead of text.
+    pub json: bool,
+}
+
+/// `rollout-controller get`: draws the view on standard output once, or
+/// with [`GetOptions::watch`] on every change until `stop` completes or
+/// the ManifestWorkReplicaSet is deleted. Text is redrawn in place on a
+/// terminal and appended elsewhere; a single frame never clears the
+/// screen.
+pub async fn get(options: &GetOptions, stop: impl Future<Output = ()>) -> Result<(), GetError> {
+    use std::io::IsTerminal;
+    let (client, server, default_namespace) = connect(options.kubeconfig.as_deref()).await?;
+    let target = Target {
+        namespace: options.namespace.clone().unwrap_or(default_namespace),
+        name: options.name.clone(),
+        server,
+        request_timeout: options.request_timeout,
+    };
+    let stdout = io::stdout();
+    let output = match (options.json, stdout.is_terminal()) {
+        (true, _) => Output::Json,
+        (false, true) => Output::Terminal,
+        (false, false) => Output::Appended,
+    };
+    let mut out = stdout.lock();
+    if options.watch {
+        return watch(&client, &target, output, &mut out, stop).await;
+    }
+    let snapshot = first_snapshot(&client, &target).await?;
+    let view = build(&snapshot, Timestamp::now());
+    let once = if output == Output::Json {
+        Output::Json
+    } else {
+        Output::Appended
+    };
+    write_frame(&mut out, &view, once, true)?;
+    Ok(())
+}
+
 /// A client from `kubeconfig` (default: in-cluster, else $KUBECONFIG or
 /// ~/.kube/config), the API server's address, and the context's namespace.
 pub async fn connect(
@@ -155,11 +226,18 @@ pub async fn connect(
             .await
             .map_err(|e| boxed(Box::new(e)))?,
         Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| boxed(format!("reading {}: {e}", path.display()).into()))?;
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|source| {
+                GetError::KubeconfigRead {
+                    path: path.to_owned(),
+                    source,
+                }
+            })?;
             kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
                 .await
-                .map_err(|e| boxed(format!("{}: {e}", path.display()).into()))?
+                .map_err(|source| GetError::Kubeconfig {
+                    path: path.to_owned(),
+                    source,
+                })?
         }
     };
     let server = config.cluster_url.to_string();
