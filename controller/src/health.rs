@@ -3,8 +3,9 @@
 //! process runs; `GET /readyz` answers 200 once the controller has listed
 //! the ManifestWorkReplicaSets, 503 before and while shutting down (and on
 //! a replica that is not the leader, 200 while it waits: it is healthy and
-//! ready to take over); `GET /metrics` is the Prometheus text of
-//! [`ControllerMetrics`].
+//! ready to take over); `GET /metrics` is [`ControllerMetrics`], as
+//! OpenMetrics when `Accept` asks for it (as Prometheus does), else as the
+//! Prometheus text.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::metrics::{self, ControllerMetrics};
+use crate::metrics::ControllerMetrics;
 
 /// Whether the controller is ready; shared with the probe server.
 #[derive(Debug, Clone, Default)]
@@ -45,12 +46,8 @@ pub fn router(readiness: Readiness, metrics: Arc<ControllerMetrics>) -> Router {
         .with_state(readiness)
         .route(
             "/metrics",
-            get(move || async move {
-                (
-                    [(axum::http::header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
-                    metrics.encode(),
-                )
-                    .into_response()
+            get(move |headers: axum::http::HeaderMap| async move {
+                metrics.response(&headers).into_response()
             }),
         )
 }
@@ -137,12 +134,83 @@ pub(crate) mod tests {
         let scraped = get(addr, "/metrics").await;
         assert!(scraped.starts_with("HTTP/1.1 200"), "{scraped}");
         assert!(
-            scraped.contains("content-type: application/openmetrics-text"),
-            "{scraped}"
-        );
-        assert!(
             scraped.contains("\nrollout_controller_leader 1\n"),
             "{scraped}"
         );
+    }
+
+    /// `/metrics` answers Prometheus (which asks for OpenMetrics) in
+    /// OpenMetrics, and curl, a request without `Accept` or one asking for
+    /// the Prometheus text in the Prometheus text 0.0.4; each answer is
+    /// read by a strict reader of its format, both carry the same
+    /// `rollout_controller_*` samples, with the build info and the
+    /// `process_*` series, and promtool passes the Prometheus text.
+    #[tokio::test]
+    async fn metrics_answer_in_the_format_accept_asks_for() {
+        use rollout_telemetry::metrics::Format;
+        use rollout_telemetry::metrics::lint::{self, PROMETHEUS_ACCEPT};
+        let addr = serve(
+            "127.0.0.1:0".parse().expect("addr"),
+            Readiness::default(),
+            Arc::new(ControllerMetrics::new()),
+        )
+        .await
+        .expect("binds");
+        let openmetrics = Format::OpenMetrics.content_type();
+        let prometheus = Format::Prometheus.content_type();
+        let cases: &[(&[&str], &str)] = &[
+            (&[PROMETHEUS_ACCEPT], openmetrics),
+            (&["application/openmetrics-text"], openmetrics),
+            (&[], prometheus),
+            (&["*/*"], prometheus),
+            (&["text/plain;version=0.0.4"], prometheus),
+        ];
+        let mut bodies = std::collections::BTreeMap::new();
+        for (accept, want) in cases {
+            let (status, content_type, body) = lint::get(addr, "/metrics", accept).await;
+            assert_eq!(status, 200);
+            assert_eq!(content_type, *want, "Accept: {accept:?}");
+            bodies.insert(*want, body);
+        }
+        let om = lint::parse_openmetrics(&bodies[openmetrics])
+            .unwrap_or_else(|e| panic!("{e}\n{}", bodies[openmetrics]));
+        let text = lint::parse_prometheus(&bodies[prometheus])
+            .unwrap_or_else(|e| panic!("{e}\n{}", bodies[prometheus]));
+        let ours = |e: &lint::Exposition| -> Vec<(String, String, String)> {
+            e.samples
+                .iter()
+                .filter(|(name, _, _)| name.starts_with("rollout_controller_"))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(ours(&om), ours(&text));
+        let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+        assert!(
+            text.samples
+                .iter()
+                .any(|(n, l, v)| n == "rollout_controller_build_info"
+                    && l.contains(&version)
+                    && v == "1"),
+            "{}",
+            bodies[prometheus]
+        );
+        assert_eq!(om.types["rollout_controller_build"], "info");
+        for family in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_virtual_memory_bytes",
+            "process_open_fds",
+            "process_max_fds",
+            "process_start_time_seconds",
+        ] {
+            assert!(
+                text.types.contains_key(family),
+                "{family}: {:?}",
+                text.types
+            );
+        }
+        if let Err(e) = lint::promtool_check(&bodies[prometheus]) {
+            panic!("{e}\n{}", bodies[prometheus]);
+        }
     }
 }

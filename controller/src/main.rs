@@ -128,8 +128,9 @@ struct RunArgs {
         env = "ROLLOUT_CONTROLLER_LOG_FORMAT"
     )]
     log_format: rollout_telemetry::logs::LogFormat,
-    /// Serve /healthz and /readyz for the kubelet, and /metrics
-    /// (OpenMetrics) for Prometheus, on this address.
+    /// Serve /healthz and /readyz for the kubelet, and /metrics for
+    /// Prometheus (OpenMetrics when Accept asks for it, else the Prometheus
+    /// text), on this address.
     #[arg(long, value_name = "ADDR", env = "ROLLOUT_CONTROLLER_HEALTH_LISTEN")]
     health_listen: Option<std::net::SocketAddr>,
     /// How many clusters of a placement have their hook calls in flight at

@@ -112,10 +112,13 @@ def parse_expr(expr: str) -> Expression:
 
 @dataclass
 class Scrape:
-    """Samples and declared families of one /metrics text."""
+    """Samples and declared families of one /metrics text; for a live
+    /metrics, also its Prometheus text (0.0.4), for `promtool check
+    metrics`."""
     what: str
     samples: list[tuple[str, dict[str, str], float]]
     families: dict[str, str]
+    prometheus_text: str = ""
 
     def series(self, metric: str) -> list[dict[str, str]]:
         return [labels for name, labels, _ in self.samples if name == metric]
@@ -136,6 +139,42 @@ def parse_scrape(what: str, text: str) -> Scrape:
             labels = {k: v for k, v in LABEL.findall(m.group(2) or "")}
             samples.append((m.group(1), labels, float(m.group(3))))
     return Scrape(what, samples, families)
+
+
+# What Prometheus 2.x asks /metrics for: OpenMetrics first.
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+                     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def scrape_live(report, what: str, url: str) -> Scrape:
+    """A live /metrics, asked for as Prometheus asks (OpenMetrics, the
+    samples of the returned Scrape) and as curl does (the Prometheus text):
+    each answer must name its format."""
+    import urllib.request
+
+    def get(accept: str | None) -> tuple[str, str]:
+        request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.headers.get("Content-Type", ""), resp.read().decode()
+
+    om_type, om = get(PROMETHEUS_ACCEPT)
+    text_type, text = get(None)
+    report.check(om_type == OPENMETRICS_TYPE and om.endswith("# EOF\n"),
+                 f"{what}: OpenMetrics when asked as Prometheus asks (got {om_type!r})")
+    report.check(text_type == PROMETHEUS_TYPE and "# EOF" not in text,
+                 f"{what}: the Prometheus text without Accept (got {text_type!r})")
+    scrape = parse_scrape(what, om)
+    scrape.prometheus_text = text
+    return scrape
+
+
+def promtool_lint(scrape: Scrape, promtool: str) -> tuple[bool, str]:
+    """`promtool check metrics` on a live scrape's Prometheus text."""
+    got = subprocess.run([promtool, "check", "metrics"], input=scrape.prometheus_text,
+                         capture_output=True, text=True, timeout=120)
+    return got.returncode == 0, (got.stdout + got.stderr).strip()
 
 
 def rules_of(rule_obj: dict) -> list[dict]:

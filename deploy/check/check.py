@@ -1315,9 +1315,10 @@ def scrape_a_rollout(report: Report, bin_dir: Path, tmp: Path) -> list:
     that is down (failurePolicy Ignore: fail-open, retries refused by the
     budget, an open circuit) in a pipeline behind the real gateway,
     `rollout-controller simulate` rolling 8 clusters out through it with an
-    abort, then the gateway's /metrics and the controller's (`simulate
-    --metrics`). Returns [gateway scrape, controller scrape] (empty on a
-    failure, reported)."""
+    abort, then the gateway's /metrics (asked for as Prometheus asks, and
+    without Accept: each answer must name its format) and the controller's
+    (`simulate --metrics`). Returns [gateway scrape, controller scrape]
+    (empty on a failure, reported)."""
     import alerts
     root = Path(tempfile.mkdtemp(dir=tmp))
     procs = []
@@ -1372,9 +1373,7 @@ pipelines:
                             "rollout-controller simulate rolls out through the gateway and writes its metrics"
                             f"\n      {sim.stderr.strip()[-600:]}"):
             return []
-        with urllib.request.urlopen(f"http://{admin}/metrics", timeout=10) as resp:
-            gateway_text = resp.read().decode()
-        return [alerts.parse_scrape("gateway's /metrics after the rollout", gateway_text),
+        return [alerts.scrape_live(report, "gateway's /metrics after the rollout", f"http://{admin}/metrics"),
                 alerts.parse_scrape("controller's metrics of `simulate`", metrics_file.read_text())]
     finally:
         for proc in procs:
@@ -1402,6 +1401,10 @@ def check_monitoring(report: Report, objects: list[dict], bin_dir: Path | None, 
     if not scrapes["promtool"] or not scrapes["series"]:
         report.fail("the alerts are checked against real series with promtool")
         return parts[0]
+    for scrape in scrapes["series"]:
+        if scrape.prometheus_text:
+            ok, out = alerts.promtool_lint(scrape, scrapes["promtool"])
+            report.check(ok, f"{scrape.what}: promtool check metrics passes its Prometheus text\n      {out[-3000:]}")
     for rule in rules:
         work = Path(tempfile.mkdtemp(dir=tmp))
         parts.append(alerts.check_rules(report, rule, scrapes["series"], scrapes["promtool"], work))

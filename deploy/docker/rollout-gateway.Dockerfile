@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # The rollout gateway: routes the controller's hooks to the plugins (sidecar or central).
 #
-#   docker build -f deploy/docker/rollout-gateway.Dockerfile -t localhost/rollout-gateway:0.1.0 .
+#   docker build -f deploy/docker/rollout-gateway.Dockerfile -t localhost/rollout-gateway:0.1.0 \
+#     --build-arg ROLLOUT_HOOKS_REVISION=$(git rev-parse --short=12 HEAD) .
 #
 # Built from the workspace root (the context: .dockerignore leaves target/
 # and .git out). Two stages: the release build with the pinned toolchain and
@@ -14,6 +15,9 @@ WORKDIR /src
 COPY rust-toolchain.toml ./
 RUN cargo --version
 COPY . .
+# The git revision for the build_info series (.git is not in the context);
+# empty: no revision label.
+ARG ROLLOUT_HOOKS_REVISION=""
 # The caches make rebuilds incremental; the binary is copied out of them.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \

@@ -150,14 +150,13 @@ fn initialize_error(load: &Load) -> Option<String> {
     }
 }
 
-/// The OpenMetrics text format, which Prometheus reads.
-const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-async fn metrics(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
-    (
-        [(axum::http::header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
-        registry.telemetry().metrics.encode(),
-    )
+/// Every metric, as OpenMetrics when `Accept` asks for it (as Prometheus
+/// does), else as the Prometheus text.
+async fn metrics(
+    State(registry): State<Arc<Registry>>,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
+    registry.telemetry().metrics.response(&headers)
 }
 
 async fn debug_plugins(State(registry): State<Arc<Registry>>) -> Json<Value> {

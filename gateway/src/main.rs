@@ -51,8 +51,9 @@ struct Flags {
         default_value = "127.0.0.1:10843"
     )]
     listen: SocketAddr,
-    /// HTTP admin address: /healthz, /readyz, /metrics (Prometheus and
-    /// OpenMetrics), /debug/plugins (the registry as JSON).
+    /// HTTP admin address: /healthz, /readyz, /metrics (OpenMetrics when
+    /// Accept asks for it, as Prometheus does, else the Prometheus text),
+    /// /debug/plugins (the registry as JSON).
     #[arg(
         long,
         env = "ROLLOUT_GATEWAY_ADMIN_LISTEN",

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::SystemTime;
 
 use arc_swap::ArcSwapOption;
 use rollout_policies::Policy;
@@ -34,7 +35,7 @@ use crate::config::{
 pub use crate::error::ResolveError;
 use crate::files::{self, FileLimits};
 use crate::stack::{self, PluginStack};
-use crate::telemetry::{PluginMetrics, RegistryState, Telemetry};
+use crate::telemetry::{LastReload, PluginMetrics, RegistryState, Telemetry};
 use crate::upstream::{CaBundle, Channel, ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
 
 /// A registered plugin, as one snapshot sees it.
@@ -241,6 +242,8 @@ pub struct Registry {
     generation: AtomicU64,
     reload_success: AtomicU64,
     reload_failure: AtomicU64,
+    /// When a registry was last loaded.
+    loaded_at: Mutex<Option<SystemTime>>,
     draining: AtomicBool,
     settings: ChannelSettings,
     /// Bounds on the certificate files plans read.
@@ -284,6 +287,7 @@ impl Registry {
             generation: AtomicU64::new(0),
             reload_success: AtomicU64::new(0),
             reload_failure: AtomicU64::new(0),
+            loaded_at: Mutex::new(None),
             draining: AtomicBool::new(false),
             settings,
             file_limits: FileLimits::default(),
@@ -578,6 +582,7 @@ impl Registry {
     fn commit_accepted(&self, plan: Plan) -> Applied {
         self.set_last_error(None);
         let generation = self.commit(plan);
+        *lock(&self.loaded_at) = Some(SystemTime::now());
         self.reload_success.fetch_add(1, Ordering::Relaxed);
         Applied::Loaded(generation)
     }
@@ -959,6 +964,13 @@ impl RegistryState for Registry {
 
     fn generation(&self) -> u64 {
         self.load().map_or(0, |s| s.generation)
+    }
+
+    fn last_reload(&self) -> LastReload {
+        LastReload {
+            successful: self.last_error().is_none(),
+            success_at: *lock(&self.loaded_at),
+        }
     }
 }
 

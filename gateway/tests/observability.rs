@@ -18,6 +18,7 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use rollout_gateway::hooks::HookKind;
 use rollout_gateway::telemetry::TracingOptions;
 use rollout_proto::v1alpha1::{ValidateResponse, ValidationResult};
+use rollout_telemetry::metrics::lint::{self, PROMETHEUS_ACCEPT};
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -391,8 +392,10 @@ async fn failed_validations_fail_opens_and_errors_are_searchable_on_spans() {
 
 /// `/metrics` as a map from `name{labels}` (labels sorted) to value, with the
 /// names of the families asked for.
+/// The samples whose names start with one of `prefixes`, scraped as
+/// Prometheus does (OpenMetrics), labels sorted.
 async fn scrape(admin: SocketAddr, prefixes: &[&str]) -> BTreeMap<String, f64> {
-    let (status, text) = http_get(admin, "/metrics").await;
+    let (status, _, text) = lint::get(admin, "/metrics", &[PROMETHEUS_ACCEPT]).await;
     assert_eq!(status, 200);
     assert!(
         text.ends_with("# EOF\n"),
@@ -484,6 +487,9 @@ async fn metrics_count_exactly_what_happened() {
             !k.contains("_bucket")
                 && !k.contains("_sum")
                 && !k.starts_with("rollout_gateway_call_duration")
+                // A time and the build's revision: checked on their own.
+                && !k.starts_with("rollout_gateway_config_last_reload_success_timestamp")
+                && !k.starts_with("rollout_gateway_build_info")
         })
         .map(|(k, v)| (k.as_str(), *v))
         .collect();
@@ -523,6 +529,22 @@ async fn metrics_count_exactly_what_happened() {
         (r#"rollout_gateway_circuit_state{hub="",plugin="flaky"}"#, 0.0),
         (r#"rollout_gateway_circuit_state{hub="",plugin="soft"}"#, 0.0),
         (r#"rollout_gateway_circuit_state{hub="",plugin="gone"}"#, 1.0),
+        // One series per state, 1 for the state the circuit is in.
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="good",state="closed"}"#, 1.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="good",state="open"}"#, 0.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="good",state="half-open"}"#, 0.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="bad",state="closed"}"#, 1.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="bad",state="open"}"#, 0.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="bad",state="half-open"}"#, 0.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="flaky",state="closed"}"#, 1.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="flaky",state="open"}"#, 0.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="flaky",state="half-open"}"#, 0.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="soft",state="closed"}"#, 1.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="soft",state="open"}"#, 0.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="soft",state="half-open"}"#, 0.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="gone",state="closed"}"#, 0.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="gone",state="open"}"#, 1.0),
+        (r#"rollout_gateway_circuit_breaker_state{hub="",plugin="gone",state="half-open"}"#, 0.0),
         (r#"rollout_gateway_plugin_loaded{hub="",plugin="good"}"#, 1.0),
         (r#"rollout_gateway_plugin_loaded{hub="",plugin="bad"}"#, 1.0),
         (r#"rollout_gateway_plugin_loaded{hub="",plugin="flaky"}"#, 1.0),
@@ -530,11 +552,19 @@ async fn metrics_count_exactly_what_happened() {
         (r#"rollout_gateway_plugin_loaded{hub="",plugin="gone"}"#, 0.0),
         (r#"rollout_gateway_config_reloads_total{result="success"}"#, 2.0),
         (r#"rollout_gateway_config_reloads_total{result="failure"}"#, 1.0),
+        // The bad reload is the last: the registry in use is not the file's.
+        ("rollout_gateway_config_last_reload_successful", 0.0),
         ("rollout_gateway_config_generation", 2.0),
     ]
     .into_iter()
     .collect();
     assert_eq!(counters, expected);
+    let build = scrape(gw.admin, &["rollout_gateway_build_info"]).await;
+    let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+    assert!(
+        build.iter().any(|(k, v)| k.contains(&version) && *v == 1.0),
+        "{build:?}"
+    );
 
     let process = scrape(gw.admin, &["process_"]).await;
     assert!(
@@ -623,7 +653,7 @@ async fn the_grpc_health_service_follows_readiness() {
 async fn metric_families_are_typed_and_appear_with_their_first_series() {
     let p = plugin(Behaviour::new("p")).await;
     let gw = gateway(&format!("plugins:\n{}", insecure_plugin("p", &p, ""))).await;
-    let (_, before) = http_get(gw.admin, "/metrics").await;
+    let (_, _, before) = lint::get(gw.admin, "/metrics", &[PROMETHEUS_ACCEPT]).await;
     // Nothing happened yet: event families have no series, so no lines.
     assert!(!before.contains("rollout_gateway_hook_requests"));
     gw.client()
@@ -631,7 +661,7 @@ async fn metric_families_are_typed_and_appear_with_their_first_series() {
         .begin_rollout(to("p", rollout("c1")))
         .await
         .unwrap();
-    let (status, text) = http_get(gw.admin, "/metrics").await;
+    let (status, _, text) = lint::get(gw.admin, "/metrics", &[PROMETHEUS_ACCEPT]).await;
     assert_eq!(status, 200);
     for family in [
         "# TYPE rollout_gateway_hook_requests counter",
@@ -640,14 +670,125 @@ async fn metric_families_are_typed_and_appear_with_their_first_series() {
         "# TYPE rollout_gateway_upstream_attempts counter",
         "# TYPE rollout_gateway_calls counter",
         "# TYPE rollout_gateway_circuit_state gauge",
+        "# TYPE rollout_gateway_circuit_breaker_state gauge",
         "# TYPE rollout_gateway_config_reloads counter",
+        "# TYPE rollout_gateway_config_last_reload_successful gauge",
+        "# TYPE rollout_gateway_config_last_reload_success_timestamp_seconds gauge",
+        "# TYPE rollout_gateway_build info",
         "# TYPE rollout_gateway_config_generation gauge",
         "# TYPE process_resident_memory_bytes gauge",
+        "# TYPE process_virtual_memory_bytes gauge",
+        "# TYPE process_max_fds gauge",
     ] {
         assert!(text.contains(family), "{family} missing from:\n{text}");
     }
     // The buckets span 1 ms to 30 s.
     assert!(text.contains(r#"rollout_gateway_hook_duration_seconds_bucket{le="0.001",hook="BeginRollout",plugin="p",hub=""}"#), "{text}");
     assert!(text.contains(r#"rollout_gateway_hook_duration_seconds_bucket{le="30.0",hook="BeginRollout",plugin="p",hub=""}"#), "{text}");
+    gw.stop().await;
+}
+
+/// `/metrics` answers Prometheus (which asks for OpenMetrics) in
+/// OpenMetrics, and curl, a request without `Accept` or one asking for the
+/// Prometheus text in the Prometheus text 0.0.4; each answer is read by a
+/// strict reader of its format, the two carry the same samples, and
+/// promtool passes the Prometheus text.
+#[tokio::test]
+async fn metrics_answer_in_the_format_accept_asks_for() {
+    let p = plugin(Behaviour::new("p")).await;
+    let gw = gateway(&format!("plugins:\n{}", insecure_plugin("p", &p, ""))).await;
+    gw.client()
+        .await
+        .begin_rollout(to("p", rollout("c1")))
+        .await
+        .unwrap();
+    let openmetrics = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    let prometheus = "text/plain; version=0.0.4; charset=utf-8";
+    let cases: &[(&[&str], &str)] = &[
+        (&[PROMETHEUS_ACCEPT], openmetrics),
+        (&["application/openmetrics-text;version=1.0.0"], openmetrics),
+        (&[], prometheus),
+        (&["*/*"], prometheus),
+        (&["text/plain;version=0.0.4"], prometheus),
+        (
+            &["application/openmetrics-text;q=0.1, text/plain;q=0.9"],
+            prometheus,
+        ),
+    ];
+    let mut bodies = BTreeMap::new();
+    for (accept, want) in cases {
+        let (status, content_type, body) = lint::get(gw.admin, "/metrics", accept).await;
+        assert_eq!(status, 200);
+        assert_eq!(content_type, *want, "Accept: {accept:?}");
+        bodies.insert(*want, body);
+    }
+    let om = lint::parse_openmetrics(&bodies[openmetrics])
+        .unwrap_or_else(|e| panic!("{e}\n{}", bodies[openmetrics]));
+    let text = lint::parse_prometheus(&bodies[prometheus])
+        .unwrap_or_else(|e| panic!("{e}\n{}", bodies[prometheus]));
+    // The process's own CPU and memory move between scrapes.
+    let ours = |e: &lint::Exposition| -> Vec<(String, String, String)> {
+        e.samples
+            .iter()
+            .filter(|(name, _, _)| name.starts_with("rollout_gateway_"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(ours(&om), ours(&text));
+    assert_eq!(om.types["rollout_gateway_calls"], "counter");
+    assert_eq!(text.types["rollout_gateway_calls_total"], "counter");
+    assert_eq!(text.types["rollout_gateway_build_info"], "gauge");
+    if let Err(e) = lint::promtool_check(&bodies[prometheus]) {
+        panic!("{e}\n{}", bodies[prometheus]);
+    }
+    gw.stop().await;
+}
+
+/// `rollout_gateway_config_last_reload_successful` is 0 from a rejected
+/// registry change for as long as it stays, and 1 again once a good one
+/// loads; the success timestamp moves only on a load.
+#[tokio::test]
+async fn the_last_reload_result_is_a_gauge_until_a_good_registry_loads() {
+    let p = plugin(Behaviour::new("p")).await;
+    let good = format!("plugins:\n{}", insecure_plugin("p", &p, ""));
+    let gw = gateway(&good).await;
+    let last = |m: &BTreeMap<String, f64>| {
+        (
+            m["rollout_gateway_config_last_reload_successful"],
+            m["rollout_gateway_config_last_reload_success_timestamp_seconds"],
+        )
+    };
+    let (ok, loaded_at) = last(&scrape(gw.admin, &["rollout_gateway_config_last"]).await);
+    assert_eq!(ok, 1.0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        (now - 60.0..=now).contains(&loaded_at),
+        "{loaded_at} vs {now}"
+    );
+
+    gw.write_config("plugins:\n  - name: broken\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while gw.debug().await["lastReloadError"].is_null() {
+        assert!(std::time::Instant::now() < deadline, "bad reload not seen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Rejected, and still rejected a while later: no time makes it 1.
+    for _ in 0..2 {
+        let m = scrape(gw.admin, &["rollout_gateway_config_last"]).await;
+        assert_eq!(last(&m), (0.0, loaded_at));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    gw.write_config(&format!(
+        "plugins:\n{}",
+        insecure_plugin("p", &p, "    timeout: 4s\n")
+    ));
+    gw.wait_generation(2).await;
+    let (ok, reloaded_at) = last(&scrape(gw.admin, &["rollout_gateway_config_last"]).await);
+    assert_eq!(ok, 1.0);
+    assert!(reloaded_at > loaded_at, "{reloaded_at} after {loaded_at}");
     gw.stop().await;
 }

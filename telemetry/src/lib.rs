@@ -3,8 +3,10 @@
 //! ([`TracingOptions`], [`Tracer`]), the W3C `traceparent` they pass along
 //! ([`traceparent`], [`parse_traceparent`]), the span attributes of a rollout
 //! request ([`rollout_attributes`]), what a span says about a hook's
-//! outcome ([`outcome`]: codes, verdicts, fail-opens), and log set-up whose JSON lines carry the
-//! trace ids ([`logs`]).
+//! outcome ([`outcome`]: codes, verdicts, fail-opens), log set-up whose JSON
+//! lines carry the trace ids ([`logs`]), and the `/metrics` exposition,
+//! negotiated between OpenMetrics and the Prometheus text, with the
+//! `process_*` and `*_build_info` series ([`metrics`]).
 //!
 //! Spans are always made, so the trace context always propagates; they leave
 //! the process only when an OTLP endpoint is configured, through the SDK's
@@ -18,6 +20,7 @@
 //! worker thread from the work being traced.
 
 pub mod logs;
+pub mod metrics;
 mod otlp;
 pub mod outcome;
 

@@ -1,6 +1,8 @@
 //! The controller's Prometheus metrics, served as `/metrics` on
-//! `run --health-listen` in the OpenMetrics text format, as the gateway
-//! serves its own. Names follow the gateway's (`rollout_gateway_*`):
+//! `run --health-listen` as the gateway serves its own: OpenMetrics when
+//! `Accept` asks for it (as Prometheus does), else the Prometheus text
+//! (`rollout_telemetry::metrics`). Names follow the gateway's
+//! (`rollout_gateway_*`):
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -12,6 +14,8 @@
 //! | `rollout_controller_rollouts_in_progress` | gauge | `aborting` = `false`/`true` |
 //! | `rollout_controller_aborts_total` | counter | `action` = `RollBack`/`Stop` |
 //! | `rollout_controller_leader` | gauge | |
+//! | `rollout_controller_build_info` | info | `version`, `revision` |
+//! | `process_*` | | |
 //!
 //! [`Metered`] counts the hook calls of any [`Hooks`](crate::hooks::Hooks),
 //! so `run` and the simulator count the same way. Recording is a few atomic
@@ -32,6 +36,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use rollout_proto::{HookKind, code_name};
+use rollout_telemetry::metrics::{self as exposition, ProcessCollector};
 
 pub use metered::Metered;
 
@@ -49,9 +54,6 @@ pub const HOOK_BUCKETS: [f64; 14] = [
 pub const RECONCILE_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
-
-/// The OpenMetrics text format, which Prometheus reads.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Why a reconcile failed, as the `error` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -245,6 +247,13 @@ impl ControllerMetrics {
             "1 while this replica holds the leader Lease and reconciles, else 0",
             leader.clone(),
         );
+        rollout_telemetry::metrics::register_build_info(
+            &mut r,
+            "rollout_controller_build",
+            "The controller's version, and the git revision it was built from when known; always 1",
+            env!("CARGO_PKG_VERSION"),
+        );
+        r.register_collector(Box::new(ProcessCollector));
         ControllerMetrics {
             registry: r,
             reconciles,
@@ -261,13 +270,14 @@ impl ControllerMetrics {
 
     /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> String {
-        let mut out = String::with_capacity(8 * 1024);
-        // Writing to a String cannot fail; should a metric fail to encode,
-        // the partial text is still served and the failure logged.
-        if let Err(error) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            tracing::error!(%error, "encoding the metrics failed");
-        }
-        out
+        exposition::encode(&self.registry, exposition::Format::OpenMetrics)
+    }
+
+    /// The answer to `GET /metrics` with request headers `headers`: every
+    /// metric in the format its `Accept` asks for (OpenMetrics for
+    /// Prometheus, else the Prometheus text).
+    pub fn response(&self, headers: &http::HeaderMap) -> http::Response<String> {
+        exposition::response(&self.registry, headers)
     }
 
     /// One reconcile ended after `elapsed`, failed with `error` if any.

@@ -4,23 +4,28 @@
 //! The hot path never looks a series up by name: each plugin of a registry
 //! snapshot holds a [`PluginMetrics`] with its handles resolved once, so a call
 //! costs a few atomic increments. What is state rather than events (circuit
-//! state, reload counts, the generation, process memory and descriptors) is
-//! read at scrape time by collectors, so it can never drift from the truth.
+//! state, reload counts and result, the generation, process memory and
+//! descriptors) is read at scrape time by collectors, so it can never drift
+//! from the truth. The exposition format (OpenMetrics or the Prometheus
+//! text, as the scraper asks), the `process_*` series and the build info
+//! are `rollout_telemetry::metrics`'.
 
 use std::fmt;
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabelSet, EncodeMetric, LabelSetEncoder,
 };
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry as MetricRegistry, Unit};
 use rollout_policies::BreakerState;
+use rollout_telemetry::metrics::{self as exposition, ProcessCollector};
 use tonic::Code;
 
 use crate::hooks::HookKind;
@@ -213,7 +218,13 @@ impl Metrics {
             call_duration.clone(),
         );
         r.register_collector(Box::new(RegistryCollector(registry)));
-        r.register_collector(Box::new(ProcessCollector::new()));
+        r.register_collector(Box::new(ProcessCollector));
+        rollout_telemetry::metrics::register_build_info(
+            &mut r,
+            "rollout_gateway_build",
+            "The gateway's version, and the git revision it was built from when known; always 1",
+            env!("CARGO_PKG_VERSION"),
+        );
         Metrics {
             registry: r,
             hook_requests,
@@ -228,15 +239,16 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> String {
-        let mut out = String::with_capacity(16 * 1024);
-        // Writing to a String cannot fail; a metric that cannot be encoded
-        // would be a bug here, and the partial text is still served.
-        if let Err(error) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
-            tracing::error!(%error, "encoding the metrics failed");
-        }
-        out
+        exposition::encode(&self.registry, exposition::Format::OpenMetrics)
+    }
+
+    /// The answer to `GET /metrics` with request headers `headers`: every
+    /// metric in the format its `Accept` asks for (OpenMetrics for
+    /// Prometheus, else the Prometheus text).
+    pub fn response(&self, headers: &http::HeaderMap) -> http::Response<String> {
+        exposition::response(&self.registry, headers)
     }
 
     /// Handles for one plugin of `hub` (`None`: a shared plugin, labelled
@@ -404,7 +416,29 @@ pub trait RegistryState: Send + Sync {
 
     /// The generation of the current snapshot (0 before the first load).
     fn generation(&self) -> u64;
+
+    /// The result of the last reload.
+    fn last_reload(&self) -> LastReload;
 }
+
+/// The result of the last reload, as `/debug/plugins` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastReload {
+    /// No rejected change is pending: the registry in use is what the
+    /// sources hold (`lastReloadError` is null). False from a rejected
+    /// change (or an unreadable source) until a later one loads.
+    pub successful: bool,
+    /// When a registry was last loaded (`None`: never).
+    pub success_at: Option<SystemTime>,
+}
+
+/// Every state a circuit may be in, each a series of
+/// `rollout_gateway_circuit_breaker_state`.
+const BREAKER_STATES: [BreakerState; 3] = [
+    BreakerState::Closed,
+    BreakerState::Open,
+    BreakerState::HalfOpen,
+];
 
 /// The registry's state at scrape time: circuit states, reloads, generation.
 struct RegistryCollector(Option<Weak<dyn RegistryState>>);
@@ -420,210 +454,121 @@ impl Collector for RegistryCollector {
         let Some(registry) = self.0.as_ref().and_then(Weak::upgrade) else {
             return Ok(());
         };
-
-        let mut metric = encoder.encode_descriptor(
-            "rollout_gateway_circuit_state",
-            "State of each plugin's circuit breaker: 0 closed, 1 open, 2 half-open",
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
-        )?;
-        for (plugin, hub, state) in registry.circuits() {
-            let value: i64 = match state {
-                BreakerState::Closed => 0,
-                BreakerState::Open => 1,
-                BreakerState::HalfOpen => 2,
-            };
-            // A plugin name may repeat across hubs (central mode): the hub
-            // label keeps the series apart ("" for the shared scope).
-            let labels = [
-                ("plugin", plugin.as_str()),
-                ("hub", hub.as_deref().unwrap_or("")),
-            ];
-            ConstGauge::new(value).encode(metric.encode_family(&labels)?)?;
-        }
-
-        let mut metric = encoder.encode_descriptor(
-            "rollout_gateway_plugin_loaded",
-            "Whether each plugin is loaded (1): its Initialize answered OK with a valid declaration; 0 until then, and while its server refuses",
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
-        )?;
-        for (plugin, hub, loaded) in registry.loaded() {
-            let labels = [
-                ("plugin", plugin.as_str()),
-                ("hub", hub.as_deref().unwrap_or("")),
-            ];
-            ConstGauge::new(i64::from(loaded)).encode(metric.encode_family(&labels)?)?;
-        }
-
-        let (success, failure) = registry.reload_counts();
-        let mut metric = encoder.encode_descriptor(
-            "rollout_gateway_config_reloads",
-            "Registry loads, by result (the first load included)",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
-        )?;
-        ConstCounter::new(success).encode(metric.encode_family(&[("result", "success")])?)?;
-        ConstCounter::new(failure).encode(metric.encode_family(&[("result", "failure")])?)?;
-
-        let generation = registry.generation();
-        let metric = encoder.encode_descriptor(
-            "rollout_gateway_config_generation",
-            "Generation of the registry snapshot in use (0 before the first load)",
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
-        )?;
-        ConstGauge::new(i64::try_from(generation).unwrap_or(i64::MAX)).encode(metric)?;
-        Ok(())
+        encode_circuits(&mut encoder, &registry.circuits())?;
+        encode_loaded(&mut encoder, &registry.loaded())?;
+        encode_reloads(&mut encoder, &*registry)
     }
 }
 
-/// Process basics from `/proc/self`, in the names every Prometheus client uses.
-#[derive(Debug)]
-struct ProcessCollector {
-    /// Clock ticks per second and the page size: fixed for Linux on the
-    /// architectures we ship (x86_64, aarch64), and `libc` is not a dependency.
-    ticks_per_second: f64,
-    page_size: u64,
+/// Labels `{plugin, hub}` of a plugin; a plugin name may repeat across hubs
+/// (central mode): the hub label keeps the series apart ("" for the shared
+/// scope).
+fn plugin_labels<'a>(plugin: &'a str, hub: Option<&'a str>) -> [(&'static str, &'a str); 2] {
+    [("plugin", plugin), ("hub", hub.unwrap_or(""))]
 }
 
-impl ProcessCollector {
-    fn new() -> Self {
-        ProcessCollector {
-            ticks_per_second: 100.0,
-            page_size: 4096,
+/// The circuits, twice: as the 0/1/2 gauge kept for the dashboards and
+/// alerts written against it, and as one series per state, 1 for the state
+/// the circuit is in.
+fn encode_circuits(
+    encoder: &mut DescriptorEncoder,
+    circuits: &[(String, Option<String>, BreakerState)],
+) -> fmt::Result {
+    let mut metric = encoder.encode_descriptor(
+        "rollout_gateway_circuit_state",
+        "State of each plugin's circuit breaker: 0 closed, 1 open, 2 half-open (rollout_gateway_circuit_breaker_state has one series per state)",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (plugin, hub, state) in circuits {
+        let value: i64 = match state {
+            BreakerState::Closed => 0,
+            BreakerState::Open => 1,
+            BreakerState::HalfOpen => 2,
+        };
+        let labels = plugin_labels(plugin, hub.as_deref());
+        ConstGauge::new(value).encode(metric.encode_family(&labels)?)?;
+    }
+    let mut metric = encoder.encode_descriptor(
+        "rollout_gateway_circuit_breaker_state",
+        "Whether each plugin's circuit breaker is in the state of the state label (closed, open, half-open): 1 for the one it is in, 0 for the others",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (plugin, hub, state) in circuits {
+        for each in BREAKER_STATES {
+            let [plugin, hub] = plugin_labels(plugin, hub.as_deref());
+            let labels = [plugin, hub, ("state", each.as_str())];
+            ConstGauge::new(i64::from(each == *state)).encode(metric.encode_family(&labels)?)?;
         }
     }
+    Ok(())
 }
 
-/// The fields of `/proc/self/stat` the collector uses.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct ProcStat {
-    cpu_ticks: u64,
-    threads: u64,
-    start_ticks: u64,
-    rss_pages: u64,
+fn encode_loaded(
+    encoder: &mut DescriptorEncoder,
+    loaded: &[(String, Option<String>, bool)],
+) -> fmt::Result {
+    let mut metric = encoder.encode_descriptor(
+        "rollout_gateway_plugin_loaded",
+        "Whether each plugin is loaded (1): its Initialize answered OK with a valid declaration; 0 until then, and while its server refuses",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (plugin, hub, loaded) in loaded {
+        let labels = plugin_labels(plugin, hub.as_deref());
+        ConstGauge::new(i64::from(*loaded)).encode(metric.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
-/// Parses `/proc/self/stat`; the command name (field 2) may hold spaces and
-/// parentheses, so fields are counted from its closing parenthesis.
-fn parse_proc_stat(text: &str) -> Option<ProcStat> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `fields[0]` is field 3 (state): field N is at index N - 3.
-    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-    Some(ProcStat {
-        cpu_ticks: field(14)? + field(15)?,
-        threads: field(20)?,
-        start_ticks: field(22)?,
-        rss_pages: field(24)?,
-    })
-}
+/// Reload counts, the last reload's result, and the generation.
+fn encode_reloads(encoder: &mut DescriptorEncoder, registry: &dyn RegistryState) -> fmt::Result {
+    let (success, failure) = registry.reload_counts();
+    let mut metric = encoder.encode_descriptor(
+        "rollout_gateway_config_reloads",
+        "Registry loads, by result (the first load included)",
+        None,
+        MetricType::Counter,
+    )?;
+    ConstCounter::new(success).encode(metric.encode_family(&[("result", "success")])?)?;
+    ConstCounter::new(failure).encode(metric.encode_family(&[("result", "failure")])?)?;
 
-/// The boot time in seconds since the epoch, from `/proc/stat`'s `btime`.
-fn boot_time(text: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix("btime "))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-impl Collector for ProcessCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        use prometheus_client::metrics::MetricType;
-        let Some(stat) = std::fs::read_to_string("/proc/self/stat")
-            .ok()
-            .as_deref()
-            .and_then(parse_proc_stat)
-        else {
-            // Not Linux, or /proc is not mounted: no process metrics.
-            return Ok(());
-        };
-        let gauge = |encoder: &mut DescriptorEncoder,
-                     name: &str,
-                     help: &str,
-                     unit: Option<&Unit>,
-                     value: f64|
-         -> fmt::Result {
-            let metric = encoder.encode_descriptor(name, help, unit, MetricType::Gauge)?;
-            ConstGauge::new(value).encode(metric)
-        };
+    let last = registry.last_reload();
+    let metric = encoder.encode_descriptor(
+        "rollout_gateway_config_last_reload_successful",
+        "1 while the registry in use is the sources' latest; 0 from a rejected change or an unreadable source until a later change loads",
+        None,
+        MetricType::Gauge,
+    )?;
+    ConstGauge::new(i64::from(last.successful)).encode(metric)?;
+    if let Some(at) = last.success_at {
+        let seconds = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
         let metric = encoder.encode_descriptor(
-            "process_cpu",
-            "Total user and system CPU time spent",
+            "rollout_gateway_config_last_reload_success_timestamp",
+            "When a registry was last loaded, since the Unix epoch",
             Some(&Unit::Seconds),
-            MetricType::Counter,
+            MetricType::Gauge,
         )?;
-        ConstCounter::new(stat.cpu_ticks as f64 / self.ticks_per_second).encode(metric)?;
-        gauge(
-            &mut encoder,
-            "process_resident_memory",
-            "Resident memory size",
-            Some(&Unit::Bytes),
-            (stat.rss_pages * self.page_size) as f64,
-        )?;
-        gauge(
-            &mut encoder,
-            "process_threads",
-            "Number of OS threads",
-            None,
-            stat.threads as f64,
-        )?;
-        if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
-            // The directory handle being read is itself one of the entries.
-            let open = entries.count().saturating_sub(1);
-            gauge(
-                &mut encoder,
-                "process_open_fds",
-                "Number of open file descriptors",
-                None,
-                open as f64,
-            )?;
-        }
-        if let Some(boot) = std::fs::read_to_string("/proc/stat")
-            .ok()
-            .as_deref()
-            .and_then(boot_time)
-        {
-            gauge(
-                &mut encoder,
-                "process_start_time",
-                "Start time of the process since the Unix epoch",
-                Some(&Unit::Seconds),
-                boot as f64 + stat.start_ticks as f64 / self.ticks_per_second,
-            )?;
-        }
-        Ok(())
+        ConstGauge::new(seconds).encode(metric)?;
     }
+
+    let generation = registry.generation();
+    let metric = encoder.encode_descriptor(
+        "rollout_gateway_config_generation",
+        "Generation of the registry snapshot in use (0 before the first load)",
+        None,
+        MetricType::Gauge,
+    )?;
+    ConstGauge::new(i64::try_from(generation).unwrap_or(i64::MAX)).encode(metric)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn proc_stat_fields_are_counted_from_the_command_name() {
-        // A command name with a space and a parenthesis, as a process may set.
-        let line = "4242 (gate way) x) S 1 4242 4242 0 -1 4194560 1000 0 0 0 \
-                    150 50 0 0 20 0 3 0 123456 104857600 2560 18446744073709551615";
-        assert_eq!(
-            parse_proc_stat(line),
-            Some(ProcStat {
-                cpu_ticks: 200,
-                threads: 3,
-                start_ticks: 123456,
-                rss_pages: 2560,
-            })
-        );
-        assert_eq!(parse_proc_stat("garbage"), None);
-        assert_eq!(boot_time("cpu 1 2 3\nbtime 1700000000\n"), Some(1700000000));
-    }
-
-    #[test]
-    fn the_own_process_is_measured() {
-        let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-        let stat = parse_proc_stat(&stat).expect("parsable");
-        assert!(stat.rss_pages > 0 && stat.threads >= 1);
-    }
 
     #[test]
     fn every_code_has_its_canonical_name() {

@@ -9,7 +9,7 @@ pub mod trace;
 
 use std::sync::{Arc, Weak};
 
-pub use metrics::{Metrics, PluginMetrics, RegistryState};
+pub use metrics::{LastReload, Metrics, PluginMetrics, RegistryState};
 pub use rollout_telemetry::{TracingError, TracingOptions};
 pub use trace::Tracing;
 
