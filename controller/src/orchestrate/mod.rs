@@ -86,7 +86,7 @@ pub use report::{
 pub use settings::{DEFAULT_CONFLICT_BACKOFF, DEFAULT_HOOK_CONCURRENCY, Settings};
 pub use step::ADOPTED_MESSAGE;
 pub use works::{count_works, desired_work, finish_work, work_name};
-pub use world::{World, WorldError};
+pub use world::{World, WorldAction, WorldError, WorldErrorKind};
 
 use crate::hooks::Hooks;
 use step::PlacementStep;

@@ -534,7 +534,7 @@ impl<'r> Pass<'r> {
             let strategy = match reference.strategy() {
                 Ok(strategy) => strategy,
                 Err(err) => {
-                    let problem = PlacementProblem::Invalid(err.to_string());
+                    let problem = PlacementProblem::Strategy(err);
                     placements.problems.insert(name, problem);
                     continue;
                 }
@@ -544,8 +544,8 @@ impl<'r> Pass<'r> {
                 Ok(None) => {
                     placements.problems.insert(name, PlacementProblem::NotFound);
                 }
-                Err(message) => {
-                    let problem = PlacementProblem::Invalid(message);
+                Err(error) => {
+                    let problem = PlacementProblem::Decisions(error);
                     placements.problems.insert(name, problem);
                 }
             }

@@ -14,6 +14,7 @@
 //! | ManifestWorksConflict (only while another field manager writes the works) | `OtherFieldManager`: the works and the managers | |
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -21,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::api::conditions::*;
 use crate::api::labels::MAX_LABEL_VALUE_LEN;
 use crate::api::manifestworkreplicaset::MAX_CLUSTER_SUMMARIES;
+use crate::api::placement::DecisionGroupError;
 use crate::api::{
     ClusterCounts, ClusterRolloutSummary, HashedLabelValue, ManifestWorkReplicaSetStatus,
     ManifestWorkReplicaSetSummary, PlacementSummary,
@@ -28,7 +30,7 @@ use crate::api::{
 pub use crate::hooks::PluginState;
 use crate::orchestrate::{AbortReport, ClusterReport, DeployOutcome, PlacementOutcome};
 use crate::revision::{AbortAction, RevisionOrigin, RevisionStatus};
-use crate::rollout::RolloutStatus;
+use crate::rollout::{InvalidStrategy, RolloutStatus};
 
 /// The longest condition message written (the API allows 32 KiB).
 pub const MAX_MESSAGE_LEN: usize = 4096;
@@ -38,9 +40,20 @@ pub const MAX_MESSAGE_LEN: usize = 4096;
 pub enum PlacementProblem {
     /// The Placement does not exist.
     NotFound,
-    /// Its rollout strategy or its decisions cannot be used; the message
-    /// says why.
-    Invalid(String),
+    /// Its rollout strategy cannot be used.
+    Strategy(InvalidStrategy),
+    /// Its PlacementDecisions' group labels cannot be read.
+    Decisions(DecisionGroupError),
+}
+
+impl fmt::Display for PlacementProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlacementProblem::NotFound => f.write_str("not found"),
+            PlacementProblem::Strategy(error) => error.fmt(f),
+            PlacementProblem::Decisions(error) => error.fmt(f),
+        }
+    }
 }
 
 /// What the status is built from.
@@ -428,10 +441,8 @@ fn placement_verified(input: &StatusInput<'_>) -> ConditionValue {
     let invalid: Vec<String> = input
         .problems
         .iter()
-        .filter_map(|(n, p)| match p {
-            PlacementProblem::Invalid(m) => Some(format!("placement {n}: {m}")),
-            PlacementProblem::NotFound => None,
-        })
+        .filter(|(_, p)| **p != PlacementProblem::NotFound)
+        .map(|(n, p)| format!("placement {n}: {p}"))
         .collect();
     if !not_found.is_empty() {
         let message = format!("placement {} not found", not_found.join(", "));

@@ -322,14 +322,14 @@ fn record(state: &mut StepState, cluster: String, rolled: RolledOut) {
                 error,
             });
         }
-        RolledOut::WriteFailed(err) if err.conflict => {
+        RolledOut::WriteFailed(err) if err.is_conflict() => {
             state.outcome.conflicts.retain(|c| c.cluster != cluster);
             state.outcome.conflicts.push(WorkConflict {
                 cluster,
                 work: err.name.clone(),
                 managers: Vec::new(),
                 at: None,
-                refused: Some(err.message.clone()),
+                refused: Some(err.source.to_string()),
                 left_alone: true,
             });
             state.outcome.world_errors.push(err);
