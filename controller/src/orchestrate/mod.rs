@@ -80,12 +80,14 @@ use kube::ResourceExt;
 pub use clock::{Clock, SystemClock};
 pub use conflict::{FIELD_MANAGER, WorkConflict};
 pub use input::{DeployInput, Owner, PlacementTarget};
+pub(crate) use report::soonest;
 pub use report::{
-    AbortReport, ClusterReport, DeployOutcome, HookFailure, PlacementOutcome, WorkCounts, soonest,
+    AbortReport, ClusterReport, DeployOutcome, HookFailure, PlacementOutcome, WorkCounts,
 };
 pub use settings::{DEFAULT_CONFLICT_BACKOFF, DEFAULT_HOOK_CONCURRENCY, Settings};
 pub use step::ADOPTED_MESSAGE;
-pub use works::{count_works, desired_work, finish_work, work_name};
+pub use works::work_name;
+pub(crate) use works::{desired_work, finish_work};
 pub use world::{World, WorldAction, WorldError, WorldErrorKind};
 
 use crate::hooks::Hooks;

@@ -160,7 +160,7 @@ impl DeployOutcome {
     /// What the ManifestWorksConflict condition and its Event say about
     /// the works other field managers wrote: the first few, how many more,
     /// and what to do; `None` when there is none.
-    pub fn conflict_message(&self) -> Option<String> {
+    pub(crate) fn conflict_message(&self) -> Option<String> {
         let conflicts: Vec<String> = self
             .placements
             .iter()
@@ -184,7 +184,7 @@ impl DeployOutcome {
     }
 
     /// Every failed write.
-    pub fn all_world_errors(&self) -> impl Iterator<Item = &WorldError> {
+    pub(crate) fn all_world_errors(&self) -> impl Iterator<Item = &WorldError> {
         self.world_errors
             .iter()
             .chain(self.placements.iter().flat_map(|p| &p.world_errors))
@@ -195,7 +195,7 @@ impl DeployOutcome {
 const MAX_CONFLICTS_NAMED: usize = 5;
 
 /// The soonest of two optional waits.
-pub fn soonest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+pub(crate) fn soonest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),

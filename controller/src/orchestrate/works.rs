@@ -37,7 +37,7 @@ pub fn work_name(owner_namespace: &str, owner_name: &str, placement: &str) -> St
 /// The ManifestWork of `revision` for `cluster`: named `name`, labelled
 /// with the owner's labels, the owner label, the placement and the revision
 /// hash, annotated with the owner; its spec the revision's template.
-pub fn desired_work(
+pub(crate) fn desired_work(
     owner: &Owner<'_>,
     placement: &str,
     cluster: &str,
@@ -69,7 +69,7 @@ fn required_labels(owner: &Owner<'_>, placement: &str, hash: &str) -> [(String, 
 /// spec, with the identity, the controller's labels and annotations put
 /// back, and [`SPEC_HASH_ANNOTATION`] set; nothing else of the metadata,
 /// and no status.
-pub fn finish_work(
+pub(crate) fn finish_work(
     desired: &ManifestWork,
     mutated: Option<ManifestWork>,
     owner: &Owner<'_>,
@@ -117,7 +117,7 @@ pub fn finish_work(
 /// A work of an older revision (a template change not rolled out to its
 /// cluster yet) does not count, so its `Available` cannot make the set look
 /// `AsExpected`.
-pub fn count_works<'a>(
+pub(crate) fn count_works<'a>(
     works: impl IntoIterator<Item = &'a ManifestWork>,
     desired_revision: &str,
 ) -> WorkCounts {

@@ -58,7 +58,7 @@ pub enum WorldErrorKind {
 
 impl WorldErrorKind {
     /// The kind of a Kubernetes client error.
-    pub fn of_kube(error: &kube::Error) -> WorldErrorKind {
+    pub(crate) fn of_kube(error: &kube::Error) -> WorldErrorKind {
         match error {
             kube::Error::Api(status) if status.is_conflict() => WorldErrorKind::Conflict,
             kube::Error::Api(status) if status.is_forbidden() => WorldErrorKind::Forbidden,
@@ -152,7 +152,7 @@ impl WorldError {
 
     /// Whether the API server refused an apply with 409 Conflict: another
     /// field manager owns a field the apply would change.
-    pub fn is_conflict(&self) -> bool {
+    pub(crate) fn is_conflict(&self) -> bool {
         self.kind == WorldErrorKind::Conflict
     }
 }

@@ -81,7 +81,7 @@ pub use world::{FIELD_MANAGER, KubeWorld};
 
 /// The longest wait before a ManifestWorkReplicaSet is reconciled again
 /// (upstream's resync period).
-pub const MAX_REQUEUE: Duration = Duration::from_secs(30 * 60);
+pub(crate) const MAX_REQUEUE: Duration = Duration::from_secs(30 * 60);
 
 /// A reconcile that could not finish; [`error_policy`] retries it.
 #[derive(Debug, Error)]
@@ -195,7 +195,7 @@ impl Context {
 
     /// The same context, recording into `metrics` (the ones `/metrics`
     /// serves).
-    pub fn with_metrics(mut self, metrics: Arc<ControllerMetrics>) -> Context {
+    pub(crate) fn with_metrics(mut self, metrics: Arc<ControllerMetrics>) -> Context {
         self.metrics = metrics;
         self
     }
@@ -751,7 +751,11 @@ async fn refuse_invalid_owner_label(
 }
 
 /// Retries a failed reconcile after [`Options::error_requeue`].
-pub fn error_policy(mwrs: Arc<ManifestWorkReplicaSet>, error: &Error, ctx: Arc<Context>) -> Action {
+pub(crate) fn error_policy(
+    mwrs: Arc<ManifestWorkReplicaSet>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
     tracing::warn!(
         mwrs = %mwrs.name_any(),
         namespace = mwrs.namespace().unwrap_or_default(),
@@ -763,7 +767,7 @@ pub fn error_policy(mwrs: Arc<ManifestWorkReplicaSet>, error: &Error, ctx: Arc<C
 
 /// The ManifestWorkReplicaSet owning `work`: from its owner annotation,
 /// else from its owner label `<namespace>.<name>` (a namespace has no dot).
-pub fn owner_of_work(work: &ManifestWork) -> Option<ObjectRef<ManifestWorkReplicaSet>> {
+pub(crate) fn owner_of_work(work: &ManifestWork) -> Option<ObjectRef<ManifestWorkReplicaSet>> {
     if let Some((namespace, name)) = work
         .annotations()
         .get(OWNER_ANNOTATION)
@@ -777,13 +781,15 @@ pub fn owner_of_work(work: &ManifestWork) -> Option<ObjectRef<ManifestWorkReplic
 
 /// The ManifestWorkReplicaSet `carrier` belongs to: the one of the same
 /// namespace and name.
-pub fn bound_mwrs(carrier: &ManifestWorkReplicaSetRollout) -> ObjectRef<ManifestWorkReplicaSet> {
+pub(crate) fn bound_mwrs(
+    carrier: &ManifestWorkReplicaSetRollout,
+) -> ObjectRef<ManifestWorkReplicaSet> {
     ObjectRef::new(&carrier.name_any()).within(&carrier.namespace().unwrap_or_default())
 }
 
 /// The ManifestWorkReplicaSets in `namespace` whose placement references
 /// name `placement`.
-pub fn referencing(
+pub(crate) fn referencing(
     store: &Store<ManifestWorkReplicaSet>,
     namespace: &str,
     placement: &str,

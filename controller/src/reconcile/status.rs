@@ -33,7 +33,7 @@ use crate::revision::{AbortAction, RevisionOrigin, RevisionStatus};
 use crate::rollout::{InvalidStrategy, RolloutStatus};
 
 /// The longest condition message written (the API allows 32 KiB).
-pub const MAX_MESSAGE_LEN: usize = 4096;
+pub(crate) const MAX_MESSAGE_LEN: usize = 4096;
 
 /// Why a placement of the spec was not rolled out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +87,7 @@ pub struct StatusInput<'a> {
 /// as OCM's own controller reports it. Nothing is rolled out: OCM's
 /// controller finds works by exactly that label, so works labelled with any
 /// other value would be orphaned when it takes the set back.
-pub fn invalid_owner_label(
+pub(crate) fn invalid_owner_label(
     old: &ManifestWorkReplicaSetStatus,
     generation: Option<i64>,
     now: Timestamp,
@@ -113,7 +113,7 @@ pub fn invalid_owner_label(
 
 /// Sets condition `kind` in `conditions`: its `lastTransitionTime` changes
 /// only when its status does.
-pub fn set_condition(
+pub(crate) fn set_condition(
     conditions: &mut Vec<Condition>,
     kind: &str,
     status: bool,
@@ -207,7 +207,7 @@ fn cluster_summary(report: &ClusterReport) -> ClusterRolloutSummary {
 }
 
 /// The summary of one placement rolled out.
-pub fn placement_summary(outcome: &PlacementOutcome) -> PlacementSummary {
+pub(crate) fn placement_summary(outcome: &PlacementOutcome) -> PlacementSummary {
     let mut counts = ClusterCounts::default();
     for cluster in &outcome.clusters {
         counts.add(cluster.status);
@@ -258,7 +258,7 @@ pub fn placement_summary(outcome: &PlacementOutcome) -> PlacementSummary {
 /// Sets `summary.abort_failures`: the failures of `abort` when it aborted
 /// this placement, else those of `old` while the abort lasts (`aborted`),
 /// else none.
-pub fn set_abort_failures(
+pub(crate) fn set_abort_failures(
     summary: &mut PlacementSummary,
     abort: Option<&AbortReport>,
     old: Option<&PlacementSummary>,
