@@ -116,7 +116,7 @@ pub enum Decision {
 
 /// When the controller last applied `work` (its `Apply` entry in
 /// `managedFields`), if it ever did.
-pub fn own_apply_time(work: &ManifestWork) -> Option<Timestamp> {
+pub(crate) fn own_apply_time(work: &ManifestWork) -> Option<Timestamp> {
     work.metadata
         .managed_fields
         .as_deref()
@@ -132,7 +132,7 @@ pub fn own_apply_time(work: &ManifestWork) -> Option<Timestamp> {
 /// fields the controller sets: the managers and when the last of them
 /// wrote. `None` when there is none, or the controller never applied the
 /// work.
-pub fn foreign_write(work: &ManifestWork) -> Option<(Vec<String>, Timestamp)> {
+pub(crate) fn foreign_write(work: &ManifestWork) -> Option<(Vec<String>, Timestamp)> {
     let entries = work.metadata.managed_fields.as_deref().unwrap_or_default();
     let ours = own_apply_time(work)?;
     let mut managers: Vec<String> = Vec::new();
@@ -155,7 +155,7 @@ pub fn foreign_write(work: &ManifestWork) -> Option<(Vec<String>, Timestamp)> {
 /// Whether another manager (not the status subresource) owns any field the
 /// controller sets on `work`, however long ago: an apply must then force
 /// to take the work over.
-pub fn foreign_owned(work: &ManifestWork) -> bool {
+pub(crate) fn foreign_owned(work: &ManifestWork) -> bool {
     work.metadata
         .managed_fields
         .as_deref()
@@ -201,7 +201,7 @@ pub fn decide(
 /// The conflicts among `works` (cluster, work) as reported: each work
 /// another manager wrote since the controller's last apply, whether or not
 /// the step rolls it out.
-pub fn conflicts_of<'w>(
+pub(crate) fn conflicts_of<'w>(
     works: impl IntoIterator<Item = (&'w String, &'w ManifestWork)>,
 ) -> Vec<WorkConflict> {
     works

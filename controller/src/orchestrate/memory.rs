@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
 
-use super::{World, WorldError, conflict};
+use thiserror::Error;
+
+use super::{World, WorldAction, WorldError, WorldErrorKind, conflict};
 use crate::api::ManifestWork;
 use crate::api::labels::MWRS_OWNER_LABEL;
 
@@ -99,19 +101,36 @@ impl MemoryWorld {
     }
 }
 
-fn poisoned(action: &'static str) -> WorldError {
-    WorldError {
+/// Why the in-memory world refused an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum MemoryWorldError {
+    /// A thread panicked while holding the works.
+    #[error("the in-memory world is poisoned")]
+    Poisoned,
+    /// An apply without force over fields another manager owns.
+    #[error("another field manager owns fields of the work")]
+    ForeignOwned,
+    /// No such work.
+    #[error("not found")]
+    NotFound,
+}
+
+fn poisoned(action: WorldAction) -> WorldError {
+    WorldError::new(
         action,
-        namespace: String::new(),
-        name: String::new(),
-        message: "the in-memory world is poisoned".into(),
-        conflict: false,
-    }
+        "",
+        "",
+        WorldErrorKind::Other,
+        MemoryWorldError::Poisoned,
+    )
 }
 
 impl World for MemoryWorld {
     async fn list_works(&self, owner_label: &str) -> Result<Vec<Arc<ManifestWork>>, WorldError> {
-        let works = self.works.lock().map_err(|_| poisoned("listing"))?;
+        let works = self
+            .works
+            .lock()
+            .map_err(|_| poisoned(WorldAction::Listing))?;
         Ok(works
             .values()
             .filter(|w| w.labels().get(MWRS_OWNER_LABEL).map(String::as_str) == Some(owner_label))
@@ -126,16 +145,19 @@ impl World for MemoryWorld {
     ) -> Result<ManifestWork, WorldError> {
         let (namespace, name) = (work.namespace().unwrap_or_default(), work.name_any());
         let stored = {
-            let mut works = self.works.lock().map_err(|_| poisoned("applying"))?;
+            let mut works = self
+                .works
+                .lock()
+                .map_err(|_| poisoned(WorldAction::Applying))?;
             let key = (namespace.clone(), name.clone());
             if !force && works.get(&key).is_some_and(|w| conflict::foreign_owned(w)) {
-                return Err(WorldError {
-                    action: "applying",
+                return Err(WorldError::new(
+                    WorldAction::Applying,
                     namespace,
                     name,
-                    message: "another field manager owns fields of the work".into(),
-                    conflict: true,
-                });
+                    WorldErrorKind::Conflict,
+                    MemoryWorldError::ForeignOwned,
+                ));
             }
             let stored = match works.remove(&key) {
                 Some(old) => {
@@ -181,13 +203,13 @@ impl World for MemoryWorld {
                 .extend(annotations);
         });
         if !found {
-            return Err(WorldError {
-                action: "annotating",
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                message: "not found".into(),
-                conflict: false,
-            });
+            return Err(WorldError::new(
+                WorldAction::Annotating,
+                namespace,
+                name,
+                WorldErrorKind::NotFound,
+                MemoryWorldError::NotFound,
+            ));
         }
         self.record(Write::Annotate(namespace.to_owned(), name.to_owned()));
         Ok(())
@@ -195,7 +217,10 @@ impl World for MemoryWorld {
 
     async fn delete_work(&self, namespace: &str, name: &str) -> Result<(), WorldError> {
         {
-            let mut works = self.works.lock().map_err(|_| poisoned("deleting"))?;
+            let mut works = self
+                .works
+                .lock()
+                .map_err(|_| poisoned(WorldAction::Deleting))?;
             works.remove(&(namespace.to_owned(), name.to_owned()));
         }
         self.record(Write::Delete(namespace.to_owned(), name.to_owned()));

@@ -53,7 +53,7 @@ const SPEC_HASHES_KEPT: usize = 16;
 
 /// [`spec_hash`] of `spec`, remembered for specs sharing their manifests
 /// with one hashed recently. The same value as [`spec_hash`].
-pub fn spec_hash_of(spec: &ManifestWorkSpec) -> String {
+pub(crate) fn spec_hash_of(spec: &ManifestWorkSpec) -> String {
     let same = |known: &ManifestWorkSpec| {
         known.workload.manifests.ptr_eq(&spec.workload.manifests)
             && known.workload.extra == spec.workload.extra
@@ -79,7 +79,7 @@ pub fn spec_hash_of(spec: &ManifestWorkSpec) -> String {
 
 /// The revision (template hash) a work carries in its `controller-hash`
 /// label.
-pub fn work_revision(work: &ManifestWork) -> Option<&str> {
+pub(crate) fn work_revision(work: &ManifestWork) -> Option<&str> {
     work.labels().get(CONTROLLER_HASH_LABEL).map(String::as_str)
 }
 
@@ -88,7 +88,7 @@ pub fn work_revision(work: &ManifestWork) -> Option<&str> {
 /// controller applied, its spec still has that hash (nobody changed it
 /// since). A work of another revision, or changed by hand, counts as not
 /// there.
-pub fn is_current(work: &ManifestWork, desired_revision: &str) -> bool {
+pub(crate) fn is_current(work: &ManifestWork, desired_revision: &str) -> bool {
     if work_revision(work) != Some(desired_revision) {
         return false;
     }
@@ -100,7 +100,7 @@ pub fn is_current(work: &ManifestWork, desired_revision: &str) -> bool {
 
 /// The persisted verdict of `work` for `desired_revision`, if it is for
 /// that revision and for the work's current generation.
-pub fn verdict_of(work: &ManifestWork, desired_revision: &str) -> Option<Verdict> {
+pub(crate) fn verdict_of(work: &ManifestWork, desired_revision: &str) -> Option<Verdict> {
     let annotations = work.annotations();
     let result = match annotations.get(VALIDATION_ANNOTATION)?.as_str() {
         VALIDATION_SUCCEEDED => ValidationResult::Succeeded,
@@ -171,7 +171,7 @@ pub fn observe(
 
 /// The annotations that persist `verdict` for `revision` at the work's
 /// `generation`. The message is cut to 1024 bytes.
-pub fn verdict_annotations(
+pub(crate) fn verdict_annotations(
     verdict: &Verdict,
     revision: &str,
     generation: i64,

@@ -135,7 +135,7 @@ impl Reported {
 }
 
 /// The proto enum of a status.
-pub fn proto_status(status: RolloutStatus) -> proto::RolloutStatus {
+pub(crate) fn proto_status(status: RolloutStatus) -> proto::RolloutStatus {
     match status {
         RolloutStatus::ToApply => proto::RolloutStatus::ToApply,
         RolloutStatus::Progressing => proto::RolloutStatus::Progressing,
@@ -148,7 +148,7 @@ pub fn proto_status(status: RolloutStatus) -> proto::RolloutStatus {
 }
 
 /// A protobuf timestamp.
-pub fn proto_time(at: Timestamp) -> prost_types::Timestamp {
+pub(crate) fn proto_time(at: Timestamp) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: at.as_second(),
         nanos: at.subsec_nanosecond(),
@@ -189,7 +189,7 @@ pub struct RolloutStateLists<'a> {
 /// The `rollout_status` of a request (see the module documentation). A
 /// cluster appears in one list only: timed out first, then observed, then
 /// about to roll out.
-pub fn rollout_state(lists: &RolloutStateLists<'_>) -> proto::RolloutState {
+pub(crate) fn rollout_state(lists: &RolloutStateLists<'_>) -> proto::RolloutState {
     let order = lists.order;
     let timed_out_names: HashSet<&str> = lists
         .timed_out
@@ -251,7 +251,7 @@ pub fn rollout_state(lists: &RolloutStateLists<'_>) -> proto::RolloutState {
 /// revision; the clusters about to be rolled out are among them, as the
 /// engine decided on them as `ToApply`). The first seven add up to
 /// `total_cluster_count`; `removed` counts the clusters that left.
-pub fn rollout_counts(lists: &RolloutStateLists<'_>) -> proto::RolloutCounts {
+pub(crate) fn rollout_counts(lists: &RolloutStateLists<'_>) -> proto::RolloutCounts {
     let timed_out: HashSet<&str> = lists
         .timed_out
         .iter()

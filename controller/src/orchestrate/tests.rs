@@ -2,8 +2,11 @@
 //! of hook calls and writes, the request fields, failures, validation,
 //! abort and hold.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
+use std::time::Duration;
+
+use jiff::Timestamp;
 
 use rollout_proto::v1alpha1::{
     self as proto, InitializeRequest, InitializeResponse, RolloutPluginRequest, ValidateResponse,
@@ -14,12 +17,12 @@ use bytes::Bytes;
 
 use super::memory::{MemoryWorld, Write};
 use super::*;
-use crate::api::ManifestWorkSpec;
-use crate::api::annotations::VALIDATION_ANNOTATION;
-use crate::hooks::Mutation;
-use crate::hooks::RolloutRequest;
-use crate::revision::spec_hash;
-use crate::rollout::RawStrategy;
+use crate::api::annotations::{OWNER_ANNOTATION, SPEC_HASH_ANNOTATION, VALIDATION_ANNOTATION};
+use crate::api::labels::{CONTROLLER_HASH_LABEL, MWRS_OWNER_LABEL, PLACEMENT_NAME_LABEL};
+use crate::api::{ManifestWork, ManifestWorkSpec};
+use crate::hooks::{Call, HookError, HookKind, Hooks, Mutation, RolloutRequest, StateDetail};
+use crate::revision::{self, AbortAction, Revision, spec_hash};
+use crate::rollout::{ClusterGroup, RawStrategy, RolloutStatus, Strategy};
 
 /// Hooks that record every call and answer as scripted.
 #[derive(Default)]

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crate::hooks::{HookError, Persistence};
 
 /// The longest wait between two tries of a permanently failing set.
-pub const BACKOFF_CAP: Duration = Duration::from_secs(5 * 60);
+pub(crate) const BACKOFF_CAP: Duration = Duration::from_secs(5 * 60);
 
 /// The generations a backoff is tied to: a change of either retries at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

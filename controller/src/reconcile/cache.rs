@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::{Error, KubeWorld};
 use crate::api::labels::{MWRS_OWNER_LABEL, PLACEMENT_LABEL};
+use crate::api::placement::DecisionGroupError;
 use crate::api::{
     ManifestWork, ManifestWorkReplicaSetRollout, Placement, PlacementDecision, decision_groups,
 };
@@ -253,13 +254,13 @@ impl Reads<'_> {
     }
 
     /// The decision groups of `placement` in `namespace`; `Ok(None)` when
-    /// the placement does not exist; `Err` with a message when its
-    /// decisions cannot be read.
+    /// the placement does not exist; the inner `Err` when its decisions'
+    /// group labels cannot be read.
     pub(super) async fn placement_groups(
         &self,
         namespace: &str,
         placement: &str,
-    ) -> Result<Result<Option<Vec<ClusterGroup>>, String>, Error> {
+    ) -> Result<Result<Option<Vec<ClusterGroup>>, DecisionGroupError>, Error> {
         let decisions: Vec<PlacementDecision> = match self.stores {
             Some(stores) => {
                 let key = reflector::ObjectRef::new(placement).within(namespace);
@@ -296,8 +297,6 @@ impl Reads<'_> {
         // In name order, as the API lists them.
         let mut decisions = decisions;
         decisions.sort_by_key(ResourceExt::name_any);
-        Ok(decision_groups(&decisions)
-            .map(Some)
-            .map_err(|e| e.to_string()))
+        Ok(decision_groups(&decisions).map(Some))
     }
 }

@@ -66,10 +66,11 @@ use crate::api::{
 };
 use crate::events::{self, Events};
 use crate::health::Readiness;
-use crate::hooks::{Call, GatewayHooks, StateDetail};
+use crate::hooks::{Call, GatewayHooks, Hooks, StateDetail};
 use crate::metrics::{ControllerMetrics, Metered, ReconcileErrorKind};
 use crate::orchestrate::{
-    self, DeployInput, Owner, PlacementTarget, Settings, SystemClock, World, WorldError, soonest,
+    self, DeployInput, DeployOutcome, Owner, PlacementTarget, Settings, SystemClock, World,
+    WorldError, soonest,
 };
 use crate::revision::RevisionStatus;
 use crate::rollout::{ClusterGroup, Strategy};
@@ -80,7 +81,7 @@ pub use world::{FIELD_MANAGER, KubeWorld};
 
 /// The longest wait before a ManifestWorkReplicaSet is reconciled again
 /// (upstream's resync period).
-pub const MAX_REQUEUE: Duration = Duration::from_secs(30 * 60);
+pub(crate) const MAX_REQUEUE: Duration = Duration::from_secs(30 * 60);
 
 /// A reconcile that could not finish; [`error_policy`] retries it.
 #[derive(Debug, Error)]
@@ -194,7 +195,7 @@ impl Context {
 
     /// The same context, recording into `metrics` (the ones `/metrics`
     /// serves).
-    pub fn with_metrics(mut self, metrics: Arc<ControllerMetrics>) -> Context {
+    pub(crate) fn with_metrics(mut self, metrics: Arc<ControllerMetrics>) -> Context {
         self.metrics = metrics;
         self
     }
@@ -312,236 +313,406 @@ pub async fn reconcile(
     result
 }
 
+/// One reconcile, phase by phase (see the module documentation).
 async fn reconcile_traced(
     mwrs: Arc<ManifestWorkReplicaSet>,
     ctx: Arc<Context>,
     trace: opentelemetry::Context,
 ) -> Result<Action, Error> {
-    let name = mwrs.name_any();
-    let namespace = mwrs
-        .namespace()
-        .ok_or_else(|| Error::NoNamespace(name.clone()))?;
-    let now = Timestamp::now();
-    let api: Api<ManifestWorkReplicaSet> = Api::namespaced(ctx.client.clone(), &namespace);
     let world = KubeWorld::new(ctx.client.clone());
-    let (owner_label, hashed) = mwrs.owner_label_value();
-    let reads = cache::Reads {
-        client: &ctx.client,
-        world: &world,
-        stores: ctx.cache.synced(),
-    };
-
-    let key = format!("{namespace}/{name}");
+    let pass = Pass::new(&ctx, &mwrs, &world, &trace)?;
     if mwrs.meta().deletion_timestamp.is_some() {
-        ctx.metrics.forget_rollout(&key);
-        ctx.backoffs.forget(&key);
-        return finalize(&api, &reads, &world, &mwrs, &owner_label, &ctx.options).await;
+        return pass.finalize(&mwrs).await;
     }
+    let mwrs = pass.ensure_finalizer(mwrs).await?;
+    if let Some(hashed) = &pass.hashed_label {
+        return refuse_invalid_owner_label(&pass.api, &mwrs, hashed, pass.now).await;
+    }
+    let bound = match pass.bind(mwrs).await? {
+        Bind::Bound(bound) => bound,
+        Bind::BackingOff(wait) => return Ok(Action::requeue(wait)),
+    };
+    let revisions = pass.revisions(&bound.mwrs).await?;
+    let placements = pass.placements(&bound.mwrs).await?;
     // Every hook call of this reconcile is counted and timed.
     let hooks = Metered::new(ctx.hooks.clone(), ctx.metrics.clone());
-    let mwrs = if has_finalizer(&mwrs) {
-        mwrs
-    } else {
+    let plugins = pass.load_plugins(&hooks, &placements.resolved).await;
+    let outcome = pass
+        .deploy(&hooks, &bound.mwrs, &revisions, &placements, &plugins)
+        .await;
+    pass.write_status(&bound, revisions, &placements, &plugins, &outcome)
+        .await?;
+    Ok(pass.requeue(&bound, &outcome, &plugins))
+}
+
+/// What the phases of one reconcile share.
+struct Pass<'r> {
+    ctx: &'r Context,
+    api: Api<ManifestWorkReplicaSet>,
+    world: &'r KubeWorld,
+    reads: cache::Reads<'r>,
+    trace: &'r opentelemetry::Context,
+    name: String,
+    namespace: String,
+    /// `namespace/name`, the key of the metrics and back-offs.
+    key: String,
+    now: Timestamp,
+    owner_label: String,
+    /// The owner label value when it is too long to be one.
+    hashed_label: Option<crate::api::HashedLabelValue>,
+}
+
+/// The set as this reconcile rolls it out: completed from its carrier.
+struct Bound {
+    /// The set as stored (its status is patched).
+    stored: Arc<ManifestWorkReplicaSet>,
+    /// Its ManifestWorkReplicaSetRollout.
+    carrier: ManifestWorkReplicaSetRollout,
+    /// The set with the carrier's fields bound in.
+    mwrs: Arc<ManifestWorkReplicaSet>,
+    generations: backoff::Generations,
+}
+
+/// Whether the reconcile goes on past the bind.
+enum Bind {
+    Bound(Box<Bound>),
+    /// A plugin refused this very input; its message is in the status.
+    BackingOff(Duration),
+}
+
+/// The works and revisions the step starts from.
+struct Revisions {
+    works: Vec<Arc<crate::api::ManifestWork>>,
+    synced: revisions::Synced,
+    /// The status before this reconcile.
+    old: crate::api::ManifestWorkReplicaSetStatus,
+    start: RevisionStatus,
+}
+
+/// The placements of the spec: those to roll out, and why the others are
+/// not.
+struct Placements {
+    spec: Vec<String>,
+    problems: BTreeMap<String, PlacementProblem>,
+    resolved: Vec<(String, Strategy, Vec<ClusterGroup>)>,
+}
+
+/// The plugins the strategies name, after their `Initialize`.
+#[derive(Default)]
+struct Plugins {
+    states: Vec<PluginState>,
+    /// The failure message of each plugin that did not load.
+    failed: BTreeMap<String, String>,
+    details: BTreeMap<String, StateDetail>,
+}
+
+impl<'r> Pass<'r> {
+    fn new(
+        ctx: &'r Context,
+        mwrs: &ManifestWorkReplicaSet,
+        world: &'r KubeWorld,
+        trace: &'r opentelemetry::Context,
+    ) -> Result<Pass<'r>, Error> {
+        let name = mwrs.name_any();
+        let namespace = mwrs
+            .namespace()
+            .ok_or_else(|| Error::NoNamespace(name.clone()))?;
+        let (owner_label, hashed_label) = mwrs.owner_label_value();
+        Ok(Pass {
+            api: Api::namespaced(ctx.client.clone(), &namespace),
+            reads: cache::Reads {
+                client: &ctx.client,
+                world,
+                stores: ctx.cache.synced(),
+            },
+            key: format!("{namespace}/{name}"),
+            now: Timestamp::now(),
+            ctx,
+            world,
+            trace,
+            name,
+            namespace,
+            owner_label,
+            hashed_label,
+        })
+    }
+
+    /// Finalize: the set is being deleted; it is forgotten.
+    async fn finalize(&self, mwrs: &ManifestWorkReplicaSet) -> Result<Action, Error> {
+        self.ctx.metrics.forget_rollout(&self.key);
+        self.ctx.backoffs.forget(&self.key);
+        let options = &self.ctx.options;
+        finalize(
+            &self.api,
+            &self.reads,
+            self.world,
+            mwrs,
+            &self.owner_label,
+            options,
+        )
+        .await
+    }
+
+    /// Add the finalizer if missing.
+    async fn ensure_finalizer(
+        &self,
+        mwrs: Arc<ManifestWorkReplicaSet>,
+    ) -> Result<Arc<ManifestWorkReplicaSet>, Error> {
+        if has_finalizer(&mwrs) {
+            return Ok(mwrs);
+        }
         let mut finalizers = mwrs.finalizers().to_vec();
         finalizers.push(MANIFEST_WORK_CLEANUP_FINALIZER.to_owned());
-        Arc::new(patch_finalizers(&api, &mwrs, finalizers, "adding the finalizer").await?)
-    };
-    if let Some(hashed) = &hashed {
-        return refuse_invalid_owner_label(&api, &mwrs, hashed, now).await;
+        let action = "adding the finalizer";
+        Ok(Arc::new(
+            patch_finalizers(&self.api, &mwrs, finalizers, action).await?,
+        ))
     }
 
-    // The MWRS as read: its own fields, completed from its carrier.
-    let bound_to = carrier::ensure(&reads, &mwrs).await?;
-    let generations = backoff::Generations {
-        mwrs: mwrs.meta().generation,
-        carrier: bound_to.meta().generation,
-    };
-    if let Some(wait) = ctx.backoffs.waiting(&key, generations, Instant::now()) {
-        // A plugin refused this very input; its message is in the status.
-        tracing::debug!(mwrs = %name, namespace = %namespace, ?wait, "backing off after a permanent hook error");
-        return Ok(Action::requeue(wait));
-    }
-    let stored = mwrs;
-    let mwrs = Arc::new(manifestworkreplicasetrollout::bind(
-        &stored,
-        Some(&bound_to),
-    ));
-
-    let works = reads.works(&owner_label).await?;
-    let listed = reads.revisions(&namespace, &owner_label).await?;
-    let synced = revisions::sync(&ctx.client, &mwrs, &owner_label, &works, &listed).await?;
-    let old = mwrs.status.clone().unwrap_or_default();
-    let start = RevisionStatus::begin(
-        &RevisionStatus {
-            current: old.current_revision.clone(),
-            update: old.update_revision.clone(),
-            aborted_time: old.aborted_time.as_ref().map(|t| t.0),
-        },
-        &synced.plan.update.hash,
-    );
-
-    // Strategies and placements.
-    let spec_placements: Vec<String> = mwrs
-        .spec
-        .placement_refs
-        .iter()
-        .map(|p| p.name.clone())
-        .collect();
-    let mut problems: BTreeMap<String, PlacementProblem> = BTreeMap::new();
-    let mut placements: Vec<(String, Strategy, Vec<ClusterGroup>)> = Vec::new();
-    for reference in &mwrs.spec.placement_refs {
-        let strategy = match reference.strategy() {
-            Ok(strategy) => strategy,
-            Err(err) => {
-                problems.insert(
-                    reference.name.clone(),
-                    PlacementProblem::Invalid(err.to_string()),
-                );
-                continue;
-            }
+    /// Bind: the set as read, its own fields completed from its carrier;
+    /// nothing more while a plugin's refusal of this input backs off.
+    async fn bind(&self, stored: Arc<ManifestWorkReplicaSet>) -> Result<Bind, Error> {
+        let carrier = carrier::ensure(&self.reads, &stored).await?;
+        let generations = backoff::Generations {
+            mwrs: stored.meta().generation,
+            carrier: carrier.meta().generation,
         };
-        match reads.placement_groups(&namespace, &reference.name).await? {
-            Ok(Some(groups)) => placements.push((reference.name.clone(), strategy, groups)),
-            Ok(None) => {
-                problems.insert(reference.name.clone(), PlacementProblem::NotFound);
-            }
-            Err(message) => {
-                problems.insert(reference.name.clone(), PlacementProblem::Invalid(message));
-            }
+        let waiting = self
+            .ctx
+            .backoffs
+            .waiting(&self.key, generations, Instant::now());
+        if let Some(wait) = waiting {
+            tracing::debug!(mwrs = %self.name, namespace = %self.namespace, ?wait, "backing off after a permanent hook error");
+            return Ok(Bind::BackingOff(wait));
         }
+        let mwrs = Arc::new(manifestworkreplicasetrollout::bind(&stored, Some(&carrier)));
+        Ok(Bind::Bound(Box::new(Bound {
+            stored,
+            carrier,
+            mwrs,
+            generations,
+        })))
     }
 
-    // PluginLoaded.
-    let mut plugin_states: Vec<PluginState> = Vec::new();
-    let mut failed_plugins: BTreeMap<String, String> = BTreeMap::new();
-    let mut details: BTreeMap<String, StateDetail> = BTreeMap::new();
-    let mut seen = BTreeSet::new();
-    for plugin in placements
-        .iter()
-        .filter_map(|(_, s, _)| s.plugin.as_deref())
-    {
-        if !seen.insert(plugin) {
-            continue;
-        }
-        let call = Call {
-            plugin,
-            trace: &trace,
-        };
-        let request = InitializeRequest {
-            controller_version: env!("CARGO_PKG_VERSION").to_owned(),
-            hub_name: ctx.options.hub_name.clone(),
-        };
-        let result = match ctx.plugins.check(&hooks, call, request).await {
-            Ok(response) => {
-                details.insert(plugin.to_owned(), StateDetail::of(&response));
-                Ok(())
-            }
-            Err(error) => {
-                let message = plugins::failure_message(plugin, &error);
-                failed_plugins.insert(plugin.to_owned(), message.clone());
-                Err(message)
-            }
-        };
-        plugin_states.push(PluginState {
-            name: plugin.to_owned(),
-            result,
-        });
-    }
-
-    // Deploy.
-    let targets: Vec<PlacementTarget<'_>> = placements
-        .iter()
-        .map(|(name, strategy, groups)| PlacementTarget {
-            name,
-            strategy,
-            groups,
-            hold: strategy
-                .plugin
-                .as_deref()
-                .and_then(|p| failed_plugins.get(p))
-                .map(String::as_str),
-            state_detail: strategy
-                .plugin
-                .as_deref()
-                .and_then(|p| details.get(p).copied())
-                .unwrap_or_default(),
+    /// Revisions: the template's revision recorded, the history pruned.
+    async fn revisions(&self, mwrs: &ManifestWorkReplicaSet) -> Result<Revisions, Error> {
+        let works = self.reads.works(&self.owner_label).await?;
+        let listed = self
+            .reads
+            .revisions(&self.namespace, &self.owner_label)
+            .await?;
+        let client = &self.ctx.client;
+        let synced = revisions::sync(client, mwrs, &self.owner_label, &works, &listed).await?;
+        let old = mwrs.status.clone().unwrap_or_default();
+        let start = RevisionStatus::begin(
+            &RevisionStatus {
+                current: old.current_revision.clone(),
+                update: old.update_revision.clone(),
+                aborted_time: old.aborted_time.as_ref().map(|t| t.0),
+            },
+            &synced.plan.update.hash,
+        );
+        Ok(Revisions {
+            works,
+            synced,
+            old,
+            start,
         })
-        .collect();
-    let labels = mwrs.labels().clone();
-    let input = DeployInput {
-        owner: Owner {
-            namespace: &namespace,
-            name: &name,
-            label: &owner_label,
-            labels: &labels,
-        },
-        spec_placements: &spec_placements,
-        placements: &targets,
-        works: &works,
-        update: &synced.plan.update,
-        current_hash: start.current.as_deref(),
-        current: synced.current.as_ref(),
-        aborted: start.is_aborted(),
-        clock: &SystemClock,
-        settings: &ctx.options.settings,
-        trace: &trace,
-    };
-    let outcome = orchestrate::deploy(&hooks, &world, &input).await;
-    ctx.metrics.record_rollout(&key, &outcome);
-    for (placement, failure) in outcome.hook_errors() {
-        tracing::warn!(mwrs = %name, namespace = %namespace, placement, error = %failure, "hook call failed");
-    }
-    for error in outcome.all_world_errors() {
-        tracing::warn!(mwrs = %name, namespace = %namespace, %error, "ManifestWork write failed");
     }
 
-    // Status.
-    let update_complete = problems.is_empty()
-        && outcome
-            .placements
-            .iter()
-            .all(|p| !p.aborting && p.complete());
-    let revisions = start.finish(outcome.aborted_at, update_complete);
-    let new_status = status::build(&StatusInput {
-        old: &old,
-        generation: mwrs.meta().generation,
-        now,
-        spec_placements: &spec_placements,
-        problems: &problems,
-        outcome: &outcome,
-        plugins: &plugin_states,
-        revisions: &revisions,
-        collision_count: synced.plan.collision_count,
-        origin: synced.plan.origin,
-    });
-    carrier::write_status(&ctx.client, &stored, &bound_to, &new_status).await?;
-
-    if let Some(publisher) = &ctx.events {
-        let list = events::rollout_events(&old, &new_status, &outcome, &plugin_states);
-        if !list.is_empty() {
-            publisher.publish(&mwrs.object_ref(&()), &list, now).await;
+    /// Strategies and placements: each reference's strategy and decision
+    /// groups, or why it cannot be rolled out.
+    async fn placements(&self, mwrs: &ManifestWorkReplicaSet) -> Result<Placements, Error> {
+        let references = &mwrs.spec.placement_refs;
+        let mut placements = Placements {
+            spec: references.iter().map(|p| p.name.clone()).collect(),
+            problems: BTreeMap::new(),
+            resolved: Vec::new(),
+        };
+        for reference in references {
+            let name = reference.name.clone();
+            let strategy = match reference.strategy() {
+                Ok(strategy) => strategy,
+                Err(err) => {
+                    let problem = PlacementProblem::Strategy(err);
+                    placements.problems.insert(name, problem);
+                    continue;
+                }
+            };
+            match self.reads.placement_groups(&self.namespace, &name).await? {
+                Ok(Some(groups)) => placements.resolved.push((name, strategy, groups)),
+                Ok(None) => {
+                    placements.problems.insert(name, PlacementProblem::NotFound);
+                }
+                Err(error) => {
+                    let problem = PlacementProblem::Decisions(error);
+                    placements.problems.insert(name, problem);
+                }
+            }
         }
+        Ok(placements)
     }
 
-    let mut requeue = outcome.requeue_after;
-    let permanent = backoff::all_permanent(outcome.hook_errors().map(|(_, f)| &f.error));
-    if let Some(wait) = ctx.backoffs.record(
-        &key,
-        generations,
-        permanent,
-        ctx.options.settings.error_requeue,
-        Instant::now(),
-    ) {
-        tracing::warn!(mwrs = %name, namespace = %namespace, ?wait, "a plugin refused this input; retrying after a backoff, or at once when the ManifestWorkReplicaSet changes");
-        requeue = Some(wait);
+    /// PluginLoaded: `Initialize` for each plugin the strategies name, once.
+    async fn load_plugins<H: Hooks>(
+        &self,
+        hooks: &H,
+        resolved: &[(String, Strategy, Vec<ClusterGroup>)],
+    ) -> Plugins {
+        let mut plugins = Plugins::default();
+        let mut seen = BTreeSet::new();
+        let named = resolved.iter().filter_map(|(_, s, _)| s.plugin.as_deref());
+        for plugin in named.filter(|p| seen.insert(*p)) {
+            let call = Call {
+                plugin,
+                trace: self.trace,
+            };
+            let request = InitializeRequest {
+                controller_version: env!("CARGO_PKG_VERSION").to_owned(),
+                hub_name: self.ctx.options.hub_name.clone(),
+            };
+            let result = match self.ctx.plugins.check(hooks, call, request).await {
+                Ok(response) => {
+                    let detail = StateDetail::of(&response);
+                    plugins.details.insert(plugin.to_owned(), detail);
+                    Ok(())
+                }
+                Err(error) => {
+                    let message = plugins::failure_message(plugin, &error);
+                    plugins.failed.insert(plugin.to_owned(), message.clone());
+                    Err(message)
+                }
+            };
+            plugins.states.push(PluginState {
+                name: plugin.to_owned(),
+                result,
+            });
+        }
+        plugins
     }
-    if !failed_plugins.is_empty() {
-        requeue = soonest(requeue, Some(ctx.plugins.retry_after()));
+
+    /// Deploy: the shared orchestration over the placements resolved; a
+    /// placement whose plugin did not load is on hold.
+    async fn deploy<H: Hooks>(
+        &self,
+        hooks: &H,
+        mwrs: &ManifestWorkReplicaSet,
+        revisions: &Revisions,
+        placements: &Placements,
+        plugins: &Plugins,
+    ) -> DeployOutcome {
+        let targets: Vec<PlacementTarget<'_>> = placements
+            .resolved
+            .iter()
+            .map(|(name, strategy, groups)| {
+                let plugin = strategy.plugin.as_deref();
+                PlacementTarget {
+                    name,
+                    strategy,
+                    groups,
+                    hold: plugin
+                        .and_then(|p| plugins.failed.get(p))
+                        .map(String::as_str),
+                    state_detail: plugin
+                        .and_then(|p| plugins.details.get(p).copied())
+                        .unwrap_or_default(),
+                }
+            })
+            .collect();
+        let input = DeployInput {
+            owner: Owner {
+                namespace: &self.namespace,
+                name: &self.name,
+                label: &self.owner_label,
+                labels: mwrs.labels(),
+            },
+            spec_placements: &placements.spec,
+            placements: &targets,
+            works: &revisions.works,
+            update: &revisions.synced.plan.update,
+            current_hash: revisions.start.current.as_deref(),
+            current: revisions.synced.current.as_ref(),
+            aborted: revisions.start.is_aborted(),
+            clock: &SystemClock,
+            settings: &self.ctx.options.settings,
+            trace: self.trace,
+        };
+        let outcome = orchestrate::deploy(hooks, self.world, &input).await;
+        self.ctx.metrics.record_rollout(&self.key, &outcome);
+        let (name, namespace) = (&self.name, &self.namespace);
+        for (placement, failure) in outcome.hook_errors() {
+            tracing::warn!(mwrs = %name, namespace = %namespace, placement, error = %failure, "hook call failed");
+        }
+        for error in outcome.all_world_errors() {
+            tracing::warn!(mwrs = %name, namespace = %namespace, %error, "ManifestWork write failed");
+        }
+        outcome
     }
-    tracing::debug!(requeue_secs = requeue.map(|d| d.as_secs()), "reconciled");
-    Ok(Action::requeue(
-        requeue.unwrap_or(MAX_REQUEUE).min(MAX_REQUEUE),
-    ))
+
+    /// Status: built from the step, patched once, and its changes published
+    /// as Events.
+    async fn write_status(
+        &self,
+        bound: &Bound,
+        revisions: Revisions,
+        placements: &Placements,
+        plugins: &Plugins,
+        outcome: &DeployOutcome,
+    ) -> Result<(), Error> {
+        let update_complete = placements.problems.is_empty()
+            && outcome
+                .placements
+                .iter()
+                .all(|p| !p.aborting && p.complete());
+        let revision_status = revisions.start.finish(outcome.aborted_at, update_complete);
+        let new_status = status::build(&StatusInput {
+            old: &revisions.old,
+            generation: bound.mwrs.meta().generation,
+            now: self.now,
+            spec_placements: &placements.spec,
+            problems: &placements.problems,
+            outcome,
+            plugins: &plugins.states,
+            revisions: &revision_status,
+            collision_count: revisions.synced.plan.collision_count,
+            origin: revisions.synced.plan.origin,
+        });
+        let client = &self.ctx.client;
+        carrier::write_status(client, &bound.stored, &bound.carrier, &new_status).await?;
+        if let Some(publisher) = &self.ctx.events {
+            let list =
+                events::rollout_events(&revisions.old, &new_status, outcome, &plugins.states);
+            if !list.is_empty() {
+                publisher
+                    .publish(&bound.mwrs.object_ref(&()), &list, self.now)
+                    .await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Requeue: after the soonest recheck, a back-off when a plugin refused
+    /// this input, or the plugin cache's retry, capped at [`MAX_REQUEUE`].
+    fn requeue(&self, bound: &Bound, outcome: &DeployOutcome, plugins: &Plugins) -> Action {
+        let ctx = self.ctx;
+        let mut requeue = outcome.requeue_after;
+        let permanent = backoff::all_permanent(outcome.hook_errors().map(|(_, f)| &f.error));
+        if let Some(wait) = ctx.backoffs.record(
+            &self.key,
+            bound.generations,
+            permanent,
+            ctx.options.settings.error_requeue,
+            Instant::now(),
+        ) {
+            tracing::warn!(mwrs = %self.name, namespace = %self.namespace, ?wait, "a plugin refused this input; retrying after a backoff, or at once when the ManifestWorkReplicaSet changes");
+            requeue = Some(wait);
+        }
+        if !plugins.failed.is_empty() {
+            requeue = soonest(requeue, Some(ctx.plugins.retry_after()));
+        }
+        tracing::debug!(requeue_secs = requeue.map(|d| d.as_secs()), "reconciled");
+        Action::requeue(requeue.unwrap_or(MAX_REQUEUE).min(MAX_REQUEUE))
+    }
 }
 
 /// A set whose owner label value `<namespace>.<name>` cannot be a label
@@ -580,7 +751,11 @@ async fn refuse_invalid_owner_label(
 }
 
 /// Retries a failed reconcile after [`Options::error_requeue`].
-pub fn error_policy(mwrs: Arc<ManifestWorkReplicaSet>, error: &Error, ctx: Arc<Context>) -> Action {
+pub(crate) fn error_policy(
+    mwrs: Arc<ManifestWorkReplicaSet>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
     tracing::warn!(
         mwrs = %mwrs.name_any(),
         namespace = mwrs.namespace().unwrap_or_default(),
@@ -592,7 +767,7 @@ pub fn error_policy(mwrs: Arc<ManifestWorkReplicaSet>, error: &Error, ctx: Arc<C
 
 /// The ManifestWorkReplicaSet owning `work`: from its owner annotation,
 /// else from its owner label `<namespace>.<name>` (a namespace has no dot).
-pub fn owner_of_work(work: &ManifestWork) -> Option<ObjectRef<ManifestWorkReplicaSet>> {
+pub(crate) fn owner_of_work(work: &ManifestWork) -> Option<ObjectRef<ManifestWorkReplicaSet>> {
     if let Some((namespace, name)) = work
         .annotations()
         .get(OWNER_ANNOTATION)
@@ -606,13 +781,15 @@ pub fn owner_of_work(work: &ManifestWork) -> Option<ObjectRef<ManifestWorkReplic
 
 /// The ManifestWorkReplicaSet `carrier` belongs to: the one of the same
 /// namespace and name.
-pub fn bound_mwrs(carrier: &ManifestWorkReplicaSetRollout) -> ObjectRef<ManifestWorkReplicaSet> {
+pub(crate) fn bound_mwrs(
+    carrier: &ManifestWorkReplicaSetRollout,
+) -> ObjectRef<ManifestWorkReplicaSet> {
     ObjectRef::new(&carrier.name_any()).within(&carrier.namespace().unwrap_or_default())
 }
 
 /// The ManifestWorkReplicaSets in `namespace` whose placement references
 /// name `placement`.
-pub fn referencing(
+pub(crate) fn referencing(
     store: &Store<ManifestWorkReplicaSet>,
     namespace: &str,
     placement: &str,

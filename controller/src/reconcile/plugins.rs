@@ -33,7 +33,7 @@ impl Default for PluginCacheTtl {
 /// The PluginLoaded message detail of a failed `Initialize`: the design's
 /// "unavailable plugin server endpoint" for `UNAVAILABLE` (with the
 /// gateway's reason), else the code and message.
-pub fn failure_detail(error: &HookError) -> String {
+pub(crate) fn failure_detail(error: &HookError) -> String {
     match (error.code, error.message.is_empty()) {
         (tonic::Code::Unavailable, true) => UNAVAILABLE_ENDPOINT.to_owned(),
         (tonic::Code::Unavailable, false) => format!("{UNAVAILABLE_ENDPOINT} ({})", error.message),
@@ -42,7 +42,7 @@ pub fn failure_detail(error: &HookError) -> String {
 }
 
 /// The PluginLoaded False message for `plugin`'s failed `Initialize`.
-pub fn failure_message(plugin: &str, error: &HookError) -> String {
+pub(crate) fn failure_message(plugin: &str, error: &HookError) -> String {
     plugin_failed_message(plugin, &failure_detail(error))
 }
 
@@ -75,7 +75,7 @@ impl PluginCache {
     }
 
     /// How soon a failed plugin is asked again.
-    pub fn retry_after(&self) -> Duration {
+    pub(crate) fn retry_after(&self) -> Duration {
         self.ttl.failed
     }
 

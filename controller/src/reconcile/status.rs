@@ -14,6 +14,7 @@
 //! | ManifestWorksConflict (only while another field manager writes the works) | `OtherFieldManager`: the works and the managers | |
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -21,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::api::conditions::*;
 use crate::api::labels::MAX_LABEL_VALUE_LEN;
 use crate::api::manifestworkreplicaset::MAX_CLUSTER_SUMMARIES;
+use crate::api::placement::DecisionGroupError;
 use crate::api::{
     ClusterCounts, ClusterRolloutSummary, HashedLabelValue, ManifestWorkReplicaSetStatus,
     ManifestWorkReplicaSetSummary, PlacementSummary,
@@ -28,19 +30,30 @@ use crate::api::{
 pub use crate::hooks::PluginState;
 use crate::orchestrate::{AbortReport, ClusterReport, DeployOutcome, PlacementOutcome};
 use crate::revision::{AbortAction, RevisionOrigin, RevisionStatus};
-use crate::rollout::RolloutStatus;
+use crate::rollout::{InvalidStrategy, RolloutStatus};
 
 /// The longest condition message written (the API allows 32 KiB).
-pub const MAX_MESSAGE_LEN: usize = 4096;
+pub(crate) const MAX_MESSAGE_LEN: usize = 4096;
 
 /// Why a placement of the spec was not rolled out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlacementProblem {
     /// The Placement does not exist.
     NotFound,
-    /// Its rollout strategy or its decisions cannot be used; the message
-    /// says why.
-    Invalid(String),
+    /// Its rollout strategy cannot be used.
+    Strategy(InvalidStrategy),
+    /// Its PlacementDecisions' group labels cannot be read.
+    Decisions(DecisionGroupError),
+}
+
+impl fmt::Display for PlacementProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlacementProblem::NotFound => f.write_str("not found"),
+            PlacementProblem::Strategy(error) => error.fmt(f),
+            PlacementProblem::Decisions(error) => error.fmt(f),
+        }
+    }
 }
 
 /// What the status is built from.
@@ -74,7 +87,7 @@ pub struct StatusInput<'a> {
 /// as OCM's own controller reports it. Nothing is rolled out: OCM's
 /// controller finds works by exactly that label, so works labelled with any
 /// other value would be orphaned when it takes the set back.
-pub fn invalid_owner_label(
+pub(crate) fn invalid_owner_label(
     old: &ManifestWorkReplicaSetStatus,
     generation: Option<i64>,
     now: Timestamp,
@@ -100,7 +113,7 @@ pub fn invalid_owner_label(
 
 /// Sets condition `kind` in `conditions`: its `lastTransitionTime` changes
 /// only when its status does.
-pub fn set_condition(
+pub(crate) fn set_condition(
     conditions: &mut Vec<Condition>,
     kind: &str,
     status: bool,
@@ -194,7 +207,7 @@ fn cluster_summary(report: &ClusterReport) -> ClusterRolloutSummary {
 }
 
 /// The summary of one placement rolled out.
-pub fn placement_summary(outcome: &PlacementOutcome) -> PlacementSummary {
+pub(crate) fn placement_summary(outcome: &PlacementOutcome) -> PlacementSummary {
     let mut counts = ClusterCounts::default();
     for cluster in &outcome.clusters {
         counts.add(cluster.status);
@@ -245,7 +258,7 @@ pub fn placement_summary(outcome: &PlacementOutcome) -> PlacementSummary {
 /// Sets `summary.abort_failures`: the failures of `abort` when it aborted
 /// this placement, else those of `old` while the abort lasts (`aborted`),
 /// else none.
-pub fn set_abort_failures(
+pub(crate) fn set_abort_failures(
     summary: &mut PlacementSummary,
     abort: Option<&AbortReport>,
     old: Option<&PlacementSummary>,
@@ -274,50 +287,125 @@ fn list_clusters<'a>(clusters: impl IntoIterator<Item = &'a ClusterReport>) -> S
         .join(", ")
 }
 
-/// The status after this reconcile (see the module documentation).
+/// The status after this reconcile (see the module documentation): one
+/// function per section and condition, each pure over the input.
 pub fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
-    let outcome = input.outcome;
-    let (generation, now) = (input.generation, input.now);
-    let mut conditions = input.old.conditions.clone();
-    let update = input.revisions.update.clone().unwrap_or_default();
+    let summary = total_summary(input.outcome);
+    let verified = placement_verified(input);
+    let abort = abort_message(input);
+    let mut conditions = Conditions {
+        list: input.old.conditions.clone(),
+        generation: input.generation,
+        now: input.now,
+    };
+    conditions.set(PLACEMENT_VERIFIED, &verified);
+    conditions.set(PLACEMENT_ROLLED_OUT, &placement_rolled_out(input, &abort));
+    conditions.set(
+        MANIFESTWORK_APPLIED,
+        &manifestwork_applied(&summary, verified.reason),
+    );
+    match plugin_loaded(input.plugins) {
+        Some(plugin_loaded) => conditions.set(PLUGIN_LOADED, &plugin_loaded),
+        None => conditions.remove(PLUGIN_LOADED),
+    }
+    conditions.set(PROGRESSING, &progressing(input, &summary, abort));
+    // An owner label is never hashed any more: a set whose label cannot be
+    // written stops in `invalid_owner_label`.
+    conditions.remove(OWNER_LABEL_HASHED);
+    match works_conflict(input.outcome) {
+        Some(conflict) => conditions.set(MANIFEST_WORKS_CONFLICT, &conflict),
+        None => conditions.remove(MANIFEST_WORKS_CONFLICT),
+    }
+    ManifestWorkReplicaSetStatus {
+        conditions: conditions.list,
+        summary,
+        placements_summary: placements_summary(input),
+        current_revision: input.revisions.current.clone(),
+        update_revision: input.revisions.update.clone(),
+        aborted_time: input.revisions.aborted_time.map(Time),
+        collision_count: (input.collision_count > 0 || input.old.collision_count.is_some())
+            .then_some(input.collision_count),
+    }
+}
 
-    // Summaries, in spec order.
-    let by_name: BTreeMap<&str, &PlacementOutcome> = outcome
+/// The conditions being built, with the generation and time they are
+/// stamped with.
+struct Conditions {
+    list: Vec<Condition>,
+    generation: Option<i64>,
+    now: Timestamp,
+}
+
+impl Conditions {
+    fn set(&mut self, kind: &str, value: &ConditionValue) {
+        set_condition(
+            &mut self.list,
+            kind,
+            value.status,
+            value.reason,
+            &value.message,
+            self.generation,
+            self.now,
+        );
+    }
+
+    fn remove(&mut self, kind: &str) {
+        remove_condition(&mut self.list, kind);
+    }
+}
+
+/// What one condition says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ConditionValue {
+    status: bool,
+    reason: &'static str,
+    message: String,
+}
+
+impl ConditionValue {
+    fn new(status: bool, reason: &'static str, message: impl Into<String>) -> ConditionValue {
+        ConditionValue {
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The placements' summaries, in spec order: a placement not rolled out in
+/// this step keeps its old summary (an empty one when it has none).
+fn placements_summary(input: &StatusInput<'_>) -> Vec<PlacementSummary> {
+    let by_name: BTreeMap<&str, &PlacementOutcome> = input
+        .outcome
         .placements
         .iter()
         .map(|p| (p.name.as_str(), p))
         .collect();
-    let placements_summary: Vec<PlacementSummary> = input
+    let old_of = |name: &str| input.old.placements_summary.iter().find(|s| s.name == name);
+    input
         .spec_placements
         .iter()
         .map(|name| match by_name.get(name.as_str()) {
             Some(p) => {
                 let mut summary = placement_summary(p);
-                let old = input
-                    .old
-                    .placements_summary
-                    .iter()
-                    .find(|s| &s.name == name);
                 set_abort_failures(
                     &mut summary,
-                    outcome.abort.as_ref(),
-                    old,
+                    input.outcome.abort.as_ref(),
+                    old_of(name),
                     input.revisions.is_aborted(),
                 );
                 summary
             }
-            None => input
-                .old
-                .placements_summary
-                .iter()
-                .find(|s| &s.name == name)
-                .cloned()
-                .unwrap_or_else(|| PlacementSummary {
-                    name: name.clone(),
-                    ..PlacementSummary::default()
-                }),
+            None => old_of(name).cloned().unwrap_or_else(|| PlacementSummary {
+                name: name.clone(),
+                ..PlacementSummary::default()
+            }),
         })
-        .collect();
+        .collect()
+}
+
+/// The work counts of every placement rolled out, added up.
+fn total_summary(outcome: &DeployOutcome) -> ManifestWorkReplicaSetSummary {
     let mut summary = ManifestWorkReplicaSetSummary::default();
     for p in &outcome.placements {
         let s = placement_summary(p).summary;
@@ -329,8 +417,21 @@ pub fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
         summary.desired_total += s.desired_total;
         summary.updated += s.updated;
     }
+    summary
+}
 
-    // PlacementVerified.
+/// The clusters the placements rolled out select.
+fn selected(outcome: &DeployOutcome) -> usize {
+    outcome.placements.iter().map(|p| p.clusters.len()).sum()
+}
+
+/// Whether every placement of the spec was rolled out and is complete.
+fn complete(input: &StatusInput<'_>) -> bool {
+    input.problems.is_empty() && input.outcome.placements.iter().all(|p| p.complete())
+}
+
+/// PlacementVerified.
+fn placement_verified(input: &StatusInput<'_>) -> ConditionValue {
     let not_found: Vec<&str> = input
         .problems
         .iter()
@@ -340,42 +441,50 @@ pub fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
     let invalid: Vec<String> = input
         .problems
         .iter()
-        .filter_map(|(n, p)| match p {
-            PlacementProblem::Invalid(m) => Some(format!("placement {n}: {m}")),
-            PlacementProblem::NotFound => None,
-        })
+        .filter(|(_, p)| **p != PlacementProblem::NotFound)
+        .map(|(n, p)| format!("placement {n}: {p}"))
         .collect();
-    let selected: usize = outcome.placements.iter().map(|p| p.clusters.len()).sum();
-    let (verified, verified_reason, verified_message) = if !not_found.is_empty() {
-        (
-            false,
-            REASON_PLACEMENT_DECISION_NOT_FOUND,
-            format!("placement {} not found", not_found.join(", ")),
-        )
+    if !not_found.is_empty() {
+        let message = format!("placement {} not found", not_found.join(", "));
+        ConditionValue::new(false, REASON_PLACEMENT_DECISION_NOT_FOUND, message)
     } else if !invalid.is_empty() {
-        (false, REASON_NOT_AS_EXPECTED, invalid.join("; "))
-    } else if selected == 0 {
-        (
-            false,
-            REASON_PLACEMENT_DECISION_EMPTY,
-            "the placements select no cluster".to_owned(),
-        )
+        ConditionValue::new(false, REASON_NOT_AS_EXPECTED, invalid.join("; "))
+    } else if selected(input.outcome) == 0 {
+        let message = "the placements select no cluster";
+        ConditionValue::new(false, REASON_PLACEMENT_DECISION_EMPTY, message)
     } else {
-        (true, REASON_AS_EXPECTED, String::new())
-    };
-    set_condition(
-        &mut conditions,
-        PLACEMENT_VERIFIED,
-        verified,
-        verified_reason,
-        &verified_message,
-        generation,
-        now,
-    );
+        ConditionValue::new(true, REASON_AS_EXPECTED, "")
+    }
+}
 
-    // Abort wording, shared by PlacementRolledOut and Progressing.
-    let aborted = input.revisions.is_aborted();
-    let current = input.revisions.current.clone().unwrap_or_default();
+/// The abort's wording, shared by PlacementRolledOut and Progressing:
+/// what aborted the update revision (kept from the old Progressing message
+/// once the report is gone), then how far the rollback is.
+fn abort_message(input: &StatusInput<'_>) -> String {
+    let outcome = input.outcome;
+    let update = input.revisions.update.as_deref().unwrap_or_default();
+    let prefix = format!("Rollout of revision {update} aborted: ");
+    let cause = match &outcome.abort {
+        Some(report) if !report.failures.is_empty() => {
+            format!(
+                "placement {}: {}",
+                report.placement,
+                list_clusters(&report.failures)
+            )
+        }
+        _ => condition(&input.old.conditions, PROGRESSING)
+            .filter(|c| c.reason == REASON_ROLLOUT_ABORTED)
+            .and_then(|c| c.message.strip_prefix(&prefix))
+            .and_then(|rest| rest.rfind(". ").map(|end| rest[..end].to_owned()))
+            .unwrap_or_else(|| "a cluster failed or timed out".to_owned()),
+    };
+    format!("{prefix}{cause}. {}", abort_progress(input))
+}
+
+/// How far the rollback of an abort is.
+fn abort_progress(input: &StatusInput<'_>) -> String {
+    let outcome = input.outcome;
+    let current = input.revisions.current.as_deref().unwrap_or_default();
     let stopped = outcome.placements.iter().any(|p| p.stopped)
         || outcome
             .abort
@@ -387,36 +496,19 @@ pub fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
         .filter(|p| p.aborting && !p.stopped)
         .map(|p| p.count(RolloutStatus::Succeeded))
         .sum();
-    let abort_progress = if stopped {
+    let selected = selected(outcome);
+    if stopped {
         "No earlier revision to roll back to: the rollout is stopped.".to_owned()
     } else if restored == selected {
         format!("Revision {current} is restored on every cluster.")
     } else {
         format!("Rolling back to revision {current}: {restored} of {selected} clusters restored.")
-    };
-    let abort_prefix = format!("Rollout of revision {update} aborted: ");
-    let abort_cause = match &outcome.abort {
-        Some(report) if !report.failures.is_empty() => {
-            format!(
-                "placement {}: {}",
-                report.placement,
-                list_clusters(&report.failures)
-            )
-        }
-        _ => condition(&input.old.conditions, PROGRESSING)
-            .filter(|c| c.reason == REASON_ROLLOUT_ABORTED)
-            .and_then(|c| c.message.strip_prefix(&abort_prefix))
-            .and_then(|rest| rest.rfind(". ").map(|end| rest[..end].to_owned()))
-            .unwrap_or_else(|| "a cluster failed or timed out".to_owned()),
-    };
-    let abort_message = format!("{abort_prefix}{abort_cause}. {abort_progress}");
+    }
+}
 
-    // PlacementRolledOut.
-    let succeeded: usize = outcome
-        .placements
-        .iter()
-        .map(|p| p.count(RolloutStatus::Succeeded))
-        .sum();
+/// PlacementRolledOut.
+fn placement_rolled_out(input: &StatusInput<'_>, abort_message: &str) -> ConditionValue {
+    let outcome = input.outcome;
     let breaches: Vec<String> = outcome
         .placements
         .iter()
@@ -426,36 +518,31 @@ pub fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
             format!("placement {}: {}", p.name, list_clusters(failing))
         })
         .collect();
-    let complete = input.problems.is_empty() && outcome.placements.iter().all(|p| p.complete());
-    let (rolled_out, rolled_reason, rolled_message) = if aborted {
-        (false, REASON_ROLLOUT_DEGRADED, abort_message.clone())
+    if input.revisions.is_aborted() {
+        ConditionValue::new(false, REASON_ROLLOUT_DEGRADED, abort_message)
     } else if !breaches.is_empty() {
-        (
-            false,
-            REASON_ROLLOUT_DEGRADED,
-            format!("maxFailures exceeded on {}", breaches.join("; ")),
-        )
-    } else if complete {
-        (true, REASON_COMPLETE, String::new())
+        let message = format!("maxFailures exceeded on {}", breaches.join("; "));
+        ConditionValue::new(false, REASON_ROLLOUT_DEGRADED, message)
+    } else if complete(input) {
+        ConditionValue::new(true, REASON_COMPLETE, "")
     } else {
-        (
-            false,
-            REASON_PROGRESSING,
-            format!("{succeeded} of {selected} clusters succeeded"),
-        )
-    };
-    set_condition(
-        &mut conditions,
-        PLACEMENT_ROLLED_OUT,
-        rolled_out,
-        rolled_reason,
-        &rolled_message,
-        generation,
-        now,
-    );
+        let succeeded: usize = outcome
+            .placements
+            .iter()
+            .map(|p| p.count(RolloutStatus::Succeeded))
+            .sum();
+        let message = format!("{succeeded} of {} clusters succeeded", selected(outcome));
+        ConditionValue::new(false, REASON_PROGRESSING, message)
+    }
+}
 
-    // ManifestworkApplied: upstream's rule on the counts.
-    let (applied, applied_reason) = if summary.total == 0 {
+/// ManifestworkApplied: upstream's rule on the counts; with no work, the
+/// reason PlacementVerified gave for an empty selection.
+fn manifestwork_applied(
+    summary: &ManifestWorkReplicaSetSummary,
+    verified_reason: &str,
+) -> ConditionValue {
+    let (applied, reason) = if summary.total == 0 {
         if verified_reason == REASON_PLACEMENT_DECISION_EMPTY {
             (false, REASON_PLACEMENT_DECISION_EMPTY)
         } else {
@@ -471,59 +558,44 @@ pub fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
     } else {
         (false, REASON_NOT_AS_EXPECTED)
     };
-    let applied_message = format!(
+    let message = format!(
         "{} of {} ManifestWorks available, {} progressing, {} degraded",
         summary.available, summary.total, summary.progressing, summary.degraded
     );
-    set_condition(
-        &mut conditions,
-        MANIFESTWORK_APPLIED,
-        applied,
-        applied_reason,
-        &applied_message,
-        generation,
-        now,
-    );
+    ConditionValue::new(applied, reason, message)
+}
 
-    // PluginLoaded.
-    if input.plugins.is_empty() {
-        remove_condition(&mut conditions, PLUGIN_LOADED);
-    } else {
-        let failed: Vec<&str> = input
-            .plugins
-            .iter()
-            .filter_map(|p| p.result.as_ref().err().map(String::as_str))
-            .collect();
-        if failed.is_empty() {
-            let message = input
-                .plugins
-                .iter()
-                .map(|p| plugin_available_message(&p.name))
-                .collect::<Vec<_>>()
-                .join(" ");
-            set_condition(
-                &mut conditions,
-                PLUGIN_LOADED,
-                true,
-                REASON_AVAILABLE,
-                &message,
-                generation,
-                now,
-            );
-        } else {
-            set_condition(
-                &mut conditions,
-                PLUGIN_LOADED,
-                false,
-                REASON_FAILED,
-                &failed.join(" "),
-                generation,
-                now,
-            );
-        }
+/// PluginLoaded; `None` (the condition goes) when no strategy names a
+/// plugin.
+fn plugin_loaded(plugins: &[PluginState]) -> Option<ConditionValue> {
+    if plugins.is_empty() {
+        return None;
     }
+    let failed: Vec<&str> = plugins
+        .iter()
+        .filter_map(|p| p.result.as_ref().err().map(String::as_str))
+        .collect();
+    if failed.is_empty() {
+        let message = plugins
+            .iter()
+            .map(|p| plugin_available_message(&p.name))
+            .collect::<Vec<_>>()
+            .join(" ");
+        Some(ConditionValue::new(true, REASON_AVAILABLE, message))
+    } else {
+        Some(ConditionValue::new(false, REASON_FAILED, failed.join(" ")))
+    }
+}
 
-    // Progressing.
+/// Progressing: hook errors first, then the abort, timed-out clusters, done,
+/// and rolling out.
+fn progressing(
+    input: &StatusInput<'_>,
+    summary: &ManifestWorkReplicaSetSummary,
+    abort_message: String,
+) -> ConditionValue {
+    let outcome = input.outcome;
+    let update = input.revisions.update.as_deref().unwrap_or_default();
     let hook_errors: Vec<String> = outcome
         .hook_errors()
         .map(|(placement, failure)| format!("placement {placement}: {failure}"))
@@ -538,81 +610,54 @@ pub fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
                 .map(move |c| format!("{}/{}", p.name, c.cluster))
         })
         .collect();
-    let rolling_reason = match input.origin {
+    if !hook_errors.is_empty() {
+        ConditionValue::new(false, REASON_PLUGIN_CALL_FAILED, hook_errors.join("; "))
+    } else if input.revisions.is_aborted() {
+        ConditionValue::new(false, REASON_ROLLOUT_ABORTED, abort_message)
+    } else if !timed_out.is_empty() {
+        let message = format!(
+            "clusters did not finish within progressDeadline: {}",
+            timed_out.join(", ")
+        );
+        ConditionValue::new(false, REASON_PROGRESS_DEADLINE_EXCEEDED, message)
+    } else if complete(input) {
+        let message = format!("Revision {update} is rolled out to every cluster.");
+        ConditionValue::new(true, REASON_NEW_MANIFEST_WORK_AVAILABLE, message)
+    } else {
+        let message = format!(
+            "Rolling out revision {update}: {} of {} clusters updated.",
+            summary.updated, summary.desired_total
+        );
+        ConditionValue::new(true, rolling_reason(input), message)
+    }
+}
+
+/// Progressing's reason while rolling out: how the update revision was
+/// found, kept from the old condition while the revision stays.
+fn rolling_reason(input: &StatusInput<'_>) -> &'static str {
+    match input.origin {
         RevisionOrigin::Created => REASON_NEW_REVISION_CREATED,
         RevisionOrigin::Found => REASON_FOUND_NEW_REVISION,
-        RevisionOrigin::Unchanged => condition(&input.old.conditions, PROGRESSING)
-            .map(|c| c.reason.as_str())
-            .filter(|r| *r == REASON_FOUND_NEW_REVISION)
-            .unwrap_or(REASON_NEW_REVISION_CREATED),
-    };
-    let (progressing, progressing_reason, progressing_message) = if !hook_errors.is_empty() {
-        (false, REASON_PLUGIN_CALL_FAILED, hook_errors.join("; "))
-    } else if aborted {
-        (false, REASON_ROLLOUT_ABORTED, abort_message)
-    } else if !timed_out.is_empty() {
-        (
-            false,
-            REASON_PROGRESS_DEADLINE_EXCEEDED,
-            format!(
-                "clusters did not finish within progressDeadline: {}",
-                timed_out.join(", ")
-            ),
-        )
-    } else if complete {
-        (
-            true,
-            REASON_NEW_MANIFEST_WORK_AVAILABLE,
-            format!("Revision {update} is rolled out to every cluster."),
-        )
-    } else {
-        (
-            true,
-            rolling_reason,
-            format!(
-                "Rolling out revision {update}: {} of {} clusters updated.",
-                summary.updated, summary.desired_total
-            ),
-        )
-    };
-    set_condition(
-        &mut conditions,
-        PROGRESSING,
-        progressing,
-        progressing_reason,
-        &progressing_message,
-        generation,
-        now,
-    );
-
-    // An owner label is never hashed any more: a set whose label cannot be
-    // written stops in `invalid_owner_label`.
-    remove_condition(&mut conditions, OWNER_LABEL_HASHED);
-
-    // Other writers of the works.
-    match input.outcome.conflict_message() {
-        Some(message) => set_condition(
-            &mut conditions,
-            MANIFEST_WORKS_CONFLICT,
-            true,
-            REASON_OTHER_FIELD_MANAGER,
-            &message,
-            generation,
-            now,
-        ),
-        None => remove_condition(&mut conditions, MANIFEST_WORKS_CONFLICT),
+        RevisionOrigin::Unchanged => {
+            let found = condition(&input.old.conditions, PROGRESSING)
+                .is_some_and(|c| c.reason == REASON_FOUND_NEW_REVISION);
+            if found {
+                REASON_FOUND_NEW_REVISION
+            } else {
+                REASON_NEW_REVISION_CREATED
+            }
+        }
     }
+}
 
-    ManifestWorkReplicaSetStatus {
-        conditions,
-        summary,
-        placements_summary,
-        current_revision: input.revisions.current.clone(),
-        update_revision: input.revisions.update.clone(),
-        aborted_time: input.revisions.aborted_time.map(Time),
-        collision_count: (input.collision_count > 0 || input.old.collision_count.is_some())
-            .then_some(input.collision_count),
-    }
+/// ManifestWorksConflict, while other field managers write the works.
+fn works_conflict(outcome: &DeployOutcome) -> Option<ConditionValue> {
+    let message = outcome.conflict_message()?;
+    Some(ConditionValue::new(
+        true,
+        REASON_OTHER_FIELD_MANAGER,
+        message,
+    ))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::api::ManifestWork;
 use crate::api::labels::MWRS_OWNER_LABEL;
 pub use crate::orchestrate::FIELD_MANAGER;
-use crate::orchestrate::{World, WorldError};
+use crate::orchestrate::{World, WorldAction, WorldError};
 
 /// ManifestWorks through the Kubernetes API: listed by the owner label in
 /// every namespace, applied server-side with field manager
@@ -34,16 +34,6 @@ impl KubeWorld {
     }
 }
 
-fn error(action: &'static str, namespace: &str, name: &str, err: &kube::Error) -> WorldError {
-    WorldError {
-        action,
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
-        message: err.to_string(),
-        conflict: matches!(err, kube::Error::Api(status) if status.is_conflict()),
-    }
-}
-
 impl World for KubeWorld {
     async fn list_works(&self, owner_label: &str) -> Result<Vec<Arc<ManifestWork>>, WorldError> {
         let api: Api<ManifestWork> = Api::all(self.client.clone());
@@ -51,7 +41,7 @@ impl World for KubeWorld {
         api.list(&params)
             .await
             .map(|list| list.items.into_iter().map(Arc::new).collect())
-            .map_err(|e| error("listing", "", "", &e))
+            .map_err(|e| WorldError::kube(WorldAction::Listing, "", "", e))
     }
 
     async fn apply_work(
@@ -66,7 +56,7 @@ impl World for KubeWorld {
         self.api(&namespace)
             .patch(&name, &params, &Patch::Apply(&work))
             .await
-            .map_err(|e| error("applying", &namespace, &name, &e))
+            .map_err(|e| WorldError::kube(WorldAction::Applying, namespace, name, e))
     }
 
     async fn annotate_work(
@@ -87,7 +77,7 @@ impl World for KubeWorld {
             )
             .await
             .map(|_| ())
-            .map_err(|e| error("annotating", namespace, name, &e))
+            .map_err(|e| WorldError::kube(WorldAction::Annotating, namespace, name, e))
     }
 
     async fn delete_work(&self, namespace: &str, name: &str) -> Result<(), WorldError> {
@@ -98,7 +88,7 @@ impl World for KubeWorld {
         {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
-            Err(e) => Err(error("deleting", namespace, name, &e)),
+            Err(e) => Err(WorldError::kube(WorldAction::Deleting, namespace, name, e)),
         }
     }
 }

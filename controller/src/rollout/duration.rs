@@ -41,7 +41,9 @@ pub fn parse_go_duration(input: &str) -> Result<SignedDuration, DurationError> {
 /// Returns `Ok(None)` for `""` and `None` (wait for ever), otherwise the
 /// deadline, which is never negative. Fails when the pattern does not match
 /// or the string is not a Go duration.
-pub fn parse_progress_deadline(input: &str) -> Result<Option<SignedDuration>, DeadlineError> {
+pub(crate) fn parse_progress_deadline(
+    input: &str,
+) -> Result<Option<SignedDuration>, DeadlineError> {
     if input.is_empty() || input == "None" {
         return Ok(None);
     }

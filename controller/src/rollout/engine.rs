@@ -122,7 +122,7 @@ pub struct OrderedCluster<'a> {
 /// Groups are merged as [`decide`] merges them (a cluster in several groups
 /// belongs to the first; empty names are ignored), so the order does not
 /// depend on the order of `groups`.
-pub fn rollout_order<'a>(
+pub(crate) fn rollout_order<'a>(
     strategy: &Strategy,
     groups: &'a [ClusterGroup],
 ) -> Vec<OrderedCluster<'a>> {

@@ -24,7 +24,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-pub use engine::{OrderedCluster, decide, rollout_order};
+pub(crate) use engine::rollout_order;
+pub use engine::{OrderedCluster, decide};
 pub use strategy::{
     InvalidStrategy, MAX_PLUGIN_CONFIG_BYTES, MandatoryGroup, RawAdditions, RawStrategy,
     RollbackPace, RolloutConfig, RolloutKind, Strategy, StrategyError, Threshold,

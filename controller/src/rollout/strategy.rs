@@ -427,84 +427,11 @@ impl Strategy {
     /// defaults. Fails with every problem found.
     pub fn from_raw(raw: &RawStrategy) -> Result<Strategy, InvalidStrategy> {
         let mut problems = Vec::new();
-
-        let all = raw
-            .all
-            .as_ref()
-            .map(|c| config_from_raw("all", c, &mut problems))
-            .unwrap_or_default();
-        let progressive = raw.progressive.as_ref().map(|p| {
-            let config = config_from_raw("progressive", &p.config, &mut problems);
-            let max_concurrency = p
-                .max_concurrency
-                .as_ref()
-                .map(|v| threshold_from_raw("progressive.maxConcurrency", v, &mut problems))
-                .unwrap_or_default();
-            (
-                config,
-                mandatory_from_raw(&p.mandatory_decision_groups),
-                max_concurrency,
-            )
-        });
-        let per_group = raw.progressive_per_group.as_ref().map(|p| {
-            let config = config_from_raw("progressivePerGroup", &p.config, &mut problems);
-            (config, mandatory_from_raw(&p.mandatory_decision_groups))
-        });
-
-        let kind = match raw.kind.as_deref() {
-            None | Some("All") => Some(RolloutKind::All(all)),
-            Some("Progressive") => {
-                let (config, mandatory, max_concurrency) = progressive.unwrap_or_default();
-                Some(RolloutKind::Progressive {
-                    config,
-                    mandatory,
-                    max_concurrency,
-                })
-            }
-            Some("ProgressivePerGroup") => {
-                let (config, mandatory) = per_group.unwrap_or_default();
-                Some(RolloutKind::ProgressivePerGroup { config, mandatory })
-            }
-            Some(other) => {
-                problems.insert(0, StrategyError::UnknownType(other.to_owned()));
-                None
-            }
-        };
-
+        let kind = kind_from_raw(raw, &mut problems);
         let additions = &raw.additions;
-        let abort_all = match additions.failure_strategy.as_deref() {
-            None | Some("") => false,
-            Some("AbortAll") => true,
-            Some(other) => {
-                problems.push(StrategyError::FailureStrategy(other.to_owned()));
-                false
-            }
-        };
-        if abort_all && additions.abort_on_failure == Some(false) {
-            problems.push(StrategyError::AbortConflict);
-        }
-        let rollback_pace = match additions.rollback_pace.as_deref() {
-            None | Some("") | Some("AtOnce") => RollbackPace::AtOnce,
-            Some("Strategy") => RollbackPace::Strategy,
-            Some(other) => {
-                problems.push(StrategyError::RollbackPace(other.to_owned()));
-                RollbackPace::AtOnce
-            }
-        };
-        let plugin_config = additions.plugin_config.as_ref().and_then(|config| {
-            // A map of JSON values always serializes; the fallback is never
-            // taken.
-            let text = serde_json::to_vec(config).unwrap_or_default();
-            if text.len() > MAX_PLUGIN_CONFIG_BYTES {
-                problems.push(StrategyError::PluginConfigTooLarge {
-                    size: text.len(),
-                    limit: MAX_PLUGIN_CONFIG_BYTES,
-                });
-                return None;
-            }
-            Some(Bytes::from(text))
-        });
-
+        let abort_all = abort_all_from_raw(additions, &mut problems);
+        let rollback_pace = rollback_pace_from_raw(additions, &mut problems);
+        let plugin_config = plugin_config_from_raw(additions, &mut problems);
         match kind {
             Some(kind) if problems.is_empty() => Ok(Strategy {
                 kind,
@@ -542,6 +469,101 @@ impl TryFrom<&RawStrategy> for Strategy {
     fn try_from(raw: &RawStrategy) -> Result<Self, Self::Error> {
         Strategy::from_raw(raw)
     }
+}
+
+/// The type `raw` names, with its settings; every present sub-object is
+/// checked. `None` for an unknown type (the first problem then).
+fn kind_from_raw(raw: &RawStrategy, problems: &mut Vec<StrategyError>) -> Option<RolloutKind> {
+    let all = raw
+        .all
+        .as_ref()
+        .map(|c| config_from_raw("all", c, problems))
+        .unwrap_or_default();
+    let progressive = raw.progressive.as_ref().map(|p| {
+        let config = config_from_raw("progressive", &p.config, problems);
+        let max_concurrency = p
+            .max_concurrency
+            .as_ref()
+            .map(|v| threshold_from_raw("progressive.maxConcurrency", v, problems))
+            .unwrap_or_default();
+        (
+            config,
+            mandatory_from_raw(&p.mandatory_decision_groups),
+            max_concurrency,
+        )
+    });
+    let per_group = raw.progressive_per_group.as_ref().map(|p| {
+        let config = config_from_raw("progressivePerGroup", &p.config, problems);
+        (config, mandatory_from_raw(&p.mandatory_decision_groups))
+    });
+    match raw.kind.as_deref() {
+        None | Some("All") => Some(RolloutKind::All(all)),
+        Some("Progressive") => {
+            let (config, mandatory, max_concurrency) = progressive.unwrap_or_default();
+            Some(RolloutKind::Progressive {
+                config,
+                mandatory,
+                max_concurrency,
+            })
+        }
+        Some("ProgressivePerGroup") => {
+            let (config, mandatory) = per_group.unwrap_or_default();
+            Some(RolloutKind::ProgressivePerGroup { config, mandatory })
+        }
+        Some(other) => {
+            problems.insert(0, StrategyError::UnknownType(other.to_owned()));
+            None
+        }
+    }
+}
+
+/// Whether `failureStrategy` says `AbortAll` (and `abortOnFailure` does
+/// not contradict it).
+fn abort_all_from_raw(additions: &RawAdditions, problems: &mut Vec<StrategyError>) -> bool {
+    let abort_all = match additions.failure_strategy.as_deref() {
+        None | Some("") => false,
+        Some("AbortAll") => true,
+        Some(other) => {
+            problems.push(StrategyError::FailureStrategy(other.to_owned()));
+            false
+        }
+    };
+    if abort_all && additions.abort_on_failure == Some(false) {
+        problems.push(StrategyError::AbortConflict);
+    }
+    abort_all
+}
+
+fn rollback_pace_from_raw(
+    additions: &RawAdditions,
+    problems: &mut Vec<StrategyError>,
+) -> RollbackPace {
+    match additions.rollback_pace.as_deref() {
+        None | Some("") | Some("AtOnce") => RollbackPace::AtOnce,
+        Some("Strategy") => RollbackPace::Strategy,
+        Some(other) => {
+            problems.push(StrategyError::RollbackPace(other.to_owned()));
+            RollbackPace::AtOnce
+        }
+    }
+}
+
+/// `pluginConfig` as compact JSON, within [`MAX_PLUGIN_CONFIG_BYTES`].
+fn plugin_config_from_raw(
+    additions: &RawAdditions,
+    problems: &mut Vec<StrategyError>,
+) -> Option<Bytes> {
+    let config = additions.plugin_config.as_ref()?;
+    // A map of JSON values always serializes; the fallback is never taken.
+    let text = serde_json::to_vec(config).unwrap_or_default();
+    if text.len() > MAX_PLUGIN_CONFIG_BYTES {
+        problems.push(StrategyError::PluginConfigTooLarge {
+            size: text.len(),
+            limit: MAX_PLUGIN_CONFIG_BYTES,
+        });
+        return None;
+    }
+    Some(Bytes::from(text))
 }
 
 fn config_from_raw(

@@ -189,7 +189,7 @@ fn to_apply() -> WorkStatus {
 /// SUCCEEDED makes it `Succeeded`, FAILED `Failed`, INPROGRESS leaves it.
 /// The time is kept, so the soak and the deadline both run from the end of
 /// progress. Any other status is returned unchanged.
-pub fn apply_validation(status: WorkStatus, result: ValidationResult) -> WorkStatus {
+pub(crate) fn apply_validation(status: WorkStatus, result: ValidationResult) -> WorkStatus {
     if status.status != RolloutStatus::Validating {
         return status;
     }

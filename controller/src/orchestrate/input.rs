@@ -1,0 +1,74 @@
+//! What one step of the rollout is given: the owner, its placements, its
+//! works and revisions.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::api::ManifestWork;
+use crate::hooks::StateDetail;
+use crate::orchestrate::clock::Clock;
+use crate::orchestrate::settings::Settings;
+use crate::revision::Revision;
+use crate::rollout::{ClusterGroup, Strategy};
+
+/// The ManifestWorkReplicaSet being rolled out.
+#[derive(Debug, Clone, Copy)]
+pub struct Owner<'a> {
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// The owner label value on its works (hashed when too long).
+    pub label: &'a str,
+    /// Its own labels, copied onto its works as upstream does.
+    pub labels: &'a BTreeMap<String, String>,
+}
+
+/// One placement to roll out to.
+#[derive(Debug, Clone)]
+pub struct PlacementTarget<'a> {
+    /// The placement's name.
+    pub name: &'a str,
+    /// Its validated rollout strategy.
+    pub strategy: &'a Strategy,
+    /// Its decision groups.
+    pub groups: &'a [ClusterGroup],
+    /// Why nothing may be done for it in this step (its plugin is not
+    /// loaded); it is still observed.
+    pub hold: Option<&'a str>,
+    /// How much rollout state its plugin asked for (its `Initialize`
+    /// answer): with [`StateDetail::Counts`] the requests carry no
+    /// `rollout_status`.
+    pub state_detail: StateDetail,
+}
+
+/// Everything one step of the rollout needs.
+#[derive(Debug, Clone)]
+pub struct DeployInput<'a> {
+    /// The ManifestWorkReplicaSet.
+    pub owner: Owner<'a>,
+    /// Every placement name in the spec: works of any other placement are
+    /// deleted. A spec placement missing from `placements` (not found, bad
+    /// decisions) keeps its works untouched.
+    pub spec_placements: &'a [String],
+    /// The placements to roll out, in spec order.
+    pub placements: &'a [PlacementTarget<'a>],
+    /// Every ManifestWork the ManifestWorkReplicaSet owns (shared, as a
+    /// watch cache holds them).
+    pub works: &'a [Arc<ManifestWork>],
+    /// The current template's revision.
+    pub update: &'a Revision,
+    /// `status.currentRevision`, the last revision rolled out everywhere.
+    pub current_hash: Option<&'a str>,
+    /// The current revision with its template (from its ControllerRevision);
+    /// `None` if there is none or it is gone.
+    pub current: Option<&'a Revision>,
+    /// Whether an abort is under way (`status.abortedTime` is set).
+    pub aborted: bool,
+    /// The time, read before each validation phase, decision and abort.
+    pub clock: &'a dyn Clock,
+    /// Tunables.
+    pub settings: &'a Settings,
+    /// The trace context the hook calls descend from.
+    pub trace: &'a opentelemetry::Context,
+}

@@ -1,0 +1,340 @@
+//! The act and prune phases: `ProgressRollout`, then per cluster
+//! `BeginRollout`, `MutateManifestWork` and the apply; the works of
+//! clusters that left the placement deleted.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::ResourceExt;
+
+use super::{PlacementStep, StepState, View, reported, timed_out_reported};
+use crate::api::ManifestWork;
+use crate::hooks::{Call, HookError, HookKind, Hooks};
+use crate::orchestrate::conflict::{self, WorkConflict};
+use crate::orchestrate::report::{HookFailure, soonest};
+use crate::orchestrate::request::{self, Reported, Requests};
+#[cfg(doc)]
+use crate::orchestrate::settings::Settings;
+use crate::orchestrate::splice::work_json;
+use crate::orchestrate::works::{desired_work, finish_work, work_name};
+use crate::orchestrate::world::{World, WorldError};
+use crate::revision::Revision;
+use crate::rollout::{ClusterRolloutStatus, RolloutResult, RolloutStatus};
+
+/// One cluster's work to roll out.
+struct Job {
+    cluster: String,
+    work: ManifestWork,
+    /// Whether the apply takes over fields another manager owns.
+    force: bool,
+}
+
+/// How one cluster's roll-out went, from its concurrent task.
+enum RolledOut {
+    Applied(Box<ManifestWork>),
+    HookFailed(HookError),
+    WriteFailed(WorldError),
+}
+
+/// What the mutations of one act phase share: the call, the requests and
+/// the template's JSON, encoded once for the step (each work's JSON is its
+/// own metadata around it).
+struct Mutate<'v> {
+    call: Call<'v>,
+    requests: Requests<'v>,
+    spec_json: Vec<u8>,
+}
+
+impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
+    /// Act: `ProgressRollout` once, then for each cluster to roll out
+    /// BeginRollout, MutateManifestWork and the apply, in that order per
+    /// cluster, up to [`Settings::hook_concurrency`] clusters at once.
+    /// Without a plugin, only the applies.
+    pub(super) async fn act(
+        &self,
+        state: &mut StepState,
+        view: &View,
+        result: &RolloutResult,
+        removed: &[Reported],
+    ) {
+        let to_roll_out = self.to_roll_out(state, view, result);
+        let progressed = match self.call() {
+            Some(call) => {
+                let lists = request::RolloutStateLists {
+                    order: &self.order,
+                    observed: reported(view, &self.order),
+                    timed_out: timed_out_reported(result, view),
+                    to_roll_out: to_roll_out
+                        .iter()
+                        .map(|c| Reported::new((*c).clone(), view.desired.hash.clone()))
+                        .collect(),
+                    removed: removed.to_vec(),
+                };
+                let requests = self.requests(view, &lists, request::rollout_counts(&lists));
+                if let Err(error) = self
+                    .hooks
+                    .progress_rollout(call, requests.placement())
+                    .await
+                {
+                    let failure = HookFailure {
+                        cluster: None,
+                        error,
+                    };
+                    state.outcome.hook_errors.push(failure);
+                    return;
+                }
+                Some((call, requests))
+            }
+            None => None,
+        };
+        if state.outcome.stopped {
+            return;
+        }
+        let mutate = match progressed {
+            Some((call, requests)) => match serde_json::to_vec(&view.desired.template) {
+                Ok(spec_json) => Some(Mutate {
+                    call,
+                    requests,
+                    spec_json,
+                }),
+                Err(err) => {
+                    let error = WorldError::encoding(String::new(), String::new(), err);
+                    state.outcome.world_errors.push(error);
+                    return;
+                }
+            },
+            None => None,
+        };
+        let jobs = self.jobs(state, view, &to_roll_out);
+        let done: Vec<(String, RolledOut)> = futures::stream::iter(jobs)
+            .map(|job| self.roll_out(job, mutate.as_ref(), &view.desired))
+            .buffered(self.limit())
+            .collect()
+            .await;
+        for (cluster, rolled) in done {
+            record(state, cluster, rolled);
+        }
+    }
+
+    /// The clusters the decision rolls out now: `ToApply`, without a work
+    /// of the desired revision, and whose work may be applied.
+    fn to_roll_out<'r>(
+        &self,
+        state: &mut StepState,
+        view: &View,
+        result: &'r RolloutResult,
+    ) -> Vec<&'r ClusterRolloutStatus> {
+        result
+            .clusters_to_rollout
+            .iter()
+            .filter(|c| c.status == RolloutStatus::ToApply)
+            // A work of the desired revision applied but not yet seen by
+            // the agent is waiting, not to roll out again.
+            .filter(|c| !view.observed.contains_key(&c.cluster_name))
+            .filter(|c| self.may_apply(state, &c.cluster_name, &view.desired.hash))
+            .collect()
+    }
+
+    /// The desired work of each cluster to roll out, under its existing
+    /// name, forced over a work another field manager owns.
+    fn jobs(
+        &self,
+        state: &StepState,
+        view: &View,
+        to_roll_out: &[&ClusterRolloutStatus],
+    ) -> Vec<Job> {
+        to_roll_out
+            .iter()
+            .map(|c| {
+                let cluster = c.cluster_name.clone();
+                let name = self.name_for(&state.works, &cluster);
+                let owner = &self.input.owner;
+                let work = desired_work(owner, self.target.name, &cluster, &name, &view.desired);
+                let force = state
+                    .works
+                    .get(&cluster)
+                    .is_some_and(|w| conflict::foreign_owned(w));
+                Job {
+                    cluster,
+                    work,
+                    force,
+                }
+            })
+            .collect()
+    }
+
+    /// Whether `cluster`'s work may be applied for `desired` now: not when
+    /// another field manager wrote it and its back-off is not over
+    /// ([`conflict::decide`]); then the step asks to come back when it
+    /// ends. A conflicting work taken over is marked so.
+    fn may_apply(&self, state: &mut StepState, cluster: &str, desired: &str) -> bool {
+        let Some(work) = state.works.get(cluster) else {
+            return true;
+        };
+        let now = self.input.clock.now();
+        let backoff = self.input.settings.conflict_backoff;
+        match conflict::decide(cluster, work, desired, now, backoff) {
+            conflict::Decision::Apply { .. } => {
+                for c in state
+                    .outcome
+                    .conflicts
+                    .iter_mut()
+                    .filter(|c| c.cluster == cluster)
+                {
+                    c.left_alone = false;
+                }
+                true
+            }
+            conflict::Decision::LeaveAlone { retry_after, .. } => {
+                state.outcome.requeue_after =
+                    soonest(state.outcome.requeue_after, Some(retry_after));
+                false
+            }
+        }
+    }
+
+    /// Prune: deletes the works of clusters that left the placement.
+    pub(super) async fn prune(&self, state: &mut StepState, removed: &[Reported]) {
+        for entry in removed {
+            let cluster = &entry.status.cluster_name;
+            let Some(work) = state.works.get(cluster) else {
+                continue;
+            };
+            let name = work.name_any();
+            match self.world.delete_work(cluster, &name).await {
+                Ok(()) => {
+                    state.outcome.deleted.push(cluster.clone());
+                    state.works.remove(cluster);
+                }
+                Err(err) => state.outcome.world_errors.push(err),
+            }
+        }
+    }
+
+    /// The name of `cluster`'s work: the existing one's, else a new one.
+    fn name_for(&self, works: &BTreeMap<String, Arc<ManifestWork>>, cluster: &str) -> String {
+        works.get(cluster).map_or_else(
+            || {
+                work_name(
+                    self.input.owner.namespace,
+                    self.input.owner.name,
+                    self.target.name,
+                )
+            },
+            |w| w.name_any(),
+        )
+    }
+
+    /// One cluster's roll-out: with a plugin, BeginRollout,
+    /// MutateManifestWork and the apply, in that order; without, the apply.
+    async fn roll_out(
+        &self,
+        job: Job,
+        mutate: Option<&Mutate<'_>>,
+        desired: &Revision,
+    ) -> (String, RolledOut) {
+        let Job {
+            cluster,
+            work,
+            force,
+        } = job;
+        let owner = &self.input.owner;
+        let mutated = match mutate {
+            Some(mutate) => match self.mutate(mutate, &cluster, &work).await {
+                Ok(mutated) => mutated,
+                Err(failed) => return (cluster, failed),
+            },
+            None => None,
+        };
+        let work = finish_work(&work, mutated, owner, self.target.name, &desired.hash);
+        let rolled = self.apply(work, force).await;
+        (cluster, rolled)
+    }
+
+    /// BeginRollout, then MutateManifestWork with `work` as JSON: the
+    /// mutated work, `None` when the plugins left it unchanged.
+    async fn mutate(
+        &self,
+        mutate: &Mutate<'_>,
+        cluster: &str,
+        work: &ManifestWork,
+    ) -> Result<Option<ManifestWork>, RolledOut> {
+        let call = mutate.call;
+        let request = mutate.requests.cluster(cluster);
+        if let Err(error) = self.hooks.begin_rollout(call, request.clone()).await {
+            return Err(RolledOut::HookFailed(error));
+        }
+        let json = work_json(work, &mutate.spec_json).map_err(|err| {
+            RolledOut::WriteFailed(WorldError::encoding(
+                cluster.to_owned(),
+                work.name_any(),
+                err,
+            ))
+        })?;
+        let mutation = self
+            .hooks
+            .mutate_manifest_work(call, request, json.into())
+            .await
+            .map_err(RolledOut::HookFailed)?;
+        if !mutation.failed_open.is_empty() {
+            tracing::warn!(
+                cluster,
+                failed_open = mutation.failed_open.join(","),
+                "plugins failed open on MutateManifestWork"
+            );
+        }
+        match mutation
+            .work
+            .as_deref()
+            .map(serde_json::from_slice::<ManifestWork>)
+        {
+            None => Ok(None),
+            Some(Ok(mutated)) => Ok(Some(mutated)),
+            Some(Err(err)) => Err(RolledOut::HookFailed(HookError {
+                hook: HookKind::MutateManifestWork,
+                code: tonic::Code::Internal,
+                message: format!("the mutated ManifestWork cannot be read: {err}"),
+                origin: crate::hooks::Origin::Answer,
+            })),
+        }
+    }
+
+    async fn apply(&self, work: ManifestWork, force: bool) -> RolledOut {
+        match self.world.apply_work(work, force).await {
+            Ok(stored) => RolledOut::Applied(Box::new(stored)),
+            Err(err) => RolledOut::WriteFailed(err),
+        }
+    }
+}
+
+/// Folds one cluster's roll-out into the step: the work applied, a hook
+/// failure, or a write refused (a 409 conflict is also reported as one).
+fn record(state: &mut StepState, cluster: String, rolled: RolledOut) {
+    match rolled {
+        RolledOut::Applied(stored) => {
+            state.outcome.applied.push(cluster.clone());
+            state.works.insert(cluster, Arc::new(*stored));
+        }
+        RolledOut::HookFailed(error) => {
+            state.messages.insert(cluster.clone(), error.to_string());
+            state.outcome.hook_errors.push(HookFailure {
+                cluster: Some(cluster),
+                error,
+            });
+        }
+        RolledOut::WriteFailed(err) if err.is_conflict() => {
+            state.outcome.conflicts.retain(|c| c.cluster != cluster);
+            state.outcome.conflicts.push(WorkConflict {
+                cluster,
+                work: err.name.clone(),
+                managers: Vec::new(),
+                at: None,
+                refused: Some(err.source.to_string()),
+                left_alone: true,
+            });
+            state.outcome.world_errors.push(err);
+        }
+        RolledOut::WriteFailed(err) => state.outcome.world_errors.push(err),
+    }
+}

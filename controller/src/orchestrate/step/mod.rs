@@ -1,0 +1,556 @@
+//! One placement's step: the phases (observe, validate, decide, act,
+//! prune) as methods over one [`StepState`]; the validate phase is in
+//! [`validate`], act and prune in [`act`].
+
+mod act;
+mod validate;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use kube::ResourceExt;
+use rollout_proto::v1alpha1::RolloutCounts;
+
+use crate::api::ManifestWork;
+use crate::api::annotations::SPEC_HASH_ANNOTATION;
+use crate::api::labels::CONTROLLER_HASH_LABEL;
+use crate::hooks::{Call, Hooks, StateDetail, encode_state};
+use crate::orchestrate::conflict;
+use crate::orchestrate::input::{DeployInput, PlacementTarget};
+use crate::orchestrate::observe::{self, Observed, Verdict};
+use crate::orchestrate::report::{
+    AbortReport, ClusterReport, PlacementOutcome, WorkCounts, soonest,
+};
+use crate::orchestrate::request::{self, Reported, RequestScope, Requests, RolloutOrder};
+use crate::orchestrate::works::{count_works, is_deleting, placement_of};
+use crate::orchestrate::world::World;
+use crate::revision::{self, AbortAction, Revision};
+use crate::rollout::work_status::{self, Validation, ValidationResult};
+use crate::rollout::{self, ClusterRolloutStatus, RollbackPace, RolloutResult, RolloutStatus};
+
+/// The validation message of a work adopted from another controller.
+pub const ADOPTED_MESSAGE: &str = "adopted: written by another controller for this template";
+
+/// The statuses of one placement's clusters for one desired revision.
+struct View {
+    desired: Revision,
+    /// Whether the requests say `aborting`.
+    aborting: bool,
+    /// Observed status per cluster in the placement (work of the desired
+    /// revision).
+    observed: BTreeMap<String, Observed>,
+}
+
+/// What the phases of one placement's step share and build up.
+struct StepState {
+    /// The placement's works, one per cluster, as the step last wrote them.
+    works: BTreeMap<String, Arc<ManifestWork>>,
+    outcome: PlacementOutcome,
+    /// Per cluster: the validation message or the error of a hook call.
+    messages: HashMap<String, String>,
+    /// `revision/cluster` already validated in this step.
+    validated: BTreeSet<String>,
+    action: AbortAction,
+    /// When and why an abort started in this step.
+    abort: Option<(Timestamp, AbortReport)>,
+}
+
+pub(super) struct PlacementStep<'s, 'a, H, W> {
+    hooks: &'s H,
+    world: &'s W,
+    input: &'s DeployInput<'a>,
+    target: &'s PlacementTarget<'a>,
+    plugin: Option<&'s str>,
+    order: RolloutOrder,
+}
+
+impl<'s, 'a, H: Hooks, W: World> PlacementStep<'s, 'a, H, W> {
+    /// The step of `target`.
+    pub(super) fn new(
+        hooks: &'s H,
+        world: &'s W,
+        input: &'s DeployInput<'a>,
+        target: &'s PlacementTarget<'a>,
+    ) -> Self {
+        PlacementStep {
+            hooks,
+            world,
+            input,
+            target,
+            plugin: target.strategy.plugin.as_deref(),
+            order: RolloutOrder::new(target.strategy, target.groups),
+        }
+    }
+}
+
+impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
+    /// Runs the step for the placement: observe, validate, decide (again
+    /// from observe after an abort turns into a rollback), act, prune;
+    /// returns its outcome and, when an abort started here, when and why.
+    pub(super) async fn run(
+        &self,
+        already_aborted: bool,
+    ) -> (PlacementOutcome, Option<(Timestamp, AbortReport)>) {
+        let mut state = self.begin(already_aborted);
+        let (mut view, result) = loop {
+            let mut view = self.observe(&state);
+            if self.acting()
+                && let Some(plugin) = self.plugin
+            {
+                self.validate(plugin, &mut state, &mut view).await;
+            }
+            let result = self.decide(&view);
+            if self.abort(&mut state, &view, &result) {
+                // Observe again, for the revision rolled back to.
+                continue;
+            }
+            let result = self.restore_at_once(&state, &view, result);
+            break (view, result);
+        };
+        // A stopped rollout did not observe again, yet it is aborting.
+        view.aborting = state.action != AbortAction::Proceed;
+        state.outcome.desired_revision = view.desired.hash.clone();
+        state.outcome.aborting = view.aborting;
+        state.outcome.stopped = state.action == AbortAction::Stop;
+        let removed = self.removed(&state);
+        if self.acting() {
+            self.act(&mut state, &view, &result, &removed).await;
+            self.prune(&mut state, &removed).await;
+        }
+        let abort = state.abort.take();
+        (self.report(state, &view, result), abort)
+    }
+
+    fn acting(&self) -> bool {
+        self.target.hold.is_none()
+    }
+
+    fn validation(&self) -> Validation {
+        if self.plugin.is_some() {
+            Validation::Plugin
+        } else {
+            Validation::None
+        }
+    }
+
+    fn limit(&self) -> usize {
+        self.input.settings.hook_concurrency.max(1)
+    }
+
+    fn call(&self) -> Option<Call<'_>> {
+        self.plugin.map(|plugin| Call {
+            plugin,
+            trace: self.input.trace,
+        })
+    }
+
+    /// The step's starting state: the placement's works, one per cluster
+    /// (a second one for a cluster, such as a leftover of another
+    /// controller, is ignored), and the abort action so far.
+    fn begin(&self, already_aborted: bool) -> StepState {
+        let input = self.input;
+        let mut works: BTreeMap<String, Arc<ManifestWork>> = BTreeMap::new();
+        for work in input.works {
+            if placement_of(work) != Some(self.target.name) || is_deleting(work) {
+                continue;
+            }
+            let cluster = work.namespace().unwrap_or_default();
+            works
+                .entry(cluster)
+                .or_insert_with(|| self.adopt(Arc::clone(work)));
+        }
+        let conflicts = conflict::conflicts_of(works.iter().map(|(c, w)| (c, w.as_ref())));
+        StepState {
+            works,
+            outcome: PlacementOutcome {
+                name: self.target.name.to_owned(),
+                desired_revision: input.update.hash.clone(),
+                aborting: false,
+                stopped: false,
+                held: !self.acting(),
+                clusters: Vec::new(),
+                result: RolloutResult::default(),
+                works: WorkCounts::default(),
+                updated: 0,
+                at_update: 0,
+                hook_errors: Vec::new(),
+                world_errors: Vec::new(),
+                conflicts,
+                applied: Vec::new(),
+                deleted: Vec::new(),
+                requeue_after: None,
+            },
+            messages: HashMap::new(),
+            validated: BTreeSet::new(),
+            action: revision::abort_action(
+                already_aborted,
+                false,
+                &input.update.hash,
+                input.current_hash,
+                input.current,
+            ),
+            abort: None,
+        }
+    }
+
+    /// A work another controller wrote (OCM's own ManifestWorkReplicaSet
+    /// controller: the owner and placement labels, no `controller-hash`, no
+    /// spec hash) whose spec is the template of the update revision or of
+    /// the current one counts as on that revision, as if this controller
+    /// had applied it and its plugin had validated it: moving from OCM's
+    /// controller does not roll the fleet out again. Nothing is written; the
+    /// work is taken over when a new revision is rolled out to it.
+    fn adopt(&self, work: Arc<ManifestWork>) -> Arc<ManifestWork> {
+        if observe::work_revision(&work).is_some()
+            || work.annotations().contains_key(SPEC_HASH_ANNOTATION)
+        {
+            return work;
+        }
+        let spec = observe::spec_hash_of(&work.spec);
+        let input = self.input;
+        let Some(revision) = std::iter::once(input.update)
+            .chain(input.current)
+            .find(|r| observe::spec_hash_of(&r.template) == spec)
+        else {
+            return work;
+        };
+        let mut adopted = ManifestWork::clone(&work);
+        adopted
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(CONTROLLER_HASH_LABEL.to_owned(), revision.hash.clone());
+        let verdict = Verdict {
+            result: ValidationResult::Succeeded,
+            message: ADOPTED_MESSAGE.to_owned(),
+        };
+        let generation = adopted.metadata.generation.unwrap_or(0);
+        let annotations = adopted.metadata.annotations.get_or_insert_default();
+        annotations.insert(SPEC_HASH_ANNOTATION.to_owned(), spec);
+        annotations.extend(observe::verdict_annotations(
+            &verdict,
+            &revision.hash,
+            generation,
+        ));
+        Arc::new(adopted)
+    }
+
+    /// Observe: each cluster's status for the revision the action rolls
+    /// out.
+    fn observe(&self, state: &StepState) -> View {
+        let desired = match (state.action, self.input.current) {
+            (AbortAction::RollBack, Some(current)) => current.clone(),
+            _ => self.input.update.clone(),
+        };
+        let validation = self.validation();
+        View {
+            observed: state
+                .works
+                .iter()
+                .filter(|(cluster, _)| self.order.contains(cluster))
+                .filter_map(|(cluster, work)| {
+                    observe::observe(work, &desired.hash, validation).map(|o| (cluster.clone(), o))
+                })
+                .collect(),
+            aborting: state.action != AbortAction::Proceed,
+            desired,
+        }
+    }
+
+    /// The requests of one phase: the state encoded once (when the target
+    /// wants it) and the counts, shared by every request.
+    fn requests<'v>(
+        &'v self,
+        view: &'v View,
+        state: &request::RolloutStateLists<'_>,
+        counts: RolloutCounts,
+    ) -> Requests<'v> {
+        Requests::new(
+            RequestScope {
+                mwrs_name: self.input.owner.name,
+                mwrs_namespace: self.input.owner.namespace,
+                placement: self.target.name,
+                desired_revision: &view.desired.hash,
+                aborting: view.aborting,
+                plugin_config: self.target.strategy.plugin_config.as_ref(),
+            },
+            &self.order,
+            match self.target.state_detail {
+                StateDetail::Full => Some(encode_state(&request::rollout_state(state))),
+                StateDetail::Counts => None,
+            },
+            counts,
+        )
+    }
+
+    /// Decide: the engine over the view, at the time read now (the
+    /// validations before it may have taken a while).
+    fn decide(&self, view: &View) -> RolloutResult {
+        let existing = existing_statuses(view, &self.order);
+        rollout::decide(
+            self.target.strategy,
+            self.target.groups,
+            &existing,
+            self.input.clock.now(),
+        )
+    }
+
+    /// Handles an abort the decision asks for; true when the step must
+    /// observe again, for the revision rolled back to.
+    fn abort(&self, state: &mut StepState, view: &View, result: &RolloutResult) -> bool {
+        let input = self.input;
+        if state.action != AbortAction::Proceed {
+            return false;
+        }
+        let existing = existing_statuses(view, &self.order);
+        if !revision::abort_requested(self.target.strategy, result, &existing) {
+            return false;
+        }
+        let next = revision::abort_action(
+            false,
+            true,
+            &input.update.hash,
+            input.current_hash,
+            input.current,
+        );
+        if next == AbortAction::Proceed {
+            return false;
+        }
+        state.abort = Some((
+            input.clock.now(),
+            AbortReport {
+                placement: self.target.name.to_owned(),
+                action: next,
+                failures: failures(view, result, &self.order, &state.messages),
+            },
+        ));
+        state.action = next;
+        next == AbortAction::RollBack
+    }
+
+    /// While rolling back at [`RollbackPace::AtOnce`]: every cluster of the
+    /// placement whose work is not the restored revision is to roll out now,
+    /// whatever the strategy's pace, the failing clusters first. Clusters
+    /// with no work yet are left to the engine's decision. Any other pace
+    /// or action keeps the decision as it is.
+    fn restore_at_once(
+        &self,
+        state: &StepState,
+        view: &View,
+        mut result: RolloutResult,
+    ) -> RolloutResult {
+        if state.action != AbortAction::RollBack
+            || self.target.strategy.rollback_pace != RollbackPace::AtOnce
+        {
+            return result;
+        }
+        let listed: BTreeSet<String> = result
+            .clusters_to_rollout
+            .iter()
+            .map(|c| c.cluster_name.clone())
+            .collect();
+        for cluster in state.works.keys() {
+            if !self.order.contains(cluster)
+                || view.observed.contains_key(cluster)
+                || listed.contains(cluster)
+            {
+                continue;
+            }
+            let mut entry = ClusterRolloutStatus::new(cluster.clone(), RolloutStatus::ToApply);
+            if let Some(p) = self.order.position(cluster) {
+                entry = entry.in_group(p.group_index, p.group_name.clone());
+            }
+            result.clusters_to_rollout.push(entry);
+        }
+        let failing = self.failing(state);
+        result.clusters_to_rollout.sort_by_key(|c| {
+            (
+                !failing.contains(&c.cluster_name),
+                self.order
+                    .position(&c.cluster_name)
+                    .map_or(usize::MAX, |p| p.index),
+            )
+        });
+        result
+    }
+
+    /// The clusters that failed the update revision: those the abort of
+    /// this step names, and those whose work of the update revision is
+    /// `Failed`.
+    fn failing(&self, state: &StepState) -> BTreeSet<String> {
+        let update = &self.input.update.hash;
+        let mut failing: BTreeSet<String> = state
+            .abort
+            .iter()
+            .flat_map(|(_, report)| report.failures.iter().map(|c| c.cluster.clone()))
+            .collect();
+        failing.extend(
+            state
+                .works
+                .iter()
+                .filter(|(_, work)| {
+                    observe::observe(work, update, self.validation())
+                        .is_some_and(|o| o.status.status == RolloutStatus::Failed)
+                })
+                .map(|(cluster, _)| cluster.clone()),
+        );
+        failing
+    }
+
+    /// The clusters with a work that left the placement.
+    fn removed(&self, state: &StepState) -> Vec<Reported> {
+        let validation = self.validation();
+        state
+            .works
+            .iter()
+            .filter(|(cluster, _)| !self.order.contains(cluster))
+            .map(|(cluster, work)| removed_status(cluster, work, validation))
+            .collect()
+    }
+
+    /// The placement's outcome after the phases.
+    fn report(&self, state: StepState, view: &View, result: RolloutResult) -> PlacementOutcome {
+        let StepState {
+            works,
+            mut outcome,
+            messages,
+            ..
+        } = state;
+        let order = &self.order;
+        let timed_out: HashMap<&str, &ClusterRolloutStatus> = result
+            .clusters_timeout
+            .iter()
+            .map(|c| (c.cluster_name.as_str(), c))
+            .collect();
+        for cluster in order.clusters() {
+            let position = order.position(cluster);
+            let (status, since) =
+                match (timed_out.get(cluster.as_str()), view.observed.get(cluster)) {
+                    (Some(t), _) => (RolloutStatus::TimeOut, t.last_transition_time),
+                    (None, Some(o)) => (o.status.status, o.status.last_transition_time),
+                    (None, None) => (RolloutStatus::ToApply, None),
+                };
+            outcome.clusters.push(ClusterReport {
+                cluster: cluster.clone(),
+                status,
+                group_index: position.map_or(0, |p| p.group_index),
+                group_name: position.map(|p| p.group_name.clone()).unwrap_or_default(),
+                last_transition_time: since,
+                revision: works
+                    .get(cluster)
+                    .and_then(|w| observe::work_revision(w))
+                    .map(str::to_owned),
+                message: messages.get(cluster).cloned().or_else(|| {
+                    view.observed
+                        .get(cluster)
+                        .and_then(|o| o.verdict.as_ref())
+                        .map(|v| v.message.clone())
+                        .filter(|m| !m.is_empty())
+                }),
+            });
+        }
+        let update = &self.input.update.hash;
+        outcome.works = count_works(works.values().map(AsRef::as_ref), &view.desired.hash);
+        outcome.at_update = works
+            .iter()
+            .filter(|(c, w)| order.contains(c) && observe::is_current(w, update))
+            .count();
+        outcome.updated = works
+            .iter()
+            .filter(|(c, _)| order.contains(c))
+            .filter_map(|(_, w)| observe::observe(w, update, self.validation()))
+            .filter(|o| o.status.status == RolloutStatus::Succeeded)
+            .count();
+        if !outcome.hook_errors.is_empty() || !outcome.world_errors.is_empty() {
+            outcome.requeue_after = soonest(
+                outcome.requeue_after,
+                Some(self.input.settings.error_requeue),
+            );
+        }
+        outcome.requeue_after = soonest(outcome.requeue_after, result.recheck_after);
+        outcome.result = result;
+        outcome
+    }
+}
+
+/// The engine's input: the observed status of each cluster of the
+/// placement, with its group.
+fn existing_statuses(view: &View, order: &RolloutOrder) -> Vec<ClusterRolloutStatus> {
+    view.observed
+        .iter()
+        .map(|(cluster, o)| status_of(cluster, o, order))
+        .collect()
+}
+
+fn status_of(cluster: &str, observed: &Observed, order: &RolloutOrder) -> ClusterRolloutStatus {
+    let mut status = ClusterRolloutStatus::new(cluster, observed.status.status);
+    status.last_transition_time = observed.status.last_transition_time;
+    if let Some(p) = order.position(cluster) {
+        status = status.in_group(p.group_index, p.group_name.clone());
+    }
+    status
+}
+
+fn reported(view: &View, order: &RolloutOrder) -> Vec<Reported> {
+    view.observed
+        .iter()
+        .map(|(cluster, o)| Reported::new(status_of(cluster, o, order), view.desired.hash.clone()))
+        .collect()
+}
+
+fn timed_out_reported(result: &RolloutResult, view: &View) -> Vec<Reported> {
+    result
+        .clusters_timeout
+        .iter()
+        .map(|c| Reported::new(c.clone(), view.desired.hash.clone()))
+        .collect()
+}
+
+/// A cluster that left the placement, with its work's status (for its own
+/// revision; no validation).
+fn removed_status(cluster: &str, work: &ManifestWork, validation: Validation) -> Reported {
+    let revision = observe::work_revision(work).unwrap_or_default().to_owned();
+    let status = observe::observe(work, &revision, validation)
+        .map(|o| o.status)
+        .unwrap_or(work_status::WorkStatus {
+            status: RolloutStatus::ToApply,
+            last_transition_time: None,
+        });
+    let mut entry = ClusterRolloutStatus::new(cluster, status.status);
+    entry.last_transition_time = status.last_transition_time;
+    Reported::new(entry, revision)
+}
+
+/// The failed and timed-out clusters of a decision, for the abort report.
+fn failures(
+    view: &View,
+    result: &RolloutResult,
+    order: &RolloutOrder,
+    messages: &HashMap<String, String>,
+) -> Vec<ClusterReport> {
+    let timed_out = result
+        .clusters_timeout
+        .iter()
+        .map(|c| (c.clone(), RolloutStatus::TimeOut));
+    let failed = view
+        .observed
+        .iter()
+        .filter(|(_, o)| o.status.status == RolloutStatus::Failed)
+        .map(|(cluster, o)| (status_of(cluster, o, order), RolloutStatus::Failed));
+    let mut list: Vec<ClusterReport> = timed_out
+        .chain(failed)
+        .map(|(c, status)| ClusterReport {
+            message: messages.get(&c.cluster_name).cloned(),
+            cluster: c.cluster_name,
+            status,
+            group_index: c.group_index,
+            group_name: c.group_name,
+            last_transition_time: c.last_transition_time,
+            revision: Some(view.desired.hash.clone()),
+        })
+        .collect();
+    list.sort_by_key(|c| order.position(&c.cluster).map_or(usize::MAX, |p| p.index));
+    list.dedup_by(|a, b| a.cluster == b.cluster);
+    list
+}
