@@ -85,14 +85,16 @@ pub fn response(registry: &Registry, headers: &HeaderMap) -> Response<String> {
     answer
 }
 
-/// The git revision the binaries were built from: `ROLLOUT_HOOKS_REVISION`
-/// at build time when set (an image built without `.git`), else what
-/// `git rev-parse` said when the build ran in the repository's work tree;
-/// `None` for a build from a source archive.
+/// The revision the binaries were built from: `ROLLOUT_HOOKS_REVISION` in
+/// the build's environment (the images and release builds set it from
+/// `git rev-parse`); `None` when unset or empty.
+///
+/// Read from the environment rather than from git by a build script: a
+/// revision baked in from `.git` changes with every commit and rebuilds
+/// every crate that depends on this one; an environment variable changes
+/// only when a release build sets it.
 pub fn revision() -> Option<&'static str> {
-    option_env!("ROLLOUT_HOOKS_REVISION")
-        .or(option_env!("ROLLOUT_HOOKS_GIT_REVISION"))
-        .filter(|r| !r.is_empty())
+    option_env!("ROLLOUT_HOOKS_REVISION").filter(|r| !r.is_empty())
 }
 
 /// Registers `NAME_info{version, revision} 1` (OpenMetrics type `info`;
