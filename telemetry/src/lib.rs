@@ -236,52 +236,8 @@ impl Tracer {
                 endpoint: endpoint.clone(),
                 message,
             };
-            let gzip = match &options.otlp_compression {
-                OtlpCompression::None => false,
-                OtlpCompression::Gzip => true,
-                OtlpCompression::Unsupported(v) => {
-                    return Err(failed(format!(
-                        "OTEL_EXPORTER_OTLP_COMPRESSION={v} is not supported (none or gzip)"
-                    )));
-                }
-            };
-            let http = match &options.otlp_protocol {
-                OtlpProtocol::Grpc => false,
-                OtlpProtocol::HttpProtobuf => true,
-                OtlpProtocol::Unsupported(v) => {
-                    return Err(failed(format!(
-                        "OTEL_EXPORTER_OTLP_PROTOCOL={v} is not supported (grpc or http/protobuf)"
-                    )));
-                }
-            };
-            let timeout = match &options.otlp_timeout {
-                OtlpTimeout::Set(timeout) => *timeout,
-                OtlpTimeout::Unsupported(v) => {
-                    return Err(failed(format!(
-                        "OTEL_EXPORTER_OTLP_TIMEOUT={v} is not a timeout (whole milliseconds above zero)"
-                    )));
-                }
-            };
-            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-                return Err(failed(
-                    "the endpoint is a URL with its scheme (http:// or https://)".into(),
-                ));
-            }
-            if http && !endpoint.starts_with("http://") {
-                return Err(failed(
-                    "OTLP/HTTP is exported over plaintext http:// only (use grpc for TLS)".into(),
-                ));
-            }
+            let (transport, gzip, timeout) = export_plan(endpoint, options).map_err(failed)?;
             let headers = otlp::headers(var).map_err(failed)?;
-            let transport = if http {
-                otlp::Transport::Http {
-                    url: endpoint.clone(),
-                }
-            } else {
-                otlp::Transport::Grpc {
-                    endpoint: endpoint.clone(),
-                }
-            };
             let (runtime, exporter) = otlp::ExportRuntime::start(|| {
                 otlp::OtlpExporter::new(&transport, gzip, headers, timeout)
             })
@@ -339,6 +295,56 @@ impl Tracer {
             export.stop();
         }
     }
+}
+
+/// What the OTLP options ask for, checked before anything starts: the
+/// transport to the endpoint, whether to gzip, and the export timeout.
+fn export_plan(
+    endpoint: &str,
+    options: &TracingOptions,
+) -> Result<(otlp::Transport, bool, Duration), String> {
+    let gzip = match &options.otlp_compression {
+        OtlpCompression::None => false,
+        OtlpCompression::Gzip => true,
+        OtlpCompression::Unsupported(v) => {
+            return Err(format!(
+                "OTEL_EXPORTER_OTLP_COMPRESSION={v} is not supported (none or gzip)"
+            ));
+        }
+    };
+    let http = match &options.otlp_protocol {
+        OtlpProtocol::Grpc => false,
+        OtlpProtocol::HttpProtobuf => true,
+        OtlpProtocol::Unsupported(v) => {
+            return Err(format!(
+                "OTEL_EXPORTER_OTLP_PROTOCOL={v} is not supported (grpc or http/protobuf)"
+            ));
+        }
+    };
+    let timeout = match &options.otlp_timeout {
+        OtlpTimeout::Set(timeout) => *timeout,
+        OtlpTimeout::Unsupported(v) => {
+            return Err(format!(
+                "OTEL_EXPORTER_OTLP_TIMEOUT={v} is not a timeout (whole milliseconds above zero)"
+            ));
+        }
+    };
+    if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+        return Err("the endpoint is a URL with its scheme (http:// or https://)".into());
+    }
+    if http && !endpoint.starts_with("http://") {
+        return Err("OTLP/HTTP is exported over plaintext http:// only (use grpc for TLS)".into());
+    }
+    let transport = if http {
+        otlp::Transport::Http {
+            url: endpoint.to_owned(),
+        }
+    } else {
+        otlp::Transport::Grpc {
+            endpoint: endpoint.to_owned(),
+        }
+    };
+    Ok((transport, gzip, timeout))
 }
 
 /// Reads a W3C `traceparent`, strictly: `VERSION-TRACEID-PARENTID-FLAGS`,
