@@ -236,7 +236,8 @@ impl Tracer {
                 endpoint: endpoint.clone(),
                 message,
             };
-            let (transport, gzip, timeout) = export_plan(endpoint, options).map_err(failed)?;
+            let (transport, gzip, timeout) =
+                export_plan(endpoint, options).map_err(|e| failed(e.to_string()))?;
             let headers = otlp::headers(var).map_err(failed)?;
             let (runtime, exporter) = otlp::ExportRuntime::start(|| {
                 otlp::OtlpExporter::new(&transport, gzip, headers, timeout)
@@ -297,43 +298,46 @@ impl Tracer {
     }
 }
 
+/// An OTLP option the exporter cannot use.
+#[derive(Debug, thiserror::Error)]
+enum ExportOptionError {
+    #[error("OTEL_EXPORTER_OTLP_COMPRESSION={0} is not supported (none or gzip)")]
+    Compression(String),
+    #[error("OTEL_EXPORTER_OTLP_PROTOCOL={0} is not supported (grpc or http/protobuf)")]
+    Protocol(String),
+    #[error("OTEL_EXPORTER_OTLP_TIMEOUT={0} is not a timeout (whole milliseconds above zero)")]
+    Timeout(String),
+    #[error("the endpoint is a URL with its scheme (http:// or https://)")]
+    NoScheme,
+    #[error("OTLP/HTTP is exported over plaintext http:// only (use grpc for TLS)")]
+    HttpOverTls,
+}
+
 /// What the OTLP options ask for, checked before anything starts: the
 /// transport to the endpoint, whether to gzip, and the export timeout.
 fn export_plan(
     endpoint: &str,
     options: &TracingOptions,
-) -> Result<(otlp::Transport, bool, Duration), String> {
+) -> Result<(otlp::Transport, bool, Duration), ExportOptionError> {
     let gzip = match &options.otlp_compression {
         OtlpCompression::None => false,
         OtlpCompression::Gzip => true,
-        OtlpCompression::Unsupported(v) => {
-            return Err(format!(
-                "OTEL_EXPORTER_OTLP_COMPRESSION={v} is not supported (none or gzip)"
-            ));
-        }
+        OtlpCompression::Unsupported(v) => return Err(ExportOptionError::Compression(v.clone())),
     };
     let http = match &options.otlp_protocol {
         OtlpProtocol::Grpc => false,
         OtlpProtocol::HttpProtobuf => true,
-        OtlpProtocol::Unsupported(v) => {
-            return Err(format!(
-                "OTEL_EXPORTER_OTLP_PROTOCOL={v} is not supported (grpc or http/protobuf)"
-            ));
-        }
+        OtlpProtocol::Unsupported(v) => return Err(ExportOptionError::Protocol(v.clone())),
     };
     let timeout = match &options.otlp_timeout {
         OtlpTimeout::Set(timeout) => *timeout,
-        OtlpTimeout::Unsupported(v) => {
-            return Err(format!(
-                "OTEL_EXPORTER_OTLP_TIMEOUT={v} is not a timeout (whole milliseconds above zero)"
-            ));
-        }
+        OtlpTimeout::Unsupported(v) => return Err(ExportOptionError::Timeout(v.clone())),
     };
     if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-        return Err("the endpoint is a URL with its scheme (http:// or https://)".into());
+        return Err(ExportOptionError::NoScheme);
     }
     if http && !endpoint.starts_with("http://") {
-        return Err("OTLP/HTTP is exported over plaintext http:// only (use grpc for TLS)".into());
+        return Err(ExportOptionError::HttpOverTls);
     }
     let transport = if http {
         otlp::Transport::Http {
