@@ -152,10 +152,10 @@ pub fn rollout_events(
         });
     }
     for plugin in plugins {
-        if let Err(message) = &plugin.result {
+        if let Some(note) = plugin.failure_message() {
             events.push(RolloutEvent {
                 reason: Reason::PluginLoadFailed,
-                note: message.clone(),
+                note,
             });
         }
     }

@@ -95,10 +95,12 @@ fn an_abort_its_end_and_failures_become_events() {
         },
         PluginState {
             name: "canary".into(),
-            result: Err(
-                "canary plugin: Initialize fails with unavailable plugin server endpoint (x)."
-                    .into(),
-            ),
+            result: Err(crate::hooks::HookError {
+                hook: crate::hooks::HookKind::Initialize,
+                code: tonic::Code::Unavailable,
+                message: "x".into(),
+                origin: crate::hooks::Origin::Answer,
+            }),
         },
     ];
     let events = rollout_events(

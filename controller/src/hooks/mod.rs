@@ -34,8 +34,20 @@ pub use rollout_proto::{HookKind, code_name};
 pub struct PluginState {
     /// The plugin (or pipeline).
     pub name: String,
-    /// `Ok`, or the PluginLoaded message of its failure.
-    pub result: Result<(), String>,
+    /// `Ok`, or how its `Initialize` failed.
+    pub result: Result<(), HookError>,
+}
+
+impl PluginState {
+    /// The PluginLoaded False message of a failed `Initialize`; `None` when
+    /// the plugin is loaded.
+    pub fn failure_message(&self) -> Option<String> {
+        let error = self.result.as_ref().err()?;
+        Some(crate::api::conditions::plugin_failed_message(
+            &self.name,
+            &error.load_failure_detail(),
+        ))
+    }
 }
 
 /// A hook call that did not succeed: the gRPC code and message, as the
@@ -65,6 +77,20 @@ pub enum Origin {
 }
 
 impl HookError {
+    /// The PluginLoaded message detail of a failed `Initialize`: the
+    /// design's "unavailable plugin server endpoint" for `UNAVAILABLE` (with
+    /// the gateway's reason), else the code and message.
+    pub fn load_failure_detail(&self) -> String {
+        use crate::api::conditions::UNAVAILABLE_ENDPOINT;
+        match (self.code, self.message.is_empty()) {
+            (tonic::Code::Unavailable, true) => UNAVAILABLE_ENDPOINT.to_owned(),
+            (tonic::Code::Unavailable, false) => {
+                format!("{UNAVAILABLE_ENDPOINT} ({})", self.message)
+            }
+            (code, _) => format!("{}: {}", code_name(code), self.message),
+        }
+    }
+
     /// An error of `hook` from a gRPC status. A status that carries a
     /// source error was made by the client from a transport failure; one
     /// read from the gateway's headers or trailers has none.

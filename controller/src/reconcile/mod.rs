@@ -579,8 +579,8 @@ impl<'r> Pass<'r> {
                 }
                 Err(error) => {
                     let message = plugins::failure_message(plugin, &error);
-                    plugins.failed.insert(plugin.to_owned(), message.clone());
-                    Err(message)
+                    plugins.failed.insert(plugin.to_owned(), message);
+                    Err(error)
                 }
             };
             plugins.states.push(PluginState {

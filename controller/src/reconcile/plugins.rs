@@ -9,8 +9,8 @@ use std::time::Duration;
 use rollout_proto::v1alpha1::{InitializeRequest, InitializeResponse};
 use tokio::time::Instant;
 
-use crate::api::conditions::{UNAVAILABLE_ENDPOINT, plugin_failed_message};
-use crate::hooks::{Call, HookError, Hooks, code_name};
+use crate::api::conditions::plugin_failed_message;
+use crate::hooks::{Call, HookError, Hooks};
 
 /// How long an answer of `Initialize` is reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,20 +30,9 @@ impl Default for PluginCacheTtl {
     }
 }
 
-/// The PluginLoaded message detail of a failed `Initialize`: the design's
-/// "unavailable plugin server endpoint" for `UNAVAILABLE` (with the
-/// gateway's reason), else the code and message.
-pub(crate) fn failure_detail(error: &HookError) -> String {
-    match (error.code, error.message.is_empty()) {
-        (tonic::Code::Unavailable, true) => UNAVAILABLE_ENDPOINT.to_owned(),
-        (tonic::Code::Unavailable, false) => format!("{UNAVAILABLE_ENDPOINT} ({})", error.message),
-        (code, _) => format!("{}: {}", code_name(code), error.message),
-    }
-}
-
 /// The PluginLoaded False message for `plugin`'s failed `Initialize`.
 pub(crate) fn failure_message(plugin: &str, error: &HookError) -> String {
-    plugin_failed_message(plugin, &failure_detail(error))
+    plugin_failed_message(plugin, &error.load_failure_detail())
 }
 
 struct Entry {

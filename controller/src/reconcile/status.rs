@@ -571,9 +571,9 @@ fn plugin_loaded(plugins: &[PluginState]) -> Option<ConditionValue> {
     if plugins.is_empty() {
         return None;
     }
-    let failed: Vec<&str> = plugins
+    let failed: Vec<String> = plugins
         .iter()
-        .filter_map(|p| p.result.as_ref().err().map(String::as_str))
+        .filter_map(PluginState::failure_message)
         .collect();
     if failed.is_empty() {
         let message = plugins
@@ -872,7 +872,12 @@ mod tests {
         let mut f = Fixture::new(outcome(vec![p]));
         f.plugins = vec![PluginState {
             name: "canary".into(),
-            result: Err(plugin_failed_message("canary", UNAVAILABLE_ENDPOINT)),
+            result: Err(crate::hooks::HookError {
+                hook: crate::hooks::HookKind::Initialize,
+                code: tonic::Code::Unavailable,
+                message: String::new(),
+                origin: crate::hooks::Origin::Answer,
+            }),
         }];
         let status = f.build();
         let c = get(&status, PROGRESSING);
