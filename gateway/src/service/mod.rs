@@ -5,7 +5,8 @@
 //! Rescue     (error.rs) the one place a gRPC status is made: the failure of
 //!            any layer below becomes a trailers-only answer
 //! Receive    receive limits and deadline: the caller's grpc-timeout, the
-//!            message whole within it, its bytes held against the pools
+//!            message whole within it, its bytes held against the pools;
+//!            what it refuses is counted here, by reason
 //! Dispatch   by path: the health service, or the plugin service below
 //! Observe    the call's server span, log context and metrics
 //! Resolve    the target header and the caller's hub, resolved in one
@@ -101,7 +102,10 @@ pub fn stack(registry: Arc<Registry>, limits: ReceiveLimits, health: Health) -> 
         .layer(RescueLayer)
         // Before anything reads a request: every service on the port, health
         // included, gets its message whole within the limits, or not at all.
-        .layer(receive::ReceiveLayer::new(limits))
+        .layer(receive::ReceiveLayer::new(
+            limits,
+            registry.telemetry().metrics.clone(),
+        ))
         .service(Dispatch {
             health: health::HealthService::new(health),
             plugins,
