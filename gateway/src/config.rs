@@ -991,30 +991,29 @@ pub fn parse_code(text: &str) -> Option<Code> {
 
 /// `host:port`, `[v6]:port`. No scheme: the transport comes from
 /// `caCertificate` / `insecure`.
-pub fn parse_endpoint(text: &str) -> Result<Endpoint, String> {
+pub fn parse_endpoint(text: &str) -> Result<Endpoint, EndpointError> {
     if text.contains("://") {
-        return Err(
-            "must be host:port without a scheme (TLS is chosen by caCertificate or insecure)"
-                .into(),
-        );
+        return Err(EndpointError::Scheme);
     }
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-        let (h, p) = rest.split_once("]:").ok_or("is not [ipv6]:port")?;
+        let (h, p) = rest
+            .split_once("]:")
+            .ok_or(EndpointError::NotBracketedPort)?;
         if h.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(format!("has an invalid IPv6 address {h:?}"));
+            return Err(EndpointError::Ipv6(h.to_string()));
         }
         (h, p)
     } else {
-        let (h, p) = text.rsplit_once(':').ok_or("is not host:port")?;
+        let (h, p) = text.rsplit_once(':').ok_or(EndpointError::NotHostPort)?;
         if h.contains(':') {
-            return Err("has an IPv6 address without brackets: write [address]:port".into());
+            return Err(EndpointError::UnbracketedIpv6);
         }
         check_host_name(h)?;
         (h, p)
     };
-    let port: u16 = port.parse().map_err(|_| "has an invalid port")?;
+    let port: u16 = port.parse().map_err(|_| EndpointError::Port)?;
     if port == 0 {
-        return Err("has port 0".into());
+        return Err(EndpointError::PortZero);
     }
     Ok(Endpoint {
         host: host.to_string(),
@@ -1022,51 +1021,83 @@ pub fn parse_endpoint(text: &str) -> Result<Endpoint, String> {
     })
 }
 
+/// Why an `endpoint` is not `host:port`; each reads after the endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    #[error("must be host:port without a scheme (TLS is chosen by caCertificate or insecure)")]
+    Scheme,
+    #[error("is not [ipv6]:port")]
+    NotBracketedPort,
+    #[error("has an invalid IPv6 address {0:?}")]
+    Ipv6(String),
+    #[error("is not host:port")]
+    NotHostPort,
+    #[error("has an IPv6 address without brackets: write [address]:port")]
+    UnbracketedIpv6,
+    #[error("has an invalid port")]
+    Port,
+    #[error("has port 0")]
+    PortZero,
+    #[error("has no host")]
+    NoHost,
+    #[error(
+        "has an invalid host {host:?}: {c:?} is not allowed (letters, digits, '-', '_' and '.')"
+    )]
+    HostCharacter { host: String, c: char },
+    #[error("has a host of {0} characters (at most 253)")]
+    HostLength(usize),
+    #[error("has an invalid host {0:?}: an empty label")]
+    EmptyLabel(String),
+    #[error("has an invalid host: the label {0:?} is over 63 characters")]
+    LabelLength(String),
+    #[error("has an invalid host {host:?}: the label {label:?} starts or ends with '-'")]
+    LabelDash { host: String, label: String },
+    #[error(
+        "has an invalid host {0:?}: neither an IPv4 address nor a DNS name (whose last label is not a number)"
+    )]
+    NumericName(String),
+}
+
 /// A DNS name or an IPv4 address, as a connection's authority and a TLS
 /// server name both accept it: labels of ASCII letters, digits, `-` and `_`,
 /// separated by single dots (one trailing dot allowed), at most 63 characters
 /// a label and 253 in all.
-fn check_host_name(host: &str) -> Result<(), String> {
+fn check_host_name(host: &str) -> Result<(), EndpointError> {
     if host.is_empty() {
-        return Err("has no host".into());
+        return Err(EndpointError::NoHost);
     }
     if let Some(c) = host
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
     {
-        return Err(format!(
-            "has an invalid host {host:?}: {c:?} is not allowed (letters, digits, '-', '_' and '.')"
-        ));
+        return Err(EndpointError::HostCharacter {
+            host: host.to_string(),
+            c,
+        });
     }
     let name = host.strip_suffix('.').unwrap_or(host);
     if name.len() > 253 {
-        return Err(format!(
-            "has a host of {} characters (at most 253)",
-            host.len()
-        ));
+        return Err(EndpointError::HostLength(host.len()));
     }
     let mut last = name;
     for label in name.split('.') {
         if label.is_empty() {
-            return Err(format!("has an invalid host {host:?}: an empty label"));
+            return Err(EndpointError::EmptyLabel(host.to_string()));
         }
         if label.len() > 63 {
-            return Err(format!(
-                "has an invalid host: the label {label:?} is over 63 characters"
-            ));
+            return Err(EndpointError::LabelLength(label.to_string()));
         }
         if label.starts_with('-') || label.ends_with('-') {
-            return Err(format!(
-                "has an invalid host {host:?}: the label {label:?} starts or ends with '-'"
-            ));
+            return Err(EndpointError::LabelDash {
+                host: host.to_string(),
+                label: label.to_string(),
+            });
         }
         last = label;
     }
     // A name ending in a number is read as an IPv4 address, or not at all.
     if last.bytes().all(|b| b.is_ascii_digit()) && host.parse::<std::net::Ipv4Addr>().is_err() {
-        return Err(format!(
-            "has an invalid host {host:?}: neither an IPv4 address nor a DNS name (whose last label is not a number)"
-        ));
+        return Err(EndpointError::NumericName(host.to_string()));
     }
     Ok(())
 }
@@ -1510,7 +1541,7 @@ pipelines:
             ("10.0.0.256:80", "neither an IPv4 address"),
             ("-a.b:80", "starts or ends with '-'"),
         ] {
-            let e = parse_endpoint(text).expect_err(text);
+            let e = parse_endpoint(text).expect_err(text).to_string();
             assert!(e.contains(reason), "{text}: {e}");
         }
         assert_eq!(
