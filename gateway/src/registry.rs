@@ -191,9 +191,10 @@ struct SourceState {
     last_text: Option<String>,
     /// When `last_text` was refused at planning (a `caFile` not written
     /// yet, say): the certificate files that plan read, with what they held
-    /// then. Once one of them holds something else, the text is planned
-    /// again ([`Registry::retry_waiting`]). Empty otherwise.
-    waiting_on: HashMap<String, Result<Vec<u8>, String>>,
+    /// then (`None`: it could not be read). Once one of them holds
+    /// something else, the text is planned again
+    /// ([`Registry::retry_waiting`]). Empty otherwise.
+    waiting_on: HashMap<String, Option<Vec<u8>>>,
 }
 
 #[derive(Debug, Default)]
@@ -510,7 +511,11 @@ impl Registry {
             }
             Err(error) => {
                 if let Some(s) = inner.sources.get_mut(source) {
-                    s.waiting_on = files.read;
+                    s.waiting_on = files
+                        .read
+                        .into_iter()
+                        .map(|(path, read)| (path, read.ok()))
+                        .collect();
                 }
                 Err(self.record_rejected(label, error))
             }
@@ -544,7 +549,7 @@ impl Registry {
             let changed = s
                 .waiting_on
                 .iter()
-                .any(|(path, then)| now.read(path) != *then);
+                .any(|(path, then)| now.read(path).ok() != *then);
             if changed && let Some(text) = s.last_text.take() {
                 results.push(self.apply_locked(&mut inner, index, &text));
             }

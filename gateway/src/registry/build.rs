@@ -12,7 +12,7 @@ use std::sync::Arc;
 use rollout_policies::Policy;
 
 use crate::config::{self, CaSource, ClientCertificate, ConfigError, Problem, Transport};
-use crate::files;
+use crate::files::{self, FileError};
 use crate::stack;
 use crate::upstream::{CaBundle, Channel, ClientIdentity, Upstream, UpstreamKey};
 
@@ -116,10 +116,10 @@ impl Builder<'_, '_> {
             Some(_) if self.registry.skip_files => return,
             Some(cc) => match read_identity(cc, self.files) {
                 Ok(id) => Some(id),
-                Err(message) => {
+                Err(e) => {
                     self.problems.push(Problem {
                         path: format!("{}: clientCertificate", source.label),
-                        message,
+                        message: e.to_string(),
                     });
                     return;
                 }
@@ -163,19 +163,12 @@ impl Builder<'_, '_> {
                 ca: CaSource::File { path },
             } => path,
         };
-        let read = self.files.read(path).and_then(|pem| {
-            if config::holds_pem_certificate(&pem) {
-                Ok(pem)
-            } else {
-                Err(format!("{path} holds no PEM CERTIFICATE"))
-            }
-        });
-        match read {
+        match read_certificate(self.files, path) {
             Ok(pem) => Some((Some(CaBundle(pem)), vec![PathBuf::from(path)])),
-            Err(message) => {
+            Err(e) => {
                 self.problems.push(Problem {
                     path: format!("{}.caCertificate.caFile", plugin.at),
-                    message,
+                    message: e.to_string(),
                 });
                 None
             }
@@ -280,7 +273,7 @@ impl Builder<'_, '_> {
 
 /// The certificate files one build has read, by path as written.
 pub(super) struct FileCache {
-    pub(super) read: HashMap<String, Result<Vec<u8>, String>>,
+    pub(super) read: HashMap<String, Result<Vec<u8>, FileError>>,
     max_bytes: u64,
 }
 
@@ -294,31 +287,51 @@ impl FileCache {
 
     /// The file's bytes, or why it cannot be read (naming it): only a
     /// regular file, at most `max_bytes` (builds run off the runtime).
-    pub(super) fn read(&mut self, path: &str) -> Result<Vec<u8>, String> {
+    pub(super) fn read(&mut self, path: &str) -> Result<Vec<u8>, FileError> {
         let max_bytes = self.max_bytes;
         self.read
             .entry(path.to_string())
             .or_insert_with(|| {
                 files::read_sync(Path::new(path), max_bytes, None)
                     .map(|read| read.map(|(bytes, _)| bytes).unwrap_or_default())
-                    .map_err(|e| e.to_string())
             })
             .clone()
     }
 }
 
-fn read_identity(cc: &ClientCertificate, files: &mut FileCache) -> Result<ClientIdentity, String> {
-    let cert_pem = files
-        .read(&cc.cert_file)
-        .map_err(|e| format!("certFile: {e}"))?;
-    if !config::holds_pem_certificate(&cert_pem) {
-        return Err(format!(
-            "certFile: {} holds no PEM CERTIFICATE",
-            cc.cert_file
-        ));
+/// Why a certificate file cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum CertificateFileError {
+    #[error("{0}")]
+    Read(#[from] FileError),
+    #[error("{0} holds no PEM CERTIFICATE")]
+    NoCertificate(String),
+}
+
+/// Why a registry file's `clientCertificate` cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum IdentityError {
+    #[error("certFile: {0}")]
+    CertFile(#[source] CertificateFileError),
+    #[error("keyFile: {0}")]
+    KeyFile(#[source] FileError),
+}
+
+/// The file at `path`, which must hold a PEM certificate.
+fn read_certificate(files: &mut FileCache, path: &str) -> Result<Vec<u8>, CertificateFileError> {
+    let pem = files.read(path)?;
+    if config::holds_pem_certificate(&pem) {
+        Ok(pem)
+    } else {
+        Err(CertificateFileError::NoCertificate(path.to_string()))
     }
-    let key_pem = files
-        .read(&cc.key_file)
-        .map_err(|e| format!("keyFile: {e}"))?;
+}
+
+fn read_identity(
+    cc: &ClientCertificate,
+    files: &mut FileCache,
+) -> Result<ClientIdentity, IdentityError> {
+    let cert_pem = read_certificate(files, &cc.cert_file).map_err(IdentityError::CertFile)?;
+    let key_pem = files.read(&cc.key_file).map_err(IdentityError::KeyFile)?;
     Ok(ClientIdentity { cert_pem, key_pem })
 }
