@@ -646,7 +646,7 @@ impl Problems {
             (Some(b64), None) => match decode_ca_bundle(&b64) {
                 Ok(pem) => Some(CaSource::Bundle { pem }),
                 Err(why) => {
-                    self.push(format!("{at}.caCertificate.caBundle"), why);
+                    self.push(format!("{at}.caCertificate.caBundle"), why.to_string());
                     None
                 }
             },
@@ -1130,18 +1130,29 @@ fn nearest_field<'a>(key: &str, known: &'a [String]) -> Option<&'a str> {
 
 /// Decodes the design's `caBundle` (base64 of a PEM bundle) and checks that it
 /// holds at least one certificate.
-fn decode_ca_bundle(b64: &str) -> Result<Vec<u8>, String> {
+fn decode_ca_bundle(b64: &str) -> Result<Vec<u8>, CaBundleError> {
     if b64.trim().is_empty() {
-        return Err("is required".into());
+        return Err(CaBundleError::Missing);
     }
     let cleaned: String = b64.chars().filter(|c| !c.is_whitespace()).collect();
     let pem = base64::engine::general_purpose::STANDARD
         .decode(cleaned.as_bytes())
-        .map_err(|e| base64_problem(&e))?;
+        .map_err(CaBundleError::Base64)?;
     if !holds_pem_certificate(&pem) {
-        return Err("does not decode to a PEM bundle holding a CERTIFICATE".into());
+        return Err(CaBundleError::NoCertificate);
     }
     Ok(pem)
+}
+
+/// Why a `caBundle` is unusable.
+#[derive(Debug, thiserror::Error)]
+enum CaBundleError {
+    #[error("is required")]
+    Missing,
+    #[error("{}", base64_problem(.0))]
+    Base64(#[source] base64::DecodeError),
+    #[error("does not decode to a PEM bundle holding a CERTIFICATE")]
+    NoCertificate,
 }
 
 /// What is wrong with a `caBundle` that does not decode, in its user's terms.
