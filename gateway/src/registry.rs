@@ -4,9 +4,9 @@
 //! its last valid [`Config`]. A change to a source is parsed and validated on
 //! its own, then every source is combined into a new snapshot (hub scopes,
 //! name clashes across files, pipelines naming shared plugins) in three
-//! steps: a pure plan ([`plan`]: what is added, updated, removed, and what
+//! steps: a pure plan (`registry/plan.rs`: what is added, updated, removed, and what
 //! is wrong, from the configs and the live snapshot alone), a build
-//! ([`build`]: certificate files read, each plugin's upstream kept when its
+//! (`registry/build.rs`: certificate files read, each plugin's upstream kept when its
 //! endpoint and TLS material did not change, else made anew), and only a
 //! build without problems is committed — the kept plugins take their new
 //! concurrency bound, breaker and budget settings, and the snapshot is
@@ -165,7 +165,10 @@ impl Snapshot {
 
 /// The plugins of `snapshot` whose TLS material comes from one of the
 /// `changed` files: those a certificate reload rebuilds.
-pub fn affected_plugins<'a>(snapshot: &'a Snapshot, changed: &[PathBuf]) -> Vec<&'a Arc<Plugin>> {
+pub(crate) fn affected_plugins<'a>(
+    snapshot: &'a Snapshot,
+    changed: &[PathBuf],
+) -> Vec<&'a Arc<Plugin>> {
     snapshot
         .plugins
         .iter()
@@ -174,7 +177,7 @@ pub fn affected_plugins<'a>(snapshot: &'a Snapshot, changed: &[PathBuf]) -> Vec<
 }
 
 /// The label of certificate reloads in messages (they belong to no source).
-pub const CERTIFICATE_FILES: &str = "certificate files";
+pub(crate) const CERTIFICATE_FILES: &str = "certificate files";
 
 /// Where a source's text came from, for messages and listings.
 #[derive(Debug, Clone)]
@@ -338,7 +341,7 @@ impl Registry {
 
     /// Serving, what `/readyz` and the gRPC health service both report:
     /// ready, and no registry entry names a server that answered it is no
-    /// plugin ([`Registry::refused_plugins`]).
+    /// plugin (`Registry::refused_plugins`).
     pub fn is_serving(&self) -> bool {
         self.is_ready() && self.refused_plugins().is_empty()
     }
@@ -348,7 +351,7 @@ impl Registry {
     /// a refusal: UNIMPLEMENTED or an invalid declaration. Such an entry is
     /// a configuration error, as a bad registry is; a plugin merely out of
     /// reach is not one.
-    pub fn refused_plugins(&self) -> Vec<String> {
+    pub(crate) fn refused_plugins(&self) -> Vec<String> {
         let Some(snapshot) = self.load() else {
             return Vec::new();
         };
@@ -396,13 +399,13 @@ impl Registry {
     }
 
     /// The labels of the sources.
-    pub fn source_labels(&self) -> Vec<String> {
+    pub(crate) fn source_labels(&self) -> Vec<String> {
         self.labels.clone()
     }
 
     /// The upstreams created by the reloads since the last call (the gateway
     /// sends each its own Initialize to learn its hooks).
-    pub fn take_fresh_upstreams(&self) -> Vec<(Option<String>, Arc<Upstream>)> {
+    pub(crate) fn take_fresh_upstreams(&self) -> Vec<(Option<String>, Arc<Upstream>)> {
         std::mem::take(&mut *lock(&self.fresh))
     }
 

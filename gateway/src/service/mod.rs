@@ -44,10 +44,9 @@ use crate::transport::server::{Call, Peer};
 
 pub use health::Health;
 pub use receive::ReceiveLimits;
-pub use route::valid_tracestate;
 
 /// The server's whole stack: a cheap-to-clone service the transport drives.
-pub type GatewayStack = BoxCloneSyncService<Call, Answer, Infallible>;
+pub(crate) type GatewayStack = BoxCloneSyncService<Call, Answer, Infallible>;
 
 /// The path prefix of every method of the plugin service.
 const PATH_PREFIX: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/";
@@ -147,4 +146,4 @@ where
 }
 
 /// The receive timeout's default.
-pub const DEFAULT_RECEIVE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_RECEIVE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -226,6 +226,6 @@ enum WorkError {
 }
 
 /// A W3C `tracestate`: at most 512 bytes of printable ASCII list members.
-pub fn valid_tracestate(v: &[u8]) -> bool {
+pub(crate) fn valid_tracestate(v: &[u8]) -> bool {
     v.len() <= 512 && v.iter().all(|b| (0x20..0x7f).contains(b))
 }
