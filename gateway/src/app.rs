@@ -174,6 +174,77 @@ impl Running {
 /// A missing or empty file is not fatal (the gateway waits for it, not
 /// ready); an invalid one is ([`StartError::Config`]).
 pub async fn start(options: Options) -> Result<Running, StartError> {
+    check_limits(&options)?;
+    let registry = new_registry(&options, Tracing::new(&options.tracing)?);
+    load_files(&registry, &options).await?;
+    // ConfigMap sources: their first load arrives asynchronously (readiness
+    // waits for it); a client that cannot be configured is a start-up error.
+    let kube_client = if options.configmaps.is_empty() {
+        None
+    } else {
+        Some(
+            kube::Client::try_default()
+                .await
+                .map_err(|e| StartError::Kubernetes(e.to_string()))?,
+        )
+    };
+    let tls = match options.tls.clone() {
+        Some(files) => Some(Arc::new(ServerTls::load(files, options.file_limits).await?)),
+        None => None,
+    };
+    let (grpc_listener, grpc_addr) = bind("--listen", options.listen).await?;
+    let (admin_listener, admin_addr) = bind("--admin-listen", options.admin_listen).await?;
+
+    initialize_fresh(&registry);
+    let watcher = {
+        let r = registry.clone();
+        file_watch::spawn(
+            registry.clone(),
+            options.configs.clone(),
+            options.poll_interval,
+            move || initialize_fresh(&r),
+        )
+    };
+    let health_service = Health::new().await;
+    let health = health_service.track(&registry);
+    let (stop, stopped) = watch::channel(false);
+    let pending_requests = Arc::new(Pool::new(options.max_pending_request_bytes, Scope::Gateway));
+    let grpc = tokio::spawn(server::serve(
+        grpc_listener,
+        grpc_stack(&registry, &options, health_service),
+        server_settings(&options),
+        tls.clone().map(|t| t as Arc<dyn Handshake>),
+        pending_requests.clone(),
+        wait_for(stopped.clone()),
+    ));
+    let admin = tokio::spawn(admin::serve(
+        admin_listener,
+        admin::router(registry.clone(), options.admin_request_timeout),
+        options.admin_request_timeout,
+        wait_for(stopped.clone()),
+    ));
+    let configmap_watchers = match kube_client {
+        None => Vec::new(),
+        Some(client) => watch_configmaps(&client, &registry, &options),
+    };
+    let tls_reload = tls.map(|tls| reload_tls(tls, options.poll_interval));
+    Ok(Running {
+        grpc_addr,
+        admin_addr,
+        registry,
+        pending_requests,
+        stop,
+        grpc,
+        admin,
+        watcher,
+        configmap_watchers,
+        tls_reload,
+        health,
+    })
+}
+
+/// Refuses limits that contradict each other.
+fn check_limits(options: &Options) -> Result<(), StartError> {
     // A message being received holds its whole size (plus its 5-byte prefix).
     let largest = options.max_message_bytes.saturating_add(5);
     if options.max_pending_request_bytes_per_connection < largest
@@ -187,7 +258,12 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
             options.max_message_bytes
         )));
     }
-    let tracing = Tracing::new(&options.tracing)?;
+    Ok(())
+}
+
+/// The registry, one source per registry file then per ConfigMap, with its
+/// telemetry.
+fn new_registry(options: &Options, tracing: Tracing) -> Arc<Registry> {
     let sources: Vec<SourceInfo> = options
         .configs
         .iter()
@@ -204,12 +280,16 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
     };
     // The metrics read the registry's state at scrape time, through a weak
     // reference to the registry that owns them.
-    let registry = Arc::new_cyclic(|weak: &std::sync::Weak<Registry>| {
+    Arc::new_cyclic(|weak: &std::sync::Weak<Registry>| {
         let state: std::sync::Weak<dyn crate::telemetry::RegistryState> = weak.clone();
         Registry::with_telemetry(sources, settings, Telemetry::new(tracing, state))
             .with_file_limits(options.file_limits)
-    });
+    })
+}
 
+/// The first load of every registry file: an invalid one is a start-up
+/// error, one that cannot be read yet is waited for.
+async fn load_files(registry: &Registry, options: &Options) -> Result<(), StartError> {
     let mut problems = Vec::new();
     for (i, path) in options.configs.iter().enumerate() {
         let read = files::read(path, options.file_limits, None).await;
@@ -227,149 +307,91 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
             }
         }
     }
-    if !problems.is_empty() {
-        return Err(StartError::Config(problems));
-    }
-
-    // ConfigMap sources: their first load arrives asynchronously (readiness
-    // waits for it); a client that cannot be configured is a start-up error.
-    let kube_client = if options.configmaps.is_empty() {
-        None
+    if problems.is_empty() {
+        Ok(())
     } else {
-        Some(
-            kube::Client::try_default()
-                .await
-                .map_err(|e| StartError::Kubernetes(e.to_string()))?,
-        )
-    };
+        Err(StartError::Config(problems))
+    }
+}
 
-    let tls = match options.tls.clone() {
-        Some(files) => Some(Arc::new(ServerTls::load(files, options.file_limits).await?)),
-        None => None,
-    };
+/// A listener on `addr` (given by `flag`), and the address it is bound to.
+async fn bind(
+    flag: &'static str,
+    addr: SocketAddr,
+) -> Result<(TcpListener, SocketAddr), StartError> {
+    let failed = |source| StartError::Bind { flag, addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(failed)?;
+    let bound = listener.local_addr().map_err(failed)?;
+    Ok((listener, bound))
+}
 
-    let grpc_listener =
-        TcpListener::bind(options.listen)
-            .await
-            .map_err(|source| StartError::Bind {
-                flag: "--listen",
-                addr: options.listen,
-                source,
-            })?;
-    let admin_listener = TcpListener::bind(options.admin_listen)
-        .await
-        .map_err(|source| StartError::Bind {
-            flag: "--admin-listen",
-            addr: options.admin_listen,
-            source,
-        })?;
-    let grpc_addr = grpc_listener
-        .local_addr()
-        .map_err(|source| StartError::Bind {
-            flag: "--listen",
-            addr: options.listen,
-            source,
-        })?;
-    let admin_addr = admin_listener
-        .local_addr()
-        .map_err(|source| StartError::Bind {
-            flag: "--admin-listen",
-            addr: options.admin_listen,
-            source,
-        })?;
-
-    initialize_fresh(&registry);
-    let watcher = {
-        let r = registry.clone();
-        file_watch::spawn(
-            registry.clone(),
-            options.configs.clone(),
-            options.poll_interval,
-            move || initialize_fresh(&r),
-        )
+/// The stack every call on the gRPC port goes through.
+fn grpc_stack(
+    registry: &Arc<Registry>,
+    options: &Options,
+    health: Health,
+) -> service::GatewayStack {
+    let limits = ReceiveLimits {
+        max_message_bytes: options.max_message_bytes,
+        receive_timeout: options.request_receive_timeout,
     };
+    service::stack(registry.clone(), limits, health)
+}
 
-    let health_service = Health::new().await;
-    let health = health_service.track(&registry);
-    let (stop, stopped) = watch::channel(false);
-    let service = service::stack(
-        registry.clone(),
-        ReceiveLimits {
-            max_message_bytes: options.max_message_bytes,
-            receive_timeout: options.request_receive_timeout,
-        },
-        health_service,
-    );
-    let pending_requests = Arc::new(Pool::new(options.max_pending_request_bytes, Scope::Gateway));
-    let grpc = tokio::spawn(server::serve(
-        grpc_listener,
-        service,
-        ServerSettings {
-            drain_timeout: options.drain_timeout,
-            max_connections: options.max_connections,
-            max_connections_per_ip: options.max_connections_per_ip,
-            send_timeout: options.send_timeout,
-            idle_timeout: options.idle_timeout,
-            max_connection_age: options.max_connection_age,
-            max_connection_age_grace: options.max_connection_age_grace,
-            max_pending_bytes_per_connection: options.max_pending_request_bytes_per_connection,
-            ..ServerSettings::default()
-        },
-        tls.clone().map(|t| t as Arc<dyn Handshake>),
-        pending_requests.clone(),
-        wait_for(stopped.clone()),
-    ));
-    let admin = tokio::spawn(admin::serve(
-        admin_listener,
-        admin::router(registry.clone(), options.admin_request_timeout),
-        options.admin_request_timeout,
-        wait_for(stopped.clone()),
-    ));
-    let configmap_watchers: Vec<JoinHandle<()>> = match kube_client {
-        None => Vec::new(),
-        Some(client) => options
-            .configmaps
-            .iter()
-            .enumerate()
-            .map(|(i, cm)| {
-                let r = registry.clone();
-                configmap::spawn(
-                    client.clone(),
-                    registry.clone(),
-                    options.configs.len() + i,
-                    cm.clone(),
-                    move || initialize_fresh(&r),
-                )
-            })
-            .collect(),
-    };
-    let tls_reload = tls.map(|tls| {
-        let every = options.poll_interval;
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                match tls.reload().await {
-                    Ok(true) => tracing::info!("listener certificate reloaded"),
-                    Ok(false) => {}
-                    Err(error) => tracing::error!(%error, "listener certificate reload failed; keeping the previous one"),
+/// The gRPC server's settings, from the flags.
+fn server_settings(options: &Options) -> ServerSettings {
+    ServerSettings {
+        drain_timeout: options.drain_timeout,
+        max_connections: options.max_connections,
+        max_connections_per_ip: options.max_connections_per_ip,
+        send_timeout: options.send_timeout,
+        idle_timeout: options.idle_timeout,
+        max_connection_age: options.max_connection_age,
+        max_connection_age_grace: options.max_connection_age_grace,
+        max_pending_bytes_per_connection: options.max_pending_request_bytes_per_connection,
+        ..ServerSettings::default()
+    }
+}
+
+/// A watcher per ConfigMap source, after the file sources.
+fn watch_configmaps(
+    client: &kube::Client,
+    registry: &Arc<Registry>,
+    options: &Options,
+) -> Vec<JoinHandle<()>> {
+    options
+        .configmaps
+        .iter()
+        .enumerate()
+        .map(|(i, cm)| {
+            let r = registry.clone();
+            configmap::spawn(
+                client.clone(),
+                registry.clone(),
+                options.configs.len() + i,
+                cm.clone(),
+                move || initialize_fresh(&r),
+            )
+        })
+        .collect()
+}
+
+/// Reads the listener's certificate files again `every` so often; a bad
+/// change keeps the previous certificate.
+fn reload_tls(tls: Arc<ServerTls>, every: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match tls.reload().await {
+                Ok(true) => tracing::info!("listener certificate reloaded"),
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::error!(%error, "listener certificate reload failed; keeping the previous one")
                 }
             }
-        })
-    });
-    Ok(Running {
-        grpc_addr,
-        admin_addr,
-        registry,
-        pending_requests,
-        stop,
-        grpc,
-        admin,
-        watcher,
-        configmap_watchers,
-        tls_reload,
-        health,
+        }
     })
 }
 

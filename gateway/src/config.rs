@@ -16,6 +16,7 @@ use rollout_policies::policy::MAX_TIMEOUT;
 use rollout_policies::{BreakerPolicy, BudgetPolicy, FailurePolicy, Policy, RetryPolicy};
 use rollout_proto::HookKind;
 use rollout_proto::duration::{self, Rules};
+use rollout_proto::v1alpha1::Hook;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -366,115 +367,32 @@ pub fn is_blank(text: &str) -> bool {
 pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let mut p = Problems::default();
     p.unknown::<RawConfig>("", &raw.unknown);
-
     let hub = raw.hub.and_then(|h| {
         p.check_name("hub", &h);
         (!h.is_empty()).then_some(h)
     });
-
-    let client_certificate = raw.client_certificate.and_then(|c| {
-        p.unknown::<RawClientCertificate>("clientCertificate", &c.unknown);
-        let cert = c.cert_file.unwrap_or_default();
-        let key = c.key_file.unwrap_or_default();
-        if cert.is_empty() {
-            p.push("clientCertificate.certFile", "is required");
-        }
-        if key.is_empty() {
-            p.push("clientCertificate.keyFile", "is required");
-        }
-        (!cert.is_empty() && !key.is_empty()).then_some(ClientCertificate {
-            cert_file: cert,
-            key_file: key,
-        })
-    });
-
+    let client_certificate = raw.client_certificate.and_then(|c| p.client_certificate(c));
     let defaults_raw = raw.defaults.unwrap_or_default();
     let defaults = p.policy("defaults", &defaults_raw, &Policy::default());
-
-    // Names are checked for clashes whether or not the rest of the entry is
-    // valid, so a duplicate is reported even next to other problems.
+    // Every name of the file, plugins' and pipelines'.
     let mut names: HashSet<String> = HashSet::new();
-    let mut plugin_names: HashSet<String> = HashSet::new();
-    let mut plugins = Vec::with_capacity(raw.plugins.len());
-    for (i, rp) in raw.plugins.into_iter().enumerate() {
-        let name = rp.name.clone().unwrap_or_default();
-        let at = if name.is_empty() {
-            format!("plugins[{i}]")
-        } else {
-            format!("plugins[{i}] ({name})")
-        };
-        if !name.is_empty() && !names.insert(name.clone()) {
-            p.push(format!("{at}.name"), format!("\"{name}\" is defined twice"));
-        }
-        plugin_names.insert(name);
-        if let Some(plugin) = p.plugin(&at, rp, &defaults) {
-            plugins.push(plugin);
-        }
-    }
-
-    let mut pipelines = Vec::with_capacity(raw.pipelines.len());
-    let mut raw_pipelines = Vec::with_capacity(raw.pipelines.len());
-    let mut pipeline_names: HashSet<String> = HashSet::new();
-    for (i, rp) in raw.pipelines.into_iter().enumerate() {
-        let name = rp.name.clone().unwrap_or_default();
-        let at = if name.is_empty() {
-            format!("pipelines[{i}]")
-        } else {
-            format!("pipelines[{i}] ({name})")
-        };
-        p.unknown::<RawPipeline>(&at, &rp.unknown);
-        if name.is_empty() {
-            p.push(format!("{at}.name"), "is required");
-            continue;
-        }
-        p.check_name(&format!("{at}.name"), &name);
-        if !names.insert(name.clone()) {
-            p.push(
-                format!("{at}.name"),
-                format!("\"{name}\" is already the name of a plugin or pipeline"),
-            );
-        } else {
-            pipeline_names.insert(name.clone());
-        }
-        raw_pipelines.push((at, name, rp.plugins.unwrap_or_default()));
-    }
-    for (at, name, members) in raw_pipelines {
-        if members.is_empty() {
-            p.push(format!("{at}.plugins"), "lists no plugin");
-        }
-        let mut seen = HashSet::new();
-        for (j, member) in members.iter().enumerate() {
-            if !seen.insert(member.as_str()) {
-                p.push(
-                    format!("{at}.plugins[{j}]"),
-                    format!("\"{member}\" is listed twice"),
-                );
-            } else if pipeline_names.contains(member) {
-                p.push(
-                    format!("{at}.plugins[{j}]"),
-                    format!("\"{member}\" is a pipeline; a pipeline may only list plugins"),
-                );
-            } else if !plugin_names.contains(member) && hub.is_none() {
-                // A hub-scoped file may also name shared plugins of other
-                // files: the registry checks those when it combines the files.
-                p.push(
-                    format!("{at}.plugins[{j}]"),
-                    format!("\"{member}\" is not a plugin defined in this file"),
-                );
-            }
-        }
-        pipelines.push(PipelineConfig {
-            name,
-            plugins: members,
-        });
-    }
-
+    let (plugins, plugin_names) = p.plugins(raw.plugins, &defaults, &mut names);
+    let pipelines = p.pipelines(raw.pipelines, &plugin_names, hub.is_some(), &mut names);
     p.finish(Config {
         hub,
         client_certificate,
         plugins,
         pipelines,
     })
+}
+
+/// `plugins[I] (NAME)`, or `plugins[I]` while the name is missing.
+fn entry_path(list: &str, i: usize, name: &str) -> String {
+    if name.is_empty() {
+        format!("{list}[{i}]")
+    } else {
+        format!("{list}[{i}] ({name})")
+    }
 }
 
 #[derive(Default)]
@@ -576,184 +494,384 @@ impl Problems {
         }
     }
 
+    /// The file's `clientCertificate`, both files required.
+    fn client_certificate(&mut self, c: RawClientCertificate) -> Option<ClientCertificate> {
+        self.unknown::<RawClientCertificate>("clientCertificate", &c.unknown);
+        let cert = c.cert_file.unwrap_or_default();
+        let key = c.key_file.unwrap_or_default();
+        if cert.is_empty() {
+            self.push("clientCertificate.certFile", "is required");
+        }
+        if key.is_empty() {
+            self.push("clientCertificate.keyFile", "is required");
+        }
+        (!cert.is_empty() && !key.is_empty()).then_some(ClientCertificate {
+            cert_file: cert,
+            key_file: key,
+        })
+    }
+
+    /// The file's valid plugins, and the names of all of them (valid or
+    /// not), each name also added to `names`.
+    fn plugins(
+        &mut self,
+        raw: Vec<RawPlugin>,
+        defaults: &Policy,
+        names: &mut HashSet<String>,
+    ) -> (Vec<PluginConfig>, HashSet<String>) {
+        let mut plugin_names: HashSet<String> = HashSet::new();
+        let mut plugins = Vec::with_capacity(raw.len());
+        for (i, rp) in raw.into_iter().enumerate() {
+            let name = rp.name.clone().unwrap_or_default();
+            let at = entry_path("plugins", i, &name);
+            // Names are checked for clashes whether or not the rest of the
+            // entry is valid, so a duplicate is reported even next to other
+            // problems.
+            if !name.is_empty() && !names.insert(name.clone()) {
+                self.push(format!("{at}.name"), format!("\"{name}\" is defined twice"));
+            }
+            plugin_names.insert(name);
+            if let Some(plugin) = self.plugin(&at, rp, defaults) {
+                plugins.push(plugin);
+            }
+        }
+        (plugins, plugin_names)
+    }
+
+    /// The file's pipelines: named apart from every plugin and pipeline,
+    /// listing plugins only, each once; in a shared file (`hub_scoped`
+    /// false) only plugins of this file.
+    fn pipelines(
+        &mut self,
+        raw: Vec<RawPipeline>,
+        plugin_names: &HashSet<String>,
+        hub_scoped: bool,
+        names: &mut HashSet<String>,
+    ) -> Vec<PipelineConfig> {
+        let mut named = Vec::with_capacity(raw.len());
+        let mut pipeline_names: HashSet<String> = HashSet::new();
+        for (i, rp) in raw.into_iter().enumerate() {
+            let name = rp.name.clone().unwrap_or_default();
+            let at = entry_path("pipelines", i, &name);
+            self.unknown::<RawPipeline>(&at, &rp.unknown);
+            if name.is_empty() {
+                self.push(format!("{at}.name"), "is required");
+                continue;
+            }
+            self.check_name(&format!("{at}.name"), &name);
+            if !names.insert(name.clone()) {
+                self.push(
+                    format!("{at}.name"),
+                    format!("\"{name}\" is already the name of a plugin or pipeline"),
+                );
+            } else {
+                pipeline_names.insert(name.clone());
+            }
+            named.push((at, name, rp.plugins.unwrap_or_default()));
+        }
+        // Members after every name: a member may name a later pipeline.
+        named
+            .into_iter()
+            .map(|(at, name, members)| {
+                self.members(&at, &members, plugin_names, &pipeline_names, hub_scoped);
+                PipelineConfig {
+                    name,
+                    plugins: members,
+                }
+            })
+            .collect()
+    }
+
+    /// The members of the pipeline at `at`.
+    fn members(
+        &mut self,
+        at: &str,
+        members: &[String],
+        plugin_names: &HashSet<String>,
+        pipeline_names: &HashSet<String>,
+        hub_scoped: bool,
+    ) {
+        if members.is_empty() {
+            self.push(format!("{at}.plugins"), "lists no plugin");
+        }
+        let mut seen = HashSet::new();
+        for (j, member) in members.iter().enumerate() {
+            let why = if !seen.insert(member.as_str()) {
+                "is listed twice"
+            } else if pipeline_names.contains(member) {
+                "is a pipeline; a pipeline may only list plugins"
+            } else if !plugin_names.contains(member) && !hub_scoped {
+                // A hub-scoped file may also name shared plugins of other
+                // files: the registry checks those when it combines the files.
+                "is not a plugin defined in this file"
+            } else {
+                continue;
+            };
+            self.push(format!("{at}.plugins[{j}]"), format!("\"{member}\" {why}"));
+        }
+    }
+
+    /// How the plugin at `at` is reached: plaintext only with `insecure:
+    /// true`, else TLS with exactly one CA source.
+    fn transport(
+        &mut self,
+        at: &str,
+        ca: Option<RawCaCertificate>,
+        insecure: bool,
+    ) -> Option<Transport> {
+        match (ca, insecure) {
+            (Some(_), true) => {
+                self.push(
+                    format!("{at}.insecure"),
+                    "insecure: true and caCertificate exclude each other",
+                );
+                None
+            }
+            (None, true) => Some(Transport::Plaintext),
+            (None, false) => {
+                self.push(
+                    format!("{at}.caCertificate"),
+                    "is required (or set insecure: true explicitly for plaintext)",
+                );
+                None
+            }
+            (Some(ca), false) => self.ca_source(at, ca).map(|ca| Transport::Tls { ca }),
+        }
+    }
+
+    /// The plugin's `caCertificate`: a bundle or a file, not both.
+    fn ca_source(&mut self, at: &str, ca: RawCaCertificate) -> Option<CaSource> {
+        self.unknown::<RawCaCertificate>(&format!("{at}.caCertificate"), &ca.unknown);
+        match (ca.ca_bundle, ca.ca_file) {
+            (Some(b64), None) => match decode_ca_bundle(&b64) {
+                Ok(pem) => Some(CaSource::Bundle { pem }),
+                Err(why) => {
+                    self.push(format!("{at}.caCertificate.caBundle"), why.to_string());
+                    None
+                }
+            },
+            (None, Some(path)) if path.trim().is_empty() => {
+                self.push(format!("{at}.caCertificate.caFile"), "is empty");
+                None
+            }
+            (None, Some(path)) => Some(CaSource::File { path }),
+            (Some(_), Some(_)) | (None, None) => {
+                self.push(
+                    format!("{at}.caCertificate"),
+                    "set exactly one of caBundle and caFile",
+                );
+                None
+            }
+        }
+    }
+
     /// Validates a policy block over `base` (field-by-field override).
     fn policy(&mut self, at: &str, raw: &RawPolicy, base: &Policy) -> Policy {
-        let join = |field: &str| {
-            if at.is_empty() {
-                field.to_string()
-            } else {
-                format!("{at}.{field}")
-            }
-        };
-        let timeout = self.duration(join("timeout"), &raw.timeout, base.timeout);
+        let timeout = self.duration(field(at, "timeout"), &raw.timeout, base.timeout);
         if raw.timeout.is_some() && (timeout.is_zero() || timeout > MAX_TIMEOUT) {
             self.push(
-                join("timeout"),
+                field(at, "timeout"),
                 format!("must be more than 0 and at most {}s", MAX_TIMEOUT.as_secs()),
             );
         }
         let failure_policy = match raw.failure_policy.as_deref() {
             None => base.failure_policy,
             Some(text) => self
-                .failure_policy(join("failurePolicy"), text)
+                .failure_policy(field(at, "failurePolicy"), text)
                 .unwrap_or(base.failure_policy),
         };
-        // Per-hook overrides: the plugin's entries replace the defaults' ones
-        // for the same hook.
-        let mut failure_policy_by_hook = base.failure_policy_by_hook.clone();
-        for (hook_name, text) in raw.failure_policy_by_hook.iter().flatten() {
-            let at = join(&format!("failurePolicyByHook.{hook_name}"));
-            let hook = match HookKind::from_name(hook_name).and_then(HookKind::proto_hook) {
-                Some(hook) => Some(hook),
-                None => {
-                    self.push(
-                        at.clone(),
-                        "is not a hook (BeginRollout, ProgressRollout, ValidateRolloutCompletion or MutateManifestWork)",
-                    );
-                    None
-                }
-            };
-            if let (Some(hook), Some(policy)) = (hook, self.failure_policy(at, text)) {
-                failure_policy_by_hook.retain(|(h, _)| *h != hook);
-                failure_policy_by_hook.push((hook, policy));
-            }
-        }
-
-        let r = raw.retry.clone().unwrap_or_default();
-        if raw.retry.is_some() {
-            self.unknown::<RawRetry>(&join("retry"), &r.unknown);
-        }
-        let retry = RetryPolicy {
-            max_attempts: self.positive_int(
-                join("retry.maxAttempts"),
-                r.max_attempts,
-                base.retry.max_attempts,
-                1,
-                10,
-            ),
-            initial_backoff: self.duration(
-                join("retry.initialBackoff"),
-                &r.initial_backoff,
-                base.retry.initial_backoff,
-            ),
-            max_backoff: self.duration(
-                join("retry.maxBackoff"),
-                &r.max_backoff,
-                base.retry.max_backoff,
-            ),
-            backoff_multiplier: match r.backoff_multiplier {
-                None => base.retry.backoff_multiplier,
-                Some(m) if m.is_finite() && (1.0..=100.0).contains(&m) => m,
-                Some(m) => {
-                    self.push(
-                        join("retry.backoffMultiplier"),
-                        format!("{m} is out of range (1 to 100)"),
-                    );
-                    base.retry.backoff_multiplier
-                }
-            },
-            retryable_codes: match &r.retryable_status_codes {
-                None => base.retry.retryable_codes.clone(),
-                Some(codes) => codes
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, c)| match parse_code(c) {
-                        Some(code) if code != Code::Ok => Some(code),
-                        _ => {
-                            self.push(
-                                join(&format!("retry.retryableStatusCodes[{i}]")),
-                                format!(
-                                    "\"{c}\" is not a gRPC status code name such as UNAVAILABLE"
-                                ),
-                            );
-                            None
-                        }
-                    })
-                    .collect(),
-            },
-        };
-        if retry.initial_backoff.is_zero() {
-            self.push(join("retry.initialBackoff"), "must be more than 0");
-        }
-        if retry.max_backoff < retry.initial_backoff {
-            self.push(join("retry.maxBackoff"), "must be at least initialBackoff");
-        }
-
-        let b = raw.retry_budget.clone().unwrap_or_default();
-        if raw.retry_budget.is_some() {
-            self.unknown::<RawBudget>(&join("retryBudget"), &b.unknown);
-        }
-        let retry_budget = BudgetPolicy {
-            ratio: match b.ratio {
-                None => base.retry_budget.ratio,
-                Some(r) if r.is_finite() && (0.0..=1000.0).contains(&r) => r,
-                Some(r) => {
-                    self.push(
-                        join("retryBudget.ratio"),
-                        format!("{r} is out of range (0 to 1000)"),
-                    );
-                    base.retry_budget.ratio
-                }
-            },
-            min_per_second: self.positive_int(
-                join("retryBudget.minPerSecond"),
-                b.min_per_second,
-                base.retry_budget.min_per_second,
-                0,
-                1_000_000,
-            ),
-        };
-
-        let c = raw.circuit_breaker.clone().unwrap_or_default();
-        if raw.circuit_breaker.is_some() {
-            self.unknown::<RawBreaker>(&join("circuitBreaker"), &c.unknown);
-        }
-        let circuit_breaker = BreakerPolicy {
-            consecutive_failures: self.positive_int(
-                join("circuitBreaker.consecutiveFailures"),
-                c.consecutive_failures,
-                base.circuit_breaker.consecutive_failures,
-                1,
-                1_000_000,
-            ),
-            open_for: self.duration(
-                join("circuitBreaker.openFor"),
-                &c.open_for,
-                base.circuit_breaker.open_for,
-            ),
-            max_open_for: self.duration(
-                join("circuitBreaker.maxOpenFor"),
-                &c.max_open_for,
-                base.circuit_breaker.max_open_for,
-            ),
-        };
-        if circuit_breaker.open_for.is_zero() {
-            self.push(join("circuitBreaker.openFor"), "must be more than 0");
-        }
-        if circuit_breaker.max_open_for < circuit_breaker.open_for {
-            self.push(
-                join("circuitBreaker.maxOpenFor"),
-                "must be at least openFor",
-            );
-        }
-
         let max_concurrent_calls = self.positive_int(
-            join("maxConcurrentCalls"),
+            field(at, "maxConcurrentCalls"),
             raw.max_concurrent_calls,
             base.max_concurrent_calls as u32,
             1,
             100_000,
         ) as usize;
-
         Policy {
             timeout,
             failure_policy,
-            failure_policy_by_hook,
-            retry,
-            retry_budget,
-            circuit_breaker,
+            failure_policy_by_hook: self.failure_policy_by_hook(at, raw, base),
+            retry: self.retry(at, raw.retry.as_ref(), &base.retry),
+            retry_budget: self.retry_budget(at, raw.retry_budget.as_ref(), &base.retry_budget),
+            circuit_breaker: self.circuit_breaker(
+                at,
+                raw.circuit_breaker.as_ref(),
+                &base.circuit_breaker,
+            ),
             max_concurrent_calls,
         }
+    }
+
+    /// Per-hook failure policies: the block's entries replace `base`'s for
+    /// the same hook.
+    fn failure_policy_by_hook(
+        &mut self,
+        at: &str,
+        raw: &RawPolicy,
+        base: &Policy,
+    ) -> Vec<(Hook, FailurePolicy)> {
+        let mut by_hook = base.failure_policy_by_hook.clone();
+        for (hook_name, text) in raw.failure_policy_by_hook.iter().flatten() {
+            let at = field(at, &format!("failurePolicyByHook.{hook_name}"));
+            let hook = HookKind::from_name(hook_name).and_then(HookKind::proto_hook);
+            if hook.is_none() {
+                self.push(
+                    at.clone(),
+                    "is not a hook (BeginRollout, ProgressRollout, ValidateRolloutCompletion or MutateManifestWork)",
+                );
+            }
+            if let (Some(hook), Some(policy)) = (hook, self.failure_policy(at, text)) {
+                by_hook.retain(|(h, _)| *h != hook);
+                by_hook.push((hook, policy));
+            }
+        }
+        by_hook
+    }
+
+    /// The `retry` block over `base`.
+    fn retry(&mut self, at: &str, raw: Option<&RawRetry>, base: &RetryPolicy) -> RetryPolicy {
+        let r = raw.cloned().unwrap_or_default();
+        if raw.is_some() {
+            self.unknown::<RawRetry>(&field(at, "retry"), &r.unknown);
+        }
+        let backoff_multiplier = match r.backoff_multiplier {
+            None => base.backoff_multiplier,
+            Some(m) if m.is_finite() && (1.0..=100.0).contains(&m) => m,
+            Some(m) => {
+                self.push(
+                    field(at, "retry.backoffMultiplier"),
+                    format!("{m} is out of range (1 to 100)"),
+                );
+                base.backoff_multiplier
+            }
+        };
+        let retry = RetryPolicy {
+            max_attempts: self.positive_int(
+                field(at, "retry.maxAttempts"),
+                r.max_attempts,
+                base.max_attempts,
+                1,
+                10,
+            ),
+            initial_backoff: self.duration(
+                field(at, "retry.initialBackoff"),
+                &r.initial_backoff,
+                base.initial_backoff,
+            ),
+            max_backoff: self.duration(
+                field(at, "retry.maxBackoff"),
+                &r.max_backoff,
+                base.max_backoff,
+            ),
+            backoff_multiplier,
+            retryable_codes: match &r.retryable_status_codes {
+                None => base.retryable_codes.clone(),
+                Some(codes) => self.retryable_codes(at, codes),
+            },
+        };
+        if retry.initial_backoff.is_zero() {
+            self.push(field(at, "retry.initialBackoff"), "must be more than 0");
+        }
+        if retry.max_backoff < retry.initial_backoff {
+            self.push(
+                field(at, "retry.maxBackoff"),
+                "must be at least initialBackoff",
+            );
+        }
+        retry
+    }
+
+    /// `retry.retryableStatusCodes`: gRPC code names, `OK` excluded.
+    fn retryable_codes(&mut self, at: &str, codes: &[String]) -> Vec<Code> {
+        codes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| match parse_code(c) {
+                Some(code) if code != Code::Ok => Some(code),
+                _ => {
+                    self.push(
+                        field(at, &format!("retry.retryableStatusCodes[{i}]")),
+                        format!("\"{c}\" is not a gRPC status code name such as UNAVAILABLE"),
+                    );
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// The `retryBudget` block over `base`.
+    fn retry_budget(
+        &mut self,
+        at: &str,
+        raw: Option<&RawBudget>,
+        base: &BudgetPolicy,
+    ) -> BudgetPolicy {
+        let b = raw.cloned().unwrap_or_default();
+        if raw.is_some() {
+            self.unknown::<RawBudget>(&field(at, "retryBudget"), &b.unknown);
+        }
+        BudgetPolicy {
+            ratio: match b.ratio {
+                None => base.ratio,
+                Some(r) if r.is_finite() && (0.0..=1000.0).contains(&r) => r,
+                Some(r) => {
+                    self.push(
+                        field(at, "retryBudget.ratio"),
+                        format!("{r} is out of range (0 to 1000)"),
+                    );
+                    base.ratio
+                }
+            },
+            min_per_second: self.positive_int(
+                field(at, "retryBudget.minPerSecond"),
+                b.min_per_second,
+                base.min_per_second,
+                0,
+                1_000_000,
+            ),
+        }
+    }
+
+    /// The `circuitBreaker` block over `base`.
+    fn circuit_breaker(
+        &mut self,
+        at: &str,
+        raw: Option<&RawBreaker>,
+        base: &BreakerPolicy,
+    ) -> BreakerPolicy {
+        let c = raw.cloned().unwrap_or_default();
+        if raw.is_some() {
+            self.unknown::<RawBreaker>(&field(at, "circuitBreaker"), &c.unknown);
+        }
+        let breaker = BreakerPolicy {
+            consecutive_failures: self.positive_int(
+                field(at, "circuitBreaker.consecutiveFailures"),
+                c.consecutive_failures,
+                base.consecutive_failures,
+                1,
+                1_000_000,
+            ),
+            open_for: self.duration(
+                field(at, "circuitBreaker.openFor"),
+                &c.open_for,
+                base.open_for,
+            ),
+            max_open_for: self.duration(
+                field(at, "circuitBreaker.maxOpenFor"),
+                &c.max_open_for,
+                base.max_open_for,
+            ),
+        };
+        if breaker.open_for.is_zero() {
+            self.push(field(at, "circuitBreaker.openFor"), "must be more than 0");
+        }
+        if breaker.max_open_for < breaker.open_for {
+            self.push(
+                field(at, "circuitBreaker.maxOpenFor"),
+                "must be at least openFor",
+            );
+        }
+        breaker
     }
 
     fn plugin(&mut self, at: &str, raw: RawPlugin, defaults: &Policy) -> Option<PluginConfig> {
@@ -778,52 +896,7 @@ impl Problems {
                 }
             },
         };
-        let insecure = raw.insecure.unwrap_or(false);
-        let transport = match (raw.ca_certificate, insecure) {
-            (Some(_), true) => {
-                self.push(
-                    format!("{at}.insecure"),
-                    "insecure: true and caCertificate exclude each other",
-                );
-                None
-            }
-            (None, true) => Some(Transport::Plaintext),
-            (None, false) => {
-                self.push(
-                    format!("{at}.caCertificate"),
-                    "is required (or set insecure: true explicitly for plaintext)",
-                );
-                None
-            }
-            (Some(ca), false) => {
-                self.unknown::<RawCaCertificate>(&format!("{at}.caCertificate"), &ca.unknown);
-                match (ca.ca_bundle, ca.ca_file) {
-                    (Some(b64), None) => match decode_ca_bundle(&b64) {
-                        Ok(pem) => Some(Transport::Tls {
-                            ca: CaSource::Bundle { pem },
-                        }),
-                        Err(why) => {
-                            self.push(format!("{at}.caCertificate.caBundle"), why);
-                            None
-                        }
-                    },
-                    (None, Some(path)) if path.trim().is_empty() => {
-                        self.push(format!("{at}.caCertificate.caFile"), "is empty");
-                        None
-                    }
-                    (None, Some(path)) => Some(Transport::Tls {
-                        ca: CaSource::File { path },
-                    }),
-                    (Some(_), Some(_)) | (None, None) => {
-                        self.push(
-                            format!("{at}.caCertificate"),
-                            "set exactly one of caBundle and caFile",
-                        );
-                        None
-                    }
-                }
-            }
-        };
+        let transport = self.transport(at, raw.ca_certificate, raw.insecure.unwrap_or(false));
         let policy = self.policy(at, &raw.policy, defaults);
         let hubs = raw.hubs.inspect(|hubs| {
             if hubs.is_empty() {
@@ -843,6 +916,15 @@ impl Problems {
             policy,
             hubs,
         })
+    }
+}
+
+/// The path of `name` inside the block at `at` (the file's top: `name`).
+fn field(at: &str, name: &str) -> String {
+    if at.is_empty() {
+        name.to_string()
+    } else {
+        format!("{at}.{name}")
     }
 }
 
@@ -875,30 +957,29 @@ pub fn parse_code(text: &str) -> Option<Code> {
 
 /// `host:port`, `[v6]:port`. No scheme: the transport comes from
 /// `caCertificate` / `insecure`.
-pub fn parse_endpoint(text: &str) -> Result<Endpoint, String> {
+pub fn parse_endpoint(text: &str) -> Result<Endpoint, EndpointError> {
     if text.contains("://") {
-        return Err(
-            "must be host:port without a scheme (TLS is chosen by caCertificate or insecure)"
-                .into(),
-        );
+        return Err(EndpointError::Scheme);
     }
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-        let (h, p) = rest.split_once("]:").ok_or("is not [ipv6]:port")?;
+        let (h, p) = rest
+            .split_once("]:")
+            .ok_or(EndpointError::NotBracketedPort)?;
         if h.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(format!("has an invalid IPv6 address {h:?}"));
+            return Err(EndpointError::Ipv6(h.to_string()));
         }
         (h, p)
     } else {
-        let (h, p) = text.rsplit_once(':').ok_or("is not host:port")?;
+        let (h, p) = text.rsplit_once(':').ok_or(EndpointError::NotHostPort)?;
         if h.contains(':') {
-            return Err("has an IPv6 address without brackets: write [address]:port".into());
+            return Err(EndpointError::UnbracketedIpv6);
         }
         check_host_name(h)?;
         (h, p)
     };
-    let port: u16 = port.parse().map_err(|_| "has an invalid port")?;
+    let port: u16 = port.parse().map_err(|_| EndpointError::Port)?;
     if port == 0 {
-        return Err("has port 0".into());
+        return Err(EndpointError::PortZero);
     }
     Ok(Endpoint {
         host: host.to_string(),
@@ -906,51 +987,83 @@ pub fn parse_endpoint(text: &str) -> Result<Endpoint, String> {
     })
 }
 
+/// Why an `endpoint` is not `host:port`; each reads after the endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    #[error("must be host:port without a scheme (TLS is chosen by caCertificate or insecure)")]
+    Scheme,
+    #[error("is not [ipv6]:port")]
+    NotBracketedPort,
+    #[error("has an invalid IPv6 address {0:?}")]
+    Ipv6(String),
+    #[error("is not host:port")]
+    NotHostPort,
+    #[error("has an IPv6 address without brackets: write [address]:port")]
+    UnbracketedIpv6,
+    #[error("has an invalid port")]
+    Port,
+    #[error("has port 0")]
+    PortZero,
+    #[error("has no host")]
+    NoHost,
+    #[error(
+        "has an invalid host {host:?}: {c:?} is not allowed (letters, digits, '-', '_' and '.')"
+    )]
+    HostCharacter { host: String, c: char },
+    #[error("has a host of {0} characters (at most 253)")]
+    HostLength(usize),
+    #[error("has an invalid host {0:?}: an empty label")]
+    EmptyLabel(String),
+    #[error("has an invalid host: the label {0:?} is over 63 characters")]
+    LabelLength(String),
+    #[error("has an invalid host {host:?}: the label {label:?} starts or ends with '-'")]
+    LabelDash { host: String, label: String },
+    #[error(
+        "has an invalid host {0:?}: neither an IPv4 address nor a DNS name (whose last label is not a number)"
+    )]
+    NumericName(String),
+}
+
 /// A DNS name or an IPv4 address, as a connection's authority and a TLS
 /// server name both accept it: labels of ASCII letters, digits, `-` and `_`,
 /// separated by single dots (one trailing dot allowed), at most 63 characters
 /// a label and 253 in all.
-fn check_host_name(host: &str) -> Result<(), String> {
+fn check_host_name(host: &str) -> Result<(), EndpointError> {
     if host.is_empty() {
-        return Err("has no host".into());
+        return Err(EndpointError::NoHost);
     }
     if let Some(c) = host
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
     {
-        return Err(format!(
-            "has an invalid host {host:?}: {c:?} is not allowed (letters, digits, '-', '_' and '.')"
-        ));
+        return Err(EndpointError::HostCharacter {
+            host: host.to_string(),
+            c,
+        });
     }
     let name = host.strip_suffix('.').unwrap_or(host);
     if name.len() > 253 {
-        return Err(format!(
-            "has a host of {} characters (at most 253)",
-            host.len()
-        ));
+        return Err(EndpointError::HostLength(host.len()));
     }
     let mut last = name;
     for label in name.split('.') {
         if label.is_empty() {
-            return Err(format!("has an invalid host {host:?}: an empty label"));
+            return Err(EndpointError::EmptyLabel(host.to_string()));
         }
         if label.len() > 63 {
-            return Err(format!(
-                "has an invalid host: the label {label:?} is over 63 characters"
-            ));
+            return Err(EndpointError::LabelLength(label.to_string()));
         }
         if label.starts_with('-') || label.ends_with('-') {
-            return Err(format!(
-                "has an invalid host {host:?}: the label {label:?} starts or ends with '-'"
-            ));
+            return Err(EndpointError::LabelDash {
+                host: host.to_string(),
+                label: label.to_string(),
+            });
         }
         last = label;
     }
     // A name ending in a number is read as an IPv4 address, or not at all.
     if last.bytes().all(|b| b.is_ascii_digit()) && host.parse::<std::net::Ipv4Addr>().is_err() {
-        return Err(format!(
-            "has an invalid host {host:?}: neither an IPv4 address nor a DNS name (whose last label is not a number)"
-        ));
+        return Err(EndpointError::NumericName(host.to_string()));
     }
     Ok(())
 }
@@ -983,18 +1096,29 @@ fn nearest_field<'a>(key: &str, known: &'a [String]) -> Option<&'a str> {
 
 /// Decodes the design's `caBundle` (base64 of a PEM bundle) and checks that it
 /// holds at least one certificate.
-fn decode_ca_bundle(b64: &str) -> Result<Vec<u8>, String> {
+fn decode_ca_bundle(b64: &str) -> Result<Vec<u8>, CaBundleError> {
     if b64.trim().is_empty() {
-        return Err("is required".into());
+        return Err(CaBundleError::Missing);
     }
     let cleaned: String = b64.chars().filter(|c| !c.is_whitespace()).collect();
     let pem = base64::engine::general_purpose::STANDARD
         .decode(cleaned.as_bytes())
-        .map_err(|e| base64_problem(&e))?;
+        .map_err(CaBundleError::Base64)?;
     if !holds_pem_certificate(&pem) {
-        return Err("does not decode to a PEM bundle holding a CERTIFICATE".into());
+        return Err(CaBundleError::NoCertificate);
     }
     Ok(pem)
+}
+
+/// Why a `caBundle` is unusable.
+#[derive(Debug, thiserror::Error)]
+enum CaBundleError {
+    #[error("is required")]
+    Missing,
+    #[error("{}", base64_problem(.0))]
+    Base64(#[source] base64::DecodeError),
+    #[error("does not decode to a PEM bundle holding a CERTIFICATE")]
+    NoCertificate,
 }
 
 /// What is wrong with a `caBundle` that does not decode, in its user's terms.
@@ -1394,7 +1518,7 @@ pipelines:
             ("10.0.0.256:80", "neither an IPv4 address"),
             ("-a.b:80", "starts or ends with '-'"),
         ] {
-            let e = parse_endpoint(text).expect_err(text);
+            let e = parse_endpoint(text).expect_err(text).to_string();
             assert!(e.contains(reason), "{text}: {e}");
         }
         assert_eq!(

@@ -72,29 +72,42 @@ impl<'a> Json<'a> {
 /// is valid), so checking the whole work at once accepts and refuses exactly
 /// what the parser would, and lets it skip checking string by string (most
 /// of its time on a ManifestWork, which is mostly strings).
-fn text(bytes: &[u8]) -> Result<&str, String> {
-    std::str::from_utf8(bytes).map_err(|e| format!("is not JSON (not UTF-8: {e})"))
+fn text(bytes: &[u8]) -> Result<&str, NotAnObject> {
+    std::str::from_utf8(bytes).map_err(NotAnObject::NotUtf8)
+}
+
+/// Why bytes are not one JSON object; each message reads after the name of
+/// what was checked ("the ManifestWork to mutate …").
+#[derive(Debug, thiserror::Error)]
+pub enum NotAnObject {
+    #[error("is not JSON (not UTF-8: {0})")]
+    NotUtf8(#[source] std::str::Utf8Error),
+    #[error("is not JSON ({0})")]
+    Syntax(#[source] serde_json::Error),
+    /// JSON, of this other kind (`array`, `string`, …).
+    #[error("is a JSON {0}, not an object")]
+    Kind(&'static str),
 }
 
 /// Parses a ManifestWork: it must be a JSON object.
-pub fn parse_object(bytes: &[u8]) -> Result<Json<'_>, String> {
+pub fn parse_object(bytes: &[u8]) -> Result<Json<'_>, NotAnObject> {
     match serde_json::from_str::<Json<'_>>(text(bytes)?) {
         Ok(v @ Json::Object(_)) => Ok(v),
-        Ok(other) => Err(format!("is a JSON {}, not an object", other.kind())),
-        Err(e) => Err(format!("is not JSON ({e})")),
+        Ok(other) => Err(NotAnObject::Kind(other.kind())),
+        Err(e) => Err(NotAnObject::Syntax(e)),
     }
 }
 
 /// Checks that `bytes` are one JSON object, as [`parse_object`] would
 /// accept, without building it: a syntax pass only, allocating nothing for
 /// the values. The error reads as [`parse_object`]'s.
-pub fn check_object(bytes: &[u8]) -> Result<(), String> {
+pub fn check_object(bytes: &[u8]) -> Result<(), NotAnObject> {
     if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(text(bytes)?) {
-        return Err(format!("is not JSON ({e})"));
+        return Err(NotAnObject::Syntax(e));
     }
     match not_an_object(bytes) {
         None => Ok(()),
-        Some(kind) => Err(format!("is a JSON {kind}, not an object")),
+        Some(kind) => Err(NotAnObject::Kind(kind)),
     }
 }
 
@@ -142,8 +155,8 @@ pub enum Refused {
 /// fields are taken on the way and the rest compared member by member,
 /// without building a second tree.
 pub fn check_answer(input: &[u8], output: &[u8]) -> Result<bool, Refused> {
-    let out = parse_object(output).map_err(Refused::Answer)?;
-    let read = read_against(input, &out).map_err(Refused::Input)?;
+    let out = parse_object(output).map_err(|e| Refused::Answer(e.to_string()))?;
+    let read = read_against(input, &out).map_err(|e| Refused::Input(e.to_string()))?;
     let mut identity = read.identity.iter();
     if let Some((field, before, after)) = IDENTITY_FIELDS.iter().find_map(|(field, path)| {
         let before = identity.next().and_then(Option::as_ref);
@@ -169,7 +182,7 @@ struct Read<'a> {
 /// Reads `input` (it must be a JSON object) against `expected`: whether they
 /// are equal, and the input's identity fields. The errors read as
 /// [`parse_object`]'s.
-fn read_against<'a>(input: &'a [u8], expected: &Json<'_>) -> Result<Read<'a>, String> {
+fn read_against<'a>(input: &'a [u8], expected: &Json<'_>) -> Result<Read<'a>, NotAnObject> {
     let text = text(input)?;
     let mut de = serde_json::Deserializer::from_str(text);
     let mut identity = [None, None, None, None];
@@ -180,10 +193,10 @@ fn read_against<'a>(input: &'a [u8], expected: &Json<'_>) -> Result<Read<'a>, St
     }
     .deserialize(&mut de)
     .and_then(|equal| de.end().map(|()| equal))
-    .map_err(|e| format!("is not JSON ({e})"))?;
+    .map_err(NotAnObject::Syntax)?;
     match not_an_object(input) {
         None => Ok(Read { equal, identity }),
-        Some(kind) => Err(format!("is a JSON {kind}, not an object")),
+        Some(kind) => Err(NotAnObject::Kind(kind)),
     }
 }
 
@@ -502,14 +515,13 @@ mod tests {
     fn only_objects_are_manifest_works() {
         assert!(parse_object(br#"{"kind":"ManifestWork"}"#).is_ok());
         assert_eq!(
-            parse_object(b"[1]").err().as_deref(),
+            parse_object(b"[1]").err().map(|e| e.to_string()).as_deref(),
             Some("is a JSON array, not an object")
         );
-        assert!(
-            parse_object(b"{not json")
-                .expect_err("bad")
-                .starts_with("is not JSON")
-        );
+        assert!(matches!(
+            parse_object(b"{not json"),
+            Err(NotAnObject::Syntax(_))
+        ));
         assert!(parse_object(b"").is_err());
     }
 
@@ -542,9 +554,11 @@ mod tests {
                 String::from_utf8_lossy(text)
             );
             let (cheap, full) = (check_object(text), parse_object(text).map(drop));
-            let summary = |r: &Result<(), String>| {
-                r.clone()
-                    .map_err(|e| e.split(" (").next().unwrap_or_default().to_string())
+            // The kind of failure, not its wording.
+            let summary = |r: &Result<(), NotAnObject>| match r {
+                Ok(()) => Ok(()),
+                Err(NotAnObject::NotUtf8(_) | NotAnObject::Syntax(_)) => Err("not JSON"),
+                Err(NotAnObject::Kind(kind)) => Err(*kind),
             };
             assert_eq!(
                 summary(&cheap),

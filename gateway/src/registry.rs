@@ -3,11 +3,14 @@
 //! Each registry source (a `--config` file, later a watched ConfigMap) holds
 //! its last valid [`Config`]. A change to a source is parsed and validated on
 //! its own, then every source is combined into a new snapshot (hub scopes,
-//! name clashes across files, pipelines naming shared plugins): the whole new
-//! registry is planned first, touching nothing live, and only a plan without
-//! problems is committed — the kept plugins take their new concurrency bound,
-//! breaker and budget settings, and the snapshot is stored in one atomic
-//! swap. A change that fails changes nothing: the previous snapshot and every
+//! name clashes across files, pipelines naming shared plugins) in three
+//! steps: a pure plan (`registry/plan.rs`: what is added, updated, removed, and what
+//! is wrong, from the configs and the live snapshot alone), a build
+//! (`registry/build.rs`: certificate files read, each plugin's upstream kept when its
+//! endpoint and TLS material did not change, else made anew), and only a
+//! build without problems is committed — the kept plugins take their new
+//! concurrency bound, breaker and budget settings, and the snapshot is
+//! stored in one atomic swap. A change that fails changes nothing: the previous snapshot and every
 //! plugin's settings stay, and the failure is recorded for `/debug/plugins`
 //! and counted. Calls load the snapshot once and finish on it, whatever
 //! reloads happen meanwhile.
@@ -17,8 +20,8 @@
 //! does them on the blocking pool, never on the runtime's workers, and no
 //! lock that the call path or the admin endpoints take is held meanwhile.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,15 +31,17 @@ use arc_swap::ArcSwapOption;
 use rollout_policies::Policy;
 use rollout_policies::breaker::BreakerState;
 
-use crate::config::{
-    self, CaSource, ClientCertificate, Config, ConfigError, Endpoint, PipelineConfig, Problem,
-    Transport,
-};
+mod build;
+mod plan;
+
+use build::{Built, FileCache};
+
+use crate::config::{self, Config, ConfigError, Endpoint, PipelineConfig};
 pub use crate::error::ResolveError;
-use crate::files::{self, FileLimits};
-use crate::stack::{self, PluginStack};
+use crate::files::FileLimits;
+use crate::stack::PluginStack;
 use crate::telemetry::{LastReload, PluginMetrics, RegistryState, Telemetry};
-use crate::upstream::{CaBundle, Channel, ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
+use crate::upstream::{ChannelSettings, Upstream};
 
 /// A registered plugin, as one snapshot sees it.
 pub struct Plugin {
@@ -161,7 +166,10 @@ impl Snapshot {
 
 /// The plugins of `snapshot` whose TLS material comes from one of the
 /// `changed` files: those a certificate reload rebuilds.
-pub fn affected_plugins<'a>(snapshot: &'a Snapshot, changed: &[PathBuf]) -> Vec<&'a Arc<Plugin>> {
+pub(crate) fn affected_plugins<'a>(
+    snapshot: &'a Snapshot,
+    changed: &[PathBuf],
+) -> Vec<&'a Arc<Plugin>> {
     snapshot
         .plugins
         .iter()
@@ -170,7 +178,7 @@ pub fn affected_plugins<'a>(snapshot: &'a Snapshot, changed: &[PathBuf]) -> Vec<
 }
 
 /// The label of certificate reloads in messages (they belong to no source).
-pub const CERTIFICATE_FILES: &str = "certificate files";
+pub(crate) const CERTIFICATE_FILES: &str = "certificate files";
 
 /// Where a source's text came from, for messages and listings.
 #[derive(Debug, Clone)]
@@ -187,25 +195,15 @@ struct SourceState {
     last_text: Option<String>,
     /// When `last_text` was refused at planning (a `caFile` not written
     /// yet, say): the certificate files that plan read, with what they held
-    /// then. Once one of them holds something else, the text is planned
-    /// again ([`Registry::retry_waiting`]). Empty otherwise.
-    waiting_on: HashMap<String, Result<Vec<u8>, String>>,
+    /// then (`None`: it could not be read). Once one of them holds
+    /// something else, the text is planned again
+    /// ([`Registry::retry_waiting`]). Empty otherwise.
+    waiting_on: HashMap<String, Option<Vec<u8>>>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     sources: Vec<SourceState>,
-}
-
-/// A new registry, planned and not yet live: committing it stores the
-/// snapshot and applies the kept plugins' new settings.
-struct Plan {
-    snapshot: Snapshot,
-    /// Upstreams made for this plan, whose own Initialize is pending.
-    fresh: Vec<(Option<String>, Arc<Upstream>)>,
-    /// Kept upstreams, with the policy and the count of hubs sharing them
-    /// that they take on commit.
-    kept: Vec<(Arc<Upstream>, Policy, usize)>,
 }
 
 /// What became of a change to a source.
@@ -347,7 +345,7 @@ impl Registry {
 
     /// Serving, what `/readyz` and the gRPC health service both report:
     /// ready, and no registry entry names a server that answered it is no
-    /// plugin ([`Registry::refused_plugins`]).
+    /// plugin (`Registry::refused_plugins`).
     pub fn is_serving(&self) -> bool {
         self.is_ready() && self.refused_plugins().is_empty()
     }
@@ -357,7 +355,7 @@ impl Registry {
     /// a refusal: UNIMPLEMENTED or an invalid declaration. Such an entry is
     /// a configuration error, as a bad registry is; a plugin merely out of
     /// reach is not one.
-    pub fn refused_plugins(&self) -> Vec<String> {
+    pub(crate) fn refused_plugins(&self) -> Vec<String> {
         let Some(snapshot) = self.load() else {
             return Vec::new();
         };
@@ -405,13 +403,13 @@ impl Registry {
     }
 
     /// The labels of the sources.
-    pub fn source_labels(&self) -> Vec<String> {
+    pub(crate) fn source_labels(&self) -> Vec<String> {
         self.labels.clone()
     }
 
     /// The upstreams created by the reloads since the last call (the gateway
     /// sends each its own Initialize to learn its hooks).
-    pub fn take_fresh_upstreams(&self) -> Vec<(Option<String>, Arc<Upstream>)> {
+    pub(crate) fn take_fresh_upstreams(&self) -> Vec<(Option<String>, Arc<Upstream>)> {
         std::mem::take(&mut *lock(&self.fresh))
     }
 
@@ -509,18 +507,22 @@ impl Registry {
             let mut configs: Vec<Option<&Config>> =
                 inner.sources.iter().map(|s| s.config.as_ref()).collect();
             configs[source] = Some(&cfg);
-            let plan = self.plan(&configs, &inner.sources, &mut files)?;
-            Ok((cfg, plan))
+            let built = self.prepare(&configs, &inner.sources, &mut files)?;
+            Ok((cfg, built))
         });
         match result {
-            Ok((cfg, plan)) => {
+            Ok((cfg, built)) => {
                 inner.sources[source].config = Some(cfg);
                 inner.sources[source].waiting_on.clear();
-                Ok(self.commit_accepted(plan))
+                Ok(self.commit_accepted(built))
             }
             Err(error) => {
                 if let Some(s) = inner.sources.get_mut(source) {
-                    s.waiting_on = files.read;
+                    s.waiting_on = files
+                        .read
+                        .into_iter()
+                        .map(|(path, read)| (path, read.ok()))
+                        .collect();
                 }
                 Err(self.record_rejected(label, error))
             }
@@ -554,7 +556,7 @@ impl Registry {
             let changed = s
                 .waiting_on
                 .iter()
-                .any(|(path, then)| now.read(path) != *then);
+                .any(|(path, then)| now.read(path).ok() != *then);
             if changed && let Some(text) = s.last_text.take() {
                 results.push(self.apply_locked(&mut inner, index, &text));
             }
@@ -579,9 +581,9 @@ impl Registry {
     }
 
     /// Commits a plan that passed, and records the reload as a success.
-    fn commit_accepted(&self, plan: Plan) -> Applied {
+    fn commit_accepted(&self, built: Built) -> Applied {
         self.set_last_error(None);
-        let generation = self.commit(plan);
+        let generation = self.commit(built);
         *lock(&self.loaded_at) = Some(SystemTime::now());
         self.reload_success.fetch_add(1, Ordering::Relaxed);
         Applied::Loaded(generation)
@@ -633,12 +635,12 @@ impl Registry {
         }
         let configs: Vec<Option<&Config>> =
             inner.sources.iter().map(|s| s.config.as_ref()).collect();
-        match self.plan(
+        match self.prepare(
             &configs,
             &inner.sources,
             &mut FileCache::new(self.file_limits.max_bytes),
         ) {
-            Ok(plan) if plan.fresh.is_empty() => {
+            Ok(built) if built.fresh.is_empty() => {
                 // The files hold what the live upstreams were built from
                 // (a file put back after a bad rotation, or a rewrite of the
                 // same bytes): nothing to swap.
@@ -650,7 +652,7 @@ impl Registry {
                 }
                 Ok(Applied::Unchanged)
             }
-            Ok(plan) => Ok(self.commit_accepted(plan)),
+            Ok(built) => Ok(self.commit_accepted(built)),
             Err(error) => {
                 let err = self.record_rejected(CERTIFICATE_FILES.to_string(), error);
                 // Remembered apart, so that files put right clear it (above).
@@ -662,12 +664,20 @@ impl Registry {
 
     /// Makes a plan live: the kept plugins take their new settings, then the
     /// snapshot is stored, in one swap. Returns its generation.
-    fn commit(&self, plan: Plan) -> u64 {
-        let Plan {
+    fn commit(&self, built: Built) -> u64 {
+        let Built {
             mut snapshot,
             fresh,
             kept,
-        } = plan;
+            removed,
+        } = built;
+        tracing::debug!(
+            plugins = snapshot.plugins.len(),
+            new_upstreams = fresh.len(),
+            kept_upstreams = kept.len(),
+            removed,
+            "registry committed"
+        );
         for (upstream, policy, hubs) in kept {
             upstream.update_policy(&policy);
             upstream.set_hub_count(hubs);
@@ -680,257 +690,20 @@ impl Registry {
         generation
     }
 
-    /// Plans a snapshot combining the sources' configs, reusing the upstream
-    /// of every plugin whose endpoint and TLS settings did not change. Changes
-    /// nothing live: a kept upstream's new settings are in the plan, applied
-    /// by [`Registry::commit`].
-    fn plan(
+    /// The registry combining the sources' `configs`, planned against the
+    /// live snapshot ([`plan::plan`], pure), then built ([`build::build`]:
+    /// the certificate files read through `files`, the upstreams made or
+    /// kept). Changes nothing live: that is [`Registry::commit`].
+    fn prepare(
         &self,
         configs: &[Option<&Config>],
         sources: &[SourceState],
         files: &mut FileCache,
-    ) -> Result<Plan, ConfigError> {
-        let previous = self.current.load_full();
-        let mut problems = Vec::new();
-        let mut scopes: HashMap<Option<String>, HashMap<String, Target>> = HashMap::new();
-        let mut plugins = Vec::new();
-        let mut fresh = Vec::new();
-        let mut kept_upstreams = Vec::new();
-        // The file defining each name of a hub's scope, for a clash's
-        // message; and the plugins defined but not built (their own problem
-        // is reported, or their files are skipped), which pipelines may name
-        // without a follow-on problem.
-        let mut defined: HashMap<(Option<String>, String), String> = HashMap::new();
-        let mut unbuilt: HashSet<(Option<String>, String)> = HashSet::new();
-        // Each certificate file is read once a plan (`files`): every plugin
-        // naming it sees the same bytes.
-        // One connection per key: a new upstream joins the channel of any
-        // upstream of its key, live or made by this plan.
-        let mut channels: HashMap<UpstreamKey, Arc<Channel>> = previous
-            .as_ref()
-            .map(|snap| {
-                snap.plugins
-                    .iter()
-                    .map(|p| (p.upstream.key().clone(), p.upstream.channel().clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
-
-        // The hubs of central mode, each named by its registry file.
-        let hub_count = configs
-            .iter()
-            .flatten()
-            .filter_map(|c| c.hub.as_deref())
-            .collect::<std::collections::HashSet<_>>()
-            .len();
-        // Plugins first, so pipelines of any file can name them.
-        for (si, cfg) in configs.iter().enumerate() {
-            let Some(cfg) = cfg else { continue };
-            let label = &sources[si].label;
-            let identity = match &cfg.client_certificate {
-                None => None,
-                Some(_) if self.skip_files => {
-                    unbuilt_file(cfg, label, &mut defined, &mut unbuilt, &mut problems);
-                    continue;
-                }
-                Some(cc) => match read_identity(cc, files) {
-                    Ok(id) => Some(id),
-                    Err(message) => {
-                        problems.push(Problem {
-                            path: format!("{label}: clientCertificate"),
-                            message,
-                        });
-                        unbuilt_file(cfg, label, &mut defined, &mut unbuilt, &mut problems);
-                        continue;
-                    }
-                },
-            };
-            let identity_files: Vec<PathBuf> = cfg
-                .client_certificate
-                .iter()
-                .flat_map(|cc| [PathBuf::from(&cc.cert_file), PathBuf::from(&cc.key_file)])
-                .collect();
-            let scope = scopes.entry(cfg.hub.clone()).or_default();
-            for (pi, pc) in cfg.plugins.iter().enumerate() {
-                let at = format!("{label}: plugins[{pi}] ({})", pc.name);
-                let name = (cfg.hub.clone(), pc.name.clone());
-                if let Some(problem) = clash(&defined, &name, &at) {
-                    problems.push(problem);
-                    continue;
-                }
-                defined.insert(name.clone(), label.clone());
-                let mut certificate_files = Vec::new();
-                let ca_bundle = match &pc.transport {
-                    Transport::Plaintext => None,
-                    Transport::Tls {
-                        ca: CaSource::Bundle { pem },
-                    } => Some(CaBundle(pem.clone())),
-                    Transport::Tls {
-                        ca: CaSource::File { .. },
-                    } if self.skip_files => {
-                        unbuilt.insert(name);
-                        continue;
-                    }
-                    Transport::Tls {
-                        ca: CaSource::File { path },
-                    } => match files.read(path).and_then(|pem| {
-                        if config::holds_pem_certificate(&pem) {
-                            Ok(pem)
-                        } else {
-                            Err(format!("{path} holds no PEM CERTIFICATE"))
-                        }
-                    }) {
-                        Ok(pem) => {
-                            certificate_files.push(PathBuf::from(path));
-                            Some(CaBundle(pem))
-                        }
-                        Err(message) => {
-                            problems.push(Problem {
-                                path: format!("{at}.caCertificate.caFile"),
-                                message,
-                            });
-                            unbuilt.insert(name);
-                            continue;
-                        }
-                    },
-                };
-                // The key holds the identity whatever the transport: the
-                // files it came from are the plugin's too.
-                certificate_files.extend(identity_files.iter().cloned());
-                let key = UpstreamKey {
-                    endpoint: pc.endpoint.clone(),
-                    ca_bundle,
-                    client_identity: identity.clone(),
-                };
-                let kept = previous.as_ref().and_then(|snap| {
-                    snap.scopes
-                        .get(&cfg.hub)
-                        .and_then(|s| s.get(&pc.name))
-                        .and_then(|t| match t {
-                            Target::Plugin(p) if *p.upstream.key() == key => {
-                                Some(p.upstream.clone())
-                            }
-                            _ => None,
-                        })
-                });
-                // The hubs that may call it share its concurrency bound.
-                let hubs = match (&pc.hubs, &cfg.hub) {
-                    (Some(hubs), _) => hubs.len(),
-                    (None, Some(_)) => 1,
-                    (None, None) => hub_count,
-                };
-                let upstream = match kept {
-                    Some(u) => {
-                        kept_upstreams.push((u.clone(), pc.policy.clone(), hubs));
-                        u
-                    }
-                    None => match Upstream::sharing(
-                        key.clone(),
-                        &self.settings,
-                        &pc.policy,
-                        channels.entry(key).or_default().clone(),
-                        cfg.hub.as_deref(),
-                    ) {
-                        Ok(u) => {
-                            u.set_hub_count(hubs);
-                            let u = Arc::new(u);
-                            fresh.push((cfg.hub.clone(), u.clone()));
-                            u
-                        }
-                        Err(e) => {
-                            let message = if certificate_files.is_empty() {
-                                e.to_string()
-                            } else {
-                                let names: Vec<String> = certificate_files
-                                    .iter()
-                                    .map(|f| f.display().to_string())
-                                    .collect();
-                                format!("{e} (read from {})", names.join(", "))
-                            };
-                            problems.push(Problem { path: at, message });
-                            unbuilt.insert(name);
-                            continue;
-                        }
-                    },
-                };
-                let metrics = self.telemetry.metrics.plugin(&pc.name, cfg.hub.as_deref());
-                let plugin = Arc::new(Plugin {
-                    name: pc.name.clone(),
-                    hub: cfg.hub.clone(),
-                    endpoint: pc.endpoint.clone(),
-                    policy: pc.policy.clone(),
-                    hubs: pc.hubs.clone(),
-                    stack: stack::build(&pc.name, &pc.policy, &upstream, &self.telemetry, &metrics),
-                    upstream,
-                    metrics,
-                    certificate_files,
-                });
-                scope.insert(pc.name.clone(), Target::Plugin(plugin.clone()));
-                plugins.push(plugin);
-            }
-        }
-
-        let mut pipelines = Vec::new();
-        let mut resolved_pipelines = Vec::new();
-        for (si, cfg) in configs.iter().enumerate() {
-            let Some(cfg) = cfg else { continue };
-            let label = &sources[si].label;
-            for (pi, pl) in cfg.pipelines.iter().enumerate() {
-                let at = format!("{label}: pipelines[{pi}] ({})", pl.name);
-                let mut members = Vec::with_capacity(pl.plugins.len());
-                for (mi, member) in pl.plugins.iter().enumerate() {
-                    let own = scopes.get(&cfg.hub).and_then(|s| s.get(member));
-                    let found = own.or_else(|| {
-                        cfg.hub
-                            .as_ref()
-                            .and_then(|_| scopes.get(&None).and_then(|s| s.get(member)))
-                    });
-                    let is_unbuilt = unbuilt.contains(&(cfg.hub.clone(), member.clone()))
-                        || (cfg.hub.is_some() && unbuilt.contains(&(None, member.clone())));
-                    match found {
-                        Some(Target::Plugin(p)) => members.push(p.clone()),
-                        // Its own problem is reported (or its files skipped).
-                        None if is_unbuilt => {}
-                        _ => problems.push(Problem {
-                            path: format!("{at}.plugins[{mi}]"),
-                            message: match &cfg.hub {
-                                Some(h) => format!(
-                                    "\"{member}\" is not a plugin of hub {h} or a shared plugin"
-                                ),
-                                None => format!("\"{member}\" is not a shared plugin"),
-                            },
-                        }),
-                    }
-                }
-                resolved_pipelines.push((cfg.hub.clone(), pl.name.clone(), members, at, label));
-                pipelines.push((cfg.hub.clone(), pl.clone()));
-            }
-        }
-        for (hub, name, members, at, label) in resolved_pipelines {
-            let key = (hub.clone(), name.clone());
-            if let Some(problem) = clash(&defined, &key, &at) {
-                problems.push(problem);
-                continue;
-            }
-            defined.insert(key, label.clone());
-            let scope = scopes.entry(hub).or_default();
-            scope.insert(name.clone(), Target::Pipeline { name, members });
-        }
-
-        if !problems.is_empty() {
-            return Err(ConfigError { problems });
-        }
-        Ok(Plan {
-            snapshot: Snapshot {
-                // Set on commit.
-                generation: 0,
-                scopes,
-                plugins,
-                pipelines,
-            },
-            fresh,
-            kept: kept_upstreams,
-        })
+    ) -> Result<Built, ConfigError> {
+        let live = self.current.load_full();
+        let labels: Vec<&str> = sources.iter().map(|s| s.label.as_str()).collect();
+        let plan = plan::plan(configs, &labels, live.as_deref());
+        build::build(self, plan, live.as_deref(), files)
     }
 }
 
@@ -978,89 +751,6 @@ impl RegistryState for Registry {
 /// assignment).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The problem of `name` (hub, name) at `at` when a file already defines it
-/// for the same hub, naming that file.
-fn clash(
-    defined: &HashMap<(Option<String>, String), String>,
-    name: &(Option<String>, String),
-    at: &str,
-) -> Option<Problem> {
-    defined.get(name).map(|file| Problem {
-        path: at.to_owned(),
-        message: format!(
-            "\"{}\" is already defined by {file} for the same hub",
-            name.1
-        ),
-    })
-}
-
-/// Records the plugins of `cfg` (the file `label`) as defined but not
-/// built, their file's client certificate being unusable or skipped; a
-/// clash among them is still a problem.
-fn unbuilt_file(
-    cfg: &Config,
-    label: &str,
-    defined: &mut HashMap<(Option<String>, String), String>,
-    unbuilt: &mut HashSet<(Option<String>, String)>,
-    problems: &mut Vec<Problem>,
-) {
-    for (pi, pc) in cfg.plugins.iter().enumerate() {
-        let name = (cfg.hub.clone(), pc.name.clone());
-        let at = format!("{label}: plugins[{pi}] ({})", pc.name);
-        if let Some(problem) = clash(defined, &name, &at) {
-            problems.push(problem);
-            continue;
-        }
-        defined.insert(name.clone(), label.to_owned());
-        unbuilt.insert(name);
-    }
-}
-
-/// The certificate files one plan has read, by path as written.
-struct FileCache {
-    read: HashMap<String, Result<Vec<u8>, String>>,
-    max_bytes: u64,
-}
-
-impl FileCache {
-    fn new(max_bytes: u64) -> FileCache {
-        FileCache {
-            read: HashMap::new(),
-            max_bytes,
-        }
-    }
-
-    /// The file's bytes, or why it cannot be read (naming it): only a
-    /// regular file, at most `max_bytes` (plans run off the runtime).
-    fn read(&mut self, path: &str) -> Result<Vec<u8>, String> {
-        let max_bytes = self.max_bytes;
-        self.read
-            .entry(path.to_string())
-            .or_insert_with(|| {
-                files::read_sync(Path::new(path), max_bytes, None)
-                    .map(|read| read.map(|(bytes, _)| bytes).unwrap_or_default())
-                    .map_err(|e| e.to_string())
-            })
-            .clone()
-    }
-}
-
-fn read_identity(cc: &ClientCertificate, files: &mut FileCache) -> Result<ClientIdentity, String> {
-    let cert_pem = files
-        .read(&cc.cert_file)
-        .map_err(|e| format!("certFile: {e}"))?;
-    if !config::holds_pem_certificate(&cert_pem) {
-        return Err(format!(
-            "certFile: {} holds no PEM CERTIFICATE",
-            cc.cert_file
-        ));
-    }
-    let key_pem = files
-        .read(&cc.key_file)
-        .map_err(|e| format!("keyFile: {e}"))?;
-    Ok(ClientIdentity { cert_pem, key_pem })
 }
 
 #[cfg(test)]

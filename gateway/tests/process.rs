@@ -34,6 +34,11 @@ fn sigterm(child: &Child) {
 
 /// Starts the binary on port 0 and reads its listening line.
 fn spawn(config: &std::path::Path) -> (Proc, SocketAddr, SocketAddr) {
+    spawn_with(config, &[])
+}
+
+/// The same, with more flags.
+fn spawn_with(config: &std::path::Path, flags: &[&str]) -> (Proc, SocketAddr, SocketAddr) {
     let mut child = Command::new(BIN)
         .args([
             "--config",
@@ -43,6 +48,7 @@ fn spawn(config: &std::path::Path) -> (Proc, SocketAddr, SocketAddr) {
             "--admin-listen",
             "127.0.0.1:0",
         ])
+        .args(flags)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -316,4 +322,144 @@ async fn json_logs_and_exported_spans_carry_the_callers_trace() {
         3,
         "one server span and a client span per member"
     );
+}
+
+mod refused {
+    use bytes::{BufMut, Bytes, BytesMut};
+    use h2::client::SendRequest;
+
+    use super::*;
+
+    const MIB: usize = 1024 * 1024;
+    const MUTATE: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/MutateManifestWork";
+
+    /// A gRPC request head for the plugin service, with `headers` added.
+    fn request(headers: &[(&str, &str)]) -> http::Request<()> {
+        let mut b = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://gateway{MUTATE}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("ocm-rollout-plugin", "p");
+        for (name, value) in headers {
+            b = b.header(*name, *value);
+        }
+        b.body(()).unwrap()
+    }
+
+    /// A gRPC message prefix declaring `len` bytes, then `sent` bytes of it.
+    fn partial_message(len: usize, sent: usize) -> Bytes {
+        let mut b = BytesMut::with_capacity(5 + sent);
+        b.put_u8(0);
+        b.put_u32(len as u32);
+        b.put_bytes(b'x', sent);
+        b.freeze()
+    }
+
+    /// Sends a request head and `data` (the stream left open), and returns
+    /// the answer's grpc-status, waiting at most 5 s for it.
+    async fn refused(
+        send: &SendRequest<Bytes>,
+        headers: &[(&str, &str)],
+        data: Bytes,
+    ) -> (Option<String>, h2::SendStream<Bytes>) {
+        let mut send = send.clone().ready().await.unwrap();
+        let (answer, mut body) = send.send_request(request(headers), false).unwrap();
+        body.send_data(data, false).unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), answer)
+            .await
+            .expect("an answer within 5 s")
+            .unwrap();
+        let status = answer
+            .headers()
+            .get("grpc-status")
+            .map(|v| v.to_str().unwrap().to_string());
+        (status, body)
+    }
+
+    /// `rollout_gateway_calls_refused_total` by reason, from `/metrics`.
+    async fn counts(admin: SocketAddr) -> std::collections::BTreeMap<String, u64> {
+        let (code, text) = http_get(admin, "/metrics").await;
+        assert_eq!(code, 200);
+        text.lines()
+            .filter_map(|l| l.strip_prefix("rollout_gateway_calls_refused_total{reason=\""))
+            .filter_map(|l| l.split_once("\"} "))
+            .map(|(reason, n)| (reason.to_string(), n.trim().parse().unwrap()))
+            .collect()
+    }
+
+    /// Calls refused while their request arrives (a half-sent request past
+    /// the receive timeout or the caller's deadline, the pending-bytes pool
+    /// refusing, a message over the limit, a malformed `grpc-timeout`) never
+    /// reach the layers that trace and count calls; `/metrics` counts each,
+    /// by reason.
+    #[tokio::test]
+    async fn calls_refused_while_received_are_counted_by_reason() {
+        let p = plugin(Behaviour::new("p")).await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, format!("plugins:\n{}", insecure_plugin("p", &p, ""))).unwrap();
+        let flags = [
+            "--request-receive-timeout",
+            "1s",
+            "--max-message-bytes",
+            "1048576",
+            "--max-pending-request-bytes-per-connection",
+            "2097152",
+        ];
+        let (_gw, grpc, admin) = spawn_with(&path, &flags);
+        let before = counts(admin).await;
+
+        let tcp = tokio::net::TcpStream::connect(grpc).await.unwrap();
+        let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+        let conn = tokio::spawn(conn);
+        let half = partial_message(1024, 100);
+        let (status, _) = refused(&send, &[], half.clone()).await;
+        assert_eq!(status.as_deref(), Some("4"), "receive timeout");
+        let (status, _) = refused(&send, &[("grpc-timeout", "200m")], half.clone()).await;
+        assert_eq!(status.as_deref(), Some("4"), "caller's deadline");
+        let (status, _) = refused(&send, &[], partial_message(2 * MIB, 10)).await;
+        assert_eq!(status.as_deref(), Some("8"), "over the message limit");
+        let (status, _) = refused(&send, &[("grpc-timeout", "soon")], half).await;
+        assert_eq!(status.as_deref(), Some("3"), "malformed grpc-timeout");
+        // Two requests of nearly 1 MiB held open fill the connection's
+        // 2 MiB pool: the third is refused.
+        let nearly = MIB - 64;
+        let mut open = Vec::new();
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            let mut s = send.clone().ready().await.unwrap();
+            let (answer, mut body) = s.send_request(request(&[]), false).unwrap();
+            body.send_data(partial_message(nearly, nearly - 1), false)
+                .unwrap();
+            open.push((answer, body));
+        }
+        for (answer, _body) in open {
+            if let Ok(Ok(a)) = tokio::time::timeout(Duration::from_millis(500), answer).await {
+                statuses.push(a.headers().get("grpc-status").cloned());
+            }
+        }
+        assert!(
+            statuses
+                .iter()
+                .any(|s| s.as_ref().is_some_and(|v| v == "8")),
+            "the pool refused none: {statuses:?}"
+        );
+
+        let after = counts(admin).await;
+        let count = |m: &std::collections::BTreeMap<String, u64>, reason: &str| {
+            m.get(reason).copied().unwrap_or(0)
+        };
+        let rose = |reason: &str| count(&after, reason) > count(&before, reason);
+        for reason in [
+            "receive_timeout",
+            "deadline",
+            "pending_bytes",
+            "too_large",
+            "header",
+        ] {
+            assert!(rose(reason), "{reason}: {before:?} then {after:?}");
+        }
+        conn.abort();
+    }
 }

@@ -1199,7 +1199,9 @@ fn check_json_bytes(input: &[u8], output: &[u8]) -> TestCaseResult {
         prop_assert!(matches!(v, manifest::Json::Object(_)));
     }
     if let Ok(changed) = check_answer(input, output) {
-        prop_assert!(changed || manifest::parse_object(input) == manifest::parse_object(output));
+        prop_assert!(
+            changed || manifest::parse_object(input).ok() == manifest::parse_object(output).ok()
+        );
     }
     Ok(())
 }

@@ -5,7 +5,8 @@
 //! Rescue     (error.rs) the one place a failure becomes a gRPC status: the
 //!            failure of any layer below becomes a trailers-only answer
 //! Receive    receive limits and deadline: the caller's grpc-timeout, the
-//!            message whole within it, its bytes held against the pools
+//!            message whole within it, its bytes held against the pools;
+//!            what it refuses is counted here, by reason
 //! Dispatch   by path: the health service, or the plugin service below
 //! Observe    the call's server span, log context and metrics
 //! Resolve    the target header and the caller's hub, resolved in one
@@ -46,10 +47,9 @@ use crate::transport::server::{Call, Peer};
 
 pub use health::Health;
 pub use receive::ReceiveLimits;
-pub use route::valid_tracestate;
 
 /// The server's whole stack: a cheap-to-clone service the transport drives.
-pub type GatewayStack = BoxCloneSyncService<Call, Answer, Infallible>;
+pub(crate) type GatewayStack = BoxCloneSyncService<Call, Answer, Infallible>;
 
 /// The path prefix of every method of the plugin service.
 const PATH_PREFIX: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/";
@@ -104,7 +104,10 @@ pub fn stack(registry: Arc<Registry>, limits: ReceiveLimits, health: Health) -> 
         .layer(RescueLayer)
         // Before anything reads a request: every service on the port, health
         // included, gets its message whole within the limits, or not at all.
-        .layer(receive::ReceiveLayer::new(limits))
+        .layer(receive::ReceiveLayer::new(
+            limits,
+            registry.telemetry().metrics.clone(),
+        ))
         .service(Dispatch {
             health: health::HealthService::new(health),
             plugins,
@@ -146,4 +149,4 @@ where
 }
 
 /// The receive timeout's default.
-pub const DEFAULT_RECEIVE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_RECEIVE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -2,8 +2,11 @@
 //! caller's `grpc-timeout` read strictly, then the request message received
 //! whole within the sooner of that deadline and the receive timeout, what is
 //! buffered meanwhile held against the connection's and the gateway's
-//! pending-bytes pools. Every service on the port sits below it.
+//! pending-bytes pools. Every service on the port sits below it. A call
+//! refused here is counted by reason (`rollout_gateway_calls_refused`), as
+//! it never reaches the layers that observe calls.
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -14,7 +17,9 @@ use tower::Service;
 
 use super::Received;
 use crate::error::{CallFailure, GatewayError};
-use crate::transport::grpc::{self, ReceiveError};
+use crate::telemetry::Metrics;
+use crate::telemetry::metrics::Refused;
+use crate::transport::grpc::{self, FrameError, ReceiveError};
 use crate::transport::pending::Reservation;
 use crate::transport::send::Answer;
 use crate::transport::server::Call;
@@ -31,11 +36,13 @@ pub struct ReceiveLimits {
 #[derive(Debug, Clone)]
 pub(crate) struct ReceiveLayer {
     limits: ReceiveLimits,
+    metrics: Arc<Metrics>,
 }
 
 impl ReceiveLayer {
-    pub(crate) fn new(limits: ReceiveLimits) -> ReceiveLayer {
-        ReceiveLayer { limits }
+    /// Refusals are counted in `metrics`.
+    pub(crate) fn new(limits: ReceiveLimits, metrics: Arc<Metrics>) -> ReceiveLayer {
+        ReceiveLayer { limits, metrics }
     }
 }
 
@@ -46,6 +53,7 @@ impl<S> tower::Layer<S> for ReceiveLayer {
         Receive {
             inner,
             limits: self.limits,
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -55,6 +63,7 @@ impl<S> tower::Layer<S> for ReceiveLayer {
 pub(crate) struct Receive<S> {
     inner: S,
     limits: ReceiveLimits,
+    metrics: Arc<Metrics>,
 }
 
 impl<S> Service<Call> for Receive<S>
@@ -73,59 +82,109 @@ where
     fn call(&mut self, call: Call) -> Self::Future {
         let mut inner = self.inner.clone();
         let limits = self.limits;
+        let metrics = self.metrics.clone();
         Box::pin(async move {
-            let began = Instant::now();
-            let Call {
-                head,
-                mut body,
-                peer,
-            } = call;
-            if !is_grpc(&head.headers) {
-                // Read (a little of) the body first: a body that breaks
-                // HTTP/2's rules (a content-length its DATA contradicts) is
-                // then a stream error, as RFC 9113 §8.1.1 requires.
-                let until = began + limits.receive_timeout;
-                drain(&mut body, until).await?;
-                return Ok(Answer::Http(StatusCode::UNSUPPORTED_MEDIA_TYPE));
+            match receive(call, limits).await {
+                Ok(received) => inner.call(received).await,
+                Err(refusal) => {
+                    // Counted here: a refused call never reaches the layers
+                    // that observe calls.
+                    metrics.record_refused(refusal.reason);
+                    refusal.answer
+                }
             }
-            // The caller's deadline covers the whole call, receiving the
-            // request included: a request that stops arriving cannot hold
-            // the stream (and what it sent so far) past it.
-            let deadline = caller_timeout(&head.headers)?.map(|d| began + d);
-            let own = began + limits.receive_timeout;
-            let (until, by_caller) = match deadline {
-                Some(d) if d <= own => (d, true),
-                _ => (own, false),
-            };
-            let mut reservation = Reservation::new(Some(peer.budget.clone()));
-            let collect =
-                grpc::collect_reserved(&mut body, limits.max_message_bytes, &mut reservation);
-            let message = match tokio::time::timeout_at(until, collect).await {
-                Ok(Ok((message, _))) => message,
-                Ok(Err(ReceiveError::Held(exceeded))) => {
-                    tracing::warn!(peer = %peer.addr, error = %exceeded, "request refused: too many bytes still arriving");
-                    return Err(GatewayError::PendingBytes(exceeded).into());
-                }
-                Ok(Err(e)) => return Err(e.into()),
-                Err(_) => {
-                    return Err(GatewayError::ReceiveTimeout {
-                        waited: until.saturating_duration_since(began),
-                        by_caller,
-                    }
-                    .into());
-                }
-            };
-            inner
-                .call(Received {
-                    head,
-                    message,
-                    began,
-                    deadline,
-                    peer,
-                })
-                .await
         })
     }
+}
+
+/// A call refused before its request arrived whole: why (a metric label),
+/// and what the caller is answered.
+struct Refusal {
+    reason: Refused,
+    answer: Result<Answer, CallFailure>,
+}
+
+impl Refusal {
+    fn failed(reason: Refused, error: GatewayError) -> Refusal {
+        Refusal {
+            reason,
+            answer: Err(error.into()),
+        }
+    }
+}
+
+impl From<ReceiveError> for Refusal {
+    fn from(e: ReceiveError) -> Refusal {
+        let reason = match &e {
+            ReceiveError::Frame(FrameError::TooLarge { .. }) => Refused::TooLarge,
+            ReceiveError::Frame(_) => Refused::Malformed,
+            ReceiveError::Stream { .. } => Refused::Stream,
+            ReceiveError::Held(_) => Refused::PendingBytes,
+        };
+        Refusal::failed(reason, e.into())
+    }
+}
+
+/// Receives a call's request whole within the limits, or refuses the call.
+async fn receive(call: Call, limits: ReceiveLimits) -> Result<Received, Refusal> {
+    let began = Instant::now();
+    let Call {
+        head,
+        mut body,
+        peer,
+    } = call;
+    if !is_grpc(&head.headers) {
+        // Read (a little of) the body first: a body that breaks HTTP/2's
+        // rules (a content-length its DATA contradicts) is then a stream
+        // error, as RFC 9113 §8.1.1 requires.
+        let until = began + limits.receive_timeout;
+        drain(&mut body, until)
+            .await
+            .map_err(|e| Refusal::failed(Refused::Stream, e))?;
+        return Err(Refusal {
+            reason: Refused::NotGrpc,
+            answer: Ok(Answer::Http(StatusCode::UNSUPPORTED_MEDIA_TYPE)),
+        });
+    }
+    // The caller's deadline covers the whole call, receiving the request
+    // included: a request that stops arriving cannot hold the stream (and
+    // what it sent so far) past it.
+    let deadline = caller_timeout(&head.headers)
+        .map_err(|e| Refusal::failed(Refused::Header, e))?
+        .map(|d| began + d);
+    let own = began + limits.receive_timeout;
+    let (until, by_caller) = match deadline {
+        Some(d) if d <= own => (d, true),
+        _ => (own, false),
+    };
+    let mut reservation = Reservation::new(Some(peer.budget.clone()));
+    let collect = grpc::collect_reserved(&mut body, limits.max_message_bytes, &mut reservation);
+    let message = match tokio::time::timeout_at(until, collect).await {
+        Ok(Ok((message, _))) => message,
+        Ok(Err(e)) => {
+            if let ReceiveError::Held(exceeded) = &e {
+                tracing::warn!(peer = %peer.addr, error = %exceeded, "request refused: too many bytes still arriving");
+            }
+            return Err(e.into());
+        }
+        Err(_) => {
+            let reason = if by_caller {
+                Refused::Deadline
+            } else {
+                Refused::ReceiveTimeout
+            };
+            let waited = until.saturating_duration_since(began);
+            let error = GatewayError::ReceiveTimeout { waited, by_caller };
+            return Err(Refusal::failed(reason, error));
+        }
+    };
+    Ok(Received {
+        head,
+        message,
+        began,
+        deadline,
+        peer,
+    })
 }
 
 /// The most bytes of a request that is not gRPC read before it is refused.

@@ -204,17 +204,29 @@ fn failed_open(names: &[String]) -> Vec<(&'static str, String)> {
 
 /// [`manifest::check_object`], on the blocking pool for large works so a
 /// syntax pass over megabytes does not stall other calls.
-async fn check_work(work: &Bytes) -> Result<(), String> {
+async fn check_work(work: &Bytes) -> Result<(), WorkError> {
     if work.len() < OFF_THREAD_BYTES {
-        return manifest::check_object(work);
+        return Ok(manifest::check_object(work)?);
     }
     let work = work.clone();
     tokio::task::spawn_blocking(move || manifest::check_object(&work))
         .await
-        .unwrap_or_else(|e| Err(format!("could not be checked ({e})")))
+        .map_err(WorkError::Unchecked)?
+        .map_err(WorkError::Invalid)
+}
+
+/// Why the caller's ManifestWork is refused; reads after "the ManifestWork
+/// to mutate".
+#[derive(Debug, thiserror::Error)]
+enum WorkError {
+    #[error("{0}")]
+    Invalid(#[from] manifest::NotAnObject),
+    /// The check's task did not finish (the runtime is shutting down).
+    #[error("could not be checked ({0})")]
+    Unchecked(#[source] tokio::task::JoinError),
 }
 
 /// A W3C `tracestate`: at most 512 bytes of printable ASCII list members.
-pub fn valid_tracestate(v: &[u8]) -> bool {
+pub(crate) fn valid_tracestate(v: &[u8]) -> bool {
     v.len() <= 512 && v.iter().all(|b| (0x20..0x7f).contains(b))
 }

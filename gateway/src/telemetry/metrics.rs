@@ -130,6 +130,60 @@ impl EncodeLabelSet for PluginLabels {
     }
 }
 
+/// Why a call was refused while its request was being received, before it
+/// reached a service (the label `reason` of `rollout_gateway_calls_refused`):
+/// a fixed set, so a caller cannot create series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Refused {
+    /// The request is not gRPC (its `content-type`).
+    NotGrpc,
+    /// A caller header the receive layer reads (`grpc-timeout`) is malformed
+    /// or repeated.
+    Header,
+    /// The caller's own deadline passed before the request arrived whole.
+    Deadline,
+    /// The gateway's receive timeout passed before the request arrived whole.
+    ReceiveTimeout,
+    /// Holding the request's bytes would go over a pending-bytes pool.
+    PendingBytes,
+    /// The request's message declares more than the message limit.
+    TooLarge,
+    /// The request's message is malformed (framing, compression, several
+    /// messages).
+    Malformed,
+    /// The request's stream failed (reset by the caller, or an HTTP/2
+    /// stream error) while it arrived.
+    Stream,
+}
+
+impl Refused {
+    /// The label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Refused::NotGrpc => "not_grpc",
+            Refused::Header => "header",
+            Refused::Deadline => "deadline",
+            Refused::ReceiveTimeout => "receive_timeout",
+            Refused::PendingBytes => "pending_bytes",
+            Refused::TooLarge => "too_large",
+            Refused::Malformed => "malformed",
+            Refused::Stream => "stream",
+        }
+    }
+}
+
+/// Labels `{reason}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+impl EncodeLabelSet for ReasonLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> fmt::Result {
+        [("reason", self.reason)].encode(encoder)
+    }
+}
+
 fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS)
 }
@@ -151,6 +205,7 @@ pub struct Metrics {
     budget_exhausted: Family<PluginLabels, Counter>,
     calls: Family<TargetCodeLabels, Counter>,
     call_duration: HistogramFamily<TargetLabels>,
+    calls_refused: Family<ReasonLabels, Counter>,
 }
 
 impl Metrics {
@@ -217,6 +272,12 @@ impl Metrics {
             Unit::Seconds,
             call_duration.clone(),
         );
+        let calls_refused = Family::<ReasonLabels, Counter>::default();
+        r.register(
+            "rollout_gateway_calls_refused",
+            "Calls refused while their request was being received, before any service saw them, by reason",
+            calls_refused.clone(),
+        );
         r.register_collector(Box::new(RegistryCollector(registry)));
         r.register_collector(Box::new(ProcessCollector));
         rollout_telemetry::metrics::register_build_info(
@@ -236,6 +297,7 @@ impl Metrics {
             budget_exhausted,
             calls,
             call_duration,
+            calls_refused,
         }
     }
 
@@ -284,6 +346,15 @@ impl Metrics {
                 target,
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one call refused while its request was being received.
+    pub(crate) fn record_refused(&self, reason: Refused) {
+        self.calls_refused
+            .get_or_create(&ReasonLabels {
+                reason: reason.as_str(),
+            })
+            .inc();
     }
 }
 

@@ -1,0 +1,337 @@
+//! The I/O half of a reload: a [`Plan`] made real. The certificate files it
+//! names are read (each once, bounded in size), the TLS material put into
+//! upstream keys, and each plugin given its upstream: the live one when its
+//! key did not change, else a new one joining the connection of any upstream
+//! of the same key. Nothing live changes here either: the kept upstreams'
+//! new settings are in the [`Built`] value, applied on commit.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rollout_policies::Policy;
+
+use crate::config::{self, CaSource, ClientCertificate, ConfigError, Problem, Transport};
+use crate::files::{self, FileError};
+use crate::stack;
+use crate::upstream::{CaBundle, Channel, ClientIdentity, Upstream, UpstreamKey};
+
+use super::plan::{Change, Plan, PluginPlan, SourcePlan};
+use super::{Plugin, Registry, Snapshot, Target};
+
+/// A registry built and not yet live: committing it stores the snapshot and
+/// applies the kept plugins' new settings.
+pub(super) struct Built {
+    pub(super) snapshot: Snapshot,
+    /// Upstreams made for it, whose own Initialize is pending.
+    pub(super) fresh: Vec<(Option<String>, Arc<Upstream>)>,
+    /// Kept upstreams, with the policy and the count of hubs sharing them
+    /// that they take on commit.
+    pub(super) kept: Vec<(Arc<Upstream>, Policy, usize)>,
+    /// The live plugins the new registry no longer has.
+    pub(super) removed: usize,
+}
+
+/// Builds `plan` over the `live` snapshot, reading certificate files
+/// through `files`; every problem, the plan's and the build's, at once.
+pub(super) fn build(
+    registry: &Registry,
+    plan: Plan<'_>,
+    live: Option<&Snapshot>,
+    files: &mut FileCache,
+) -> Result<Built, ConfigError> {
+    let Plan {
+        sources,
+        pipelines,
+        removed,
+        problems,
+    } = plan;
+    let mut b = Builder {
+        registry,
+        files,
+        channels: live_channels(live),
+        snapshot: Snapshot::default(),
+        fresh: Vec::new(),
+        kept: Vec::new(),
+        problems,
+    };
+    for source in &sources {
+        b.source(source);
+    }
+    for pipeline in pipelines {
+        let members = b.members(&pipeline.hub, &pipeline.config.plugins);
+        let name = pipeline.config.name.clone();
+        b.snapshot
+            .scopes
+            .entry(pipeline.hub.clone())
+            .or_default()
+            .insert(name.clone(), Target::Pipeline { name, members });
+        b.snapshot
+            .pipelines
+            .push((pipeline.hub, pipeline.config.clone()));
+    }
+    if !b.problems.is_empty() {
+        return Err(ConfigError {
+            problems: b.problems,
+        });
+    }
+    Ok(Built {
+        snapshot: b.snapshot,
+        fresh: b.fresh,
+        kept: b.kept,
+        removed: removed.len(),
+    })
+}
+
+/// One connection per key: a new upstream joins the channel of any upstream
+/// of its key, live or made by this build.
+fn live_channels(live: Option<&Snapshot>) -> HashMap<UpstreamKey, Arc<Channel>> {
+    live.iter()
+        .flat_map(|snap| snap.plugins.iter())
+        .map(|p| (p.upstream.key().clone(), p.upstream.channel().clone()))
+        .collect()
+}
+
+struct Builder<'r, 'f> {
+    registry: &'r Registry,
+    /// Each certificate file is read once a build: every plugin naming it
+    /// sees the same bytes.
+    files: &'f mut FileCache,
+    channels: HashMap<UpstreamKey, Arc<Channel>>,
+    /// The snapshot so far (its generation is set on commit).
+    snapshot: Snapshot,
+    fresh: Vec<(Option<String>, Arc<Upstream>)>,
+    kept: Vec<(Arc<Upstream>, Policy, usize)>,
+    problems: Vec<Problem>,
+}
+
+impl Builder<'_, '_> {
+    /// Builds one source's plugins, with its file's client certificate. A
+    /// plugin left unbuilt (its own problem reported, or its files skipped)
+    /// is left out of the pipelines naming it without a further problem.
+    fn source(&mut self, source: &SourcePlan<'_>) {
+        let config = source.config;
+        let identity = match &config.client_certificate {
+            None => None,
+            Some(_) if self.registry.skip_files => return,
+            Some(cc) => match read_identity(cc, self.files) {
+                Ok(id) => Some(id),
+                Err(e) => {
+                    self.problems.push(Problem {
+                        path: format!("{}: clientCertificate", source.label),
+                        message: e.to_string(),
+                    });
+                    return;
+                }
+            },
+        };
+        // The key holds the identity whatever the transport: the files it
+        // came from are each plugin's too.
+        let identity_files: Vec<PathBuf> = config
+            .client_certificate
+            .iter()
+            .flat_map(|cc| [PathBuf::from(&cc.cert_file), PathBuf::from(&cc.key_file)])
+            .collect();
+        for plugin in &source.plugins {
+            let Some((ca_bundle, mut certificate_files)) = self.ca_bundle(plugin) else {
+                continue;
+            };
+            certificate_files.extend(identity_files.iter().cloned());
+            let key = UpstreamKey {
+                endpoint: plugin.config.endpoint.clone(),
+                ca_bundle,
+                client_identity: identity.clone(),
+            };
+            let hub = config.hub.as_ref();
+            if let Some(upstream) = self.upstream(plugin, hub, key, &certificate_files) {
+                self.add(plugin, hub, upstream, certificate_files);
+            }
+        }
+    }
+
+    /// The plugin's CA bundle (`None` inside: plaintext) and the files it
+    /// came from; `None` when it is not built (its `caFile` skipped, or
+    /// unusable: a problem).
+    fn ca_bundle(&mut self, plugin: &PluginPlan<'_>) -> Option<(Option<CaBundle>, Vec<PathBuf>)> {
+        let path = match &plugin.config.transport {
+            Transport::Plaintext => return Some((None, Vec::new())),
+            Transport::Tls {
+                ca: CaSource::Bundle { pem },
+            } => return Some((Some(CaBundle(pem.clone())), Vec::new())),
+            Transport::Tls { .. } if self.registry.skip_files => return None,
+            Transport::Tls {
+                ca: CaSource::File { path },
+            } => path,
+        };
+        match read_certificate(self.files, path) {
+            Ok(pem) => Some((Some(CaBundle(pem)), vec![PathBuf::from(path)])),
+            Err(e) => {
+                self.problems.push(Problem {
+                    path: format!("{}.caCertificate.caFile", plugin.at),
+                    message: e.to_string(),
+                });
+                None
+            }
+        }
+    }
+
+    /// The plugin's upstream: the live one if its key is the same, else a
+    /// new one (`None`, a problem, when it cannot be made).
+    fn upstream(
+        &mut self,
+        plugin: &PluginPlan<'_>,
+        hub: Option<&String>,
+        key: UpstreamKey,
+        certificate_files: &[PathBuf],
+    ) -> Option<Arc<Upstream>> {
+        let policy = &plugin.config.policy;
+        if let Change::Update(live) = &plugin.change
+            && *live.key() == key
+        {
+            self.kept.push((live.clone(), policy.clone(), plugin.hubs));
+            return Some(live.clone());
+        }
+        let channel = self.channels.entry(key.clone()).or_default().clone();
+        let settings = &self.registry.settings;
+        match Upstream::sharing(key, settings, policy, channel, hub.map(String::as_str)) {
+            Ok(u) => {
+                u.set_hub_count(plugin.hubs);
+                let u = Arc::new(u);
+                self.fresh.push((hub.cloned(), u.clone()));
+                Some(u)
+            }
+            Err(e) => {
+                let message = if certificate_files.is_empty() {
+                    e.to_string()
+                } else {
+                    let names: Vec<String> = certificate_files
+                        .iter()
+                        .map(|f| f.display().to_string())
+                        .collect();
+                    format!("{e} (read from {})", names.join(", "))
+                };
+                self.problems.push(Problem {
+                    path: plugin.at.clone(),
+                    message,
+                });
+                None
+            }
+        }
+    }
+
+    /// Adds a built plugin to the snapshot, with its stack and metrics.
+    fn add(
+        &mut self,
+        plugin: &PluginPlan<'_>,
+        hub: Option<&String>,
+        upstream: Arc<Upstream>,
+        certificate_files: Vec<PathBuf>,
+    ) {
+        let pc = plugin.config;
+        let telemetry = &self.registry.telemetry;
+        let metrics = telemetry.metrics.plugin(&pc.name, hub.map(String::as_str));
+        let plugin = Arc::new(Plugin {
+            name: pc.name.clone(),
+            hub: hub.cloned(),
+            endpoint: pc.endpoint.clone(),
+            policy: pc.policy.clone(),
+            hubs: pc.hubs.clone(),
+            stack: stack::build(&pc.name, &pc.policy, &upstream, telemetry, &metrics),
+            upstream,
+            metrics,
+            certificate_files,
+        });
+        self.snapshot
+            .scopes
+            .entry(hub.cloned())
+            .or_default()
+            .insert(pc.name.clone(), Target::Plugin(plugin.clone()));
+        self.snapshot.plugins.push(plugin);
+    }
+
+    /// A pipeline's members as built, in order: each of its hub's scope,
+    /// else shared. A member left unbuilt is left out (its own problem is
+    /// reported, or its files were skipped).
+    fn members(&self, hub: &Option<String>, names: &[String]) -> Vec<Arc<Plugin>> {
+        let scopes = &self.snapshot.scopes;
+        names
+            .iter()
+            .filter_map(|member| {
+                let own = scopes.get(hub).and_then(|s| s.get(member));
+                let found = own.or_else(|| {
+                    hub.as_ref()
+                        .and_then(|_| scopes.get(&None).and_then(|s| s.get(member)))
+                });
+                match found {
+                    Some(Target::Plugin(p)) => Some(p.clone()),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The certificate files one build has read, by path as written.
+pub(super) struct FileCache {
+    pub(super) read: HashMap<String, Result<Vec<u8>, FileError>>,
+    max_bytes: u64,
+}
+
+impl FileCache {
+    pub(super) fn new(max_bytes: u64) -> FileCache {
+        FileCache {
+            read: HashMap::new(),
+            max_bytes,
+        }
+    }
+
+    /// The file's bytes, or why it cannot be read (naming it): only a
+    /// regular file, at most `max_bytes` (builds run off the runtime).
+    pub(super) fn read(&mut self, path: &str) -> Result<Vec<u8>, FileError> {
+        let max_bytes = self.max_bytes;
+        self.read
+            .entry(path.to_string())
+            .or_insert_with(|| {
+                files::read_sync(Path::new(path), max_bytes, None)
+                    .map(|read| read.map(|(bytes, _)| bytes).unwrap_or_default())
+            })
+            .clone()
+    }
+}
+
+/// Why a certificate file cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum CertificateFileError {
+    #[error("{0}")]
+    Read(#[from] FileError),
+    #[error("{0} holds no PEM CERTIFICATE")]
+    NoCertificate(String),
+}
+
+/// Why a registry file's `clientCertificate` cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum IdentityError {
+    #[error("certFile: {0}")]
+    CertFile(#[source] CertificateFileError),
+    #[error("keyFile: {0}")]
+    KeyFile(#[source] FileError),
+}
+
+/// The file at `path`, which must hold a PEM certificate.
+fn read_certificate(files: &mut FileCache, path: &str) -> Result<Vec<u8>, CertificateFileError> {
+    let pem = files.read(path)?;
+    if config::holds_pem_certificate(&pem) {
+        Ok(pem)
+    } else {
+        Err(CertificateFileError::NoCertificate(path.to_string()))
+    }
+}
+
+fn read_identity(
+    cc: &ClientCertificate,
+    files: &mut FileCache,
+) -> Result<ClientIdentity, IdentityError> {
+    let cert_pem = read_certificate(files, &cc.cert_file).map_err(IdentityError::CertFile)?;
+    let key_pem = files.read(&cc.key_file).map_err(IdentityError::KeyFile)?;
+    Ok(ClientIdentity { cert_pem, key_pem })
+}

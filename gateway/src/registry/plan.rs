@@ -1,0 +1,215 @@
+//! The pure half of a reload: what the new registry adds, updates and
+//! removes, and every problem that needs no file to be found (a name
+//! defined twice for one hub, a pipeline naming what is not a plugin),
+//! computed from the sources' configs and the live snapshot alone. The
+//! build ([`super::build`]) then reads the certificate files and makes the
+//! connections; nothing here reads a file or touches anything live.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::config::{Config, PipelineConfig, PluginConfig, Problem};
+use crate::upstream::Upstream;
+
+use super::{Plugin, Snapshot, Target};
+
+/// A name in one hub's scope (`None`: the shared scope).
+pub(super) type ScopedName = (Option<String>, String);
+
+/// What a reload changes. Whether an updated plugin keeps its connection
+/// depends on the bytes of its certificate files, which only the build reads.
+pub(super) struct Plan<'a> {
+    /// The sources in order, each with the plugins it defines.
+    pub(super) sources: Vec<SourcePlan<'a>>,
+    /// Every pipeline not clashing with an earlier name, in source order.
+    pub(super) pipelines: Vec<PipelinePlan<'a>>,
+    /// The live snapshot's plugins that the new registry no longer has.
+    pub(super) removed: Vec<Arc<Plugin>>,
+    /// What is wrong, found without reading a file.
+    pub(super) problems: Vec<Problem>,
+}
+
+/// One source's config and its plugins.
+pub(super) struct SourcePlan<'a> {
+    pub(super) label: &'a str,
+    pub(super) config: &'a Config,
+    /// Its plugins whose name no earlier file defines for the same hub.
+    pub(super) plugins: Vec<PluginPlan<'a>>,
+}
+
+/// One plugin of the new registry.
+pub(super) struct PluginPlan<'a> {
+    pub(super) config: &'a PluginConfig,
+    /// Where its entry is, for problems: `LABEL: plugins[I] (NAME)`.
+    pub(super) at: String,
+    /// The hubs that may call it, which share its concurrency bound.
+    pub(super) hubs: usize,
+    pub(super) change: Change,
+}
+
+/// What becomes of one plugin's name.
+pub(super) enum Change {
+    /// The live snapshot has no plugin of this name in this scope.
+    Add,
+    /// The live snapshot has one, with this upstream: kept if its key
+    /// (endpoint and TLS material) is the same, else replaced by a new one.
+    Update(Arc<Upstream>),
+}
+
+/// One pipeline of the new registry.
+pub(super) struct PipelinePlan<'a> {
+    pub(super) hub: Option<String>,
+    pub(super) config: &'a PipelineConfig,
+}
+
+/// Plans the registry that combines `configs` (`None`: a source with no
+/// valid config yet; `labels` name each source) against the `live` snapshot.
+pub(super) fn plan<'a>(
+    configs: &[Option<&'a Config>],
+    labels: &[&'a str],
+    live: Option<&Snapshot>,
+) -> Plan<'a> {
+    let mut problems = Vec::new();
+    // The file defining each name of a scope, for a clash's message.
+    let mut defined: HashMap<ScopedName, String> = HashMap::new();
+    let sources = plan_plugins(configs, labels, live, &mut defined, &mut problems);
+    // Before the pipelines take their names: a plugin replaced by a
+    // pipeline of the same name is removed.
+    let removed = live
+        .iter()
+        .flat_map(|snap| snap.plugins.iter())
+        .filter(|p| !defined.contains_key(&(p.hub.clone(), p.name.clone())))
+        .cloned()
+        .collect();
+    let pipelines = plan_pipelines(&sources, &mut defined, &mut problems);
+    Plan {
+        sources,
+        pipelines,
+        removed,
+        problems,
+    }
+}
+
+/// The plugins of every source, in order: the first file to define a name
+/// for a hub has it, a later one is a problem.
+fn plan_plugins<'a>(
+    configs: &[Option<&'a Config>],
+    labels: &[&'a str],
+    live: Option<&Snapshot>,
+    defined: &mut HashMap<ScopedName, String>,
+    problems: &mut Vec<Problem>,
+) -> Vec<SourcePlan<'a>> {
+    // The hubs of central mode, each named by its registry file.
+    let hub_count = configs
+        .iter()
+        .flatten()
+        .filter_map(|c| c.hub.as_deref())
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    let mut sources = Vec::new();
+    for (config, label) in configs.iter().zip(labels) {
+        let Some(config) = *config else { continue };
+        let mut plugins = Vec::new();
+        for (pi, pc) in config.plugins.iter().enumerate() {
+            let at = format!("{label}: plugins[{pi}] ({})", pc.name);
+            let name = (config.hub.clone(), pc.name.clone());
+            if let Some(problem) = clash(defined, &name, &at) {
+                problems.push(problem);
+                continue;
+            }
+            defined.insert(name, label.to_string());
+            let hubs = match (&pc.hubs, &config.hub) {
+                (Some(hubs), _) => hubs.len(),
+                (None, Some(_)) => 1,
+                (None, None) => hub_count,
+            };
+            let change = match live_plugin(live, &config.hub, &pc.name) {
+                Some(p) => Change::Update(p.upstream.clone()),
+                None => Change::Add,
+            };
+            plugins.push(PluginPlan {
+                config: pc,
+                at,
+                hubs,
+                change,
+            });
+        }
+        sources.push(SourcePlan {
+            label,
+            config,
+            plugins,
+        });
+    }
+    sources
+}
+
+/// The plugin the live snapshot has under `name` in `hub`'s scope.
+fn live_plugin<'s>(
+    live: Option<&'s Snapshot>,
+    hub: &Option<String>,
+    name: &str,
+) -> Option<&'s Arc<Plugin>> {
+    match live?.scopes.get(hub)?.get(name)? {
+        Target::Plugin(p) => Some(p),
+        Target::Pipeline { .. } => None,
+    }
+}
+
+/// The pipelines of every source: each member must be a plugin of its
+/// file's hub or a shared one, and a pipeline's name must be new to its
+/// scope.
+fn plan_pipelines<'a>(
+    sources: &[SourcePlan<'a>],
+    defined: &mut HashMap<ScopedName, String>,
+    problems: &mut Vec<Problem>,
+) -> Vec<PipelinePlan<'a>> {
+    let mut named = Vec::new();
+    for source in sources {
+        let hub = &source.config.hub;
+        for (pi, pl) in source.config.pipelines.iter().enumerate() {
+            let at = format!("{}: pipelines[{pi}] ({})", source.label, pl.name);
+            for (mi, member) in pl.plugins.iter().enumerate() {
+                let declared =
+                    |scope: &Option<String>| defined.contains_key(&(scope.clone(), member.clone()));
+                if declared(hub) || (hub.is_some() && declared(&None)) {
+                    continue;
+                }
+                problems.push(Problem {
+                    path: format!("{at}.plugins[{mi}]"),
+                    message: match hub {
+                        Some(h) => {
+                            format!("\"{member}\" is not a plugin of hub {h} or a shared plugin")
+                        }
+                        None => format!("\"{member}\" is not a shared plugin"),
+                    },
+                });
+            }
+            named.push((source.label, hub.clone(), pl, at));
+        }
+    }
+    // Names after members: a pipeline's members are plugins, never another
+    // pipeline, whatever the order of the files.
+    let mut pipelines = Vec::new();
+    for (label, hub, config, at) in named {
+        let key = (hub.clone(), config.name.clone());
+        if let Some(problem) = clash(defined, &key, &at) {
+            problems.push(problem);
+            continue;
+        }
+        defined.insert(key, label.to_string());
+        pipelines.push(PipelinePlan { hub, config });
+    }
+    pipelines
+}
+
+/// The problem of `name` at `at` when a file already defines it for the
+/// same hub, naming that file.
+fn clash(defined: &HashMap<ScopedName, String>, name: &ScopedName, at: &str) -> Option<Problem> {
+    defined.get(name).map(|file| Problem {
+        path: at.to_owned(),
+        message: format!(
+            "\"{}\" is already defined by {file} for the same hub",
+            name.1
+        ),
+    })
+}
