@@ -311,8 +311,6 @@ impl RolloutPlugin for SmokeTest {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
     use rollout_plugin_sdk::testing;
 
