@@ -6,6 +6,10 @@
 //! trait (`rollout_plugin_service_server::RolloutPluginService`). The constants
 //! below are the metadata keys of the gateway contract.
 
+// A `pub` item must be reachable from the crate root; anything else is
+// `pub(crate)`.
+#![warn(unreachable_pub)]
+
 /// Generated code of package `ocm.rolloutplugin.v1alpha1`.
 #[allow(clippy::all, missing_docs)]
 pub mod v1alpha1 {
