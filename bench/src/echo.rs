@@ -371,8 +371,6 @@ pub async fn serve_all(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use prost::Message as _;
     use rollout_proto::v1alpha1::{ClusterRolloutStatus, RolloutState};
 

@@ -12,6 +12,10 @@
 //! - [`otlp`]: the OTLP/gRPC trace receiver the traced gateway exports to;
 //! - [`manifest`], [`stats`], [`units`]: payloads, percentiles, flag values.
 
+// A `pub` item must be reachable from the crate root; anything else is
+// `pub(crate)`.
+#![warn(unreachable_pub)]
+
 pub mod compare;
 pub mod echo;
 pub mod hostile;

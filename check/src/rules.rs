@@ -436,8 +436,6 @@ pub fn judge_health(observed: &Observed) -> Verdict {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
     use serde_json::json;
 

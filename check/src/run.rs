@@ -411,8 +411,6 @@ fn with_unknown_fields(hook: Hook, rollout: &RolloutPluginRequest) -> Bytes {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
 
     #[test]

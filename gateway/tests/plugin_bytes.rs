@@ -5,6 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// The harness the `it` binary shares; this binary uses part of it.
+#[allow(dead_code)]
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::io::Write as _;

@@ -28,6 +28,10 @@
 //! budget) → circuit breaker (per attempt; fails fast while open, records each
 //! attempt) → the upstream call (bounded by the deadline). See [`layer`].
 
+// A `pub` item must be reachable from the crate root; anything else is
+// `pub(crate)`.
+#![warn(unreachable_pub)]
+
 pub mod backoff;
 pub mod breaker;
 pub mod budget;

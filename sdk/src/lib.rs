@@ -49,6 +49,10 @@
 //!
 //! docs/plugin-guide.md walks through a whole plugin (`sdk/examples/minimal.rs`).
 
+// A `pub` item must be reachable from the crate root; anything else is
+// `pub(crate)`.
+#![warn(unreachable_pub)]
+
 #[cfg(feature = "cli")]
 pub mod cli;
 mod error;

@@ -286,8 +286,6 @@ impl<P: RolloutPlugin> RolloutPlugin for Arc<P> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
 
     #[test]

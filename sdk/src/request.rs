@@ -121,8 +121,6 @@ impl RolloutRequestExt for RolloutPluginRequest {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
 
     fn request(index: i32, total: i32, cluster: &str) -> RolloutPluginRequest {

@@ -493,8 +493,6 @@ fn type_name(value: &Value) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
     use super::*;
     use serde_json::json;
 

@@ -19,6 +19,10 @@
 //! sends them over the OTLP client's connection: exporting never takes a
 //! worker thread from the work being traced.
 
+// A `pub` item must be reachable from the crate root; anything else is
+// `pub(crate)`.
+#![warn(unreachable_pub)]
+
 pub mod logs;
 pub mod metrics;
 mod otlp;

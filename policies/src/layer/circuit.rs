@@ -14,7 +14,7 @@ use crate::breaker::{Breaker, CallOutcome, Permit};
 
 /// Picks the breaker of a request's scope (in the gateway's central mode,
 /// the calling hub), so one scope's failures never open another's circuit.
-pub type ScopedBreakers = Arc<dyn Fn(&str) -> Arc<Mutex<Breaker>> + Send + Sync>;
+pub(crate) type ScopedBreakers = Arc<dyn Fn(&str) -> Arc<Mutex<Breaker>> + Send + Sync>;
 
 /// Applies [`CircuitBreaker`]. Every service this layer makes shares the one
 /// breaker of the plugin, or, with [`CircuitBreakerLayer::with_scopes`], one

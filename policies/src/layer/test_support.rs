@@ -20,7 +20,7 @@ pub(crate) struct Req {
 
 impl Req {
     /// A request with `budget` left before its deadline.
-    pub fn within(budget: Duration) -> Self {
+    pub(crate) fn within(budget: Duration) -> Self {
         Req {
             deadline: tokio::time::Instant::now() + budget,
             attempt: 0,
@@ -80,15 +80,15 @@ pub(crate) struct Counts {
 }
 
 impl Counts {
-    pub fn attempts(&self) -> Vec<u32> {
+    pub(crate) fn attempts(&self) -> Vec<u32> {
         self.attempts.lock().expect("lock").clone()
     }
 
-    pub fn retries(&self) -> Vec<(u32, Code, Duration)> {
+    pub(crate) fn retries(&self) -> Vec<(u32, Code, Duration)> {
         self.retries.lock().expect("lock").clone()
     }
 
-    pub fn exhausted(&self) -> u32 {
+    pub(crate) fn exhausted(&self) -> u32 {
         self.exhausted.load(Ordering::SeqCst)
     }
 }

@@ -105,8 +105,6 @@ impl RolloutPlugin for RollbackMutator {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
     use rollout_plugin_sdk::testing;
 

@@ -308,8 +308,6 @@ impl RolloutPlugin for SmokeTest {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
     use rollout_plugin_sdk::testing;
 

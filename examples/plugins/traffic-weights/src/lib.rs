@@ -103,8 +103,6 @@ impl RolloutPlugin for TrafficWeights {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
     use rollout_plugin_sdk::testing;
     use serde_json::json;

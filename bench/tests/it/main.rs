@@ -1,0 +1,12 @@
+//! The bench crate's integration tests, one module per feature: the load
+//! library, the echo plugin and the yardstick proxies.
+//!
+//! Run one feature with `cargo test -p rollout-bench --test it -- MODULE::`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod echo_load;
+mod echo_plugin;
+mod goals;
+mod lost_trailers;
+mod yardsticks;

@@ -1,0 +1,24 @@
+//! The controller's integration tests, one module per feature: the
+//! reconcile against kube's mock API and a real in-process gateway, and the
+//! `rollout-controller` binary as a user runs it.
+//!
+//! Run one feature with `cargo test -p rollout-controller --test it -- MODULE::`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod concurrency;
+mod crd;
+mod events;
+mod hooks;
+mod leader;
+mod live_view;
+mod plan_cli;
+mod reads;
+mod reconcile;
+mod run_cli;
+mod signals;
+mod simulate_cli;
+mod simulate_logs;
+mod simulate_template;
+mod traces;

@@ -1,0 +1,7 @@
+//! rollback-mutator's integration tests, one module per feature.
+//!
+//! Run one feature with `cargo test -p rollback-mutator --test it -- MODULE::`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod grpc;

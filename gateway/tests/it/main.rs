@@ -1,0 +1,31 @@
+//! The gateway's integration tests, one module per feature, against real
+//! gateways and plugin servers on 127.0.0.1. `plugin_bytes` is its own
+//! binary: it measures latency and must not share the process with other
+//! tests.
+//!
+//! Run one feature with `cargo test -p rollout-gateway --test it -- MODULE::`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod bad_input;
+mod binary_memory;
+mod bounds;
+mod cert_rotation;
+mod check_command;
+mod common;
+mod configmap;
+mod fail_closed;
+mod hostile_clients;
+mod hubs;
+mod observability;
+mod plugin_failures;
+mod plugin_trace;
+mod process;
+mod properties;
+mod reload;
+mod resilience;
+mod restarts;
+mod routing;
+mod schema;
+mod state_detail;
+mod tls;
