@@ -177,6 +177,10 @@ impl PolicyError for CallError {
         }
     }
 
+    fn deadline_before_call(&self) -> bool {
+        matches!(self, CallError::DeadlineBeforeCall)
+    }
+
     fn outcome(&self) -> CallOutcome {
         match self {
             CallError::Plugin(status) if is_failure(status.code()) => CallOutcome::Failure,

@@ -64,6 +64,13 @@ pub trait PolicyError: Sized + Send + 'static {
 
     /// What the error says of the plugin's health, for its circuit breaker.
     fn outcome(&self) -> CallOutcome;
+
+    /// Whether the deadline had passed before the plugin was called (the
+    /// attempt was never made): a retry that ends so reports the error that
+    /// caused it instead.
+    fn deadline_before_call(&self) -> bool {
+        false
+    }
 }
 
 /// `Status` as a policy error: an open circuit's refusal is UNAVAILABLE marked

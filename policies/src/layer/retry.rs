@@ -233,6 +233,15 @@ where
                         Ok(response) => return Poll::Ready(Ok(response)),
                         Err(error) => error,
                     };
+                    // A retry that the deadline overtook on its way to the
+                    // plugin was never made: the call ends with the error
+                    // that caused the retry, as the check before the call
+                    // below does when it sees the deadline first.
+                    if error.deadline_before_call()
+                        && let Some(cause) = this.last_error.take()
+                    {
+                        return Poll::Ready(Err(cause));
+                    }
                     let deadline = this.request.deadline();
                     match this.shared.retry_after(*this.attempt, &error, deadline) {
                         Some(delay) => {
