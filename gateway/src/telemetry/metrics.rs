@@ -208,76 +208,99 @@ pub struct Metrics {
     calls_refused: Family<ReasonLabels, Counter>,
 }
 
+/// A counter family registered in `r` as `name` (`_total` added).
+fn counter<L>(r: &mut MetricRegistry, name: &str, help: &str) -> Family<L, Counter>
+where
+    L: Clone
+        + std::hash::Hash
+        + Eq
+        + prometheus_client::encoding::EncodeLabelSet
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let family = Family::<L, Counter>::default();
+    r.register(name, help, family.clone());
+    family
+}
+
+/// A duration histogram family registered in `r` as `name`, in seconds.
+fn histogram<L>(r: &mut MetricRegistry, name: &str, help: &str) -> HistogramFamily<L>
+where
+    L: Clone
+        + std::hash::Hash
+        + Eq
+        + prometheus_client::encoding::EncodeLabelSet
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let family: HistogramFamily<L> = Family::new_with_constructor(duration_histogram);
+    r.register_with_unit(name, help, Unit::Seconds, family.clone());
+    family
+}
+
 impl Metrics {
     /// The metric families, and collectors reading `registry` (weakly: the
     /// metrics never keep a registry alive; `None`: no registry metrics) and
     /// this process at scrape time.
     pub fn new(registry: Option<Weak<dyn RegistryState>>) -> Metrics {
         let mut r = MetricRegistry::default();
-        let hook_requests = Family::<CodeLabels, Counter>::default();
-        r.register(
-            "rollout_gateway_hook_requests",
-            "Calls to a plugin, one per plugin per gateway call (all attempts included), by the gateway's verdict",
-            hook_requests.clone(),
-        );
-        let hook_duration: HistogramFamily<HookLabels> =
-            Family::new_with_constructor(duration_histogram);
-        r.register_with_unit(
-            "rollout_gateway_hook_duration",
-            "Duration of calls to a plugin, all attempts and backoffs included",
-            Unit::Seconds,
-            hook_duration.clone(),
-        );
-        let upstream_attempts = Family::<CodeLabels, Counter>::default();
-        r.register(
-            "rollout_gateway_upstream_attempts",
-            "Attempts sent to a plugin, by the status the attempt ended with",
-            upstream_attempts.clone(),
-        );
-        let retries = Family::<HookLabels, Counter>::default();
-        r.register(
-            "rollout_gateway_retries",
-            "Attempts after the first one of a call (retries)",
-            retries.clone(),
-        );
-        let fail_open = Family::<HookLabels, Counter>::default();
-        r.register(
-            "rollout_gateway_fail_open",
-            "Failed plugin calls skipped under failurePolicy Ignore",
-            fail_open.clone(),
-        );
-        let circuit_rejections = Family::<HookLabels, Counter>::default();
-        r.register(
-            "rollout_gateway_circuit_rejections",
-            "Attempts refused without a call because the plugin's circuit was open",
-            circuit_rejections.clone(),
-        );
-        let budget_exhausted = Family::<PluginLabels, Counter>::default();
-        r.register(
-            "rollout_gateway_retry_budget_exhausted",
-            "Retries the policy allowed but the plugin's retry budget refused",
-            budget_exhausted.clone(),
-        );
-        let calls = Family::<TargetCodeLabels, Counter>::default();
-        r.register(
-            "rollout_gateway_calls",
-            "Calls from the controller, by target (plugin or pipeline) and answer",
-            calls.clone(),
-        );
-        let call_duration: HistogramFamily<TargetLabels> =
-            Family::new_with_constructor(duration_histogram);
-        r.register_with_unit(
-            "rollout_gateway_call_duration",
-            "Duration of calls from the controller, from the request's arrival to the answer",
-            Unit::Seconds,
-            call_duration.clone(),
-        );
-        let calls_refused = Family::<ReasonLabels, Counter>::default();
-        r.register(
-            "rollout_gateway_calls_refused",
-            "Calls refused while their request was being received, before any service saw them, by reason",
-            calls_refused.clone(),
-        );
+        let families = Metrics {
+            registry: MetricRegistry::default(),
+            hook_requests: counter(
+                &mut r,
+                "rollout_gateway_hook_requests",
+                "Calls to a plugin, one per plugin per gateway call (all attempts included), by the gateway's verdict",
+            ),
+            hook_duration: histogram(
+                &mut r,
+                "rollout_gateway_hook_duration",
+                "Duration of calls to a plugin, all attempts and backoffs included",
+            ),
+            upstream_attempts: counter(
+                &mut r,
+                "rollout_gateway_upstream_attempts",
+                "Attempts sent to a plugin, by the status the attempt ended with",
+            ),
+            retries: counter(
+                &mut r,
+                "rollout_gateway_retries",
+                "Attempts after the first one of a call (retries)",
+            ),
+            fail_open: counter(
+                &mut r,
+                "rollout_gateway_fail_open",
+                "Failed plugin calls skipped under failurePolicy Ignore",
+            ),
+            circuit_rejections: counter(
+                &mut r,
+                "rollout_gateway_circuit_rejections",
+                "Attempts refused without a call because the plugin's circuit was open",
+            ),
+            budget_exhausted: counter(
+                &mut r,
+                "rollout_gateway_retry_budget_exhausted",
+                "Retries the policy allowed but the plugin's retry budget refused",
+            ),
+            calls: counter(
+                &mut r,
+                "rollout_gateway_calls",
+                "Calls from the controller, by target (plugin or pipeline) and answer",
+            ),
+            call_duration: histogram(
+                &mut r,
+                "rollout_gateway_call_duration",
+                "Duration of calls from the controller, from the request's arrival to the answer",
+            ),
+            calls_refused: counter(
+                &mut r,
+                "rollout_gateway_calls_refused",
+                "Calls refused while their request was being received, before any service saw them, by reason",
+            ),
+        };
         r.register_collector(Box::new(RegistryCollector(registry)));
         r.register_collector(Box::new(ProcessCollector));
         rollout_telemetry::metrics::register_build_info(
@@ -288,16 +311,7 @@ impl Metrics {
         );
         Metrics {
             registry: r,
-            hook_requests,
-            hook_duration,
-            upstream_attempts,
-            retries,
-            fail_open,
-            circuit_rejections,
-            budget_exhausted,
-            calls,
-            call_duration,
-            calls_refused,
+            ..families
         }
     }
 
