@@ -20,6 +20,7 @@
 //! does them on the blocking pool, never on the runtime's workers, and no
 //! lock that the call path or the admin endpoints take is held meanwhile.
 
+use rollout_policies::lock;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -745,12 +746,6 @@ impl RegistryState for Registry {
             success_at: *lock(&self.loaded_at),
         }
     }
-}
-
-/// A poisoned lock still holds consistent data (every update is a whole
-/// assignment).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

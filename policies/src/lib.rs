@@ -43,6 +43,7 @@ mod rng;
 pub use backoff::{backoff_delay, should_retry};
 pub use breaker::{Breaker, BreakerState, CallOutcome, Permit, Rejected, is_failure};
 pub use budget::RetryBudget;
+pub use layer::lock;
 pub use layer::{
     CircuitBreakerLayer, ConcurrencyLimitLayer, NoopRetryObserver, PolicyError, PolicyRequest,
     RetryLayer, RetryObserver, is_circuit_rejection,

@@ -10,6 +10,7 @@
 //! is waited for, within each call's deadline, for [`RESTART_GRACE`] after
 //! its GOAWAY; past that, a refused dial fails the call at once.
 
+use rollout_policies::lock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -128,8 +129,4 @@ impl Channel {
     fn current(&self) -> Option<Arc<PluginConnection>> {
         self.conn.load().as_ref().filter(|c| c.is_usable()).cloned()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -5,6 +5,7 @@
 //! place). The hub whose registry file defines the plugin, and callers
 //! without a hub, use the plugin's own breaker and the whole bound.
 
+use rollout_policies::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -114,10 +115,6 @@ impl Hubs {
             .map(|_| Some(HubPlace(counter)))
             .map_err(|_| share)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -8,7 +8,8 @@
 //! [`UpstreamKey`] (endpoint and TLS settings) does not change, so the
 //! connection, and the knowledge gathered on it, is kept.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use rollout_policies::lock;
+use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
@@ -495,11 +496,6 @@ impl MethodUris {
 /// The clock the policy layers use (tokio's, so paused-clock tests drive it).
 fn now() -> std::time::Instant {
     Instant::now().into_std()
-}
-
-/// A poisoned lock still holds consistent state (every update is whole).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 const USER_AGENT: &str = concat!("rollout-gateway/", env!("CARGO_PKG_VERSION"));

@@ -154,10 +154,11 @@ fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }
 
-/// Locks a policy's state; a panic elsewhere while holding the lock does not
-/// leave that state inconsistent (every update is a few plain assignments), so
-/// a poisoned lock is used as it is.
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// Locks state whose every update is whole (a few plain assignments, as a
+/// policy's state and the gateway's tables are): a panic elsewhere while
+/// holding the lock cannot leave it inconsistent, so a poisoned lock is used
+/// as it is. The one helper for this in the workspace.
+pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
