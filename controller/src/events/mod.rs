@@ -118,14 +118,7 @@ pub fn rollout_events(
 ) -> Vec<RolloutEvent> {
     let mut events = Vec::new();
     if let Some(abort) = &outcome.abort {
-        let failures: Vec<String> = abort
-            .failures
-            .iter()
-            .map(|c| match &c.message {
-                Some(m) if !m.is_empty() => format!("{} {:?} ({m})", c.cluster, c.status),
-                _ => format!("{} {:?}", c.cluster, c.status),
-            })
-            .collect();
+        let failures = abort.failure_list();
         let update = new.update_revision.as_deref().unwrap_or_default();
         let then = match (abort.action, new.current_revision.as_deref()) {
             (AbortAction::RollBack, Some(current)) => {

@@ -78,6 +78,20 @@ pub struct AbortReport {
     pub failures: Vec<ClusterReport>,
 }
 
+impl AbortReport {
+    /// Each failed cluster as `c2 Failed (why)`, or `c3 TimeOut` without a
+    /// message: the wording of the abort's span and of its Event.
+    pub fn failure_list(&self) -> Vec<String> {
+        self.failures
+            .iter()
+            .map(|c| match &c.message {
+                Some(m) if !m.is_empty() => format!("{} {:?} ({m})", c.cluster, c.status),
+                _ => format!("{} {:?}", c.cluster, c.status),
+            })
+            .collect()
+    }
+}
+
 /// One placement after a step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlacementOutcome {

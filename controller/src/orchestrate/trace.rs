@@ -96,14 +96,7 @@ fn cluster_list(abort: &AbortReport) -> String {
 /// TimeOut; rolling back to revision C` (or `; nothing to roll back to, the
 /// rollout is stopped`).
 fn description(update: &str, abort: &AbortReport, rollback_to: Option<&str>) -> String {
-    let failures: Vec<String> = abort
-        .failures
-        .iter()
-        .map(|c| match &c.message {
-            Some(m) if !m.is_empty() => format!("{} {:?} ({m})", c.cluster, c.status),
-            _ => format!("{} {:?}", c.cluster, c.status),
-        })
-        .collect();
+    let failures = abort.failure_list();
     let then = match rollback_to {
         Some(revision) => format!("rolling back to revision {revision}"),
         None => "nothing to roll back to, the rollout is stopped".to_owned(),
