@@ -369,9 +369,9 @@ async fn a_rollback_at_the_strategy_pace_restores_two_clusters_per_step() {
 }
 
 /// `All` tolerates no failure when abortOnFailure is on: a degraded
-/// cluster aborts and every updated cluster rolls back (the issue's
+/// cluster aborts and every updated cluster rolls back (as
 /// `simulate --clusters 10 --strategy All --fail cluster-003
-/// --abort-on-failure`).
+/// --abort-on-failure` shows).
 #[tokio::test]
 async fn all_aborts_on_one_degraded_cluster() {
     let mut config = config(10, strategy("All", None, false, true));
