@@ -15,7 +15,7 @@ use base64::Engine as _;
 use rollout_policies::policy::MAX_TIMEOUT;
 use rollout_policies::{BreakerPolicy, BudgetPolicy, FailurePolicy, Policy, RetryPolicy};
 use rollout_proto::HookKind;
-use rollout_proto::duration::{self, Rules};
+use rollout_proto::duration::{self, DurationError, Rules};
 use rollout_proto::v1alpha1::Hook;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -931,8 +931,8 @@ fn field(at: &str, name: &str) -> String {
 /// Parses a registry duration: Go's syntax (`500ms`, `10s`, `2m`, `1h30m`,
 /// `1.5s`; units ns, us (µs), ms, s, m, h; a bare `0`), with no sign and at
 /// most 10^9 s, blanks around it ignored ([`Rules::Registry`]).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    duration::parse_duration(text, Rules::Registry).map_err(|e| e.to_string())
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    duration::parse_duration(text, Rules::Registry)
 }
 
 /// Formats a duration the way the config spells it (`500ms`, `10s`, `2m`).

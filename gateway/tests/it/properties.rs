@@ -1813,7 +1813,7 @@ fn bug_huge_fractional_durations_overflow() {
     ] {
         assert_eq!(
             config::parse_duration(text),
-            Err("too large".to_string()),
+            Err(rollout_proto::duration::DurationError::TooLarge),
             "{text}"
         );
     }
@@ -1831,7 +1831,7 @@ proptest! {
     ) {
         let whole = u128::MAX / unit.1 - below;
         let text = format!("{whole}.{fraction}{}", unit.0);
-        prop_assert_eq!(config::parse_duration(&text), Err("too large".to_string()), "{}", text);
+        prop_assert_eq!(config::parse_duration(&text), Err(rollout_proto::duration::DurationError::TooLarge), "{}", text);
     }
 }
 
