@@ -242,7 +242,7 @@ impl Tracer {
             };
             let (transport, gzip, timeout) =
                 export_plan(endpoint, options).map_err(|e| failed(e.to_string()))?;
-            let headers = otlp::headers(var).map_err(failed)?;
+            let headers = otlp::headers(var).map_err(|e| failed(e.to_string()))?;
             let (runtime, exporter) = otlp::ExportRuntime::start(|| {
                 otlp::OtlpExporter::new(&transport, gzip, headers, timeout)
             })

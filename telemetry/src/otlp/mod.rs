@@ -199,7 +199,9 @@ impl OtlpExporter {
 /// `key=value` pairs separated by commas, blanks around each trimmed, values
 /// percent-decoded. An entry that is not `key=value`, or not a valid header
 /// name or value, is refused, naming the variable and the entry.
-pub(crate) fn headers(var: impl Fn(&str) -> Option<String>) -> Result<http::HeaderMap, String> {
+pub(crate) fn headers(
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<http::HeaderMap, HeaderEntryError> {
     let mut headers = http::HeaderMap::new();
     let Some((name, list)) = [
         "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
@@ -210,7 +212,10 @@ pub(crate) fn headers(var: impl Fn(&str) -> Option<String>) -> Result<http::Head
         return Ok(headers);
     };
     for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let refused = || format!("{name}: {entry:?} is not a valid key=value header");
+        let refused = || HeaderEntryError {
+            variable: name,
+            entry: entry.to_owned(),
+        };
         let (key, value) = entry.split_once('=').ok_or_else(refused)?;
         let key = http::HeaderName::from_bytes(key.trim().as_bytes()).map_err(|_| refused())?;
         let value =
@@ -218,6 +223,17 @@ pub(crate) fn headers(var: impl Fn(&str) -> Option<String>) -> Result<http::Head
         headers.append(key, value);
     }
     Ok(headers)
+}
+
+/// An entry of an OTLP headers variable that is not a valid `key=value`
+/// header.
+#[derive(Debug, thiserror::Error)]
+#[error("{variable}: {entry:?} is not a valid key=value header")]
+pub(crate) struct HeaderEntryError {
+    /// The variable it came from.
+    variable: &'static str,
+    /// The entry as written, trimmed.
+    entry: String,
 }
 
 /// `%XX` sequences decoded; anything else (a `%` not followed by two hex
@@ -466,10 +482,9 @@ mod tests {
         assert_eq!(traces["b"], "2");
         let refused =
             headers(env(&[("OTEL_EXPORTER_OTLP_HEADERS", "a=1,novalue")])).expect_err("refused");
-        assert!(
-            refused.contains("OTEL_EXPORTER_OTLP_HEADERS") && refused.contains("novalue"),
-            "{refused}"
-        );
+        assert_eq!(refused.variable, "OTEL_EXPORTER_OTLP_HEADERS");
+        assert_eq!(refused.entry, "novalue");
+        assert!(refused.to_string().contains("novalue"), "{refused}");
         assert!(headers(env(&[("OTEL_EXPORTER_OTLP_HEADERS", "bad name=1")])).is_err());
         assert!(headers(env(&[("OTEL_EXPORTER_OTLP_HEADERS", "a=%0a")])).is_err());
     }
