@@ -3,6 +3,7 @@
 //! wildcards, and the most specific range deciding a format's weight.
 
 use super::Format;
+use super::quoted::find_outside_quotes;
 
 /// A weight in thousandths (`q=0.5` is 500); RFC 9110 allows three decimals.
 type Weight = u16;
@@ -187,21 +188,16 @@ fn split_outside_quotes(text: &str, separator: char) -> impl Iterator<Item = &st
     let mut rest = Some(text);
     std::iter::from_fn(move || {
         let text = rest?;
-        let (mut quoted, mut escaped) = (false, false);
-        for (i, c) in text.char_indices() {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' if quoted => escaped = true,
-                '"' => quoted = !quoted,
-                c if c == separator && !quoted => {
-                    rest = Some(&text[i + c.len_utf8()..]);
-                    return Some(&text[..i]);
-                }
-                _ => {}
+        match find_outside_quotes(text, separator) {
+            Some(i) => {
+                rest = Some(&text[i + separator.len_utf8()..]);
+                Some(&text[..i])
+            }
+            None => {
+                rest = None;
+                Some(text)
             }
         }
-        rest = None;
-        Some(text)
     })
 }
 

@@ -13,6 +13,7 @@ mod accept;
 #[cfg(feature = "test-support")]
 pub mod lint;
 mod process;
+mod quoted;
 mod text;
 
 use http::header::{ACCEPT, CONTENT_TYPE, VARY};

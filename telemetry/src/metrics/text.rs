@@ -19,6 +19,7 @@
 //!
 //! Label values are escaped alike in both.
 
+use super::quoted::find_outside_quotes;
 use std::fmt::Write as _;
 
 /// One metric family of an OpenMetrics text.
@@ -129,17 +130,7 @@ fn sample(line: &str) -> Option<Sample<'_>> {
 /// The length of the `{…}` that `text` starts with, quoted values (which
 /// may hold `}` and escaped quotes) included.
 fn labels_length(text: &str) -> Option<usize> {
-    let (mut quoted, mut escaped) = (false, false);
-    for (i, c) in text.char_indices() {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' if quoted => escaped = true,
-            '"' => quoted = !quoted,
-            '}' if !quoted => return Some(i + 1),
-            _ => {}
-        }
-    }
-    None
+    find_outside_quotes(text, '}').map(|i| i + 1)
 }
 
 /// The 0.0.4 name and type of an OpenMetrics family.
