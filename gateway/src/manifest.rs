@@ -3,11 +3,14 @@
 //! `metadata.namespace`; "changed the object" means a different JSON value,
 //! not different bytes.
 //!
-//! A work is parsed into [`Json`], a tree that borrows its strings from the
-//! bytes (only a string with escapes is copied) and keeps each object's
-//! members sorted by key: it compares equal exactly when `serde_json::Value`s
-//! of the same bytes would, without allocating a `String` per key and value
-//! (the `Value` tree took most of a mutating call's checking time).
+//! An answer is first read in one pass per work into a digest ([`digest`]):
+//! its identity fields and a hash of its value, with no tree built. A changed
+//! work (the common answer that is not the input's own bytes) differs in
+//! hash, which decides. Otherwise a work is parsed into [`Json`], a tree that
+//! borrows its strings from the bytes (only a string with escapes is copied)
+//! and keeps each object's members sorted by key: it compares equal exactly
+//! when `serde_json::Value`s of the same bytes would, without allocating a
+//! `String` per key and value.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -15,6 +18,8 @@ use std::fmt;
 use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Number;
+
+mod digest;
 
 /// The fields a plugin may not change: it may not redirect a workload.
 pub const IDENTITY_FIELDS: [(&str, &[&str]); 4] = [
@@ -149,58 +154,56 @@ pub enum Refused {
 /// differ: it must be a JSON object keeping the identity fields. Returns
 /// whether it differs from the input as a JSON value.
 ///
-/// Only the answer is parsed into a tree (it must be checked whole anyway).
-/// The input, already checked (on arrival, or as the previous member's
-/// answer), is read once against that tree ([`Against`]): its identity
-/// fields are taken on the way and the rest compared member by member,
-/// without building a second tree.
+/// Each work is read once into a [`digest::Digest`] (no tree): the answer's
+/// syntax and both works' identity fields come from there, and different
+/// hashes prove the values differ, the common case of a plugin that changed
+/// something. Only when the hashes cannot decide (equal, or a repeated key)
+/// are the two compared in full: the answer parsed into a tree and the input
+/// read against it ([`Against`]).
 pub fn check_answer(input: &[u8], output: &[u8]) -> Result<bool, Refused> {
-    let out = parse_object(output).map_err(|e| Refused::Answer(e.to_string()))?;
-    let read = read_against(input, &out).map_err(|e| Refused::Input(e.to_string()))?;
-    let mut identity = read.identity.iter();
-    if let Some((field, before, after)) = IDENTITY_FIELDS.iter().find_map(|(field, path)| {
-        let before = identity.next().and_then(Option::as_ref);
-        let after = out.at(path);
-        (before != after).then(|| (*field, show(before), show(after)))
-    }) {
+    let out = digest::digest(output).map_err(|e| Refused::Answer(e.to_string()))?;
+    let read = digest::digest(input).map_err(|e| Refused::Input(e.to_string()))?;
+    if let Some((field, before, after)) = IDENTITY_FIELDS
+        .iter()
+        .zip(read.identity.iter().zip(out.identity.iter()))
+        .find_map(|((field, _), (before, after))| {
+            (before != after).then(|| (*field, show(before.as_ref()), show(after.as_ref())))
+        })
+    {
         return Err(Refused::Answer(format!(
             "changes {field} from {before} to {after}"
         )));
     }
-    Ok(!read.equal)
+    if out.decisive && read.decisive && out.hash != read.hash {
+        return Ok(true);
+    }
+    let tree = parse_object(output).map_err(|e| Refused::Answer(e.to_string()))?;
+    let equal = read_against(input, &tree).map_err(|e| Refused::Input(e.to_string()))?;
+    Ok(!equal)
 }
 
-/// What reading a work against a parsed value found.
-#[derive(Debug)]
-struct Read<'a> {
-    /// The work equals the value, as `serde_json::Value`s would.
-    equal: bool,
-    /// The work's identity fields, in [`IDENTITY_FIELDS`]' order.
-    identity: [Option<Json<'a>>; 4],
-}
+/// A work's identity fields, in [`IDENTITY_FIELDS`]' order.
+type IdentityValues<'a> = [Option<Json<'a>>; 4];
 
 /// Reads `input` (it must be a JSON object) against `expected`: whether they
-/// are equal, and the input's identity fields. The errors read as
+/// are equal, as `serde_json::Value`s would be. The errors read as
 /// [`parse_object`]'s.
-fn read_against<'a>(input: &'a [u8], expected: &Json<'_>) -> Result<Read<'a>, NotAnObject> {
+fn read_against(input: &[u8], expected: &Json<'_>) -> Result<bool, NotAnObject> {
     let text = text(input)?;
     let mut de = serde_json::Deserializer::from_str(text);
-    let mut identity = [None, None, None, None];
     let equal = Against {
         expected: Some(expected),
-        level: Level::Root,
-        identity: &mut identity,
     }
     .deserialize(&mut de)
     .and_then(|equal| de.end().map(|()| equal))
     .map_err(NotAnObject::Syntax)?;
     match not_an_object(input) {
-        None => Ok(Read { equal, identity }),
+        None => Ok(equal),
         Some(kind) => Err(NotAnObject::Kind(kind)),
     }
 }
 
-/// Where in the work [`Against`] is: the identity fields are members of the
+/// Where in the work [`digest`] is: the identity fields are members of the
 /// root object and of its `metadata`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Level {
@@ -209,23 +212,41 @@ enum Level {
     Other,
 }
 
-/// Reads one JSON value, comparing it with `expected` (`None`: nothing to
-/// compare with, so unequal) and taking the identity fields into
-/// `identity`. Equality is [`Json`]'s: objects as maps (a repeated key's
-/// last member counts), numbers as `serde_json::Number`s.
-struct Against<'e, 'x, 'i, 'de> {
-    expected: Option<&'e Json<'x>>,
-    level: Level,
-    identity: &'i mut [Option<Json<'de>>; 4],
+impl Level {
+    /// The slot in [`IdentityValues`] of the member `key` at this level.
+    fn identity_slot(self, key: &str) -> Option<usize> {
+        match (self, key) {
+            (Level::Root, "apiVersion") => Some(0),
+            (Level::Root, "kind") => Some(1),
+            (Level::Metadata, "name") => Some(2),
+            (Level::Metadata, "namespace") => Some(3),
+            _ => None,
+        }
+    }
+
+    /// The level of the member `key`'s value.
+    fn child(self, key: &str) -> Level {
+        match (self, key) {
+            (Level::Root, "metadata") => Level::Metadata,
+            _ => Level::Other,
+        }
+    }
 }
 
-impl<'de> DeserializeSeed<'de> for Against<'_, '_, '_, 'de> {
+/// Reads one JSON value, comparing it with `expected` (`None`: nothing to
+/// compare with, so unequal). Equality is [`Json`]'s: objects as maps (a
+/// repeated key's last member counts), numbers as `serde_json::Number`s.
+struct Against<'e, 'x> {
+    expected: Option<&'e Json<'x>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Against<'_, '_> {
     /// Whether the value equals the expected one.
     type Value = bool;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
-        if self.expected.is_none() && self.level == Level::Other {
-            // Nothing to compare and nothing to take: a syntax pass.
+        if self.expected.is_none() {
+            // Nothing to compare: a syntax pass.
             serde::de::IgnoredAny::deserialize(deserializer)?;
             return Ok(false);
         }
@@ -233,13 +254,13 @@ impl<'de> DeserializeSeed<'de> for Against<'_, '_, '_, 'de> {
     }
 }
 
-impl<'de> Against<'_, '_, '_, 'de> {
+impl Against<'_, '_> {
     fn scalar(&self, v: Json<'_>) -> bool {
         self.expected == Some(&v)
     }
 }
 
-impl<'de> Visitor<'de> for Against<'_, '_, '_, 'de> {
+impl<'de> Visitor<'de> for Against<'_, '_> {
     type Value = bool;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -288,8 +309,6 @@ impl<'de> Visitor<'de> for Against<'_, '_, '_, 'de> {
         loop {
             let seed = Against {
                 expected: if equal { items.get(count) } else { None },
-                level: Level::Other,
-                identity: &mut *self.identity,
             };
             match seq.next_element_seed(seed)? {
                 Some(same) => equal &= same,
@@ -326,35 +345,7 @@ impl<'de> Visitor<'de> for Against<'_, '_, '_, 'de> {
                 .ok();
             extra |= index.is_none();
             let expected = index.map(|i| &members[i].1);
-            let taken = match (self.level, key.as_ref()) {
-                (Level::Root, "apiVersion") => Some(0),
-                (Level::Root, "kind") => Some(1),
-                (Level::Metadata, "name") => Some(2),
-                (Level::Metadata, "namespace") => Some(3),
-                _ => None,
-            };
-            let same = if let Some(slot) = taken {
-                let value: Json<'de> = map.next_value()?;
-                let same = expected == Some(&value);
-                self.identity[slot] = Some(value);
-                same
-            } else {
-                let level = match (self.level, key.as_ref()) {
-                    (Level::Root, "metadata") => Level::Metadata,
-                    _ => Level::Other,
-                };
-                if level == Level::Metadata {
-                    // Of a repeated `metadata` the last one counts, whole,
-                    // and one that is not an object has no name.
-                    self.identity[2] = None;
-                    self.identity[3] = None;
-                }
-                map.next_value_seed(Against {
-                    expected,
-                    level,
-                    identity: &mut *self.identity,
-                })?
-            };
+            let same = map.next_value_seed(Against { expected })?;
             if let Some(i) = index {
                 seen[i] = if same { SAME } else { DIFFERENT };
             }
@@ -726,9 +717,23 @@ mod tests {
             // Reading `a` against `b`'s tree (inside an object, as works
             // are) agrees with comparing the two trees.
             let (wa, wb) = (format!("{{\"v\": {a}}}"), format!("{{\"v\": {b}}}"));
-            let read = read_against(wa.as_bytes(), &parse_object(wb.as_bytes()).expect("object"))
+            let equal = read_against(wa.as_bytes(), &parse_object(wb.as_bytes()).expect("object"))
                 .expect("an object");
-            proptest::prop_assert_eq!(read.equal, va == vb, "{} vs {}", a, b);
+            proptest::prop_assert_eq!(equal, va == vb, "{} vs {}", a, b);
+            // And the answer check, digests first, agrees with both.
+            proptest::prop_assert_eq!(
+                check_answer(wa.as_bytes(), wb.as_bytes()),
+                Ok(va != vb),
+                "{} vs {}", a, b
+            );
+            // Equal values always hash alike.
+            let (da, db) = (
+                digest::digest(wa.as_bytes()).expect("an object"),
+                digest::digest(wb.as_bytes()).expect("an object"),
+            );
+            if va == vb {
+                proptest::prop_assert_eq!(da.hash == db.hash || !da.decisive || !db.decisive, true);
+            }
             proptest::prop_assert_eq!(&ja, &ja.clone());
             // Shown as serde_json shows the value.
             proptest::prop_assert_eq!(
@@ -755,11 +760,12 @@ mod tests {
             let same = format!(
                 r#"{{"kind": {kind}, "v": {other}, "apiVersion": {api}, "metadata": {meta}{second}}}"#
             );
-            let read = read_against(input.as_bytes(), &tree).expect("an object");
+            let equal = read_against(input.as_bytes(), &tree).expect("an object");
+            let digested = digest::digest(input.as_bytes()).expect("an object");
             for (i, (_, path)) in IDENTITY_FIELDS.iter().enumerate() {
-                proptest::prop_assert_eq!(read.identity[i].as_ref(), tree.at(path), "{}", input);
+                proptest::prop_assert_eq!(digested.identity[i].as_ref(), tree.at(path), "{}", input);
             }
-            proptest::prop_assert!(read.equal);
+            proptest::prop_assert!(equal);
             proptest::prop_assert_eq!(check_answer(input.as_bytes(), same.as_bytes()), Ok(false));
             let moved = format!(r#"{{"apiVersion": {api}, "kind": {kind}, "metadata": {meta}{second}}}"#);
             proptest::prop_assert_eq!(
