@@ -21,8 +21,6 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
-pub mod otlp;
-
 pub const MIB: usize = 1024 * 1024;
 
 /// How a scripted plugin answers MutateManifestWork.
