@@ -316,6 +316,8 @@ fn large_rollout(clusters: usize) -> RolloutPluginRequest {
 
 /// The ManifestWork the checker asks to mutate, for `cluster`'s namespace:
 /// a Deployment and an Argo Rollout with canary steps.
+// Like the SDK's `testing::sample_work`, but the checker's own: it judges
+// plugins in any language and depends on no plugin SDK.
 fn sample_work(cluster: &str) -> Value {
     json!({
         "apiVersion": "work.open-cluster-management.io/v1",

@@ -5,6 +5,8 @@
 //!
 //! - [`otlp`]: an OTLP/gRPC trace receiver on 127.0.0.1 that keeps every
 //!   span, and readers of a span's attributes, events and status.
+//! - [`h2_peer`]: a server written on the wire with the `h2` crate, for the
+//!   misbehaving peers tonic will not play.
 //! - [`metrics`]: `GET /metrics` with given `Accept` headers, strict readers
 //!   of the OpenMetrics and Prometheus text formats, and promtool.
 //! - [`log_colour`]: a test binary started again as a child, on a pipe or on
@@ -13,6 +15,7 @@
 //!   named after it.
 
 pub mod flags;
+pub mod h2_peer;
 pub mod log_colour;
 pub mod metrics;
 pub mod otlp;

@@ -18,6 +18,7 @@ use rollout_plugin_sdk::proto::{
 };
 use rollout_plugin_sdk::test_certs::TestCa;
 use rollout_plugin_sdk::{ServeOptions, TlsOptions, testing};
+use rollout_test_support::h2_peer;
 use tokio::net::TcpListener;
 use tokio::process::Command;
 
@@ -338,21 +339,7 @@ const DEAF_DELAY: Duration = Duration::from_millis(1200);
 /// deadline. (tonic's server honours deadlines by itself, so a deaf plugin
 /// has to be written below it.)
 async fn deaf_plugin() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut conn) = h2::server::handshake(tcp).await else {
-                    return;
-                };
-                while let Some(Ok((request, respond))) = conn.accept().await {
-                    tokio::spawn(answer_deaf(request, respond));
-                }
-            });
-        }
-    });
-    addr
+    h2_peer::serve(answer_deaf).await
 }
 
 async fn answer_deaf(
@@ -360,10 +347,7 @@ async fn answer_deaf(
     mut respond: h2::server::SendResponse<Bytes>,
 ) {
     let path = request.uri().path().to_string();
-    let mut body = request.into_body();
-    while let Some(Ok(chunk)) = body.data().await {
-        let _ = body.flow_control().release_capacity(chunk.len());
-    }
+    h2_peer::read_body(&mut request.into_body()).await;
     let message = if path.ends_with("/Initialize") {
         InitializeResponse {
             name: "deaf".into(),

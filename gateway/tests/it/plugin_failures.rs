@@ -18,6 +18,7 @@ use rollout_proto::v1alpha1::{
     InitializeRequest, InitializeResponse, MutateManifestWorkRequest, MutateManifestWorkResponse,
     ValidateResponse, ValidationResult,
 };
+use rollout_test_support::h2_peer;
 use serde_json::Value;
 use tonic::Code;
 
@@ -37,21 +38,7 @@ enum Framing {
 /// MutateManifestWork with the work annotated, and the others empty, framed
 /// as `framing` says.
 async fn raw_plugin(framing: Framing) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut conn) = h2::server::handshake(tcp).await else {
-                    return;
-                };
-                while let Some(Ok((request, respond))) = conn.accept().await {
-                    tokio::spawn(answer(framing, request, respond));
-                }
-            });
-        }
-    });
-    addr
+    h2_peer::serve(move |request, respond| answer(framing, request, respond)).await
 }
 
 async fn answer(
@@ -60,12 +47,7 @@ async fn answer(
     mut respond: h2::server::SendResponse<Bytes>,
 ) {
     let method = request.uri().path().rsplit('/').next().unwrap().to_string();
-    let mut body = request.into_body();
-    let mut input = Vec::new();
-    while let Some(Ok(chunk)) = body.data().await {
-        let _ = body.flow_control().release_capacity(chunk.len());
-        input.extend_from_slice(&chunk);
-    }
+    let input = h2_peer::read_body(&mut request.into_body()).await;
     let message = match method.as_str() {
         "Initialize" => InitializeResponse::default().encode_to_vec(),
         "ValidateRolloutCompletion" => ValidateResponse {

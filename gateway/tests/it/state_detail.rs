@@ -15,6 +15,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use common::*;
 use prost::Message as _;
 use rollout_proto::v1alpha1::*;
+use rollout_test_support::h2_peer;
 
 /// A plugin that records every request's message bytes and answers with the
 /// neutral message of each hook; its `Initialize` answer declares `detail`
@@ -26,24 +27,12 @@ struct Recorder {
 
 impl Recorder {
     async fn start(detail: Option<RolloutStateDetail>) -> Recorder {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<(String, Bytes)>>> = Arc::default();
         let record = seen.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let record = record.clone();
-                tokio::spawn(async move {
-                    let Ok(mut conn) = h2::server::handshake(stream).await else {
-                        return;
-                    };
-                    while let Some(Ok((request, respond))) = conn.accept().await {
-                        let record = record.clone();
-                        tokio::spawn(answer(request, respond, detail, record));
-                    }
-                });
-            }
-        });
+        let addr = h2_peer::serve(move |request, respond| {
+            answer(request, respond, detail, record.clone())
+        })
+        .await;
         Recorder { addr, seen }
     }
 
