@@ -14,7 +14,7 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use common::*;
 use rollout_proto::v1alpha1::ValidationResult;
 use rollout_test_support::h2_peer;
@@ -96,24 +96,8 @@ async fn gzip_bomb(inflated: usize) -> SocketAddr {
 
 /// Answers with `compressed` as one gzip-flagged message, then
 /// `grpc-status: 0`.
-async fn answer_compressed(compressed: Bytes, mut respond: h2::server::SendResponse<Bytes>) {
-    let mut framed = BytesMut::new();
-    framed.put_u8(1);
-    framed.put_u32(compressed.len() as u32);
-    framed.put_slice(&compressed);
-    let response = http::Response::builder()
-        .status(200)
-        .header("content-type", "application/grpc")
-        .header("grpc-encoding", "gzip")
-        .body(())
-        .unwrap();
-    let Ok(mut stream) = respond.send_response(response, false) else {
-        return;
-    };
-    let _ = stream.send_data(framed.freeze(), false);
-    let mut trailers = http::HeaderMap::new();
-    trailers.insert("grpc-status", "0".parse().unwrap());
-    let _ = stream.send_trailers(trailers);
+async fn answer_compressed(compressed: Bytes, respond: h2::server::SendResponse<Bytes>) {
+    h2_peer::answer_ok(respond, &[("grpc-encoding", "gzip")], true, &compressed);
 }
 
 /// The 99th percentile of `n` BeginRollout calls to `target`, one at a time.

@@ -48,3 +48,51 @@ pub async fn read_body(body: &mut RecvStream) -> Vec<u8> {
     }
     received
 }
+
+/// One gRPC message as it goes on the wire: the compressed flag, the
+/// length (four bytes, big-endian), the bytes.
+pub fn frame(compressed: bool, message: &[u8]) -> Bytes {
+    let len = u32::try_from(message.len()).expect("a message under 4 GiB");
+    let mut framed = Vec::with_capacity(5 + message.len());
+    framed.push(u8::from(compressed));
+    framed.extend_from_slice(&len.to_be_bytes());
+    framed.extend_from_slice(message);
+    framed.into()
+}
+
+/// Answers as a gRPC server that succeeded: `200` with `content-type:
+/// application/grpc` and `headers`, `message` in one frame flagged
+/// `compressed` or not, then `grpc-status: 0` trailers. A stream the peer
+/// has already reset is left alone.
+pub fn answer_ok(
+    mut respond: SendResponse<Bytes>,
+    headers: &[(&str, &str)],
+    compressed: bool,
+    message: &[u8],
+) {
+    let mut head = http::Response::builder()
+        .status(200)
+        .header("content-type", "application/grpc");
+    for (name, value) in headers {
+        head = head.header(*name, *value);
+    }
+    let head = head.body(()).expect("valid header names and values");
+    let Ok(mut stream) = respond.send_response(head, false) else {
+        return;
+    };
+    let _ = stream.send_data(frame(compressed, message), false);
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    let _ = stream.send_trailers(trailers);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::frame;
+
+    #[test]
+    fn a_frame_is_flag_length_bytes() {
+        assert_eq!(&frame(false, b"ab")[..], [0, 0, 0, 0, 2, b'a', b'b']);
+        assert_eq!(&frame(true, &[])[..], [1, 0, 0, 0, 0]);
+    }
+}

@@ -6,7 +6,8 @@
 //! - [`otlp`]: an OTLP/gRPC trace receiver on 127.0.0.1 that keeps every
 //!   span, and readers of a span's attributes, events and status.
 //! - [`h2_peer`]: a server written on the wire with the `h2` crate, for the
-//!   misbehaving peers tonic will not play.
+//!   misbehaving peers tonic will not play, and a gRPC answer written by
+//!   hand.
 //! - [`metrics`]: `GET /metrics` with given `Accept` headers, strict readers
 //!   of the OpenMetrics and Prometheus text formats, and promtool.
 //! - [`log_colour`]: a test binary started again as a child, on a pipe or on

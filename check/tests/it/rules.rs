@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use prost::Message;
 use rollout_plugin_sdk::prelude::*;
 use rollout_plugin_sdk::proto::rollout_plugin_service_server::{
@@ -344,7 +344,7 @@ async fn deaf_plugin() -> SocketAddr {
 
 async fn answer_deaf(
     request: http::Request<h2::RecvStream>,
-    mut respond: h2::server::SendResponse<Bytes>,
+    respond: h2::server::SendResponse<Bytes>,
 ) {
     let path = request.uri().path().to_string();
     h2_peer::read_body(&mut request.into_body()).await;
@@ -362,21 +362,7 @@ async fn answer_deaf(
         tokio::time::sleep(DEAF_DELAY).await;
         Vec::new()
     };
-    let mut frame = BytesMut::new();
-    frame.put_u8(0);
-    frame.put_u32(message.len() as u32);
-    frame.put_slice(&message);
-    let response = http::Response::builder()
-        .header("content-type", "application/grpc")
-        .body(())
-        .unwrap();
-    let Ok(mut stream) = respond.send_response(response, false) else {
-        return;
-    };
-    let _ = stream.send_data(frame.freeze(), false);
-    let mut trailers = http::HeaderMap::new();
-    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-    let _ = stream.send_trailers(trailers);
+    h2_peer::answer_ok(respond, &[], false, &message);
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use crate::common;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use common::*;
 use prost::Message as _;
 use rollout_proto::v1alpha1::*;
@@ -74,7 +74,7 @@ impl Recorder {
 
 async fn answer(
     request: http::Request<h2::RecvStream>,
-    mut respond: h2::server::SendResponse<Bytes>,
+    respond: h2::server::SendResponse<Bytes>,
     detail: Option<RolloutStateDetail>,
     record: Arc<Mutex<Vec<(String, Bytes)>>>,
 ) {
@@ -109,19 +109,7 @@ async fn answer(
         // Empty (BeginRollout, ProgressRollout) and "unchanged" (MutateManifestWork).
         _ => Vec::new(),
     };
-    let mut out = BytesMut::with_capacity(5 + message.len());
-    out.put_u8(0);
-    out.put_u32(message.len() as u32);
-    out.put_slice(&message);
-    let response = http::Response::builder()
-        .header("content-type", "application/grpc")
-        .body(())
-        .unwrap();
-    let mut stream = respond.send_response(response, false).unwrap();
-    stream.send_data(out.freeze(), false).unwrap();
-    let mut trailers = http::HeaderMap::new();
-    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-    stream.send_trailers(trailers).unwrap();
+    h2_peer::answer_ok(respond, &[], false, &message);
 }
 
 fn status(name: &str, status: RolloutStatus) -> ClusterRolloutStatus {
