@@ -85,6 +85,12 @@ pub fn parse_size(input: &str) -> Result<u64, UnitError> {
     Ok(bytes as u64)
 }
 
+/// [`parse_size`] for a size held in memory: fails as well when the size
+/// does not fit in a `usize`.
+pub fn parse_size_usize(input: &str) -> Result<usize, UnitError> {
+    usize::try_from(parse_size(input)?).map_err(|_| UnitError::Overflow(input.to_owned()))
+}
+
 /// Formats a byte size the short way used in scenario names: `4k`, `64k`,
 /// `4m`, else the plain number of bytes.
 pub fn format_size(bytes: u64) -> String {
@@ -129,6 +135,12 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(parse_size(input), Ok(want), "{input}");
         }
+    }
+
+    #[test]
+    fn sizes_in_memory() {
+        assert_eq!(parse_size_usize("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_size_usize(""), Err(UnitError::Empty));
     }
 
     #[test]

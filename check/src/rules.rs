@@ -337,16 +337,24 @@ pub fn judge_idempotent(hook: Hook, first: &Observed, second: &Observed) -> Verd
     }
 }
 
+/// Why a MutateManifestWork answer carries no readable work.
+#[derive(Debug, thiserror::Error)]
+enum UnreadableWork {
+    #[error("undecodable answer: {0}")]
+    Undecodable(#[source] prost::DecodeError),
+    #[error("the answer's manifest_work is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+}
+
 /// The work a MutateManifestWork answer carries, as JSON; `Null` for an
 /// empty one ("unchanged").
-fn work_of(answer: &Bytes) -> Result<Value, String> {
-    let answer = MutateManifestWorkResponse::decode(answer.clone())
-        .map_err(|e| format!("undecodable answer: {e}"))?;
+fn work_of(answer: &Bytes) -> Result<Value, UnreadableWork> {
+    let answer =
+        MutateManifestWorkResponse::decode(answer.clone()).map_err(UnreadableWork::Undecodable)?;
     if answer.manifest_work.is_empty() {
         return Ok(Value::Null);
     }
-    serde_json::from_slice(&answer.manifest_work)
-        .map_err(|e| format!("the answer's manifest_work is not JSON: {e}"))
+    serde_json::from_slice(&answer.manifest_work).map_err(UnreadableWork::NotJson)
 }
 
 /// The fields of a work that say which object it is.

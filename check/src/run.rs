@@ -31,15 +31,17 @@ const SERVICE: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/";
 /// Connects to `target` and checks every rule, in [`Rule::ALL`]'s order.
 pub async fn check(target: &str, tls: &TlsFiles) -> Result<Vec<Outcome>, ConnectError> {
     let conn = Connection::open(target, tls).await?;
-    let checker = Checker { conn };
-    checker.run().await.map_err(|why| ConnectError::NotGrpc {
-        target: target.to_string(),
-        why,
-    })
+    let checker = Checker {
+        conn,
+        target: target.to_owned(),
+    };
+    checker.run().await
 }
 
 struct Checker {
     conn: Connection,
+    /// The endpoint as given, for the error when it does not speak gRPC.
+    target: String,
 }
 
 impl Checker {
@@ -55,9 +57,9 @@ impl Checker {
     }
 
     /// Every rule's outcome, one phase per rule in [`Rule::ALL`]'s order;
-    /// `Err` (why) when the first call's stream failed (the endpoint does
-    /// not speak gRPC over HTTP/2).
-    async fn run(&self) -> Result<Vec<Outcome>, String> {
+    /// [`ConnectError::NotGrpc`] when the first call's stream failed (the
+    /// endpoint does not speak gRPC over HTTP/2).
+    async fn run(&self) -> Result<Vec<Outcome>, ConnectError> {
         let (initialize, probes) = self.initialize().await?;
         let (deadline, hooks) = self.deadline(probes).await;
         Ok(vec![
@@ -72,7 +74,7 @@ impl Checker {
     }
 
     /// Initialize, and the hooks its declaration says to probe.
-    async fn initialize(&self) -> Result<(Outcome, Vec<Probe>), String> {
+    async fn initialize(&self) -> Result<(Outcome, Vec<Probe>), ConnectError> {
         let initialize = InitializeRequest {
             controller_version: concat!("rollout-plugin-check/", env!("CARGO_PKG_VERSION")).into(),
             hub_name: String::new(),
@@ -85,7 +87,10 @@ impl Checker {
             )
             .await;
         if let rules::Ended::Transport(why) = observed.ended {
-            return Err(why);
+            return Err(ConnectError::NotGrpc {
+                target: self.target.clone(),
+                why,
+            });
         }
         let (verdict, probes) = rules::judge_initialize(&observed);
         let outcome = Outcome {
@@ -316,6 +321,8 @@ fn large_rollout(clusters: usize) -> RolloutPluginRequest {
 
 /// The ManifestWork the checker asks to mutate, for `cluster`'s namespace:
 /// a Deployment and an Argo Rollout with canary steps.
+// Like the SDK's `testing::sample_work`, but the checker's own: it judges
+// plugins in any language and depends on no plugin SDK.
 fn sample_work(cluster: &str) -> Value {
     json!({
         "apiVersion": "work.open-cluster-management.io/v1",

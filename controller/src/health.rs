@@ -147,8 +147,9 @@ pub(crate) mod tests {
     /// `process_*` series, and promtool passes the Prometheus text.
     #[tokio::test]
     async fn metrics_answer_in_the_format_accept_asks_for() {
-        use rollout_telemetry::metrics::Format;
-        use rollout_telemetry::metrics::lint::{self, PROMETHEUS_ACCEPT};
+        use rollout_test_support::metrics::{
+            OPENMETRICS, PROMETHEUS_ACCEPT, PROMETHEUS_TEXT, scrape_each,
+        };
         let addr = serve(
             "127.0.0.1:0".parse().expect("addr"),
             Readiness::default(),
@@ -156,34 +157,16 @@ pub(crate) mod tests {
         )
         .await
         .expect("binds");
-        let openmetrics = Format::OpenMetrics.content_type();
-        let prometheus = Format::Prometheus.content_type();
         let cases: &[(&[&str], &str)] = &[
-            (&[PROMETHEUS_ACCEPT], openmetrics),
-            (&["application/openmetrics-text"], openmetrics),
-            (&[], prometheus),
-            (&["*/*"], prometheus),
-            (&["text/plain;version=0.0.4"], prometheus),
+            (&[PROMETHEUS_ACCEPT], OPENMETRICS),
+            (&["application/openmetrics-text"], OPENMETRICS),
+            (&[], PROMETHEUS_TEXT),
+            (&["*/*"], PROMETHEUS_TEXT),
+            (&["text/plain;version=0.0.4"], PROMETHEUS_TEXT),
         ];
-        let mut bodies = std::collections::BTreeMap::new();
-        for (accept, want) in cases {
-            let (status, content_type, body) = lint::get(addr, "/metrics", accept).await;
-            assert_eq!(status, 200);
-            assert_eq!(content_type, *want, "Accept: {accept:?}");
-            bodies.insert(*want, body);
-        }
-        let om = lint::parse_openmetrics(&bodies[openmetrics])
-            .unwrap_or_else(|e| panic!("{e}\n{}", bodies[openmetrics]));
-        let text = lint::parse_prometheus(&bodies[prometheus])
-            .unwrap_or_else(|e| panic!("{e}\n{}", bodies[prometheus]));
-        let ours = |e: &lint::Exposition| -> Vec<(String, String, String)> {
-            e.samples
-                .iter()
-                .filter(|(name, _, _)| name.starts_with("rollout_controller_"))
-                .cloned()
-                .collect()
-        };
-        assert_eq!(ours(&om), ours(&text));
+        let scrapes = scrape_each(addr, cases).await;
+        scrapes.assert_same_samples(|name| name.starts_with("rollout_controller_"));
+        let (om, text) = (&scrapes.openmetrics, &scrapes.prometheus);
         let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
         assert!(
             text.samples
@@ -192,7 +175,7 @@ pub(crate) mod tests {
                     && l.contains(&version)
                     && v == "1"),
             "{}",
-            bodies[prometheus]
+            scrapes.prometheus_text
         );
         assert_eq!(om.types["rollout_controller_build"], "info");
         for family in [
@@ -209,8 +192,6 @@ pub(crate) mod tests {
                 text.types
             );
         }
-        if let Err(e) = lint::promtool_check(&bodies[prometheus]) {
-            panic!("{e}\n{}", bodies[prometheus]);
-        }
+        scrapes.assert_promtool_passes();
     }
 }

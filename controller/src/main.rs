@@ -707,21 +707,6 @@ mod tests {
         ("leader-election-identity", "POD_NAME"),
     ];
 
-    /// Every flag of every subcommand, as (subcommand path, long name, env).
-    fn flags(cmd: &clap::Command, at: &str, out: &mut Vec<(String, String, Option<String>)>) {
-        for arg in cmd.get_arguments() {
-            let Some(long) = arg.get_long() else { continue };
-            if matches!(long, "help" | "version") {
-                continue;
-            }
-            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
-            out.push((at.to_owned(), long.to_owned(), env));
-        }
-        for sub in cmd.get_subcommands() {
-            flags(sub, &format!("{at} {}", sub.get_name()), out);
-        }
-    }
-
     /// `run --help` lists every endpoint of --health-listen.
     #[test]
     fn the_help_lists_every_health_endpoint() {
@@ -775,21 +760,11 @@ mod tests {
     /// shared by subcommands), but for the pod's own variables.
     #[test]
     fn every_flag_has_an_env_var_named_after_it() {
-        let mut all = Vec::new();
-        flags(&super::Cli::command(), "rollout-controller", &mut all);
-        assert!(all.len() >= 40, "{all:?}");
-        for (at, long, env) in all {
-            let want = POD_VARIABLES
-                .iter()
-                .find(|(flag, _)| *flag == long)
-                .map(|(_, var)| (*var).to_owned())
-                .unwrap_or_else(|| {
-                    format!(
-                        "ROLLOUT_CONTROLLER_{}",
-                        long.to_uppercase().replace('-', "_")
-                    )
-                });
-            assert_eq!(env.as_deref(), Some(want.as_str()), "{at} --{long}");
-        }
+        rollout_test_support::flags::assert_every_flag_has_env_var(
+            &super::Cli::command(),
+            "ROLLOUT_CONTROLLER_",
+            &POD_VARIABLES,
+            40,
+        );
     }
 }

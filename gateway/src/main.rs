@@ -350,32 +350,16 @@ mod tests {
 
     use super::*;
 
-    /// Every flag of every subcommand, as (subcommand path, long name, env).
-    fn flags(cmd: &clap::Command, at: &str, out: &mut Vec<(String, String, Option<String>)>) {
-        for arg in cmd.get_arguments() {
-            let Some(long) = arg.get_long() else { continue };
-            if matches!(long, "help" | "version") {
-                continue;
-            }
-            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
-            out.push((at.to_owned(), long.to_owned(), env));
-        }
-        for sub in cmd.get_subcommands() {
-            flags(sub, &format!("{at} {}", sub.get_name()), out);
-        }
-    }
-
     /// A new flag without an environment variable fails here; the variable
     /// is the flag's name in ROLLOUT_GATEWAY_ form.
     #[test]
     fn every_flag_has_an_env_var_named_after_it() {
-        let mut all = Vec::new();
-        flags(&super::Flags::command(), "rollout-gateway", &mut all);
-        assert!(all.len() >= 9, "{all:?}");
-        for (at, long, env) in all {
-            let want = format!("ROLLOUT_GATEWAY_{}", long.to_uppercase().replace('-', "_"));
-            assert_eq!(env.as_deref(), Some(want.as_str()), "{at} --{long}");
-        }
+        rollout_test_support::flags::assert_every_flag_has_env_var(
+            &super::Flags::command(),
+            "ROLLOUT_GATEWAY_",
+            &[],
+            9,
+        );
     }
 
     /// `--help` lists every admin endpoint, and each is routed.

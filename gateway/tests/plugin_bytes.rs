@@ -14,9 +14,10 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use common::*;
 use rollout_proto::v1alpha1::ValidationResult;
+use rollout_test_support::h2_peer;
 use tonic::Code;
 
 /// The tests of this binary run one at a time: one measures latency, and
@@ -90,38 +91,13 @@ async fn gzip_bomb(inflated: usize) -> SocketAddr {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     gz.write_all(&vec![0u8; inflated]).unwrap();
     let compressed = Bytes::from(gz.finish().unwrap());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let compressed = compressed.clone();
-            tokio::spawn(async move {
-                let Ok(mut conn) = h2::server::handshake(tcp).await else {
-                    return;
-                };
-                while let Some(Ok((_, mut respond))) = conn.accept().await {
-                    let mut framed = BytesMut::new();
-                    framed.put_u8(1);
-                    framed.put_u32(compressed.len() as u32);
-                    framed.put_slice(&compressed);
-                    let response = http::Response::builder()
-                        .status(200)
-                        .header("content-type", "application/grpc")
-                        .header("grpc-encoding", "gzip")
-                        .body(())
-                        .unwrap();
-                    let Ok(mut stream) = respond.send_response(response, false) else {
-                        continue;
-                    };
-                    let _ = stream.send_data(framed.freeze(), false);
-                    let mut trailers = http::HeaderMap::new();
-                    trailers.insert("grpc-status", "0".parse().unwrap());
-                    let _ = stream.send_trailers(trailers);
-                }
-            });
-        }
-    });
-    addr
+    h2_peer::serve(move |_, respond| answer_compressed(compressed.clone(), respond)).await
+}
+
+/// Answers with `compressed` as one gzip-flagged message, then
+/// `grpc-status: 0`.
+async fn answer_compressed(compressed: Bytes, respond: h2::server::SendResponse<Bytes>) {
+    h2_peer::answer_ok(respond, &[("grpc-encoding", "gzip")], true, &compressed);
 }
 
 /// The 99th percentile of `n` BeginRollout calls to `target`, one at a time.
@@ -231,33 +207,27 @@ async fn an_answer_over_the_limit_because_of_the_callers_own_work_is_not_the_plu
 /// A raw HTTP/2 plugin that tries to push a stream with its answer, and
 /// reports whether its HTTP/2 stack let it (the peer's SETTINGS_ENABLE_PUSH).
 async fn pushing_plugin(pushed: tokio::sync::mpsc::Sender<bool>) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let pushed = pushed.clone();
-            tokio::spawn(async move {
-                let Ok(mut conn) = h2::server::handshake(tcp).await else {
-                    return;
-                };
-                while let Some(Ok((_, mut respond))) = conn.accept().await {
-                    let promise = http::Request::builder()
-                        .uri("http://plugin/pushed")
-                        .body(())
-                        .unwrap();
-                    let _ = pushed.send(respond.push_request(promise).is_ok()).await;
-                    let response = http::Response::builder()
-                        .status(200)
-                        .header("content-type", "application/grpc")
-                        .header("grpc-status", "0")
-                        .body(())
-                        .unwrap();
-                    let _ = respond.send_response(response, true);
-                }
-            });
-        }
-    });
-    addr
+    h2_peer::serve(move |_, respond| push(pushed.clone(), respond)).await
+}
+
+/// Tries to push a stream, reports whether it could, then answers OK with
+/// no message.
+async fn push(
+    pushed: tokio::sync::mpsc::Sender<bool>,
+    mut respond: h2::server::SendResponse<Bytes>,
+) {
+    let promise = http::Request::builder()
+        .uri("http://plugin/pushed")
+        .body(())
+        .unwrap();
+    let _ = pushed.send(respond.push_request(promise).is_ok()).await;
+    let response = http::Response::builder()
+        .status(200)
+        .header("content-type", "application/grpc")
+        .header("grpc-status", "0")
+        .body(())
+        .unwrap();
+    let _ = respond.send_response(response, true);
 }
 
 #[tokio::test]

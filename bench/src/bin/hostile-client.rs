@@ -13,7 +13,7 @@ use clap::Parser;
 use rollout_bench::compare::procfs;
 use rollout_bench::hostile::{self, Answers, Attack};
 use rollout_bench::process::ChildGuard;
-use rollout_bench::units::{parse_duration, parse_size};
+use rollout_bench::units::{parse_duration, parse_size_usize};
 use tokio::process::Command;
 
 /// Measures the gateway's memory under a hostile HTTP/2 client.
@@ -30,33 +30,23 @@ struct Args {
     #[arg(long, default_value_t = 16)]
     streams: usize,
     /// The message size each request declares.
-    #[arg(long, default_value = "16MiB", value_parser = size)]
+    #[arg(long, default_value = "16MiB", value_parser = parse_size_usize)]
     declared: usize,
     /// The bytes of it each request sends before stalling.
-    #[arg(long, default_value = "15MiB", value_parser = size)]
+    #[arg(long, default_value = "15MiB", value_parser = parse_size_usize)]
     sent: usize,
     /// HTTP/2 connections that handshake and then say nothing.
     #[arg(long, default_value_t = 500)]
     idle: usize,
     /// How long the attack is held before it is closed.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
     hold: Duration,
     /// How long after closing the memory is measured again.
-    #[arg(long, default_value = "5s", value_parser = duration)]
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
     settle: Duration,
     /// Arguments for the gateway.
     #[arg(last = true)]
     gateway_args: Vec<String>,
-}
-
-fn size(s: &str) -> Result<usize, String> {
-    parse_size(s)
-        .map_err(|e| e.to_string())
-        .and_then(|n| usize::try_from(n).map_err(|e| e.to_string()))
-}
-
-fn duration(s: &str) -> Result<Duration, String> {
-    parse_duration(s).map_err(|e| e.to_string())
 }
 
 fn main() -> anyhow::Result<()> {

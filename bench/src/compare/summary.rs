@@ -414,8 +414,8 @@ impl Goal {
     fn compare(
         goal: String,
         scenario: Option<&str>,
-        figure: Result<f64, String>,
-        yardstick: Result<f64, String>,
+        figure: Result<f64, Missing>,
+        yardstick: Result<f64, Missing>,
         yardstick_name: &str,
         unit: GoalUnit,
         at_most: bool,
@@ -436,7 +436,7 @@ impl Goal {
                     None,
                 )
             }
-            (Err(why), _) | (_, Err(why)) => (GoalStatus::NotMeasured, Some(why.clone())),
+            (Err(why), _) | (_, Err(why)) => (GoalStatus::NotMeasured, Some(why.to_string())),
         };
         Self {
             goal,
@@ -450,6 +450,36 @@ impl Goal {
             note,
         }
     }
+}
+
+/// Why a run lacks a goal's figure or yardstick: the goal's `note`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum Missing {
+    #[error("scenario {0} did not run")]
+    Scenario(String),
+    #[error("{target} skipped ({reason})")]
+    Skipped { target: TargetKind, reason: String },
+    #[error("{target} did not run in {scenario}")]
+    Target {
+        target: TargetKind,
+        scenario: String,
+    },
+    #[error("no {what} for {target} in {scenario}")]
+    Figure {
+        what: &'static str,
+        target: TargetKind,
+        scenario: String,
+    },
+    #[error("{0} plugins registered, the goal is stated for {MEMORY_GOAL_PLUGINS}")]
+    TooFewPlugins(usize),
+    #[error("the gateway's memory was not read")]
+    Memory,
+    #[error("the traced gateway did not run at {0} in flight with 4 KiB works")]
+    Traced(usize),
+    #[error("no tracing comparison in {0} (the untraced gateway or direct is missing)")]
+    TracingComparison(String),
+    #[error("the untraced gateway added no measurable p50 in {0}")]
+    UntracedP50(String),
 }
 
 /// The bound on the gateway's CPU per call against the minimal `h2`
@@ -472,24 +502,38 @@ struct Figures<'a> {
 impl Figures<'_> {
     /// `what` (picked by `pick`) of `target` in scenario `name`, or why the
     /// run has none.
-    fn get(&self, name: &str, target: TargetKind, what: &str, pick: Pick) -> Result<f64, String> {
+    fn get(
+        &self,
+        name: &str,
+        target: TargetKind,
+        what: &'static str,
+        pick: Pick,
+    ) -> Result<f64, Missing> {
         let results = self.results;
         let summary = results
             .summary
             .iter()
             .find(|s| s.scenario.name == name)
-            .ok_or_else(|| format!("scenario {name} did not run"))?;
+            .ok_or_else(|| Missing::Scenario(name.to_owned()))?;
         let target_summary = summary
             .targets
             .iter()
             .find(|t| t.target == target)
             .ok_or_else(|| match results.environment.skipped(target) {
-                Some(reason) if !results.settings.targets.contains(&target) => {
-                    format!("{target} skipped ({reason})")
-                }
-                _ => format!("{target} did not run in {name}"),
+                Some(reason) if !results.settings.targets.contains(&target) => Missing::Skipped {
+                    target,
+                    reason: reason.to_owned(),
+                },
+                _ => Missing::Target {
+                    target,
+                    scenario: name.to_owned(),
+                },
             })?;
-        pick(target_summary).ok_or_else(|| format!("no {what} for {target} in {name}"))
+        pick(target_summary).ok_or_else(|| Missing::Figure {
+            what,
+            target,
+            scenario: name.to_owned(),
+        })
     }
 }
 
@@ -656,15 +700,13 @@ fn floor_goals(figures: &Figures<'_>) -> Vec<Goal> {
 fn memory_goal(results: &BenchResults) -> Goal {
     let registered = results.settings.registered_plugins;
     let peak = if registered < MEMORY_GOAL_PLUGINS {
-        Err(format!(
-            "{registered} plugins registered, the goal is stated for {MEMORY_GOAL_PLUGINS}"
-        ))
+        Err(Missing::TooFewPlugins(registered))
     } else {
         results
             .memory
             .gateway_after_runs
             .map(|m| round_to_tenth(m.hwm_kib as f64 / 1024.0))
-            .ok_or_else(|| "the gateway's memory was not read".to_owned())
+            .ok_or(Missing::Memory)
     };
     Goal::compare(
         format!(
@@ -704,9 +746,7 @@ fn tracing_goals(results: &BenchResults) -> Vec<Goal> {
             goals.push(Goal::compare(
                 goal(&format!("c{concurrency}-4k")),
                 None,
-                Err(format!(
-                    "the traced gateway did not run at {concurrency} in flight with 4 KiB works"
-                )),
+                Err(Missing::Traced(concurrency)),
                 Ok(bound),
                 "bound",
                 GoalUnit::Ratio,
@@ -718,11 +758,10 @@ fn tracing_goals(results: &BenchResults) -> Vec<Goal> {
             let ratio = summary
                 .tracing
                 .as_ref()
-                .ok_or_else(|| format!("no tracing comparison in {name} (the untraced gateway or direct is missing)"))
+                .ok_or_else(|| Missing::TracingComparison(name.to_owned()))
                 .and_then(|t| {
-                    t.added_p50_ratio.ok_or_else(|| {
-                        format!("the untraced gateway added no measurable p50 in {name}")
-                    })
+                    t.added_p50_ratio
+                        .ok_or_else(|| Missing::UntracedP50(name.to_owned()))
                 });
             goals.push(Goal::compare(
                 goal(name),

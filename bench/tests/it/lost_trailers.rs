@@ -9,47 +9,36 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rollout_bench::load::{self, Hook, LoadConfig, Stop};
-use tokio::net::TcpListener;
+use rollout_test_support::h2_peer;
 
 /// Serves gRPC-looking answers: an empty message (valid for every hook's
 /// answer type), then `grpc-status: 0` trailers when `trailers`, else the
 /// end of the stream right after the message.
 async fn serve(trailers: bool) -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let address = listener.local_addr()?;
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut connection) = h2::server::handshake(tcp).await else {
-                    return;
-                };
-                while let Some(Ok((request, mut respond))) = connection.accept().await {
-                    tokio::spawn(async move {
-                        let mut body = request.into_body();
-                        while let Some(Ok(chunk)) = body.data().await {
-                            let _ = body.flow_control().release_capacity(chunk.len());
-                        }
-                        let response = http::Response::builder()
-                            .status(200)
-                            .header("content-type", "application/grpc")
-                            .body(())
-                            .expect("valid response");
-                        let Ok(mut send) = respond.send_response(response, false) else {
-                            return;
-                        };
-                        // A gRPC frame holding an empty message.
-                        let _ = send.send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), !trailers);
-                        if trailers {
-                            let mut map = http::HeaderMap::new();
-                            map.insert("grpc-status", http::HeaderValue::from_static("0"));
-                            let _ = send.send_trailers(map);
-                        }
-                    });
-                }
-            });
-        }
-    });
-    Ok(address)
+    Ok(h2_peer::serve(move |request, respond| answer(trailers, request, respond)).await)
+}
+
+async fn answer(
+    trailers: bool,
+    request: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+) {
+    h2_peer::read_body(&mut request.into_body()).await;
+    let response = http::Response::builder()
+        .status(200)
+        .header("content-type", "application/grpc")
+        .body(())
+        .expect("valid response");
+    let Ok(mut send) = respond.send_response(response, false) else {
+        return;
+    };
+    // A gRPC frame holding an empty message.
+    let _ = send.send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), !trailers);
+    if trailers {
+        let mut map = http::HeaderMap::new();
+        map.insert("grpc-status", http::HeaderValue::from_static("0"));
+        let _ = send.send_trailers(map);
+    }
 }
 
 fn config(address: SocketAddr) -> LoadConfig {

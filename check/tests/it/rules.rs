@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use prost::Message;
 use rollout_plugin_sdk::prelude::*;
 use rollout_plugin_sdk::proto::rollout_plugin_service_server::{
@@ -18,6 +18,7 @@ use rollout_plugin_sdk::proto::{
 };
 use rollout_plugin_sdk::test_certs::TestCa;
 use rollout_plugin_sdk::{ServeOptions, TlsOptions, testing};
+use rollout_test_support::h2_peer;
 use tokio::net::TcpListener;
 use tokio::process::Command;
 
@@ -338,32 +339,15 @@ const DEAF_DELAY: Duration = Duration::from_millis(1200);
 /// deadline. (tonic's server honours deadlines by itself, so a deaf plugin
 /// has to be written below it.)
 async fn deaf_plugin() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut conn) = h2::server::handshake(tcp).await else {
-                    return;
-                };
-                while let Some(Ok((request, respond))) = conn.accept().await {
-                    tokio::spawn(answer_deaf(request, respond));
-                }
-            });
-        }
-    });
-    addr
+    h2_peer::serve(answer_deaf).await
 }
 
 async fn answer_deaf(
     request: http::Request<h2::RecvStream>,
-    mut respond: h2::server::SendResponse<Bytes>,
+    respond: h2::server::SendResponse<Bytes>,
 ) {
     let path = request.uri().path().to_string();
-    let mut body = request.into_body();
-    while let Some(Ok(chunk)) = body.data().await {
-        let _ = body.flow_control().release_capacity(chunk.len());
-    }
+    h2_peer::read_body(&mut request.into_body()).await;
     let message = if path.ends_with("/Initialize") {
         InitializeResponse {
             name: "deaf".into(),
@@ -378,21 +362,7 @@ async fn answer_deaf(
         tokio::time::sleep(DEAF_DELAY).await;
         Vec::new()
     };
-    let mut frame = BytesMut::new();
-    frame.put_u8(0);
-    frame.put_u32(message.len() as u32);
-    frame.put_slice(&message);
-    let response = http::Response::builder()
-        .header("content-type", "application/grpc")
-        .body(())
-        .unwrap();
-    let Ok(mut stream) = respond.send_response(response, false) else {
-        return;
-    };
-    let _ = stream.send_data(frame.freeze(), false);
-    let mut trailers = http::HeaderMap::new();
-    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-    let _ = stream.send_trailers(trailers);
+    h2_peer::answer_ok(respond, &[], false, &message);
 }
 
 #[tokio::test]

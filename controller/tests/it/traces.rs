@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use crate::common::otlp::{attribute, event_attribute, receiver, status};
 use crate::common::*;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
@@ -13,6 +12,7 @@ use rollout_controller::sim::{self, Config, Recorder, StrategyFlags};
 use rollout_controller::telemetry::{Telemetry, TracingOptions};
 use rollout_gateway::app;
 use rollout_proto::v1alpha1::{InitializeRequest, ValidationResult};
+use rollout_test_support::otlp::{attribute, event_attribute, receiver, status};
 
 /// A controller tracer exporting to `receiver` at once.
 fn exporting(receiver: std::net::SocketAddr) -> Telemetry {
@@ -108,7 +108,7 @@ async fn an_abort_and_a_failed_validation_are_errors_on_the_controllers_spans() 
     assert_eq!(summary.result, sim::Outcome::Aborted, "{summary:?}");
     flush(telemetry).await;
     gateway.shutdown().await;
-    let spans = otlp.spans.lock().unwrap().clone();
+    let spans = otlp.spans();
 
     // The reconcile that started the abort is an error saying why, with
     // what a search needs as attributes and events.
@@ -238,7 +238,7 @@ async fn a_hook_error_is_an_error_naming_its_code() {
     drop(trace);
     flush(telemetry).await;
     gw.running.shutdown().await;
-    let spans = otlp.spans.lock().unwrap().clone();
+    let spans = otlp.spans();
     let [span] = named(
         &spans,
         "ocm.rolloutplugin.v1alpha1.RolloutPluginService/Initialize",

@@ -38,7 +38,7 @@ fn failing() -> ValidateResponse {
 /// A tonic server of another service (an OTLP trace collector): every
 /// method of the plugin API answers UNIMPLEMENTED.
 async fn not_a_plugin() -> std::net::SocketAddr {
-    common::otlp::receiver().await.1
+    rollout_test_support::otlp::receiver().await.1
 }
 
 fn entry(name: &str, endpoint: &str, policy: &str) -> String {

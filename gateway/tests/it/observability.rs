@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::otlp::{attribute, hex, receiver};
 use common::*;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
@@ -16,7 +15,10 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use rollout_gateway::hooks::HookKind;
 use rollout_gateway::telemetry::TracingOptions;
 use rollout_proto::v1alpha1::{ValidateResponse, ValidationResult};
-use rollout_telemetry::metrics::lint::{self, PROMETHEUS_ACCEPT};
+use rollout_test_support::metrics::{
+    self as lint, OPENMETRICS, PROMETHEUS_ACCEPT, PROMETHEUS_TEXT, scrape_each,
+};
+use rollout_test_support::otlp::{attribute, hex, receiver};
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -81,7 +83,7 @@ async fn a_pipeline_mutate_is_one_server_span_with_a_client_span_per_attempt() {
     // Shutting down exports the last spans.
     gw.stop().await;
 
-    let spans: Vec<(String, Span)> = otlp.spans.lock().unwrap().clone();
+    let spans: Vec<(String, Span)> = otlp.spans_with_service();
     assert!(
         spans
             .iter()
@@ -292,13 +294,7 @@ async fn failed_validations_fail_opens_and_errors_are_searchable_on_spans() {
         Code::FailedPrecondition
     );
     gw.stop().await;
-    let spans: Vec<Span> = otlp
-        .spans
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(_, s)| s.clone())
-        .collect();
+    let spans: Vec<Span> = otlp.spans();
 
     // The pipeline whose member said FAILED.
     let (server, clients) = trace_spans(&spans, traces[0].1);
@@ -700,45 +696,25 @@ async fn metrics_answer_in_the_format_accept_asks_for() {
         .begin_rollout(to("p", rollout("c1")))
         .await
         .unwrap();
-    let openmetrics = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-    let prometheus = "text/plain; version=0.0.4; charset=utf-8";
     let cases: &[(&[&str], &str)] = &[
-        (&[PROMETHEUS_ACCEPT], openmetrics),
-        (&["application/openmetrics-text;version=1.0.0"], openmetrics),
-        (&[], prometheus),
-        (&["*/*"], prometheus),
-        (&["text/plain;version=0.0.4"], prometheus),
+        (&[PROMETHEUS_ACCEPT], OPENMETRICS),
+        (&["application/openmetrics-text;version=1.0.0"], OPENMETRICS),
+        (&[], PROMETHEUS_TEXT),
+        (&["*/*"], PROMETHEUS_TEXT),
+        (&["text/plain;version=0.0.4"], PROMETHEUS_TEXT),
         (
             &["application/openmetrics-text;q=0.1, text/plain;q=0.9"],
-            prometheus,
+            PROMETHEUS_TEXT,
         ),
     ];
-    let mut bodies = BTreeMap::new();
-    for (accept, want) in cases {
-        let (status, content_type, body) = lint::get(gw.admin, "/metrics", accept).await;
-        assert_eq!(status, 200);
-        assert_eq!(content_type, *want, "Accept: {accept:?}");
-        bodies.insert(*want, body);
-    }
-    let om = lint::parse_openmetrics(&bodies[openmetrics])
-        .unwrap_or_else(|e| panic!("{e}\n{}", bodies[openmetrics]));
-    let text = lint::parse_prometheus(&bodies[prometheus])
-        .unwrap_or_else(|e| panic!("{e}\n{}", bodies[prometheus]));
+    let scrapes = scrape_each(gw.admin, cases).await;
     // The process's own CPU and memory move between scrapes.
-    let ours = |e: &lint::Exposition| -> Vec<(String, String, String)> {
-        e.samples
-            .iter()
-            .filter(|(name, _, _)| name.starts_with("rollout_gateway_"))
-            .cloned()
-            .collect()
-    };
-    assert_eq!(ours(&om), ours(&text));
+    scrapes.assert_same_samples(|name| name.starts_with("rollout_gateway_"));
+    let (om, text) = (&scrapes.openmetrics, &scrapes.prometheus);
     assert_eq!(om.types["rollout_gateway_calls"], "counter");
     assert_eq!(text.types["rollout_gateway_calls_total"], "counter");
     assert_eq!(text.types["rollout_gateway_build_info"], "gauge");
-    if let Err(e) = lint::promtool_check(&bodies[prometheus]) {
-        panic!("{e}\n{}", bodies[prometheus]);
-    }
+    scrapes.assert_promtool_passes();
     gw.stop().await;
 }
 

@@ -18,6 +18,7 @@ use rollout_proto::v1alpha1::{
     InitializeRequest, InitializeResponse, MutateManifestWorkRequest, MutateManifestWorkResponse,
     ValidateResponse, ValidationResult,
 };
+use rollout_test_support::h2_peer;
 use serde_json::Value;
 use tonic::Code;
 
@@ -37,35 +38,16 @@ enum Framing {
 /// MutateManifestWork with the work annotated, and the others empty, framed
 /// as `framing` says.
 async fn raw_plugin(framing: Framing) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut conn) = h2::server::handshake(tcp).await else {
-                    return;
-                };
-                while let Some(Ok((request, respond))) = conn.accept().await {
-                    tokio::spawn(answer(framing, request, respond));
-                }
-            });
-        }
-    });
-    addr
+    h2_peer::serve(move |request, respond| answer(framing, request, respond)).await
 }
 
 async fn answer(
     framing: Framing,
     request: http::Request<h2::RecvStream>,
-    mut respond: h2::server::SendResponse<Bytes>,
+    respond: h2::server::SendResponse<Bytes>,
 ) {
     let method = request.uri().path().rsplit('/').next().unwrap().to_string();
-    let mut body = request.into_body();
-    let mut input = Vec::new();
-    while let Some(Ok(chunk)) = body.data().await {
-        let _ = body.flow_control().release_capacity(chunk.len());
-        input.extend_from_slice(&chunk);
-    }
+    let input = h2_peer::read_body(&mut request.into_body()).await;
     let message = match method.as_str() {
         "Initialize" => InitializeResponse::default().encode_to_vec(),
         "ValidateRolloutCompletion" => ValidateResponse {
@@ -90,27 +72,13 @@ async fn answer(
         gz.write_all(bytes).unwrap();
         gz.finish().unwrap()
     };
-    let (flag, bytes, encoding) = match framing {
-        Framing::Gzip => (1u8, gzip(&message), Some("gzip")),
-        Framing::FlagWithoutEncoding => (1, message, None),
-        Framing::UnknownEncoding => (1, gzip(&message), Some("snappy")),
+    let (compressed, bytes, encoding) = match framing {
+        Framing::Gzip => (true, gzip(&message), Some("gzip")),
+        Framing::FlagWithoutEncoding => (true, message, None),
+        Framing::UnknownEncoding => (true, gzip(&message), Some("snappy")),
     };
-    let mut head = http::Response::builder()
-        .status(200)
-        .header("content-type", "application/grpc");
-    if let Some(encoding) = encoding {
-        head = head.header("grpc-encoding", encoding);
-    }
-    let Ok(mut send) = respond.send_response(head.body(()).unwrap(), false) else {
-        return;
-    };
-    let mut frame = vec![flag];
-    frame.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&bytes);
-    let _ = send.send_data(Bytes::from(frame), false);
-    let mut trailers = http::HeaderMap::new();
-    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-    let _ = send.send_trailers(trailers);
+    let headers: Vec<_> = encoding.map(|e| ("grpc-encoding", e)).into_iter().collect();
+    h2_peer::answer_ok(respond, &headers, compressed, &bytes);
 }
 
 fn raw_entry(name: &str, addr: SocketAddr) -> String {

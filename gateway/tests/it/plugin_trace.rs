@@ -7,7 +7,6 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::otlp::{attribute, hex, receiver};
 use common::*;
 use opentelemetry::trace::{Span as _, SpanKind as OtelKind, Tracer as _};
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -15,6 +14,7 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use rollout_plugin_sdk::prelude::*;
 use rollout_plugin_sdk::{ServeOptions, testing};
 use rollout_telemetry::{Tracer, TracingOptions};
+use rollout_test_support::otlp::{attribute, hex, receiver};
 
 struct Validator;
 
@@ -93,12 +93,9 @@ async fn the_clients_the_gateways_and_the_plugins_spans_are_one_trace() {
 
     let trace = format!("{:032x}", ids.trace_id());
     let spans: Vec<(String, Span)> = otlp
-        .spans
-        .lock()
-        .unwrap()
-        .iter()
+        .spans_with_service()
+        .into_iter()
         .filter(|(_, s)| hex(&s.trace_id) == trace)
-        .cloned()
         .collect();
     let find = |service: &str, kind: SpanKind| {
         let found: Vec<&Span> = spans

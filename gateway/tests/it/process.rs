@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use rollout_gateway::hooks::HookKind;
+use rollout_test_support::otlp;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rollout-gateway");
 
@@ -300,7 +301,7 @@ async fn json_logs_and_exported_spans_carry_the_callers_trace() {
 
     // The process exported its spans (the drain flushes them) under the
     // service name from the environment.
-    let spans = otlp.spans.lock().unwrap().clone();
+    let spans = otlp.spans_with_service();
     assert!(!spans.is_empty(), "no spans exported");
     assert!(spans.iter().all(|(service, _)| service == "gw-process"));
     assert!(

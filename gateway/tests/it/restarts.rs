@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use common::*;
 use prost::Message;
 use rollout_proto::v1alpha1::InitializeResponse;
+use rollout_test_support::h2_peer;
 
 /// A plugin on raw HTTP/2 that ends each connection gracefully, as grpc
 /// servers do at `max_connection_age`: after `streams_per_connection`
@@ -59,14 +60,11 @@ async fn restless_plugin(
 /// an empty message (BeginRollout's `Empty`).
 async fn answer(
     request: http::Request<h2::RecvStream>,
-    mut respond: h2::server::SendResponse<Bytes>,
+    respond: h2::server::SendResponse<Bytes>,
     delay: Duration,
 ) {
     let initialize = request.uri().path().ends_with("/Initialize");
-    let mut body = request.into_body();
-    while let Some(Ok(chunk)) = body.data().await {
-        let _ = body.flow_control().release_capacity(chunk.len());
-    }
+    h2_peer::read_body(&mut request.into_body()).await;
     tokio::time::sleep(delay).await;
     let message = if initialize {
         InitializeResponse {
@@ -77,22 +75,7 @@ async fn answer(
     } else {
         Vec::new()
     };
-    let mut framed = BytesMut::with_capacity(5 + message.len());
-    framed.put_u8(0);
-    framed.put_u32(message.len() as u32);
-    framed.put_slice(&message);
-    let response = http::Response::builder()
-        .status(200)
-        .header("content-type", "application/grpc")
-        .body(())
-        .unwrap();
-    let Ok(mut stream) = respond.send_response(response, false) else {
-        return;
-    };
-    let _ = stream.send_data(framed.freeze(), false);
-    let mut trailers = http::HeaderMap::new();
-    trailers.insert("grpc-status", "0".parse().unwrap());
-    let _ = stream.send_trailers(trailers);
+    h2_peer::answer_ok(respond, &[], false, &message);
 }
 
 /// No retries and a breaker that opens at the first failure: a call that

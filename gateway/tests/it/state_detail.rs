@@ -11,10 +11,11 @@ use crate::common;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use common::*;
 use prost::Message as _;
 use rollout_proto::v1alpha1::*;
+use rollout_test_support::h2_peer;
 
 /// A plugin that records every request's message bytes and answers with the
 /// neutral message of each hook; its `Initialize` answer declares `detail`
@@ -26,24 +27,12 @@ struct Recorder {
 
 impl Recorder {
     async fn start(detail: Option<RolloutStateDetail>) -> Recorder {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<(String, Bytes)>>> = Arc::default();
         let record = seen.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let record = record.clone();
-                tokio::spawn(async move {
-                    let Ok(mut conn) = h2::server::handshake(stream).await else {
-                        return;
-                    };
-                    while let Some(Ok((request, respond))) = conn.accept().await {
-                        let record = record.clone();
-                        tokio::spawn(answer(request, respond, detail, record));
-                    }
-                });
-            }
-        });
+        let addr = h2_peer::serve(move |request, respond| {
+            answer(request, respond, detail, record.clone())
+        })
+        .await;
         Recorder { addr, seen }
     }
 
@@ -85,7 +74,7 @@ impl Recorder {
 
 async fn answer(
     request: http::Request<h2::RecvStream>,
-    mut respond: h2::server::SendResponse<Bytes>,
+    respond: h2::server::SendResponse<Bytes>,
     detail: Option<RolloutStateDetail>,
     record: Arc<Mutex<Vec<(String, Bytes)>>>,
 ) {
@@ -120,19 +109,7 @@ async fn answer(
         // Empty (BeginRollout, ProgressRollout) and "unchanged" (MutateManifestWork).
         _ => Vec::new(),
     };
-    let mut out = BytesMut::with_capacity(5 + message.len());
-    out.put_u8(0);
-    out.put_u32(message.len() as u32);
-    out.put_slice(&message);
-    let response = http::Response::builder()
-        .header("content-type", "application/grpc")
-        .body(())
-        .unwrap();
-    let mut stream = respond.send_response(response, false).unwrap();
-    stream.send_data(out.freeze(), false).unwrap();
-    let mut trailers = http::HeaderMap::new();
-    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-    stream.send_trailers(trailers).unwrap();
+    h2_peer::answer_ok(respond, &[], false, &message);
 }
 
 fn status(name: &str, status: RolloutStatus) -> ClusterRolloutStatus {

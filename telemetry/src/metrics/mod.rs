@@ -10,8 +10,6 @@
 //! formats always carry the same series.
 
 mod accept;
-#[cfg(feature = "test-support")]
-pub mod lint;
 mod process;
 mod quoted;
 mod text;

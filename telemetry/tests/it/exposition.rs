@@ -3,7 +3,6 @@
 //! format is read back by its strict reader, both carry the same samples,
 //! and `promtool check metrics` passes the Prometheus text.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,8 +15,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
-use rollout_telemetry::metrics::lint::{self, PROMETHEUS_ACCEPT};
 use rollout_telemetry::metrics::{self, Format, ProcessCollector};
+use rollout_test_support::metrics::{OPENMETRICS, PROMETHEUS_ACCEPT, PROMETHEUS_TEXT, scrape_each};
 
 type Labels = Vec<(String, String)>;
 
@@ -76,39 +75,24 @@ async fn serve(registry: Registry) -> SocketAddr {
 #[tokio::test]
 async fn each_accept_header_gets_its_format_and_both_carry_the_same_samples() {
     let addr = serve(registry()).await;
-    let openmetrics = Format::OpenMetrics.content_type();
-    let prometheus = Format::Prometheus.content_type();
+    assert_eq!(Format::OpenMetrics.content_type(), OPENMETRICS);
+    assert_eq!(Format::Prometheus.content_type(), PROMETHEUS_TEXT);
     let cases: &[(&[&str], &str)] = &[
-        (&[], prometheus),
-        (&["*/*"], prometheus),
-        (&["text/plain;version=0.0.4"], prometheus),
-        (&["application/json"], prometheus),
-        (&[PROMETHEUS_ACCEPT], openmetrics),
-        (&["application/openmetrics-text"], openmetrics),
+        (&[], PROMETHEUS_TEXT),
+        (&["*/*"], PROMETHEUS_TEXT),
+        (&["text/plain;version=0.0.4"], PROMETHEUS_TEXT),
+        (&["application/json"], PROMETHEUS_TEXT),
+        (&[PROMETHEUS_ACCEPT], OPENMETRICS),
+        (&["application/openmetrics-text"], OPENMETRICS),
         (
             &["text/plain;q=0.1", "application/openmetrics-text;q=0.2"],
-            openmetrics,
+            OPENMETRICS,
         ),
     ];
-    let mut bodies = BTreeMap::new();
-    for (accept, want) in cases {
-        let (status, content_type, body) = lint::get(addr, "/metrics", accept).await;
-        assert_eq!(status, 200);
-        assert_eq!(content_type, *want, "Accept: {accept:?}");
-        bodies.insert(*want, body);
-    }
-    let (om_text, prom_text) = (&bodies[openmetrics], &bodies[prometheus]);
-    let om = lint::parse_openmetrics(om_text).unwrap_or_else(|e| panic!("{e}\n{om_text}"));
-    let text = lint::parse_prometheus(prom_text).unwrap_or_else(|e| panic!("{e}\n{prom_text}"));
+    let scrapes = scrape_each(addr, cases).await;
     // The process's own CPU, memory and descriptors move between scrapes.
-    let stable = |e: &lint::Exposition| -> Vec<(String, String, String)> {
-        e.samples
-            .iter()
-            .filter(|(n, _, _)| !n.starts_with("process_"))
-            .cloned()
-            .collect()
-    };
-    assert_eq!(stable(&om), stable(&text));
+    scrapes.assert_same_samples(|name| !name.starts_with("process_"));
+    let (om, text) = (&scrapes.openmetrics, &scrapes.prometheus);
     for family in [
         "app_calls_total",
         "app_call_duration_seconds",
@@ -127,7 +111,5 @@ async fn each_accept_header_gets_its_format_and_both_carry_the_same_samples() {
     assert_eq!(om.types["app_calls"], "counter");
     assert_eq!(om.types["app_build"], "info");
     assert_eq!(text.types["app_build_info"], "gauge");
-    if let Err(e) = lint::promtool_check(prom_text) {
-        panic!("{e}\n{prom_text}");
-    }
+    scrapes.assert_promtool_passes();
 }

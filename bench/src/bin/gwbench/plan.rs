@@ -20,7 +20,7 @@ pub(crate) struct Plan {
     pub(crate) gateway: PathBuf,
     pub(crate) hookbench: PathBuf,
     /// Each yardstick's binary, or why it is left out.
-    pub(crate) yardsticks: Vec<(TargetKind, Result<PathBuf, String>)>,
+    pub(crate) yardsticks: Vec<(TargetKind, Result<PathBuf, LeftOut>)>,
 }
 
 impl Plan {
@@ -157,25 +157,54 @@ pub(crate) const ENVOY: Tool = Tool {
     dirs: &["/usr/local/bin"],
 };
 
+/// Why a yardstick is left out of a run; the message goes to stderr and to
+/// the report's `skipped`.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LeftOut {
+    /// `--no-NAME` was given.
+    #[error("--no-{0}")]
+    NotWanted(&'static str),
+    /// A forwarder of this build that is not built.
+    #[error("{} not found: build it with `cargo build --release -p rollout-bench`", .0.display())]
+    NotBuilt(PathBuf),
+    /// A path given for the tool that is no file.
+    #[error("{} does not exist", .0.display())]
+    Missing(PathBuf),
+    /// `--install-NAME` was given and apt-get did not install the package.
+    #[error("`apt-get install -y {0}` failed")]
+    InstallFailed(&'static str),
+    /// Neither on PATH nor in the usual directories.
+    #[error(
+        "{binary} not found on PATH; install it (`{hint}`){}",
+        .install_flag.map_or(String::new(), |flag| format!(" or pass --install-{flag}"))
+    )]
+    NotFound {
+        binary: &'static str,
+        hint: &'static str,
+        /// The `--install-NAME` flag's NAME when apt-get can install it.
+        install_flag: Option<&'static str>,
+    },
+    /// A target that is not a yardstick (the direct call, the gateways).
+    #[error("{0} is no yardstick")]
+    NotAYardstick(TargetKind),
+}
+
 /// The binary of yardstick `kind`, or why it is left out: the forwarders
 /// are this build's (in `bin_dir`), the proxies are found by [`find_tool`].
 pub(crate) fn yardstick_binary(
     args: &Args,
     kind: TargetKind,
     bin_dir: &Path,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, LeftOut> {
     let forwarder = |given: &Option<PathBuf>, leave_out: bool| {
         if leave_out {
-            return Err(format!("--no-{kind}"));
+            return Err(LeftOut::NotWanted(kind.as_str()));
         }
         let path = given.clone().unwrap_or_else(|| bin_dir.join(kind.as_str()));
         if path.is_file() {
             Ok(path)
         } else {
-            Err(format!(
-                "{} not found: build it with `cargo build --release -p rollout-bench`",
-                path.display()
-            ))
+            Err(LeftOut::NotBuilt(path))
         }
     };
     match kind {
@@ -201,7 +230,7 @@ pub(crate) fn yardstick_binary(
         ),
         TargetKind::Envoy => find_tool(&ENVOY, args.envoy.as_deref(), args.no_envoy, false),
         TargetKind::Direct | TargetKind::Gateway | TargetKind::GatewayTraced => {
-            Err(format!("{kind} is no yardstick"))
+            Err(LeftOut::NotAYardstick(kind))
         }
     }
 }
@@ -214,7 +243,7 @@ pub(crate) fn find_tool(
     given: Option<&Path>,
     leave_out: bool,
     install: bool,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, LeftOut> {
     let Tool {
         binary,
         flag,
@@ -223,13 +252,13 @@ pub(crate) fn find_tool(
         dirs,
     } = tool;
     if leave_out {
-        return Err(format!("--no-{flag}"));
+        return Err(LeftOut::NotWanted(flag));
     }
     if let Some(path) = given {
         return if path.is_file() {
             Ok(path.to_owned())
         } else {
-            Err(format!("{} does not exist", path.display()))
+            Err(LeftOut::Missing(path.to_owned()))
         };
     }
     let search = || {
@@ -255,12 +284,13 @@ pub(crate) fn find_tool(
         if let (true, Some(path)) = (installed, search()) {
             return Ok(path);
         }
-        return Err(format!("`apt-get install -y {package}` failed"));
+        return Err(LeftOut::InstallFailed(package));
     }
-    let or_install = package.map_or(String::new(), |_| format!(" or pass --install-{flag}"));
-    Err(format!(
-        "{binary} not found on PATH; install it (`{hint}`){or_install}"
-    ))
+    Err(LeftOut::NotFound {
+        binary,
+        hint,
+        install_flag: package.map(|_| *flag),
+    })
 }
 
 #[cfg(test)]
@@ -271,6 +301,43 @@ mod tests {
     use crate::launch::Target;
 
     use super::*;
+
+    /// Each reason a yardstick is left out reads as it does in the report's
+    /// `skipped`.
+    #[test]
+    fn reasons_a_yardstick_is_left_out() {
+        let tool = |package| Tool {
+            binary: "no-such-proxy-binary",
+            flag: "nosuch",
+            package,
+            hint: "apt-get install nosuch",
+            dirs: &[],
+        };
+        let said = |r: Result<PathBuf, LeftOut>| r.expect_err("left out").to_string();
+        assert_eq!(said(find_tool(&NGINX, None, true, false)), "--no-nginx");
+        assert_eq!(
+            said(find_tool(
+                &tool(None),
+                Some(Path::new("/no/such/proxy")),
+                false,
+                false
+            )),
+            "/no/such/proxy does not exist"
+        );
+        assert_eq!(
+            said(find_tool(&tool(Some("nosuch")), None, false, false)),
+            "no-such-proxy-binary not found on PATH; install it (`apt-get install nosuch`) \
+             or pass --install-nosuch"
+        );
+        assert_eq!(
+            said(find_tool(&tool(None), None, false, false)),
+            "no-such-proxy-binary not found on PATH; install it (`apt-get install nosuch`)"
+        );
+        assert_eq!(
+            LeftOut::NotAYardstick(TargetKind::Direct).to_string(),
+            "direct is no yardstick"
+        );
+    }
 
     fn scenarios(args: &Args) -> Vec<Scenario> {
         args.scenarios

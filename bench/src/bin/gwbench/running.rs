@@ -155,7 +155,7 @@ pub(crate) async fn start_yardsticks(
             Ok(binary) => binary,
             Err(reason) => {
                 eprintln!("gwbench: {} is skipped: {reason}", kind.display_name());
-                let skipped = Some(reason.clone());
+                let skipped = Some(reason.to_string());
                 environment.yardsticks.insert(
                     *kind,
                     YardstickRun {

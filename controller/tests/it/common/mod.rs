@@ -10,7 +10,6 @@
 //! ([`fields`], the hub's `works`).
 
 pub mod fields;
-pub mod otlp;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

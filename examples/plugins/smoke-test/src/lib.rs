@@ -234,12 +234,32 @@ fn millis(d: Duration) -> String {
     )
 }
 
+/// Why `--soak` could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SoakError {
+    /// A duration below zero.
+    #[error(transparent)]
+    Negative(DurationError),
+    /// Not a Go duration at all.
+    #[error("{text:?} is not a duration like 500ms, 10s or 2m: {source}")]
+    Unreadable {
+        /// The flag's value as given.
+        text: String,
+        /// What the parser found wrong.
+        #[source]
+        source: DurationError,
+    },
+}
+
 /// Parses a Go duration (`500ms`, `10s`, `2m`, `1h30m`), not negative, for
 /// `--soak`: the workspace's one Go duration parser, as for `soakTime`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, SoakError> {
     duration::parse_duration(text, duration::Rules::NotNegative).map_err(|e| match e {
-        DurationError::Negative(_) => e.to_string(),
-        _ => format!("{text:?} is not a duration like 500ms, 10s or 2m: {e}"),
+        DurationError::Negative(_) => SoakError::Negative(e),
+        _ => SoakError::Unreadable {
+            text: text.to_owned(),
+            source: e,
+        },
     })
 }
 
@@ -574,5 +594,25 @@ mod tests {
         for (text, want) in table {
             assert_eq!(parse_duration(text).ok(), want, "{text:?}");
         }
+    }
+
+    /// `--soak`'s refusals, as clap shows them.
+    #[test]
+    fn refused_durations_say_why() {
+        let said = |text: &str| parse_duration(text).expect_err("refused").to_string();
+        assert_eq!(said("-1s"), "\"-1s\" is negative");
+        assert_eq!(
+            said("ten"),
+            "\"ten\" is not a duration like 500ms, 10s or 2m: invalid duration \"ten\""
+        );
+        let unreadable = parse_duration("2d").expect_err("refused");
+        assert!(
+            matches!(
+                std::error::Error::source(&unreadable)
+                    .and_then(|e| e.downcast_ref::<DurationError>()),
+                Some(DurationError::UnknownUnit { .. })
+            ),
+            "{unreadable:?}"
+        );
     }
 }

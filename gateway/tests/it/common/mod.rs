@@ -21,8 +21,6 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
-pub mod otlp;
-
 pub const MIB: usize = 1024 * 1024;
 
 /// How a scripted plugin answers MutateManifestWork.
@@ -477,16 +475,10 @@ pub fn insecure_plugin(name: &str, p: &Plugin, extra: &str) -> String {
     )
 }
 
+/// The request about `cluster`, cluster 1 of 3 of MWRS `default/hello`:
+/// the SDK's request fixture, which plugin authors' tests send too.
 pub fn rollout(cluster: &str) -> RolloutPluginRequest {
-    RolloutPluginRequest {
-        mwrs_name: "hello".into(),
-        mwrs_namespace: "default".into(),
-        placement_name: "placement".into(),
-        cluster_name: cluster.into(),
-        total_cluster_count: 3,
-        cluster_index: 1,
-        ..Default::default()
-    }
+    rollout_plugin_sdk::testing::rollout(cluster, 1, 3)
 }
 
 /// A ManifestWork of roughly `size` bytes.

@@ -1,8 +1,8 @@
-//! For tests of `/metrics` (the `test-support` feature): `GET /metrics` with
-//! given `Accept` headers ([`get`]), strict readers of both exposition
-//! formats written from their specifications and independent of the
-//! encoder ([`parse_openmetrics`], [`parse_prometheus`]), and
-//! `promtool check metrics`, Prometheus' own linter, on the Prometheus text
+//! For tests of `/metrics`: `GET /metrics` with given `Accept` headers
+//! ([`get`], [`scrape_each`]), strict readers of both exposition formats
+//! written from their specifications and independent of the encoder
+//! ([`parse_openmetrics`], [`parse_prometheus`]), and `promtool check
+//! metrics`, Prometheus' own linter, on the Prometheus text
 //! ([`promtool_check`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,6 +13,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What `Accept` Prometheus 2.x sends by default.
 pub const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// The `Content-Type` of an answer in OpenMetrics 1.0.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The `Content-Type` of an answer in the Prometheus text format 0.0.4.
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// A line that breaks its format's rules, and which rule.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +71,68 @@ pub async fn get(addr: SocketAddr, path: &str, accept: &[&str]) -> (u16, String,
         })
         .unwrap_or_default();
     (status, content_type, body.to_string())
+}
+
+/// One `/metrics` read in both formats by [`scrape_each`].
+#[derive(Debug)]
+pub struct Scrapes {
+    /// The OpenMetrics answer, read.
+    pub openmetrics: Exposition,
+    /// The Prometheus text answer, read.
+    pub prometheus: Exposition,
+    /// The Prometheus text answer as it came.
+    pub prometheus_text: String,
+}
+
+/// `GET /metrics` at `addr` once per case, with the case's `Accept` lines
+/// (none for an empty list): asserts that each answer is 200 in the case's
+/// content type ([`OPENMETRICS`] or [`PROMETHEUS_TEXT`]), and reads the
+/// last answer of each format with its strict reader. The cases must name
+/// both formats.
+pub async fn scrape_each(addr: SocketAddr, cases: &[(&[&str], &str)]) -> Scrapes {
+    let mut bodies = BTreeMap::new();
+    for (accept, want) in cases {
+        let (status, content_type, body) = get(addr, "/metrics", accept).await;
+        assert_eq!(status, 200, "Accept: {accept:?}\n{body}");
+        assert_eq!(content_type, *want, "Accept: {accept:?}");
+        bodies.insert(*want, body);
+    }
+    let answer = |content_type: &str| -> &String {
+        bodies
+            .get(content_type)
+            .unwrap_or_else(|| panic!("no case asks for {content_type}"))
+    };
+    let (om_text, prometheus_text) = (answer(OPENMETRICS), answer(PROMETHEUS_TEXT));
+    Scrapes {
+        openmetrics: parse_openmetrics(om_text).unwrap_or_else(|e| panic!("{e}\n{om_text}")),
+        prometheus: parse_prometheus(prometheus_text)
+            .unwrap_or_else(|e| panic!("{e}\n{prometheus_text}")),
+        prometheus_text: prometheus_text.clone(),
+    }
+}
+
+impl Scrapes {
+    /// Asserts that the samples whose name `keep` accepts are the same in
+    /// both formats (a process's own CPU and memory move between scrapes,
+    /// so a test keeps the series that hold still).
+    pub fn assert_same_samples(&self, keep: impl Fn(&str) -> bool) {
+        let kept = |e: &Exposition| -> Vec<(String, String, String)> {
+            e.samples
+                .iter()
+                .filter(|(name, _, _)| keep(name))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(kept(&self.openmetrics), kept(&self.prometheus));
+    }
+
+    /// Asserts that `promtool check metrics` passes the Prometheus text
+    /// (without promtool on the machine, says so on stderr and passes).
+    pub fn assert_promtool_passes(&self) {
+        if let Err(e) = promtool_check(&self.prometheus_text) {
+            panic!("{e}\n{}", self.prometheus_text);
+        }
+    }
 }
 
 /// promtool: on PATH, or where deploy/check/check.py unpacks Debian's

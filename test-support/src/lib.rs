@@ -1,0 +1,22 @@
+//! Fixtures shared by the tests of the workspace's crates, one copy of each:
+//! a crate lists this one under `[dev-dependencies]` only, and this crate
+//! depends on no crate of the project, so that every crate's tests may use
+//! it without an import running upward.
+//!
+//! - [`otlp`]: an OTLP/gRPC trace receiver on 127.0.0.1 that keeps every
+//!   span, and readers of a span's attributes, events and status.
+//! - [`h2_peer`]: a server written on the wire with the `h2` crate, for the
+//!   misbehaving peers tonic will not play, and a gRPC answer written by
+//!   hand.
+//! - [`metrics`]: `GET /metrics` with given `Accept` headers, strict readers
+//!   of the OpenMetrics and Prometheus text formats, and promtool.
+//! - [`log_colour`]: a test binary started again as a child, on a pipe or on
+//!   a terminal, to see whether its text logs are coloured.
+//! - [`flags`]: every flag of a clap command reads an environment variable
+//!   named after it.
+
+pub mod flags;
+pub mod h2_peer;
+pub mod log_colour;
+pub mod metrics;
+pub mod otlp;
