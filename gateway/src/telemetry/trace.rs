@@ -44,11 +44,6 @@ impl Tracing {
         }
     }
 
-    /// Whether spans leave the process.
-    pub fn is_exporting(&self) -> bool {
-        self.tracer.is_exporting()
-    }
-
     /// Exports the spans still queued and stops the exporter. Blocks: call it
     /// from a blocking thread (`spawn_blocking`) when on a runtime.
     pub fn shutdown(&self) {

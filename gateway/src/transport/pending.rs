@@ -47,10 +47,6 @@ impl Pool {
         self.peak.load(Ordering::Relaxed)
     }
 
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
-
     fn take(&self, n: usize) -> Result<(), PendingExceeded> {
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
@@ -93,6 +89,7 @@ impl Reservation {
     }
 
     /// The bytes held now.
+    #[cfg(test)]
     pub fn held(&self) -> usize {
         self.held
     }

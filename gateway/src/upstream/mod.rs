@@ -173,9 +173,9 @@ impl Upstream {
         self.limit.clone()
     }
 
-    /// The settings of the state kept across reloads, for `/debug/plugins`
-    /// and tests: the concurrency bound, and the breaker's and budget's
-    /// policies.
+    /// The settings of the state kept across reloads, for tests: the
+    /// concurrency bound, and the breaker's and budget's policies.
+    #[cfg(test)]
     pub fn kept_settings(&self) -> (usize, rollout_policies::BreakerPolicy, BudgetPolicy) {
         (
             self.limit.max(),
