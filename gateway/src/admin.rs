@@ -33,10 +33,10 @@ use crate::transport::accept::{self, Accepted};
 use crate::upstream::Load;
 
 /// The default of `--admin-request-timeout`.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Admin connections open at once; more are closed as they are accepted.
-pub const MAX_CONNECTIONS: usize = 64;
+pub(crate) const MAX_CONNECTIONS: usize = 64;
 
 /// The largest admin request body (the endpoints take none).
 const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -69,7 +69,7 @@ pub fn router(registry: Arc<Registry>, timeout: Duration) -> Router {
 /// and closes every connection. A connection's request headers must arrive
 /// within `request_timeout`, counted from when the connection is ready for
 /// them (so an idle keep-alive connection is closed after it as well).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     request_timeout: Duration,

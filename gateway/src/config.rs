@@ -83,142 +83,142 @@ impl ConfigError {
     description = "The plugin registry of rollout-gateway: plugins, pipelines and their policies. See docs/configuration.md.",
     deny_unknown_fields
 )]
-pub struct RawConfig {
+pub(crate) struct RawConfig {
     /// Central mode: every name in this file belongs to this hub (a DNS
     /// subdomain). Without it the file's plugins are shared by every hub.
-    pub hub: Option<String>,
+    pub(crate) hub: Option<String>,
     /// The client certificate the gateway presents to this file's TLS plugins.
-    pub client_certificate: Option<RawClientCertificate>,
+    pub(crate) client_certificate: Option<RawClientCertificate>,
     /// Policy defaults for every plugin of this file.
-    pub defaults: Option<RawPolicy>,
+    pub(crate) defaults: Option<RawPolicy>,
     /// The plugins, each reachable by its name.
     #[serde(default)]
-    pub plugins: Vec<RawPlugin>,
+    pub(crate) plugins: Vec<RawPlugin>,
     /// Named lists of plugins called as one target.
     #[serde(default)]
-    pub pipelines: Vec<RawPipeline>,
+    pub(crate) pipelines: Vec<RawPipeline>,
     #[serde(flatten)]
     #[schemars(skip)]
-    pub unknown: BTreeMap<String, IgnoredAny>,
+    pub(crate) unknown: BTreeMap<String, IgnoredAny>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(deny_unknown_fields)]
-pub struct RawClientCertificate {
+pub(crate) struct RawClientCertificate {
     /// A PEM certificate file.
-    pub cert_file: Option<String>,
+    pub(crate) cert_file: Option<String>,
     /// The PEM key file of certFile.
-    pub key_file: Option<String>,
+    pub(crate) key_file: Option<String>,
     #[serde(flatten)]
     #[schemars(skip)]
-    pub unknown: BTreeMap<String, IgnoredAny>,
+    pub(crate) unknown: BTreeMap<String, IgnoredAny>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(deny_unknown_fields)]
-pub struct RawCaCertificate {
+pub(crate) struct RawCaCertificate {
     /// The CA bundle that signed the plugin's certificate: PEM, base64-encoded.
     /// Exactly one of caBundle and caFile.
-    pub ca_bundle: Option<String>,
+    pub(crate) ca_bundle: Option<String>,
     /// A PEM file holding the CA bundle (such as a mounted Secret's ca.crt),
     /// watched and reloaded when it changes. Exactly one of caBundle and caFile.
-    pub ca_file: Option<String>,
+    pub(crate) ca_file: Option<String>,
     #[serde(flatten)]
     #[schemars(skip)]
-    pub unknown: BTreeMap<String, IgnoredAny>,
+    pub(crate) unknown: BTreeMap<String, IgnoredAny>,
 }
 
 /// The policy fields shared by `defaults` and each plugin.
 #[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(deny_unknown_fields)]
-pub struct RawPolicy {
+pub(crate) struct RawPolicy {
     /// Each call's deadline, a Go duration such as 10s (at most 30s).
-    pub timeout: Option<String>,
+    pub(crate) timeout: Option<String>,
     /// What a failed call means for the rollout.
     #[schemars(extend("enum" = ["Fail", "Ignore", null]))]
-    pub failure_policy: Option<String>,
+    pub(crate) failure_policy: Option<String>,
     /// failurePolicy for single hooks, by hook name.
-    pub failure_policy_by_hook: Option<BTreeMap<String, String>>,
+    pub(crate) failure_policy_by_hook: Option<BTreeMap<String, String>>,
     /// Retries of failed attempts.
-    pub retry: Option<RawRetry>,
+    pub(crate) retry: Option<RawRetry>,
     /// The share of calls that may be retried.
-    pub retry_budget: Option<RawBudget>,
+    pub(crate) retry_budget: Option<RawBudget>,
     /// Failing fast after consecutive failures.
-    pub circuit_breaker: Option<RawBreaker>,
+    pub(crate) circuit_breaker: Option<RawBreaker>,
     /// Calls in flight to the plugin at most.
-    pub max_concurrent_calls: Option<i64>,
+    pub(crate) max_concurrent_calls: Option<i64>,
     #[serde(flatten)]
     #[schemars(skip)]
-    pub unknown: BTreeMap<String, IgnoredAny>,
+    pub(crate) unknown: BTreeMap<String, IgnoredAny>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(deny_unknown_fields)]
-pub struct RawRetry {
+pub(crate) struct RawRetry {
     /// Attempts in all, the first included.
-    pub max_attempts: Option<i64>,
+    pub(crate) max_attempts: Option<i64>,
     /// A Go duration.
-    pub initial_backoff: Option<String>,
+    pub(crate) initial_backoff: Option<String>,
     /// A Go duration.
-    pub max_backoff: Option<String>,
-    pub backoff_multiplier: Option<f64>,
+    pub(crate) max_backoff: Option<String>,
+    pub(crate) backoff_multiplier: Option<f64>,
     /// gRPC code names, such as UNAVAILABLE.
-    pub retryable_status_codes: Option<Vec<String>>,
+    pub(crate) retryable_status_codes: Option<Vec<String>>,
     #[serde(flatten)]
     #[schemars(skip)]
-    pub unknown: BTreeMap<String, IgnoredAny>,
+    pub(crate) unknown: BTreeMap<String, IgnoredAny>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(deny_unknown_fields)]
-pub struct RawBudget {
-    pub ratio: Option<f64>,
-    pub min_per_second: Option<i64>,
+pub(crate) struct RawBudget {
+    pub(crate) ratio: Option<f64>,
+    pub(crate) min_per_second: Option<i64>,
     #[serde(flatten)]
     #[schemars(skip)]
-    pub unknown: BTreeMap<String, IgnoredAny>,
+    pub(crate) unknown: BTreeMap<String, IgnoredAny>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(deny_unknown_fields)]
-pub struct RawBreaker {
-    pub consecutive_failures: Option<i64>,
+pub(crate) struct RawBreaker {
+    pub(crate) consecutive_failures: Option<i64>,
     /// A Go duration.
-    pub open_for: Option<String>,
+    pub(crate) open_for: Option<String>,
     /// A Go duration.
-    pub max_open_for: Option<String>,
+    pub(crate) max_open_for: Option<String>,
     #[serde(flatten)]
     #[schemars(skip)]
-    pub unknown: BTreeMap<String, IgnoredAny>,
+    pub(crate) unknown: BTreeMap<String, IgnoredAny>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 /// One plugin: its name, where it is, how to reach it, and its policy.
 #[schemars(deny_unknown_fields)]
-pub struct RawPlugin {
+pub(crate) struct RawPlugin {
     /// The name callers use (a DNS subdomain).
     #[schemars(required)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// host:port.
     #[schemars(required)]
-    pub endpoint: Option<String>,
+    pub(crate) endpoint: Option<String>,
     /// TLS to the plugin, with this CA; required unless insecure is true.
-    pub ca_certificate: Option<RawCaCertificate>,
+    pub(crate) ca_certificate: Option<RawCaCertificate>,
     /// Plaintext, only when said explicitly.
-    pub insecure: Option<bool>,
+    pub(crate) insecure: Option<bool>,
     /// Central mode: only these hubs may call a shared plugin.
-    pub hubs: Option<Vec<String>>,
+    pub(crate) hubs: Option<Vec<String>>,
     // The policy fields sit on the plugin itself (docs/plugin-api.md §3), so they are
     // flattened in; their unknown-key map also collects the plugin's.
     #[serde(flatten)]
-    pub policy: RawPolicy,
+    pub(crate) policy: RawPolicy,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -226,16 +226,16 @@ pub struct RawPlugin {
 /// Plugins called as one target: concurrently, or in order for
 /// MutateManifestWork.
 #[schemars(deny_unknown_fields)]
-pub struct RawPipeline {
+pub(crate) struct RawPipeline {
     /// The name callers use.
     #[schemars(required)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Its members, plugins' names, in order.
     #[schemars(required)]
-    pub plugins: Option<Vec<String>>,
+    pub(crate) plugins: Option<Vec<String>>,
     #[serde(flatten)]
     #[schemars(skip)]
-    pub unknown: BTreeMap<String, IgnoredAny>,
+    pub(crate) unknown: BTreeMap<String, IgnoredAny>,
 }
 
 // ---------------------------------------------------------------------------
@@ -247,16 +247,16 @@ pub struct RawPipeline {
 pub struct Config {
     /// Every name in this file belongs to this hub (central mode); `None` = shared.
     pub hub: Option<String>,
-    pub client_certificate: Option<ClientCertificate>,
+    pub(crate) client_certificate: Option<ClientCertificate>,
     pub plugins: Vec<PluginConfig>,
     pub pipelines: Vec<PipelineConfig>,
 }
 
 /// The gateway's own identity towards plugins (mTLS), as file paths.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ClientCertificate {
-    pub cert_file: String,
-    pub key_file: String,
+pub(crate) struct ClientCertificate {
+    pub(crate) cert_file: String,
+    pub(crate) key_file: String,
 }
 
 /// How the gateway reaches a plugin.
@@ -364,7 +364,7 @@ pub fn is_blank(text: &str) -> bool {
 }
 
 /// Turns raw types into a [`Config`], collecting every problem.
-pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     let mut p = Problems::default();
     p.unknown::<RawConfig>("", &raw.unknown);
     let hub = raw.hub.and_then(|h| {
@@ -1149,7 +1149,7 @@ fn base64_problem(error: &base64::DecodeError) -> String {
 
 /// Whether `pem` is text holding at least one PEM `CERTIFICATE` block: the
 /// check `caBundle`, `caFile` and `clientCertificate.certFile` all pass.
-pub fn holds_pem_certificate(pem: &[u8]) -> bool {
+pub(crate) fn holds_pem_certificate(pem: &[u8]) -> bool {
     std::str::from_utf8(pem).is_ok_and(|text| text.contains("-----BEGIN CERTIFICATE-----"))
 }
 

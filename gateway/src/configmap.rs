@@ -27,7 +27,7 @@ use crate::config::check_dns_subdomain;
 use crate::registry::{Applied, Registry};
 
 /// The ConfigMap key that holds the registry.
-pub const KEY: &str = "config.yaml";
+pub(crate) const KEY: &str = "config.yaml";
 
 /// The longest wait between two attempts, should the backoff ever run dry.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -35,8 +35,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// A ConfigMap named on the command line as `NAMESPACE/NAME`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ConfigMapRef {
-    pub namespace: String,
-    pub name: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
 }
 
 impl ConfigMapRef {

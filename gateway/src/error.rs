@@ -126,12 +126,12 @@ impl CallError {
 
     /// Whether this is the plugin's own answer that it does not implement the
     /// hook (and so is skipped, not failed).
-    pub fn is_unimplemented(&self) -> bool {
+    pub(crate) fn is_unimplemented(&self) -> bool {
         matches!(self, CallError::Plugin(status) if status.code() == Code::Unimplemented)
     }
 
     /// Whether the plugin's open circuit refused the call.
-    pub fn is_circuit_open(&self) -> bool {
+    pub(crate) fn is_circuit_open(&self) -> bool {
         matches!(self, CallError::CircuitOpen { .. })
     }
 
@@ -139,7 +139,7 @@ impl CallError {
     /// not cut here: [`GatewayError::into_status`] cuts the whole once, so
     /// the `[N bytes cut]` count is the bytes the caller did not get. (A
     /// plugin's own message is at most its header block, 64 KiB.)
-    pub fn failure(&self) -> Failure {
+    pub(crate) fn failure(&self) -> Failure {
         Failure {
             code: self.code(),
             message: self.to_string(),
@@ -207,17 +207,17 @@ impl PolicyError for CallError {
 
 /// How much a plugin's answer may add to its request: an answer over the
 /// message limit for a request within this much of it is the caller's fault.
-pub const CALLER_HEADROOM_BYTES: usize = 64 * 1024;
+pub(crate) const CALLER_HEADROOM_BYTES: usize = 64 * 1024;
 
 /// The most bytes of a message the gateway forwards: gRPC clients refuse
 /// metadata over 16 KiB, and a status message travels as percent-encoded
 /// `grpc-message` (up to three bytes per byte), so a longer message would cost
 /// the caller the status itself.
-pub const MAX_MESSAGE_BYTES: usize = 4 * 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 4 * 1024;
 
 /// `message`, cut to at most [`MAX_MESSAGE_BYTES`] on a character boundary
 /// and marked as cut (`… [N bytes cut]`), the mark included in the bound.
-pub fn bounded(message: &str) -> Cow<'_, str> {
+pub(crate) fn bounded(message: &str) -> Cow<'_, str> {
     if message.len() <= MAX_MESSAGE_BYTES {
         return Cow::Borrowed(message);
     }
@@ -235,7 +235,7 @@ pub fn bounded(message: &str) -> Cow<'_, str> {
 
 /// Why a gateway call failed.
 #[derive(Debug, thiserror::Error)]
-pub enum GatewayError {
+pub(crate) enum GatewayError {
     #[error("missing metadata key \"ocm-rollout-plugin\": name the plugin or pipeline to call")]
     MissingTarget,
     #[error("metadata key \"ocm-rollout-plugin\" is not a valid name: {0}")]
@@ -303,7 +303,7 @@ fn receive_timeout_message(waited: std::time::Duration, by_caller: bool) -> Stri
 
 /// [`ResolveError`] with its message.
 #[derive(Debug)]
-pub struct ResolveErrorDisplay(pub ResolveError);
+pub(crate) struct ResolveErrorDisplay(pub(crate) ResolveError);
 
 impl std::fmt::Display for ResolveErrorDisplay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -351,7 +351,7 @@ impl From<MergeError> for GatewayError {
 
 impl GatewayError {
     /// The gRPC code of the error (docs/plugin-api.md §2).
-    pub fn code(&self) -> Code {
+    pub(crate) fn code(&self) -> Code {
         match self {
             GatewayError::MissingTarget
             | GatewayError::InvalidTarget(_)
@@ -382,7 +382,7 @@ impl GatewayError {
     }
 
     /// A single plugin's failure, as the merge rules would report it.
-    pub fn plugin(name: &str, failure: Failure) -> GatewayError {
+    pub(crate) fn plugin(name: &str, failure: Failure) -> GatewayError {
         GatewayError::Members(MergeError {
             failures: vec![(name.to_string(), failure)],
         })
@@ -391,7 +391,7 @@ impl GatewayError {
     /// The status sent to the caller, its message bounded ([`bounded`]);
     /// `failed_open` names members skipped under `failurePolicy: Ignore`
     /// before the failure (the trailer).
-    pub fn into_status(self, failed_open: &[String]) -> Status {
+    pub(crate) fn into_status(self, failed_open: &[String]) -> Status {
         let mut status = Status::new(self.code(), bounded(&self.to_string()));
         if !failed_open.is_empty()
             && let Ok(v) = MetadataValue::try_from(failed_open.join(","))
@@ -407,9 +407,9 @@ impl GatewayError {
 /// A gateway call that failed, and the members that had failed open
 /// before it (`ocm-rollout-failed-open`).
 #[derive(Debug)]
-pub struct CallFailure {
-    pub error: GatewayError,
-    pub failed_open: Vec<String>,
+pub(crate) struct CallFailure {
+    pub(crate) error: GatewayError,
+    pub(crate) failed_open: Vec<String>,
 }
 
 impl From<GatewayError> for CallFailure {
@@ -435,7 +435,7 @@ impl From<FrameError> for CallFailure {
 
 impl CallFailure {
     /// The gRPC code the caller gets.
-    pub fn code(&self) -> Code {
+    pub(crate) fn code(&self) -> Code {
         self.error.code()
     }
 }
@@ -461,7 +461,7 @@ fn status_headers(failure: CallFailure) -> HeaderMap {
 /// The rescue layer: the top of the server's stack, turning the failure of
 /// any layer below into a trailers-only gRPC answer.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RescueLayer;
+pub(crate) struct RescueLayer;
 
 impl<S> tower::Layer<S> for RescueLayer {
     type Service = Rescue<S>;
@@ -473,7 +473,7 @@ impl<S> tower::Layer<S> for RescueLayer {
 
 /// See [`RescueLayer`].
 #[derive(Debug, Clone)]
-pub struct Rescue<S>(S);
+pub(crate) struct Rescue<S>(S);
 
 impl<S, R> tower::Service<R> for Rescue<S>
 where

@@ -26,9 +26,9 @@ pub struct FileLimits {
 
 /// `--max-file-bytes`: far above any registry (a ConfigMap holds at most
 /// 1 MiB) or CA bundle.
-pub const DEFAULT_MAX_BYTES: u64 = 4 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 4 * 1024 * 1024;
 /// `--file-read-timeout`.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Default for FileLimits {
     fn default() -> Self {
@@ -41,7 +41,7 @@ impl Default for FileLimits {
 
 /// Why a file was not read; each names the file.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum FileError {
+pub(crate) enum FileError {
     #[error("{}: not a regular file (a {kind}); refusing to read it", .path.display())]
     NotRegular { path: PathBuf, kind: &'static str },
     #[error("{}: {size} bytes, over the limit of {limit} bytes (--max-file-bytes)", .path.display())]
@@ -69,7 +69,7 @@ impl FileError {
     }
 
     /// Whether the file does not exist (a registry file not written yet).
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, FileError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 }
@@ -77,7 +77,7 @@ impl FileError {
 /// What a file's metadata said when it was read: a file whose stamp is the
 /// same has not been replaced or written since (inode, size, times).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
+pub(crate) struct Stamp {
     device: u64,
     inode: u64,
     len: u64,
@@ -117,7 +117,7 @@ fn kind(file_type: std::fs::FileType) -> &'static str {
 /// Reads `path` if its stamp is not `unless` (then `Ok(None)`), on the
 /// calling thread: blocking, use it off the runtime (the registry's plans
 /// run on the blocking pool).
-pub fn read_sync(
+pub(crate) fn read_sync(
     path: &Path,
     max_bytes: u64,
     unless: Option<Stamp>,
@@ -156,7 +156,7 @@ pub fn read_sync(
 
 /// The stamp of `path` (its metadata, through symlinks), looked up as
 /// [`read`] reads: off the worker thread, within `limits.timeout`.
-pub async fn stamp(path: &Path, limits: FileLimits) -> Result<Stamp, FileError> {
+pub(crate) async fn stamp(path: &Path, limits: FileLimits) -> Result<Stamp, FileError> {
     off_thread(path, limits, |p| {
         std::fs::metadata(p)
             .map(|m| Stamp::of(&m))
@@ -166,7 +166,7 @@ pub async fn stamp(path: &Path, limits: FileLimits) -> Result<Stamp, FileError> 
 }
 
 /// [`read_sync`] on the blocking pool, within `limits.timeout`.
-pub async fn read(
+pub(crate) async fn read(
     path: &Path,
     limits: FileLimits,
     unless: Option<Stamp>,

@@ -24,23 +24,23 @@ pub use rollout_proto::HookKind;
 /// One call to one plugin, as it travels down the plugin's stack (cloned per
 /// attempt).
 #[derive(Debug, Clone)]
-pub struct PluginCall {
-    pub request: HookRequest,
+pub(crate) struct PluginCall {
+    pub(crate) request: HookRequest,
     /// Every attempt and every backoff fits before it.
-    pub deadline: Instant,
+    pub(crate) deadline: Instant,
     /// Whose deadline `deadline` is: the caller's, or the plugin's own
     /// `timeout` (only the latter passing counts against the plugin).
-    pub owner: DeadlineOwner,
+    pub(crate) owner: DeadlineOwner,
     /// Caller headers passed on to the plugin (trace context); each attempt
     /// replaces the `traceparent` with its own span's.
-    pub forward: Arc<HeaderMap>,
+    pub(crate) forward: Arc<HeaderMap>,
     /// The server span of the gateway call: each attempt's span is its child.
-    pub parent: SpanContext,
+    pub(crate) parent: SpanContext,
     /// 1-based attempt number, set by the retry layer.
-    pub attempt: u32,
+    pub(crate) attempt: u32,
     /// The calling hub (central mode: the one its certificate names), whose
     /// declaration the plugin's Initialize answer is recorded under.
-    pub hub: Option<Arc<str>>,
+    pub(crate) hub: Option<Arc<str>>,
 }
 
 impl PolicyRequest for PluginCall {
@@ -77,13 +77,13 @@ pub enum HookRequest {
 /// sent on unchanged, and its rollout fields.
 #[derive(Debug, Clone)]
 pub struct Forwarded {
-    pub message: Bytes,
-    pub rollout: Option<Arc<RolloutFields>>,
+    pub(crate) message: Bytes,
+    pub(crate) rollout: Option<Arc<RolloutFields>>,
 }
 
 impl Forwarded {
     /// A `RolloutPluginRequest` (BeginRollout, ProgressRollout).
-    pub fn rollout_request(message: Bytes) -> Result<Forwarded, FrameError> {
+    pub(crate) fn rollout_request(message: Bytes) -> Result<Forwarded, FrameError> {
         let fields: RolloutFields = grpc::decode_message(message.clone())?;
         Ok(Forwarded {
             message,
@@ -92,7 +92,7 @@ impl Forwarded {
     }
 
     /// A `ValidateCompletionRequest`.
-    pub fn validate_request(message: Bytes) -> Result<Forwarded, FrameError> {
+    pub(crate) fn validate_request(message: Bytes) -> Result<Forwarded, FrameError> {
         let view: ValidateView = grpc::decode_message(message.clone())?;
         Ok(Forwarded {
             message,
@@ -105,14 +105,14 @@ impl Forwarded {
 /// sent on unchanged to every member, and the ManifestWork this member gets.
 #[derive(Debug, Clone)]
 pub struct MutateStep {
-    pub rollout: Option<Bytes>,
-    pub fields: Option<Arc<RolloutFields>>,
-    pub manifest_work: Bytes,
+    pub(crate) rollout: Option<Bytes>,
+    pub(crate) fields: Option<Arc<RolloutFields>>,
+    pub(crate) manifest_work: Bytes,
 }
 
 impl MutateStep {
     /// A `MutateManifestWorkRequest`.
-    pub fn decode(message: Bytes) -> Result<MutateStep, FrameError> {
+    pub(crate) fn decode(message: Bytes) -> Result<MutateStep, FrameError> {
         let parts: MutateParts = grpc::decode_message(message)?;
         let fields = match &parts.rollout {
             Some(r) => Some(Arc::new(grpc::decode_message::<RolloutFields>(r.clone())?)),
@@ -127,7 +127,7 @@ impl MutateStep {
 }
 
 impl HookRequest {
-    pub fn kind(&self) -> HookKind {
+    pub(crate) fn kind(&self) -> HookKind {
         match self {
             HookRequest::Initialize(_) => HookKind::Initialize,
             HookRequest::BeginRollout(_) => HookKind::BeginRollout,
@@ -140,7 +140,7 @@ impl HookRequest {
     /// The size of the request's message as the caller sent it (the
     /// ManifestWork and rollout of a mutation): what a plugin's answer grows
     /// from.
-    pub fn message_len(&self) -> usize {
+    pub(crate) fn message_len(&self) -> usize {
         match self {
             HookRequest::Initialize(m) => m.encoded_len(),
             HookRequest::BeginRollout(f)
@@ -153,7 +153,7 @@ impl HookRequest {
     }
 
     /// The rollout fields of the request, if the hook has them.
-    pub fn rollout(&self) -> Option<&RolloutFields> {
+    pub(crate) fn rollout(&self) -> Option<&RolloutFields> {
         match self {
             HookRequest::Initialize(_) => None,
             HookRequest::BeginRollout(f)
@@ -172,7 +172,7 @@ impl HookRequest {
     }
 
     /// The framed message for the plugin; nothing large is copied.
-    pub fn payload(&self) -> grpc::Payload {
+    pub(crate) fn payload(&self) -> grpc::Payload {
         match self {
             HookRequest::Initialize(m) => grpc::encode(m),
             HookRequest::BeginRollout(f)
@@ -190,7 +190,7 @@ impl HookRequest {
     /// [`HookRequest::payload`] for `Full`; for `Counts`, without
     /// `rollout_status` (only the top-level fields of the rollout request
     /// are walked, every other byte is kept, the ManifestWork is not copied).
-    pub fn payload_for(&self, detail: RolloutStateDetail) -> grpc::Payload {
+    pub(crate) fn payload_for(&self, detail: RolloutStateDetail) -> grpc::Payload {
         if detail != RolloutStateDetail::Counts {
             return self.payload();
         }

@@ -46,7 +46,7 @@ pub enum Json<'a> {
 
 impl<'a> Json<'a> {
     /// The member `key` of an object.
-    pub fn get(&self, key: &str) -> Option<&Json<'a>> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Json<'a>> {
         match self {
             Json::Object(members) => members
                 .binary_search_by(|(k, _)| k.as_ref().cmp(key))
@@ -57,7 +57,7 @@ impl<'a> Json<'a> {
     }
 
     /// The value at a path of object keys.
-    pub fn at(&self, path: &[&str]) -> Option<&Json<'a>> {
+    pub(crate) fn at(&self, path: &[&str]) -> Option<&Json<'a>> {
         path.iter().try_fold(self, |v, key| v.get(key))
     }
 

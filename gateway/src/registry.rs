@@ -38,7 +38,7 @@ mod plan;
 use build::{Built, FileCache};
 
 use crate::config::{self, Config, ConfigError, Endpoint, PipelineConfig};
-pub use crate::error::ResolveError;
+pub(crate) use crate::error::ResolveError;
 use crate::files::FileLimits;
 use crate::stack::PluginStack;
 use crate::telemetry::{LastReload, PluginMetrics, RegistryState, Telemetry};
@@ -46,21 +46,21 @@ use crate::upstream::{ChannelSettings, Upstream};
 
 /// A registered plugin, as one snapshot sees it.
 pub struct Plugin {
-    pub name: String,
+    pub(crate) name: String,
     /// The hub whose file defines it; `None` = shared.
-    pub hub: Option<String>,
-    pub endpoint: Endpoint,
-    pub policy: Policy,
-    pub hubs: Option<Vec<String>>,
+    pub(crate) hub: Option<String>,
+    pub(crate) endpoint: Endpoint,
+    pub(crate) policy: Policy,
+    pub(crate) hubs: Option<Vec<String>>,
     pub upstream: Arc<Upstream>,
     /// The resilience stack every call to the plugin goes through.
-    pub stack: PluginStack,
+    pub(crate) stack: PluginStack,
     /// Its metric handles.
-    pub metrics: Arc<PluginMetrics>,
+    pub(crate) metrics: Arc<PluginMetrics>,
     /// The files its TLS material was read from (its `caFile`, its file's
     /// `clientCertificate` files), as written in the registry: a change to
     /// one of them rebuilds its upstream.
-    pub certificate_files: Vec<PathBuf>,
+    pub(crate) certificate_files: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -76,7 +76,7 @@ impl std::fmt::Debug for Plugin {
 impl Plugin {
     /// Whether `caller` (the calling hub, `None` when the caller has no hub
     /// identity) may call this plugin.
-    pub fn allows(&self, caller: Option<&str>) -> bool {
+    pub(crate) fn allows(&self, caller: Option<&str>) -> bool {
         match (&self.hubs, caller) {
             (None, _) => true,
             (Some(hubs), Some(c)) => hubs.iter().any(|h| h == c),
@@ -98,18 +98,18 @@ pub enum Target {
 
 impl Target {
     /// The members, in order (one for a plugin).
-    pub fn members(&self) -> &[Arc<Plugin>] {
+    pub(crate) fn members(&self) -> &[Arc<Plugin>] {
         match self {
             Target::Plugin(p) => std::slice::from_ref(p),
             Target::Pipeline { members, .. } => members,
         }
     }
 
-    pub fn is_pipeline(&self) -> bool {
+    pub(crate) fn is_pipeline(&self) -> bool {
         matches!(self, Target::Pipeline { .. })
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             Target::Plugin(p) => &p.name,
             Target::Pipeline { name, .. } => name,
@@ -124,15 +124,15 @@ pub struct Snapshot {
     /// Scope (hub, or `None` for shared) → name → target.
     scopes: HashMap<Option<String>, HashMap<String, Target>>,
     /// Every plugin, in file order, for listing.
-    pub plugins: Vec<Arc<Plugin>>,
+    pub(crate) plugins: Vec<Arc<Plugin>>,
     /// Every pipeline with its scope, for listing.
-    pub pipelines: Vec<(Option<String>, PipelineConfig)>,
+    pub(crate) pipelines: Vec<(Option<String>, PipelineConfig)>,
 }
 
 impl Snapshot {
     /// Every certificate file some plugin of this snapshot was built from:
     /// what the watcher watches.
-    pub fn certificate_files(&self) -> BTreeSet<PathBuf> {
+    pub(crate) fn certificate_files(&self) -> BTreeSet<PathBuf> {
         self.plugins
             .iter()
             .flat_map(|p| p.certificate_files.iter().cloned())
@@ -209,7 +209,7 @@ struct Inner {
 
 /// What became of a change to a source.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Applied {
+pub(crate) enum Applied {
     /// A new snapshot was stored with this generation.
     Loaded(u64),
     /// The text is the same as last time: nothing to do.
@@ -221,9 +221,9 @@ pub enum Applied {
 /// A change that was rejected: the previous snapshot stays.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{source_label}: {error}")]
-pub struct ReloadError {
-    pub source_label: String,
-    pub error: ConfigError,
+pub(crate) struct ReloadError {
+    pub(crate) source_label: String,
+    pub(crate) error: ConfigError,
 }
 
 /// The registry shared by the gRPC service, the admin endpoints and the watchers.
@@ -264,7 +264,7 @@ impl Registry {
     }
 
     /// The same, with the plugins' spans and metrics going to `telemetry`.
-    pub fn with_telemetry(
+    pub(crate) fn with_telemetry(
         sources: Vec<SourceInfo>,
         settings: ChannelSettings,
         telemetry: Telemetry,
@@ -298,13 +298,13 @@ impl Registry {
     }
 
     /// The same, with the files it and its watchers read bounded by `limits`.
-    pub fn with_file_limits(mut self, limits: FileLimits) -> Registry {
+    pub(crate) fn with_file_limits(mut self, limits: FileLimits) -> Registry {
         self.file_limits = limits;
         self
     }
 
     /// The bounds on the files the registry and its watchers read.
-    pub fn file_limits(&self) -> FileLimits {
+    pub(crate) fn file_limits(&self) -> FileLimits {
         self.file_limits
     }
 
@@ -312,7 +312,7 @@ impl Registry {
     /// `clientCertificate`): a plugin naming one is checked for everything
     /// else (its name, clashes, the pipelines naming it) but not built, so
     /// its texts are for checking only, never for serving.
-    pub fn skipping_files(mut self) -> Registry {
+    pub(crate) fn skipping_files(mut self) -> Registry {
         self.skip_files = true;
         self
     }
@@ -323,7 +323,7 @@ impl Registry {
     }
 
     /// Follows [`Registry::is_ready`]: the receiver sees each change.
-    pub fn watch_ready(&self) -> tokio::sync::watch::Receiver<bool> {
+    pub(crate) fn watch_ready(&self) -> tokio::sync::watch::Receiver<bool> {
         self.ready.subscribe()
     }
 
@@ -347,7 +347,7 @@ impl Registry {
     /// Serving, what `/readyz` and the gRPC health service both report:
     /// ready, and no registry entry names a server that answered it is no
     /// plugin (`Registry::refused_plugins`).
-    pub fn is_serving(&self) -> bool {
+    pub(crate) fn is_serving(&self) -> bool {
         self.is_ready() && self.refused_plugins().is_empty()
     }
 
@@ -381,7 +381,7 @@ impl Registry {
         self.publish_readiness();
     }
 
-    pub fn is_draining(&self) -> bool {
+    pub(crate) fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
     }
 
@@ -419,7 +419,7 @@ impl Registry {
     }
 
     /// Records that a source could not be read (missing file, API error).
-    pub fn source_failed(&self, source: usize, message: String) {
+    pub(crate) fn source_failed(&self, source: usize, message: String) {
         let mut inner = self.lock();
         let label = inner
             .sources
@@ -438,7 +438,7 @@ impl Registry {
     /// registry is parsed and planned there, and the runtime's workers go on
     /// serving calls meanwhile. Text that did not change is told at once,
     /// without a thread (the watchers poll).
-    pub async fn apply_blocking(
+    pub(crate) async fn apply_blocking(
         self: &Arc<Self>,
         source: usize,
         text: String,
@@ -473,7 +473,7 @@ impl Registry {
     /// new registry with the other sources, and commit the plan only if it
     /// has no problem. On error nothing changes: the previous snapshot and
     /// every plugin's settings stay. Blocking: see [`Registry::apply_blocking`].
-    pub fn apply(&self, source: usize, text: &str) -> Result<Applied, ReloadError> {
+    pub(crate) fn apply(&self, source: usize, text: &str) -> Result<Applied, ReloadError> {
         self.apply_locked(&mut self.lock(), source, text)
     }
 
@@ -532,7 +532,7 @@ impl Registry {
 
     /// The certificate files refused registry texts wait on (see
     /// [`Registry::retry_waiting`]): the watcher watches them too.
-    pub fn waiting_files(&self) -> BTreeSet<PathBuf> {
+    pub(crate) fn waiting_files(&self) -> BTreeSet<PathBuf> {
         self.lock()
             .sources
             .iter()
@@ -546,7 +546,7 @@ impl Registry {
     /// if it had just arrived. Files unchanged since the refusal are not
     /// retried, so a refusal is reported and counted once. Blocking (it
     /// reads files).
-    pub fn retry_waiting(&self) -> Vec<Result<Applied, ReloadError>> {
+    pub(crate) fn retry_waiting(&self) -> Vec<Result<Applied, ReloadError>> {
         // One lock throughout: a newer text of the source (another watcher)
         // cannot land between the check and the retry and be overwritten.
         let mut inner = self.lock();
@@ -567,7 +567,9 @@ impl Registry {
 
     /// [`Registry::retry_waiting`] on the blocking pool, for the watcher;
     /// no thread when no text waits (the common case, on every poll).
-    pub async fn retry_waiting_blocking(self: &Arc<Self>) -> Vec<Result<Applied, ReloadError>> {
+    pub(crate) async fn retry_waiting_blocking(
+        self: &Arc<Self>,
+    ) -> Vec<Result<Applied, ReloadError>> {
         if self.lock().sources.iter().all(|s| s.waiting_on.is_empty()) {
             return Vec::new();
         }
@@ -603,7 +605,7 @@ impl Registry {
     }
 
     /// [`Registry::refresh_certificates`] on the blocking pool, for the watcher.
-    pub async fn refresh_certificates_blocking(
+    pub(crate) async fn refresh_certificates_blocking(
         self: &Arc<Self>,
         changed: Vec<PathBuf>,
     ) -> Result<Applied, ReloadError> {
@@ -626,7 +628,7 @@ impl Registry {
     /// certificate is rejected as a bad registry change is: the previous
     /// snapshot and material stay, and the error is recorded and counted.
     /// Blocking (it reads files).
-    pub fn refresh_certificates(&self, changed: &[PathBuf]) -> Result<Applied, ReloadError> {
+    pub(crate) fn refresh_certificates(&self, changed: &[PathBuf]) -> Result<Applied, ReloadError> {
         let inner = self.lock();
         let Some(current) = self.load() else {
             return Ok(Applied::Unchanged);

@@ -38,28 +38,28 @@ use crate::registry::{Plugin, Target};
 
 /// What every member call of one gateway call shares.
 #[derive(Debug)]
-pub struct CallContext<'a> {
-    pub target: &'a Target,
+pub(crate) struct CallContext<'a> {
+    pub(crate) target: &'a Target,
     /// The caller's deadline (`grpc-timeout`), if it sent one.
-    pub deadline: Option<Instant>,
+    pub(crate) deadline: Option<Instant>,
     /// Caller headers passed on to each plugin (its validated `tracestate`).
-    pub forward: Arc<HeaderMap>,
+    pub(crate) forward: Arc<HeaderMap>,
     /// The server span of this call, parent of every attempt's span.
-    pub parent: SpanContext,
+    pub(crate) parent: SpanContext,
     /// The caller's hub (central mode: the one its certificate names): the
     /// plugins' declarations are learned and read per hub, and the
     /// `hub_name` a plugin's Initialize carries is this one.
-    pub hub: Option<Arc<str>>,
+    pub(crate) hub: Option<Arc<str>>,
 }
 
 /// The result of a mutate chain.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Mutated {
+pub(crate) struct Mutated {
     /// The final ManifestWork; empty when no member answered with one ("unchanged").
-    pub manifest_work: Bytes,
+    pub(crate) manifest_work: Bytes,
     /// Members that changed the object (as a JSON value), in order.
-    pub mutated_by: Vec<String>,
-    pub failed_open: Vec<String>,
+    pub(crate) mutated_by: Vec<String>,
+    pub(crate) failed_open: Vec<String>,
 }
 
 impl CallContext<'_> {
@@ -183,7 +183,7 @@ impl CallContext<'_> {
     /// Initialize: every member; learns each member's hooks for the caller's
     /// hub on the way. A caller with a hub identity cannot speak for another
     /// hub: `hub_name` becomes its own.
-    pub async fn initialize(
+    pub(crate) async fn initialize(
         &self,
         mut request: InitializeRequest,
     ) -> Result<Merged<InitializeResponse>, GatewayError> {
@@ -203,7 +203,7 @@ impl CallContext<'_> {
     }
 
     /// BeginRollout or ProgressRollout.
-    pub async fn ack(
+    pub(crate) async fn ack(
         &self,
         kind: HookKind,
         request: Forwarded,
@@ -222,7 +222,7 @@ impl CallContext<'_> {
 
     /// ValidateRolloutCompletion: the merged answer, and the members that
     /// answered FAILED (for the call's span).
-    pub async fn validate(
+    pub(crate) async fn validate(
         &self,
         request: Forwarded,
     ) -> Result<(Merged<ValidateResponse>, Vec<String>), GatewayError> {
@@ -246,7 +246,7 @@ impl CallContext<'_> {
 
     /// MutateManifestWork: members one after another, each receiving the
     /// previous output. Returns the failed-open members with the error too.
-    pub async fn mutate(
+    pub(crate) async fn mutate(
         &self,
         request: MutateStep,
     ) -> Result<Mutated, (GatewayError, Vec<String>)> {

@@ -42,11 +42,11 @@ use crate::telemetry::{PluginMetrics, Telemetry};
 use crate::upstream::Upstream;
 
 /// A plugin's stack: a cheap-to-clone service.
-pub type PluginStack = BoxCloneSyncService<PluginCall, HookResponse, CallError>;
+pub(crate) type PluginStack = BoxCloneSyncService<PluginCall, HookResponse, CallError>;
 
 /// The bottom of the stack: one call over the plugin's connection.
 #[derive(Debug, Clone)]
-pub struct UpstreamService(pub Arc<Upstream>);
+pub(crate) struct UpstreamService(pub(crate) Arc<Upstream>);
 
 impl tower::Service<PluginCall> for UpstreamService {
     type Response = HookResponse;
@@ -76,7 +76,7 @@ impl tower::Service<PluginCall> for UpstreamService {
 /// Builds the stack of one plugin, in the order above. The concurrency bound,
 /// the breaker and the budget are the upstream's own, so they carry over from
 /// the stack of the previous snapshot; the retry policy is `policy`'s.
-pub fn build(
+pub(crate) fn build(
     name: &str,
     policy: &Policy,
     upstream: &Arc<Upstream>,

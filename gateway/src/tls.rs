@@ -36,7 +36,7 @@ pub struct TlsError(String);
 
 /// The listener's current TLS configuration, swapped when its files change.
 #[derive(Debug)]
-pub struct ServerTls {
+pub(crate) struct ServerTls {
     files: ServerTlsFiles,
     limits: FileLimits,
     current: ArcSwap<ServerConfig>,
@@ -49,7 +49,10 @@ pub struct ServerTls {
 impl ServerTls {
     /// Reads the files (bounded by `limits`, off the worker thread) and
     /// builds the configuration.
-    pub async fn load(files: ServerTlsFiles, limits: FileLimits) -> Result<ServerTls, TlsError> {
+    pub(crate) async fn load(
+        files: ServerTlsFiles,
+        limits: FileLimits,
+    ) -> Result<ServerTls, TlsError> {
         let bytes = read_all(&files, limits).await?;
         let config = build(&files, &bytes)?;
         Ok(ServerTls {
@@ -63,17 +66,17 @@ impl ServerTls {
 
     /// An acceptor with the current configuration (taken per connection, so
     /// a reload applies to the next handshake).
-    pub fn acceptor(&self) -> TlsAcceptor {
+    pub(crate) fn acceptor(&self) -> TlsAcceptor {
         TlsAcceptor::from(self.current.load_full())
     }
 
-    pub fn requires_client_certificate(&self) -> bool {
+    pub(crate) fn requires_client_certificate(&self) -> bool {
         self.files.client_ca.is_some()
     }
 
     /// Reads the files again; if they changed and are valid, the new
     /// configuration takes effect. Returns whether it changed.
-    pub async fn reload(&self) -> Result<bool, TlsError> {
+    pub(crate) async fn reload(&self) -> Result<bool, TlsError> {
         if !self.may_have_changed().await {
             return Ok(false);
         }

@@ -34,7 +34,7 @@ const DEBOUNCE: Duration = Duration::from_millis(50);
 /// What the watcher knows of one registry file: the stamp of its last
 /// read, and the last read error (not repeated on every poll).
 #[derive(Debug, Default)]
-pub struct FileState {
+pub(crate) struct FileState {
     stamp: Option<Stamp>,
     last_read_error: Option<String>,
 }
@@ -43,7 +43,7 @@ pub struct FileState {
 /// read ([`files::read`]: bounded, off the worker thread), parsing and
 /// planning off the runtime ([`Registry::apply_blocking`]: a large registry
 /// must not stall the calls). Returns whether a new snapshot was loaded.
-pub async fn reload_file(
+pub(crate) async fn reload_file(
     registry: &Arc<Registry>,
     index: usize,
     path: &Path,
@@ -112,7 +112,7 @@ fn report_read_error(
 /// or why they could not be read. A file counts as changed when this
 /// differs; a file whose stamp did not change is not read again.
 #[derive(Debug, Default)]
-pub struct CertificateFiles {
+pub(crate) struct CertificateFiles {
     seen: BTreeMap<PathBuf, Result<(Stamp, Vec<u8>), String>>,
 }
 
@@ -121,7 +121,7 @@ impl CertificateFiles {
     /// those whose content changed since the last read, or that are new
     /// here (the registry then finds whether they differ from what its
     /// upstreams were built from). Forgets files no longer wanted.
-    pub async fn changed(
+    pub(crate) async fn changed(
         &mut self,
         wanted: &BTreeSet<PathBuf>,
         limits: FileLimits,
@@ -153,7 +153,7 @@ impl CertificateFiles {
 /// Reads `wanted`, the live snapshot's certificate files, and has the
 /// registry rebuild the plugins whose files changed. Returns whether a new
 /// snapshot was loaded.
-pub async fn reload_certificates(
+pub(crate) async fn reload_certificates(
     registry: &Arc<Registry>,
     files: &mut CertificateFiles,
     wanted: &BTreeSet<PathBuf>,
@@ -179,7 +179,7 @@ pub async fn reload_certificates(
 /// Plans again the refused registry texts whose certificate files changed
 /// since ([`Registry::retry_waiting`]). Returns whether a new snapshot was
 /// loaded.
-pub async fn retry_waiting(registry: &Arc<Registry>) -> bool {
+pub(crate) async fn retry_waiting(registry: &Arc<Registry>) -> bool {
     let mut loaded = false;
     for result in registry.retry_waiting_blocking().await {
         match result {
@@ -266,7 +266,7 @@ impl Watched {
 /// Watches `files` (index = registry source), and the certificate files the
 /// live registry names, and reloads on change, until the returned task is
 /// aborted. `on_loaded` runs after each new snapshot.
-pub fn spawn(
+pub(crate) fn spawn(
     registry: Arc<Registry>,
     files: Vec<PathBuf>,
     poll_every: Duration,

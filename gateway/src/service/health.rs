@@ -34,14 +34,14 @@ use crate::transport::send::{Answer, StreamItem};
 const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The path prefix of the health service's methods.
-pub const PATH_PREFIX: &str = "/grpc.health.v1.Health/";
+pub(crate) const PATH_PREFIX: &str = "/grpc.health.v1.Health/";
 
 type TonicHealth =
     BoxCloneSyncService<http::Request<Full<Bytes>>, http::Response<tonic::body::Body>, Infallible>;
 
 /// The health service and its reporter.
 #[derive(Clone)]
-pub struct Health {
+pub(crate) struct Health {
     reporter: HealthReporter,
     service: TonicHealth,
 }
@@ -54,7 +54,7 @@ impl std::fmt::Debug for Health {
 
 impl Health {
     /// A health service whose statuses start NOT_SERVING.
-    pub async fn new() -> Health {
+    pub(crate) async fn new() -> Health {
         let (reporter, server) = tonic_health::server::health_reporter();
         let health = Health {
             reporter,
@@ -80,7 +80,7 @@ impl Health {
     /// once on a change of readiness (a load, a drain), and within
     /// [`RECHECK_EVERY`] when a plugin's own Initialize says its server is
     /// no plugin (or, once fixed, loads it), which no event announces.
-    pub fn track(&self, registry: &Arc<Registry>) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn track(&self, registry: &Arc<Registry>) -> tokio::task::JoinHandle<()> {
         let mut ready = registry.watch_ready();
         let registry = Arc::downgrade(registry);
         let health = self.clone();

@@ -22,7 +22,7 @@
 //! (Receive).
 
 mod check;
-pub mod health;
+pub(crate) mod health;
 mod receive;
 mod resolve;
 mod route;
@@ -45,8 +45,8 @@ use crate::telemetry::trace::ServerSpan;
 use crate::transport::send::Answer;
 use crate::transport::server::{Call, Peer};
 
-pub use health::Health;
-pub use receive::ReceiveLimits;
+pub(crate) use health::Health;
+pub(crate) use receive::ReceiveLimits;
 
 /// The server's whole stack: a cheap-to-clone service the transport drives.
 pub(crate) type GatewayStack = BoxCloneSyncService<Call, Answer, Infallible>;
@@ -56,15 +56,15 @@ const PATH_PREFIX: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/";
 
 /// A call whose request message arrived whole.
 #[derive(Debug)]
-pub struct Received {
-    pub head: http::request::Parts,
+pub(crate) struct Received {
+    pub(crate) head: http::request::Parts,
     /// The framed message (with its 5-byte prefix), as it arrived.
-    pub message: Bytes,
+    pub(crate) message: Bytes,
     /// When the call began.
-    pub began: Instant,
+    pub(crate) began: Instant,
     /// The caller's deadline (`grpc-timeout`), if it sent one.
-    pub deadline: Option<Instant>,
-    pub peer: Arc<Peer>,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) peer: Arc<Peer>,
 }
 
 /// A plugin-service call on its way down, with its span.
@@ -91,7 +91,11 @@ pub(crate) struct Traced {
 }
 
 /// Builds the stack every call on the gRPC port goes through, top to bottom.
-pub fn stack(registry: Arc<Registry>, limits: ReceiveLimits, health: Health) -> GatewayStack {
+pub(crate) fn stack(
+    registry: Arc<Registry>,
+    limits: ReceiveLimits,
+    health: Health,
+) -> GatewayStack {
     let plugins = ServiceBuilder::new()
         // A span and metrics per hook call; outside resolution, so that an
         // unknown name or a refused header is traced and counted too.

@@ -26,10 +26,10 @@ use crate::transport::server::Call;
 
 /// How large a request may be and how long it may take to arrive.
 #[derive(Debug, Clone, Copy)]
-pub struct ReceiveLimits {
-    pub max_message_bytes: usize,
+pub(crate) struct ReceiveLimits {
+    pub(crate) max_message_bytes: usize,
     /// A request must arrive whole within this, or the caller's deadline if sooner.
-    pub receive_timeout: Duration,
+    pub(crate) receive_timeout: Duration,
 }
 
 /// See the module doc.

@@ -24,14 +24,14 @@ use crate::hooks::{HookKind, HookResponse, PluginCall};
 
 /// Applies [`AttemptTelemetry`] for one plugin.
 #[derive(Debug, Clone)]
-pub struct AttemptTelemetryLayer {
+pub(crate) struct AttemptTelemetryLayer {
     tracing: Tracing,
     plugin: Arc<str>,
     metrics: Arc<PluginMetrics>,
 }
 
 impl AttemptTelemetryLayer {
-    pub fn new(tracing: Tracing, plugin: &str, metrics: Arc<PluginMetrics>) -> Self {
+    pub(crate) fn new(tracing: Tracing, plugin: &str, metrics: Arc<PluginMetrics>) -> Self {
         AttemptTelemetryLayer {
             tracing,
             plugin: Arc::from(plugin),
@@ -53,7 +53,7 @@ impl<S> Layer<S> for AttemptTelemetryLayer {
 
 /// Wraps each attempt in a client span and counts it.
 #[derive(Debug, Clone)]
-pub struct AttemptTelemetry<S> {
+pub(crate) struct AttemptTelemetry<S> {
     inner: S,
     layer: AttemptTelemetryLayer,
 }
@@ -103,7 +103,7 @@ pin_project! {
     /// The attempt's future; ends the span and counts the attempt when it
     /// resolves. An attempt dropped unfinished (deadline, caller gone) ends
     /// its span with CANCELLED.
-    pub struct ResponseFuture<F> {
+    pub(crate) struct ResponseFuture<F> {
         #[pin]
         inner: F,
         span: Option<ClientSpan>,

@@ -32,7 +32,7 @@ use crate::hooks::HookKind;
 
 /// Bucket bounds of the duration histograms, in seconds: hook calls take from
 /// about a millisecond (a local plugin) to the 30 s contract limit.
-pub const DURATION_BUCKETS: [f64; 14] = [
+pub(crate) const DURATION_BUCKETS: [f64; 14] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
@@ -246,7 +246,7 @@ impl Metrics {
     /// The metric families, and collectors reading `registry` (weakly: the
     /// metrics never keep a registry alive; `None`: no registry metrics) and
     /// this process at scrape time.
-    pub fn new(registry: Option<Weak<dyn RegistryState>>) -> Metrics {
+    pub(crate) fn new(registry: Option<Weak<dyn RegistryState>>) -> Metrics {
         let mut r = MetricRegistry::default();
         let families = Metrics {
             registry: MetricRegistry::default(),
@@ -323,14 +323,14 @@ impl Metrics {
     /// The answer to `GET /metrics` with request headers `headers`: every
     /// metric in the format its `Accept` asks for (OpenMetrics for
     /// Prometheus, else the Prometheus text).
-    pub fn response(&self, headers: &http::HeaderMap) -> http::Response<String> {
+    pub(crate) fn response(&self, headers: &http::HeaderMap) -> http::Response<String> {
         exposition::response(&self.registry, headers)
     }
 
     /// Handles for one plugin of `hub` (`None`: a shared plugin, labelled
     /// `hub=""`), resolved once per registry snapshot. Series are created on
     /// first use, so a plugin shows only what it did.
-    pub fn plugin(self: &Arc<Self>, name: &str, hub: Option<&str>) -> Arc<PluginMetrics> {
+    pub(crate) fn plugin(self: &Arc<Self>, name: &str, hub: Option<&str>) -> Arc<PluginMetrics> {
         Arc::new(PluginMetrics {
             name: Arc::from(name),
             hub: Arc::from(hub.unwrap_or_default()),
@@ -345,7 +345,7 @@ impl Metrics {
     }
 
     /// Records one call from the controller to `target`.
-    pub fn record_call(&self, hook: HookKind, target: &str, code: Code, elapsed: Duration) {
+    pub(crate) fn record_call(&self, hook: HookKind, target: &str, code: Code, elapsed: Duration) {
         let target: Arc<str> = Arc::from(target);
         self.calls
             .get_or_create(&TargetCodeLabels {
@@ -374,7 +374,7 @@ impl Metrics {
 
 /// One plugin's metric handles (see [`Metrics::plugin`]).
 #[derive(Debug)]
-pub struct PluginMetrics {
+pub(crate) struct PluginMetrics {
     name: Arc<str>,
     hub: Arc<str>,
     metrics: Arc<Metrics>,
@@ -405,7 +405,7 @@ impl PluginMetrics {
     }
 
     /// One call to the plugin ended with the gateway's verdict `code`.
-    pub fn record_request(&self, hook: HookKind, code: Code, elapsed: Duration) {
+    pub(crate) fn record_request(&self, hook: HookKind, code: Code, elapsed: Duration) {
         self.requests[hook as usize][code as usize]
             .get_or_init(|| {
                 self.metrics
@@ -423,7 +423,7 @@ impl PluginMetrics {
     }
 
     /// One attempt was sent and ended with `code`; `attempt` is 1-based.
-    pub fn record_attempt(&self, hook: HookKind, attempt: u32, code: Code) {
+    pub(crate) fn record_attempt(&self, hook: HookKind, attempt: u32, code: Code) {
         self.attempts[hook as usize][code as usize]
             .get_or_init(|| {
                 self.metrics
@@ -438,7 +438,7 @@ impl PluginMetrics {
 
     /// Attempt number 2 or more was refused by the open circuit: it is still
     /// a retry, though nothing was sent.
-    pub fn record_rejection(&self, hook: HookKind, attempt: u32) {
+    pub(crate) fn record_rejection(&self, hook: HookKind, attempt: u32) {
         self.circuit_rejections[hook as usize]
             .get_or_init(|| {
                 self.metrics
@@ -462,7 +462,7 @@ impl PluginMetrics {
     }
 
     /// A failed call was skipped under `failurePolicy: Ignore`.
-    pub fn record_fail_open(&self, hook: HookKind) {
+    pub(crate) fn record_fail_open(&self, hook: HookKind) {
         self.fail_open[hook as usize]
             .get_or_init(|| {
                 self.metrics
@@ -473,7 +473,7 @@ impl PluginMetrics {
     }
 
     /// The retry budget refused a retry.
-    pub fn record_budget_exhausted(&self) {
+    pub(crate) fn record_budget_exhausted(&self) {
         self.metrics
             .budget_exhausted
             .get_or_create(&PluginLabels {
@@ -486,7 +486,7 @@ impl PluginMetrics {
 
 /// What the metrics read of the plugin registry at scrape time. The registry
 /// implements it; the metrics hold it weakly and never import the registry.
-pub trait RegistryState: Send + Sync {
+pub(crate) trait RegistryState: Send + Sync {
     /// Each plugin of the current snapshot: its name, its hub (`None` for the
     /// shared scope) and the state of its circuit.
     fn circuits(&self) -> Vec<(String, Option<String>, BreakerState)>;
@@ -508,13 +508,13 @@ pub trait RegistryState: Send + Sync {
 
 /// The result of the last reload, as `/debug/plugins` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LastReload {
+pub(crate) struct LastReload {
     /// No rejected change is pending: the registry in use is what the
     /// sources hold (`lastReloadError` is null). False from a rejected
     /// change (or an unreadable source) until a later one loads.
-    pub successful: bool,
+    pub(crate) successful: bool,
     /// When a registry was last loaded (`None`: never).
-    pub success_at: Option<SystemTime>,
+    pub(crate) success_at: Option<SystemTime>,
 }
 
 /// Every state a circuit may be in, each a series of

@@ -3,27 +3,27 @@
 //! The exporter set-up and the JSON logs with trace ids are shared with the
 //! controller, in `rollout_telemetry`.
 
-pub mod attempt;
+pub(crate) mod attempt;
 pub mod metrics;
-pub mod trace;
+pub(crate) mod trace;
 
 use std::sync::{Arc, Weak};
 
-pub use metrics::{LastReload, Metrics, PluginMetrics, RegistryState};
+pub(crate) use metrics::{LastReload, Metrics, PluginMetrics, RegistryState};
 pub use rollout_telemetry::{TracingError, TracingOptions};
-pub use trace::Tracing;
+pub(crate) use trace::Tracing;
 
 /// The tracer and the metrics of one gateway. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Telemetry {
-    pub tracing: Tracing,
+    pub(crate) tracing: Tracing,
     pub metrics: Arc<Metrics>,
 }
 
 impl Telemetry {
     /// Telemetry whose registry-state metrics (circuits, reloads, generation)
     /// read `registry` at scrape time.
-    pub fn new(tracing: Tracing, registry: Weak<dyn RegistryState>) -> Telemetry {
+    pub(crate) fn new(tracing: Tracing, registry: Weak<dyn RegistryState>) -> Telemetry {
         Telemetry {
             tracing,
             metrics: Arc::new(Metrics::new(Some(registry))),
@@ -31,7 +31,7 @@ impl Telemetry {
     }
 
     /// No export and no registry: for registries built outside [`crate::app`].
-    pub fn disabled() -> Telemetry {
+    pub(crate) fn disabled() -> Telemetry {
         Telemetry {
             tracing: Tracing::disabled(),
             metrics: Arc::new(Metrics::new(None)),

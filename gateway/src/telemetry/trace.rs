@@ -25,39 +25,34 @@ use crate::hooks::HookKind;
 
 /// The gateway's tracer. Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Tracing {
+pub(crate) struct Tracing {
     tracer: Tracer,
 }
 
 impl Tracing {
     /// A tracer exporting as `options` say.
-    pub fn new(options: &TracingOptions) -> Result<Tracing, TracingError> {
+    pub(crate) fn new(options: &TracingOptions) -> Result<Tracing, TracingError> {
         Ok(Tracing {
             tracer: Tracer::new("rollout-gateway", options)?,
         })
     }
 
     /// A tracer that exports nothing (spans are still made, for propagation).
-    pub fn disabled() -> Tracing {
+    pub(crate) fn disabled() -> Tracing {
         Tracing {
             tracer: Tracer::disabled("rollout-gateway"),
         }
     }
 
-    /// Whether spans leave the process.
-    pub fn is_exporting(&self) -> bool {
-        self.tracer.is_exporting()
-    }
-
     /// Exports the spans still queued and stops the exporter. Blocks: call it
     /// from a blocking thread (`spawn_blocking`) when on a runtime.
-    pub fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         self.tracer.shutdown();
     }
 
     /// Starts the server span of one call, as a child of the caller's
     /// `traceparent` when it is well-formed W3C, or as a new trace.
-    pub fn server_span(&self, hook: HookKind, traceparent: Option<&[u8]>) -> ServerSpan {
+    pub(crate) fn server_span(&self, hook: HookKind, traceparent: Option<&[u8]>) -> ServerSpan {
         let parent = match traceparent.and_then(parse_traceparent) {
             Some(remote) => Context::new().with_remote_span_context(remote),
             None => Context::new(),
@@ -74,7 +69,7 @@ impl Tracing {
 
     /// Starts the client span of one attempt at `plugin`, a child of `parent`
     /// (the server span's context).
-    pub fn client_span(
+    pub(crate) fn client_span(
         &self,
         parent: &SpanContext,
         plugin: &Arc<str>,
@@ -163,7 +158,7 @@ fn server_span_name(hook: HookKind) -> &'static str {
 }
 
 /// The `traceparent` header that makes a plugin's spans children of `context`.
-pub fn traceparent(context: &SpanContext) -> HeaderValue {
+pub(crate) fn traceparent(context: &SpanContext) -> HeaderValue {
     // Lowercase hex and dashes only: always a valid header value.
     HeaderValue::from_str(&rollout_telemetry::traceparent(context))
         .unwrap_or_else(|_| HeaderValue::from_static(""))
@@ -172,30 +167,30 @@ pub fn traceparent(context: &SpanContext) -> HeaderValue {
 /// The span of one call from the controller; ends when dropped if
 /// [`ServerSpan::finish`] was not called (the caller went away).
 #[derive(Debug)]
-pub struct ServerSpan {
+pub(crate) struct ServerSpan {
     span: Span,
 }
 
 impl ServerSpan {
     /// The context plugins' client spans descend from.
-    pub fn context(&self) -> SpanContext {
+    pub(crate) fn context(&self) -> SpanContext {
         self.span.span_context().clone()
     }
 
     /// Adds `ocm.rollout.plugin`: the target the caller named.
-    pub fn set_target(&mut self, target: &str) {
+    pub(crate) fn set_target(&mut self, target: &str) {
         self.span
             .set_attribute(KeyValue::new("ocm.rollout.plugin", target.to_string()));
     }
 
     /// Adds the hub of a central-mode caller.
-    pub fn set_hub(&mut self, hub: &str) {
+    pub(crate) fn set_hub(&mut self, hub: &str) {
         self.span
             .set_attribute(KeyValue::new("ocm.hub", hub.to_string()));
     }
 
     /// Adds the rollout attributes of the request.
-    pub fn set_rollout(&mut self, rollout: &RolloutFields) {
+    pub(crate) fn set_rollout(&mut self, rollout: &RolloutFields) {
         let mut attributes = Vec::with_capacity(4);
         rollout_attributes(&mut attributes, rollout);
         self.span.set_attributes(attributes);
@@ -205,7 +200,7 @@ impl ServerSpan {
     /// and when it is FAILED an error status naming `failed_by` (the members
     /// that answered FAILED), also listed in
     /// `ocm.rollout.validation.failed_by`.
-    pub fn set_validation(&mut self, failed_by: &[String], answer: &ValidateResponse) {
+    pub(crate) fn set_validation(&mut self, failed_by: &[String], answer: &ValidateResponse) {
         let names: Vec<&str> = failed_by.iter().map(String::as_str).collect();
         outcome::record_validation(&mut self.span, &names, answer);
         if !names.is_empty() {
@@ -217,7 +212,7 @@ impl ServerSpan {
     /// Ends the span with the call's answer; each member that failed open is
     /// an event and is listed in `ocm.rollout.failed_open` (the status stays
     /// as the code says: the call went on without them).
-    pub fn finish(mut self, code: Code, message: &str, failed_open: &[&str]) {
+    pub(crate) fn finish(mut self, code: Code, message: &str, failed_open: &[&str]) {
         for name in failed_open {
             self.span.add_event(
                 "fail-open",
@@ -231,25 +226,25 @@ impl ServerSpan {
 
 /// The span of one attempt at a plugin.
 #[derive(Debug)]
-pub struct ClientSpan {
+pub(crate) struct ClientSpan {
     span: Span,
 }
 
 impl ClientSpan {
     /// The context the plugin receives as its `traceparent`.
-    pub fn context(&self) -> &SpanContext {
+    pub(crate) fn context(&self) -> &SpanContext {
         self.span.span_context()
     }
 
     /// Records the plugin's validation answer: its verdict, and when it is
     /// FAILED an error status naming `plugin` and its message.
-    pub fn set_validation(&mut self, plugin: &str, answer: &ValidateResponse) {
+    pub(crate) fn set_validation(&mut self, plugin: &str, answer: &ValidateResponse) {
         outcome::record_validation(&mut self.span, &[plugin], answer);
     }
 
     /// Ends the span with the attempt's status. An attempt refused by the
     /// open circuit (nothing was sent) carries a `circuit open` event.
-    pub fn finish(mut self, code: Code, message: &str, circuit_open: bool) {
+    pub(crate) fn finish(mut self, code: Code, message: &str, circuit_open: bool) {
         if circuit_open {
             self.span.add_event("circuit open", Vec::new());
         }

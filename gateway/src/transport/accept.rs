@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 
 /// What [`next`] got from the listener.
 #[derive(Debug)]
-pub enum Accepted {
+pub(crate) enum Accepted {
     /// A connection under the bound: the caller spawns its task in the set.
     Open(TcpStream, SocketAddr),
     /// A connection over the bound, already closed (the peer sees it end
@@ -25,7 +25,7 @@ pub enum Accepted {
 /// `connections` that ended. A connection that would make more than `max`
 /// tasks is closed at once. An accept error (out of file descriptors and the
 /// like) is logged and retried after a short pause rather than spun on.
-pub async fn next<T: 'static>(
+pub(crate) async fn next<T: 'static>(
     listener: &TcpListener,
     connections: &mut JoinSet<T>,
     max: usize,

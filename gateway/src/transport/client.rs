@@ -19,7 +19,7 @@ use crate::transport::grpc::Payload;
 /// An HTTP/2 connection to a plugin: the handle to open streams, whether
 /// the connection has ended, and whether it was retired (it refused a stream
 /// because it is going away); either way the next call dials anew.
-pub struct PluginConnection {
+pub(crate) struct PluginConnection {
     sender: SendRequest<Payload>,
     closed: Arc<AtomicBool>,
     /// Set (before `closed`) when the connection ended after the plugin's
@@ -30,35 +30,35 @@ pub struct PluginConnection {
 
 impl PluginConnection {
     /// The handle to open streams on.
-    pub fn sender(&self) -> SendRequest<Payload> {
+    pub(crate) fn sender(&self) -> SendRequest<Payload> {
         self.sender.clone()
     }
 
     /// Whether the connection has ended (a new one must be dialled).
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Relaxed)
     }
 
     /// Whether the connection has ended after the plugin's graceful GOAWAY.
-    pub fn ended_gracefully(&self) -> bool {
+    pub(crate) fn ended_gracefully(&self) -> bool {
         self.graceful.load(Ordering::Relaxed)
     }
 
     /// Takes the connection out of use for new calls; the streams open on
     /// it go on until they end.
-    pub fn retire(&self) {
+    pub(crate) fn retire(&self) {
         self.retired.store(true, Ordering::Relaxed);
     }
 
     /// Whether new calls may use the connection.
-    pub fn is_usable(&self) -> bool {
+    pub(crate) fn is_usable(&self) -> bool {
         !self.is_closed() && !self.retired.load(Ordering::Relaxed)
     }
 }
 
 /// Why a plugin could not be dialled; each names the endpoint.
 #[derive(Debug, thiserror::Error)]
-pub enum DialError {
+pub(crate) enum DialError {
     #[error("cannot connect to {endpoint}: {source}")]
     Connect {
         endpoint: String,
@@ -72,7 +72,7 @@ pub enum DialError {
 
 /// The largest header block accepted from a plugin, as from callers: a
 /// plugin's answer carries a few short headers and trailers.
-pub const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
+pub(crate) const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
 
 /// How often an idle-or-not connection is pinged, and how long a ping may
 /// wait for its answer before the connection is given up.
@@ -82,7 +82,7 @@ const PING_TIMEOUT: Duration = Duration::from_secs(10);
 /// Dials `host:port`: TCP, then TLS with `tls` (the client configuration and
 /// the name the certificate must carry) when given, then the HTTP/2
 /// handshake. The error says which step failed, naming the endpoint.
-pub async fn dial(
+pub(crate) async fn dial(
     host: &str,
     port: u16,
     tls: Option<&(Arc<rustls::ClientConfig>, ServerName<'static>)>,

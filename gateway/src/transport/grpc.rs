@@ -26,12 +26,12 @@ pub use rollout_wire::{
 
 /// The compressed encodings the gateway reads in a plugin's answer, as sent
 /// in `grpc-accept-encoding`.
-pub const ACCEPT_ENCODING: &str = "gzip,deflate";
+pub(crate) const ACCEPT_ENCODING: &str = "gzip,deflate";
 
 /// A framed message as handed to HTTP/2: up to four parts, small encoded
 /// heads and large pieces shared with the request they came from (written
 /// with `writev`, never copied). Most messages use the first part only.
-pub type Payload = Chain<Chain<Bytes, Bytes>, Chain<Bytes, Bytes>>;
+pub(crate) type Payload = Chain<Chain<Bytes, Bytes>, Chain<Bytes, Bytes>>;
 
 fn payload(a: Bytes, b: Bytes, c: Bytes, d: Bytes) -> Payload {
     a.chain(b).chain(c.chain(d))
@@ -43,13 +43,13 @@ pub fn encode<M: prost::Message>(message: &M) -> Payload {
 }
 
 /// Bytes that are already framed (another encoder's output), as a payload.
-pub fn raw(framed: Bytes) -> Payload {
+pub(crate) fn raw(framed: Bytes) -> Payload {
     payload(framed, Bytes::new(), Bytes::new(), Bytes::new())
 }
 
 /// Frames an already encoded message: the prefix, then `message` itself,
 /// not copied.
-pub fn frame(message: Bytes) -> Payload {
+pub(crate) fn frame(message: Bytes) -> Payload {
     let prefix = Bytes::copy_from_slice(&rollout_wire::prefix(message.len()));
     payload(prefix, message, Bytes::new(), Bytes::new())
 }
@@ -58,13 +58,13 @@ pub fn frame(message: Bytes) -> Payload {
 /// an encoded `RolloutPluginRequest`, sent only when present) and the
 /// ManifestWork (field 2, sent only when not empty), neither copied. The
 /// bytes are those of the full message encoded by prost.
-pub fn frame_mutate(rollout: Option<Bytes>, manifest_work: Bytes) -> Payload {
+pub(crate) fn frame_mutate(rollout: Option<Bytes>, manifest_work: Bytes) -> Payload {
     frame_shared(&(), [(1, rollout), (2, non_empty(manifest_work))])
 }
 
 /// Why a plugin's answer could not be taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unreadable {
+pub(crate) enum Unreadable {
     /// Over the message limit once decompressed.
     TooLarge(String),
     /// Not a readable gRPC message.
@@ -74,7 +74,7 @@ pub enum Unreadable {
 /// The message of a whole unary answer, without its 5-byte prefix,
 /// decompressed when its flag says so with the answer's `grpc-encoding`
 /// (`gzip` or `deflate`), and at most `limit` bytes once decompressed.
-pub fn uncompressed(
+pub(crate) fn uncompressed(
     mut body: Bytes,
     encoding: Option<&str>,
     limit: usize,
@@ -122,7 +122,7 @@ pub fn uncompressed(
 }
 
 /// Decodes a message (without its prefix) as `M`.
-pub fn decode_message<M: prost::Message + Default>(message: Bytes) -> Result<M, FrameError> {
+pub(crate) fn decode_message<M: prost::Message + Default>(message: Bytes) -> Result<M, FrameError> {
     Ok(M::decode(message)?)
 }
 
@@ -196,7 +196,7 @@ pub async fn collect(
 /// [`collect`], with the bytes buffered while the message is incomplete held
 /// in `reservation` (given back when this returns): the message is refused
 /// with [`ReceiveError::Held`] as soon as the reservation cannot grow.
-pub async fn collect_reserved(
+pub(crate) async fn collect_reserved(
     body: &mut h2::RecvStream,
     limit: usize,
     reservation: &mut Reservation,
@@ -209,16 +209,16 @@ pub async fn collect_reserved(
 
 /// Why a message body could not be received: malformed or too large, the
 /// stream failed, or holding its bytes was refused.
-pub type ReceiveError = rollout_wire::ReceiveError<PendingExceeded>;
+pub(crate) type ReceiveError = rollout_wire::ReceiveError<PendingExceeded>;
 
 /// The status a plugin sent in a header block, if any, as data to pass on.
-pub fn status_from_headers(headers: &HeaderMap) -> Option<Status> {
+pub(crate) fn status_from_headers(headers: &HeaderMap) -> Option<Status> {
     rollout_wire::status_from_headers(headers).map(|s| Status::new(s.code, s.message))
 }
 
 /// The gRPC status for an HTTP answer that carries none (a proxy's error
 /// page, a non-gRPC server), as the gRPC HTTP/2 spec maps them.
-pub fn status_from_http(status: http::StatusCode) -> Status {
+pub(crate) fn status_from_http(status: http::StatusCode) -> Status {
     Status::new(
         rollout_wire::code_for_http(status),
         format!("answered HTTP {status} without a gRPC status"),

@@ -24,14 +24,14 @@ use tokio::time::Sleep;
 
 /// The read buffer of each connection, the callers' and the plugins'; larger
 /// reads bypass it.
-pub const READ_BUFFER: usize = 16 * 1024;
+pub(crate) const READ_BUFFER: usize = 16 * 1024;
 
 /// Writes at least this large are not copied into the buffer.
 const PASS_THROUGH: usize = 16 * 1024;
 
 /// An IO object that gathers small writes until a flush (see the module doc).
 #[derive(Debug)]
-pub struct Coalesce<T> {
+pub(crate) struct Coalesce<T> {
     inner: T,
     buf: Vec<u8>,
     /// The pending data has already waited one flush: write it at the next.
@@ -43,7 +43,7 @@ pub struct Coalesce<T> {
 }
 
 impl<T> Coalesce<T> {
-    pub fn new(inner: T) -> Coalesce<T> {
+    pub(crate) fn new(inner: T) -> Coalesce<T> {
         Coalesce {
             inner,
             buf: Vec::with_capacity(8 * 1024),
@@ -54,7 +54,7 @@ impl<T> Coalesce<T> {
     }
 
     /// Fails writes that make no progress for `timeout` (zero: never).
-    pub fn with_stall_timeout(mut self, timeout: Duration) -> Coalesce<T> {
+    pub(crate) fn with_stall_timeout(mut self, timeout: Duration) -> Coalesce<T> {
         self.stall_timeout = (!timeout.is_zero()).then_some(timeout);
         self
     }

@@ -12,11 +12,11 @@
 //! coalesces an answer's frames into one write; [`pending`] bounds the
 //! bytes held for peers; [`reclaim`] returns freed memory to the OS.
 
-pub mod accept;
-pub mod client;
+pub(crate) mod accept;
+pub(crate) mod client;
 pub mod grpc;
-pub mod io;
+pub(crate) mod io;
 pub mod pending;
-pub mod reclaim;
-pub mod send;
-pub mod server;
+pub(crate) mod reclaim;
+pub(crate) mod send;
+pub(crate) mod server;

@@ -22,13 +22,13 @@ pub struct Pool {
 
 /// Which pool ran out: the connection's or the gateway's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     Connection,
     Gateway,
 }
 
 impl Pool {
-    pub fn new(limit: usize, scope: Scope) -> Pool {
+    pub(crate) fn new(limit: usize, scope: Scope) -> Pool {
         Pool {
             used: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
@@ -43,12 +43,8 @@ impl Pool {
     }
 
     /// The most bytes held at once so far.
-    pub fn peak(&self) -> usize {
+    pub(crate) fn peak(&self) -> usize {
         self.peak.load(Ordering::Relaxed)
-    }
-
-    pub fn limit(&self) -> usize {
-        self.limit
     }
 
     fn take(&self, n: usize) -> Result<(), PendingExceeded> {
@@ -74,32 +70,33 @@ impl Pool {
 
 /// The pools a request on one connection draws from.
 #[derive(Debug, Clone)]
-pub struct PendingBudget {
-    pub connection: Arc<Pool>,
-    pub gateway: Arc<Pool>,
+pub(crate) struct PendingBudget {
+    pub(crate) connection: Arc<Pool>,
+    pub(crate) gateway: Arc<Pool>,
 }
 
 /// Bytes held by one request being received; given back on drop.
 #[derive(Debug, Default)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     budget: Option<PendingBudget>,
     held: usize,
 }
 
 impl Reservation {
     /// A reservation against `budget`; `None` is unbounded.
-    pub fn new(budget: Option<PendingBudget>) -> Reservation {
+    pub(crate) fn new(budget: Option<PendingBudget>) -> Reservation {
         Reservation { budget, held: 0 }
     }
 
     /// The bytes held now.
-    pub fn held(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
         self.held
     }
 
     /// Sets the bytes this request holds to `bytes`. Growing fails, holding
     /// what was held before, when either pool would go over its limit.
-    pub fn hold(&mut self, bytes: usize) -> Result<(), PendingExceeded> {
+    pub(crate) fn hold(&mut self, bytes: usize) -> Result<(), PendingExceeded> {
         let Some(budget) = &self.budget else {
             self.held = bytes;
             return Ok(());
@@ -135,10 +132,10 @@ impl Drop for Reservation {
     match .scope { Scope::Connection => "this connection", Scope::Gateway => "the gateway" }
 )]
 pub struct PendingExceeded {
-    pub scope: Scope,
-    pub limit: usize,
-    pub used: usize,
-    pub wanted: usize,
+    pub(crate) scope: Scope,
+    pub(crate) limit: usize,
+    pub(crate) used: usize,
+    pub(crate) wanted: usize,
 }
 
 #[cfg(test)]

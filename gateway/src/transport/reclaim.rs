@@ -29,7 +29,7 @@ const ROUNDS: u8 = 3;
 /// Schedules nudges over the next few seconds (one task at a time does
 /// them; a call while it runs gives it [`ROUNDS`] more). A no-op outside a
 /// Tokio runtime.
-pub fn soon() {
+pub(crate) fn soon() {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };

@@ -29,7 +29,7 @@ use super::pending::Reservation;
 use super::server::Peer;
 
 /// How a call is answered.
-pub enum Answer {
+pub(crate) enum Answer {
     /// A gRPC answer of one message: headers, the message, then `trailers`
     /// (which carry `grpc-status`).
     Message {
@@ -62,14 +62,14 @@ impl std::fmt::Debug for Answer {
 
 /// One item of an [`Answer::Stream`].
 #[derive(Debug)]
-pub enum StreamItem {
+pub(crate) enum StreamItem {
     Message(Payload),
     /// The last item.
     Trailers(HeaderMap),
 }
 
 /// How a call's stream ended, for its connection.
-pub enum Sent {
+pub(crate) enum Sent {
     Done,
     /// The answer goes on for long (an answer stream): the rest of it.
     Lasting(BoxFuture<'static, Sent>),

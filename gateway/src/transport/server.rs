@@ -46,33 +46,33 @@ use super::send::{self, Answer, Sent};
 
 /// HTTP/2 settings and limits of the gRPC listener.
 #[derive(Debug, Clone)]
-pub struct ServerSettings {
+pub(crate) struct ServerSettings {
     /// How long a drain waits for in-flight calls before closing connections.
-    pub drain_timeout: Duration,
-    pub max_concurrent_streams: u32,
+    pub(crate) drain_timeout: Duration,
+    pub(crate) max_concurrent_streams: u32,
     /// A connection that has not completed the HTTP/2 handshake by then is closed.
-    pub handshake_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
     /// Connections open at once; one more is closed as soon as it is accepted.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Connections open at once from one IP address, so that one peer cannot
     /// take every connection.
-    pub max_connections_per_ip: usize,
+    pub(crate) max_connections_per_ip: usize,
     /// A connection without a call in progress for this long gets a GOAWAY
     /// and is closed (zero: never). Long-lived answer streams (a health
     /// `Watch`) are not calls in progress.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// A connection this old gets a GOAWAY (no new calls), and is closed
     /// `max_connection_age_grace` later whatever is still running on it: a
     /// client certificate is checked only at the handshake, so this bounds
     /// how long a revoked one keeps working (zero: never).
-    pub max_connection_age: Duration,
-    pub max_connection_age_grace: Duration,
+    pub(crate) max_connection_age: Duration,
+    pub(crate) max_connection_age_grace: Duration,
     /// Bytes of requests still arriving, and of answers the peer has not
     /// taken yet, that one connection may hold.
-    pub max_pending_bytes_per_connection: usize,
+    pub(crate) max_pending_bytes_per_connection: usize,
     /// A peer that takes none of an answer (or of the connection's writes)
     /// for this long is cut off: its connection is closed.
-    pub send_timeout: Duration,
+    pub(crate) send_timeout: Duration,
 }
 
 impl Default for ServerSettings {
@@ -94,24 +94,24 @@ impl Default for ServerSettings {
 
 /// What the server knows of the connection a call came on.
 #[derive(Debug)]
-pub struct Peer {
-    pub addr: SocketAddr,
+pub(crate) struct Peer {
+    pub(crate) addr: SocketAddr,
     /// The identity its verified client certificate names ([`Handshake::identify`]).
-    pub identity: Option<String>,
+    pub(crate) identity: Option<String>,
     /// The pools the connection's buffered bytes are held against.
-    pub budget: PendingBudget,
+    pub(crate) budget: PendingBudget,
 }
 
 /// One call: a request whose body may still be arriving, and its connection.
 #[derive(Debug)]
-pub struct Call {
-    pub head: http::request::Parts,
-    pub body: h2::RecvStream,
-    pub peer: Arc<Peer>,
+pub(crate) struct Call {
+    pub(crate) head: http::request::Parts,
+    pub(crate) body: h2::RecvStream,
+    pub(crate) peer: Arc<Peer>,
 }
 
 /// The TLS side of the listener, when it serves TLS.
-pub trait Handshake: Send + Sync + 'static {
+pub(crate) trait Handshake: Send + Sync + 'static {
     /// The acceptor for the next connection (so a reloaded certificate
     /// applies to the next handshake).
     fn acceptor(&self) -> tokio_rustls::TlsAcceptor;
@@ -123,7 +123,7 @@ pub trait Handshake: Send + Sync + 'static {
 /// The service every call on the listener goes through. It must always be
 /// ready (the loop calls it without `poll_ready`, as `tower::util::BoxCloneSyncService`
 /// and the gateway's stack are).
-pub trait CallService:
+pub(crate) trait CallService:
     tower::Service<Call, Response = Answer, Error = Infallible, Future = Self::Answering>
     + Clone
     + Send
@@ -167,7 +167,7 @@ fn h2_builder(settings: &ServerSettings) -> h2::server::Builder {
 /// drain timeout the connections left are closed, and the calls on them
 /// dropped. `pending` is the gateway-wide pool of bytes held for peers,
 /// shared by every connection.
-pub async fn serve<S: CallService>(
+pub(crate) async fn serve<S: CallService>(
     listener: TcpListener,
     service: S,
     settings: ServerSettings,

@@ -35,7 +35,7 @@ const REDIAL_MAX: Duration = Duration::from_millis(500);
 /// one connection instead of holding one each (about 25 KiB resident apiece,
 /// docs/decisions/0005-resident-memory.md).
 #[derive(Default)]
-pub struct Channel {
+pub(crate) struct Channel {
     /// The current connection; read on every call, so lock-free.
     conn: ArcSwapOption<PluginConnection>,
     /// Held while dialling, so concurrent calls share one new connection.

@@ -31,7 +31,7 @@ pub(crate) struct Hubs {
 
 /// A place in a hub's share, given back when dropped.
 #[derive(Debug)]
-pub struct HubPlace(Arc<AtomicUsize>);
+pub(crate) struct HubPlace(Arc<AtomicUsize>);
 
 impl Drop for HubPlace {
     fn drop(&mut self) {

@@ -8,18 +8,18 @@ use crate::config::Endpoint;
 /// material itself, not where it came from: a `caFile` or client certificate
 /// file whose content changed makes a new key, and so a new connection.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct UpstreamKey {
-    pub endpoint: Endpoint,
+pub(crate) struct UpstreamKey {
+    pub(crate) endpoint: Endpoint,
     /// The CA bundle (PEM) the plugin's certificate is verified against;
     /// `None` = plaintext.
-    pub ca_bundle: Option<CaBundle>,
+    pub(crate) ca_bundle: Option<CaBundle>,
     /// The gateway's client certificate and key (PEM), when it presents one.
-    pub client_identity: Option<ClientIdentity>,
+    pub(crate) client_identity: Option<ClientIdentity>,
 }
 
 /// A CA bundle, PEM bytes, from `caBundle` or read from `caFile`.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct CaBundle(pub Vec<u8>);
+pub(crate) struct CaBundle(pub(crate) Vec<u8>);
 
 impl std::fmt::Debug for CaBundle {
     // Certificate bodies are noise in logs: their size says enough.
@@ -30,9 +30,9 @@ impl std::fmt::Debug for CaBundle {
 
 /// A client certificate chain and key, as PEM bytes read from the configured files.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct ClientIdentity {
-    pub cert_pem: Vec<u8>,
-    pub key_pem: Vec<u8>,
+pub(crate) struct ClientIdentity {
+    pub(crate) cert_pem: Vec<u8>,
+    pub(crate) key_pem: Vec<u8>,
 }
 
 impl std::fmt::Debug for ClientIdentity {

@@ -16,7 +16,7 @@ use rollout_proto::v1alpha1::{InitializeResponse, RolloutStateDetail};
 
 /// What is known of a plugin for one hub.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Load {
+pub(crate) enum Load {
     /// No Initialize has succeeded for this hub yet. `why`: the last
     /// failure, if one failed; `refused`: the plugin answered, and the answer
     /// says it is not a plugin (UNIMPLEMENTED, or an invalid declaration),

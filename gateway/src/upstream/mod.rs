@@ -39,19 +39,19 @@ mod exchange;
 mod hubs;
 mod key;
 mod learned;
-pub use channel::Channel;
-pub use hubs::HubPlace;
+pub(crate) use channel::Channel;
+pub(crate) use hubs::HubPlace;
 use hubs::Hubs;
-pub use key::{CaBundle, ClientIdentity, UpstreamKey};
+pub(crate) use key::{CaBundle, ClientIdentity, UpstreamKey};
 use learned::Learned;
-pub use learned::Load;
+pub(crate) use learned::Load;
 
 /// Settings shared by every upstream connection.
 #[derive(Debug, Clone)]
 pub struct ChannelSettings {
     /// Largest message sent to or accepted from a plugin.
-    pub max_message_bytes: usize,
-    pub connect_timeout: Duration,
+    pub(crate) max_message_bytes: usize,
+    pub(crate) connect_timeout: Duration,
 }
 
 impl Default for ChannelSettings {
@@ -99,7 +99,7 @@ impl std::fmt::Debug for Upstream {
 /// An upstream could not be set up (bad TLS material).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct UpstreamError(String);
+pub(crate) struct UpstreamError(String);
 
 impl Upstream {
     /// Prepares the upstream over `channel`, which the caller shares only
@@ -107,7 +107,7 @@ impl Upstream {
     /// first call.
     /// `home_hub` is the hub of the registry file defining the plugin
     /// (`None`: shared): other hubs' calls meet breakers of their own.
-    pub fn sharing(
+    pub(crate) fn sharing(
         key: UpstreamKey,
         settings: &ChannelSettings,
         policy: &Policy,
@@ -157,7 +157,7 @@ impl Upstream {
     /// the calls in flight; the breaker keeps its state under new thresholds;
     /// the budget starts over only if its own settings changed. Called only
     /// once the snapshot is committed.
-    pub fn update_policy(&self, policy: &Policy) {
+    pub(crate) fn update_policy(&self, policy: &Policy) {
         self.limit.set_max(policy.max_concurrent_calls);
         lock(&self.breaker).set_policy(&policy.circuit_breaker);
         self.hubs.set_breaker_policy(&policy.circuit_breaker);
@@ -169,14 +169,14 @@ impl Upstream {
     }
 
     /// The plugin's concurrency bound (shared with its stack).
-    pub fn limit(&self) -> ConcurrencyLimitLayer {
+    pub(crate) fn limit(&self) -> ConcurrencyLimitLayer {
         self.limit.clone()
     }
 
-    /// The settings of the state kept across reloads, for `/debug/plugins`
-    /// and tests: the concurrency bound, and the breaker's and budget's
-    /// policies.
-    pub fn kept_settings(&self) -> (usize, rollout_policies::BreakerPolicy, BudgetPolicy) {
+    /// The settings of the state kept across reloads, for tests: the
+    /// concurrency bound, and the breaker's and budget's policies.
+    #[cfg(test)]
+    pub(crate) fn kept_settings(&self) -> (usize, rollout_policies::BreakerPolicy, BudgetPolicy) {
         (
             self.limit.max(),
             lock(&self.breaker).policy().clone(),
@@ -185,25 +185,25 @@ impl Upstream {
     }
 
     /// The plugin's circuit breaker (shared with its stack).
-    pub fn breaker(&self) -> Arc<Mutex<Breaker>> {
+    pub(crate) fn breaker(&self) -> Arc<Mutex<Breaker>> {
         self.breaker.clone()
     }
 
     /// The plugin's retry budget (shared with its stack).
-    pub fn retry_budget(&self) -> Arc<Mutex<RetryBudget>> {
+    pub(crate) fn retry_budget(&self) -> Arc<Mutex<RetryBudget>> {
         self.budget.clone()
     }
 
     /// The connection this upstream calls over, to share with a new
     /// upstream of the same key.
-    pub fn channel(&self) -> &Arc<Channel> {
+    pub(crate) fn channel(&self) -> &Arc<Channel> {
         &self.channel
     }
 
     /// The breaker the calls of `hub` meet: the plugin's own for its own
     /// hub and callers without one, else that hub's (central mode: one
     /// hub's failures never open another hub's circuit).
-    pub fn breaker_for(&self, hub: &str) -> Arc<Mutex<Breaker>> {
+    pub(crate) fn breaker_for(&self, hub: &str) -> Arc<Mutex<Breaker>> {
         let policy = lock(&self.breaker).policy().clone();
         self.hubs
             .breaker(hub, &policy)
@@ -211,13 +211,13 @@ impl Upstream {
     }
 
     /// Each other hub's circuit now, for `/debug/plugins`.
-    pub fn circuits_by_hub(&self) -> Vec<(String, BreakerState)> {
+    pub(crate) fn circuits_by_hub(&self) -> Vec<(String, BreakerState)> {
         self.hubs.circuits(now())
     }
 
     /// Sets how many hubs may call the plugin: each other hub may hold at
     /// most the concurrency bound divided among them.
-    pub fn set_hub_count(&self, count: usize) {
+    pub(crate) fn set_hub_count(&self, count: usize) {
         self.hubs.set_count(count);
     }
 
@@ -225,44 +225,44 @@ impl Upstream {
     /// whole call (`None` when the hub is not kept apart); refused with
     /// [`CallError::Overloaded`] when the hub's share is taken, whatever
     /// other hubs hold.
-    pub fn hub_place(&self, hub: Option<&str>) -> Result<Option<HubPlace>, CallError> {
+    pub(crate) fn hub_place(&self, hub: Option<&str>) -> Result<Option<HubPlace>, CallError> {
         self.hubs
             .place(hub, self.limit.max())
             .map_err(|share| CallError::Overloaded { max: share })
     }
 
     /// The circuit's state now, and the failures in a row so far.
-    pub fn circuit(&self) -> (BreakerState, u32) {
+    pub(crate) fn circuit(&self) -> (BreakerState, u32) {
         let breaker = lock(&self.breaker);
         (breaker.state(now()), breaker.consecutive_failures())
     }
 
-    pub fn key(&self) -> &UpstreamKey {
+    pub(crate) fn key(&self) -> &UpstreamKey {
         &self.key
     }
 
     /// What to do with a call of `kind` from `hub` (`None`: a caller without
     /// a hub): the shared rule of [`rollout_proto::declaration`] over what
     /// this hub's Initialize answers said.
-    pub fn decide(&self, hub: Option<&str>, kind: HookKind) -> Decision {
+    pub(crate) fn decide(&self, hub: Option<&str>, kind: HookKind) -> Decision {
         self.learned.decide(hub, kind)
     }
 
     /// What is known of the plugin for `hub`: loaded with its declaration,
     /// or not loaded and why.
-    pub fn load_state(&self, hub: Option<&str>) -> Load {
+    pub(crate) fn load_state(&self, hub: Option<&str>) -> Load {
         self.learned.load(hub)
     }
 
     /// Every hub's [`Load`] seen so far ("" = no hub), for `/debug/plugins`.
-    pub fn load_states(&self) -> Vec<(String, Load)> {
+    pub(crate) fn load_states(&self) -> Vec<(String, Load)> {
         self.learned.all()
     }
 
     /// The rollout state the plugin wants from `hub`'s calls: `Counts` once
     /// its latest `InitializeResponse` for that hub declared it; `Full`
     /// otherwise.
-    pub fn state_detail(&self, hub: Option<&str>) -> RolloutStateDetail {
+    pub(crate) fn state_detail(&self, hub: Option<&str>) -> RolloutStateDetail {
         if self.learned.counts_only(hub) {
             RolloutStateDetail::Counts
         } else {
@@ -272,7 +272,7 @@ impl Upstream {
 
     /// The hooks `hub`'s calls may reach, by name; `None` when the plugin is
     /// not loaded for it.
-    pub fn known_hooks(&self, hub: Option<&str>) -> Option<Vec<&'static str>> {
+    pub(crate) fn known_hooks(&self, hub: Option<&str>) -> Option<Vec<&'static str>> {
         match self.learned.load(hub) {
             Load::Loaded { declaration, .. } => {
                 Some(declaration.hooks().into_iter().map(Hook::name).collect())
@@ -284,14 +284,14 @@ impl Upstream {
     /// Holds the plugin's loading lock now, if no one does, for an
     /// Initialize about to be sent: calls that need the plugin meanwhile
     /// wait for its answer instead of sending their own.
-    pub fn hold_loading(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+    pub(crate) fn hold_loading(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
         self.loading.clone().try_lock_owned().ok()
     }
 
     /// Loads the plugin for `hub` unless it is loaded: one Initialize at a
     /// time per plugin, sent through `initialize` (the plugin's stack), by
     /// `deadline`. Calls that waited for another's Initialize use its result.
-    pub async fn ensure_loaded<F, Fut>(
+    pub(crate) async fn ensure_loaded<F, Fut>(
         &self,
         hub: Option<&str>,
         deadline: Instant,
