@@ -100,10 +100,6 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, RunError> {
 pub struct Running {
     /// The probe address actually bound, if any.
     pub health: Option<SocketAddr>,
-    /// The metrics `/metrics` serves.
-    pub metrics: Arc<ControllerMetrics>,
-    /// The readiness `/readyz` answers.
-    pub readiness: Readiness,
 }
 
 /// How long the controller may go on after `shutdown` fires: in-flight
@@ -133,11 +129,7 @@ pub async fn run(
     let readiness = Readiness::default();
     let metrics = Arc::new(ControllerMetrics::new());
     let health = serve_health(options.health_listen, &readiness, &metrics).await?;
-    started(&Running {
-        health,
-        metrics: metrics.clone(),
-        readiness: readiness.clone(),
-    });
+    started(&Running { health });
 
     tracing::info!(gateway = %options.gateway.url, "rollout-controller running");
     let context = Arc::new(context(&client, hooks, &telemetry, &options, &metrics));

@@ -35,10 +35,10 @@ pub const PLUGIN_LOADED: &str = "PluginLoaded";
 /// [`REASON_PROGRESS_DEADLINE_EXCEEDED`], [`REASON_PLUGIN_CALL_FAILED`].
 pub const PROGRESSING: &str = "Progressing";
 
-/// Present (True) only when the owner label value of the ManifestWorks had
-/// to be hashed to fit 63 characters; its message gives both values. Reason
-/// [`REASON_LABEL_VALUE_HASHED`]. An addition of this project (upstream
-/// fails silently, ocm #1596).
+/// A condition the controller never sets and removes wherever it finds
+/// it: an owner label value over 63 characters is not hashed to fit; the
+/// set stops with [`MANIFESTWORK_APPLIED`] False, reason
+/// [`REASON_INVALID_MANIFEST_WORK_NAME`], as OCM's own controller reports it.
 pub const OWNER_LABEL_HASHED: &str = "OwnerLabelHashed";
 
 /// Present (True) only while another field manager (OCM's own
@@ -93,11 +93,6 @@ pub const REASON_PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 /// Progressing: a rollout plugin hook returned an error (its message is the
 /// condition's message). An addition of this project.
 pub const REASON_PLUGIN_CALL_FAILED: &str = "PluginCallFailed";
-
-/// A label value had to be hashed to fit (see
-/// [`owner_label_value`](super::labels::owner_label_value)). An addition of
-/// this project.
-pub const REASON_LABEL_VALUE_HASHED: &str = "LabelValueHashed";
 
 /// The detail of [`plugin_failed_message`] when the plugin's server cannot
 /// be reached (gRPC `UNAVAILABLE`), in the design's words.

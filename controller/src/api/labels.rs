@@ -51,11 +51,6 @@ pub struct HashedLabelValue {
 }
 
 impl HashedLabelValue {
-    /// A message for a condition or event (reason
-    /// [`REASON_LABEL_VALUE_HASHED`](super::conditions::REASON_LABEL_VALUE_HASHED)).
-    pub fn message(&self) -> String {
-        self.to_string()
-    }
 }
 
 impl fmt::Display for HashedLabelValue {
@@ -190,7 +185,7 @@ mod tests {
             )
         );
         assert_eq!(
-            hashed.message(),
+            hashed.to_string(),
             format!(
                 "label value \"default.{name}\" has 64 characters, more than 63; \"{value}\" is used instead"
             )
@@ -226,7 +221,7 @@ mod tests {
                 Some(prefix) => {
                     assert!(value.starts_with(prefix), "{raw:?} gave {value:?}");
                     assert_eq!(value.len(), prefix.len() + HASH_LEN);
-                    let message = hashed.expect("derived").message();
+                    let message = hashed.expect("derived").to_string();
                     assert!(message.contains("is not a valid label value"), "{message}");
                 }
             }

@@ -212,6 +212,7 @@ pub struct ManifestWorkReplicaSetStatus {
 
 impl ManifestWorkReplicaSetStatus {
     /// Whether an abort is under way (`abortedTime` is set).
+    #[cfg(test)]
     pub fn is_aborting(&self) -> bool {
         self.aborted_time.is_some()
     }

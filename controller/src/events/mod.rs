@@ -206,11 +206,6 @@ impl EventGate {
         }
     }
 
-    /// The window.
-    pub fn window(&self) -> Duration {
-        Duration::try_from(self.window).unwrap_or(Duration::MAX)
-    }
-
     /// Whether an event of `reason` about `object` may go out at `now`:
     /// the first of a key in a window is published, saying how many were
     /// held back in the key's previous window; the rest are held back.

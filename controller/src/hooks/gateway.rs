@@ -151,13 +151,6 @@ pub struct GatewayError {
     problem: UrlProblem,
 }
 
-impl GatewayError {
-    /// What is wrong with the address.
-    pub fn problem(&self) -> &UrlProblem {
-        &self.problem
-    }
-}
-
 /// What is wrong with a gateway address.
 #[derive(Debug, Error)]
 pub enum UrlProblem {
@@ -272,6 +265,7 @@ impl GatewayHooks {
     }
 
     /// The deadline of each call.
+    #[cfg(test)]
     pub fn timeout(&self) -> Duration {
         self.timeout
     }

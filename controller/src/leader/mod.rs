@@ -239,11 +239,6 @@ impl LeaderElection {
         }
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &LeaseConfig {
-        &self.config
-    }
-
     fn error(&self, action: &'static str, source: kube::Error) -> LeaseError {
         LeaseError {
             action,

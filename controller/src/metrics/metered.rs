@@ -26,11 +26,6 @@ impl<H> Metered<H> {
         Metered { inner, metrics }
     }
 
-    /// The hooks being counted.
-    pub fn inner(&self) -> &H {
-        &self.inner
-    }
-
     async fn timed<T>(
         &self,
         hook: HookKind,

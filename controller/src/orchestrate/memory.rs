@@ -90,6 +90,7 @@ impl MemoryWorld {
     }
 
     /// The writes so far, in order.
+    #[cfg(test)]
     pub fn writes(&self) -> Vec<Write> {
         self.writes.lock().map(|w| w.clone()).unwrap_or_default()
     }

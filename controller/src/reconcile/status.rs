@@ -969,7 +969,7 @@ mod tests {
         f.old.conditions.push(Condition {
             type_: OWNER_LABEL_HASHED.into(),
             status: "True".into(),
-            reason: REASON_LABEL_VALUE_HASHED.into(),
+            reason: "LabelValueHashed".into(),
             message: String::new(),
             observed_generation: None,
             last_transition_time: Time(at(1)),

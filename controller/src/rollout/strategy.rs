@@ -136,10 +136,6 @@ pub struct RawAdditions {
 }
 
 impl RawAdditions {
-    /// Whether no addition is set.
-    pub fn is_empty(&self) -> bool {
-        *self == RawAdditions::default()
-    }
 
     /// Each field of `self`, or of `fallback` where `self` does not set it.
     pub fn or(&self, fallback: &RawAdditions) -> RawAdditions {

@@ -59,6 +59,7 @@ pub struct Condition {
 
 impl Condition {
     /// A condition observed at `observed_generation`, changed at `at`.
+    #[cfg(test)]
     pub fn new(
         kind: impl Into<String>,
         status: ConditionStatus,
@@ -93,15 +94,14 @@ pub struct WorkStatus {
     pub last_transition_time: Option<Timestamp>,
 }
 
-/// The answer of `ValidateRolloutCompletion`.
+/// A decided answer of `ValidateRolloutCompletion` (an `INPROGRESS`
+/// answer decides nothing and changes no status).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ValidationResult {
     /// Validation passed.
     Succeeded,
     /// Validation failed.
     Failed,
-    /// Not decided yet; ask again later.
-    InProgress,
 }
 
 fn find<'c>(conditions: &'c [Condition], kind: &str) -> Option<&'c Condition> {
@@ -186,7 +186,7 @@ fn to_apply() -> WorkStatus {
 }
 
 /// Folds a `ValidateRolloutCompletion` answer into a `Validating` status:
-/// SUCCEEDED makes it `Succeeded`, FAILED `Failed`, INPROGRESS leaves it.
+/// SUCCEEDED makes it `Succeeded`, FAILED `Failed`.
 /// The time is kept, so the soak and the deadline both run from the end of
 /// progress. Any other status is returned unchanged.
 pub(crate) fn apply_validation(status: WorkStatus, result: ValidationResult) -> WorkStatus {
@@ -196,7 +196,6 @@ pub(crate) fn apply_validation(status: WorkStatus, result: ValidationResult) -> 
     let status_after = match result {
         ValidationResult::Succeeded => RolloutStatus::Succeeded,
         ValidationResult::Failed => RolloutStatus::Failed,
-        ValidationResult::InProgress => RolloutStatus::Validating,
     };
     WorkStatus {
         status: status_after,
@@ -466,7 +465,6 @@ mod tests {
         let cases = [
             (ValidationResult::Succeeded, RolloutStatus::Succeeded),
             (ValidationResult::Failed, RolloutStatus::Failed),
-            (ValidationResult::InProgress, RolloutStatus::Validating),
         ];
         for (result, want) in cases {
             let got = apply_validation(validating, result);

@@ -188,6 +188,7 @@ impl Agent {
     }
 
     /// How many transitions are pending.
+    #[cfg(test)]
     pub fn pending(&self) -> usize {
         self.pending.len()
     }

@@ -260,6 +260,7 @@ pub struct StepReport {
 
 impl StepReport {
     /// The first abort event, if the step has one.
+    #[cfg(test)]
     pub fn abort(&self) -> Option<&Event> {
         self.events
             .iter()
