@@ -105,7 +105,7 @@ pub struct Running {
 /// How long the controller may go on after `shutdown` fires: in-flight
 /// reconciles finish and the lease is released within it, else they are
 /// dropped. An API server that does not answer must not hold a stop.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// How long flushing trace export may take on the way out.
 const FLUSH_LIMIT: Duration = Duration::from_secs(2);
