@@ -39,7 +39,7 @@ pub struct TlsFiles {
 
 impl TlsFiles {
     /// Whether any TLS file is given (else the checker speaks plaintext).
-    pub fn is_tls(&self) -> bool {
+    pub(crate) fn is_tls(&self) -> bool {
         self.ca_file.is_some() || self.cert_file.is_some()
     }
 }
@@ -88,14 +88,14 @@ pub enum ConnectError {
 
 /// One HTTP/2 connection to a plugin.
 #[derive(Debug, Clone)]
-pub struct Connection {
+pub(crate) struct Connection {
     send: SendRequest<Bytes>,
     origin: String,
 }
 
 impl Connection {
     /// Connects to `target` (`HOST:PORT`), with TLS when `tls` names files.
-    pub async fn open(target: &str, tls: &TlsFiles) -> Result<Connection, ConnectError> {
+    pub(crate) async fn open(target: &str, tls: &TlsFiles) -> Result<Connection, ConnectError> {
         let (host, _port) = target
             .rsplit_once(':')
             .filter(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
@@ -146,7 +146,7 @@ impl Connection {
     /// Calls `path` (`/package.Service/Method`) with one encoded message,
     /// sending `deadline` as `grpc-timeout` when given, and waits at most
     /// `bound` for the call to end.
-    pub async fn unary(
+    pub(crate) async fn unary(
         &self,
         path: &str,
         message: Bytes,

@@ -5,8 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use rollout_plugin_check::rules::Verdict;
-use rollout_plugin_check::{TlsFiles, check};
+use rollout_plugin_check::{TlsFiles, Verdict, check};
 
 /// Checks that the rollout plugin at HOST:PORT follows the rules the
 /// controller and the gateway rely on, and prints one line per rule: `PASS

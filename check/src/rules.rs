@@ -38,8 +38,10 @@ pub enum Rule {
 }
 
 impl Rule {
-    /// Every rule, in the order the checker runs and prints them.
-    pub const ALL: [Rule; 7] = [
+    /// Every rule, in the order the checker runs and prints them (the
+    /// order of the variants).
+    #[cfg(test)]
+    pub(crate) const ALL: [Rule; 7] = [
         Rule::Initialize,
         Rule::Deadline,
         Rule::Idempotent,
@@ -50,7 +52,7 @@ impl Rule {
     ];
 
     /// The rule's name, as printed.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Rule::Initialize => "initialize",
             Rule::Deadline => "deadline",
@@ -79,7 +81,7 @@ pub enum Verdict {
 
 impl Verdict {
     /// The first failure of `verdicts`, or `Pass`.
-    pub fn all(verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
+    pub(crate) fn all(verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
         verdicts
             .into_iter()
             .find(|v| matches!(v, Verdict::Fail(_)))
@@ -107,7 +109,7 @@ impl fmt::Display for Outcome {
 
 /// How one call ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// OK, with the answer's encoded message.
     Answer(Bytes),
     /// A gRPC status other than OK.
@@ -136,22 +138,22 @@ impl fmt::Display for Ended {
 
 /// One call as observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observed {
-    pub ended: Ended,
+pub(crate) struct Observed {
+    pub(crate) ended: Ended,
     /// From sending the request to the end of the answer.
-    pub elapsed: Duration,
+    pub(crate) elapsed: Duration,
 }
 
 /// A hook the other rules check, and what an UNIMPLEMENTED answer to it
 /// means under the plugin's declaration ([`rollout_proto::declaration`], the
 /// rule the gateway applies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Probe {
-    pub hook: Hook,
+pub(crate) struct Probe {
+    pub(crate) hook: Hook,
     /// The plugin declared every hook (an empty list): UNIMPLEMENTED means it
     /// does not implement this one, and the gateway skips it. Otherwise
     /// UNIMPLEMENTED is the plugin's failure.
-    pub unimplemented_skips: bool,
+    pub(crate) unimplemented_skips: bool,
 }
 
 /// `initialize`: the call answers, with a name and a valid declaration, read
@@ -160,7 +162,7 @@ pub struct Probe {
 /// makes the plugin one the gateway never loads. Returns the hooks to check
 /// the other rules on: those the gateway would call; all four, strictly,
 /// when Initialize failed or the declaration is invalid.
-pub fn judge_initialize(observed: &Observed) -> (Verdict, Vec<Probe>) {
+pub(crate) fn judge_initialize(observed: &Observed) -> (Verdict, Vec<Probe>) {
     let strict = || {
         Hook::ALL
             .into_iter()
@@ -237,7 +239,7 @@ pub fn judge_initialize(observed: &Observed) -> (Verdict, Vec<Probe>) {
 /// that means: `Some(Pass)` when the plugin declared every hook (it does not
 /// implement this one: the gateway skips it, and so do the other rules),
 /// `Some(Fail)` when it named the hook; `None` for any other answer.
-pub fn judge_unimplemented(probe: Probe, observed: &Observed) -> Option<Verdict> {
+pub(crate) fn judge_unimplemented(probe: Probe, observed: &Observed) -> Option<Verdict> {
     match &observed.ended {
         Ended::Status {
             code: Code::Unimplemented,
@@ -257,7 +259,7 @@ pub fn judge_unimplemented(probe: Probe, observed: &Observed) -> Option<Verdict>
 /// `deadline`, for one hook: with a generous deadline the call answers
 /// (not DEADLINE_EXCEEDED, and within it); with a short one it ends, one
 /// way or the other, by `short + slack`.
-pub fn judge_deadline(
+pub(crate) fn judge_deadline(
     hook: Hook,
     generous: Duration,
     with_generous: &Observed,
@@ -299,7 +301,7 @@ pub fn judge_deadline(
 /// result (its message and recheck_after may change with time),
 /// MutateManifestWork's work as JSON, the other hooks' answer itself; errors
 /// by their code.
-pub fn judge_idempotent(hook: Hook, first: &Observed, second: &Observed) -> Verdict {
+pub(crate) fn judge_idempotent(hook: Hook, first: &Observed, second: &Observed) -> Verdict {
     let name = hook.name();
     let differ = |a: &dyn fmt::Display, b: &dyn fmt::Display| {
         Verdict::Fail(format!(
@@ -368,7 +370,7 @@ const IDENTITY: [(&str, &[&str]); 4] = [
 /// `identity`: a MutateManifestWork answer (to a request carrying `sent`)
 /// is empty ("unchanged") or a JSON object with the same apiVersion, kind,
 /// metadata.name and metadata.namespace.
-pub fn judge_identity(sent: &Value, observed: &Observed) -> Verdict {
+pub(crate) fn judge_identity(sent: &Value, observed: &Observed) -> Verdict {
     let bytes = match &observed.ended {
         Ended::Answer(bytes) => bytes,
         other => return Verdict::Fail(format!("MutateManifestWork ended with {other}")),
@@ -406,7 +408,7 @@ pub fn judge_identity(sent: &Value, observed: &Observed) -> Verdict {
 ///
 /// A ValidateRolloutCompletion answer must be a verdict the gateway takes
 /// ([`rollout_proto::verdict`]): SUCCEEDED, FAILED or INPROGRESS, sent once.
-pub fn judge_accepted(hook: Hook, what: &str, observed: &Observed) -> Verdict {
+pub(crate) fn judge_accepted(hook: Hook, what: &str, observed: &Observed) -> Verdict {
     match &observed.ended {
         Ended::Answer(bytes) if hook == Hook::ValidateRolloutCompletion => {
             match rollout_proto::verdict::read_validate(bytes.clone()) {
@@ -424,7 +426,7 @@ pub fn judge_accepted(hook: Hook, what: &str, observed: &Observed) -> Verdict {
 
 /// `health`: `grpc.health.v1.Health/Check` for the whole server (service
 /// "") answers SERVING.
-pub fn judge_health(observed: &Observed) -> Verdict {
+pub(crate) fn judge_health(observed: &Observed) -> Verdict {
     use tonic_health::pb::{HealthCheckResponse, health_check_response::ServingStatus};
     let bytes = match &observed.ended {
         Ended::Answer(bytes) => bytes,

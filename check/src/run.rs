@@ -18,17 +18,17 @@ use crate::rules::{self, Outcome, Probe, Rule, Verdict};
 
 /// The deadline every ordinary call gets (the gateway's default plugin
 /// timeout is of this order).
-pub const DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(5);
 /// The short deadline of the `deadline` rule.
-pub const SHORT_DEADLINE: Duration = Duration::from_millis(200);
+pub(crate) const SHORT_DEADLINE: Duration = Duration::from_millis(200);
 /// How long past a deadline a call may take to end (scheduling, network).
-pub const SLACK: Duration = Duration::from_millis(500);
+pub(crate) const SLACK: Duration = Duration::from_millis(500);
 /// Clusters in the `large-state` rule's rollout.
-pub const LARGE_STATE_CLUSTERS: usize = 10_000;
+pub(crate) const LARGE_STATE_CLUSTERS: usize = 10_000;
 
 const SERVICE: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/";
 
-/// Connects to `target` and checks every rule, in [`Rule::ALL`]'s order.
+/// Connects to `target` and checks every rule, in the order of [`Rule`]'s variants.
 pub async fn check(target: &str, tls: &TlsFiles) -> Result<Vec<Outcome>, ConnectError> {
     let conn = Connection::open(target, tls).await?;
     let checker = Checker {
@@ -56,7 +56,7 @@ impl Checker {
             .await
     }
 
-    /// Every rule's outcome, one phase per rule in [`Rule::ALL`]'s order;
+    /// Every rule's outcome, one phase per rule in the order of [`Rule`]'s variants;
     /// [`ConnectError::NotGrpc`] when the first call's stream failed (the
     /// endpoint does not speak gRPC over HTTP/2).
     async fn run(&self) -> Result<Vec<Outcome>, ConnectError> {

@@ -100,16 +100,12 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, RunError> {
 pub struct Running {
     /// The probe address actually bound, if any.
     pub health: Option<SocketAddr>,
-    /// The metrics `/metrics` serves.
-    pub metrics: Arc<ControllerMetrics>,
-    /// The readiness `/readyz` answers.
-    pub readiness: Readiness,
 }
 
 /// How long the controller may go on after `shutdown` fires: in-flight
 /// reconciles finish and the lease is released within it, else they are
 /// dropped. An API server that does not answer must not hold a stop.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 /// How long flushing trace export may take on the way out.
 const FLUSH_LIMIT: Duration = Duration::from_secs(2);
@@ -133,11 +129,7 @@ pub async fn run(
     let readiness = Readiness::default();
     let metrics = Arc::new(ControllerMetrics::new());
     let health = serve_health(options.health_listen, &readiness, &metrics).await?;
-    started(&Running {
-        health,
-        metrics: metrics.clone(),
-        readiness: readiness.clone(),
-    });
+    started(&Running { health });
 
     tracing::info!(gateway = %options.gateway.url, "rollout-controller running");
     let context = Arc::new(context(&client, hooks, &telemetry, &options, &metrics));

@@ -29,7 +29,7 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
 
 /// A duration as Go writes it, shortened: `300ms`, `30s`, `30.3s`,
 /// `1m30s`, `2h5m0s`.
-pub fn duration(d: Duration) -> String {
+pub(crate) fn duration(d: Duration) -> String {
     let millis = d.as_millis();
     if millis == 0 {
         return "0s".to_owned();
@@ -55,7 +55,7 @@ pub fn duration(d: Duration) -> String {
 /// Cluster names with runs of consecutive numbers shortened:
 /// `cluster-001 … cluster-005, cluster-008`. Past `max` runs, the rest are
 /// counted.
-pub fn ranges(names: &[String], max: usize) -> String {
+pub(crate) fn ranges(names: &[String], max: usize) -> String {
     fn split(name: &str) -> Option<(&str, u64, usize)> {
         let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
         let (prefix, number) = name.split_at(name.len() - digits);
@@ -103,7 +103,7 @@ pub fn ranges(names: &[String], max: usize) -> String {
 
 /// The strategy as a phrase, such as `Progressive, maxConcurrency 25%,
 /// maxFailures 0, progressDeadline None, abort on failure`.
-pub fn describe_strategy(strategy: &Strategy) -> String {
+pub(crate) fn describe_strategy(strategy: &Strategy) -> String {
     let threshold = |t: Threshold| match t {
         Threshold::Count(n) => n.to_string(),
         Threshold::Percent(p) => format!("{p}%"),
@@ -148,7 +148,7 @@ pub fn describe_strategy(strategy: &Strategy) -> String {
 /// `rows` as a table: each column as wide as its widest cell (counted in
 /// characters), two spaces between columns, the last column not padded;
 /// one line per row, trailing spaces trimmed.
-pub fn table(rows: &[Vec<String>]) -> Vec<String> {
+pub(crate) fn table(rows: &[Vec<String>]) -> Vec<String> {
     let mut widths: Vec<usize> = Vec::new();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {

@@ -25,12 +25,12 @@ pub struct Readiness(Arc<AtomicBool>);
 
 impl Readiness {
     /// Marks the controller ready (or not).
-    pub fn set(&self, ready: bool) {
+    pub(crate) fn set(&self, ready: bool) {
         self.0.store(ready, Ordering::SeqCst);
     }
 
     /// Whether it is ready.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
 }
@@ -39,7 +39,7 @@ impl Readiness {
 pub const ENDPOINTS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
 /// The probe and metrics routes.
-pub fn router(readiness: Readiness, metrics: Arc<ControllerMetrics>) -> Router {
+pub(crate) fn router(readiness: Readiness, metrics: Arc<ControllerMetrics>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -62,7 +62,7 @@ async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, &'static str
 
 /// Binds `addr` and serves the probes and metrics in a task; returns the
 /// bound address. Fails if the address cannot be bound.
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     readiness: Readiness,
     metrics: Arc<ControllerMetrics>,

@@ -37,6 +37,31 @@
 //!
 //! Errors are typed; [`format::error_chain`] says one and its causes on one
 //! line.
+//!
+//! # Public surface
+//!
+//! An item is `pub` only when something outside the library names it: the
+//! binary, the integration tests (`tests/it`), the engine benchmark or the
+//! demo crate. Besides the entry points above, the tests drive the parts
+//! one layer down: the kube-rs reconcile ([`reconcile::reconcile`] with a
+//! [`reconcile::Context`]), the gateway client ([`hooks::GatewayHooks`]
+//! behind the [`hooks::Hooks`] trait), one rollout step over ManifestWorks
+//! held in memory ([`orchestrate::deploy`] with
+//! [`orchestrate::memory::MemoryWorld`]), leader election
+//! ([`leader::LeaderElection`], [`leader::run_when_leading`]), Events
+//! ([`events::Events`]), the live view ([`view::build`], [`view::render`],
+//! [`view::hub::watch`]) and the simulator's steps ([`sim::run`] with a
+//! [`sim::Report`]); the benchmark calls the engine ([`rollout::decide`]).
+//! Everything else is `pub(crate)`, and the modules below these are
+//! private or crate-private.
+
+// A `pub` item must be reachable from the crate root, and a type a caller
+// can get must be one it can name; anything else is `pub(crate)`.
+#![warn(unreachable_pub, unnameable_types)]
+// The docs describe the internals for contributors too (`cargo doc
+// --document-private-items`), so public items' docs may link to
+// crate-private ones.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod api;
 pub mod app;

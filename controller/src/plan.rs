@@ -22,71 +22,71 @@ use crate::rollout::{
 /// The `plan` input document.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PlanInput {
+pub(crate) struct PlanInput {
     /// The `rolloutStrategy`; absent means OCM's default (All, no deadline).
     #[serde(default)]
-    pub strategy: RawStrategy,
+    pub(crate) strategy: RawStrategy,
     /// The placement's decision groups.
     #[serde(default)]
-    pub groups: Vec<GroupEntry>,
+    pub(crate) groups: Vec<GroupEntry>,
     /// Statuses of clusters that already have the ManifestWork.
     #[serde(default)]
-    pub existing: Vec<ExistingEntry>,
+    pub(crate) existing: Vec<ExistingEntry>,
     /// The time of the decision; absent means the caller's clock.
     #[serde(default)]
-    pub now: Option<Timestamp>,
+    pub(crate) now: Option<Timestamp>,
 }
 
 /// A decision group in the input.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct GroupEntry {
+pub(crate) struct GroupEntry {
     /// Group index.
     #[serde(default)]
-    pub index: i32,
+    pub(crate) index: i32,
     /// Group name (may be empty).
     #[serde(default)]
-    pub name: String,
+    pub(crate) name: String,
     /// Cluster names.
     #[serde(default)]
-    pub clusters: Vec<String>,
+    pub(crate) clusters: Vec<String>,
 }
 
 /// An existing cluster status in the input.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ExistingEntry {
+pub(crate) struct ExistingEntry {
     /// The cluster.
-    pub cluster_name: String,
+    pub(crate) cluster_name: String,
     /// Its status.
-    pub status: RolloutStatus,
+    pub(crate) status: RolloutStatus,
     /// When the status began; absent or `null` means unknown.
     #[serde(default)]
-    pub last_transition_time: Option<Timestamp>,
+    pub(crate) last_transition_time: Option<Timestamp>,
     /// Group index it was recorded with; default 0.
     #[serde(default)]
-    pub group_index: Option<i32>,
+    pub(crate) group_index: Option<i32>,
     /// Group name it was recorded with; default empty.
     #[serde(default)]
-    pub group_name: Option<String>,
+    pub(crate) group_name: Option<String>,
 }
 
 /// A cluster in the output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterEntry {
+pub(crate) struct ClusterEntry {
     /// The cluster.
-    pub cluster_name: String,
+    pub(crate) cluster_name: String,
     /// Its status after the decision.
-    pub status: RolloutStatus,
+    pub(crate) status: RolloutStatus,
     /// Group index.
-    pub group_index: i32,
+    pub(crate) group_index: i32,
     /// Group name.
-    pub group_name: String,
+    pub(crate) group_name: String,
     /// When the status began, or `null`.
-    pub last_transition_time: Option<Timestamp>,
+    pub(crate) last_transition_time: Option<Timestamp>,
     /// When to look at the cluster again, or `null`.
-    pub recheck_time: Option<Timestamp>,
+    pub(crate) recheck_time: Option<Timestamp>,
 }
 
 /// The `plan` output document.
@@ -94,25 +94,25 @@ pub struct ClusterEntry {
 pub struct PlanOutput {
     /// Clusters to roll out or keep watching.
     #[serde(rename = "clustersToRollout")]
-    pub clusters_to_rollout: Vec<ClusterEntry>,
+    pub(crate) clusters_to_rollout: Vec<ClusterEntry>,
     /// Clusters that timed out.
     #[serde(rename = "clustersTimeOut")]
-    pub clusters_time_out: Vec<ClusterEntry>,
+    pub(crate) clusters_time_out: Vec<ClusterEntry>,
     /// Clusters no longer in the placement.
     #[serde(rename = "clustersRemoved")]
-    pub clusters_removed: Vec<ClusterEntry>,
+    pub(crate) clusters_removed: Vec<ClusterEntry>,
     /// Whether `maxFailures` was breached.
     #[serde(rename = "maxFailureBreach")]
-    pub max_failure_breach: bool,
+    pub(crate) max_failure_breach: bool,
     /// Seconds until the next recheck, or `null`.
     #[serde(rename = "recheckAfterSeconds")]
-    pub recheck_after_seconds: Option<Seconds>,
+    pub(crate) recheck_after_seconds: Option<Seconds>,
 }
 
 /// A duration written as a JSON number of seconds: an integer when whole
 /// (`30`), else a fraction (`0.25`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Seconds(pub Duration);
+pub(crate) struct Seconds(pub(crate) Duration);
 
 impl Serialize for Seconds {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -154,7 +154,10 @@ pub enum PlanError {
 
 /// Runs one decision on a parsed input. `default_now` is used when the input
 /// has no `now`. Fails only when the strategy is invalid.
-pub fn plan(input: &PlanInput, default_now: Timestamp) -> Result<PlanOutput, InvalidStrategy> {
+pub(crate) fn plan(
+    input: &PlanInput,
+    default_now: Timestamp,
+) -> Result<PlanOutput, InvalidStrategy> {
     let strategy = Strategy::from_raw(&input.strategy)?;
     let groups: Vec<ClusterGroup> = input
         .groups
@@ -212,7 +215,7 @@ impl From<ClusterRolloutStatus> for ClusterEntry {
 }
 
 /// Parses a plan document; `source` names it in errors.
-pub fn parse_input(text: &str, source: &str) -> Result<PlanInput, PlanError> {
+pub(crate) fn parse_input(text: &str, source: &str) -> Result<PlanInput, PlanError> {
     serde_json::from_str(text).map_err(|err| {
         let (line, column) = (err.line(), err.column());
         let full = err.to_string();
@@ -229,7 +232,7 @@ pub fn parse_input(text: &str, source: &str) -> Result<PlanInput, PlanError> {
 }
 
 /// Reads the input from `path`, or from standard input when it is `-`.
-pub fn read_input(path: &str) -> Result<String, PlanError> {
+pub(crate) fn read_input(path: &str) -> Result<String, PlanError> {
     let result = if path == "-" {
         let mut text = String::new();
         std::io::stdin().read_to_string(&mut text).map(|_| text)

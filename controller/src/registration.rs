@@ -27,13 +27,13 @@ use thiserror::Error;
 use crate::api::{ClusterManager, RolloutPipeline, RolloutPlugin, WorkConfiguration};
 
 /// Where the ClusterManager's plugins are, as a JSON pointer.
-pub const PLUGINS_POINTER: &str = "/spec/workConfiguration/plugins";
+pub(crate) const PLUGINS_POINTER: &str = "/spec/workConfiguration/plugins";
 
 /// The ConfigMap holding the registry.
-pub const CONFIG_MAP_NAME: &str = "work-controller-config";
+pub(crate) const CONFIG_MAP_NAME: &str = "work-controller-config";
 
 /// The ConfigMap key holding the registry file.
-pub const CONFIG_KEY: &str = "config.yaml";
+pub(crate) const CONFIG_KEY: &str = "config.yaml";
 
 /// The hub namespace of a default ClusterManager installation, where the
 /// design puts the ConfigMap.
@@ -44,7 +44,7 @@ use crate::orchestrate::FIELD_MANAGER;
 
 /// A registration that could not be written.
 #[derive(Debug, Error)]
-pub enum RegistrationError {
+pub(crate) enum RegistrationError {
     /// The ClusterManager could not be read as one.
     #[error("reading ClusterManager {name}: {source}")]
     Decode {
@@ -87,7 +87,9 @@ struct Registry<'a> {
 ///
 /// Nothing is validated here: the gateway checks the file and reports every
 /// problem. Fails only if YAML encoding fails.
-pub fn render_registry(work: Option<&WorkConfiguration>) -> Result<String, RegistrationError> {
+pub(crate) fn render_registry(
+    work: Option<&WorkConfiguration>,
+) -> Result<String, RegistrationError> {
     let registry = Registry {
         plugins: work.map(|w| w.plugins.as_slice()).unwrap_or_default(),
         pipelines: work.map(|w| w.pipelines.as_slice()).unwrap_or_default(),
@@ -101,7 +103,7 @@ pub fn render_registry(work: Option<&WorkConfiguration>) -> Result<String, Regis
 /// `config_yaml` under [`CONFIG_KEY`], owned by `owner` when given (so it is
 /// garbage-collected with the ClusterManager). Only the fields the
 /// registration owns are set, as a server-side apply wants.
-pub fn registry_config_map(
+pub(crate) fn registry_config_map(
     namespace: &str,
     config_yaml: String,
     owner: Option<OwnerReference>,
@@ -126,7 +128,7 @@ pub fn registry_config_map(
 /// with field manager [`FIELD_MANAGER`], forcing ownership of its fields, and
 /// returns the ConfigMap the API server stored. Fails if the API server
 /// refuses or cannot be reached.
-pub async fn apply_registry(
+pub(crate) async fn apply_registry(
     client: Client,
     config_map: &ConfigMap,
 ) -> Result<ConfigMap, RegistrationError> {
@@ -142,7 +144,7 @@ pub async fn apply_registry(
 /// ([`render_registry`]) into `work-controller-config` in `namespace`, owned
 /// by the ClusterManager when it has a uid, and applies it
 /// ([`apply_registry`]).
-pub async fn register_plugins(
+pub(crate) async fn register_plugins(
     client: Client,
     cluster_manager: &ClusterManager,
     namespace: &str,
@@ -155,7 +157,7 @@ pub async fn register_plugins(
 
 /// What [`register_from`] did.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Registered {
+pub(crate) enum Registered {
     /// The registry was written; the ConfigMap as stored.
     Written(Box<ConfigMap>),
     /// The ClusterManager has no `workConfiguration.plugins` (OCM's CRD has
@@ -168,7 +170,7 @@ pub enum Registered {
 /// `spec.workConfiguration.plugins` at all: then nothing is written, since
 /// an absent field is not an empty registry. An empty list is written as
 /// one (every plugin removed).
-pub async fn register_from(
+pub(crate) async fn register_from(
     client: Client,
     raw: &serde_json::Value,
     namespace: &str,
@@ -194,7 +196,7 @@ pub async fn register_from(
 /// one is created or changes. Runs until the watch ends (never, normally);
 /// a failed registration is logged and retried on the next change or
 /// re-list. The caller runs it on the leader only.
-pub async fn watch_and_register(client: Client, namespace: &str) {
+pub(crate) async fn watch_and_register(client: Client, namespace: &str) {
     use futures::StreamExt;
     use kube::api::{ApiResource, DynamicObject};
     use kube::runtime::{WatchStreamExt, watcher};
@@ -247,7 +249,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::api::{CaCertificate, ClusterManagerSpec};
+    use crate::api::clustermanager::{CaCertificate, ClusterManagerSpec};
 
     fn plugin(name: &str, endpoint: &str, ca: Option<&str>) -> RolloutPlugin {
         RolloutPlugin {

@@ -35,15 +35,15 @@ use crate::api::{ManifestWorkReplicaSet, ManifestWorkSpec};
 use crate::rollout::{ClusterRolloutStatus, RolloutKind, RolloutResult, RolloutStatus, Strategy};
 
 /// The longest object name Kubernetes accepts (a DNS subdomain).
-pub const MAX_NAME_LEN: usize = 253;
+pub(crate) const MAX_NAME_LEN: usize = 253;
 
 /// A template revision: its hash and its template.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Revision {
     /// The hash, as in the `controller-hash` label and the status.
-    pub hash: String,
+    pub(crate) hash: String,
     /// The ManifestWork spec of this revision.
-    pub template: ManifestWorkSpec,
+    pub(crate) template: ManifestWorkSpec,
 }
 
 impl Revision {
@@ -58,7 +58,7 @@ impl Revision {
 
 /// `value` as JSON with every object's keys sorted, whatever map type
 /// serde_json was built with.
-pub fn canonical_json(value: &Value) -> Vec<u8> {
+pub(crate) fn canonical_json(value: &Value) -> Vec<u8> {
     fn write(value: &Value, out: &mut Vec<u8>) {
         match value {
             Value::Object(map) => {
@@ -137,7 +137,7 @@ pub fn spec_hash(spec: &ManifestWorkSpec) -> String {
 /// The ControllerRevision name of `hash` for the ManifestWorkReplicaSet
 /// `mwrs_name`: `<mwrs_name>-<hash>`, the name cut (and trailing `-`/`.`
 /// trimmed) so that the whole fits [`MAX_NAME_LEN`].
-pub fn revision_name(mwrs_name: &str, hash: &str) -> String {
+pub(crate) fn revision_name(mwrs_name: &str, hash: &str) -> String {
     let room = MAX_NAME_LEN.saturating_sub(hash.len() + 1);
     let mut end = mwrs_name.len().min(room);
     while !mwrs_name.is_char_boundary(end) {
@@ -149,21 +149,21 @@ pub fn revision_name(mwrs_name: &str, hash: &str) -> String {
 
 /// One ControllerRevision of the history, as read.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HistoryEntry {
+pub(crate) struct HistoryEntry {
     /// The ControllerRevision's name.
-    pub name: String,
+    pub(crate) name: String,
     /// Its `controller-hash` label.
-    pub hash: String,
+    pub(crate) hash: String,
     /// Its `revision` number.
-    pub number: i64,
+    pub(crate) number: i64,
     /// The template in its data; `None` if unreadable.
-    pub template: Option<ManifestWorkSpec>,
+    pub(crate) template: Option<ManifestWorkSpec>,
 }
 
 impl HistoryEntry {
     /// Reads a ControllerRevision; `None` if it has no `controller-hash`
     /// label (not one of ours).
-    pub fn from_controller_revision(revision: &ControllerRevision) -> Option<HistoryEntry> {
+    pub(crate) fn from_controller_revision(revision: &ControllerRevision) -> Option<HistoryEntry> {
         let hash = revision.labels().get(CONTROLLER_HASH_LABEL)?.clone();
         Some(HistoryEntry {
             name: revision.name_any(),
@@ -174,7 +174,7 @@ impl HistoryEntry {
     }
 
     /// The revision, if the template could be read.
-    pub fn revision(&self) -> Option<Revision> {
+    pub(crate) fn revision(&self) -> Option<Revision> {
         self.template.as_ref().map(|template| Revision {
             hash: self.hash.clone(),
             template: template.clone(),
@@ -184,7 +184,7 @@ impl HistoryEntry {
 
 /// The template stored in a ControllerRevision's `data`
 /// (`spec.manifestWorkTemplate`).
-pub fn template_of(revision: &ControllerRevision) -> Option<ManifestWorkSpec> {
+pub(crate) fn template_of(revision: &ControllerRevision) -> Option<ManifestWorkSpec> {
     let data = revision.data.as_ref()?;
     let template = data.0.pointer("/spec/manifestWorkTemplate")?;
     serde_json::from_value(template.clone()).ok()
@@ -192,7 +192,7 @@ pub fn template_of(revision: &ControllerRevision) -> Option<ManifestWorkSpec> {
 
 /// How the update revision relates to the history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RevisionOrigin {
+pub(crate) enum RevisionOrigin {
     /// The newest revision already has this template.
     Unchanged,
     /// A new ControllerRevision is created.
@@ -204,19 +204,19 @@ pub enum RevisionOrigin {
 
 /// What to do to the history for the current template.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HistoryPlan {
+pub(crate) struct HistoryPlan {
     /// The current template's revision: the update revision.
-    pub update: Revision,
+    pub(crate) update: Revision,
     /// `collisionCount` after any collision found.
-    pub collision_count: i32,
+    pub(crate) collision_count: i32,
     /// How the update revision was found.
-    pub origin: RevisionOrigin,
+    pub(crate) origin: RevisionOrigin,
     /// A ControllerRevision to create.
-    pub create: Option<HistoryEntry>,
+    pub(crate) create: Option<HistoryEntry>,
     /// A ControllerRevision to renumber: name and new `revision`.
-    pub renumber: Option<(String, i64)>,
+    pub(crate) renumber: Option<(String, i64)>,
     /// ControllerRevisions to delete, oldest first.
-    pub prune: Vec<String>,
+    pub(crate) prune: Vec<String>,
 }
 
 /// Plans the history for `template`: finds or creates its revision
@@ -224,7 +224,7 @@ pub struct HistoryPlan {
 /// prunes the oldest revisions beyond `limit` among those that are neither
 /// the update revision nor in `live` (hashes still needed: the current
 /// revision, those ManifestWorks carry).
-pub fn plan_history(
+pub(crate) fn plan_history(
     history: &[HistoryEntry],
     template: &ManifestWorkSpec,
     mut collision_count: i32,
@@ -286,7 +286,7 @@ pub fn plan_history(
 /// The ControllerRevision of `entry`, in `owner`'s namespace, owned by it
 /// (so it is garbage-collected with it) and labelled with `owner_label` and
 /// the hash.
-pub fn controller_revision(
+pub(crate) fn controller_revision(
     owner: &ManifestWorkReplicaSet,
     owner_label: &str,
     entry: &HistoryEntry,
@@ -318,20 +318,20 @@ pub fn controller_revision(
 
 /// The status fields about revisions after one reconcile.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RevisionStatus {
+pub(crate) struct RevisionStatus {
     /// The last revision rolled out everywhere.
-    pub current: Option<String>,
+    pub(crate) current: Option<String>,
     /// The current template's revision.
-    pub update: Option<String>,
+    pub(crate) update: Option<String>,
     /// When the rollout of `update` was aborted.
-    pub aborted_time: Option<Timestamp>,
+    pub(crate) aborted_time: Option<Timestamp>,
 }
 
 impl RevisionStatus {
     /// The status at the start of a reconcile whose template hashes to
     /// `update`: a new update revision clears an abort (a new template
     /// starts a new rollout).
-    pub fn begin(previous: &RevisionStatus, update: &str) -> RevisionStatus {
+    pub(crate) fn begin(previous: &RevisionStatus, update: &str) -> RevisionStatus {
         let changed = previous.update.as_deref() != Some(update);
         RevisionStatus {
             current: previous.current.clone(),
@@ -341,7 +341,7 @@ impl RevisionStatus {
     }
 
     /// Whether an abort is under way.
-    pub fn is_aborted(&self) -> bool {
+    pub(crate) fn is_aborted(&self) -> bool {
         self.aborted_time.is_some()
     }
 
@@ -349,7 +349,7 @@ impl RevisionStatus {
     /// abort started; `currentRevision` becomes the update revision once
     /// every cluster of every placement succeeded with it (never while
     /// aborted).
-    pub fn finish(
+    pub(crate) fn finish(
         mut self,
         aborted_at: Option<Timestamp>,
         update_complete: bool,
@@ -366,7 +366,7 @@ impl RevisionStatus {
 
 /// What an abort request leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AbortAction {
+pub(crate) enum AbortAction {
     /// No abort: roll out the update revision.
     Proceed,
     /// Roll the updated clusters back to the current revision.
@@ -390,7 +390,7 @@ pub enum AbortAction {
 ///
 /// `existing` holds the statuses the decision was made from (the clusters
 /// with a work of the update revision).
-pub fn abort_requested(
+pub(crate) fn abort_requested(
     strategy: &Strategy,
     result: &RolloutResult,
     existing: &[ClusterRolloutStatus],
@@ -415,7 +415,7 @@ pub fn abort_requested(
 /// revision exists, with its template (`current`). A failure while the
 /// update revision is itself the current one (it is known good, only a new
 /// cluster failed) starts no abort.
-pub fn abort_action(
+pub(crate) fn abort_action(
     aborted: bool,
     requested: bool,
     update: &str,
@@ -441,7 +441,8 @@ mod tests {
     use serde_json::Map;
 
     use super::*;
-    use crate::api::{ManifestWorkReplicaSetSpec, ManifestsTemplate};
+    use crate::api::manifestwork::ManifestsTemplate;
+    use crate::api::manifestworkreplicaset::ManifestWorkReplicaSetSpec;
 
     fn template(data: &str) -> ManifestWorkSpec {
         let manifest: Map<String, Value> = serde_json::from_value(json!({

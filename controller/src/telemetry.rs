@@ -24,7 +24,7 @@ pub use rollout_telemetry::{TracingError, TracingOptions};
 use rollout_proto::HookKind;
 
 /// The default `service.name`.
-pub const DEFAULT_SERVICE_NAME: &str = "rollout-controller";
+pub(crate) const DEFAULT_SERVICE_NAME: &str = "rollout-controller";
 
 /// The controller's tracer. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -50,7 +50,7 @@ impl Telemetry {
     }
 
     /// Whether spans leave the process.
-    pub fn is_exporting(&self) -> bool {
+    pub(crate) fn is_exporting(&self) -> bool {
         self.tracer.is_exporting()
     }
 
@@ -79,7 +79,7 @@ impl Telemetry {
 
     /// Starts the client span of one hook call to `plugin`, a child of the
     /// span in `parent`.
-    pub fn hook_span(
+    pub(crate) fn hook_span(
         &self,
         parent: &Context,
         hook: HookKind,
@@ -108,38 +108,38 @@ impl Telemetry {
 
 /// The span of one hook call.
 #[derive(Debug)]
-pub struct HookSpan {
+pub(crate) struct HookSpan {
     span: Span,
 }
 
 impl HookSpan {
     /// The context the gateway receives as its parent.
-    pub fn context(&self) -> &SpanContext {
+    pub(crate) fn context(&self) -> &SpanContext {
         self.span.span_context()
     }
 
     /// The `traceparent` header value naming this span.
-    pub fn traceparent(&self) -> String {
+    pub(crate) fn traceparent(&self) -> String {
         rollout_telemetry::traceparent(self.context())
     }
 
     /// Records a validation answer from `plugin` (the target the call
     /// named): `ocm.rollout.validation.result`, and when it is FAILED an
     /// error status naming the target and the answer's message.
-    pub fn set_validation(&mut self, plugin: &str, answer: &ValidateResponse) {
+    pub(crate) fn set_validation(&mut self, plugin: &str, answer: &ValidateResponse) {
         outcome::record_validation(&mut self.span, &[plugin], answer);
     }
 
     /// Records the plugins that failed open (the gateway's
     /// `ocm-rollout-failed-open` trailer) as `ocm.rollout.failed_open`;
     /// nothing when there is none.
-    pub fn set_failed_open(&mut self, plugins: &[String]) {
+    pub(crate) fn set_failed_open(&mut self, plugins: &[String]) {
         let names: Vec<&str> = plugins.iter().map(String::as_str).collect();
         outcome::record_failed_open(&mut self.span, &names);
     }
 
     /// Ends the span with the call's gRPC status (an error names the code).
-    pub fn finish(mut self, code: tonic::Code, message: &str) {
+    pub(crate) fn finish(mut self, code: tonic::Code, message: &str) {
         finish_span(&mut self.span, code, message);
     }
 }

@@ -4,21 +4,36 @@
 //! typed errors, and a status a peer sent is data ([`GrpcStatus`]), never a
 //! `tonic::Status`.
 //!
-//! - [`frame`]: the 5-byte message prefix (compression flag, length within
-//!   a limit), a unary body as exactly one message, and a body read from an
-//!   HTTP/2 stream within the limit ([`collect`], [`collect_held`]).
-//! - [`status`]: `grpc-status` and its percent-encoded `grpc-message`, the
-//!   gRPC header names, and the code an HTTP answer without a status stands
-//!   for.
-//! - [`code`]: the code-name table, both ways.
-//! - [`timeout`]: `grpc-timeout`, both ways.
-//! - [`tls`]: the client TLS configuration for calling plugins.
+//! # Entry points
+//!
+//! The modules are private; everything a caller uses is re-exported here:
+//!
+//! - framing: [`prefix`] writes the 5-byte message prefix, [`frame_len`]
+//!   and [`message_len`] read one within a limit, [`message`] takes a unary
+//!   body as exactly one message, and [`collect`] and [`collect_held`] read
+//!   a body from an HTTP/2 stream within the limit; failures are
+//!   [`FrameError`] and [`ReceiveError`];
+//! - status: [`status_from_headers`] reads `grpc-status` and its
+//!   percent-encoded `grpc-message` into a [`GrpcStatus`], [`put_status`]
+//!   writes them ([`percent_encode`], [`percent_decode`]), the header names
+//!   ([`GRPC_STATUS`] and the others), and [`code_for_http`], the code an
+//!   HTTP answer without a status stands for;
+//! - codes: [`code_name`] and [`code_from_name`], the code-name table both
+//!   ways;
+//! - deadlines: [`encode_timeout`] and [`parse_timeout`] for
+//!   `grpc-timeout`;
+//! - TLS: [`client_config`], the client configuration for calling plugins
+//!   ([`ClientTlsError`] names the [`TlsPart`] that could not be used).
 
-pub mod code;
-pub mod frame;
-pub mod status;
-pub mod timeout;
-pub mod tls;
+// A `pub` item must be reachable from the crate root; anything else is
+// `pub(crate)`.
+#![warn(unreachable_pub)]
+
+mod code;
+mod frame;
+mod status;
+mod timeout;
+mod tls;
 
 pub use code::{code_from_name, code_name};
 pub use frame::{

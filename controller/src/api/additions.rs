@@ -18,7 +18,7 @@ use super::prune;
 /// The fields of this crate's CRDs that OCM's own CRDs do not have, by CRD
 /// name: schema paths from the root of `openAPIV3Schema`, `[]` stepping
 /// into a list's items.
-pub const ADDITIONS: &[(&str, &[&str])] = &[
+pub(crate) const ADDITIONS: &[(&str, &[&str])] = &[
     (
         "manifestworkreplicasets.work.open-cluster-management.io",
         &[
@@ -91,7 +91,7 @@ fn remove_path(schema: &mut Value, path: &str) -> bool {
 }
 
 /// `crd` without the design's additions.
-pub fn ocm_shaped(crd: &CustomResourceDefinition) -> CustomResourceDefinition {
+pub(crate) fn ocm_shaped(crd: &CustomResourceDefinition) -> CustomResourceDefinition {
     let name = crd.metadata.name.clone().unwrap_or_default();
     let paths = additions_of(&name);
     let mut crd = crd.clone();
@@ -132,7 +132,7 @@ static OCM_MWRS_SCHEMA: LazyLock<Value> = LazyLock::new(|| {
 /// (conditions, summary, placementSummary without the additions), as JSON:
 /// what the controller writes to a ManifestWorkReplicaSet's status, and
 /// what it compares with the status read back.
-pub fn ocm_status(status: &ManifestWorkReplicaSetStatus) -> Value {
+pub(crate) fn ocm_status(status: &ManifestWorkReplicaSetStatus) -> Value {
     let mut value = serde_json::to_value(status).unwrap_or(Value::Object(Map::new()));
     prune::prune(&mut value, &OCM_MWRS_SCHEMA["properties"]["status"]);
     value

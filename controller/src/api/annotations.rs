@@ -12,29 +12,29 @@
 //!   the plugin is not asked again.
 
 /// On a ManifestWork: its ManifestWorkReplicaSet, `namespace/name`.
-pub const OWNER_ANNOTATION: &str = "rollout.open-cluster-management.io/owner";
+pub(crate) const OWNER_ANNOTATION: &str = "rollout.open-cluster-management.io/owner";
 
 /// On a ManifestWork: hex FNV-1a 64 of the canonical JSON of the spec the
 /// controller applied.
-pub const SPEC_HASH_ANNOTATION: &str = "rollout.open-cluster-management.io/spec-hash";
+pub(crate) const SPEC_HASH_ANNOTATION: &str = "rollout.open-cluster-management.io/spec-hash";
 
 /// On a ManifestWork: the validation verdict, `Succeeded` or `Failed`.
-pub const VALIDATION_ANNOTATION: &str = "rollout.open-cluster-management.io/validation";
+pub(crate) const VALIDATION_ANNOTATION: &str = "rollout.open-cluster-management.io/validation";
 
 /// On a ManifestWork: the plugin's message with the verdict.
-pub const VALIDATION_MESSAGE_ANNOTATION: &str =
+pub(crate) const VALIDATION_MESSAGE_ANNOTATION: &str =
     "rollout.open-cluster-management.io/validation-message";
 
 /// On a ManifestWork: the revision (template hash) the verdict is for.
-pub const VALIDATION_REVISION_ANNOTATION: &str =
+pub(crate) const VALIDATION_REVISION_ANNOTATION: &str =
     "rollout.open-cluster-management.io/validation-revision";
 
 /// On a ManifestWork: the work's `metadata.generation` the verdict is for.
-pub const VALIDATION_GENERATION_ANNOTATION: &str =
+pub(crate) const VALIDATION_GENERATION_ANNOTATION: &str =
     "rollout.open-cluster-management.io/validation-generation";
 
 /// [`VALIDATION_ANNOTATION`] for a SUCCEEDED answer.
-pub const VALIDATION_SUCCEEDED: &str = "Succeeded";
+pub(crate) const VALIDATION_SUCCEEDED: &str = "Succeeded";
 
 /// [`VALIDATION_ANNOTATION`] for a FAILED answer.
-pub const VALIDATION_FAILED: &str = "Failed";
+pub(crate) const VALIDATION_FAILED: &str = "Failed";

@@ -27,53 +27,53 @@ use serde_json::Value;
     doc = "ClusterManager configures the hub controllers that govern registration and work distribution, including the rollout plugins of ManifestWorkReplicaSets."
 )]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterManagerSpec {
+pub(crate) struct ClusterManagerSpec {
     /// The configuration of the work controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub work_configuration: Option<WorkConfiguration>,
+    pub(crate) work_configuration: Option<WorkConfiguration>,
     /// Upstream fields this crate does not model (images, deployOption,
     /// registrationConfiguration, ...), kept as read.
     #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
+    pub(crate) extra: BTreeMap<String, Value>,
 }
 
 /// `workConfiguration`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct WorkConfiguration {
+pub(crate) struct WorkConfiguration {
     /// Feature gates of the work controller.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub feature_gates: Vec<FeatureGate>,
+    pub(crate) feature_gates: Vec<FeatureGate>,
     /// kube, mqtt or grpc. Default kube.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub work_driver: Option<String>,
+    pub(crate) work_driver: Option<String>,
     /// The rollout plugins ManifestWorkReplicaSets may name in
     /// `rolloutStrategy.plugin`. Rendered into the `config.yaml` of the
     /// ConfigMap `work-controller-config`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
-    pub plugins: Vec<RolloutPlugin>,
+    pub(crate) plugins: Vec<RolloutPlugin>,
     /// Named ordered lists of plugins that `rolloutStrategy.plugin` may name
     /// like a plugin (an addition of this project; see the gateway's
     /// pipelines).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
-    pub pipelines: Vec<RolloutPipeline>,
+    pub(crate) pipelines: Vec<RolloutPipeline>,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
+    pub(crate) extra: BTreeMap<String, Value>,
 }
 
 /// A feature gate and its mode.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct FeatureGate {
+pub(crate) struct FeatureGate {
     /// The gate, such as `ManifestWorkReplicaSet`.
-    pub feature: String,
+    pub(crate) feature: String,
     /// Enable or Disable. Default Disable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("enum" = ["Enable", "Disable"]))]
-    pub mode: Option<String>,
+    pub(crate) mode: Option<String>,
 }
 
 /// A rollout plugin the work controller may call, through the gateway.
@@ -84,61 +84,61 @@ pub struct FeatureGate {
 /// validates them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct RolloutPlugin {
+pub(crate) struct RolloutPlugin {
     /// The name ManifestWorkReplicaSets use in `rolloutStrategy.plugin`.
     #[schemars(length(min = 1))]
-    pub name: String,
+    pub(crate) name: String,
     /// The plugin's gRPC address, `host:port`.
     #[schemars(length(min = 1))]
-    pub endpoint: String,
+    pub(crate) endpoint: String,
     /// The CA that signed the plugin's serving certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca_certificate: Option<CaCertificate>,
+    pub(crate) ca_certificate: Option<CaCertificate>,
     /// Further registry settings of the plugin, kept as written.
     #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
+    pub(crate) extra: BTreeMap<String, Value>,
 }
 
 /// `caCertificate`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct CaCertificate {
+pub(crate) struct CaCertificate {
     /// The base64 encoding of a PEM bundle of CA certificates. Exactly one of
     /// caBundle and caFile.
     // Left out of the registry when empty, so that a caFile alone is one
     // source, as the gateway wants.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(extend("format" = "byte"))]
-    pub ca_bundle: String,
+    pub(crate) ca_bundle: String,
     /// A PEM file of CA certificates in the gateway's container (such as a
     /// mounted cert-manager Secret's ca.crt), watched and reloaded when it
     /// changes. Exactly one of caBundle and caFile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<String>,
+    pub(crate) ca_file: Option<String>,
 }
 
 /// A named ordered list of plugins.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct RolloutPipeline {
+pub(crate) struct RolloutPipeline {
     /// The name ManifestWorkReplicaSets use in `rolloutStrategy.plugin`.
     #[schemars(length(min = 1))]
-    pub name: String,
+    pub(crate) name: String,
     /// The member plugins, in call order for MutateManifestWork.
     #[serde(default)]
-    pub plugins: Vec<String>,
+    pub(crate) plugins: Vec<String>,
 }
 
 /// What the operator reports about a ClusterManager.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterManagerStatus {
+pub(crate) struct ClusterManagerStatus {
     /// The operator's conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
+    pub(crate) extra: BTreeMap<String, Value>,
 }
 
 #[cfg(test)]

@@ -10,36 +10,36 @@
 /// Whether each placement of `spec.placementRefs` exists and has decisions.
 /// Reasons: [`REASON_AS_EXPECTED`], [`REASON_PLACEMENT_DECISION_NOT_FOUND`],
 /// [`REASON_PLACEMENT_DECISION_EMPTY`], [`REASON_NOT_AS_EXPECTED`].
-pub const PLACEMENT_VERIFIED: &str = "PlacementVerified";
+pub(crate) const PLACEMENT_VERIFIED: &str = "PlacementVerified";
 
 /// Whether the rollout strategy has run to its end on every placement.
 /// Reasons: [`REASON_PROGRESSING`], [`REASON_COMPLETE`],
 /// [`REASON_ROLLOUT_DEGRADED`].
-pub const PLACEMENT_ROLLED_OUT: &str = "PlacementRolledOut";
+pub(crate) const PLACEMENT_ROLLED_OUT: &str = "PlacementRolledOut";
 
 /// Whether a ManifestWork exists for each decided cluster.
 /// Reasons: [`REASON_AS_EXPECTED`], [`REASON_NOT_AS_EXPECTED`],
 /// [`REASON_PROCESSING`].
-pub const MANIFESTWORK_APPLIED: &str = "ManifestworkApplied";
+pub(crate) const MANIFESTWORK_APPLIED: &str = "ManifestworkApplied";
 
 /// Whether the rollout plugin named by `rolloutStrategy.plugin` answered
 /// `Initialize` (design). Reasons: [`REASON_AVAILABLE`] (True) with
 /// [`plugin_available_message`], [`REASON_FAILED`] (False) with
 /// [`plugin_failed_message`].
-pub const PLUGIN_LOADED: &str = "PluginLoaded";
+pub(crate) const PLUGIN_LOADED: &str = "PluginLoaded";
 
 /// The progress of the current revision's rollout (rollback design); False
 /// with the plugin's error as message when a hook call fails. Reasons:
 /// [`REASON_NEW_REVISION_CREATED`], [`REASON_FOUND_NEW_REVISION`],
 /// [`REASON_NEW_MANIFEST_WORK_AVAILABLE`], [`REASON_ROLLOUT_ABORTED`],
 /// [`REASON_PROGRESS_DEADLINE_EXCEEDED`], [`REASON_PLUGIN_CALL_FAILED`].
-pub const PROGRESSING: &str = "Progressing";
+pub(crate) const PROGRESSING: &str = "Progressing";
 
-/// Present (True) only when the owner label value of the ManifestWorks had
-/// to be hashed to fit 63 characters; its message gives both values. Reason
-/// [`REASON_LABEL_VALUE_HASHED`]. An addition of this project (upstream
-/// fails silently, ocm #1596).
-pub const OWNER_LABEL_HASHED: &str = "OwnerLabelHashed";
+/// A condition the controller never sets and removes wherever it finds
+/// it: an owner label value over 63 characters is not hashed to fit; the
+/// set stops with [`MANIFESTWORK_APPLIED`] False, reason
+/// [`REASON_INVALID_MANIFEST_WORK_NAME`], as OCM's own controller reports it.
+pub(crate) const OWNER_LABEL_HASHED: &str = "OwnerLabelHashed";
 
 /// Present (True) only while another field manager (OCM's own
 /// ManifestWorkReplicaSet controller, a person, a GitOps tool) has written
@@ -47,65 +47,60 @@ pub const OWNER_LABEL_HASHED: &str = "OwnerLabelHashed";
 /// names the works and the managers. Reason [`REASON_OTHER_FIELD_MANAGER`].
 /// Such a work is left alone rather than applied again. An addition of this
 /// project.
-pub const MANIFEST_WORKS_CONFLICT: &str = "ManifestWorksConflict";
+pub(crate) const MANIFEST_WORKS_CONFLICT: &str = "ManifestWorksConflict";
 
 /// ManifestworkApplied: the owner label value `<namespace>.<name>` is not a
 /// valid label value (over 63 characters), so no work is written. OCM's
 /// controller's reason for the same case.
-pub const REASON_INVALID_MANIFEST_WORK_NAME: &str = "InvalidManifestWorkName";
+pub(crate) const REASON_INVALID_MANIFEST_WORK_NAME: &str = "InvalidManifestWorkName";
 
 /// ManifestWorksConflict: another field manager wrote the works.
-pub const REASON_OTHER_FIELD_MANAGER: &str = "OtherFieldManager";
+pub(crate) const REASON_OTHER_FIELD_MANAGER: &str = "OtherFieldManager";
 
 /// PlacementVerified: the placement is not found.
-pub const REASON_PLACEMENT_DECISION_NOT_FOUND: &str = "PlacementDecisionNotFound";
+pub(crate) const REASON_PLACEMENT_DECISION_NOT_FOUND: &str = "PlacementDecisionNotFound";
 /// PlacementVerified: the placement selected no cluster.
-pub const REASON_PLACEMENT_DECISION_EMPTY: &str = "PlacementDecisionEmpty";
+pub(crate) const REASON_PLACEMENT_DECISION_EMPTY: &str = "PlacementDecisionEmpty";
 /// PlacementVerified, ManifestworkApplied: all is well.
-pub const REASON_AS_EXPECTED: &str = "AsExpected";
+pub(crate) const REASON_AS_EXPECTED: &str = "AsExpected";
 /// ManifestworkApplied: works are still being created.
-pub const REASON_PROCESSING: &str = "Processing";
+pub(crate) const REASON_PROCESSING: &str = "Processing";
 /// PlacementVerified, ManifestworkApplied: something is wrong.
-pub const REASON_NOT_AS_EXPECTED: &str = "NotAsExpected";
+pub(crate) const REASON_NOT_AS_EXPECTED: &str = "NotAsExpected";
 /// PlacementRolledOut: clusters are still to roll out.
-pub const REASON_PROGRESSING: &str = "Progressing";
+pub(crate) const REASON_PROGRESSING: &str = "Progressing";
 /// PlacementRolledOut: every cluster succeeded.
-pub const REASON_COMPLETE: &str = "Complete";
+pub(crate) const REASON_COMPLETE: &str = "Complete";
 /// PlacementRolledOut: the rollout stopped on failures (rollback design).
-pub const REASON_ROLLOUT_DEGRADED: &str = "RolloutDegraded";
+pub(crate) const REASON_ROLLOUT_DEGRADED: &str = "RolloutDegraded";
 
 /// PluginLoaded True: the plugin answered `Initialize`.
-pub const REASON_AVAILABLE: &str = "Available";
+pub(crate) const REASON_AVAILABLE: &str = "Available";
 /// PluginLoaded False: `Initialize` failed.
-pub const REASON_FAILED: &str = "Failed";
+pub(crate) const REASON_FAILED: &str = "Failed";
 
 /// Progressing: the template changed and a new revision was recorded.
-pub const REASON_NEW_REVISION_CREATED: &str = "NewRevisionCreated";
+pub(crate) const REASON_NEW_REVISION_CREATED: &str = "NewRevisionCreated";
 /// Progressing: the template went back to a revision in the history.
-pub const REASON_FOUND_NEW_REVISION: &str = "FoundNewRevision";
+pub(crate) const REASON_FOUND_NEW_REVISION: &str = "FoundNewRevision";
 /// Progressing: the update revision is rolled out everywhere.
-pub const REASON_NEW_MANIFEST_WORK_AVAILABLE: &str = "NewManifestWorkAvailable";
+pub(crate) const REASON_NEW_MANIFEST_WORK_AVAILABLE: &str = "NewManifestWorkAvailable";
 /// Progressing: the rollout was aborted; the current revision is being
 /// restored.
-pub const REASON_ROLLOUT_ABORTED: &str = "RolloutAborted";
+pub(crate) const REASON_ROLLOUT_ABORTED: &str = "RolloutAborted";
 /// Progressing: a cluster did not finish within `progressDeadline`.
-pub const REASON_PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+pub(crate) const REASON_PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 /// Progressing: a rollout plugin hook returned an error (its message is the
 /// condition's message). An addition of this project.
-pub const REASON_PLUGIN_CALL_FAILED: &str = "PluginCallFailed";
-
-/// A label value had to be hashed to fit (see
-/// [`owner_label_value`](super::labels::owner_label_value)). An addition of
-/// this project.
-pub const REASON_LABEL_VALUE_HASHED: &str = "LabelValueHashed";
+pub(crate) const REASON_PLUGIN_CALL_FAILED: &str = "PluginCallFailed";
 
 /// The detail of [`plugin_failed_message`] when the plugin's server cannot
 /// be reached (gRPC `UNAVAILABLE`), in the design's words.
-pub const UNAVAILABLE_ENDPOINT: &str = "unavailable plugin server endpoint";
+pub(crate) const UNAVAILABLE_ENDPOINT: &str = "unavailable plugin server endpoint";
 
 /// The PluginLoaded message when `plugin` is available, as in the design:
 /// `my-rollout plugin is available.`
-pub fn plugin_available_message(plugin: &str) -> String {
+pub(crate) fn plugin_available_message(plugin: &str) -> String {
     format!("{plugin} plugin is available.")
 }
 
@@ -113,7 +108,7 @@ pub fn plugin_available_message(plugin: &str) -> String {
 /// `detail`, after the design's `Initialize fails with unavailable plugin
 /// server endpoint.`: `my-rollout plugin: Initialize fails with DETAIL.`
 /// One trailing period of `detail` is not doubled.
-pub fn plugin_failed_message(plugin: &str, detail: &str) -> String {
+pub(crate) fn plugin_failed_message(plugin: &str, detail: &str) -> String {
     let detail = detail.strip_suffix('.').unwrap_or(detail);
     format!("{plugin} plugin: Initialize fails with {detail}.")
 }

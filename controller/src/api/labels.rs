@@ -11,52 +11,46 @@ use std::fmt;
 
 /// On a ManifestWork: the owning ManifestWorkReplicaSet, as
 /// `<namespace>.<name>` (hashed when too long, see [`owner_label_value`]).
-pub const MWRS_OWNER_LABEL: &str = "work.open-cluster-management.io/manifestworkreplicaset";
+pub(crate) const MWRS_OWNER_LABEL: &str = "work.open-cluster-management.io/manifestworkreplicaset";
 
 /// On a ManifestWork: the placement that selected its cluster.
-pub const PLACEMENT_NAME_LABEL: &str = "work.open-cluster-management.io/placementname";
+pub(crate) const PLACEMENT_NAME_LABEL: &str = "work.open-cluster-management.io/placementname";
 
 /// On a ManifestWork and a ControllerRevision: the hash of the template
 /// revision (rollback design).
-pub const CONTROLLER_HASH_LABEL: &str = "work.open-cluster-management.io/controller-hash";
+pub(crate) const CONTROLLER_HASH_LABEL: &str = "work.open-cluster-management.io/controller-hash";
 
 /// On a ManifestWorkReplicaSet: kept until its ManifestWorks are cleaned up.
-pub const MANIFEST_WORK_CLEANUP_FINALIZER: &str =
+pub(crate) const MANIFEST_WORK_CLEANUP_FINALIZER: &str =
     "work.open-cluster-management.io/manifest-work-cleanup";
 
 /// On a PlacementDecision: its placement's name.
-pub const PLACEMENT_LABEL: &str = "cluster.open-cluster-management.io/placement";
+pub(crate) const PLACEMENT_LABEL: &str = "cluster.open-cluster-management.io/placement";
 
 /// On a PlacementDecision: the index of its decision group (an int32).
-pub const DECISION_GROUP_INDEX_LABEL: &str =
+pub(crate) const DECISION_GROUP_INDEX_LABEL: &str =
     "cluster.open-cluster-management.io/decision-group-index";
 
 /// On a PlacementDecision: the name of its decision group (may be empty).
-pub const DECISION_GROUP_NAME_LABEL: &str =
+pub(crate) const DECISION_GROUP_NAME_LABEL: &str =
     "cluster.open-cluster-management.io/decision-group-name";
 
 /// The longest label value Kubernetes accepts.
-pub const MAX_LABEL_VALUE_LEN: usize = 63;
+pub(crate) const MAX_LABEL_VALUE_LEN: usize = 63;
 
 /// Length of the hash suffix of a hashed label value: 16 hex digits.
 const HASH_LEN: usize = 16;
 
 /// A label value that had to be replaced by a hashed one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HashedLabelValue {
+pub(crate) struct HashedLabelValue {
     /// The value as it would have been.
-    pub original: String,
+    pub(crate) original: String,
     /// The value used instead.
-    pub value: String,
+    pub(crate) value: String,
 }
 
-impl HashedLabelValue {
-    /// A message for a condition or event (reason
-    /// [`REASON_LABEL_VALUE_HASHED`](super::conditions::REASON_LABEL_VALUE_HASHED)).
-    pub fn message(&self) -> String {
-        self.to_string()
-    }
-}
+impl HashedLabelValue {}
 
 impl fmt::Display for HashedLabelValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -81,7 +75,7 @@ impl fmt::Display for HashedLabelValue {
 /// `namespace/name`: `<namespace>.<name>`, as upstream, when that is a valid
 /// label value; otherwise the hashed value of [`label_value`], with the
 /// reason.
-pub fn owner_label_value(namespace: &str, name: &str) -> (String, Option<HashedLabelValue>) {
+pub(crate) fn owner_label_value(namespace: &str, name: &str) -> (String, Option<HashedLabelValue>) {
     label_value(&format!("{namespace}.{name}"))
 }
 
@@ -93,7 +87,7 @@ pub fn owner_label_value(namespace: &str, name: &str) -> (String, Option<HashedL
 /// and 16 hex digits of the FNV-1a 64-bit hash of `raw`: at most 63
 /// characters, the same for the same `raw`, and different for two `raw`
 /// values unless their hashes collide.
-pub fn label_value(raw: &str) -> (String, Option<HashedLabelValue>) {
+pub(crate) fn label_value(raw: &str) -> (String, Option<HashedLabelValue>) {
     if is_valid_label_value(raw) {
         return (raw.to_owned(), None);
     }
@@ -122,7 +116,7 @@ pub fn label_value(raw: &str) -> (String, Option<HashedLabelValue>) {
 
 /// Whether Kubernetes accepts `value` as a label value: empty, or at most 63
 /// of `[A-Za-z0-9_.-]`, beginning and ending with a letter or digit.
-pub fn is_valid_label_value(value: &str) -> bool {
+pub(crate) fn is_valid_label_value(value: &str) -> bool {
     if value.is_empty() {
         return true;
     }
@@ -190,7 +184,7 @@ mod tests {
             )
         );
         assert_eq!(
-            hashed.message(),
+            hashed.to_string(),
             format!(
                 "label value \"default.{name}\" has 64 characters, more than 63; \"{value}\" is used instead"
             )
@@ -226,7 +220,7 @@ mod tests {
                 Some(prefix) => {
                     assert!(value.starts_with(prefix), "{raw:?} gave {value:?}");
                     assert_eq!(value.len(), prefix.len() + HASH_LEN);
-                    let message = hashed.expect("derived").message();
+                    let message = hashed.expect("derived").to_string();
                     assert!(message.contains("is not a valid label value"), "{message}");
                 }
             }

@@ -24,7 +24,7 @@ use crate::rollout::work_status;
 /// ManifestWork condition type `Available`: every resource exists on the
 /// managed cluster. (The types the rollout reads, `Applied`, `Progressing`
 /// and `Degraded`, are in [`work_status`].)
-pub const CONDITION_AVAILABLE: &str = "Available";
+pub(crate) const CONDITION_AVAILABLE: &str = "Available";
 
 /// The desired state of a ManifestWork, also the template of a
 /// ManifestWorkReplicaSet.
@@ -43,37 +43,37 @@ pub const CONDITION_AVAILABLE: &str = "Available";
 pub struct ManifestWorkSpec {
     /// The resources to deploy on the managed cluster.
     #[serde(default, skip_serializing_if = "schema::is_default")]
-    pub workload: ManifestsTemplate,
+    pub(crate) workload: ManifestsTemplate,
     /// How the work agent deletes the resources when the work is deleted
     /// (Foreground when not set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delete_option: Option<DeleteOption>,
+    pub(crate) delete_option: Option<DeleteOption>,
     /// Per-resource settings: resourceIdentifier, feedbackRules,
     /// conditionRules, updateStrategy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::any_objects")]
-    pub manifest_configs: Vec<Value>,
+    pub(crate) manifest_configs: Vec<Value>,
     /// The identity the work agent applies the resources as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::any_object")]
-    pub executor: Option<Value>,
+    pub(crate) executor: Option<Value>,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
+    pub(crate) extra: BTreeMap<String, Value>,
 }
 
 /// `workload`: the manifests of a ManifestWork.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ManifestsTemplate {
+pub(crate) struct ManifestsTemplate {
     /// Complete Kubernetes objects (apiVersion, kind, metadata, ...), as
     /// raw JSON.
     #[serde(default, skip_serializing_if = "Manifests::is_empty")]
     #[schemars(schema_with = "schema::embedded_resources")]
-    pub manifests: Manifests,
+    pub(crate) manifests: Manifests,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
+    pub(crate) extra: BTreeMap<String, Value>,
 }
 
 /// The manifests of a work, shared: every work of a revision holds the same
@@ -82,17 +82,17 @@ pub struct ManifestsTemplate {
 /// `Deref`; a change (`DerefMut`) copies the list first if it is shared.
 /// Serialized as the plain list.
 #[derive(Clone, Debug, Default)]
-pub struct Manifests(Arc<Vec<Map<String, Value>>>);
+pub(crate) struct Manifests(Arc<Vec<Map<String, Value>>>);
 
 impl Manifests {
     /// Whether `self` and `other` are the same shared list (not merely
     /// equal).
-    pub fn ptr_eq(&self, other: &Manifests) -> bool {
+    pub(crate) fn ptr_eq(&self, other: &Manifests) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// Whether there are no manifests.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
@@ -138,21 +138,21 @@ impl<'de> Deserialize<'de> for Manifests {
 /// `deleteOption`: the deletion strategy of a ManifestWork's resources.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct DeleteOption {
+pub(crate) struct DeleteOption {
     /// Foreground, Orphan or SelectivelyOrphan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("enum" = ["Foreground", "Orphan", "SelectivelyOrphan"]))]
-    pub propagation_policy: Option<String>,
+    pub(crate) propagation_policy: Option<String>,
     /// The resources orphaned under SelectivelyOrphan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::any_object")]
-    pub selectively_orphans: Option<Value>,
+    pub(crate) selectively_orphans: Option<Value>,
     /// Seconds after the work completes before it is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds_after_finished: Option<i64>,
+    pub(crate) ttl_seconds_after_finished: Option<i64>,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
+    pub(crate) extra: BTreeMap<String, Value>,
 }
 
 /// What the work agent reports about a ManifestWork.
@@ -161,20 +161,20 @@ pub struct DeleteOption {
 pub struct ManifestWorkStatus {
     /// Applied, Available, Progressing, Degraded and others.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
     /// The status of each manifest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::any_object")]
-    pub resource_status: Option<Value>,
+    pub(crate) resource_status: Option<Value>,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
+    pub(crate) extra: BTreeMap<String, Value>,
 }
 
 impl ManifestWork {
     /// The work's conditions in the form the rollout engine reads
     /// ([`work_status::derive`]); empty when the agent has reported none.
-    pub fn rollout_conditions(&self) -> Vec<work_status::Condition> {
+    pub(crate) fn rollout_conditions(&self) -> Vec<work_status::Condition> {
         self.status
             .iter()
             .flat_map(|status| &status.conditions)

@@ -29,13 +29,13 @@ use super::schema;
 use crate::rollout::{ClusterRolloutStatus, InvalidStrategy, RawStrategy, RolloutStatus, Strategy};
 
 /// `spec.revisionHistoryLimit` when not set.
-pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
+pub(crate) const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
 
 /// The most clusters the controller lists in one
 /// [`PlacementSummary::clusters`]; the others are only counted in
 /// [`PlacementSummary::omitted_clusters`], so the status of a large fleet
 /// stays far below the API server's object size limit.
-pub const MAX_CLUSTER_SUMMARIES: usize = 100;
+pub(crate) const MAX_CLUSTER_SUMMARIES: usize = 100;
 
 /// The desired state of a ManifestWorkReplicaSet.
 // Clippy reads the repeated keys of the `printcolumn(...)` lists as
@@ -100,35 +100,35 @@ pub struct ManifestWorkReplicaSetSpec {
     /// The ManifestWork spec applied, per cluster, to each cluster the
     /// placements select.
     #[serde(default, skip_serializing_if = "schema::is_default")]
-    pub manifest_work_template: ManifestWorkSpec,
+    pub(crate) manifest_work_template: ManifestWorkSpec,
     /// The placements (in this namespace) whose decisions receive the
     /// ManifestWork, each with its rollout strategy.
     #[schemars(length(min = 1))]
-    pub placement_refs: Vec<LocalPlacementReference>,
+    pub(crate) placement_refs: Vec<LocalPlacementReference>,
     /// Background: the ManifestWorkReplicaSet is deleted without waiting for
     /// its ManifestWorks to be gone. Foreground: it is deleted only after
     /// they are gone. Default Background.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("default" = "Background"))]
-    pub cascade_deletion_policy: Option<CascadeDeletionPolicy>,
+    pub(crate) cascade_deletion_policy: Option<CascadeDeletionPolicy>,
     /// How many past template revisions to keep as ControllerRevisions for
     /// rollback. Default 10.
     // No schema default: a value the API server fills in would hide the
     // one of a ManifestWorkReplicaSetRollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
-    pub revision_history_limit: Option<i32>,
+    pub(crate) revision_history_limit: Option<i32>,
 }
 
 impl ManifestWorkReplicaSetSpec {
     /// `cascadeDeletionPolicy`, Background when not set.
-    pub fn cascade_deletion_policy(&self) -> CascadeDeletionPolicy {
+    pub(crate) fn cascade_deletion_policy(&self) -> CascadeDeletionPolicy {
         self.cascade_deletion_policy.unwrap_or_default()
     }
 
     /// `revisionHistoryLimit`, [`DEFAULT_REVISION_HISTORY_LIMIT`] when not
     /// set, 0 when negative.
-    pub fn revision_history_limit(&self) -> usize {
+    pub(crate) fn revision_history_limit(&self) -> usize {
         let limit = self
             .revision_history_limit
             .unwrap_or(DEFAULT_REVISION_HISTORY_LIMIT);
@@ -140,14 +140,14 @@ impl ManifestWorkReplicaSet {
     /// The value of the owner label on this ManifestWorkReplicaSet's works:
     /// `<namespace>.<name>`, or its hash when that does not fit a label value
     /// (with the reason, to show in the status).
-    pub fn owner_label_value(&self) -> (String, Option<HashedLabelValue>) {
+    pub(crate) fn owner_label_value(&self) -> (String, Option<HashedLabelValue>) {
         owner_label_value(&self.namespace().unwrap_or_default(), &self.name_any())
     }
 }
 
 /// When the ManifestWorkReplicaSet is deleted relative to its ManifestWorks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum CascadeDeletionPolicy {
+pub(crate) enum CascadeDeletionPolicy {
     /// Delete without waiting for the ManifestWorks to be gone.
     #[default]
     Background,
@@ -159,19 +159,19 @@ pub enum CascadeDeletionPolicy {
 /// to its clusters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct LocalPlacementReference {
+pub(crate) struct LocalPlacementReference {
     /// The Placement's name.
     #[schemars(length(min = 1))]
-    pub name: String,
+    pub(crate) name: String,
     /// How to roll out to the placement's clusters. Absent means type All.
     #[serde(default, skip_serializing_if = "schema::is_default")]
     #[schemars(schema_with = "rollout_strategy_schema")]
-    pub rollout_strategy: RawStrategy,
+    pub(crate) rollout_strategy: RawStrategy,
 }
 
 impl LocalPlacementReference {
     /// The validated rollout strategy, or every problem with it.
-    pub fn strategy(&self) -> Result<Strategy, InvalidStrategy> {
+    pub(crate) fn strategy(&self) -> Result<Strategy, InvalidStrategy> {
         Strategy::from_raw(&self.rollout_strategy)
     }
 }
@@ -186,33 +186,34 @@ pub struct ManifestWorkReplicaSetStatus {
     /// plugin calls).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
     /// Totals over all placements.
     #[serde(default)]
-    pub summary: ManifestWorkReplicaSetSummary,
+    pub(crate) summary: ManifestWorkReplicaSetSummary,
     /// One entry per placement reference.
     #[serde(default, rename = "placementSummary")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
-    pub placements_summary: Vec<PlacementSummary>,
+    pub(crate) placements_summary: Vec<PlacementSummary>,
     /// The revision (template hash) known good: rolled out everywhere, and
     /// the one an abort restores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current_revision: Option<String>,
+    pub(crate) current_revision: Option<String>,
     /// The revision of the current template, being rolled out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub update_revision: Option<String>,
+    pub(crate) update_revision: Option<String>,
     /// When the current rollout was aborted; set while the current revision
     /// is being restored, cleared when a new revision starts rolling out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub aborted_time: Option<Time>,
+    pub(crate) aborted_time: Option<Time>,
     /// Bumped when two templates hash to the same revision name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub collision_count: Option<i32>,
+    pub(crate) collision_count: Option<i32>,
 }
 
 impl ManifestWorkReplicaSetStatus {
     /// Whether an abort is under way (`abortedTime` is set).
-    pub fn is_aborting(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_aborting(&self) -> bool {
         self.aborted_time.is_some()
     }
 }
@@ -221,94 +222,94 @@ impl ManifestWorkReplicaSetStatus {
 /// placement) by state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ManifestWorkReplicaSetSummary {
+pub(crate) struct ManifestWorkReplicaSetSummary {
     /// ManifestWorks owned.
     #[serde(default)]
-    pub total: i32,
+    pub(crate) total: i32,
     /// ManifestWorks with condition Progressing True.
     #[serde(default)]
-    pub progressing: i32,
+    pub(crate) progressing: i32,
     /// ManifestWorks with condition Available True.
     #[serde(default)]
-    pub available: i32,
+    pub(crate) available: i32,
     /// ManifestWorks with condition Degraded True.
     #[serde(default)]
-    pub degraded: i32,
+    pub(crate) degraded: i32,
     /// ManifestWorks with condition Applied True.
     #[serde(default)]
-    pub applied: i32,
+    pub(crate) applied: i32,
     /// ManifestWorks there will be once the rollout is done: the clusters
     /// selected.
     #[serde(default)]
-    pub desired_total: i32,
+    pub(crate) desired_total: i32,
     /// Clusters where the update revision has succeeded.
     #[serde(default)]
-    pub updated: i32,
+    pub(crate) updated: i32,
 }
 
 /// The rollout on one placement.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct PlacementSummary {
+pub(crate) struct PlacementSummary {
     /// The placement's name.
-    pub name: String,
+    pub(crate) name: String,
     /// Decision groups whose clusters all have available ManifestWorks, of
     /// all groups, such as `2/4`.
     #[serde(default)]
-    pub available_decision_groups: String,
+    pub(crate) available_decision_groups: String,
     /// Counts of this placement's ManifestWorks.
     #[serde(default)]
-    pub summary: ManifestWorkReplicaSetSummary,
+    pub(crate) summary: ManifestWorkReplicaSetSummary,
     /// Whether more clusters failed or timed out than `maxFailures` allows,
     /// which stops new clusters from being rolled out.
     #[serde(default)]
-    pub max_failure_breach: bool,
+    pub(crate) max_failure_breach: bool,
     /// How many of the placement's clusters are in each rollout status.
     #[serde(default)]
-    pub cluster_counts: ClusterCounts,
+    pub(crate) cluster_counts: ClusterCounts,
     /// Clusters that need attention, the most urgent first (timed out and
     /// failed before validating, progressing and to apply); at most 100.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub clusters: Vec<ClusterRolloutSummary>,
+    pub(crate) clusters: Vec<ClusterRolloutSummary>,
     /// Clusters left out of `clusters` to keep the status small.
     #[serde(default, skip_serializing_if = "schema::is_default")]
-    pub omitted_clusters: i32,
+    pub(crate) omitted_clusters: i32,
     /// The failed and timed-out clusters that aborted the rollout, with
     /// why; kept while the abort lasts (`abortedTime` set).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub abort_failures: Vec<ClusterRolloutSummary>,
+    pub(crate) abort_failures: Vec<ClusterRolloutSummary>,
 }
 
 /// The number of clusters in each rollout status.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterCounts {
+pub(crate) struct ClusterCounts {
     /// Clusters whose ManifestWork is still to apply or not yet observed.
     #[serde(default)]
-    pub to_apply: i32,
+    pub(crate) to_apply: i32,
     /// Clusters whose ManifestWork is progressing.
     #[serde(default)]
-    pub progressing: i32,
+    pub(crate) progressing: i32,
     /// Clusters the rollout plugin is validating.
     #[serde(default)]
-    pub validating: i32,
+    pub(crate) validating: i32,
     /// Clusters where the rollout succeeded.
     #[serde(default)]
-    pub succeeded: i32,
+    pub(crate) succeeded: i32,
     /// Clusters where the rollout failed.
     #[serde(default)]
-    pub failed: i32,
+    pub(crate) failed: i32,
     /// Clusters that did not finish within progressDeadline.
     #[serde(default)]
-    pub time_out: i32,
+    pub(crate) time_out: i32,
     /// Clusters skipped.
     #[serde(default)]
-    pub skip: i32,
+    pub(crate) skip: i32,
 }
 
 impl ClusterCounts {
     /// Counts one more cluster in `status`, saturating.
-    pub fn add(&mut self, status: RolloutStatus) {
+    pub(crate) fn add(&mut self, status: RolloutStatus) {
         let slot = match status {
             RolloutStatus::ToApply => &mut self.to_apply,
             RolloutStatus::Progressing => &mut self.progressing,
@@ -325,27 +326,27 @@ impl ClusterCounts {
 /// One cluster's rollout, as reported in the status.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterRolloutSummary {
+pub(crate) struct ClusterRolloutSummary {
     /// The managed cluster.
-    pub cluster_name: String,
+    pub(crate) cluster_name: String,
     /// ToApply, Progressing, Validating, Succeeded, Failed, TimeOut or Skip.
     #[schemars(schema_with = "schema::rollout_status")]
-    pub rollout_status: RolloutStatus,
+    pub(crate) rollout_status: RolloutStatus,
     /// The decision group's index.
     #[serde(default)]
-    pub group_index: i32,
+    pub(crate) group_index: i32,
     /// The decision group's name.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub group_name: String,
+    pub(crate) group_name: String,
     /// When the status began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<Time>,
+    pub(crate) last_transition_time: Option<Time>,
     /// The revision (template hash) of the cluster's ManifestWork.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revision: Option<String>,
+    pub(crate) revision: Option<String>,
     /// Why: the validation plugin's message, or the error of a hook call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
+    pub(crate) message: Option<String>,
 }
 
 impl From<&ClusterRolloutStatus> for ClusterRolloutSummary {

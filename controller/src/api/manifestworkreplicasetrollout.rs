@@ -87,23 +87,23 @@ pub struct ManifestWorkReplicaSetRolloutSpec {
     /// spec.revisionHistoryLimit wins when its CRD has the field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
-    pub revision_history_limit: Option<i32>,
+    pub(crate) revision_history_limit: Option<i32>,
     /// The design's additions to each placement's rollout strategy, by the
     /// name of the ManifestWorkReplicaSet's placement reference.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "placements_schema")]
-    pub placements: Vec<PlacementRollout>,
+    pub(crate) placements: Vec<PlacementRollout>,
 }
 
 /// The design's additions to one placement's rollout strategy.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PlacementRollout {
+pub(crate) struct PlacementRollout {
     /// The ManifestWorkReplicaSet's placement reference.
-    pub name: String,
+    pub(crate) name: String,
     /// plugin, pluginConfig, abortOnFailure, failureStrategy, rollbackPace.
     #[serde(flatten)]
-    pub additions: RawAdditions,
+    pub(crate) additions: RawAdditions,
 }
 
 /// What the controller reports beyond OCM's ManifestWorkReplicaSet status.
@@ -112,50 +112,50 @@ pub struct PlacementRollout {
 pub struct ManifestWorkReplicaSetRolloutStatus {
     /// The generation of this object the controller last read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
+    pub(crate) observed_generation: Option<i64>,
     /// The revision (template hash) known good: rolled out everywhere, and
     /// the one an abort restores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current_revision: Option<String>,
+    pub(crate) current_revision: Option<String>,
     /// The revision of the current template, being rolled out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub update_revision: Option<String>,
+    pub(crate) update_revision: Option<String>,
     /// When the current rollout was aborted; set while the current revision
     /// is being restored, cleared when a new revision starts rolling out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub aborted_time: Option<Time>,
+    pub(crate) aborted_time: Option<Time>,
     /// Bumped when two templates hash to the same revision name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub collision_count: Option<i32>,
+    pub(crate) collision_count: Option<i32>,
     /// Per placement: the clusters' rollout statuses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
-    pub placements: Vec<PlacementRolloutStatus>,
+    pub(crate) placements: Vec<PlacementRolloutStatus>,
 }
 
 /// The rollout on one placement, beyond OCM's placementSummary.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct PlacementRolloutStatus {
+pub(crate) struct PlacementRolloutStatus {
     /// The placement's name.
-    pub name: String,
+    pub(crate) name: String,
     /// Whether more clusters failed or timed out than `maxFailures` allows,
     /// which stops new clusters from being rolled out.
     #[serde(default)]
-    pub max_failure_breach: bool,
+    pub(crate) max_failure_breach: bool,
     /// How many of the placement's clusters are in each rollout status.
     #[serde(default)]
-    pub cluster_counts: ClusterCounts,
+    pub(crate) cluster_counts: ClusterCounts,
     /// Clusters that need attention, the most urgent first; at most 100.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub clusters: Vec<ClusterRolloutSummary>,
+    pub(crate) clusters: Vec<ClusterRolloutSummary>,
     /// Clusters left out of `clusters` to keep the status small.
     #[serde(default, skip_serializing_if = "schema::is_default")]
-    pub omitted_clusters: i32,
+    pub(crate) omitted_clusters: i32,
     /// The failed and timed-out clusters that aborted the rollout, with
     /// why; kept while the abort lasts (`abortedTime` set).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub abort_failures: Vec<ClusterRolloutSummary>,
+    pub(crate) abort_failures: Vec<ClusterRolloutSummary>,
 }
 
 /// The schema of `spec.placements`: a list keyed by name, each entry the
@@ -189,7 +189,7 @@ struct PlacementRolloutSchema {
 /// design field it does not set taken from `carrier` (per placement, by
 /// name), and the status additions from the carrier's status when it has
 /// one.
-pub fn bind(
+pub(crate) fn bind(
     mwrs: &ManifestWorkReplicaSet,
     carrier: Option<&ManifestWorkReplicaSetRollout>,
 ) -> ManifestWorkReplicaSet {
@@ -237,7 +237,7 @@ fn merge_status(
 
 /// The part of `status` written to the carrier: the revisions, the abort
 /// and the per-placement details, with the carrier's `generation`.
-pub fn carrier_status(
+pub(crate) fn carrier_status(
     status: &ManifestWorkReplicaSetStatus,
     generation: Option<i64>,
 ) -> ManifestWorkReplicaSetRolloutStatus {

@@ -22,41 +22,38 @@
 //! [`additions`] lists the design's additions to OCM's CRDs, and [`prune`]
 //! prunes objects against CRD schemas as an API server does.
 
-pub mod additions;
-pub mod annotations;
-pub mod clustermanager;
-pub mod conditions;
+pub(crate) mod additions;
+pub(crate) mod annotations;
+pub(crate) mod clustermanager;
+pub(crate) mod conditions;
 pub mod crd;
-pub mod labels;
-pub mod manifestwork;
-pub mod manifestworkreplicaset;
-pub mod manifestworkreplicasetrollout;
-pub mod placement;
+pub(crate) mod labels;
+pub(crate) mod manifestwork;
+pub(crate) mod manifestworkreplicaset;
+pub(crate) mod manifestworkreplicasetrollout;
+pub(crate) mod placement;
 pub mod prune;
 mod schema;
 
-pub use clustermanager::{
-    CaCertificate, ClusterManager, ClusterManagerSpec, ClusterManagerStatus, FeatureGate,
-    RolloutPipeline, RolloutPlugin, WorkConfiguration,
+pub(crate) use clustermanager::{
+    ClusterManager, RolloutPipeline, RolloutPlugin, WorkConfiguration,
 };
-pub use crd::{
-    CrdError, CrdFile, CrdShape, WriteError, crd_files, crds, crds_yaml, write_crd_files,
-};
-pub use labels::{HashedLabelValue, owner_label_value};
-pub use manifestwork::{
-    DeleteOption, ManifestWork, ManifestWorkSpec, ManifestWorkStatus, Manifests, ManifestsTemplate,
+pub use crd::{CrdShape, crd_files, crds, crds_yaml, write_crd_files};
+pub(crate) use labels::HashedLabelValue;
+pub use manifestwork::{ManifestWork, ManifestWorkSpec, ManifestWorkStatus};
+pub(crate) use manifestworkreplicaset::{
+    CascadeDeletionPolicy, ClusterCounts, ClusterRolloutSummary, LocalPlacementReference,
+    ManifestWorkReplicaSetSummary, PlacementSummary,
 };
 pub use manifestworkreplicaset::{
-    CascadeDeletionPolicy, ClusterCounts, ClusterRolloutSummary, LocalPlacementReference,
     ManifestWorkReplicaSet, ManifestWorkReplicaSetSpec, ManifestWorkReplicaSetStatus,
-    ManifestWorkReplicaSetSummary, PlacementSummary,
 };
 pub use manifestworkreplicasetrollout::{
     ManifestWorkReplicaSetRollout, ManifestWorkReplicaSetRolloutSpec,
-    ManifestWorkReplicaSetRolloutStatus, PlacementRollout, PlacementRolloutStatus,
+    ManifestWorkReplicaSetRolloutStatus,
 };
+pub(crate) use placement::decision_groups;
 pub use placement::{
-    ClusterDecision, DecisionGroup, DecisionGroupError, DecisionGroupStatus, DecisionStrategy,
-    GroupStrategy, Placement, PlacementDecision, PlacementDecisionFields, PlacementDecisionStatus,
-    PlacementSpec, PlacementStatus, decision_groups,
+    Placement, PlacementDecision, PlacementDecisionFields, PlacementDecisionStatus, PlacementSpec,
+    PlacementStatus,
 };

@@ -37,55 +37,55 @@ use crate::rollout::ClusterGroup;
 pub struct PlacementSpec {
     /// How the selected clusters are divided into decision groups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decision_strategy: Option<DecisionStrategy>,
+    pub(crate) decision_strategy: Option<DecisionStrategy>,
     /// Upstream fields this crate does not model (clusterSets,
     /// numberOfClusters, predicates, prioritizerPolicy, spreadPolicy,
     /// tolerations), kept as read.
     #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
+    pub(crate) extra: BTreeMap<String, Value>,
 }
 
 /// `decisionStrategy`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct DecisionStrategy {
+pub(crate) struct DecisionStrategy {
     /// How clusters are grouped.
     #[serde(default)]
-    pub group_strategy: GroupStrategy,
+    pub(crate) group_strategy: GroupStrategy,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
+    pub(crate) extra: BTreeMap<String, Value>,
 }
 
 /// `groupStrategy`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct GroupStrategy {
+pub(crate) struct GroupStrategy {
     /// Named groups, each selecting its clusters among the placement's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub decision_groups: Vec<DecisionGroup>,
+    pub(crate) decision_groups: Vec<DecisionGroup>,
     /// The largest number (or percentage) of clusters in one group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clusters_per_decision_group: Option<IntOrString>,
+    pub(crate) clusters_per_decision_group: Option<IntOrString>,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
+    pub(crate) extra: BTreeMap<String, Value>,
 }
 
 /// One entry of `decisionGroups`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct DecisionGroup {
+pub(crate) struct DecisionGroup {
     /// The group's name, the `decision-group-name` label of its decisions.
     #[serde(default)]
-    pub group_name: String,
+    pub(crate) group_name: String,
     /// Which of the placement's clusters belong to the group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::any_object")]
-    pub group_cluster_selector: Option<Value>,
+    pub(crate) group_cluster_selector: Option<Value>,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
+    pub(crate) extra: BTreeMap<String, Value>,
 }
 
 /// What the placement controller reports about a Placement.
@@ -94,34 +94,34 @@ pub struct DecisionGroup {
 pub struct PlacementStatus {
     /// How many clusters the placement selected.
     #[serde(default)]
-    pub number_of_selected_clusters: i32,
+    pub(crate) number_of_selected_clusters: i32,
     /// The decision groups and the PlacementDecisions of each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub decision_groups: Vec<DecisionGroupStatus>,
+    pub(crate) decision_groups: Vec<DecisionGroupStatus>,
     /// PlacementSatisfied, PlacementMisconfigured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
+    pub(crate) conditions: Vec<Condition>,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
+    pub(crate) extra: BTreeMap<String, Value>,
 }
 
 /// One entry of `status.decisionGroups`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct DecisionGroupStatus {
+pub(crate) struct DecisionGroupStatus {
     /// The group's index; 0 when the placement defines no groups.
     #[serde(default)]
-    pub decision_group_index: i32,
+    pub(crate) decision_group_index: i32,
     /// The group's name; may be empty.
     #[serde(default)]
-    pub decision_group_name: String,
+    pub(crate) decision_group_name: String,
     /// Names of the group's PlacementDecisions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub decisions: Vec<String>,
+    pub(crate) decisions: Vec<String>,
     /// How many clusters the group holds.
     #[serde(default)]
-    pub cluster_count: i32,
+    pub(crate) cluster_count: i32,
 }
 
 /// A PlacementDecision has no spec: its decisions are in its status.
@@ -145,23 +145,23 @@ pub struct PlacementDecisionFields {}
 pub struct PlacementDecisionStatus {
     /// The selected clusters.
     #[serde(default)]
-    pub decisions: Vec<ClusterDecision>,
+    pub(crate) decisions: Vec<ClusterDecision>,
 }
 
 /// One selected cluster.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterDecision {
+pub(crate) struct ClusterDecision {
     /// The managed cluster's name (and its namespace on the hub).
-    pub cluster_name: String,
+    pub(crate) cluster_name: String,
     /// Why it was selected.
     #[serde(default)]
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// A PlacementDecision whose group labels cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum DecisionGroupError {
+pub(crate) enum DecisionGroupError {
     /// The `decision-group-index` label is absent.
     #[error("PlacementDecision {decision}: label {DECISION_GROUP_INDEX_LABEL} is missing")]
     MissingIndex {
@@ -187,7 +187,7 @@ pub enum DecisionGroupError {
 /// of its decisions' clusters, sorted, without empty names. Groups come out
 /// ordered by index, then name. Fails on the first decision whose
 /// `decision-group-index` label is missing or not a number, as OCM does.
-pub fn decision_groups(
+pub(crate) fn decision_groups(
     decisions: &[PlacementDecision],
 ) -> Result<Vec<ClusterGroup>, DecisionGroupError> {
     let mut groups: BTreeMap<(i32, String), BTreeSet<String>> = BTreeMap::new();

@@ -30,7 +30,7 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 /// The top-level fields of ObjectMeta, the only ones kept in `metadata`.
-pub const OBJECT_META_FIELDS: &[&str] = &[
+pub(crate) const OBJECT_META_FIELDS: &[&str] = &[
     "name",
     "generateName",
     "namespace",
@@ -62,7 +62,7 @@ fn child(path: &str, key: &str) -> String {
 
 /// Prunes `value` against the node schema `schema` (an `openAPIV3Schema`
 /// or one of its sub-schemas); returns the paths dropped, from `value`.
-pub fn prune(value: &mut Value, schema: &Value) -> Vec<String> {
+pub(crate) fn prune(value: &mut Value, schema: &Value) -> Vec<String> {
     let mut dropped = Vec::new();
     prune_at(value, schema, "", &mut dropped);
     dropped
@@ -71,7 +71,7 @@ pub fn prune(value: &mut Value, schema: &Value) -> Vec<String> {
 /// Prunes a whole stored object against its CRD version's
 /// `openAPIV3Schema`: the schema's root, with `apiVersion`, `kind` and
 /// `metadata` as the API server keeps them.
-pub fn prune_object(object: &mut Value, schema: &Value) -> Vec<String> {
+pub(crate) fn prune_object(object: &mut Value, schema: &Value) -> Vec<String> {
     let mut dropped = Vec::new();
     prune_resource(object, schema, "", &mut dropped);
     dropped
@@ -187,7 +187,7 @@ pub enum CrdDirError {
 }
 
 /// The `apiVersion` and `kind` of a stored object.
-pub type GroupVersionKind = (String, String);
+pub(crate) type GroupVersionKind = (String, String);
 
 /// The schemas of a set of CRDs, by `apiVersion` (`group/version`) and
 /// kind: what a simulated API server prunes against.
@@ -269,7 +269,7 @@ impl Schemas {
 
     /// The same, with every schema of `other` added (replacing the same
     /// kinds').
-    pub fn with(mut self, other: &Schemas) -> Schemas {
+    pub(crate) fn with(mut self, other: &Schemas) -> Schemas {
         for (key, schema) in &other.by_kind {
             self.by_kind.insert(key.clone(), schema.clone());
         }
@@ -277,7 +277,7 @@ impl Schemas {
     }
 
     /// The schema of `apiVersion`/`kind`, if a CRD serves it.
-    pub fn schema(&self, api_version: &str, kind: &str) -> Option<&Value> {
+    pub(crate) fn schema(&self, api_version: &str, kind: &str) -> Option<&Value> {
         self.by_kind.get(&(api_version.to_owned(), kind.to_owned()))
     }
 
@@ -291,7 +291,7 @@ impl Schemas {
     }
 
     /// The kinds served, as `apiVersion kind`.
-    pub fn kinds(&self) -> Vec<String> {
+    pub(crate) fn kinds(&self) -> Vec<String> {
         self.by_kind
             .keys()
             .map(|(v, k)| format!("{v} {k}"))

@@ -36,10 +36,10 @@ use crate::orchestrate::DeployOutcome;
 use crate::revision::AbortAction;
 
 /// The longest note written (the API allows 1 kB).
-pub const MAX_NOTE_LEN: usize = 1000;
+pub(crate) const MAX_NOTE_LEN: usize = 1000;
 
 /// The reporting controller's name in every Event.
-pub const REPORTING_CONTROLLER: &str = "rollout-controller";
+pub(crate) const REPORTING_CONTROLLER: &str = "rollout-controller";
 
 /// The reason of an Event (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -58,7 +58,7 @@ pub enum Reason {
 
 impl Reason {
     /// The `reason` field.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reason::AbortStarted => "AbortStarted",
             Reason::RollbackFinished => "RollbackFinished",
@@ -69,7 +69,7 @@ impl Reason {
     }
 
     /// The `action` field.
-    pub fn action(self) -> &'static str {
+    pub(crate) fn action(self) -> &'static str {
         match self {
             Reason::AbortStarted => "Abort",
             Reason::RollbackFinished => "RollBack",
@@ -80,7 +80,7 @@ impl Reason {
     }
 
     /// Warning or Normal.
-    pub fn event_type(self) -> EventType {
+    pub(crate) fn event_type(self) -> EventType {
         match self {
             Reason::RollbackFinished => EventType::Normal,
             _ => EventType::Warning,
@@ -110,7 +110,7 @@ fn restored(status: &ManifestWorkReplicaSetStatus) -> bool {
 
 /// The Events of one reconcile: from its step's `outcome`, the plugins'
 /// states, and the status before (`old`) and after (`new`).
-pub fn rollout_events(
+pub(crate) fn rollout_events(
     old: &ManifestWorkReplicaSetStatus,
     new: &ManifestWorkReplicaSetStatus,
     outcome: &DeployOutcome,
@@ -178,7 +178,7 @@ pub fn rollout_events(
 
 /// What the gate says about one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admit {
+pub(crate) enum Admit {
     /// Publish it; `held_back` like it were not since the last one.
     Publish {
         /// Events of this key held back since the last published.
@@ -206,15 +206,10 @@ impl EventGate {
         }
     }
 
-    /// The window.
-    pub fn window(&self) -> Duration {
-        Duration::try_from(self.window).unwrap_or(Duration::MAX)
-    }
-
     /// Whether an event of `reason` about `object` may go out at `now`:
     /// the first of a key in a window is published, saying how many were
     /// held back in the key's previous window; the rest are held back.
-    pub fn admit(&mut self, object: &str, reason: Reason, now: Timestamp) -> Admit {
+    pub(crate) fn admit(&mut self, object: &str, reason: Reason, now: Timestamp) -> Admit {
         let window = self.window;
         let after = |at: Timestamp, windows: i32| {
             window

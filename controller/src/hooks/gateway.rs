@@ -24,7 +24,7 @@ use crate::telemetry::Telemetry;
 pub const DEFAULT_GATEWAY_URL: &str = "http://127.0.0.1:10843";
 
 /// The deadline of each call when not configured: the contract's limit.
-pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The largest message sent or accepted, as the gateway's default.
 const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -116,7 +116,10 @@ impl GatewayTls {
     /// files' contents for an `https://` one. A CA or a client certificate
     /// for an `http://` gateway is an error rather than plaintext, since it
     /// says TLS was meant.
-    pub fn read(url: &str, files: &GatewayTlsFiles) -> Result<Option<GatewayTls>, GatewayTlsError> {
+    pub(crate) fn read(
+        url: &str,
+        files: &GatewayTlsFiles,
+    ) -> Result<Option<GatewayTls>, GatewayTlsError> {
         let read = |path: &PathBuf| {
             std::fs::read(path).map_err(|source| GatewayTlsError::Read {
                 path: path.clone(),
@@ -151,16 +154,9 @@ pub struct GatewayError {
     problem: UrlProblem,
 }
 
-impl GatewayError {
-    /// What is wrong with the address.
-    pub fn problem(&self) -> &UrlProblem {
-        &self.problem
-    }
-}
-
 /// What is wrong with a gateway address.
 #[derive(Debug, Error)]
-pub enum UrlProblem {
+pub(crate) enum UrlProblem {
     /// `HOST:PORT` without `http://` or `https://`.
     #[error(
         "it has no scheme; write http://{0} for a plaintext gateway or https://{0} for a TLS one"
@@ -272,7 +268,8 @@ impl GatewayHooks {
     }
 
     /// The deadline of each call.
-    pub fn timeout(&self) -> Duration {
+    #[cfg(test)]
+    pub(crate) fn timeout(&self) -> Duration {
         self.timeout
     }
 

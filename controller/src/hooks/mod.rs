@@ -21,27 +21,28 @@ use serde::Serialize;
 use thiserror::Error;
 
 pub use gateway::{
-    DEFAULT_GATEWAY_URL, DEFAULT_HOOK_TIMEOUT, GatewayError, GatewayHooks, GatewayOptions,
-    GatewayTls, GatewayTlsError, GatewayTlsFiles, UrlProblem, check_gateway_url,
+    DEFAULT_GATEWAY_URL, GatewayError, GatewayHooks, GatewayOptions, GatewayTls, GatewayTlsError,
+    GatewayTlsFiles, check_gateway_url,
 };
 
 pub use request::{RolloutRequest, encode_state};
-pub use rollout_proto::{HookKind, code_name};
+pub use rollout_proto::HookKind;
+pub(crate) use rollout_proto::code_name;
 
 /// Whether a plugin answered `Initialize`, for the `PluginLoaded` condition
 /// and its Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginState {
+pub(crate) struct PluginState {
     /// The plugin (or pipeline).
-    pub name: String,
+    pub(crate) name: String,
     /// `Ok`, or how its `Initialize` failed.
-    pub result: Result<(), HookError>,
+    pub(crate) result: Result<(), HookError>,
 }
 
 impl PluginState {
     /// The PluginLoaded False message of a failed `Initialize`; `None` when
     /// the plugin is loaded.
-    pub fn failure_message(&self) -> Option<String> {
+    pub(crate) fn failure_message(&self) -> Option<String> {
         let error = self.result.as_ref().err()?;
         Some(crate::api::conditions::plugin_failed_message(
             &self.name,
@@ -62,12 +63,12 @@ pub struct HookError {
     /// The status message.
     pub message: String,
     /// Whether the gateway answered, or the call never got an answer.
-    pub origin: Origin,
+    pub(crate) origin: Origin,
 }
 
 /// Where a failed hook call's status comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     /// An answer: the gateway's own status, a plugin's passed through, or
     /// one the controller made of an answer it cannot use.
     Answer,
@@ -80,7 +81,7 @@ impl HookError {
     /// The PluginLoaded message detail of a failed `Initialize`: the
     /// design's "unavailable plugin server endpoint" for `UNAVAILABLE` (with
     /// the gateway's reason), else the code and message.
-    pub fn load_failure_detail(&self) -> String {
+    pub(crate) fn load_failure_detail(&self) -> String {
         use crate::api::conditions::UNAVAILABLE_ENDPOINT;
         match (self.code, self.message.is_empty()) {
             (tonic::Code::Unavailable, true) => UNAVAILABLE_ENDPOINT.to_owned(),
@@ -94,7 +95,7 @@ impl HookError {
     /// An error of `hook` from a gRPC status. A status that carries a
     /// source error was made by the client from a transport failure; one
     /// read from the gateway's headers or trailers has none.
-    pub fn from_status(hook: HookKind, status: &tonic::Status) -> HookError {
+    pub(crate) fn from_status(hook: HookKind, status: &tonic::Status) -> HookError {
         use std::error::Error as _;
         HookError {
             hook,
@@ -109,7 +110,7 @@ impl HookError {
     }
 
     /// Whether calling again with the same input gives the same error.
-    pub fn persistence(&self) -> Persistence {
+    pub(crate) fn persistence(&self) -> Persistence {
         Persistence::of(self.code)
     }
 }
@@ -117,7 +118,7 @@ impl HookError {
 /// Whether a failed hook call can succeed when retried unchanged: the one
 /// classification of gRPC codes the retry policy uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Persistence {
+pub(crate) enum Persistence {
     /// The plugin refused the input or is not able to handle it
     /// (`INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `PERMISSION_DENIED`,
     /// `UNAUTHENTICATED`, `NOT_FOUND`, `UNIMPLEMENTED`, `OUT_OF_RANGE`,
@@ -133,7 +134,7 @@ pub enum Persistence {
 
 impl Persistence {
     /// The class of gRPC `code`.
-    pub fn of(code: tonic::Code) -> Persistence {
+    pub(crate) fn of(code: tonic::Code) -> Persistence {
         use tonic::Code;
         match code {
             Code::InvalidArgument
@@ -172,7 +173,7 @@ pub enum StateDetail {
 impl StateDetail {
     /// What `response` declares; an unknown value is read as FULL (sending
     /// more than asked is safe, less is not).
-    pub fn of(response: &InitializeResponse) -> StateDetail {
+    pub(crate) fn of(response: &InitializeResponse) -> StateDetail {
         match RolloutStateDetail::try_from(response.state_detail) {
             Ok(RolloutStateDetail::Counts) => StateDetail::Counts,
             _ => StateDetail::Full,
@@ -263,10 +264,10 @@ pub struct HookCounts {
     pub progress_rollout: u64,
     /// `ValidateRolloutCompletion` calls.
     #[serde(rename = "ValidateRolloutCompletion")]
-    pub validate_rollout_completion: u64,
+    pub(crate) validate_rollout_completion: u64,
     /// `MutateManifestWork` calls.
     #[serde(rename = "MutateManifestWork")]
-    pub mutate_manifest_work: u64,
+    pub(crate) mutate_manifest_work: u64,
 }
 
 impl HookCounts {
@@ -284,7 +285,7 @@ impl HookCounts {
 
 /// Thread-safe per-hook call counters.
 #[derive(Debug, Default)]
-pub struct HookCounters {
+pub(crate) struct HookCounters {
     counts: [AtomicU64; 5],
 }
 
@@ -300,12 +301,12 @@ impl HookCounters {
     }
 
     /// Counts one call of `hook`.
-    pub fn record(&self, hook: HookKind) {
+    pub(crate) fn record(&self, hook: HookKind) {
         self.counts[Self::slot(hook)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The counts so far.
-    pub fn snapshot(&self) -> HookCounts {
+    pub(crate) fn snapshot(&self) -> HookCounts {
         let get = |hook| self.counts[Self::slot(hook)].load(Ordering::Relaxed);
         HookCounts {
             initialize: get(HookKind::Initialize),

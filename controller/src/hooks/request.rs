@@ -79,14 +79,14 @@ impl RolloutRequest {
     }
 
     /// The decoded `rollout_status`, if it was sent.
-    pub fn state(&self) -> Option<RolloutState> {
+    pub(crate) fn state(&self) -> Option<RolloutState> {
         self.rollout_status
             .as_ref()
             .and_then(|b| RolloutState::decode(b.as_ref()).ok())
     }
 
     /// Who and what the request is about, for spans.
-    pub fn fields(&self) -> RolloutFields {
+    pub(crate) fn fields(&self) -> RolloutFields {
         RolloutFields {
             mwrs_name: self.mwrs_name.clone(),
             mwrs_namespace: self.mwrs_namespace.clone(),
@@ -104,16 +104,16 @@ impl RolloutRequest {
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct ValidateWire {
     #[prost(message, optional, tag = "1")]
-    pub rollout: Option<RolloutRequest>,
+    pub(crate) rollout: Option<RolloutRequest>,
 }
 
 /// `MutateManifestWorkRequest` over a [`RolloutRequest`].
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct MutateWire {
     #[prost(message, optional, tag = "1")]
-    pub rollout: Option<RolloutRequest>,
+    pub(crate) rollout: Option<RolloutRequest>,
     #[prost(bytes = "bytes", tag = "2")]
-    pub manifest_work: Bytes,
+    pub(crate) manifest_work: Bytes,
 }
 
 #[cfg(test)]

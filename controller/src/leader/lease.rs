@@ -14,29 +14,29 @@ use jiff::{SignedDuration, Timestamp};
 
 /// The fields of a `coordination.k8s.io/v1` Lease that election uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseRecord {
+pub(crate) struct LeaseRecord {
     /// `holderIdentity`; `None` (or empty) when released.
-    pub holder: Option<String>,
+    pub(crate) holder: Option<String>,
     /// `leaseDurationSeconds`.
-    pub duration: Duration,
+    pub(crate) duration: Duration,
     /// `acquireTime`: when the holder took it.
-    pub acquire_time: Option<Timestamp>,
+    pub(crate) acquire_time: Option<Timestamp>,
     /// `renewTime`: when the holder last renewed it.
-    pub renew_time: Option<Timestamp>,
+    pub(crate) renew_time: Option<Timestamp>,
     /// `leaseTransitions`: how many times the holder changed.
-    pub transitions: i32,
+    pub(crate) transitions: i32,
 }
 
 impl LeaseRecord {
     /// The holder, if the lease is held.
-    pub fn holder(&self) -> Option<&str> {
+    pub(crate) fn holder(&self) -> Option<&str> {
         self.holder.as_deref().filter(|h| !h.is_empty())
     }
 }
 
 /// What to do after reading the Lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Write this record (create the Lease if there is none, else update
     /// it guarded by the version read): this replica leads once the write
     /// succeeds.
@@ -54,7 +54,7 @@ pub enum Decision {
 /// The decision of `identity` at `now` about `current` (the Lease as read;
 /// `None` if it does not exist), first seen as it is at `observed_since`,
 /// asking for leases of `duration`.
-pub fn decide(
+pub(crate) fn decide(
     current: Option<&LeaseRecord>,
     observed_since: Timestamp,
     identity: &str,
@@ -97,7 +97,7 @@ pub fn decide(
 
 /// The record that releases `current` (on a clean shutdown): no holder, so
 /// the next candidate takes it at once instead of waiting for it to expire.
-pub fn released(current: &LeaseRecord) -> LeaseRecord {
+pub(crate) fn released(current: &LeaseRecord) -> LeaseRecord {
     LeaseRecord {
         holder: None,
         duration: Duration::from_secs(1),

@@ -25,7 +25,7 @@
 //! The renew deadline is shorter than the lease duration, so a leader that
 //! cannot renew stops before any other replica may take the lease.
 
-pub mod lease;
+pub(crate) mod lease;
 
 use std::future::Future;
 use std::pin::pin;
@@ -138,14 +138,14 @@ pub fn identity(base: &str) -> String {
 #[error("{action} Lease {namespace}/{name}: {source}")]
 pub struct LeaseError {
     /// What was being done.
-    pub action: &'static str,
+    pub(crate) action: &'static str,
     /// The Lease's namespace.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// The Lease's name.
-    pub name: String,
+    pub(crate) name: String,
     /// The client's error.
     #[source]
-    pub source: kube::Error,
+    pub(crate) source: kube::Error,
 }
 
 /// Why one attempt to acquire or renew the lease failed.
@@ -237,11 +237,6 @@ impl LeaderElection {
             observed: None,
             last: None,
         }
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &LeaseConfig {
-        &self.config
     }
 
     fn error(&self, action: &'static str, source: kube::Error) -> LeaseError {

@@ -15,20 +15,15 @@ use crate::hooks::{Call, HookError, Hooks, Mutation, RolloutRequest};
 /// `inner`'s hook calls, each recorded (hook, target, gRPC code, duration)
 /// when it ends. A call dropped before it ends is not recorded.
 #[derive(Debug, Clone)]
-pub struct Metered<H> {
+pub(crate) struct Metered<H> {
     inner: H,
     metrics: Arc<ControllerMetrics>,
 }
 
 impl<H> Metered<H> {
     /// `inner`, counted in `metrics`.
-    pub fn new(inner: H, metrics: Arc<ControllerMetrics>) -> Metered<H> {
+    pub(crate) fn new(inner: H, metrics: Arc<ControllerMetrics>) -> Metered<H> {
         Metered { inner, metrics }
-    }
-
-    /// The hooks being counted.
-    pub fn inner(&self) -> &H {
-        &self.inner
     }
 
     async fn timed<T>(

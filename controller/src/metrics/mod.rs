@@ -38,26 +38,26 @@ use prometheus_client::registry::{Registry, Unit};
 use rollout_proto::{HookKind, code_name};
 use rollout_telemetry::metrics::{self as exposition, ProcessCollector};
 
-pub use metered::Metered;
+pub(crate) use metered::Metered;
 
 use crate::orchestrate::DeployOutcome;
 use crate::revision::AbortAction;
 
 /// Bucket bounds of the hook call durations, in seconds: from a local
 /// plugin's millisecond to the 30 s contract limit (the gateway's buckets).
-pub const HOOK_BUCKETS: [f64; 14] = [
+pub(crate) const HOOK_BUCKETS: [f64; 14] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
 /// Bucket bounds of the reconcile durations, in seconds: a reconcile makes
 /// several API and hook calls.
-pub const RECONCILE_BUCKETS: [f64; 12] = [
+pub(crate) const RECONCILE_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
 /// Why a reconcile failed, as the `error` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReconcileErrorKind {
+pub(crate) enum ReconcileErrorKind {
     /// A Kubernetes API call of the reconcile failed (`kube`).
     Kube,
     /// Listing or writing a ManifestWork failed (`manifestwork`).
@@ -68,14 +68,14 @@ pub enum ReconcileErrorKind {
 
 impl ReconcileErrorKind {
     /// Every kind, each a series from the start.
-    pub const ALL: [ReconcileErrorKind; 3] = [
+    pub(crate) const ALL: [ReconcileErrorKind; 3] = [
         ReconcileErrorKind::Kube,
         ReconcileErrorKind::ManifestWork,
         ReconcileErrorKind::Invalid,
     ];
 
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ReconcileErrorKind::Kube => "kube",
             ReconcileErrorKind::ManifestWork => "manifestwork",
@@ -134,7 +134,7 @@ fn hook_histogram() -> Histogram {
 
 /// Where one ManifestWorkReplicaSet's rollout stands after a reconcile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RolloutPhase {
+pub(crate) enum RolloutPhase {
     /// Nothing left to do: every cluster succeeded (rolled out or rolled
     /// back), or an abort stopped the rollout.
     Idle,
@@ -146,7 +146,7 @@ pub enum RolloutPhase {
 
 impl RolloutPhase {
     /// The phase a step's outcome leaves the rollout in.
-    pub fn of(outcome: &DeployOutcome) -> RolloutPhase {
+    pub(crate) fn of(outcome: &DeployOutcome) -> RolloutPhase {
         let placements = &outcome.placements;
         if placements.iter().any(|p| p.stopped) || placements.iter().all(|p| p.complete()) {
             RolloutPhase::Idle
@@ -276,12 +276,12 @@ impl ControllerMetrics {
     /// The answer to `GET /metrics` with request headers `headers`: every
     /// metric in the format its `Accept` asks for (OpenMetrics for
     /// Prometheus, else the Prometheus text).
-    pub fn response(&self, headers: &http::HeaderMap) -> http::Response<String> {
+    pub(crate) fn response(&self, headers: &http::HeaderMap) -> http::Response<String> {
         exposition::response(&self.registry, headers)
     }
 
     /// One reconcile ended after `elapsed`, failed with `error` if any.
-    pub fn record_reconcile(&self, elapsed: Duration, error: Option<ReconcileErrorKind>) {
+    pub(crate) fn record_reconcile(&self, elapsed: Duration, error: Option<ReconcileErrorKind>) {
         let result = if error.is_some() { "error" } else { "success" };
         self.reconciles.get_or_create(&One("result", result)).inc();
         self.reconcile_duration.observe(elapsed.as_secs_f64());
@@ -293,7 +293,13 @@ impl ControllerMetrics {
     }
 
     /// One hook call to `target` ended with `code` after `elapsed`.
-    pub fn record_hook(&self, hook: HookKind, target: &str, code: tonic::Code, elapsed: Duration) {
+    pub(crate) fn record_hook(
+        &self,
+        hook: HookKind,
+        target: &str,
+        code: tonic::Code,
+        elapsed: Duration,
+    ) {
         self.hook_calls
             .get_or_create(&CallLabels {
                 hook: hook.as_str(),
@@ -312,7 +318,7 @@ impl ControllerMetrics {
     /// One rollout step of the ManifestWorkReplicaSet `key`
     /// (`namespace/name`): counts the abort it started, if any, and its
     /// phase afterwards.
-    pub fn record_rollout(&self, key: &str, outcome: &DeployOutcome) {
+    pub(crate) fn record_rollout(&self, key: &str, outcome: &DeployOutcome) {
         if let Some(abort) = &outcome.abort {
             let action = match abort.action {
                 AbortAction::Stop => "Stop",
@@ -326,7 +332,7 @@ impl ControllerMetrics {
 
     /// The ManifestWorkReplicaSet `key` is gone (deleted): its rollout no
     /// longer counts.
-    pub fn forget_rollout(&self, key: &str) {
+    pub(crate) fn forget_rollout(&self, key: &str) {
         self.set_phase(key, None);
     }
 
@@ -353,7 +359,7 @@ impl ControllerMetrics {
     }
 
     /// Whether this replica leads (see [`crate::leader`]).
-    pub fn set_leader(&self, leading: bool) {
+    pub(crate) fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
     }
 }

@@ -13,7 +13,7 @@ pub trait Clock: fmt::Debug + Send + Sync {
 
 /// The system clock (`run`).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {

@@ -13,8 +13,9 @@
 //! - the template moves on: the work carries the controller's revision
 //!   label of another revision than the one rolled out, so applying is a
 //!   new rollout, not a fight; or
-//! - the other writer has been quiet for [`Settings::conflict_backoff`]
-//!   (`super::Settings`): then the controller takes the work over once,
+//! - the other writer has been quiet for
+//!   [`Settings::conflict_backoff`](super::Settings::conflict_backoff):
+//!   then the controller takes the work over once,
 //!   and a writer that is still there writes again and starts another
 //!   quiet period. At most one apply per back-off, never a loop.
 //!
@@ -35,7 +36,7 @@ use crate::api::annotations::{OWNER_ANNOTATION, SPEC_HASH_ANNOTATION};
 use crate::api::labels::{CONTROLLER_HASH_LABEL, MWRS_OWNER_LABEL, PLACEMENT_NAME_LABEL};
 
 /// The server-side apply field manager of every write of the controller.
-pub const FIELD_MANAGER: &str = "rollout-controller";
+pub(crate) const FIELD_MANAGER: &str = "rollout-controller";
 
 /// The labels the controller sets on every work it applies.
 const OWN_LABELS: [&str; 3] = [
@@ -49,21 +50,21 @@ const OWN_ANNOTATIONS: [&str; 2] = [OWNER_ANNOTATION, SPEC_HASH_ANNOTATION];
 
 /// A work another field manager wrote since the controller last applied it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkConflict {
+pub(crate) struct WorkConflict {
     /// The cluster (the work's namespace).
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// The work's name.
-    pub work: String,
+    pub(crate) work: String,
     /// The other field managers, by name; empty when the API server refused
     /// an apply (then [`WorkConflict::refused`] has its answer).
-    pub managers: Vec<String>,
+    pub(crate) managers: Vec<String>,
     /// When the last of them wrote.
-    pub at: Option<Timestamp>,
+    pub(crate) at: Option<Timestamp>,
     /// The API server's answer to an apply it refused with 409 Conflict.
-    pub refused: Option<String>,
+    pub(crate) refused: Option<String>,
     /// Whether the controller left the work alone in this step (false when
     /// it took the work over: a new revision, or the back-off passed).
-    pub left_alone: bool,
+    pub(crate) left_alone: bool,
 }
 
 impl fmt::Display for WorkConflict {
@@ -97,7 +98,7 @@ impl fmt::Display for WorkConflict {
 
 /// What to do with a work to roll out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Apply it; `force` when another manager owns fields the controller
     /// sets (a take-over), else without force so that a writer racing the
     /// controller gets a 409 rather than being overwritten.
@@ -168,7 +169,7 @@ pub(crate) fn foreign_owned(work: &ManifestWork) -> bool {
 
 /// Whether to apply `work` (in `cluster`) for `desired_revision` at `now`,
 /// given the back-off after another writer (see the module documentation).
-pub fn decide(
+pub(crate) fn decide(
     cluster: &str,
     work: &ManifestWork,
     desired_revision: &str,

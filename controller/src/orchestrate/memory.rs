@@ -21,7 +21,7 @@ use crate::api::labels::MWRS_OWNER_LABEL;
 
 /// One write, as recorded by [`MemoryWorld::writes`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Write {
+pub(crate) enum Write {
     /// An apply of `namespace/name`.
     Apply(String, String),
     /// An annotation of `namespace/name`.
@@ -46,7 +46,7 @@ impl MemoryWorld {
 
     /// Puts `work` in as it is (status included), as if another party wrote
     /// it.
-    pub fn insert(&self, work: ManifestWork) {
+    pub(crate) fn insert(&self, work: ManifestWork) {
         let key = (work.namespace().unwrap_or_default(), work.name_any());
         if let Ok(mut works) = self.works.lock() {
             works.insert(key, Arc::new(work));
@@ -54,7 +54,7 @@ impl MemoryWorld {
     }
 
     /// The work `namespace/name`.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<ManifestWork> {
+    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<ManifestWork> {
         let works = self.works.lock().ok()?;
         works
             .get(&(namespace.to_owned(), name.to_owned()))
@@ -90,7 +90,8 @@ impl MemoryWorld {
     }
 
     /// The writes so far, in order.
-    pub fn writes(&self) -> Vec<Write> {
+    #[cfg(test)]
+    pub(crate) fn writes(&self) -> Vec<Write> {
         self.writes.lock().map(|w| w.clone()).unwrap_or_default()
     }
 
@@ -103,7 +104,7 @@ impl MemoryWorld {
 
 /// Why the in-memory world refused an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-pub enum MemoryWorldError {
+pub(crate) enum MemoryWorldError {
     /// A thread panicked while holding the works.
     #[error("the in-memory world is poisoned")]
     Poisoned,

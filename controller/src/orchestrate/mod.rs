@@ -58,12 +58,12 @@
 //! decide and the abort in `mod.rs`, `validate.rs`, `act.rs` with prune).
 
 mod clock;
-pub mod conflict;
+pub(crate) mod conflict;
 mod input;
 pub mod memory;
-pub mod observe;
+pub(crate) mod observe;
 mod report;
-pub mod request;
+pub(crate) mod request;
 mod settings;
 mod splice;
 mod step;
@@ -78,18 +78,21 @@ use std::collections::BTreeSet;
 
 use kube::ResourceExt;
 
-pub use clock::{Clock, SystemClock};
-pub use conflict::{FIELD_MANAGER, WorkConflict};
+pub use clock::Clock;
+pub(crate) use clock::SystemClock;
+pub(crate) use conflict::FIELD_MANAGER;
 pub use input::{DeployInput, Owner, PlacementTarget};
 pub(crate) use report::soonest;
-pub use report::{
-    AbortReport, ClusterReport, DeployOutcome, HookFailure, PlacementOutcome, WorkCounts,
-};
-pub use settings::{DEFAULT_CONFLICT_BACKOFF, DEFAULT_HOOK_CONCURRENCY, Settings};
-pub use step::ADOPTED_MESSAGE;
+pub(crate) use report::{AbortReport, ClusterReport};
+pub use report::{DeployOutcome, HookFailure, PlacementOutcome};
+// Tests across the crate build reports by hand.
+#[cfg(test)]
+pub(crate) use report::WorkCounts;
+pub use settings::{DEFAULT_HOOK_CONCURRENCY, Settings};
 pub use works::work_name;
 pub(crate) use works::{desired_work, finish_work};
-pub use world::{World, WorldAction, WorldError, WorldErrorKind};
+pub use world::{World, WorldError};
+pub(crate) use world::{WorldAction, WorldErrorKind};
 
 use crate::hooks::Hooks;
 use step::PlacementStep;

@@ -24,25 +24,25 @@ const MAX_MESSAGE_LEN: usize = 1024;
 
 /// The plugin's decided verdict on one revision and generation of a work.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// [`ValidationResult::Succeeded`] or [`ValidationResult::Failed`].
-    pub result: ValidationResult,
+    pub(crate) result: ValidationResult,
     /// The plugin's message.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// What a work says about its cluster, for the desired revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// The status, with a persisted verdict folded in.
-    pub status: WorkStatus,
+    pub(crate) status: WorkStatus,
     /// The persisted verdict, when there is one for this revision and
     /// generation.
-    pub verdict: Option<Verdict>,
+    pub(crate) verdict: Option<Verdict>,
 }
 
 /// The specs hashed last, with their hash: the works of a revision share
-/// their manifests ([`crate::api::Manifests`]), so the hash of a spec seen
+/// their manifests ([`crate::api::manifestwork::Manifests`]), so the hash of a spec seen
 /// before is found by pointer instead of hashing tens of kilobytes per work
 /// per step. Holding the manifests keeps their address from being reused.
 static SPEC_HASHES: Mutex<Vec<(ManifestWorkSpec, String)>> = Mutex::new(Vec::new());
@@ -131,7 +131,7 @@ pub(crate) fn verdict_of(work: &ManifestWork, desired_revision: &str) -> Option<
 /// work does not count ([`is_current`] is false). With a plugin
 /// (`validation`), a work done progressing is `Validating` unless a verdict
 /// for this revision and generation was persisted.
-pub fn observe(
+pub(crate) fn observe(
     work: &ManifestWork,
     desired_revision: &str,
     validation: Validation,

@@ -18,9 +18,9 @@ use crate::rollout::{RolloutResult, RolloutStatus};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookFailure {
     /// The cluster, for a per-cluster hook.
-    pub cluster: Option<String>,
+    pub(crate) cluster: Option<String>,
     /// The error.
-    pub error: HookError,
+    pub(crate) error: HookError,
 }
 
 impl fmt::Display for HookFailure {
@@ -34,54 +34,54 @@ impl fmt::Display for HookFailure {
 
 /// One cluster of a placement after a step.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterReport {
+pub(crate) struct ClusterReport {
     /// The cluster.
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// Its status for the desired revision (`TimeOut` once its deadline
     /// passed; `ToApply` when it has no work of that revision).
-    pub status: RolloutStatus,
+    pub(crate) status: RolloutStatus,
     /// Its decision group's index.
-    pub group_index: i32,
+    pub(crate) group_index: i32,
     /// Its decision group's name.
-    pub group_name: String,
+    pub(crate) group_name: String,
     /// When the status began.
-    pub last_transition_time: Option<Timestamp>,
+    pub(crate) last_transition_time: Option<Timestamp>,
     /// The revision its work carries, if it has one.
-    pub revision: Option<String>,
+    pub(crate) revision: Option<String>,
     /// The validation message, or the error of a hook call about it.
-    pub message: Option<String>,
+    pub(crate) message: Option<String>,
 }
 
 /// Counts of a placement's works by condition.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WorkCounts {
+pub(crate) struct WorkCounts {
     /// Works.
-    pub total: usize,
+    pub(crate) total: usize,
     /// With `Applied` True.
-    pub applied: usize,
+    pub(crate) applied: usize,
     /// With `Available` True.
-    pub available: usize,
+    pub(crate) available: usize,
     /// With `Degraded` True.
-    pub degraded: usize,
+    pub(crate) degraded: usize,
     /// With `Progressing` True.
-    pub progressing: usize,
+    pub(crate) progressing: usize,
 }
 
 /// Why a rollout was aborted in this step.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AbortReport {
+pub(crate) struct AbortReport {
     /// The placement where it happened.
-    pub placement: String,
+    pub(crate) placement: String,
     /// What follows: [`AbortAction::RollBack`] or [`AbortAction::Stop`].
-    pub action: AbortAction,
+    pub(crate) action: AbortAction,
     /// The failed and timed-out clusters of the update revision.
-    pub failures: Vec<ClusterReport>,
+    pub(crate) failures: Vec<ClusterReport>,
 }
 
 impl AbortReport {
     /// Each failed cluster as `c2 Failed (why)`, or `c3 TimeOut` without a
     /// message: the wording of the abort's span and of its Event.
-    pub fn failure_list(&self) -> Vec<String> {
+    pub(crate) fn failure_list(&self) -> Vec<String> {
         self.failures
             .iter()
             .map(|c| match &c.message {
@@ -96,39 +96,39 @@ impl AbortReport {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlacementOutcome {
     /// The placement.
-    pub name: String,
+    pub(crate) name: String,
     /// The revision rolled out in this step.
-    pub desired_revision: String,
+    pub(crate) desired_revision: String,
     /// Whether it is a rollback (or a stopped rollout).
-    pub aborting: bool,
+    pub(crate) aborting: bool,
     /// Whether the rollout is stopped (aborted with nothing to go back to).
-    pub stopped: bool,
+    pub(crate) stopped: bool,
     /// Whether the placement was on hold.
-    pub held: bool,
+    pub(crate) held: bool,
     /// Every cluster of the placement, in rollout order.
-    pub clusters: Vec<ClusterReport>,
+    pub(crate) clusters: Vec<ClusterReport>,
     /// The engine's decision (after any abort).
-    pub result: RolloutResult,
+    pub(crate) result: RolloutResult,
     /// The placement's works after this step, by condition.
-    pub works: WorkCounts,
+    pub(crate) works: WorkCounts,
     /// Clusters whose work of the update revision succeeded.
-    pub updated: usize,
+    pub(crate) updated: usize,
     /// Clusters with a work of the update revision (the rollback design's
     /// "already updated").
-    pub at_update: usize,
+    pub(crate) at_update: usize,
     /// Hook calls that failed.
     pub hook_errors: Vec<HookFailure>,
     /// Writes that failed.
-    pub world_errors: Vec<WorldError>,
+    pub(crate) world_errors: Vec<WorldError>,
     /// Works another field manager wrote since the controller applied
     /// them, and applies the API server refused with 409 Conflict.
-    pub conflicts: Vec<WorkConflict>,
+    pub(crate) conflicts: Vec<WorkConflict>,
     /// Clusters whose work was applied in this step, in order.
     pub applied: Vec<String>,
     /// Clusters whose work was deleted (they left the placement).
-    pub deleted: Vec<String>,
+    pub(crate) deleted: Vec<String>,
     /// When to look again for this placement.
-    pub requeue_after: Option<Duration>,
+    pub(crate) requeue_after: Option<Duration>,
 }
 
 impl PlacementOutcome {
@@ -141,7 +141,7 @@ impl PlacementOutcome {
     }
 
     /// The number of clusters in `status`.
-    pub fn count(&self, status: RolloutStatus) -> usize {
+    pub(crate) fn count(&self, status: RolloutStatus) -> usize {
         self.clusters.iter().filter(|c| c.status == status).count()
     }
 }
@@ -152,20 +152,20 @@ pub struct DeployOutcome {
     /// One per [`DeployInput::placements`], in order.
     pub placements: Vec<PlacementOutcome>,
     /// When an abort started in this step.
-    pub aborted_at: Option<Timestamp>,
+    pub(crate) aborted_at: Option<Timestamp>,
     /// Why it started.
-    pub abort: Option<AbortReport>,
+    pub(crate) abort: Option<AbortReport>,
     /// Works of placements no longer in the spec, deleted.
-    pub deleted_stale: Vec<(String, String)>,
+    pub(crate) deleted_stale: Vec<(String, String)>,
     /// Writes outside any placement that failed.
-    pub world_errors: Vec<WorldError>,
+    pub(crate) world_errors: Vec<WorldError>,
     /// When to look again: the soonest of the placements'.
-    pub requeue_after: Option<Duration>,
+    pub(crate) requeue_after: Option<Duration>,
 }
 
 impl DeployOutcome {
     /// Every hook failure, with its placement.
-    pub fn hook_errors(&self) -> impl Iterator<Item = (&str, &HookFailure)> {
+    pub(crate) fn hook_errors(&self) -> impl Iterator<Item = (&str, &HookFailure)> {
         self.placements
             .iter()
             .flat_map(|p| p.hook_errors.iter().map(move |e| (p.name.as_str(), e)))

@@ -49,19 +49,19 @@ use crate::rollout::{self, ClusterGroup, ClusterRolloutStatus, RolloutStatus, St
 
 /// One cluster's place in its placement's rollout order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Position {
+pub(crate) struct Position {
     /// 1-based.
-    pub index: usize,
+    pub(crate) index: usize,
     /// Its decision group's index.
-    pub group_index: i32,
+    pub(crate) group_index: i32,
     /// Its decision group's name.
-    pub group_name: String,
+    pub(crate) group_name: String,
 }
 
 /// The rollout order of a placement's clusters (see the module
 /// documentation).
 #[derive(Debug, Clone, Default)]
-pub struct RolloutOrder {
+pub(crate) struct RolloutOrder {
     clusters: Vec<String>,
     positions: HashMap<String, Position>,
 }
@@ -69,7 +69,7 @@ pub struct RolloutOrder {
 impl RolloutOrder {
     /// The order in which `strategy` rolls out `groups`' clusters
     /// ([`rollout::rollout_order`]); empty names are ignored.
-    pub fn new(strategy: &Strategy, groups: &[ClusterGroup]) -> RolloutOrder {
+    pub(crate) fn new(strategy: &Strategy, groups: &[ClusterGroup]) -> RolloutOrder {
         let mut order = RolloutOrder::default();
         for placed in rollout::rollout_order(strategy, groups) {
             order.clusters.push(placed.name.to_owned());
@@ -86,22 +86,22 @@ impl RolloutOrder {
     }
 
     /// The number of clusters.
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.clusters.len()
     }
 
     /// The clusters, in order.
-    pub fn clusters(&self) -> &[String] {
+    pub(crate) fn clusters(&self) -> &[String] {
         &self.clusters
     }
 
     /// Where `cluster` is; `None` if it is not in the placement.
-    pub fn position(&self, cluster: &str) -> Option<&Position> {
+    pub(crate) fn position(&self, cluster: &str) -> Option<&Position> {
         self.positions.get(cluster)
     }
 
     /// Whether `cluster` is in the placement.
-    pub fn contains(&self, cluster: &str) -> bool {
+    pub(crate) fn contains(&self, cluster: &str) -> bool {
         self.positions.contains_key(cluster)
     }
 
@@ -117,16 +117,16 @@ impl RolloutOrder {
 /// A cluster's status as reported to plugins: the status and the revision
 /// its work carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reported {
+pub(crate) struct Reported {
     /// The status, with its group and time.
-    pub status: ClusterRolloutStatus,
+    pub(crate) status: ClusterRolloutStatus,
     /// The revision hash.
-    pub revision: String,
+    pub(crate) revision: String,
 }
 
 impl Reported {
     /// `status` with `revision`.
-    pub fn new(status: ClusterRolloutStatus, revision: impl Into<String>) -> Reported {
+    pub(crate) fn new(status: ClusterRolloutStatus, revision: impl Into<String>) -> Reported {
         Reported {
             status,
             revision: revision.into(),
@@ -173,17 +173,17 @@ fn to_proto(reported: &Reported) -> proto::ClusterRolloutStatus {
 /// clusters about to be rolled out, `removed` the clusters that left the
 /// placement.
 #[derive(Debug, Clone)]
-pub struct RolloutStateLists<'a> {
+pub(crate) struct RolloutStateLists<'a> {
     /// The placement's rollout order.
-    pub order: &'a RolloutOrder,
+    pub(crate) order: &'a RolloutOrder,
     /// Clusters with a work of the desired revision.
-    pub observed: Vec<Reported>,
+    pub(crate) observed: Vec<Reported>,
     /// Clusters whose deadline passed in this decision.
-    pub timed_out: Vec<Reported>,
+    pub(crate) timed_out: Vec<Reported>,
     /// Clusters about to be rolled out.
-    pub to_roll_out: Vec<Reported>,
+    pub(crate) to_roll_out: Vec<Reported>,
     /// Clusters that left the placement.
-    pub removed: Vec<Reported>,
+    pub(crate) removed: Vec<Reported>,
 }
 
 /// The `rollout_status` of a request (see the module documentation). A
@@ -289,26 +289,26 @@ pub(crate) fn rollout_counts(lists: &RolloutStateLists<'_>) -> proto::RolloutCou
 
 /// Identifies the rollout a request is about.
 #[derive(Debug, Clone, Copy)]
-pub struct RequestScope<'a> {
+pub(crate) struct RequestScope<'a> {
     /// The ManifestWorkReplicaSet's name.
-    pub mwrs_name: &'a str,
+    pub(crate) mwrs_name: &'a str,
     /// Its namespace.
-    pub mwrs_namespace: &'a str,
+    pub(crate) mwrs_namespace: &'a str,
     /// The placement.
-    pub placement: &'a str,
+    pub(crate) placement: &'a str,
     /// The revision being rolled out.
-    pub desired_revision: &'a str,
+    pub(crate) desired_revision: &'a str,
     /// Whether this is a rollback to the current revision.
-    pub aborting: bool,
+    pub(crate) aborting: bool,
     /// The strategy's `pluginConfig`, encoded ([`Strategy::plugin_config`]).
-    pub plugin_config: Option<&'a Bytes>,
+    pub(crate) plugin_config: Option<&'a Bytes>,
 }
 
 /// The requests of one phase of a step: one scope, one state (encoded
 /// once, or left out for a counts-only target) and one set of counts,
 /// shared by every request built from it.
 #[derive(Debug, Clone)]
-pub struct Requests<'a> {
+pub(crate) struct Requests<'a> {
     scope: RequestScope<'a>,
     order: &'a RolloutOrder,
     state: Option<Bytes>,
@@ -318,7 +318,7 @@ pub struct Requests<'a> {
 impl<'a> Requests<'a> {
     /// Requests in `scope` over `order`, carrying `state` (the encoded
     /// `RolloutState`; `None` leaves `rollout_status` out) and `counts`.
-    pub fn new(
+    pub(crate) fn new(
         scope: RequestScope<'a>,
         order: &'a RolloutOrder,
         state: Option<Bytes>,
@@ -334,7 +334,7 @@ impl<'a> Requests<'a> {
 
     /// The placement-wide request (ProgressRollout): no `cluster_name`,
     /// `cluster_index` 0.
-    pub fn placement(&self) -> RolloutRequest {
+    pub(crate) fn placement(&self) -> RolloutRequest {
         RolloutRequest {
             mwrs_name: self.scope.mwrs_name.to_owned(),
             mwrs_namespace: self.scope.mwrs_namespace.to_owned(),
@@ -352,7 +352,7 @@ impl<'a> Requests<'a> {
 
     /// The request of a per-cluster hook for `cluster`, with its
     /// `cluster_index` (0 if it is not in the placement).
-    pub fn cluster(&self, cluster: &str) -> RolloutRequest {
+    pub(crate) fn cluster(&self, cluster: &str) -> RolloutRequest {
         let index = self.order.position(cluster).map_or(0, |p| p.index);
         RolloutRequest {
             cluster_name: cluster.to_owned(),

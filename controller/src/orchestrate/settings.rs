@@ -22,7 +22,7 @@ pub struct Settings {
 }
 
 /// [`Settings::conflict_backoff`] when not configured.
-pub const DEFAULT_CONFLICT_BACKOFF: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_CONFLICT_BACKOFF: Duration = Duration::from_secs(600);
 
 /// [`Settings::hook_concurrency`] when not configured: enough to keep a
 /// hub's gateway busy without flooding it.

@@ -12,7 +12,7 @@ use crate::orchestrate::conflict::FIELD_MANAGER;
 
 /// What an operation on the world was doing when it failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorldAction {
+pub(crate) enum WorldAction {
     /// Listing an owner's works.
     Listing,
     /// Applying a work.
@@ -40,7 +40,7 @@ impl fmt::Display for WorldAction {
 /// Why the world refused an operation, from the API server's status code
 /// (or what the in-memory world found): what a caller decides on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorldErrorKind {
+pub(crate) enum WorldErrorKind {
     /// 409 Conflict: another field manager owns a field the apply would
     /// change.
     Conflict,
@@ -74,16 +74,16 @@ impl WorldErrorKind {
 #[derive(Debug, Clone)]
 pub struct WorldError {
     /// What was being done.
-    pub action: WorldAction,
+    pub(crate) action: WorldAction,
     /// The work's namespace (its cluster); empty for a list.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// The work's name; empty for a list.
-    pub name: String,
+    pub(crate) name: String,
     /// Why it was refused.
-    pub kind: WorldErrorKind,
+    pub(crate) kind: WorldErrorKind,
     /// The cause (shared, so that an outcome holding the error can be
     /// cloned).
-    pub source: Arc<dyn std::error::Error + Send + Sync>,
+    pub(crate) source: Arc<dyn std::error::Error + Send + Sync>,
 }
 
 impl fmt::Display for WorldError {
@@ -110,7 +110,7 @@ impl std::error::Error for WorldError {
 impl WorldError {
     /// `action` on the work `namespace/name` failed with `source`, of
     /// `kind`.
-    pub fn new(
+    pub(crate) fn new(
         action: WorldAction,
         namespace: impl Into<String>,
         name: impl Into<String>,
@@ -128,7 +128,7 @@ impl WorldError {
 
     /// A Kubernetes API call for `action` on `namespace/name` that failed,
     /// classified by its status code.
-    pub fn kube(
+    pub(crate) fn kube(
         action: WorldAction,
         namespace: impl Into<String>,
         name: impl Into<String>,

@@ -28,17 +28,17 @@ use crate::rollout::ClusterGroup;
 
 /// The reflector stores a reconcile reads. Cheap to clone.
 #[derive(Clone)]
-pub struct Stores {
+pub(crate) struct Stores {
     /// ManifestWorks with the owner label, in every namespace.
-    pub works: Store<ManifestWork>,
+    pub(crate) works: Store<ManifestWork>,
     /// Placements, in every namespace.
-    pub placements: Store<Placement>,
+    pub(crate) placements: Store<Placement>,
     /// PlacementDecisions with the placement label, in every namespace.
-    pub decisions: Store<PlacementDecision>,
+    pub(crate) decisions: Store<PlacementDecision>,
     /// ControllerRevisions with the owner label, in every namespace.
-    pub revisions: Store<ControllerRevision>,
+    pub(crate) revisions: Store<ControllerRevision>,
     /// ManifestWorkReplicaSetRollouts, in every namespace.
-    pub carriers: Store<ManifestWorkReplicaSetRollout>,
+    pub(crate) carriers: Store<ManifestWorkReplicaSetRollout>,
 }
 
 /// The writing halves of [`Stores`], for whoever runs the watches (or a
@@ -57,7 +57,7 @@ pub struct StoreWriters {
 }
 
 /// Empty stores and their writers.
-pub fn stores() -> (Stores, StoreWriters) {
+pub(crate) fn stores() -> (Stores, StoreWriters) {
     let (works, works_writer) = reflector::store();
     let (placements, placements_writer) = reflector::store();
     let (decisions, decisions_writer) = reflector::store();
@@ -95,7 +95,7 @@ where
 
 impl Stores {
     /// Whether every store has listed its objects once.
-    pub fn synced(&self) -> bool {
+    pub(crate) fn synced(&self) -> bool {
         ready(&self.works)
             && ready(&self.placements)
             && ready(&self.decisions)
@@ -133,7 +133,7 @@ impl Cache {
 /// Runs one watch per store, feeding it (with the watcher's default
 /// backoff), until aborted (or the runtime ends, if the handles are
 /// dropped).
-pub fn spawn_reflectors(client: &Client, writers: StoreWriters) -> Vec<JoinHandle<()>> {
+pub(crate) fn spawn_reflectors(client: &Client, writers: StoreWriters) -> Vec<JoinHandle<()>> {
     let labelled = |label: &str| watcher::Config::default().labels(label).any_semantic();
     vec![
         feed(

@@ -32,13 +32,13 @@
 //!    ManifestWorkReplicaSetRollout;
 //! 7. requeue after the soonest recheck, capped at 30 minutes.
 
-pub mod backoff;
-pub mod cache;
+pub(crate) mod backoff;
+pub(crate) mod cache;
 pub(crate) mod carrier;
-pub mod plugins;
-pub mod revisions;
-pub mod status;
-pub mod world;
+pub(crate) mod plugins;
+pub(crate) mod revisions;
+pub(crate) mod status;
+pub(crate) mod world;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -75,9 +75,11 @@ use crate::orchestrate::{
 use crate::revision::RevisionStatus;
 use crate::rollout::{ClusterGroup, Strategy};
 use crate::telemetry::Telemetry;
-use plugins::{PluginCache, PluginCacheTtl};
+pub use cache::StoreWriters;
+use plugins::PluginCache;
+pub use plugins::PluginCacheTtl;
 use status::{PlacementProblem, PluginState, StatusInput};
-pub use world::{FIELD_MANAGER, KubeWorld};
+pub(crate) use world::{FIELD_MANAGER, KubeWorld};
 
 /// The longest wait before a ManifestWorkReplicaSet is reconciled again
 /// (upstream's resync period).
@@ -105,12 +107,12 @@ pub enum Error {
 
 impl Error {
     /// A failed API call while doing `action`.
-    pub fn kube(action: &'static str, source: kube::Error) -> Error {
+    pub(crate) fn kube(action: &'static str, source: kube::Error) -> Error {
         Error::Kube { action, source }
     }
 
     /// The cause, as the reconcile error metric counts it.
-    pub fn kind(&self) -> ReconcileErrorKind {
+    pub(crate) fn kind(&self) -> ReconcileErrorKind {
         match self {
             Error::Kube { .. } => ReconcileErrorKind::Kube,
             Error::World(_) => ReconcileErrorKind::ManifestWork,
@@ -149,17 +151,17 @@ impl Default for Options {
 /// What every reconcile shares.
 pub struct Context {
     /// The hub's API.
-    pub client: Client,
+    pub(crate) client: Client,
     /// The gateway.
     pub hooks: GatewayHooks,
     /// Traces.
-    pub telemetry: Telemetry,
+    pub(crate) telemetry: Telemetry,
     /// Tunables.
-    pub options: Options,
+    pub(crate) options: Options,
     /// The metrics every reconcile records (`/metrics`).
-    pub metrics: Arc<ControllerMetrics>,
+    pub(crate) metrics: Arc<ControllerMetrics>,
     /// Where the Events on the ManifestWorkReplicaSets go; none by default.
-    pub events: Option<Arc<Events>>,
+    pub(crate) events: Option<Arc<Events>>,
     plugins: PluginCache,
     cache: cache::Cache,
     backoffs: backoff::Backoffs,
@@ -804,7 +806,7 @@ pub(crate) fn referencing(
 }
 
 /// A shutdown trigger that every phase of `run` can wait on (cloned).
-pub type Stop = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
+pub(crate) type Stop = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
 
 /// Runs the controller until `stop` fires: watches
 /// ManifestWorkReplicaSets, the ManifestWorks they own (by owner label, in
@@ -813,7 +815,7 @@ pub type Stop = futures::future::Shared<futures::future::BoxFuture<'static, ()>>
 /// turns true once the ManifestWorkReplicaSets are listed, false on
 /// shutdown. Reconciles in flight finish before it returns (the caller
 /// bounds how long it waits for them).
-pub async fn run(ctx: Arc<Context>, readiness: Readiness, stop: Stop) {
+pub(crate) async fn run(ctx: Arc<Context>, readiness: Readiness, stop: Stop) {
     let client = ctx.client.clone();
     // The stores' watches start with the first run and outlive it, so a
     // replica that loses the lease and leads again reads warm stores.

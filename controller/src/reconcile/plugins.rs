@@ -16,9 +16,9 @@ use crate::hooks::{Call, HookError, Hooks};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PluginCacheTtl {
     /// After a success.
-    pub available: Duration,
+    pub(crate) available: Duration,
     /// After a failure (the plugin is asked again this soon).
-    pub failed: Duration,
+    pub(crate) failed: Duration,
 }
 
 impl Default for PluginCacheTtl {
@@ -41,7 +41,7 @@ struct Entry {
 }
 
 /// The last `Initialize` answer of each plugin.
-pub struct PluginCache {
+pub(crate) struct PluginCache {
     ttl: PluginCacheTtl,
     entries: Mutex<HashMap<String, Entry>>,
 }
@@ -56,7 +56,7 @@ impl std::fmt::Debug for PluginCache {
 
 impl PluginCache {
     /// An empty cache.
-    pub fn new(ttl: PluginCacheTtl) -> PluginCache {
+    pub(crate) fn new(ttl: PluginCacheTtl) -> PluginCache {
         PluginCache {
             ttl,
             entries: Mutex::new(HashMap::new()),
@@ -70,7 +70,7 @@ impl PluginCache {
 
     /// Whether `plugin` is loaded: the cached answer while fresh, else a new
     /// `Initialize` (with `request`) through `hooks`.
-    pub async fn check<H: Hooks>(
+    pub(crate) async fn check<H: Hooks>(
         &self,
         hooks: &H,
         call: Call<'_>,

@@ -16,19 +16,19 @@ use crate::revision::{self, HistoryEntry, HistoryPlan, Revision};
 
 /// The history after it was brought up to date.
 #[derive(Debug, Clone)]
-pub struct Synced {
+pub(crate) struct Synced {
     /// What was done.
-    pub plan: HistoryPlan,
+    pub(crate) plan: HistoryPlan,
     /// `status.currentRevision` with its template, if its ControllerRevision
     /// exists.
-    pub current: Option<Revision>,
+    pub(crate) current: Option<Revision>,
 }
 
 /// From `mwrs`'s ControllerRevisions (`listed`), records its template's revision
 /// (creating or renumbering one), prunes beyond `revisionHistoryLimit`
 /// (keeping the current revision and those `works` still carry), and
 /// returns the update and current revisions.
-pub async fn sync(
+pub(crate) async fn sync(
     client: &Client,
     mwrs: &ManifestWorkReplicaSet,
     owner_label: &str,

@@ -27,7 +27,7 @@ use crate::api::{
     ClusterCounts, ClusterRolloutSummary, HashedLabelValue, ManifestWorkReplicaSetStatus,
     ManifestWorkReplicaSetSummary, PlacementSummary,
 };
-pub use crate::hooks::PluginState;
+pub(crate) use crate::hooks::PluginState;
 use crate::orchestrate::{AbortReport, ClusterReport, DeployOutcome, PlacementOutcome};
 use crate::revision::{AbortAction, RevisionOrigin, RevisionStatus};
 use crate::rollout::{InvalidStrategy, RolloutStatus};
@@ -37,7 +37,7 @@ pub(crate) const MAX_MESSAGE_LEN: usize = 4096;
 
 /// Why a placement of the spec was not rolled out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PlacementProblem {
+pub(crate) enum PlacementProblem {
     /// The Placement does not exist.
     NotFound,
     /// Its rollout strategy cannot be used.
@@ -58,27 +58,27 @@ impl fmt::Display for PlacementProblem {
 
 /// What the status is built from.
 #[derive(Debug, Clone)]
-pub struct StatusInput<'a> {
+pub(crate) struct StatusInput<'a> {
     /// The status before this reconcile.
-    pub old: &'a ManifestWorkReplicaSetStatus,
+    pub(crate) old: &'a ManifestWorkReplicaSetStatus,
     /// `metadata.generation`, for the conditions' `observedGeneration`.
-    pub generation: Option<i64>,
+    pub(crate) generation: Option<i64>,
     /// The time of this reconcile.
-    pub now: Timestamp,
+    pub(crate) now: Timestamp,
     /// Every placement of the spec, in order.
-    pub spec_placements: &'a [String],
+    pub(crate) spec_placements: &'a [String],
     /// The placements that were not rolled out, and why.
-    pub problems: &'a BTreeMap<String, PlacementProblem>,
+    pub(crate) problems: &'a BTreeMap<String, PlacementProblem>,
     /// The step's outcome (one entry per placement rolled out).
-    pub outcome: &'a DeployOutcome,
+    pub(crate) outcome: &'a DeployOutcome,
     /// The plugins the strategies name.
-    pub plugins: &'a [PluginState],
+    pub(crate) plugins: &'a [PluginState],
     /// The revision fields after this reconcile.
-    pub revisions: &'a RevisionStatus,
+    pub(crate) revisions: &'a RevisionStatus,
     /// `collisionCount`.
-    pub collision_count: i32,
+    pub(crate) collision_count: i32,
     /// How the update revision was found in this reconcile.
-    pub origin: RevisionOrigin,
+    pub(crate) origin: RevisionOrigin,
 }
 
 /// The status of a ManifestWorkReplicaSet whose owner label value
@@ -289,7 +289,7 @@ fn list_clusters<'a>(clusters: impl IntoIterator<Item = &'a ClusterReport>) -> S
 
 /// The status after this reconcile (see the module documentation): one
 /// function per section and condition, each pure over the input.
-pub fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
+pub(crate) fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
     let summary = total_summary(input.outcome);
     let verified = placement_verified(input);
     let abort = abort_message(input);
@@ -969,7 +969,7 @@ mod tests {
         f.old.conditions.push(Condition {
             type_: OWNER_LABEL_HASHED.into(),
             status: "True".into(),
-            reason: REASON_LABEL_VALUE_HASHED.into(),
+            reason: "LabelValueHashed".into(),
             message: String::new(),
             observed_generation: None,
             last_transition_time: Time(at(1)),

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::api::ManifestWork;
 use crate::api::labels::MWRS_OWNER_LABEL;
-pub use crate::orchestrate::FIELD_MANAGER;
+pub(crate) use crate::orchestrate::FIELD_MANAGER;
 use crate::orchestrate::{World, WorldAction, WorldError};
 
 /// ManifestWorks through the Kubernetes API: listed by the owner label in
@@ -19,13 +19,13 @@ use crate::orchestrate::{World, WorldAction, WorldError};
 /// overwritten), annotated with a JSON merge patch under the same field
 /// manager, deleted with the default propagation.
 #[derive(Clone)]
-pub struct KubeWorld {
+pub(crate) struct KubeWorld {
     client: Client,
 }
 
 impl KubeWorld {
     /// The world of `client`'s cluster.
-    pub fn new(client: Client) -> KubeWorld {
+    pub(crate) fn new(client: Client) -> KubeWorld {
         KubeWorld { client }
     }
 

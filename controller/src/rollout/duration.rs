@@ -17,11 +17,11 @@
 use jiff::SignedDuration;
 use thiserror::Error;
 
-pub use rollout_proto::duration::DurationError;
+pub(crate) use rollout_proto::duration::DurationError;
 
 /// Why a string is not a valid `progressDeadline`.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum DeadlineError {
+pub(crate) enum DeadlineError {
     /// The string does not match `^(([0-9])+[h|m|s])|None$`.
     #[error("does not match the pattern ^(([0-9])+[h|m|s])|None$")]
     Pattern,
@@ -32,7 +32,7 @@ pub enum DeadlineError {
 
 /// Parses a Go duration (`time.ParseDuration`), with the workspace's one
 /// parser ([`rollout_proto::duration`]).
-pub fn parse_go_duration(input: &str) -> Result<SignedDuration, DurationError> {
+pub(crate) fn parse_go_duration(input: &str) -> Result<SignedDuration, DurationError> {
     rollout_proto::duration::parse_go_duration(input).map(SignedDuration::from_nanos)
 }
 

@@ -99,13 +99,13 @@ pub fn decide(
 
 /// One cluster's place in the order [`rollout_order`] gives.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OrderedCluster<'a> {
+pub(crate) struct OrderedCluster<'a> {
     /// The cluster.
-    pub name: &'a str,
+    pub(crate) name: &'a str,
     /// The index of the decision group it belongs to (its first).
-    pub group_index: i32,
+    pub(crate) group_index: i32,
     /// That group's name.
-    pub group_name: &'a str,
+    pub(crate) group_name: &'a str,
 }
 
 /// Every cluster of `groups`, once, in the order `strategy` rolls them out
@@ -1970,7 +1970,7 @@ mod tests {
         use jiff::{SignedDuration, Timestamp};
         use std::time::Duration;
 
-        pub fn decide(
+        pub(crate) fn decide(
             strategy: &Strategy,
             groups: &[ClusterGroup],
             existing: &[ClusterRolloutStatus],

@@ -14,22 +14,20 @@
 //! cluster's status from its ManifestWork conditions; [`strategy`] parses and
 //! validates the `rolloutStrategy` field; [`duration`] reads Go durations.
 
-pub mod duration;
+pub(crate) mod duration;
 mod engine;
-pub mod strategy;
-pub mod work_status;
+pub(crate) mod strategy;
+pub(crate) mod work_status;
 
 use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+pub use engine::decide;
 pub(crate) use engine::rollout_order;
-pub use engine::{OrderedCluster, decide};
-pub use strategy::{
-    InvalidStrategy, MAX_PLUGIN_CONFIG_BYTES, MandatoryGroup, RawAdditions, RawStrategy,
-    RollbackPace, RolloutConfig, RolloutKind, Strategy, StrategyError, Threshold,
-};
+pub use strategy::{InvalidStrategy, RawStrategy, Strategy};
+pub(crate) use strategy::{RawAdditions, RollbackPace, RolloutKind, Threshold};
 
 /// A cluster's rollout status. Spelled on the wire as the variant names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -52,7 +50,7 @@ pub enum RolloutStatus {
 
 impl RolloutStatus {
     /// Whether the status counts against `maxFailures`.
-    pub fn is_failure(self) -> bool {
+    pub(crate) fn is_failure(self) -> bool {
         matches!(self, RolloutStatus::Failed | RolloutStatus::TimeOut)
     }
 }
@@ -72,19 +70,19 @@ pub struct ClusterGroup {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterRolloutStatus {
     /// The managed cluster (the ManifestWork's namespace).
-    pub cluster_name: String,
+    pub(crate) cluster_name: String,
     /// Its status.
-    pub status: RolloutStatus,
+    pub(crate) status: RolloutStatus,
     /// When the status began: the start of soak and deadline windows. `None`
     /// means "now" for those windows, as in OCM.
-    pub last_transition_time: Option<Timestamp>,
+    pub(crate) last_transition_time: Option<Timestamp>,
     /// Index of the decision group the status was recorded with.
-    pub group_index: i32,
+    pub(crate) group_index: i32,
     /// Name of that decision group.
-    pub group_name: String,
+    pub(crate) group_name: String,
     /// Output: when this cluster's soak ends or its deadline passes. Leave
     /// `None` on input; a `ToApply` input is passed through as given.
-    pub recheck_time: Option<Timestamp>,
+    pub(crate) recheck_time: Option<Timestamp>,
 }
 
 impl ClusterRolloutStatus {
@@ -124,13 +122,13 @@ impl ClusterRolloutStatus {
 pub struct RolloutResult {
     /// Clusters to apply (`ToApply`) or to keep watching (in flight, or
     /// succeeded but still soaking), in rollout order.
-    pub clusters_to_rollout: Vec<ClusterRolloutStatus>,
+    pub(crate) clusters_to_rollout: Vec<ClusterRolloutStatus>,
     /// Clusters whose deadline passed in this decision, now `TimeOut`.
-    pub clusters_timeout: Vec<ClusterRolloutStatus>,
+    pub(crate) clusters_timeout: Vec<ClusterRolloutStatus>,
     /// Existing statuses of clusters that are in no current group.
-    pub clusters_removed: Vec<ClusterRolloutStatus>,
+    pub(crate) clusters_removed: Vec<ClusterRolloutStatus>,
     /// Whether failures exceeded `maxFailures`, which stops new clusters.
-    pub max_failure_breach: bool,
+    pub(crate) max_failure_breach: bool,
     /// The smallest positive time until a rolled-out cluster's recheck time.
-    pub recheck_after: Option<Duration>,
+    pub(crate) recheck_after: Option<Duration>,
 }

@@ -29,7 +29,7 @@ use super::duration::{DeadlineError, DurationError, parse_go_duration, parse_pro
 
 /// A Kubernetes `IntOrString` as written, before validation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IntOrString {
+pub(crate) enum IntOrString {
     /// A JSON number.
     Int(i64),
     /// A JSON string, such as `"25%"`.
@@ -94,19 +94,19 @@ impl<'de> Deserialize<'de> for IntOrString {
 pub struct RawStrategy {
     /// `All`, `Progressive` or `ProgressivePerGroup`; absent means `All`.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    pub(crate) kind: Option<String>,
     /// Settings of type `All`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub all: Option<RawRolloutConfig>,
+    pub(crate) all: Option<RawRolloutConfig>,
     /// Settings of type `Progressive`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progressive: Option<RawProgressive>,
+    pub(crate) progressive: Option<RawProgressive>,
     /// Settings of type `ProgressivePerGroup`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progressive_per_group: Option<RawProgressivePerGroup>,
+    pub(crate) progressive_per_group: Option<RawProgressivePerGroup>,
     /// The design's additions: the plugin, its settings and the abort.
     #[serde(flatten)]
-    pub additions: RawAdditions,
+    pub(crate) additions: RawAdditions,
 }
 
 /// The design's additions to a placement's `rolloutStrategy`, which OCM's
@@ -115,34 +115,29 @@ pub struct RawStrategy {
 /// (`crate::api::manifestworkreplicasetrollout`), with the same spelling.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RawAdditions {
+pub(crate) struct RawAdditions {
     /// The design's rollout plugin (or gateway pipeline) name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plugin: Option<String>,
+    pub(crate) plugin: Option<String>,
     /// Free-form settings for the plugin, sent with every hook call of the
     /// rollout (docs/plugin-api.md §1, "Plugin configuration").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plugin_config: Option<Map<String, Value>>,
+    pub(crate) plugin_config: Option<Map<String, Value>>,
     /// The design's automatic abort on failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub abort_on_failure: Option<bool>,
+    pub(crate) abort_on_failure: Option<bool>,
     /// The rollback design's spelling of the abort: `AbortAll`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_strategy: Option<String>,
+    pub(crate) failure_strategy: Option<String>,
     /// How an abort restores the updated clusters: `AtOnce` (the default)
     /// or `Strategy` (at the rollout strategy's pace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollback_pace: Option<String>,
+    pub(crate) rollback_pace: Option<String>,
 }
 
 impl RawAdditions {
-    /// Whether no addition is set.
-    pub fn is_empty(&self) -> bool {
-        *self == RawAdditions::default()
-    }
-
     /// Each field of `self`, or of `fallback` where `self` does not set it.
-    pub fn or(&self, fallback: &RawAdditions) -> RawAdditions {
+    pub(crate) fn or(&self, fallback: &RawAdditions) -> RawAdditions {
         RawAdditions {
             plugin: self.plugin.clone().or_else(|| fallback.plugin.clone()),
             plugin_config: self
@@ -165,60 +160,60 @@ impl RawAdditions {
 /// `RolloutConfig`: the settings every strategy type carries.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RawRolloutConfig {
+pub(crate) struct RawRolloutConfig {
     /// Soak time, a Go duration; default `0`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_success_time: Option<String>,
+    pub(crate) min_success_time: Option<String>,
     /// `None` or a Go duration matching `^(([0-9])+[h|m|s])|None$`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress_deadline: Option<String>,
+    pub(crate) progress_deadline: Option<String>,
     /// Count or percentage of clusters allowed to fail; default 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_failures: Option<IntOrString>,
+    pub(crate) max_failures: Option<IntOrString>,
 }
 
 /// A `mandatoryDecisionGroups` entry: a group name, else a group index.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RawMandatoryGroup {
+pub(crate) struct RawMandatoryGroup {
     /// Decision group name; wins over the index when not empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group_name: Option<String>,
+    pub(crate) group_name: Option<String>,
     /// Decision group index; default 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group_index: Option<i32>,
+    pub(crate) group_index: Option<i32>,
 }
 
 /// `RolloutProgressive`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RawProgressive {
+pub(crate) struct RawProgressive {
     /// The inlined `RolloutConfig`.
     #[serde(flatten)]
-    pub config: RawRolloutConfig,
+    pub(crate) config: RawRolloutConfig,
     /// Groups rolled out first, tolerating no failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mandatory_decision_groups: Option<Vec<RawMandatoryGroup>>,
+    pub(crate) mandatory_decision_groups: Option<Vec<RawMandatoryGroup>>,
     /// Count or percentage of clusters rolled out at once; default all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_concurrency: Option<IntOrString>,
+    pub(crate) max_concurrency: Option<IntOrString>,
 }
 
 /// `RolloutProgressivePerGroup`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RawProgressivePerGroup {
+pub(crate) struct RawProgressivePerGroup {
     /// The inlined `RolloutConfig`.
     #[serde(flatten)]
-    pub config: RawRolloutConfig,
+    pub(crate) config: RawRolloutConfig,
     /// Groups rolled out first, tolerating no failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mandatory_decision_groups: Option<Vec<RawMandatoryGroup>>,
+    pub(crate) mandatory_decision_groups: Option<Vec<RawMandatoryGroup>>,
 }
 
 /// A validated count-or-percentage (`maxFailures`, `maxConcurrency`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Threshold {
+pub(crate) enum Threshold {
     /// An absolute number of clusters (may be zero or negative, which
     /// [`Threshold::size`] turns into the default).
     Count(i32),
@@ -237,7 +232,7 @@ impl Threshold {
     /// OCM's `calculateRolloutSize`: a count as is, a percentage as
     /// `ceil(pct / 100 × total)` in floating point (so `7%` of 100 is 8, as
     /// in OCM); a result ≤ 0 or > `total` becomes `default`.
-    pub fn size(self, total: usize, default: usize) -> usize {
+    pub(crate) fn size(self, total: usize, default: usize) -> usize {
         let length: i64 = match self {
             Threshold::Count(v) => i64::from(v),
             Threshold::Percent(p) => (f64::from(p) / 100.0 * total as f64).ceil() as i64,
@@ -251,7 +246,7 @@ impl Threshold {
 
 /// A mandatory decision group, by name or by index.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MandatoryGroup {
+pub(crate) enum MandatoryGroup {
     /// Every decision group with this name.
     Name(String),
     /// The decision group with this index.
@@ -260,18 +255,18 @@ pub enum MandatoryGroup {
 
 /// The validated `RolloutConfig`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RolloutConfig {
+pub(crate) struct RolloutConfig {
     /// Soak time after success (ignored by `All`).
-    pub min_success_time: SignedDuration,
+    pub(crate) min_success_time: SignedDuration,
     /// How long a cluster may stay in flight; `None` waits for ever.
-    pub progress_deadline: Option<SignedDuration>,
+    pub(crate) progress_deadline: Option<SignedDuration>,
     /// Failures tolerated (ignored by `All`).
-    pub max_failures: Threshold,
+    pub(crate) max_failures: Threshold,
 }
 
 /// The strategy type with its settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RolloutKind {
+pub(crate) enum RolloutKind {
     /// Every cluster at once.
     All(RolloutConfig),
     /// Cluster by cluster, `max_concurrency` at a time.
@@ -297,25 +292,25 @@ pub enum RolloutKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Strategy {
     /// The type and its settings.
-    pub kind: RolloutKind,
+    pub(crate) kind: RolloutKind,
     /// The rollout plugin to call, if any (never empty).
-    pub plugin: Option<String>,
+    pub(crate) plugin: Option<String>,
     /// `pluginConfig` as compact JSON text, at most
     /// [`MAX_PLUGIN_CONFIG_BYTES`]: encoded once when the strategy is
     /// validated, then shared (a reference count) by every hook request of
     /// the rollout. `None` when the strategy has none.
-    pub plugin_config: Option<Bytes>,
+    pub(crate) plugin_config: Option<Bytes>,
     /// Whether a failure aborts the rollout (`abortOnFailure: true` or
     /// `failureStrategy: AbortAll`).
-    pub abort_on_failure: bool,
+    pub(crate) abort_on_failure: bool,
     /// How an abort restores the updated clusters.
-    pub rollback_pace: RollbackPace,
+    pub(crate) rollback_pace: RollbackPace,
 }
 
 /// How an abort restores the previous revision on the clusters already
 /// updated (`rollbackPace`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum RollbackPace {
+pub(crate) enum RollbackPace {
     /// Every updated cluster at once, the failing ones first: the rollback
     /// design's abort (restore, not a new rollout), as Argo Rollouts and
     /// Flagger restore.
@@ -341,7 +336,7 @@ impl Default for Strategy {
 
 /// One problem with a strategy; the message names the field and the value.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum StrategyError {
+pub(crate) enum StrategyError {
     /// `type` is not one of the three known types.
     #[error(
         "type: unknown rollout strategy type {0:?} (expected All, Progressive or ProgressivePerGroup)"
@@ -400,14 +395,14 @@ pub enum StrategyError {
 /// The largest `pluginConfig`, as compact JSON: 64 KiB. It is sent with every
 /// hook call of the rollout, so it stays far below a gRPC message's limit
 /// (docs/plugin-api.md §1, "Plugin configuration").
-pub const MAX_PLUGIN_CONFIG_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_PLUGIN_CONFIG_BYTES: usize = 64 * 1024;
 
 /// Every problem found in a strategy, at least one.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("invalid rollout strategy: {}", join(.problems))]
 pub struct InvalidStrategy {
     /// The problems, in field order.
-    pub problems: Vec<StrategyError>,
+    pub(crate) problems: Vec<StrategyError>,
 }
 
 fn join(problems: &[StrategyError]) -> String {
@@ -445,7 +440,7 @@ impl Strategy {
     }
 
     /// The settings shared by every type.
-    pub fn config(&self) -> &RolloutConfig {
+    pub(crate) fn config(&self) -> &RolloutConfig {
         match &self.kind {
             RolloutKind::All(config)
             | RolloutKind::Progressive { config, .. }
@@ -454,7 +449,7 @@ impl Strategy {
     }
 
     /// The type as Kubernetes spells it.
-    pub fn type_name(&self) -> &'static str {
+    pub(crate) fn type_name(&self) -> &'static str {
         match self.kind {
             RolloutKind::All(_) => "All",
             RolloutKind::Progressive { .. } => "Progressive",

@@ -18,16 +18,16 @@ use serde::{Deserialize, Serialize};
 use super::RolloutStatus;
 
 /// ManifestWork condition type `Applied`.
-pub const APPLIED: &str = "Applied";
+pub(crate) const APPLIED: &str = "Applied";
 /// ManifestWork condition type `Progressing`.
-pub const PROGRESSING: &str = "Progressing";
+pub(crate) const PROGRESSING: &str = "Progressing";
 /// ManifestWork condition type `Degraded`.
-pub const DEGRADED: &str = "Degraded";
+pub(crate) const DEGRADED: &str = "Degraded";
 
 /// A condition's status. Anything other than `True` or `False` reads as
 /// `Unknown`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum ConditionStatus {
+pub(crate) enum ConditionStatus {
     /// `"True"`.
     True,
     /// `"False"`.
@@ -42,24 +42,25 @@ pub enum ConditionStatus {
 /// deserializes from a full condition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Condition {
+pub(crate) struct Condition {
     /// Condition type, such as `Progressing`.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub(crate) kind: String,
     /// `True`, `False` or `Unknown`.
     #[serde(default)]
-    pub status: ConditionStatus,
+    pub(crate) status: ConditionStatus,
     /// The work generation the agent had seen when it set the condition.
     #[serde(default)]
-    pub observed_generation: i64,
+    pub(crate) observed_generation: i64,
     /// When the status last changed.
     #[serde(default)]
-    pub last_transition_time: Option<Timestamp>,
+    pub(crate) last_transition_time: Option<Timestamp>,
 }
 
 impl Condition {
     /// A condition observed at `observed_generation`, changed at `at`.
-    pub fn new(
+    #[cfg(test)]
+    pub(crate) fn new(
         kind: impl Into<String>,
         status: ConditionStatus,
         observed_generation: i64,
@@ -76,7 +77,7 @@ impl Condition {
 
 /// Whether the MWRS's placement uses a rollout plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Validation {
+pub(crate) enum Validation {
     /// No plugin: upstream OCM behaviour.
     None,
     /// A plugin validates each cluster after it stops progressing.
@@ -85,23 +86,22 @@ pub enum Validation {
 
 /// A status derived from a ManifestWork, with the time it began.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WorkStatus {
+pub(crate) struct WorkStatus {
     /// The rollout status.
-    pub status: RolloutStatus,
+    pub(crate) status: RolloutStatus,
     /// From the condition that decided it (`Degraded` for `Failed`,
     /// `Progressing` otherwise); `None` for `ToApply`.
-    pub last_transition_time: Option<Timestamp>,
+    pub(crate) last_transition_time: Option<Timestamp>,
 }
 
-/// The answer of `ValidateRolloutCompletion`.
+/// A decided answer of `ValidateRolloutCompletion` (an `INPROGRESS`
+/// answer decides nothing and changes no status).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ValidationResult {
+pub(crate) enum ValidationResult {
     /// Validation passed.
     Succeeded,
     /// Validation failed.
     Failed,
-    /// Not decided yet; ask again later.
-    InProgress,
 }
 
 fn find<'c>(conditions: &'c [Condition], kind: &str) -> Option<&'c Condition> {
@@ -136,7 +136,11 @@ fn find<'c>(conditions: &'c [Condition], kind: &str) -> Option<&'c Condition> {
 /// The row before it is not in the design: OCM ignores `Degraded` once
 /// progress stops, but with a plugin a degraded work must not reach
 /// validation as if healthy, so it fails.
-pub fn derive(generation: i64, conditions: &[Condition], validation: Validation) -> WorkStatus {
+pub(crate) fn derive(
+    generation: i64,
+    conditions: &[Condition],
+    validation: Validation,
+) -> WorkStatus {
     let applied = find(conditions, APPLIED);
     let progressing = find(conditions, PROGRESSING);
     let degraded = find(conditions, DEGRADED);
@@ -186,7 +190,7 @@ fn to_apply() -> WorkStatus {
 }
 
 /// Folds a `ValidateRolloutCompletion` answer into a `Validating` status:
-/// SUCCEEDED makes it `Succeeded`, FAILED `Failed`, INPROGRESS leaves it.
+/// SUCCEEDED makes it `Succeeded`, FAILED `Failed`.
 /// The time is kept, so the soak and the deadline both run from the end of
 /// progress. Any other status is returned unchanged.
 pub(crate) fn apply_validation(status: WorkStatus, result: ValidationResult) -> WorkStatus {
@@ -196,7 +200,6 @@ pub(crate) fn apply_validation(status: WorkStatus, result: ValidationResult) -> 
     let status_after = match result {
         ValidationResult::Succeeded => RolloutStatus::Succeeded,
         ValidationResult::Failed => RolloutStatus::Failed,
-        ValidationResult::InProgress => RolloutStatus::Validating,
     };
     WorkStatus {
         status: status_after,
@@ -466,7 +469,6 @@ mod tests {
         let cases = [
             (ValidationResult::Succeeded, RolloutStatus::Succeeded),
             (ValidationResult::Failed, RolloutStatus::Failed),
-            (ValidationResult::InProgress, RolloutStatus::Validating),
         ];
         for (result, want) in cases {
             let got = apply_validation(validating, result);

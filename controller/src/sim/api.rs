@@ -99,7 +99,7 @@ pub enum ApiError {
 
 /// The stored objects of one simulation.
 #[derive(Debug)]
-pub struct SimApi {
+pub(crate) struct SimApi {
     schemas: Arc<Schemas>,
     mwrs: Value,
     carrier: Value,
@@ -110,7 +110,7 @@ impl SimApi {
     /// Writes the simulated ManifestWorkReplicaSet and (unless
     /// [`ObjectsShape::DesignApi`]) its carrier, then the empty carrier
     /// the controller creates when there is none.
-    pub fn new(config: &ApiConfig) -> Result<SimApi, ApiError> {
+    pub(crate) fn new(config: &ApiConfig) -> Result<SimApi, ApiError> {
         let mut api = SimApi {
             schemas: config.schemas.clone(),
             mwrs: Value::Null,
@@ -191,12 +191,12 @@ impl SimApi {
     }
 
     /// The ManifestWorkReplicaSet as read back and bound to its carrier.
-    pub fn bound(&self) -> Result<ManifestWorkReplicaSet, ApiError> {
+    pub(crate) fn bound(&self) -> Result<ManifestWorkReplicaSet, ApiError> {
         Ok(bind(&self.read_mwrs()?, Some(&self.read_carrier()?)))
     }
 
     /// The placement's strategy, read back.
-    pub fn strategy(&self) -> Result<Strategy, ApiError> {
+    pub(crate) fn strategy(&self) -> Result<Strategy, ApiError> {
         let bound = self.bound()?;
         let reference = bound
             .spec
@@ -208,7 +208,7 @@ impl SimApi {
     }
 
     /// The revision fields, read back.
-    pub fn revision_status(&self) -> Result<RevisionStatus, ApiError> {
+    pub(crate) fn revision_status(&self) -> Result<RevisionStatus, ApiError> {
         let status = self.bound()?.status.unwrap_or_default();
         Ok(RevisionStatus {
             current: status.current_revision,
@@ -220,7 +220,7 @@ impl SimApi {
     /// Writes the status of a step (the revisions and the placement's
     /// summary): the additions to the carrier, OCM's fields to the
     /// ManifestWorkReplicaSet, both pruned.
-    pub fn write_status(
+    pub(crate) fn write_status(
         &mut self,
         revisions: &RevisionStatus,
         placement: Option<PlacementSummary>,
@@ -250,13 +250,13 @@ impl SimApi {
 
     /// The carrier's status as stored (what `kubectl get mwrsrollout -o
     /// yaml` shows).
-    pub fn carrier_status(&self) -> Value {
+    pub(crate) fn carrier_status(&self) -> Value {
         self.carrier["status"].clone()
     }
 
     /// The failed and timed-out clusters of the stored carrier status:
     /// those of the rollout now, else those that aborted it.
-    pub fn failed_clusters(&self) -> Vec<ClusterRolloutSummary> {
+    pub(crate) fn failed_clusters(&self) -> Vec<ClusterRolloutSummary> {
         let Ok(carrier) = self.read_carrier() else {
             return Vec::new();
         };
@@ -282,7 +282,7 @@ impl SimApi {
     }
 
     /// Every field the API server dropped, once each, in order.
-    pub fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<String> {
         let mut seen = std::collections::BTreeSet::new();
         self.warnings
             .iter()

@@ -23,26 +23,26 @@ use jiff::Timestamp;
 /// Added to every real wait, so a plugin asked again after its
 /// `recheck_after` finds that much time passed on its own clock, even
 /// though the requests of one step reach it one after another.
-pub const REAL_MARGIN: Duration = Duration::from_millis(50);
+pub(crate) const REAL_MARGIN: Duration = Duration::from_millis(50);
 
 /// The least the simulated clock moves between two steps.
-pub const MIN_ADVANCE: Duration = Duration::from_millis(1);
+pub(crate) const MIN_ADVANCE: Duration = Duration::from_millis(1);
 
 /// How long until the next step, and whether it is waited for in real
 /// time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wait {
+pub(crate) struct Wait {
     /// How far the simulated clock moves.
-    pub duration: Duration,
+    pub(crate) duration: Duration,
     /// Whether the wait is slept (a plugin is deciding).
-    pub real: bool,
+    pub(crate) real: bool,
 }
 
 /// The wait after a step at `now`: until the soonest of `now +
 /// requeue_after` and `next_transition`, or a fixed `tick` when one is set;
 /// slept (plus [`REAL_MARGIN`]) when `real_time`. `None` when nothing will
 /// ever happen again: no requeue and no transition pending.
-pub fn plan(
+pub(crate) fn plan(
     now: Timestamp,
     requeue_after: Option<Duration>,
     next_transition: Option<Timestamp>,
@@ -71,7 +71,7 @@ pub fn plan(
 
 /// The simulated time, from a start, and the real time spent.
 #[derive(Debug)]
-pub struct Clock {
+pub(crate) struct Clock {
     start: Timestamp,
     now: Timestamp,
     wall_start: Instant,
@@ -80,7 +80,7 @@ pub struct Clock {
 
 impl Clock {
     /// A clock at `start`.
-    pub fn new(start: Timestamp) -> Clock {
+    pub(crate) fn new(start: Timestamp) -> Clock {
         Clock {
             start,
             now: start,
@@ -90,28 +90,28 @@ impl Clock {
     }
 
     /// The simulated time.
-    pub fn now(&self) -> Timestamp {
+    pub(crate) fn now(&self) -> Timestamp {
         self.now
     }
 
     /// The simulated time since the start.
-    pub fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         Duration::try_from(self.now.duration_since(self.start)).unwrap_or(Duration::ZERO)
     }
 
     /// The real time since the start.
-    pub fn wall(&self) -> Duration {
+    pub(crate) fn wall(&self) -> Duration {
         self.wall_start.elapsed()
     }
 
     /// The real time spent sleeping in real waits.
-    pub fn slept(&self) -> Duration {
+    pub(crate) fn slept(&self) -> Duration {
         self.slept
     }
 
     /// Moves the simulated time on by `wait`, sleeping it first when it is
     /// real.
-    pub async fn wait(&mut self, wait: Wait) {
+    pub(crate) async fn wait(&mut self, wait: Wait) {
         if wait.real {
             let before = Instant::now();
             tokio::time::sleep(wait.duration).await;

@@ -17,22 +17,22 @@ use crate::orchestrate::Settings;
 use crate::rollout::{InvalidStrategy, RawStrategy, Strategy};
 
 /// The simulated ManifestWorkReplicaSet's namespace.
-pub const NAMESPACE: &str = "default";
+pub(crate) const NAMESPACE: &str = "default";
 /// Its name.
-pub const NAME: &str = "web";
+pub(crate) const NAME: &str = "web";
 /// Its owner label value on its works (`namespace.name`).
-pub const OWNER_LABEL: &str = "default.web";
+pub(crate) const OWNER_LABEL: &str = "default.web";
 /// Its one placement.
-pub const PLACEMENT: &str = "fleet";
+pub(crate) const PLACEMENT: &str = "fleet";
 /// The image of the revision the fleet runs before the rollout.
-pub const PREVIOUS_IMAGE: &str = "ghcr.io/example/web:1.0";
+pub(crate) const PREVIOUS_IMAGE: &str = "ghcr.io/example/web:1.0";
 /// The image of the revision rolled out.
-pub const UPDATE_IMAGE: &str = "ghcr.io/example/web:1.1";
+pub(crate) const UPDATE_IMAGE: &str = "ghcr.io/example/web:1.1";
 
 /// The ManifestWork template of one revision: an Argo Rollout `web` of
 /// `image` with a canary of two steps (so the rollback plugin has steps to
 /// skip).
-pub fn template(image: &str) -> ManifestWorkSpec {
+pub(crate) fn template(image: &str) -> ManifestWorkSpec {
     let rollout: Map<String, Value> = match json!({
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "Rollout",
@@ -219,11 +219,11 @@ impl StrategyFlags {
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Clusters in the fleet.
-    pub clusters: usize,
+    pub(crate) clusters: usize,
     /// Decision groups.
     pub groups: usize,
     /// The placement's strategy.
-    pub strategy: Strategy,
+    pub(crate) strategy: Strategy,
     /// Clusters whose work of the update revision turns Degraded.
     pub fail: BTreeSet<String>,
     /// From apply to the agent's first report (Applied, Progressing).
@@ -249,11 +249,11 @@ pub struct Config {
     /// List every work in the summary.
     pub list_works: bool,
     /// The simulated time of the first step.
-    pub start: Timestamp,
+    pub(crate) start: Timestamp,
     /// Where each step's abort and rollout phase are counted, as `run`
     /// counts them (with the hooks wrapped in
     /// [`Metered`](crate::metrics::Metered), the hook calls too).
-    pub metrics: Option<std::sync::Arc<crate::metrics::ControllerMetrics>>,
+    pub(crate) metrics: Option<std::sync::Arc<crate::metrics::ControllerMetrics>>,
     /// `--crds`: store the ManifestWorkReplicaSet and its carrier in a
     /// simulated API server that prunes them, and read them back each step;
     /// `None`: use [`Config::strategy`] as given.

@@ -10,22 +10,22 @@ use similar::TextDiff;
 use thiserror::Error;
 
 /// Lines of context around each change in [`WorkDiff::text`].
-pub const CONTEXT_LINES: usize = 2;
+pub(crate) const CONTEXT_LINES: usize = 2;
 
 /// The diff of one mutation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct WorkDiff {
+pub(crate) struct WorkDiff {
     /// The RFC 6902 operations that turn the work sent into the work
     /// answered.
-    pub patch: Value,
+    pub(crate) patch: Value,
     /// A unified diff of the two works as YAML (`---` sent, `+++`
     /// answered), without the file headers.
-    pub text: String,
+    pub(crate) text: String,
 }
 
 /// A work that cannot be diffed.
 #[derive(Debug, Error)]
-pub enum DiffError {
+pub(crate) enum DiffError {
     /// A work is not JSON.
     #[error("the {which} ManifestWork is not JSON: {source}")]
     Json {
@@ -47,7 +47,7 @@ fn parse(bytes: &[u8], which: &'static str) -> Result<Value, DiffError> {
 /// The diff of `sent` and `answered` (JSON), `None` when they are the same
 /// JSON value (an answer that only reorders keys or spaces changed
 /// nothing).
-pub fn diff(sent: &[u8], answered: &[u8]) -> Result<Option<WorkDiff>, DiffError> {
+pub(crate) fn diff(sent: &[u8], answered: &[u8]) -> Result<Option<WorkDiff>, DiffError> {
     let before = parse(sent, "sent")?;
     let after = parse(answered, "answered")?;
     if before == after {

@@ -45,7 +45,7 @@ pub fn cluster_names(n: usize) -> Vec<String> {
 /// (indices from 0), each a contiguous run, sizes differing by at most one.
 /// `groups` is at least 1 and at most the number of clusters (the caller
 /// checks).
-pub fn decision_groups(clusters: &[String], groups: usize) -> Vec<ClusterGroup> {
+pub(crate) fn decision_groups(clusters: &[String], groups: usize) -> Vec<ClusterGroup> {
     let n = clusters.len();
     let groups = groups.clamp(1, n.max(1));
     (0..groups)
@@ -59,45 +59,45 @@ pub fn decision_groups(clusters: &[String], groups: usize) -> Vec<ClusterGroup> 
 
 /// How the work agent behaves.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AgentConfig {
+pub(crate) struct AgentConfig {
     /// From apply to the first report (Applied, Progressing).
-    pub delay: Duration,
+    pub(crate) delay: Duration,
     /// From apply to done (or Degraded).
-    pub latency: Duration,
+    pub(crate) latency: Duration,
     /// Each latency is `latency × (1 ± jitter)`, uniformly, in `0..=1`.
-    pub jitter: f64,
+    pub(crate) jitter: f64,
     /// Seeds the jitter.
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Clusters whose work of [`AgentConfig::failing_revision`] turns
     /// Degraded.
-    pub fail: BTreeSet<String>,
+    pub(crate) fail: BTreeSet<String>,
     /// The revision that fails on [`AgentConfig::fail`] clusters (the
     /// update revision; the restored one works).
-    pub failing_revision: String,
+    pub(crate) failing_revision: String,
     /// Whether the agent reports `Progressing` and `Degraded`: OCM's agent
     /// sets them only from the template's condition rules. Without them it
     /// reports `Applied` and `Available` alone.
-    pub progressing: bool,
+    pub(crate) progressing: bool,
 }
 
 /// A change the agent makes to a work when its latency has passed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transition {
+pub(crate) struct Transition {
     /// The cluster (the work's namespace).
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// The work's name.
-    pub name: String,
+    pub(crate) name: String,
     /// The generation it applies to; a work applied again since is left
     /// alone.
-    pub generation: i64,
+    pub(crate) generation: i64,
     /// What the agent reports.
-    pub progress: Progress,
+    pub(crate) progress: Progress,
 }
 
 /// The work agent of every cluster: which work changes when. Pure: it
 /// decides, [`FleetWorld`] writes.
 #[derive(Debug)]
-pub struct Agent {
+pub(crate) struct Agent {
     config: AgentConfig,
     pending: BTreeMap<(Timestamp, u64), Transition>,
     sequence: u64,
@@ -105,7 +105,7 @@ pub struct Agent {
 
 impl Agent {
     /// An agent with nothing pending.
-    pub fn new(config: AgentConfig) -> Agent {
+    pub(crate) fn new(config: AgentConfig) -> Agent {
         Agent {
             config,
             pending: BTreeMap::new(),
@@ -116,7 +116,7 @@ impl Agent {
     /// The latency of `cluster`'s work at `generation`: the configured one,
     /// varied by the jitter, the same for the same seed, cluster and
     /// generation.
-    pub fn latency(&self, cluster: &str, generation: i64) -> Duration {
+    pub(crate) fn latency(&self, cluster: &str, generation: i64) -> Duration {
         let jitter = self.config.jitter.clamp(0.0, 1.0);
         if jitter == 0.0 {
             return self.config.latency;
@@ -132,7 +132,7 @@ impl Agent {
     /// `now`: schedules its first report (Applied, Progressing) after the
     /// delay, and done or Degraded after the latency (the first report is
     /// skipped when the latency is not longer than the delay).
-    pub fn applied(&mut self, work: &ManifestWork, now: Timestamp) {
+    pub(crate) fn applied(&mut self, work: &ManifestWork, now: Timestamp) {
         let cluster = work.namespace().unwrap_or_default();
         let generation = work.metadata.generation.unwrap_or(0);
         let degraded = self.config.fail.contains(&cluster)
@@ -170,7 +170,7 @@ impl Agent {
 
     /// The transitions due at `now` or before, in time order, removed from
     /// the schedule.
-    pub fn due(&mut self, now: Timestamp) -> Vec<(Timestamp, Transition)> {
+    pub(crate) fn due(&mut self, now: Timestamp) -> Vec<(Timestamp, Transition)> {
         let mut due = Vec::new();
         while let Some(entry) = self.pending.first_entry() {
             if entry.key().0 > now {
@@ -183,12 +183,13 @@ impl Agent {
     }
 
     /// When the next transition is due.
-    pub fn next_due(&self) -> Option<Timestamp> {
+    pub(crate) fn next_due(&self) -> Option<Timestamp> {
         self.pending.keys().next().map(|(at, _)| *at)
     }
 
     /// How many transitions are pending.
-    pub fn pending(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
         self.pending.len()
     }
 }
@@ -203,7 +204,7 @@ fn splitmix64(mut x: u64) -> u64 {
 
 /// Where a work stands, as its conditions say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Progress {
+pub(crate) enum Progress {
     /// Applied and progressing.
     Progressing,
     /// Applied and done.
@@ -216,7 +217,7 @@ pub enum Progress {
 /// Available True since `applied_at`; with `progressing` (the template has
 /// condition rules) Progressing (and Degraded) as `progress` says, since
 /// `at`.
-pub fn conditions(
+pub(crate) fn conditions(
     generation: i64,
     applied_at: Timestamp,
     progress: Progress,
@@ -257,7 +258,7 @@ pub fn conditions(
 /// The ManifestWorks of the fleet, in memory, with the [`Agent`] reacting
 /// to every apply at the simulated time [`FleetWorld::set_now`] gave.
 #[derive(Debug)]
-pub struct FleetWorld {
+pub(crate) struct FleetWorld {
     memory: MemoryWorld,
     agent: Mutex<Agent>,
     now: Mutex<Timestamp>,
@@ -265,7 +266,7 @@ pub struct FleetWorld {
 
 impl FleetWorld {
     /// An empty fleet whose agent behaves as `config` says, at `now`.
-    pub fn new(config: AgentConfig, now: Timestamp) -> FleetWorld {
+    pub(crate) fn new(config: AgentConfig, now: Timestamp) -> FleetWorld {
         FleetWorld {
             memory: MemoryWorld::new(),
             agent: Mutex::new(Agent::new(config)),
@@ -274,7 +275,7 @@ impl FleetWorld {
     }
 
     /// Sets the simulated time of the writes that follow.
-    pub fn set_now(&self, now: Timestamp) {
+    pub(crate) fn set_now(&self, now: Timestamp) {
         if let Ok(mut t) = self.now.lock() {
             *t = now;
         }
@@ -290,7 +291,7 @@ impl FleetWorld {
 
     /// Puts in a work as the previous rollout left it: applied, done, its
     /// status set as the agent reported it at `since`.
-    pub fn seed(&self, mut work: ManifestWork, since: Timestamp) {
+    pub(crate) fn seed(&self, mut work: ManifestWork, since: Timestamp) {
         let generation = work.metadata.generation.unwrap_or(1);
         work.metadata.generation = Some(generation);
         work.status = Some(ManifestWorkStatus {
@@ -309,7 +310,7 @@ impl FleetWorld {
     /// Plays the agent up to `now`: every report due is written to its work
     /// (unless the work was applied again since). Returns the clusters
     /// whose work turned Degraded.
-    pub fn advance(&self, now: Timestamp) -> Vec<String> {
+    pub(crate) fn advance(&self, now: Timestamp) -> Vec<String> {
         let due = match self.agent.lock() {
             Ok(mut agent) => agent.due(now),
             Err(_) => return Vec::new(),
@@ -341,17 +342,17 @@ impl FleetWorld {
     }
 
     /// When the agent changes a work next.
-    pub fn next_transition(&self) -> Option<Timestamp> {
+    pub(crate) fn next_transition(&self) -> Option<Timestamp> {
         self.agent.lock().ok().and_then(|a| a.next_due())
     }
 
     /// Every work, by cluster.
-    pub fn works(&self) -> Vec<ManifestWork> {
+    pub(crate) fn works(&self) -> Vec<ManifestWork> {
         self.memory.all()
     }
 
     /// The work `cluster/name`.
-    pub fn get(&self, cluster: &str, name: &str) -> Option<ManifestWork> {
+    pub(crate) fn get(&self, cluster: &str, name: &str) -> Option<ManifestWork> {
         self.memory.get(cluster, name)
     }
 }

@@ -29,15 +29,15 @@
 //! transition pending (`Failed`, or `Aborted` after an abort).
 
 pub mod api;
-pub mod clock;
-pub mod command;
-pub mod config;
-pub mod diff;
+pub(crate) mod clock;
+pub(crate) mod command;
+pub(crate) mod config;
+pub(crate) mod diff;
 pub mod fleet;
-pub mod record;
-pub mod report;
+pub(crate) mod record;
+pub(crate) mod report;
 pub mod template;
-pub mod terminal;
+pub(crate) mod terminal;
 
 #[cfg(test)]
 mod tests;
@@ -67,10 +67,10 @@ use crate::rollout::{RolloutStatus, Strategy};
 use crate::telemetry::Telemetry;
 pub use command::{SimulateError, SimulateOptions, simulate};
 pub use config::{Config, ConfigError, StrategyFlags};
-pub use fleet::FleetWorld;
+pub(crate) use fleet::FleetWorld;
 pub use record::Recorder;
 use record::{Answer, Record};
-pub use report::{JsonLines, Outcome, Report, StepReport, Summary};
+pub use report::{JsonLines, Outcome, Plan, Report, StepReport, Summary};
 
 /// Why a simulation could not run to its end.
 #[derive(Debug, Error)]
@@ -114,14 +114,14 @@ impl SimError {
     /// Whether `error` says the gateway itself cannot be reached: an
     /// `UNAVAILABLE` the client made for want of an answer, not one the
     /// gateway answered (a plugin behind it down, its circuit open).
-    pub fn is_unreachable(error: &HookError) -> bool {
+    pub(crate) fn is_unreachable(error: &HookError) -> bool {
         error.code == tonic::Code::Unavailable && error.origin == Origin::Transport
     }
 
     /// What went wrong, and what to do about it, for a gateway at
     /// `gateway`: an unreachable gateway and a plugin it does not know are
     /// explained; any other error is said as it is.
-    pub fn advice(&self, gateway: &str) -> String {
+    pub(crate) fn advice(&self, gateway: &str) -> String {
         match self {
             SimError::Initialize { error, .. } | SimError::GatewayLost(error)
                 if SimError::is_unreachable(error) =>
@@ -145,11 +145,11 @@ impl SimError {
     }
 }
 
-pub use crate::format::describe_strategy;
+pub(crate) use crate::format::describe_strategy;
 
 /// The annotations on `work`'s manifests (the union, a later manifest
 /// winning).
-pub fn manifest_annotations(work: &ManifestWork) -> BTreeMap<String, String> {
+pub(crate) fn manifest_annotations(work: &ManifestWork) -> BTreeMap<String, String> {
     let mut annotations = BTreeMap::new();
     for manifest in work.spec.workload.manifests.iter() {
         if let Some(map) = manifest

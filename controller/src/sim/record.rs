@@ -17,7 +17,7 @@ use crate::hooks::{
 
 /// What a recorded call got back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// `Initialize`, `BeginRollout` or `ProgressRollout` answered.
     Done,
     /// `ValidateRolloutCompletion` answered.
@@ -46,19 +46,19 @@ pub enum Answer {
 
 /// One hook call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
+pub(crate) struct Record {
     /// The hook.
-    pub hook: HookKind,
+    pub(crate) hook: HookKind,
     /// `cluster_name` (empty for `ProgressRollout` and `Initialize`).
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// `cluster_index`.
-    pub cluster_index: i32,
+    pub(crate) cluster_index: i32,
     /// `aborting`.
-    pub aborting: bool,
+    pub(crate) aborting: bool,
     /// `desired_revision`.
-    pub revision: String,
+    pub(crate) revision: String,
     /// The answer.
-    pub answer: Answer,
+    pub(crate) answer: Answer,
 }
 
 /// Hooks that call `H` and record every call: counts per hook, counts of
@@ -84,12 +84,12 @@ impl<H> Recorder<H> {
     }
 
     /// Every call so far, per hook.
-    pub fn counts(&self) -> HookCounts {
+    pub(crate) fn counts(&self) -> HookCounts {
         self.calls.snapshot()
     }
 
     /// The calls so far whose request said `aborting = true`, per hook.
-    pub fn aborting_counts(&self) -> HookCounts {
+    pub(crate) fn aborting_counts(&self) -> HookCounts {
         self.aborting.snapshot()
     }
 
@@ -98,7 +98,7 @@ impl<H> Recorder<H> {
     /// order): the calls before an abort, then those after it; in each,
     /// the validations, ProgressRollout, then cluster by cluster in rollout
     /// order, BeginRollout before MutateManifestWork.
-    pub fn take(&self) -> Vec<Record> {
+    pub(crate) fn take(&self) -> Vec<Record> {
         let mut log = self
             .log
             .lock()

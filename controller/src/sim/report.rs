@@ -34,30 +34,30 @@ use crate::rollout::RolloutStatus;
 
 /// The clusters per status (docs/plugin-api.md §5's `clusters` object).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct StatusCounts {
+pub(crate) struct StatusCounts {
     /// No work of the revision yet.
     #[serde(rename = "ToApply")]
-    pub to_apply: usize,
+    pub(crate) to_apply: usize,
     /// Applied, progressing.
     #[serde(rename = "Progressing")]
-    pub progressing: usize,
+    pub(crate) progressing: usize,
     /// Done; the plugin is validating.
     #[serde(rename = "Validating")]
-    pub validating: usize,
+    pub(crate) validating: usize,
     /// Done (and validated).
     #[serde(rename = "Succeeded")]
-    pub succeeded: usize,
+    pub(crate) succeeded: usize,
     /// Degraded, or failed validation.
     #[serde(rename = "Failed")]
-    pub failed: usize,
+    pub(crate) failed: usize,
     /// Past its progress deadline.
     #[serde(rename = "TimeOut")]
-    pub time_out: usize,
+    pub(crate) time_out: usize,
 }
 
 impl StatusCounts {
     /// Counts one cluster in `status` (`Skip` is never produced).
-    pub fn add(&mut self, status: RolloutStatus) {
+    pub(crate) fn add(&mut self, status: RolloutStatus) {
         match status {
             RolloutStatus::ToApply | RolloutStatus::Skip => self.to_apply += 1,
             RolloutStatus::Progressing => self.progressing += 1,
@@ -72,70 +72,70 @@ impl StatusCounts {
 /// A work applied in a step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AppliedWork {
+pub(crate) struct AppliedWork {
     /// The cluster.
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// Its `cluster_index` (1-based position in the rollout order).
-    pub index: usize,
+    pub(crate) index: usize,
     /// Whether the hook requests said `aborting` (a rollback).
-    pub aborting: bool,
+    pub(crate) aborting: bool,
     /// The revision applied.
-    pub revision: String,
+    pub(crate) revision: String,
     /// The work's generation after the apply.
-    pub generation: i64,
+    pub(crate) generation: i64,
     /// The plugins that changed the work (`ocm-rollout-mutated-by`).
-    pub mutated_by: Vec<String>,
+    pub(crate) mutated_by: Vec<String>,
     /// The annotations on the work's manifests after the mutation (the
     /// union over its manifests).
-    pub annotations: BTreeMap<String, String>,
+    pub(crate) annotations: BTreeMap<String, String>,
 }
 
 /// `ValidateRolloutCompletion` answers in a step, by result.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ValidationCounts {
+pub(crate) struct ValidationCounts {
     /// SUCCEEDED.
     #[serde(rename = "Succeeded")]
-    pub succeeded: usize,
+    pub(crate) succeeded: usize,
     /// FAILED.
     #[serde(rename = "Failed")]
-    pub failed: usize,
+    pub(crate) failed: usize,
     /// INPROGRESS (or an answer that decides nothing).
     #[serde(rename = "InProgress")]
-    pub in_progress: usize,
+    pub(crate) in_progress: usize,
     /// The first INPROGRESS message, as an example.
     #[serde(rename = "inProgressMessage", skip_serializing_if = "Option::is_none")]
-    pub in_progress_message: Option<String>,
+    pub(crate) in_progress_message: Option<String>,
 }
 
 /// A decisive validation answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// The cluster.
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// The revision validated (`desired_revision`).
-    pub revision: String,
+    pub(crate) revision: String,
     /// `Succeeded` or `Failed`.
-    pub result: RolloutStatus,
+    pub(crate) result: RolloutStatus,
     /// The plugin's message.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// A failed or timed-out cluster named by an abort.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// The cluster.
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// `Failed` or `TimeOut`.
-    pub status: RolloutStatus,
+    pub(crate) status: RolloutStatus,
     /// The validation message, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
+    pub(crate) message: Option<String>,
 }
 
 /// Something worth telling that happened in a step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
-pub enum Event {
+pub(crate) enum Event {
     /// The agent reported a work Degraded (a `--fail` cluster).
     #[serde(rename_all = "camelCase")]
     WorkDegraded {
@@ -188,23 +188,23 @@ pub enum Event {
 /// What the plugins changed in one work (`MutateManifestWork`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MutationReport {
+pub(crate) struct MutationReport {
     /// The cluster.
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// Whether the request said `aborting` (a rollback's work).
-    pub aborting: bool,
+    pub(crate) aborting: bool,
     /// The plugins that changed the work, in order
     /// (`ocm-rollout-mutated-by`).
-    pub mutated_by: Vec<String>,
+    pub(crate) mutated_by: Vec<String>,
     /// Plugins skipped under `failurePolicy: Ignore`
     /// (`ocm-rollout-failed-open`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub failed_open: Vec<String>,
+    pub(crate) failed_open: Vec<String>,
     /// RFC 6902 operations from the work sent to the work answered.
-    pub patch: serde_json::Value,
+    pub(crate) patch: serde_json::Value,
     /// The same change as a unified diff of the works as YAML, changed
     /// lines with two lines of context.
-    pub diff: String,
+    pub(crate) diff: String,
 }
 
 /// One step: one reconcile of the ManifestWorkReplicaSet.
@@ -212,55 +212,56 @@ pub struct MutationReport {
 #[serde(rename_all = "camelCase")]
 pub struct StepReport {
     /// 1, 2, …
-    pub step: usize,
+    pub(crate) step: usize,
     /// The simulated time of the step.
-    pub time: Timestamp,
+    pub(crate) time: Timestamp,
     /// Simulated seconds since the start.
-    pub elapsed_seconds: f64,
+    pub(crate) elapsed_seconds: f64,
     /// Real seconds since the start.
-    pub wall_seconds: f64,
+    pub(crate) wall_seconds: f64,
     /// The revision rolled out in this step (the restored one while
     /// aborting).
-    pub revision: String,
+    pub(crate) revision: String,
     /// Whether the step rolls back (every request said `aborting`).
-    pub aborting: bool,
+    pub(crate) aborting: bool,
     /// Every cluster's status for [`StepReport::revision`], as the step
     /// saw it (a cluster applied in the step is still `ToApply`: the agent
     /// has not reported it yet).
-    pub clusters: StatusCounts,
+    pub(crate) clusters: StatusCounts,
     /// Clusters with a work of the update revision after the step.
-    pub updated: usize,
+    pub(crate) updated: usize,
     /// The works applied in the step, in order.
-    pub applied: Vec<AppliedWork>,
+    pub(crate) applied: Vec<AppliedWork>,
     /// The validation answers of the step.
-    pub validations: ValidationCounts,
+    pub(crate) validations: ValidationCounts,
     /// The SUCCEEDED and FAILED answers of the step.
-    pub verdicts: Vec<Verdict>,
+    pub(crate) verdicts: Vec<Verdict>,
     /// The hook calls of the step.
-    pub hook_calls: HookCounts,
+    pub(crate) hook_calls: HookCounts,
     /// What else happened.
-    pub events: Vec<Event>,
+    pub(crate) events: Vec<Event>,
     /// What the plugins changed in the works of the step, in order; only
     /// the works they changed, and only with a template of the user's own
     /// (`--template`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub mutations: Vec<MutationReport>,
+    pub(crate) mutations: Vec<MutationReport>,
     /// Simulated seconds until the next step; `None` after the last.
-    pub next_in_seconds: Option<f64>,
+    pub(crate) next_in_seconds: Option<f64>,
     /// Whether that wait is slept in real time (a plugin is deciding).
-    pub real_wait: bool,
+    pub(crate) real_wait: bool,
     /// The trace of the step (its spans leave the process only when an
     /// OTLP endpoint is set).
-    pub trace_id: String,
+    pub(crate) trace_id: String,
     /// With `--crds`: the failed and timed-out clusters as the stored
     /// ManifestWorkReplicaSetRollout status lists them after the step.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub status_clusters: Vec<crate::api::ClusterRolloutSummary>,
+    pub(crate) status_clusters: Vec<crate::api::ClusterRolloutSummary>,
 }
 
 impl StepReport {
     /// The first abort event, if the step has one.
-    pub fn abort(&self) -> Option<&Event> {
+    #[cfg(test)]
+    pub(crate) fn abort(&self) -> Option<&Event> {
         self.events
             .iter()
             .find(|e| matches!(e, Event::Abort { .. }))
@@ -284,88 +285,88 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     /// `namespace/name` of the ManifestWorkReplicaSet.
-    pub owner: String,
+    pub(crate) owner: String,
     /// The placement.
-    pub placement: String,
+    pub(crate) placement: String,
     /// The clusters, in order.
-    pub clusters: Vec<String>,
+    pub(crate) clusters: Vec<String>,
     /// The number of decision groups.
-    pub groups: usize,
+    pub(crate) groups: usize,
     /// The strategy, as a phrase.
-    pub strategy: String,
+    pub(crate) strategy: String,
     /// The plugin and what its Initialize answered (`name version`).
-    pub plugin: Option<(String, String)>,
+    pub(crate) plugin: Option<(String, String)>,
     /// Where the gateway is, when a plugin is called.
-    pub gateway: Option<String>,
+    pub(crate) gateway: Option<String>,
     /// The update revision and its image.
-    pub update: (String, String),
+    pub(crate) update: (String, String),
     /// The revision every cluster runs before, with its image; `None` for
     /// a first rollout.
-    pub previous: Option<(String, String)>,
+    pub(crate) previous: Option<(String, String)>,
     /// The agent's latency, as a phrase.
-    pub latency: String,
+    pub(crate) latency: String,
     /// The agent's delay before its first report, as a phrase.
-    pub delay: String,
+    pub(crate) delay: String,
     /// The clusters whose new work degrades.
-    pub fail: Vec<String>,
+    pub(crate) fail: Vec<String>,
     /// Whether spans are exported.
-    pub tracing: bool,
+    pub(crate) tracing: bool,
     /// The fields the simulated API server (`--crds`) dropped when it
     /// stored the objects, as its warnings name them.
-    pub api_warnings: Vec<String>,
+    pub(crate) api_warnings: Vec<String>,
     /// Whether the terminal shows what the plugins changed in each work
     /// (`--template`).
-    pub diffs: bool,
+    pub(crate) diffs: bool,
 }
 
 /// The works at the end, summed up.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct WorkSummary {
+pub(crate) struct WorkSummary {
     /// Works in the fleet.
-    pub total: usize,
+    pub(crate) total: usize,
     /// Works per revision.
-    pub by_revision: BTreeMap<String, usize>,
+    pub(crate) by_revision: BTreeMap<String, usize>,
     /// Works applied at least once during the simulation.
-    pub applied: usize,
+    pub(crate) applied: usize,
     /// For each manifest annotation, how many of the applied works carry
     /// it.
-    pub annotations: BTreeMap<String, usize>,
+    pub(crate) annotations: BTreeMap<String, usize>,
 }
 
 /// One work at the end (`--list-works`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct WorkEntry {
+pub(crate) struct WorkEntry {
     /// The cluster.
-    pub cluster: String,
+    pub(crate) cluster: String,
     /// The revision the work carries.
-    pub revision: String,
+    pub(crate) revision: String,
     /// Its generation.
-    pub generation: i64,
+    pub(crate) generation: i64,
     /// How many times it was applied during the simulation.
-    pub applies: usize,
+    pub(crate) applies: usize,
     /// Its status for the last step's revision.
-    pub status: RolloutStatus,
+    pub(crate) status: RolloutStatus,
     /// The persisted validation verdict, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub validation: Option<String>,
+    pub(crate) validation: Option<String>,
     /// The annotations on its manifests.
-    pub annotations: BTreeMap<String, String>,
+    pub(crate) annotations: BTreeMap<String, String>,
 }
 
 /// The abort, for the summary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AbortSummary {
+pub(crate) struct AbortSummary {
     /// The step it happened in.
-    pub step: usize,
+    pub(crate) step: usize,
     /// `RollBack` or `Stop`.
-    pub action: String,
+    pub(crate) action: String,
     /// The clusters that failed or timed out.
-    pub failures: Vec<Failure>,
+    pub(crate) failures: Vec<Failure>,
     /// The trace of that step.
-    pub trace_id: String,
+    pub(crate) trace_id: String,
 }
 
 /// The final line (docs/plugin-api.md §5 and more).
@@ -375,54 +376,54 @@ pub struct Summary {
     /// How the rollout ended.
     pub result: Outcome,
     /// Clusters in the fleet.
-    pub clusters: usize,
+    pub(crate) clusters: usize,
     /// Steps taken.
-    pub steps: usize,
+    pub(crate) steps: usize,
     /// Every hook call (`Initialize` not included).
-    pub hook_calls: HookCounts,
+    pub(crate) hook_calls: HookCounts,
     /// The hook calls whose request said `aborting = true`.
-    pub aborting_hook_calls: HookCounts,
+    pub(crate) aborting_hook_calls: HookCounts,
     /// Hook calls that failed.
-    pub hook_errors: usize,
+    pub(crate) hook_errors: usize,
     /// The strategy type.
-    pub strategy: String,
+    pub(crate) strategy: String,
     /// The plugin or pipeline called, if any.
-    pub plugin: Option<String>,
+    pub(crate) plugin: Option<String>,
     /// The update revision (the new template).
-    pub update_revision: String,
+    pub(crate) update_revision: String,
     /// The revision the fleet ran before; `None` for a first rollout.
-    pub previous_revision: Option<String>,
+    pub(crate) previous_revision: Option<String>,
     /// `status.currentRevision` at the end.
-    pub current_revision: Option<String>,
+    pub(crate) current_revision: Option<String>,
     /// The abort, if there was one.
-    pub abort: Option<AbortSummary>,
+    pub(crate) abort: Option<AbortSummary>,
     /// Works applied (BeginRollout, MutateManifestWork and an apply each).
-    pub applies: usize,
+    pub(crate) applies: usize,
     /// Of those, the rollbacks (applied while aborting).
-    pub rollback_applies: usize,
+    pub(crate) rollback_applies: usize,
     /// The works at the end.
-    pub works: WorkSummary,
+    pub(crate) works: WorkSummary,
     /// Simulated seconds from the first step to the last.
-    pub simulated_seconds: f64,
+    pub(crate) simulated_seconds: f64,
     /// Real seconds, start to end.
-    pub wall_seconds: f64,
+    pub(crate) wall_seconds: f64,
     /// Real seconds slept while a plugin was deciding.
-    pub real_wait_seconds: f64,
+    pub(crate) real_wait_seconds: f64,
     /// Hook calls per second of wall time not slept.
-    pub hook_calls_per_second: f64,
+    pub(crate) hook_calls_per_second: f64,
     /// The process's peak resident memory (`VmHWM`), where readable.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub peak_rss_mib: Option<f64>,
+    pub(crate) peak_rss_mib: Option<f64>,
     /// Every work (`--list-works`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub work_list: Option<Vec<WorkEntry>>,
+    pub(crate) work_list: Option<Vec<WorkEntry>>,
     /// The fields the simulated API server (`--crds`) dropped.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub api_warnings: Vec<String>,
+    pub(crate) api_warnings: Vec<String>,
     /// With `--crds`: the ManifestWorkReplicaSetRollout's status as stored
     /// at the end (revisions, abort, per-cluster details).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rollout_status: Option<serde_json::Value>,
+    pub(crate) rollout_status: Option<serde_json::Value>,
 }
 
 /// Where a simulation's progress goes.
@@ -471,7 +472,7 @@ impl<W: Write> Report for JsonLines<W> {
 
 /// The process's peak resident set (`VmHWM` of `/proc/self/status`) in
 /// MiB; `None` where there is no such file.
-pub fn peak_rss_mib() -> Option<f64> {
+pub(crate) fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;

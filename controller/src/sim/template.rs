@@ -22,9 +22,9 @@ use crate::api::ManifestWorkSpec;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Template {
     /// The ManifestWork spec.
-    pub spec: ManifestWorkSpec,
+    pub(crate) spec: ManifestWorkSpec,
     /// Where it came from, for the report (`the template in FILE`).
-    pub label: String,
+    pub(crate) label: String,
 }
 
 /// A template file that cannot be used; each names the file.
@@ -91,7 +91,7 @@ pub fn load(path: &Path) -> Result<Template, TemplateError> {
 
 /// The template in `text`, read from `path` (see the module
 /// documentation).
-pub fn parse(text: &str, path: &str) -> Result<Template, TemplateError> {
+pub(crate) fn parse(text: &str, path: &str) -> Result<Template, TemplateError> {
     let value: Value = serde_saphyr::from_str(text).map_err(|source| TemplateError::Parse {
         path: path.to_owned(),
         source: Box::new(source),

@@ -30,7 +30,7 @@ const MAX_DIFFS_SHOWN: usize = 3;
 /// Hook errors shown per step; the rest are counted.
 const MAX_ERRORS_SHOWN: usize = 5;
 
-pub use crate::format::{duration, ranges};
+pub(crate) use crate::format::{duration, ranges};
 
 /// The manifest annotations of the works applied, one entry per key (its
 /// last path segment): `key=value` when every work has the same value,
@@ -64,7 +64,7 @@ fn annotation_line(applied: &[AppliedWork]) -> String {
 
 /// Writes the progress for a person to `out`.
 #[derive(Debug)]
-pub struct Terminal<W> {
+pub(crate) struct Terminal<W> {
     out: W,
     tracing: bool,
     diffs: bool,
@@ -75,7 +75,7 @@ pub struct Terminal<W> {
 
 impl<W: Write> Terminal<W> {
     /// Progress written to `out`.
-    pub fn new(out: W) -> Terminal<W> {
+    pub(crate) fn new(out: W) -> Terminal<W> {
         Terminal {
             out,
             tracing: false,

@@ -38,7 +38,7 @@ use crate::api::{
 };
 
 /// The most frames [`watch`] draws in a second.
-pub const MAX_FRAMES_PER_SECOND: u32 = 4;
+pub(crate) const MAX_FRAMES_PER_SECOND: u32 = 4;
 
 /// How long the first read may take before the API server counts as
 /// unreachable, unless the caller says otherwise (`--request-timeout`).
@@ -217,7 +217,7 @@ pub async fn get(options: &GetOptions, stop: impl Future<Output = ()>) -> Result
 
 /// A client from `kubeconfig` (default: in-cluster, else $KUBECONFIG or
 /// ~/.kube/config), the API server's address, and the context's namespace.
-pub async fn connect(
+pub(crate) async fn connect(
     kubeconfig: Option<&std::path::Path>,
 ) -> Result<(Client, String, String), GetError> {
     let boxed = |e: Box<dyn std::error::Error + Send + Sync>| GetError::Config { source: e };
@@ -262,7 +262,7 @@ fn events_selector(name: &str) -> String {
 }
 
 /// Reads everything the view of `target` needs, once.
-pub async fn snapshot(client: &Client, target: &Target) -> Result<Snapshot, GetError> {
+pub(crate) async fn snapshot(client: &Client, target: &Target) -> Result<Snapshot, GetError> {
     let ns = target.namespace.as_str();
     let mwrs = Api::<ManifestWorkReplicaSet>::namespaced(client.clone(), ns)
         .get(&target.name)

@@ -19,7 +19,7 @@
 //! validation verdict).
 
 pub mod hub;
-pub mod render;
+pub(crate) mod render;
 mod waiting;
 
 use std::collections::BTreeMap;
@@ -46,7 +46,7 @@ pub use render::render;
 /// The name under which `kubectl` finds this binary as a plugin: a copy
 /// or symlink named `kubectl-mwrs` on `PATH` makes `kubectl mwrs ARGS`
 /// run it with ARGS.
-pub const KUBECTL_PLUGIN_FILE: &str = "kubectl-mwrs";
+pub(crate) const KUBECTL_PLUGIN_FILE: &str = "kubectl-mwrs";
 
 /// How the command presents itself when `kubectl` runs it as a plugin.
 pub const KUBECTL_PLUGIN_COMMAND: &str = "kubectl mwrs";
@@ -65,26 +65,26 @@ pub fn is_kubectl_plugin(argv0: &std::ffi::OsStr) -> bool {
 }
 
 /// How many of the latest Events a view shows.
-pub const MAX_EVENTS: usize = 5;
+pub(crate) const MAX_EVENTS: usize = 5;
 
 /// What the hub holds about one ManifestWorkReplicaSet.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// The ManifestWorkReplicaSet.
-    pub mwrs: ManifestWorkReplicaSet,
+    pub(crate) mwrs: ManifestWorkReplicaSet,
     /// Its ManifestWorkReplicaSetRollout (same namespace and name), if any.
-    pub carrier: Option<ManifestWorkReplicaSetRollout>,
+    pub(crate) carrier: Option<ManifestWorkReplicaSetRollout>,
     /// The ManifestWorks carrying its owner label.
-    pub works: Vec<ManifestWork>,
+    pub(crate) works: Vec<ManifestWork>,
     /// The PlacementDecisions of its placements.
-    pub decisions: Vec<PlacementDecision>,
+    pub(crate) decisions: Vec<PlacementDecision>,
     /// The Events about it (`events.k8s.io/v1`).
-    pub events: Vec<Event>,
+    pub(crate) events: Vec<Event>,
 }
 
 /// The rollout as a whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// The controller has not reported on it yet.
     Unknown,
     /// The update revision is being rolled out.
@@ -103,7 +103,7 @@ pub enum Phase {
 /// Which revision a cluster's ManifestWork carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub enum RevisionRole {
+pub(crate) enum RevisionRole {
     /// `status.updateRevision`, being rolled out.
     Update,
     /// `status.currentRevision`, the last good one.
@@ -117,95 +117,95 @@ pub enum RevisionRole {
 /// One cluster of a placement.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterView {
+pub(crate) struct ClusterView {
     /// The managed cluster.
-    pub name: String,
+    pub(crate) name: String,
     /// Its rollout status for the revision rolled out (the restored one
     /// while rolling back).
-    pub status: RolloutStatus,
+    pub(crate) status: RolloutStatus,
     /// The revision its ManifestWork carries (`controller-hash` label).
-    pub revision: Option<String>,
+    pub(crate) revision: Option<String>,
     /// Which revision that is.
-    pub revision_role: RevisionRole,
+    pub(crate) revision_role: RevisionRole,
     /// The work agent's conditions that are True, such as `Applied,
     /// Available`.
-    pub work: String,
+    pub(crate) work: String,
     /// The plugin's message, the hook error, or the persisted verdict's
     /// message.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
+    pub(crate) message: Option<String>,
     /// When the status began.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub since: Option<Timestamp>,
+    pub(crate) since: Option<Timestamp>,
 }
 
 /// One decision group of a placement.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct GroupView {
+pub(crate) struct GroupView {
     /// The group's index.
-    pub index: i32,
+    pub(crate) index: i32,
     /// The group's name (may be empty).
-    pub name: String,
+    pub(crate) name: String,
     /// Its clusters, by name.
-    pub clusters: Vec<ClusterView>,
+    pub(crate) clusters: Vec<ClusterView>,
 }
 
 /// One placement of the ManifestWorkReplicaSet.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PlacementView {
+pub(crate) struct PlacementView {
     /// The placement's name.
-    pub name: String,
+    pub(crate) name: String,
     /// The rollout strategy, as a phrase (or why it is invalid).
-    pub strategy: String,
+    pub(crate) strategy: String,
     /// The rollout plugin (or pipeline), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub plugin: Option<String>,
+    pub(crate) plugin: Option<String>,
     /// `progressDeadline`, in seconds, when set.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub progress_deadline_seconds: Option<i64>,
+    pub(crate) progress_deadline_seconds: Option<i64>,
     /// Clusters per rollout status.
-    pub counts: ClusterCounts,
+    pub(crate) counts: ClusterCounts,
     /// Whether more clusters failed than `maxFailures` allows.
-    pub max_failure_breach: bool,
+    pub(crate) max_failure_breach: bool,
     /// The decision groups, by index.
-    pub groups: Vec<GroupView>,
+    pub(crate) groups: Vec<GroupView>,
     /// Why its decision groups cannot be read, if so.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub problem: Option<String>,
+    pub(crate) problem: Option<String>,
 }
 
 /// One Event about the ManifestWorkReplicaSet.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct EventView {
+pub(crate) struct EventView {
     /// `Normal` or `Warning`.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub(crate) kind: String,
     /// Such as `AbortStarted`.
-    pub reason: String,
+    pub(crate) reason: String,
     /// What happened.
-    pub note: String,
+    pub(crate) note: String,
     /// When it last happened.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_seen: Option<Timestamp>,
+    pub(crate) last_seen: Option<Timestamp>,
     /// How many times.
-    pub count: i32,
+    pub(crate) count: i32,
 }
 
 /// A condition of the ManifestWorkReplicaSet, as shown.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ConditionView {
+pub(crate) struct ConditionView {
     /// Its type.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub(crate) kind: String,
     /// `True`, `False` or `Unknown`.
-    pub status: String,
+    pub(crate) status: String,
     /// Its reason.
-    pub reason: String,
+    pub(crate) reason: String,
     /// Its message.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// One ManifestWorkReplicaSet's rollout, for a person (`-o json` prints
@@ -214,36 +214,36 @@ pub struct ConditionView {
 #[serde(rename_all = "camelCase")]
 pub struct View {
     /// Its namespace.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// Its name.
-    pub name: String,
+    pub(crate) name: String,
     /// The time the view was made.
-    pub now: Timestamp,
+    pub(crate) now: Timestamp,
     /// The rollout as a whole.
-    pub phase: Phase,
+    pub(crate) phase: Phase,
     /// The Progressing condition's message.
-    pub message: String,
+    pub(crate) message: String,
     /// `status.updateRevision`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub update_revision: Option<String>,
+    pub(crate) update_revision: Option<String>,
     /// `status.currentRevision`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub current_revision: Option<String>,
+    pub(crate) current_revision: Option<String>,
     /// `status.abortedTime`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub aborted_time: Option<Timestamp>,
+    pub(crate) aborted_time: Option<Timestamp>,
     /// The revision the clusters are moved to now: the update revision, or
     /// the current one while rolling back.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub desired_revision: Option<String>,
+    pub(crate) desired_revision: Option<String>,
     /// The conditions, as written by the controller.
-    pub conditions: Vec<ConditionView>,
+    pub(crate) conditions: Vec<ConditionView>,
     /// The placements, in spec order.
-    pub placements: Vec<PlacementView>,
+    pub(crate) placements: Vec<PlacementView>,
     /// What the controller waits for, or why it stopped, one line each.
-    pub waiting: Vec<String>,
+    pub(crate) waiting: Vec<String>,
     /// The latest Events, oldest first.
-    pub events: Vec<EventView>,
+    pub(crate) events: Vec<EventView>,
 }
 
 /// The view of `snapshot` at `now` (see the module documentation).

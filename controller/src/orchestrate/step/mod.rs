@@ -30,7 +30,7 @@ use crate::rollout::work_status::{self, Validation, ValidationResult};
 use crate::rollout::{self, ClusterRolloutStatus, RollbackPace, RolloutResult, RolloutStatus};
 
 /// The validation message of a work adopted from another controller.
-pub const ADOPTED_MESSAGE: &str = "adopted: written by another controller for this template";
+pub(crate) const ADOPTED_MESSAGE: &str = "adopted: written by another controller for this template";
 
 /// The statuses of one placement's clusters for one desired revision.
 struct View {
