@@ -123,10 +123,10 @@ impl<'de> Visitor<'de> for Seed<'_, 'de> {
             level: Level::Other,
             pass: &mut *self.pass,
         })? {
-            hash = mix(hash ^ item);
+            hash = array_item(hash, item);
             count += 1;
         }
-        Ok(mix(hash ^ count))
+        Ok(array(hash, count))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
@@ -162,7 +162,7 @@ impl<'de> Visitor<'de> for Seed<'_, 'de> {
             self.pass.decisive = false;
         }
         self.pass.keys.truncate(start);
-        Ok(mix(OBJECT ^ sum ^ count.wrapping_mul(K2)))
+        Ok(object(sum, count))
     }
 }
 
@@ -176,14 +176,16 @@ fn value_hash(value: &Json<'_>) -> u64 {
         Json::Number(n) => number(n),
         Json::String(s) => string(s),
         Json::Array(items) => {
-            let hash = items.iter().fold(ARRAY, |h, v| mix(h ^ value_hash(v)));
-            mix(hash ^ items.len() as u64)
+            let hash = items
+                .iter()
+                .fold(ARRAY, |h, v| array_item(h, value_hash(v)));
+            array(hash, items.len() as u64)
         }
         Json::Object(members) => {
             let sum = members.iter().fold(0u64, |sum, (k, v)| {
                 sum.wrapping_add(member(string(k), value_hash(v)))
             });
-            mix(OBJECT ^ sum ^ (members.len() as u64).wrapping_mul(K2))
+            object(sum, members.len() as u64)
         }
     }
 }
@@ -208,6 +210,21 @@ fn mix(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     h ^ (h >> 33)
+}
+
+/// An array so far, `hash`, with one more item.
+fn array_item(hash: u64, item: u64) -> u64 {
+    mix(hash ^ item)
+}
+
+/// An array of `count` items, from its hash so far.
+fn array(hash: u64, count: u64) -> u64 {
+    mix(hash ^ count)
+}
+
+/// An object of `count` members, from the sum of their [`member`] hashes.
+fn object(sum: u64, count: u64) -> u64 {
+    mix(OBJECT ^ sum ^ count.wrapping_mul(K2))
 }
 
 /// A member of an object: the key and the value bound together, so that
