@@ -39,9 +39,9 @@ RULES = [
  ("kernel recv", r"sys_recvfrom|sys_read\b|tcp_recvmsg"),
 ]
 RULES = [(n, re.compile(p)) for n, p in RULES]
-top = collections.Counter(); task = collections.Counter(); total = 0
 TASKS = {"server h2 conn task", "client h2 conn task", "call task: other", "idle: epoll_wait + switch"}
-stack = []
+
+
 def strip_generics(f):
     out=[]; depth=0; i=0
     while i < len(f):
@@ -54,36 +54,48 @@ def strip_generics(f):
             i+=1; continue
         out.append(c); i+=1
     return ''.join(out)
-def flush():
-    global total, stack
-    if not stack: return
-    total += 1
-    frames = list(reversed(stack))  # root -> leaf
-    cat = "other (runtime etc)"; t = "runtime/other"
-    for f in frames:
-        for n, r in RULES:
-            if r.search(f):
-                cat = n
-                if n in TASKS: t = n
-                break
-    top[cat] += 1; task[t] += 1
+
+
+def classify(lines):
+    """Samples of `perf script` output, counted by task and by part:
+    (total, Counter by task, Counter by part)."""
+    top = collections.Counter(); task = collections.Counter(); total = 0
     stack = []
-for line in sys.stdin:
-    line = line.rstrip("\n")
-    if not line.strip():
-        flush(); continue
-    if line.startswith("\t") or line.startswith(" "):
-        parts = line.strip().split(" ", 1)
-        if len(parts) == 2:
-            stack.append(strip_generics(parts[1]))
-    else:
-        flush()
-flush()
-calls = float(sys.argv[1]) if len(sys.argv) > 1 else 0
-cpu_s = float(sys.argv[2]) if len(sys.argv) > 2 else 0
-print(f"samples {total}")
-for name, c in [("by task", task), ("by part (deepest match)", top)]:
-    print(name)
-    for k, v in c.most_common():
-        us = f"{cpu_s*1e6*v/total/calls:7.1f} us/call" if calls and cpu_s else ""
-        print(f"  {100*v/total:5.1f}%  {us}  {k}")
+    def flush():
+        nonlocal total, stack
+        if not stack: return
+        total += 1
+        frames = list(reversed(stack))  # root -> leaf
+        cat = "other (runtime etc)"; t = "runtime/other"
+        for f in frames:
+            for n, r in RULES:
+                if r.search(f):
+                    cat = n
+                    if n in TASKS: t = n
+                    break
+        top[cat] += 1; task[t] += 1
+        stack = []
+    for line in lines:
+        line = line.rstrip("\n")
+        if not line.strip():
+            flush(); continue
+        if line.startswith("\t") or line.startswith(" "):
+            parts = line.strip().split(" ", 1)
+            if len(parts) == 2:
+                stack.append(strip_generics(parts[1]))
+        else:
+            flush()
+    flush()
+    return total, task, top
+
+
+if __name__ == "__main__":
+    total, task, top = classify(sys.stdin)
+    calls = float(sys.argv[1]) if len(sys.argv) > 1 else 0
+    cpu_s = float(sys.argv[2]) if len(sys.argv) > 2 else 0
+    print(f"samples {total}")
+    for name, c in [("by task", task), ("by part (deepest match)", top)]:
+        print(name)
+        for k, v in c.most_common():
+            us = f"{cpu_s*1e6*v/total/calls:7.1f} us/call" if calls and cpu_s else ""
+            print(f"  {100*v/total:5.1f}%  {us}  {k}")
