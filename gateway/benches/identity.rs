@@ -1,9 +1,10 @@
 //! The check on a changed MutateManifestWork answer (`manifest::check_answer`:
 //! a JSON object keeping the identity fields, and whether it changed as a
-//! value), against the two borrowed trees and the `serde_json::Value` trees
-//! it replaced, on a 4 KiB
-//! and a 64 KiB ManifestWork and the same work with one annotation added
-//! (what a mutating plugin answers).
+//! value), on a 4 KiB and a 64 KiB ManifestWork and the same work with one
+//! annotation added (what a mutating plugin answers), and on the same value
+//! spelled otherwise (where the full comparison runs); beside the two
+//! borrowed trees and the `serde_json::Value` trees of earlier versions, and
+//! the syntax pass alone.
 //!
 //! `cargo bench -p rollout-gateway --bench identity`
 
@@ -57,8 +58,7 @@ fn with_values(input: &[u8], output: &[u8]) -> bool {
     a != b
 }
 
-/// The check as the gateway did it before reading the input against the
-/// answer's tree: two borrowed trees, compared.
+/// The check as the gateway once did it: two borrowed trees, compared.
 fn with_two_trees(input: &[u8], output: &[u8]) -> bool {
     let out = manifest::parse_object(output).expect("an object");
     let input = manifest::parse_object(input).expect("an object");
@@ -77,9 +77,19 @@ fn bench(c: &mut Criterion) {
         );
         assert_eq!(manifest::check_answer(&input, &output), Ok(true));
         let mut group = c.benchmark_group(format!("check answer {label}"));
-        group.bench_function("answer tree, input read against it (check_answer)", |b| {
+        group.bench_function("one-pass digests of both (check_answer)", |b| {
             b.iter(|| manifest::check_answer(black_box(&input), black_box(&output)))
         });
+        // The same value spelled otherwise: the digests cannot decide, and
+        // the full comparison runs after them.
+        let respelled =
+            serde_json::to_vec_pretty(&serde_json::from_slice::<Value>(&input).expect("json"))
+                .expect("json");
+        assert_eq!(manifest::check_answer(&input, &respelled), Ok(false));
+        group.bench_function(
+            "same value respelled (check_answer, full comparison)",
+            |b| b.iter(|| manifest::check_answer(black_box(&input), black_box(&respelled))),
+        );
         group.bench_function("two borrowed trees (before)", |b| {
             b.iter(|| with_two_trees(black_box(&input), black_box(&output)))
         });
