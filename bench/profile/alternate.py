@@ -41,6 +41,8 @@ e.g. tracing off vs on with the same binary, and two exporting builds:
         mutate 5 3s 32 off=target/release/rollout-gateway traced=target/release/rollout-gateway
 """
 import subprocess, sys, time, re, os, statistics, json, tempfile, collections
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from procs import TICK, Children, wait_line, cpu_seconds, registry  # noqa: E402
 NB = os.environ.get("BIN_DIR", "target/release")
 argv, extra_env, extra_args, renice, with_receiver = [], [], [], [], False
 it = iter(sys.argv[1:])
@@ -68,16 +70,8 @@ def scoped(items, name):
         if target in ("*", name): out.append(rest)
     return out
 run = tempfile.mkdtemp(prefix="alternate-")
-procs = []
-def start(cmd, out, env=None):
-    f = open(out, "w"); p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env); procs.append(p); return p
-def wait_line(path, pat):
-    for _ in range(200):
-        m = re.search(pat, open(path).read())
-        if m: return m
-        time.sleep(0.05)
-    raise SystemExit(f"no {pat} in {path}")
-tick = os.sysconf("SC_CLK_TCK")
+children = Children()
+start = children.start
 def threads(pid):
     """CPU seconds per thread name of process `pid`."""
     by = collections.Counter()
@@ -88,7 +82,7 @@ def threads(pid):
             continue
         comm = s[s.index("(") + 1:s.rindex(")")]
         f = s.rsplit(")", 1)[1].split()
-        by[comm] += (int(f[11]) + int(f[12])) / tick
+        by[comm] += (int(f[11]) + int(f[12])) / TICK
     return by
 try:
     start([f"{NB}/echo-plugin", "--listen", "127.0.0.1:0", "--mode", mode], f"{run}/plugin.out")
@@ -97,8 +91,7 @@ try:
     if with_receiver:
         receiver = start([f"{NB}/otlp-receiver", "--listen", "127.0.0.1:0"], f"{run}/otlp-receiver.out")
         otlp = "http://" + wait_line(f"{run}/otlp-receiver.out", r"otlp=([0-9.:]+)").group(1)
-    cfg = "plugins:\n" + "".join(f"  - name: {n}\n    endpoint: {paddr}\n    insecure: true\n" for n in ["echo"] + [f"pad-{i:03}" for i in range(1, 100)])
-    open(f"{run}/config.yaml", "w").write(cfg)
+    open(f"{run}/config.yaml", "w").write(registry((n, paddr) for n in ["echo"] + [f"pad-{i:03}" for i in range(1, 100)]))
     targets = [("direct", paddr, None)]
     base_env = dict(os.environ, RUST_LOG="warn"); [base_env.pop(k) for k in list(base_env) if k.startswith("OTEL_")]
     exporting, gw_procs = set(), {}
@@ -120,9 +113,7 @@ try:
     calls = collections.Counter()
     threads_before = {pid: threads(pid) for _, _, pid in targets if pid}
     def cpu(pid):
-        if pid is None: return 0
-        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / tick
+        return cpu_seconds(pid) if pid else 0
     for r in range(rounds):
         order = targets if r % 2 == 0 else [targets[0]] + targets[1:][::-1]
         for name, addr, pid in order:
@@ -173,4 +164,4 @@ try:
               + (f" ({got / through:.3f} per call, after the gateways flushed on SIGTERM; receiver CPU {receiver_cpu * 1e6 / got if got else 0:.2f} µs per span)" if through else ""))
     print(run)
 finally:
-    for p in procs: p.terminate()
+    children.stop()

@@ -28,6 +28,8 @@ sets the measured time; EXTRA_ARGS adds flags to every gateway; BIN_DIR
 (default target/release) holds echo-plugin and hookbench. See docs/performance.md ("How to reproduce") and docs/decisions/0005-resident-memory.md.
 """
 import os, re, statistics, subprocess, sys, tempfile, time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from procs import Children, wait_line as wait_for, registry  # noqa: E402
 
 NB = os.environ.get("BIN_DIR", "target/release")
 DUR = os.environ.get("DURATION", "3s")
@@ -39,23 +41,13 @@ loads = os.environ.get("LOADS", "c1-4k,c1-4k-mut,c32-4k-mut,c8-64k").split(",")
 runs = int(sys.argv[1])
 gws = [a.split("=", 1) for a in sys.argv[2:]]
 run = tempfile.mkdtemp(prefix="memory-")
-procs = []
-
-
-def start(cmd, out, env=None):
-    f = open(out, "w")
-    p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
-    procs.append(p)
-    return p
+children = Children()
+start = children.start
 
 
 def wait_line(path, pat):
-    for _ in range(400):
-        m = re.search(pat, open(path).read())
-        if m:
-            return m
-        time.sleep(0.05)
-    raise SystemExit(f"no {pat} in {path}")
+    # 20 s: a gateway here starts with up to 100 plugin endpoints to dial.
+    return wait_for(path, pat, tries=400)
 
 
 def warm(path):
@@ -82,8 +74,7 @@ try:
     port = addrs["echo"].rsplit(":", 1)[1]
     pad = (lambda i: f"127.0.0.{i + 1}:{port}") if DISTINCT else (lambda i: addrs["echo"])
     entries = [("echo", addrs["echo"]), ("mutate", addrs["mutate"])] + [(f"pad-{i:03}", pad(i)) for i in range(1, PADDING + 1)]
-    cfg = "plugins:\n" + "".join(f"  - name: {n}\n    endpoint: {a}\n    insecure: true\n" for n, a in entries)
-    open(f"{run}/config.yaml", "w").write(cfg)
+    open(f"{run}/config.yaml", "w").write(registry(entries))
     env = dict(os.environ, RUST_LOG="warn")
     [env.pop(k) for k in list(env) if k.startswith("OTEL_")]
     extra = os.environ.get("EXTRA_ARGS", "").split()
@@ -118,5 +109,4 @@ try:
         print(f"{name:24s} " + " ".join(cols))
     print(run)
 finally:
-    for p in procs:
-        p.terminate()
+    children.stop()

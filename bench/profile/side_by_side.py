@@ -22,10 +22,11 @@ figures. Binaries come from BIN_DIR (default target/release); GATEWAY names
 another gateway binary. Needs `perf` (Debian's linux-perf). See
 docs/performance.md.
 """
-import json, os, re, subprocess, sys, tempfile, time
+import json, os, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import parts  # noqa: E402
+from procs import Children, wait_line, cpu_seconds, registry  # noqa: E402
 
 NB = os.environ.get("BIN_DIR", "target/release")
 GATEWAY = os.environ.get("GATEWAY", f"{NB}/rollout-gateway")
@@ -35,7 +36,6 @@ if args and args[0] in ("-h", "--help"):
 mode = args[0] if len(args) > 0 else "mutate"
 in_flight = args[1] if len(args) > 1 else "1"
 seconds = float(args[2]) if len(args) > 2 else 5.0
-tick = os.sysconf("SC_CLK_TCK")
 
 # Parts both targets have, grouped; every other part is the gateway's own.
 SHARED = {
@@ -51,29 +51,16 @@ SHARED = {
 }
 
 run = tempfile.mkdtemp(prefix="side-by-side-")
-procs = []
+children = Children()
+env = dict(os.environ, RUST_LOG="warn")
 
 
 def start(cmd, name):
-    out = open(f"{run}/{name}.out", "w")
-    p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                         env=dict(os.environ, RUST_LOG="warn"))
-    procs.append(p)
-    return p
+    return children.start(cmd, f"{run}/{name}.out", env)
 
 
-def wait_line(name, pattern):
-    for _ in range(200):
-        m = re.search(pattern, open(f"{run}/{name}.out").read())
-        if m:
-            return m
-        time.sleep(0.05)
-    sys.exit(f"no {pattern} in {run}/{name}.out")
-
-
-def cpu_seconds(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / tick
+def wait_for(name, pattern):
+    return wait_line(f"{run}/{name}.out", pattern)
 
 
 def profile(name, pid, addr):
@@ -99,22 +86,20 @@ def profile(name, pid, addr):
 
 try:
     start([f"{NB}/echo-plugin", "--listen", "127.0.0.1:0", "--mode", mode], "plugin")
-    plugin = wait_line("plugin", r"grpc=([0-9.:]+)").group(1)
+    plugin = wait_for("plugin", r"grpc=([0-9.:]+)").group(1)
     names = ["echo"] + [f"pad-{i:03}" for i in range(1, 100)]
     with open(f"{run}/config.yaml", "w") as f:
-        f.write("plugins:\n" + "".join(
-            f"  - name: {n}\n    endpoint: {plugin}\n    insecure: true\n" for n in names))
+        f.write(registry((n, plugin) for n in names))
     gateway = start([GATEWAY, "--config", f"{run}/config.yaml", "--listen", "127.0.0.1:0",
                      "--admin-listen", "127.0.0.1:0"], "gateway")
-    gateway_addr = wait_line("gateway", r"grpc=([0-9.:]+)").group(1)
+    gateway_addr = wait_for("gateway", r"grpc=([0-9.:]+)").group(1)
     forwarder = start([f"{NB}/h2-forwarder", "--upstream", plugin], "forwarder")
-    forwarder_addr = wait_line("forwarder", r"grpc=([0-9.:]+)").group(1)
+    forwarder_addr = wait_for("forwarder", r"grpc=([0-9.:]+)").group(1)
     time.sleep(1)
     gw = profile("gateway", gateway.pid, gateway_addr)
     fw = profile("forwarder", forwarder.pid, forwarder_addr)
 finally:
-    for p in procs:
-        p.terminate()
+    children.stop()
 
 print(f"{mode} plugin, {in_flight} in flight, {seconds:g} s under perf each; µs per call (perf adds about 30 %)\n")
 print("| part | rollout-gateway | h2-forwarder | gateway − forwarder |")
