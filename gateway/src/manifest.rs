@@ -203,36 +203,6 @@ fn read_against(input: &[u8], expected: &Json<'_>) -> Result<bool, NotAnObject> 
     }
 }
 
-/// Where in the work [`digest`] is: the identity fields are members of the
-/// root object and of its `metadata`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Level {
-    Root,
-    Metadata,
-    Other,
-}
-
-impl Level {
-    /// The slot in [`IdentityValues`] of the member `key` at this level.
-    fn identity_slot(self, key: &str) -> Option<usize> {
-        match (self, key) {
-            (Level::Root, "apiVersion") => Some(0),
-            (Level::Root, "kind") => Some(1),
-            (Level::Metadata, "name") => Some(2),
-            (Level::Metadata, "namespace") => Some(3),
-            _ => None,
-        }
-    }
-
-    /// The level of the member `key`'s value.
-    fn child(self, key: &str) -> Level {
-        match (self, key) {
-            (Level::Root, "metadata") => Level::Metadata,
-            _ => Level::Other,
-        }
-    }
-}
-
 /// Reads one JSON value, comparing it with `expected` (`None`: nothing to
 /// compare with, so unequal). Equality is [`Json`]'s: objects as maps (a
 /// repeated key's last member counts), numbers as `serde_json::Number`s.

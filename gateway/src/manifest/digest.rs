@@ -15,7 +15,7 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Number;
 
-use super::{IdentityValues, Json, Key, Level, NotAnObject, not_an_object, text};
+use super::{IDENTITY_FIELDS, IdentityValues, Json, Key, NotAnObject, not_an_object, text};
 
 /// What one pass over a work found.
 #[derive(Debug)]
@@ -52,6 +52,46 @@ pub(crate) fn digest(bytes: &[u8]) -> Result<Digest<'_>, NotAnObject> {
         decisive: pass.decisive,
         identity: pass.identity,
     })
+}
+
+/// Where in the work a value is: the identity fields are members of the
+/// root object and of its `metadata` ([`IDENTITY_FIELDS`]' paths).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Root,
+    Metadata,
+    Other,
+}
+
+impl Level {
+    /// The slot in [`IdentityValues`] of the member `key` at this level.
+    fn identity_slot(self, key: &str) -> Option<usize> {
+        IDENTITY_FIELDS
+            .iter()
+            .position(|(_, path)| self.holds(path) && path.last() == Some(&key))
+    }
+
+    /// Whether a field at `path` is a member of an object at this level.
+    fn holds(self, path: &[&str]) -> bool {
+        match self {
+            Level::Root => path.len() == 1,
+            Level::Metadata => path.len() == 2 && path[0] == "metadata",
+            Level::Other => false,
+        }
+    }
+
+    /// The slots of the identity fields that are members at this level.
+    fn slots(self) -> impl Iterator<Item = usize> {
+        (0..IDENTITY_FIELDS.len()).filter(move |&i| self.holds(IDENTITY_FIELDS[i].1))
+    }
+
+    /// The level of the member `key`'s value.
+    fn child(self, key: &str) -> Level {
+        match (self, key) {
+            (Level::Root, "metadata") => Level::Metadata,
+            _ => Level::Other,
+        }
+    }
 }
 
 /// The state of one pass: the identity fields found so far, the key hashes
@@ -143,8 +183,9 @@ impl<'de> Visitor<'de> for Seed<'_, 'de> {
                 let level = self.level.child(&key);
                 if level == Level::Metadata {
                     // Of a repeated `metadata` the last one counts, whole.
-                    self.pass.identity[2] = None;
-                    self.pass.identity[3] = None;
+                    for slot in Level::Metadata.slots() {
+                        self.pass.identity[slot] = None;
+                    }
                 }
                 map.next_value_seed(Seed {
                     level,
