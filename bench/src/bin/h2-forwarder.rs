@@ -16,11 +16,12 @@ use h2::client::SendRequest;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use http::{Request, Response, Uri};
+use rollout_bench::compare::yardsticks::YARDSTICK_WINDOW;
 use tokio::net::{TcpListener, TcpStream};
 
-/// HTTP/2 windows and frames as large as the gateway's, so that a 64 KiB
-/// work crosses without waiting for a WINDOW_UPDATE.
-const WINDOW: u32 = 1 << 20;
+/// Windows as every yardstick has them; frames as large as the gateway's.
+const WINDOW: u32 = YARDSTICK_WINDOW as u32;
+/// The gateway's largest HTTP/2 frame.
 const MAX_FRAME: u32 = 1 << 20;
 
 /// A minimal gRPC forwarder on the `h2` crate.

@@ -17,6 +17,7 @@ use bytes::{Buf as _, BufMut as _, Bytes};
 use clap::Parser;
 use futures::future::BoxFuture;
 use http::uri::PathAndQuery;
+use rollout_bench::compare::yardsticks::YARDSTICK_WINDOW;
 use tokio::net::TcpListener;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::server::{NamedService, UnaryService};
@@ -24,8 +25,8 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 
-/// HTTP/2 windows as large as the gateway's.
-const WINDOW: u32 = 1 << 20;
+/// Windows as every yardstick has them.
+const WINDOW: u32 = YARDSTICK_WINDOW as u32;
 
 /// A gRPC forwarder on tonic's generic server and client.
 #[derive(Debug, Parser)]

@@ -10,9 +10,10 @@ use serde_json::{Value, json};
 
 use super::config::Route;
 
-/// The HTTP/2 windows the yardsticks give both sides (stream and
-/// connection): 1 MiB, as the gateway's and HAProxy's, so a 64 KiB work
-/// crosses without waiting for a WINDOW_UPDATE.
+/// The HTTP/2 windows every yardstick gives both sides (stream and
+/// connection), the forwarders included: 1 MiB, so a 64 KiB work crosses
+/// without waiting for a WINDOW_UPDATE. (The gateway's own are larger: 4 MiB
+/// per stream, 8 MiB per connection.)
 pub const YARDSTICK_WINDOW: usize = 1 << 20;
 
 /// An nghttpx configuration (`nghttpx --conf FILE`) for one route: a
