@@ -805,6 +805,23 @@ pub(crate) fn referencing(
         .collect()
 }
 
+/// Whether `store` was listed (false: its writer is gone). The controller's
+/// own runner waits on the same store, and kube-runtime's readiness keeps
+/// the waker of one waiter only: a second waiter that is not polled again
+/// is never woken (a real API server's first list shows it), so this polls
+/// again every [`LISTED_POLL`].
+async fn wait_listed(store: &Store<ManifestWorkReplicaSet>) -> bool {
+    loop {
+        match tokio::time::timeout(LISTED_POLL, store.wait_until_ready()).await {
+            Ok(result) => return result.is_ok(),
+            Err(_elapsed) => continue,
+        }
+    }
+}
+
+/// How often [`wait_listed`] looks again.
+const LISTED_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A shutdown trigger that every phase of `run` can wait on (cloned).
 pub(crate) type Stop = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
 
@@ -830,7 +847,7 @@ pub(crate) async fn run(ctx: Arc<Context>, readiness: Readiness, stop: Stop) {
     let synced = controller.store();
     let ready = readiness.clone();
     let ready_task = tokio::spawn(async move {
-        if synced.wait_until_ready().await.is_ok() {
+        if wait_listed(&synced).await {
             ready.set(true);
             tracing::info!("ManifestWorkReplicaSets listed; ready");
         }
