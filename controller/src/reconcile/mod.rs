@@ -39,6 +39,7 @@ pub(crate) mod plugins;
 pub(crate) mod revisions;
 pub(crate) mod status;
 pub(crate) mod world;
+mod triggers;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -712,6 +713,13 @@ impl<'r> Pass<'r> {
         if !plugins.failed.is_empty() {
             requeue = soonest(requeue, Some(ctx.plugins.retry_after()));
         }
+        // A rollout in motion (something to look at again) is looked at
+        // again within STORE_LAG_RECHECK: the stores a reconcile reads are
+        // fed by watches of their own, and the event that triggered this
+        // reconcile may have reached the trigger's watch before the store
+        // (a real API server shows it: a work's agent report read stale,
+        // and the cluster then waited for its progress deadline).
+        let requeue = requeue.map(|wait| wait.min(STORE_LAG_RECHECK));
         tracing::debug!(requeue_secs = requeue.map(|d| d.as_secs()), "reconciled");
         Action::requeue(requeue.unwrap_or(MAX_REQUEUE).min(MAX_REQUEUE))
     }
@@ -819,6 +827,10 @@ async fn wait_listed(store: &Store<ManifestWorkReplicaSet>) -> bool {
     }
 }
 
+/// The longest a rollout in motion goes without a reconcile (see
+/// `Pass::requeue`).
+const STORE_LAG_RECHECK: Duration = Duration::from_secs(5);
+
 /// How often [`wait_listed`] looks again.
 const LISTED_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -870,9 +882,11 @@ pub(crate) async fn run(ctx: Arc<Context>, readiness: Readiness, stop: Stop) {
                     .unwrap_or_default()
             },
         )
-        .watches(
-            Api::<ManifestWorkReplicaSetRollout>::all(client.clone()),
-            watcher::Config::default(),
+        .watches_stream(
+            triggers::spec_changes(watcher(
+                Api::<ManifestWorkReplicaSetRollout>::all(client.clone()),
+                watcher::Config::default(),
+            )),
             |carrier| Some(bound_mwrs(&carrier)),
         )
         .watches(
