@@ -9,7 +9,9 @@ Events, and the objects on each managed cluster."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import sys
 import time
 
 import pytest
@@ -89,9 +91,25 @@ def test_traffic_weights_in_every_work_applied_by_the_agent(first_revision, hub:
     assert rolled["status"] == "True", rolled
 
 
-def test_failed_smoke_test_aborts_and_restores_every_updated_cluster(first_revision, hub: Hub, bed_dir):
+# What the abort test saw, for the simulator's comparison after it.
+OBSERVED: dict = {}
+
+
+def hook_calls(metrics: str) -> dict[str, int]:
+    """rollout_controller_hook_calls_total summed per hook."""
+    calls: dict[str, int] = {}
+    for line in metrics.splitlines():
+        match = re.match(r'rollout_controller_hook_calls_total\{([^}]*)\} (\S+)', line)
+        if match:
+            hook = re.search(r'hook="([^"]+)"', match.group(1)).group(1)
+            calls[hook] = calls.get(hook, 0) + int(float(match.group(2)))
+    return calls
+
+
+def test_failed_smoke_test_aborts_and_restores_every_updated_cluster(first_revision, controller, hub: Hub, bed_dir):
     clusters = decided_clusters(hub)
     failing = clusters[1]
+    before = hook_calls(controller.metrics())
     watch = subprocess.Popen([str(binary("rollout-controller")), "get", NAME, "-n", NS, "--watch",
                               "--kubeconfig", str(hub.kubeconfig())],
                              stdout=open(bed_dir / "watch.txt", "wb"), stderr=subprocess.STDOUT)
@@ -108,6 +126,9 @@ def test_failed_smoke_test_aborts_and_restores_every_updated_cluster(first_revis
 
     status = hub.wait_for(rolled_back, 120, "the abort and the rollback")
     took = time.monotonic() - started
+    after = hook_calls(controller.metrics())
+    OBSERVED.update(failing=failing, position=clusters.index(failing), status=status,
+                    calls={h: after.get(h, 0) - before.get(h, 0) for h in after})
     assert status["currentRevision"] == first_revision, status
     assert status["updateRevision"] != first_revision, status
     reasons = [e["reason"] for e in events(hub)]
@@ -133,3 +154,110 @@ def test_failed_smoke_test_aborts_and_restores_every_updated_cluster(first_revis
     watch.wait(10)
     frames = (bed_dir / "watch.txt").read_text(errors="replace")
     assert failing in frames and "abort" in frames.lower(), frames[-3000:]
+
+
+def example_mwrs(hub: Hub) -> dict:
+    """The example's ManifestWorkReplicaSet as its author wrote it (before
+    the API server's defaults), as JSON."""
+    built = hub.kubectl("kustomize", str(ROOT / "deploy" / "examples" / "hello-rollout")).stdout
+    # `create --dry-run=client` converts without reading the live objects.
+    rendered = hub.kubectl("create", "--dry-run=client", "-o", "json", "-f", "-", stdin=built).stdout
+    decoder, items, at = json.JSONDecoder(), [], 0
+    while at < len(rendered.strip()):
+        item, at = decoder.raw_decode(rendered, at)
+        items.append(item)
+        while at < len(rendered) and rendered[at].isspace():
+            at += 1
+    return next(i for i in items if i["kind"] == "ManifestWorkReplicaSet")
+
+
+def test_the_simulator_with_ocms_crds_reaches_the_real_hubs_outcome(gateway, hub: Hub, bed_dir):
+    """`simulate --crds` with OCM's real CRDs, the same strategy, plugins and
+    failing position as the real hub's abort above: the same cluster aborts,
+    the same revision is restored, the same hooks are called."""
+    assert OBSERVED, "the real hub's abort did not run"
+    sys.path.insert(0, str(ROOT / "localhub"))
+    from lib import parts
+    crds = bed_dir / "ocm-crds"
+    crds.mkdir(exist_ok=True)
+    for f in parts.crds(parts.HUB_CRDS):
+        (crds / f.name).write_bytes(f.read_bytes())
+    previous = example_mwrs(hub)
+    update = json.loads(json.dumps(previous))
+    update["spec"]["manifestWorkTemplate"]["workload"]["manifests"][0]["spec"]["template"]["metadata"]["labels"][
+        "version"] = "v2"
+    (bed_dir / "previous.json").write_text(json.dumps(previous))
+    (bed_dir / "update.json").write_text(json.dumps(update))
+    failing = f"cluster-{OBSERVED['position'] + 1:03d}"
+    result = subprocess.run([
+        str(binary("rollout-controller")), "simulate", "--clusters", "3", "--strategy", "Progressive",
+        "--max-concurrency", "1", "--abort-on-failure", "--plugin", "safe-rollout",
+        "--plugin-config", json.dumps({"soakTime": "1s", "failClusters": [failing]}),
+        "--gateway", gateway, "--crds", str(crds), "--template", str(bed_dir / "update.json"),
+        "--previous-template", str(bed_dir / "previous.json"), "--summary", str(bed_dir / "summary.json"),
+        "--apply-latency", "1s"], capture_output=True, text=True, timeout=300)
+    assert result.returncode in (0, 1), result.stderr[-3000:]
+    summary = json.loads((bed_dir / "summary.json").read_text())
+    print(f"\nsimulate: {json.dumps({k: summary[k] for k in ('result', 'hookCalls', 'abort')})}\n"
+          f"real hub: {json.dumps(OBSERVED['calls'])}", flush=True)
+    failures = [f["cluster"] for f in summary["abort"]["failures"]]
+    assert failures == [failing], summary["abort"]
+    assert summary["currentRevision"] == summary["previousRevision"], summary
+    real = {h: n for h, n in OBSERVED["calls"].items() if h != "Initialize" and n}
+    simulated = {h: n for h, n in summary["hookCalls"].items() if n}
+    # BeginRollout and MutateManifestWork are called once per cluster and
+    # step: they agree exactly. ProgressRollout (once per reconcile) and
+    # ValidateRolloutCompletion (polled while a cluster soaks) follow how
+    # often the world changes, which a real agent does more often than the
+    # simulated one; within a small factor, so that a reconcile loop that
+    # wakes itself (hundreds of calls) fails here.
+    polled = {"ProgressRollout", "ValidateRolloutCompletion"}
+    assert {h: n for h, n in real.items() if h not in polled} == {
+        h: n for h, n in simulated.items() if h not in polled}, (real, simulated)
+    for hook in polled:
+        assert 0 < real.get(hook, 0) <= 5 * simulated.get(hook, 0), (hook, real, simulated)
+
+
+def test_nothing_the_controller_needs_is_refused(controller):
+    """The controller ran as the overlay's ServiceAccount throughout: the
+    hub's RBAC refused none of its requests."""
+    log = controller.process.text()
+    refused = [line for line in log.splitlines() if "forbidden" in line.lower() or " 403" in line]
+    assert not refused, "\n".join(refused[:5])
+
+
+def test_a_field_ocm_does_not_have_is_pruned_and_the_carrier_keeps_the_plugin(first_revision, hub: Hub):
+    """The design's fields written on the ManifestWorkReplicaSet itself are
+    dropped by the real API server (OCM's CRD has no such field); the carrier
+    keeps the plugin, and a new revision rolls out through it."""
+    result = hub.kubectl("patch", "manifestworkreplicaset", NAME, "-n", NS, "--type", "json", "-p", json.dumps([
+        {"op": "add", "path": "/spec/placementRefs/0/rolloutStrategy/plugin", "value": "no-such-plugin"},
+        {"op": "replace",
+         "path": "/spec/manifestWorkTemplate/workload/manifests/0/spec/template/metadata/labels/version",
+         "value": "v3"}]))
+    assert "unknown field" in result.stderr, result.stderr
+    stored = hub.get("manifestworkreplicaset", NAME, NS)
+    assert "plugin" not in stored["spec"]["placementRefs"][0]["rolloutStrategy"], stored["spec"]
+    set_plugin_config(hub, {"soakTime": "1s"})
+
+    def rolled_out():
+        s = carrier_placement(hub)
+        counts = s["placement"].get("clusterCounts") or {}
+        done = (counts.get("succeeded") == 3 and s.get("currentRevision") == s.get("updateRevision")
+                and s.get("currentRevision") != first_revision)
+        return s if done else None
+
+    hub.wait_for(rolled_out, 120, "the third revision to succeed on every cluster through the carrier's plugin")
+    for cluster in hub.clusters:
+        deployment = spoke_deployment(hub, cluster)
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        annotations = deployment["metadata"].get("annotations") or {}
+        assert labels.get("version") == "v3", f"{cluster}: {labels}"
+        assert annotations.get(POSITION, "").endswith("/3"), f"{cluster}: {annotations}"
+
+
+def test_the_example_validates_strictly_against_ocms_crds(hub: Hub):
+    result = hub.kubectl("apply", "--dry-run=server", "--validate=strict", "-k",
+                         str(ROOT / "deploy" / "examples" / "hello-rollout"), check=False)
+    assert result.returncode == 0, result.stderr
+    assert "unknown field" not in result.stderr, result.stderr
