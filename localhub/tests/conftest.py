@@ -140,3 +140,10 @@ def controller(installed, gateway, processes):
 
 
 from tests.hub import free_port  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def first_revision(controller, hub):
+    """The example rolled out to every cluster; its revision."""
+    from tests.rollout import roll_out_example
+    return roll_out_example(controller, hub)
