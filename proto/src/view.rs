@@ -423,6 +423,13 @@ const COUNTS: &[(u32, &str, Kind)] = &[
 ];
 /// `RolloutPluginRequest.plugin_config_json`.
 pub const PLUGIN_CONFIG_FIELD: u32 = 11;
+
+/// The most levels of nested arrays and objects a `plugin_config_json` may
+/// have, the object itself counted: serde_json's recursion limit, so the
+/// deepest JSON the controller can read (it reads the strategy's
+/// `pluginConfig` with serde_json), and one every plugin's JSON library
+/// reads (Python's default recursion limit is 1,000 frames).
+pub const MAX_PLUGIN_CONFIG_DEPTH: usize = 127;
 const ROLLOUT_REQUEST: &[(u32, &str, Kind)] = &[
     (1, "mwrs_name", Kind::Text),
     (2, "mwrs_namespace", Kind::Text),
