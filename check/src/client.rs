@@ -207,6 +207,9 @@ impl Connection {
         if head.status != http::StatusCode::OK {
             return Ok(Ended::Broken(format!("HTTP status {}", head.status)));
         }
+        if let Err(e) = rollout_wire::check_answer_headers(&head.headers) {
+            return Ok(Ended::Broken(e.to_string()));
+        }
         // A trailers-only answer carries grpc-status in the headers.
         if let Some(ended) = status_of(&head.headers) {
             return Ok(ended);
@@ -225,9 +228,13 @@ impl Connection {
 }
 
 /// `grpc-status` (and `grpc-message`) of a header block: `Answer` (empty)
-/// for OK, `None` when absent.
+/// for OK, `None` when absent, `Broken` when gRPC clients could read it
+/// differently (as the gateway refuses it).
 fn status_of(headers: &http::HeaderMap) -> Option<Ended> {
-    let status = rollout_wire::status_from_headers(headers)?;
+    let status = match rollout_wire::status_from_headers(headers) {
+        Ok(status) => status?,
+        Err(e) => return Some(Ended::Broken(e.to_string())),
+    };
     Some(if status.code == Code::Ok {
         Ended::Answer(Bytes::new())
     } else {

@@ -1,6 +1,6 @@
-//! One stream to a plugin: the request's head, the answer read whole, and
-//! what happens to a stream the plugin never processed (sent again on a new
-//! connection).
+//! One stream to a plugin: the request's head, the answer read whole (and
+//! refused where gRPC clients could read it differently), and what happens
+//! to a stream the plugin never processed (sent again on a new connection).
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
@@ -120,45 +120,67 @@ impl Upstream {
             .map_err(Exchange::Unprocessed)?;
         body.send_data(payload, true).map_err(unavailable)?;
         let response = response.await.map_err(unavailable)?;
-        let (parts, mut body) = response.into_parts();
-        // A trailers-only answer: the status is in the headers.
-        if let Some(status) = grpc::status_from_headers(&parts.headers) {
-            return Err(Exchange::Failed(if status.code() == Code::Ok {
+        let (parts, body) = response.into_parts();
+        self.read_answer(parts, body)
+            .await
+            .map_err(Exchange::Failed)
+    }
+
+    /// The message of a plugin's answer, read as every mainstream gRPC
+    /// client (grpc-go, grpcio's C core, grpc-java) would read it, or
+    /// refused as the plugin's failure where one of them could read another
+    /// message or status (docs/security.md, "Reading a plugin's answer").
+    async fn read_answer(
+        &self,
+        parts: http::response::Parts,
+        mut body: h2::RecvStream,
+    ) -> Result<Bytes, Failed> {
+        if parts.status != http::StatusCode::OK {
+            return Err(Failed::Plugin(grpc::status_from_http(parts.status)));
+        }
+        grpc::check_answer_headers(&parts.headers).map_err(|e| undecodable(e.to_string()))?;
+        let in_headers =
+            grpc::status_from_headers(&parts.headers).map_err(|e| undecodable(e.to_string()))?;
+        if let Some(status) = in_headers {
+            // A trailers-only answer ends with its headers. A status in
+            // headers followed by more (a message, trailers with another
+            // status) is read by some clients from the headers and by
+            // others from what follows.
+            return Err(if !body.is_end_stream() {
+                undecodable("grpc-status in the headers of an answer that goes on".into())
+            } else if status.code() == Code::Ok {
                 undecodable("answered OK without a message".into())
             } else {
                 Failed::Plugin(status)
-            }));
-        }
-        if parts.status != http::StatusCode::OK {
-            return Err(Exchange::Failed(Failed::Plugin(grpc::status_from_http(
-                parts.status,
-            ))));
+            });
         }
         let limit = self.settings.max_message_bytes;
-        let (data, trailers) = grpc::collect(&mut body, limit)
-            .await
-            .map_err(|e| match e {
-                grpc::ReceiveError::Stream { .. } => {
-                    Failed::Call(CallError::Unreachable(e.to_string()))
-                }
-                grpc::ReceiveError::Frame(grpc::FrameError::TooLarge { .. }) => {
-                    Failed::Call(CallError::TooLarge(e.to_string()))
-                }
-                _ => undecodable(e.to_string()),
-            })
-            .map_err(Exchange::Failed)?;
-        let answer = match trailers.as_ref().and_then(grpc::status_from_headers) {
+        let (data, trailers) = grpc::collect(&mut body, limit).await.map_err(|e| match e {
+            grpc::ReceiveError::Stream { .. } => {
+                Failed::Call(CallError::Unreachable(e.to_string()))
+            }
+            grpc::ReceiveError::Frame(grpc::FrameError::TooLarge { .. }) => {
+                Failed::Call(CallError::TooLarge(e.to_string()))
+            }
+            _ => undecodable(e.to_string()),
+        })?;
+        let status = match trailers.as_ref().map(grpc::status_from_headers) {
+            Some(Ok(status)) => status,
+            Some(Err(e)) => return Err(undecodable(e.to_string())),
+            None => None,
+        };
+        match status {
             Some(status) if status.code() == Code::Ok => {
+                // At most one, checked with the headers.
                 let encoding = parts
                     .headers
-                    .get("grpc-encoding")
+                    .get(grpc::GRPC_ENCODING)
                     .map(|v| v.to_str().unwrap_or("(not text)").to_string());
                 inflate(data, encoding, limit).await
             }
             Some(status) => Err(Failed::Plugin(status)),
             None => Err(undecodable("answer ended without a grpc-status".into())),
-        };
-        answer.map_err(Exchange::Failed)
+        }
     }
 }
 

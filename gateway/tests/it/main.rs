@@ -18,6 +18,7 @@ mod fail_closed;
 mod hostile_clients;
 mod hubs;
 mod observability;
+mod plugin_answers;
 mod plugin_failures;
 mod plugin_trace;
 mod process;
