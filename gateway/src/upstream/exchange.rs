@@ -1,11 +1,13 @@
 //! One stream to a plugin: the request's head, the answer read whole (and
 //! refused where gRPC clients could read it differently), and what happens
-//! to a stream the plugin never processed (sent again on a new connection).
+//! to a stream the plugin never processed (sent again).
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 use tokio::time::Instant;
 use tonic::Code;
+
+use rollout_policies::lock;
 
 use super::{Failed, USER_AGENT, Upstream, undecodable};
 use crate::error::CallError;
@@ -16,12 +18,18 @@ use crate::transport::grpc::{self, Payload};
 impl Upstream {
     /// One unary call; the answer's message, uncompressed, not decoded.
     ///
-    /// A stream the plugin never processed — refused before it opened
-    /// because the connection is going away, above the last stream id of
-    /// the plugin's GOAWAY, or reset with REFUSED_STREAM — is sent again on
-    /// a new connection, whatever the retry policy: the plugin never saw it
-    /// (RFC 9113 §8.7). The connection that refused it takes no new calls;
-    /// its calls in flight finish on it.
+    /// A stream the plugin never processed (RFC 9113 §8.7) is sent again:
+    ///
+    /// - refused before it opened because the connection is going away, or
+    ///   above the last stream id of the plugin's GOAWAY: on a new
+    ///   connection, whatever the retry policy; the connection that refused
+    ///   it takes no new calls, its calls in flight finish on it. Not when
+    ///   the plugin answered nothing on it nor on the connection before it:
+    ///   it is refusing all work (how soon such a connection is replaced is
+    ///   the channel's).
+    /// - reset with REFUSED_STREAM (a plugin shedding load): on the same
+    ///   connection, each resend withdrawn from the plugin's retry budget;
+    ///   the connection stays in use.
     pub(super) async fn unary_raw(
         &self,
         method: HookKind,
@@ -32,26 +40,40 @@ impl Upstream {
         let mut resent = 0;
         loop {
             let conn = self.connection(deadline).await?;
-            match self
+            let error = match self
                 .exchange(&conn, method, payload(), deadline, forward)
                 .await
             {
-                Err(Exchange::Unprocessed(error)) if resent < MAX_RESENDS => {
-                    tracing::debug!(endpoint = %self.key.endpoint, %error, "stream not processed by the plugin; sending it on a new connection");
-                    self.channel.retire(&conn, &error);
-                    resent += 1;
-                }
-                Err(Exchange::Unprocessed(error)) => {
-                    self.channel.retire(&conn, &error);
+                Ok(message) => return Ok(message),
+                Err(Exchange::Failed(failed)) => return Err(failed),
+                Err(Exchange::Refused(error)) => {
+                    if resent < MAX_RESENDS && lock(&self.budget).try_withdraw(super::now()) {
+                        tracing::debug!(endpoint = %self.key.endpoint, %error, "stream refused by the plugin; sending it again on the same connection");
+                        resent += 1;
+                        continue;
+                    }
                     return Err(Failed::Call(CallError::Unreachable(format!(
-                        "request to {} refused {} times: {error}",
+                        "{} refused the stream (REFUSED_STREAM) {} times, and the retry budget allows no more",
                         self.key.endpoint,
                         resent + 1
                     ))));
                 }
-                Err(Exchange::Failed(failed)) => return Err(failed),
-                Ok(message) => return Ok(message),
+                Err(Exchange::Unprocessed(error)) => error,
+            };
+            self.channel.retire(&conn, &error);
+            // Sent again only while the plugin takes work: not when this
+            // connection and the one before it both went away before
+            // answering anything (a GOAWAY with last stream id 0 each time).
+            let refusing = !conn.has_answered() && !self.channel.was_answering();
+            if resent == MAX_RESENDS || refusing {
+                return Err(Failed::Call(CallError::Unreachable(format!(
+                    "request to {} refused {} times: {error}",
+                    self.key.endpoint,
+                    resent + 1
+                ))));
             }
+            tracing::debug!(endpoint = %self.key.endpoint, %error, "stream not processed by the plugin; sending it on a new connection");
+            resent += 1;
         }
     }
 
@@ -101,7 +123,9 @@ impl Upstream {
     ) -> Result<Bytes, Exchange> {
         let sender = conn.sender();
         let unavailable = |e: h2::Error| {
-            if unprocessed(&e) {
+            if refused(&e) {
+                Exchange::Refused(e)
+            } else if going_away(&e) {
                 Exchange::Unprocessed(e)
             } else {
                 Exchange::Failed(Failed::Call(CallError::Unreachable(format!(
@@ -120,6 +144,7 @@ impl Upstream {
             .map_err(Exchange::Unprocessed)?;
         body.send_data(payload, true).map_err(unavailable)?;
         let response = response.await.map_err(unavailable)?;
+        conn.answered();
         let (parts, body) = response.into_parts();
         self.read_answer(parts, body)
             .await
@@ -205,20 +230,27 @@ async fn inflate(data: Bytes, encoding: Option<String>, limit: usize) -> Result<
     })
 }
 
-/// How one stream failed: never processed by the plugin (sent again on a
-/// new connection), or as [`Failed`].
+/// How one stream failed: never processed by the plugin because its
+/// connection is going away (sent again on a new connection), reset with
+/// REFUSED_STREAM (sent again on the same one, within the retry budget), or
+/// as [`Failed`].
 enum Exchange {
     Unprocessed(h2::Error),
+    Refused(h2::Error),
     Failed(Failed),
 }
 
 /// Streams one call may send again after the plugin did not process them.
 const MAX_RESENDS: u32 = 3;
 
-/// Whether the plugin cannot have processed the stream this error ended:
-/// dropped by its GOAWAY (above the last stream id; RFC 9113 §6.8), or
-/// refused with REFUSED_STREAM (§8.7).
-fn unprocessed(e: &h2::Error) -> bool {
-    (e.is_go_away() && e.is_remote())
-        || (e.is_reset() && e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM))
+/// Whether the stream this error ended was dropped by the plugin's GOAWAY
+/// (above its last stream id; RFC 9113 §6.8): never processed.
+fn going_away(e: &h2::Error) -> bool {
+    e.is_go_away() && e.is_remote()
+}
+
+/// Whether the plugin reset the stream with REFUSED_STREAM: never processed
+/// (§8.7), the connection still good.
+fn refused(e: &h2::Error) -> bool {
+    e.is_reset() && e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM)
 }

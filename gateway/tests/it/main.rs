@@ -23,6 +23,7 @@ mod plugin_failures;
 mod plugin_trace;
 mod process;
 mod properties;
+mod refused_streams;
 mod reload;
 mod resilience;
 mod restarts;
