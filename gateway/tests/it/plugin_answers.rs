@@ -401,3 +401,112 @@ async fn answers_some_decoder_could_read_otherwise_are_the_plugins_failure() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     gw.stop().await;
 }
+
+/// grpcio's client, in the Python named by `ROLLOUT_HOOKS_PYTHON` (a venv
+/// with grpcio, as `.ci/plugins.sh` makes): calls ValidateRolloutCompletion
+/// once on each address given and prints, one JSON line each, the `result`
+/// it read (protobuf's rule: the last value of field 1) or the code it
+/// failed with.
+const GRPCIO_CLIENT: &str = r#"
+import json, sys, grpc
+
+def result_of(b):
+    i, result = 0, 0
+    def varint():
+        nonlocal i
+        shift = v = 0
+        while True:
+            c = b[i]; i += 1
+            v |= (c & 0x7f) << shift; shift += 7
+            if not c & 0x80:
+                return v
+    while i < len(b):
+        key = varint()
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            v = varint()
+            if field == 1:
+                result = v
+        elif wire == 2:
+            n = varint()
+            i += n
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        else:
+            raise ValueError(wire)
+    return result
+
+for addr in sys.argv[1:]:
+    with grpc.insecure_channel(addr) as channel:
+        call = channel.unary_unary(
+            "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/ValidateRolloutCompletion")
+        try:
+            answer = call(b"", timeout=2)
+            print(json.dumps({"result": None if answer is None else result_of(answer)}))
+        except grpc.RpcError as e:
+            print(json.dumps({"code": e.code().name}))
+        except Exception as e:
+            print(json.dumps({"code": "client error: %s" % e}))
+"#;
+
+/// Every shape the gateway takes, grpcio reads the same way (the verdict, or
+/// the plugin's own status); what it reads from the shapes the gateway
+/// refuses is printed (`--nocapture`), for docs/security.md. Skipped
+/// without `ROLLOUT_HOOKS_PYTHON` unless `ROLLOUT_HOOKS_E2E=1`
+/// (`.ci/plugins.sh` sets both).
+#[tokio::test]
+async fn grpcio_reads_every_answer_the_gateway_takes_as_the_gateway_does() {
+    let Ok(python) = std::env::var("ROLLOUT_HOOKS_PYTHON") else {
+        assert_ne!(
+            std::env::var("ROLLOUT_HOOKS_E2E").as_deref(),
+            Ok("1"),
+            "ROLLOUT_HOOKS_PYTHON is not set"
+        );
+        eprintln!("ROLLOUT_HOOKS_PYTHON names no Python with grpcio: skipped");
+        return;
+    };
+    let shapes = shapes();
+    let mut addrs = Vec::new();
+    for shape in &shapes {
+        addrs.push(raw_plugin(shape.clone()).await.to_string());
+    }
+    let out = tokio::process::Command::new(python)
+        .arg("-c")
+        .arg(GRPCIO_CLIENT)
+        .args(&addrs)
+        .output()
+        .await
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let readings: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(readings.len(), shapes.len());
+    let mut differ = Vec::new();
+    for (shape, read) in shapes.iter().zip(&readings) {
+        eprintln!(
+            "{:<55} gateway {:?}, grpcio {read}",
+            shape.name, shape.expect
+        );
+        let same = match shape.expect {
+            Expect::Verdict(v) => read["result"] == v as i32,
+            Expect::Fails(Code::Internal) => continue,
+            Expect::Fails(code) => read["code"] == rollout_wire::code_name(code),
+        };
+        if !same {
+            differ.push(format!(
+                "{}: gateway {:?}, grpcio {read}",
+                shape.name, shape.expect
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+}
