@@ -38,7 +38,7 @@ fn config(checked: Result<&[u8], RequestError>) -> Result<(), GatewayError> {
         return Ok(());
     }
     // First: one pass that stops early, before the syntax pass.
-    if manifest::nests_deeper_than(json, MAX_PLUGIN_CONFIG_DEPTH) {
+    if view::nests_deeper_than(json, MAX_PLUGIN_CONFIG_DEPTH) {
         return Err(GatewayError::InvalidRequest(format!(
             "plugin_config_json nests arrays and objects more than {MAX_PLUGIN_CONFIG_DEPTH} levels deep"
         )));
