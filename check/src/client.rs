@@ -210,8 +210,15 @@ impl Connection {
         if let Err(e) = rollout_wire::check_answer_headers(&head.headers) {
             return Ok(Ended::Broken(e.to_string()));
         }
-        // A trailers-only answer carries grpc-status in the headers.
+        // A trailers-only answer carries grpc-status in the headers, and
+        // ends with them: a status there followed by more is read from the
+        // headers by some clients and from what follows by others.
         if let Some(ended) = status_of(&head.headers) {
+            if !body.is_end_stream() {
+                return Ok(Ended::Broken(
+                    "grpc-status in the headers of an answer that goes on".into(),
+                ));
+            }
             return Ok(ended);
         }
         let (data, trailers) = match rollout_wire::collect(&mut body, MAX_ANSWER_BYTES).await {
