@@ -168,7 +168,7 @@ impl Channel {
         }
         if until >= deadline {
             return Err(NoConnection::Unreachable(format!(
-                "{endpoint} went away without answering a stream on its last {} connections; the next dial waits {} ms",
+                "{endpoint} ended {} connection(s) in a row without answering a stream; the next dial waits {} ms",
                 in_a_row + 1,
                 wait.as_millis()
             )));

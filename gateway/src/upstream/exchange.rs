@@ -53,7 +53,7 @@ impl Upstream {
                         continue;
                     }
                     return Err(Failed::Call(CallError::Unreachable(format!(
-                        "{} refused the stream (REFUSED_STREAM) {} times, and the retry budget allows no more",
+                        "{} refused the stream (REFUSED_STREAM) {} times; not sent again (at most {MAX_RESENDS} times, each from the retry budget)",
                         self.key.endpoint,
                         resent + 1
                     ))));
