@@ -85,7 +85,6 @@ fn shape(
 
 /// Every shape: the controls first, then what decoders could read
 /// differently.
-#[allow(clippy::too_many_lines)]
 fn shapes() -> Vec<Shape> {
     use Expect::{Fails, Verdict};
     use ValidationResult::{Failed, Succeeded};
