@@ -161,7 +161,7 @@ impl Upstream {
         mut body: h2::RecvStream,
     ) -> Result<Bytes, Failed> {
         if parts.status != http::StatusCode::OK {
-            return Err(Failed::Plugin(grpc::status_from_http(parts.status)));
+            return Err(not_ok(parts.status, &parts.headers));
         }
         grpc::check_answer_headers(&parts.headers).map_err(|e| undecodable(e.to_string()))?;
         let in_headers =
@@ -228,6 +228,23 @@ async fn inflate(data: Bytes, encoding: Option<String>, limit: usize) -> Result<
         grpc::Unreadable::TooLarge(why) => Failed::Call(CallError::TooLarge(why)),
         grpc::Unreadable::Invalid(why) => undecodable(why),
     })
+}
+
+/// An answer with an HTTP status other than 200: grpc-go and grpc-java
+/// read the code gRPC's HTTP mapping gives, grpcio the `grpc-status` when
+/// there is one (`503` with `grpc-status: 0` is OK to it). The status
+/// passes when both readings agree, and is refused otherwise.
+fn not_ok(status: http::StatusCode, headers: &HeaderMap) -> Failed {
+    let by_http = grpc::status_from_http(status);
+    match grpc::status_from_headers(headers) {
+        Ok(None) => Failed::Plugin(by_http),
+        Ok(Some(sent)) if sent.code() == by_http.code() => Failed::Plugin(sent),
+        Ok(Some(sent)) => undecodable(format!(
+            "answered HTTP {status} with grpc-status {}, which gRPC clients read as either",
+            rollout_wire::code_name(sent.code())
+        )),
+        Err(e) => undecodable(e.to_string()),
+    }
 }
 
 /// How one stream failed: never processed by the plugin because its

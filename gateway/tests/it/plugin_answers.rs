@@ -169,6 +169,19 @@ fn shapes() -> Vec<Shape> {
             status: 503,
             ..trailers_only(&[("content-type", "text/html")], Fails(Code::Unavailable))
         },
+        Shape {
+            name: "HTTP 503 carrying grpc-status 0",
+            status: 503,
+            ..trailers_only(&[GRPC, ("grpc-status", "0")], Fails(Code::Internal))
+        },
+        Shape {
+            name: "HTTP 503 carrying grpc-status 14",
+            status: 503,
+            ..trailers_only(
+                &[GRPC, ("grpc-status", "14"), ("grpc-message", "overloaded")],
+                Fails(Code::Unavailable),
+            )
+        },
         // Compression read differently.
         shape(
             "gzip of two members, SUCCEEDED then FAILED",
