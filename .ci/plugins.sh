@@ -103,6 +103,10 @@ assert servicers, "no servicer class in the guide's Python plugin"
 print("guide plugin:", servicers[0]().Initialize(None, None).name)
 PY
 (cd "$PYDIR" && "$PYENV/bin/python" -m unittest -v test_revision_stamper 2>&1 | grep -v ResourceWarning)
+# grpcio as the client of every answer shape the gateway's decoder rule
+# covers: what the gateway takes, grpcio reads the same way.
+ROLLOUT_HOOKS_PYTHON="$PYENV/bin/python" cargo test -q -p rollout-gateway --test it -- \
+  plugin_answers::grpcio --nocapture
 
 echo "-- the Go plugin (examples/go/cluster-gate)"
 GO_DEBS=(golang-go golang-google-grpc-dev golang-google-protobuf-dev

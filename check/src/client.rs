@@ -207,8 +207,18 @@ impl Connection {
         if head.status != http::StatusCode::OK {
             return Ok(Ended::Broken(format!("HTTP status {}", head.status)));
         }
-        // A trailers-only answer carries grpc-status in the headers.
+        if let Err(e) = rollout_wire::check_answer_headers(&head.headers) {
+            return Ok(Ended::Broken(e.to_string()));
+        }
+        // A trailers-only answer carries grpc-status in the headers, and
+        // ends with them: a status there followed by more is read from the
+        // headers by some clients and from what follows by others.
         if let Some(ended) = status_of(&head.headers) {
+            if !body.is_end_stream() {
+                return Ok(Ended::Broken(
+                    "grpc-status in the headers of an answer that goes on".into(),
+                ));
+            }
             return Ok(ended);
         }
         let (data, trailers) = match rollout_wire::collect(&mut body, MAX_ANSWER_BYTES).await {
@@ -225,9 +235,13 @@ impl Connection {
 }
 
 /// `grpc-status` (and `grpc-message`) of a header block: `Answer` (empty)
-/// for OK, `None` when absent.
+/// for OK, `None` when absent, `Broken` when gRPC clients could read it
+/// differently (as the gateway refuses it).
 fn status_of(headers: &http::HeaderMap) -> Option<Ended> {
-    let status = rollout_wire::status_from_headers(headers)?;
+    let status = match rollout_wire::status_from_headers(headers) {
+        Ok(status) => status?,
+        Err(e) => return Some(Ended::Broken(e.to_string())),
+    };
     Some(if status.code == Code::Ok {
         Ended::Answer(Bytes::new())
     } else {

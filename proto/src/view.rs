@@ -423,6 +423,45 @@ const COUNTS: &[(u32, &str, Kind)] = &[
 ];
 /// `RolloutPluginRequest.plugin_config_json`.
 pub const PLUGIN_CONFIG_FIELD: u32 = 11;
+
+/// The most levels of nested arrays and objects a `plugin_config_json` may
+/// have, the object itself counted: serde_json's recursion limit, so the
+/// deepest JSON the controller can read (it reads the strategy's
+/// `pluginConfig` with serde_json), and one every plugin's JSON library
+/// reads (Python's default recursion limit is 1,000 frames).
+pub const MAX_PLUGIN_CONFIG_DEPTH: usize = 127;
+
+/// Whether JSON `bytes` nest arrays and objects more than `max` levels
+/// deep (`{}` is one level). One pass that stops at the first level over
+/// `max`; brackets inside strings do not count.
+pub fn nests_deeper_than(bytes: &[u8], max: usize) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
 const ROLLOUT_REQUEST: &[(u32, &str, Kind)] = &[
     (1, "mwrs_name", Kind::Text),
     (2, "mwrs_namespace", Kind::Text),
@@ -822,5 +861,27 @@ mod tests {
                 proptest::prop_assert_eq!(back, RolloutPluginRequest { rollout_status: None, ..request });
             }
         }
+    }
+
+    #[test]
+    fn nesting_is_counted_outside_strings_as_serde_json_bounds_it() {
+        let max = MAX_PLUGIN_CONFIG_DEPTH;
+        let nested = |d: usize| format!("{}1{}", r#"{"a":["#.repeat(d / 2), "]}".repeat(d / 2));
+        for depth in [max - 1, max, max + 1] {
+            let json = if depth % 2 == 0 {
+                nested(depth)
+            } else {
+                format!("{{\"x\":{}}}", nested(depth - 1))
+            };
+            let serde = serde_json::from_str::<serde_json::Value>(&json).is_ok();
+            assert_eq!(
+                !nests_deeper_than(json.as_bytes(), max),
+                serde,
+                "depth {depth}: serde_json reads it: {serde}"
+            );
+            assert_eq!(serde, depth <= max, "depth {depth}");
+        }
+        assert!(!nests_deeper_than(br#"{"a":"[[[[{{{{\"[["}"#, 1));
+        assert!(nests_deeper_than(br#"{"a":"\\",["#, 1));
     }
 }

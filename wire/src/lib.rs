@@ -14,7 +14,11 @@
 //!   a body from an HTTP/2 stream within the limit; failures are
 //!   [`FrameError`] and [`ReceiveError`];
 //! - status: [`status_from_headers`] reads `grpc-status` and its
-//!   percent-encoded `grpc-message` into a [`GrpcStatus`], [`put_status`]
+//!   percent-encoded `grpc-message` into a [`GrpcStatus`] and
+//!   [`check_answer_headers`] an answer's `content-type` and
+//!   `grpc-encoding`, each refusing ([`AnswerError`]) what gRPC
+//!   implementations could read differently ([`single`]: a header sent
+//!   once); [`put_status`]
 //!   writes them ([`percent_encode`], [`percent_decode`]), the header names
 //!   ([`GRPC_STATUS`] and the others), and [`code_for_http`], the code an
 //!   HTTP answer without a status stands for;
@@ -41,8 +45,9 @@ pub use frame::{
     prefix,
 };
 pub use status::{
-    CONTENT_TYPE, GRPC_ACCEPT_ENCODING, GRPC_ENCODING, GRPC_MESSAGE, GRPC_STATUS, GRPC_TIMEOUT,
-    GrpcStatus, code_for_http, percent_decode, percent_encode, put_status, status_from_headers,
+    AnswerError, CONTENT_TYPE, GRPC_ACCEPT_ENCODING, GRPC_ENCODING, GRPC_MESSAGE, GRPC_STATUS,
+    GRPC_TIMEOUT, GrpcStatus, check_answer_headers, code_for_http, percent_decode, percent_encode,
+    put_status, single, status_from_headers,
 };
 pub use timeout::{encode_timeout, parse_timeout};
 pub use tls::{ClientTlsError, TlsPart, client_config};

@@ -1,6 +1,8 @@
 //! A call's outcome on the wire: `grpc-status` and its percent-encoded
-//! `grpc-message`, in trailers or in the headers of a trailers-only answer;
-//! and the status an HTTP answer without one stands for.
+//! `grpc-message`, in trailers or in the headers of a trailers-only answer,
+//! read only where every gRPC implementation reads them the same; an
+//! answer's `content-type`; and the status an HTTP answer without one
+//! stands for.
 
 use std::fmt::Write as _;
 
@@ -31,27 +33,90 @@ pub struct GrpcStatus {
     pub message: String,
 }
 
-/// The status carried by `grpc-status` / `grpc-message` in a header block,
-/// if any (`None` also for a `grpc-status` that is not a number). A number
-/// outside gRPC's codes is [`Code::Unknown`].
+/// Why a header block of a peer's answer could be read differently by
+/// another gRPC implementation (grpc-go, grpcio's C core, grpc-java): an
+/// answer like that is refused, never read one way.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    /// A header that gRPC sends once, sent several times (implementations
+    /// read the first, the last, or fail).
+    #[error("{name} sent {count} times")]
+    Repeated { name: &'static str, count: usize },
+    /// A `grpc-status` that is not a plain decimal number: grpc-go reads
+    /// `+0` or `00…0` as OK where grpc-java reads UNKNOWN.
+    #[error("grpc-status {0:?} is not a plain decimal number")]
+    StatusNotANumber(String),
+    /// A `content-type` other than `application/grpc` or
+    /// `application/grpc+…` / `application/grpc;…` (or none): gRPC
+    /// clients refuse the answer whatever its status.
+    #[error("content-type {0} is not application/grpc")]
+    ContentType(String),
+}
+
+/// The value of `name` in `headers`, if any; sent more than once it is
+/// [`AnswerError::Repeated`].
 #[inline]
-pub fn status_from_headers(headers: &HeaderMap) -> Option<GrpcStatus> {
-    let code = headers
-        .get(GRPC_STATUS)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<i32>()
-        .ok()?;
-    let message = headers
-        .get(GRPC_MESSAGE)
+pub fn single<'h>(
+    headers: &'h HeaderMap,
+    name: &'static str,
+) -> Result<Option<&'h HeaderValue>, AnswerError> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    match values.count() {
+        0 => Ok(first),
+        more => Err(AnswerError::Repeated {
+            name,
+            count: more + 1,
+        }),
+    }
+}
+
+/// Checks the headers of an answer as every gRPC client reads them: one
+/// `content-type`, gRPC's (exactly `application/grpc`, or followed by `+`
+/// or `;`, in lower case as grpc-go requires), and at most one
+/// `grpc-encoding`.
+pub fn check_answer_headers(headers: &HeaderMap) -> Result<(), AnswerError> {
+    let shown = |v: &HeaderValue| format!("{:?}", String::from_utf8_lossy(v.as_bytes()));
+    match single(headers, "content-type")? {
+        None => return Err(AnswerError::ContentType("missing".into())),
+        Some(v) => {
+            let grpc = v.as_bytes().strip_prefix(CONTENT_TYPE.as_bytes());
+            if !matches!(grpc, Some([] | [b'+' | b';', ..])) {
+                return Err(AnswerError::ContentType(shown(v)));
+            }
+        }
+    }
+    single(headers, "grpc-encoding").map(drop)
+}
+
+/// The status carried by `grpc-status` / `grpc-message` in a header block,
+/// if any. A number outside gRPC's codes is [`Code::Unknown`]. Read as
+/// every gRPC implementation reads it or refused: each header at most once,
+/// and the status a plain decimal number (`0`…`99`, no sign, space or
+/// leading zero).
+#[inline]
+pub fn status_from_headers(headers: &HeaderMap) -> Result<Option<GrpcStatus>, AnswerError> {
+    let Some(value) = single(headers, "grpc-status")? else {
+        return Ok(None);
+    };
+    let digits = value.as_bytes();
+    let code = match digits {
+        [d @ b'0'..=b'9'] => i32::from(d - b'0'),
+        [t @ b'1'..=b'9', u @ b'0'..=b'9'] => i32::from(t - b'0') * 10 + i32::from(u - b'0'),
+        _ => {
+            return Err(AnswerError::StatusNotANumber(
+                String::from_utf8_lossy(digits).into_owned(),
+            ));
+        }
+    };
+    let message = single(headers, "grpc-message")?
         .and_then(|v| v.to_str().ok())
         .map(percent_decode)
         .unwrap_or_default();
-    Some(GrpcStatus {
+    Ok(Some(GrpcStatus {
         code: Code::from_i32(code),
         message,
-    })
+    }))
 }
 
 /// Writes a status into trailers (or the headers of a trailers-only
@@ -157,27 +222,92 @@ mod tests {
     #[test]
     fn a_status_round_trips_through_headers() {
         let mut headers = HeaderMap::new();
-        assert_eq!(status_from_headers(&headers), None);
+        assert_eq!(status_from_headers(&headers), Ok(None));
         put_status(&mut headers, Code::Unavailable, "down: 100%\n");
         assert_eq!(headers[GRPC_STATUS], "14");
         assert_eq!(headers[GRPC_MESSAGE], "down: 100%25%0A");
         assert_eq!(
             status_from_headers(&headers),
-            Some(GrpcStatus {
+            Ok(Some(GrpcStatus {
                 code: Code::Unavailable,
                 message: "down: 100%\n".into()
-            })
+            }))
         );
         let mut ok = HeaderMap::new();
         put_status(&mut ok, Code::Ok, "");
         assert!(!ok.contains_key(GRPC_MESSAGE));
-        ok.insert(GRPC_STATUS, HeaderValue::from_static(" 99 "));
+        ok.insert(GRPC_STATUS, HeaderValue::from_static("99"));
         assert_eq!(
-            status_from_headers(&ok).map(|s| s.code),
-            Some(Code::Unknown)
+            status_from_headers(&ok).map(|s| s.map(|s| s.code)),
+            Ok(Some(Code::Unknown))
         );
-        ok.insert(GRPC_STATUS, HeaderValue::from_static("OK"));
-        assert_eq!(status_from_headers(&ok), None);
+    }
+
+    #[test]
+    fn a_status_other_decoders_could_read_otherwise_is_refused() {
+        for value in [
+            "OK", " 0", "0 ", "+0", "-0", "00", "013", "100", "", "0x0", "0.0",
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(GRPC_STATUS, HeaderValue::from_static(value));
+            assert_eq!(
+                status_from_headers(&headers),
+                Err(AnswerError::StatusNotANumber(value.into())),
+                "{value:?}"
+            );
+        }
+        let mut twice = HeaderMap::new();
+        twice.append(GRPC_STATUS, HeaderValue::from_static("0"));
+        twice.append(GRPC_STATUS, HeaderValue::from_static("13"));
+        assert_eq!(
+            status_from_headers(&twice),
+            Err(AnswerError::Repeated {
+                name: "grpc-status",
+                count: 2
+            })
+        );
+        let mut messages = HeaderMap::new();
+        messages.insert(GRPC_STATUS, HeaderValue::from_static("13"));
+        messages.append(GRPC_MESSAGE, HeaderValue::from_static("a"));
+        messages.append(GRPC_MESSAGE, HeaderValue::from_static("b"));
+        assert!(status_from_headers(&messages).is_err());
+    }
+
+    #[test]
+    fn only_grpc_content_types_are_answers() {
+        let head = |values: &[&'static str]| {
+            let mut headers = HeaderMap::new();
+            for v in values {
+                headers.append(http::header::CONTENT_TYPE, HeaderValue::from_static(v));
+            }
+            check_answer_headers(&headers)
+        };
+        for good in [
+            "application/grpc",
+            "application/grpc+proto",
+            "application/grpc;charset=x",
+        ] {
+            assert_eq!(head(&[good]), Ok(()), "{good}");
+        }
+        for bad in [
+            &[][..],
+            &["text/html"],
+            &["application/grpcx"],
+            &["application/grpc-web"],
+            &["Application/grpc"],
+            &["application/json"],
+            &["application/grpc", "application/grpc"],
+        ] {
+            assert!(head(bad).is_err(), "{bad:?}");
+        }
+        let mut encodings = HeaderMap::new();
+        encodings.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static(CONTENT_TYPE),
+        );
+        encodings.append(GRPC_ENCODING, HeaderValue::from_static("identity"));
+        encodings.append(GRPC_ENCODING, HeaderValue::from_static("gzip"));
+        assert!(check_answer_headers(&encodings).is_err());
     }
 
     #[test]

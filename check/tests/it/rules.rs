@@ -455,3 +455,48 @@ async fn unimplemented_hooks_pass_only_when_every_hook_was_declared() {
     assert!(out.contains("BeginRollout answered UNIMPLEMENTED"), "{out}");
     server.abort();
 }
+
+/// Answers every call as a healthy plugin would, but as `text/html`, with
+/// `grpc-status` sent twice (0, then 13): an answer gRPC clients read
+/// differently, which the gateway refuses and the checker with it.
+async fn ambiguous_plugin() -> SocketAddr {
+    h2_peer::serve(|request, mut respond| async move {
+        let path = request.uri().path().to_string();
+        h2_peer::read_body(&mut request.into_body()).await;
+        let message = if path.ends_with("/Initialize") {
+            InitializeResponse {
+                name: "ambiguous".into(),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        } else {
+            Vec::new()
+        };
+        let head = http::Response::builder()
+            .status(200)
+            .header("content-type", "text/html")
+            .body(())
+            .unwrap();
+        let Ok(mut stream) = respond.send_response(head, false) else {
+            return;
+        };
+        let _ = stream.send_data(h2_peer::frame(false, &message), false);
+        let mut trailers = http::HeaderMap::new();
+        trailers.append("grpc-status", http::HeaderValue::from_static("0"));
+        trailers.append("grpc-status", http::HeaderValue::from_static("13"));
+        let _ = stream.send_trailers(trailers);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn answers_grpc_clients_read_differently_fail_initialize() {
+    let addr = ambiguous_plugin().await;
+    let (code, out, _) = checker(&[&addr.to_string()]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAIL initialize")
+            && out.contains("content-type \"text/html\" is not application/grpc"),
+        "{out}"
+    );
+}

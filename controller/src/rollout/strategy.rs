@@ -390,6 +390,13 @@ pub(crate) enum StrategyError {
         /// [`MAX_PLUGIN_CONFIG_BYTES`].
         limit: usize,
     },
+    /// A `pluginConfig` nesting arrays and objects deeper than the gateway
+    /// takes (`rollout_proto::view::MAX_PLUGIN_CONFIG_DEPTH`).
+    #[error("pluginConfig: nests arrays and objects more than {limit} levels deep")]
+    PluginConfigTooDeep {
+        /// [`rollout_proto::view::MAX_PLUGIN_CONFIG_DEPTH`].
+        limit: usize,
+    },
 }
 
 /// The largest `pluginConfig`, as compact JSON: 64 KiB. It is sent with every
@@ -543,7 +550,8 @@ fn rollback_pace_from_raw(
     }
 }
 
-/// `pluginConfig` as compact JSON, within [`MAX_PLUGIN_CONFIG_BYTES`].
+/// `pluginConfig` as compact JSON, within [`MAX_PLUGIN_CONFIG_BYTES`] and
+/// nested at most `rollout_proto::view::MAX_PLUGIN_CONFIG_DEPTH` deep.
 fn plugin_config_from_raw(
     additions: &RawAdditions,
     problems: &mut Vec<StrategyError>,
@@ -556,6 +564,13 @@ fn plugin_config_from_raw(
             size: text.len(),
             limit: MAX_PLUGIN_CONFIG_BYTES,
         });
+        return None;
+    }
+    // The gateway refuses deeper, before any plugin sees it: refused here,
+    // the strategy says why, instead of every hook call failing.
+    let limit = rollout_proto::view::MAX_PLUGIN_CONFIG_DEPTH;
+    if rollout_proto::view::nests_deeper_than(&text, limit) {
+        problems.push(StrategyError::PluginConfigTooDeep { limit });
         return None;
     }
     Some(Bytes::from(text))
@@ -747,6 +762,29 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "invalid rollout strategy: pluginConfig: 65537 bytes of JSON, above the limit of 65536 bytes"
+        );
+
+        // Nested to the gateway's limit, then one deeper.
+        let nested = |depth: usize| {
+            let mut value = Value::Null;
+            for _ in 1..depth {
+                value = Value::Array(vec![value]);
+            }
+            let mut config = Map::new();
+            config.insert("k".into(), value);
+            Strategy::from_raw(&RawStrategy {
+                additions: RawAdditions {
+                    plugin_config: Some(config),
+                    ..RawAdditions::default()
+                },
+                ..RawStrategy::default()
+            })
+        };
+        let deepest = rollout_proto::view::MAX_PLUGIN_CONFIG_DEPTH;
+        nested(deepest).expect("at the limit");
+        assert_eq!(
+            nested(deepest + 1).expect_err("too deep").problems,
+            [StrategyError::PluginConfigTooDeep { limit: deepest }]
         );
     }
 

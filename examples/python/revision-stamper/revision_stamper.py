@@ -60,6 +60,22 @@ class BadConfig(ValueError):
     """The rollout's plugin configuration does not fit this plugin."""
 
 
+def _loads(text, bad):
+    """`text` parsed as JSON; `bad` (an exception class) saying why not.
+
+    Any input the parser cannot take is the caller's, refused with a clear
+    reason: malformed JSON or bytes that are not UTF-8 (ValueError), and
+    JSON nested deeper than Python's recursion limit (RecursionError, which
+    is no ValueError and would otherwise reach the caller as UNKNOWN).
+    """
+    try:
+        return json.loads(text)
+    except RecursionError as e:
+        raise bad("not JSON this plugin can read: nested too deep") from e
+    except ValueError as e:
+        raise bad(f"not JSON: {e}") from e
+
+
 def extra_annotations(plugin_config_json: str) -> dict:
     """The annotations a rollout's plugin_config_json asks for, under
     `revision-stamper.annotations` (a map of strings); {} when it asks for
@@ -67,10 +83,7 @@ def extra_annotations(plugin_config_json: str) -> dict:
     """
     if not plugin_config_json:
         return {}
-    try:
-        config = json.loads(plugin_config_json)
-    except ValueError as e:
-        raise BadConfig(f"not JSON: {e}") from e
+    config = _loads(plugin_config_json, BadConfig)
     if not isinstance(config, dict):
         raise BadConfig("not a JSON object")
     mine = config.get(NAME, {})
@@ -140,9 +153,9 @@ class RevisionStamper(pb_grpc.RolloutPluginServiceServicer):
                 grpc.StatusCode.INVALID_ARGUMENT, f"plugin_config_json (the rollout's pluginConfig): {e}"
             )
         try:
-            work = json.loads(request.manifest_work or b"null")
+            work = _loads(request.manifest_work or b"null", BadWork)
             stamped = stamp(work, rollout.desired_revision, rollout.placement_name, extra)
-        except (ValueError, BadWork) as e:
+        except BadWork as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"manifest_work: {e}")
         log.info(
             "stamped cluster=%s revision=%s aborting=%s",

@@ -87,6 +87,47 @@ class ConfigTest(unittest.TestCase):
                 rs.extra_annotations(bad)
             self.assertIn(says, str(caught.exception), bad)
 
+    def test_a_config_nested_too_deep_is_bad_config_not_a_crash(self):
+        # 2,000 levels in 4 KB: past Python's recursion limit (1,000), which
+        # raises RecursionError, not ValueError.
+        for depth in (2_000, 100_000):
+            with self.assertRaises(rs.BadConfig) as caught:
+                rs.extra_annotations('{"a":' * depth + "1" + "}" * depth)
+            self.assertIn("nested too deep", str(caught.exception))
+
+
+class Aborted(Exception):
+    pass
+
+
+class Context:
+    """The part of grpc.ServicerContext a handler uses to fail a call."""
+
+    def abort(self, code, details):
+        self.code, self.details = code, details
+        raise Aborted()
+
+
+class BadInputTest(unittest.TestCase):
+    def mutate(self, config="", work=b""):
+        import grpc
+
+        request = rs.pb.MutateManifestWorkRequest(
+            rollout=rs.pb.RolloutPluginRequest(plugin_config_json=config), manifest_work=work
+        )
+        context = Context()
+        with self.assertRaises(Aborted):
+            rs.RevisionStamper().MutateManifestWork(request, context)
+        self.assertEqual(context.code, grpc.StatusCode.INVALID_ARGUMENT, context.details)
+        return context.details
+
+    def test_any_input_the_plugin_cannot_read_is_invalid_argument(self):
+        deep = 2_000
+        self.assertIn("pluginConfig", self.mutate(config='{"a":' * deep + "1" + "}" * deep))
+        self.assertIn("pluginConfig", self.mutate(config="{"))
+        for work in (b"{", b"\xff\xfe", b"[1]", ('{"a":' * deep + "1" + "}" * deep).encode()):
+            self.assertIn("manifest_work", self.mutate(work=work))
+
 
 def binary(var):
     path = os.environ.get(var)

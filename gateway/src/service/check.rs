@@ -6,7 +6,7 @@
 //! `rollout_status` is walked only when a plugin of the target gets it
 //! (`state`): to plugins that asked for the counts it is never sent.
 
-use rollout_proto::view::{self, RequestError};
+use rollout_proto::view::{self, MAX_PLUGIN_CONFIG_DEPTH, RequestError};
 
 use crate::error::GatewayError;
 use crate::manifest;
@@ -28,12 +28,20 @@ pub(crate) fn mutate_request(message: &[u8], state: bool) -> Result<(), GatewayE
 }
 
 /// The request's wire check, then its `plugin_config_json`: empty, or a
-/// JSON object (as the plugin API defines it).
+/// JSON object (as the plugin API defines it) nested at most
+/// [`MAX_PLUGIN_CONFIG_DEPTH`] deep (deeper, a plugin's JSON library may
+/// fail on it, which would count against that plugin).
 fn config(checked: Result<&[u8], RequestError>) -> Result<(), GatewayError> {
     let json =
         checked.map_err(|e| GatewayError::InvalidRequest(format!("malformed request: {e}")))?;
     if json.is_empty() {
         return Ok(());
+    }
+    // First: one pass that stops early, before the syntax pass.
+    if view::nests_deeper_than(json, MAX_PLUGIN_CONFIG_DEPTH) {
+        return Err(GatewayError::InvalidRequest(format!(
+            "plugin_config_json nests arrays and objects more than {MAX_PLUGIN_CONFIG_DEPTH} levels deep"
+        )));
     }
     manifest::check_object(json)
         .map_err(|why| GatewayError::InvalidRequest(format!("plugin_config_json {why}")))

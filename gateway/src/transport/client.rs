@@ -17,8 +17,9 @@ use tokio::net::TcpStream;
 use crate::transport::grpc::Payload;
 
 /// An HTTP/2 connection to a plugin: the handle to open streams, whether
-/// the connection has ended, and whether it was retired (it refused a stream
-/// because it is going away); either way the next call dials anew.
+/// the connection has ended, whether it was retired (it refused a stream
+/// because it is going away; either way the next call dials anew), and
+/// whether the plugin ever answered a stream on it.
 pub(crate) struct PluginConnection {
     sender: SendRequest<Payload>,
     closed: Arc<AtomicBool>,
@@ -26,6 +27,13 @@ pub(crate) struct PluginConnection {
     /// GOAWAY with NO_ERROR: a graceful stop, not a crash.
     graceful: Arc<AtomicBool>,
     retired: AtomicBool,
+    /// Whether its graceful end was noticed.
+    noticed: AtomicBool,
+    /// Whether the plugin has answered a stream on it (sent response
+    /// headers): work was processed on it.
+    answered: AtomicBool,
+    /// When the connection was made.
+    dialled_at: tokio::time::Instant,
 }
 
 impl PluginConnection {
@@ -39,9 +47,10 @@ impl PluginConnection {
         self.closed.load(Ordering::Relaxed)
     }
 
-    /// Whether the connection has ended after the plugin's graceful GOAWAY.
-    pub(crate) fn ended_gracefully(&self) -> bool {
-        self.graceful.load(Ordering::Relaxed)
+    /// Whether the connection has ended after the plugin's graceful GOAWAY,
+    /// answered `true` once only.
+    pub(crate) fn notice_graceful_end(&self) -> bool {
+        self.graceful.load(Ordering::Relaxed) && !self.noticed.swap(true, Ordering::Relaxed)
     }
 
     /// Takes the connection out of use for new calls; the streams open on
@@ -53,6 +62,21 @@ impl PluginConnection {
     /// Whether new calls may use the connection.
     pub(crate) fn is_usable(&self) -> bool {
         !self.is_closed() && !self.retired.load(Ordering::Relaxed)
+    }
+
+    /// Records that the plugin answered a stream on this connection.
+    pub(crate) fn answered(&self) {
+        self.answered.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the plugin has answered any stream on this connection.
+    pub(crate) fn has_answered(&self) -> bool {
+        self.answered.load(Ordering::Relaxed)
+    }
+
+    /// When the connection was made.
+    pub(crate) fn dialled_at(&self) -> tokio::time::Instant {
+        self.dialled_at
     }
 }
 
@@ -145,6 +169,9 @@ where
         closed: Arc::new(AtomicBool::new(false)),
         graceful: Arc::new(AtomicBool::new(false)),
         retired: AtomicBool::new(false),
+        noticed: AtomicBool::new(false),
+        answered: AtomicBool::new(false),
+        dialled_at: tokio::time::Instant::now(),
     });
     let ping = connection.ping_pong();
     let flag = plugin_connection.closed.clone();

@@ -18,9 +18,10 @@ use super::pending::{PendingExceeded, Reservation};
 
 // The wire format's shared pieces, which the checker reads by too; named
 // here so the gateway's code finds all of gRPC's wire format in one module.
+pub(crate) use rollout_wire::check_answer_headers;
 pub use rollout_wire::{
-    CONTENT_TYPE, FrameError, GRPC_ACCEPT_ENCODING, GRPC_ENCODING, GRPC_MESSAGE, GRPC_STATUS,
-    GRPC_TIMEOUT, encode_timeout, message, message_len, parse_timeout, percent_decode,
+    AnswerError, CONTENT_TYPE, FrameError, GRPC_ACCEPT_ENCODING, GRPC_ENCODING, GRPC_MESSAGE,
+    GRPC_STATUS, GRPC_TIMEOUT, encode_timeout, message, message_len, parse_timeout, percent_decode,
     percent_encode, put_status,
 };
 
@@ -71,14 +72,44 @@ pub(crate) enum Unreadable {
     Invalid(String),
 }
 
+/// How an answer's messages are compressed, by its `grpc-encoding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Codec {
+    Identity,
+    Gzip,
+    Deflate,
+}
+
+impl Codec {
+    /// The codec of `grpc-encoding` (absent: identity). One the gateway did
+    /// not offer is refused even on an uncompressed message: grpc-java
+    /// fails such an answer where grpc-go reads it.
+    fn of(encoding: Option<&str>) -> Result<Codec, Unreadable> {
+        match encoding {
+            None | Some("identity") => Ok(Codec::Identity),
+            Some("gzip") => Ok(Codec::Gzip),
+            Some("deflate") => Ok(Codec::Deflate),
+            Some(other) => Err(Unreadable::Invalid(format!(
+                "answer sent with grpc-encoding \"{other}\", which the gateway does not accept ({ACCEPT_ENCODING})"
+            ))),
+        }
+    }
+}
+
 /// The message of a whole unary answer, without its 5-byte prefix,
 /// decompressed when its flag says so with the answer's `grpc-encoding`
 /// (`gzip` or `deflate`), and at most `limit` bytes once decompressed.
+///
+/// A compressed message must be exactly one gzip member or zlib stream:
+/// anything after its end (a second gzip member, which grpc-go's reader
+/// reads on and protobuf merges, or stray bytes, which decoders read or
+/// refuse) is refused, so no decoder could take another message from it.
 pub(crate) fn uncompressed(
     mut body: Bytes,
     encoding: Option<&str>,
     limit: usize,
 ) -> Result<Bytes, Unreadable> {
+    let codec = Codec::of(encoding)?;
     let len = rollout_wire::frame_len(&body, limit).map_err(|e| match e {
         FrameError::TooLarge { .. } => Unreadable::TooLarge(e.to_string()),
         _ => Unreadable::Invalid(e.to_string()),
@@ -94,29 +125,59 @@ pub(crate) fn uncompressed(
     if !compressed {
         return Ok(body);
     }
-    let read = |reader: &mut dyn std::io::Read, name: &str| {
-        let mut out = Vec::new();
-        // One byte over the limit is enough to know it is over: a small
-        // answer that inflates without end is never held whole.
-        let mut bounded = std::io::Read::take(reader, limit as u64 + 1);
-        std::io::Read::read_to_end(&mut bounded, &mut out).map_err(|e| {
-            Unreadable::Invalid(format!("cannot decompress the {name} message: {e}"))
-        })?;
-        if out.len() > limit {
-            return Err(Unreadable::TooLarge(format!(
-                "message larger than the limit of {limit} bytes once decompressed"
-            )));
-        }
-        Ok(Bytes::from(out))
-    };
-    match encoding {
-        Some("gzip") => read(&mut flate2::read::GzDecoder::new(&body[..]), "gzip"),
-        Some("deflate") => read(&mut flate2::read::ZlibDecoder::new(&body[..]), "deflate"),
-        None | Some("identity") => Err(Unreadable::Invalid(
+    match codec {
+        Codec::Gzip => inflate(flate2::bufread::GzDecoder::new(&body[..]), "gzip", limit),
+        Codec::Deflate => inflate(
+            flate2::bufread::ZlibDecoder::new(&body[..]),
+            "deflate",
+            limit,
+        ),
+        Codec::Identity => Err(Unreadable::Invalid(
             "message flagged compressed without a grpc-encoding".into(),
         )),
-        Some(other) => Err(Unreadable::Invalid(format!(
-            "message compressed with unsupported grpc-encoding \"{other}\""
+    }
+}
+
+/// A decoder over a message's bytes: what it reads, and the bytes it left
+/// unread once its stream ended.
+trait Inflater<'a>: std::io::Read {
+    fn rest(self) -> &'a [u8];
+}
+
+impl<'a> Inflater<'a> for flate2::bufread::GzDecoder<&'a [u8]> {
+    fn rest(self) -> &'a [u8] {
+        self.into_inner()
+    }
+}
+
+impl<'a> Inflater<'a> for flate2::bufread::ZlibDecoder<&'a [u8]> {
+    fn rest(self) -> &'a [u8] {
+        self.into_inner()
+    }
+}
+
+/// Reads one compressed stream whole, within `limit`, refusing bytes after
+/// its end.
+fn inflate<'a>(
+    mut decoder: impl Inflater<'a>,
+    name: &str,
+    limit: usize,
+) -> Result<Bytes, Unreadable> {
+    let mut out = Vec::new();
+    // One byte over the limit is enough to know it is over: a small
+    // answer that inflates without end is never held whole.
+    let mut bounded = std::io::Read::take(&mut decoder, limit as u64 + 1);
+    std::io::Read::read_to_end(&mut bounded, &mut out)
+        .map_err(|e| Unreadable::Invalid(format!("cannot decompress the {name} message: {e}")))?;
+    if out.len() > limit {
+        return Err(Unreadable::TooLarge(format!(
+            "message larger than the limit of {limit} bytes once decompressed"
+        )));
+    }
+    match decoder.rest().len() {
+        0 => Ok(Bytes::from(out)),
+        rest => Err(Unreadable::Invalid(format!(
+            "{rest} bytes after the end of the {name} stream (another member or stray bytes, which decoders read differently)"
         ))),
     }
 }
@@ -211,9 +272,11 @@ pub(crate) async fn collect_reserved(
 /// stream failed, or holding its bytes was refused.
 pub(crate) type ReceiveError = rollout_wire::ReceiveError<PendingExceeded>;
 
-/// The status a plugin sent in a header block, if any, as data to pass on.
-pub(crate) fn status_from_headers(headers: &HeaderMap) -> Option<Status> {
-    rollout_wire::status_from_headers(headers).map(|s| Status::new(s.code, s.message))
+/// The status a plugin sent in a header block, if any, as data to pass on;
+/// refused where gRPC implementations could read it differently
+/// ([`rollout_wire::status_from_headers`]).
+pub(crate) fn status_from_headers(headers: &HeaderMap) -> Result<Option<Status>, AnswerError> {
+    Ok(rollout_wire::status_from_headers(headers)?.map(|s| Status::new(s.code, s.message)))
 }
 
 /// The gRPC status for an HTTP answer that carries none (a proxy's error

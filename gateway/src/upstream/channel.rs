@@ -9,6 +9,11 @@
 //! A plugin that stopped gracefully and is coming back on the same address
 //! is waited for, within each call's deadline, for [`RESTART_GRACE`] after
 //! its GOAWAY; past that, a refused dial fails the call at once.
+//!
+//! A connection on which the plugin answered nothing before it went away
+//! (a GOAWAY with last stream id 0, on every connection) is replaced only
+//! after a wait that doubles with each such connection in a row: a plugin
+//! refusing all work is not dialled once per call.
 
 use rollout_policies::lock;
 use std::sync::{Arc, Mutex};
@@ -29,6 +34,14 @@ pub(crate) const RESTART_GRACE: Duration = Duration::from_secs(10);
 const REDIAL_FIRST: Duration = Duration::from_millis(20);
 const REDIAL_MAX: Duration = Duration::from_millis(500);
 
+/// How long a connection on which the plugin answered no stream is kept
+/// from being replaced, counted from when it was made: the first, doubling
+/// with each such connection in a row, at most the last. A plugin that
+/// sends GOAWAY (last stream id 0) on every connection before taking any
+/// work gets a few dials a second, not one per call.
+const UNANSWERED_FIRST: Duration = Duration::from_millis(50);
+const UNANSWERED_MAX: Duration = Duration::from_secs(2);
+
 /// One HTTP/2 connection to an endpoint. Every [`super::Upstream`] with the
 /// same key shares one: registry entries naming the same plugin server under
 /// several names (or in several hubs' registries) multiplex their calls over
@@ -42,6 +55,8 @@ pub(crate) struct Channel {
     dialling: tokio::sync::Mutex<()>,
     /// When the plugin last said GOAWAY with NO_ERROR (a graceful stop).
     graceful_goaway: Mutex<Option<Instant>>,
+    /// Connections replaced in a row on which the plugin answered no stream.
+    unanswered: Mutex<u32>,
 }
 
 impl std::fmt::Debug for Channel {
@@ -78,14 +93,17 @@ impl Channel {
         if let Some(c) = self.current() {
             return Ok(c);
         }
+        let previous = self.conn.load_full();
         // A connection that ended after a graceful GOAWAY (no call saw it):
         // the plugin is stopping or restarting.
-        if let Some(old) = self.conn.load_full()
-            && old.ended_gracefully()
+        if previous
+            .as_ref()
+            .is_some_and(|old| old.notice_graceful_end())
         {
             *lock(&self.graceful_goaway) = Some(Instant::now());
-            self.conn.store(None);
         }
+        self.hold_off(endpoint, previous.as_deref(), deadline)
+            .await?;
         let mut wait = REDIAL_FIRST;
         loop {
             let limit = deadline.min(Instant::now() + connect_timeout);
@@ -94,6 +112,11 @@ impl Channel {
                     .await;
             let why = match dialled {
                 Ok(Ok(conn)) => {
+                    let mut unanswered = lock(&self.unanswered);
+                    *unanswered = match &previous {
+                        Some(old) if !old.has_answered() => unanswered.saturating_add(1),
+                        _ => 0,
+                    };
                     self.conn.store(Some(conn.clone()));
                     return Ok(conn);
                 }
@@ -120,6 +143,44 @@ impl Channel {
         if error.is_go_away() && error.reason() == Some(h2::Reason::NO_ERROR) {
             *lock(&self.graceful_goaway) = Some(Instant::now());
         }
+    }
+
+    /// Waits before replacing `previous` when the plugin answered no stream
+    /// on it: until [`UNANSWERED_FIRST`] (doubling for each such connection
+    /// in a row, at most [`UNANSWERED_MAX`]) after it was made. A call whose
+    /// deadline comes first fails at once, without a dial.
+    async fn hold_off(
+        &self,
+        endpoint: &Endpoint,
+        previous: Option<&PluginConnection>,
+        deadline: Instant,
+    ) -> Result<(), NoConnection> {
+        let Some(old) = previous.filter(|old| !old.has_answered()) else {
+            return Ok(());
+        };
+        let in_a_row = *lock(&self.unanswered);
+        let wait = UNANSWERED_FIRST
+            .saturating_mul(1 << in_a_row.min(16))
+            .min(UNANSWERED_MAX);
+        let until = old.dialled_at() + wait;
+        if until <= Instant::now() {
+            return Ok(());
+        }
+        if until >= deadline {
+            return Err(NoConnection::Unreachable(format!(
+                "{endpoint} ended {} connection(s) in a row without answering a stream; the next dial waits {} ms",
+                in_a_row + 1,
+                wait.as_millis()
+            )));
+        }
+        tokio::time::sleep_until(until).await;
+        Ok(())
+    }
+
+    /// Whether the connection before the current one had answered a stream
+    /// (or there was none): the plugin was taking work lately.
+    pub(crate) fn was_answering(&self) -> bool {
+        *lock(&self.unanswered) == 0
     }
 
     fn restarting(&self) -> bool {

@@ -1,11 +1,13 @@
-//! One stream to a plugin: the request's head, the answer read whole, and
-//! what happens to a stream the plugin never processed (sent again on a new
-//! connection).
+//! One stream to a plugin: the request's head, the answer read whole (and
+//! refused where gRPC clients could read it differently), and what happens
+//! to a stream the plugin never processed (sent again).
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 use tokio::time::Instant;
 use tonic::Code;
+
+use rollout_policies::lock;
 
 use super::{Failed, USER_AGENT, Upstream, undecodable};
 use crate::error::CallError;
@@ -16,12 +18,18 @@ use crate::transport::grpc::{self, Payload};
 impl Upstream {
     /// One unary call; the answer's message, uncompressed, not decoded.
     ///
-    /// A stream the plugin never processed — refused before it opened
-    /// because the connection is going away, above the last stream id of
-    /// the plugin's GOAWAY, or reset with REFUSED_STREAM — is sent again on
-    /// a new connection, whatever the retry policy: the plugin never saw it
-    /// (RFC 9113 §8.7). The connection that refused it takes no new calls;
-    /// its calls in flight finish on it.
+    /// A stream the plugin never processed (RFC 9113 §8.7) is sent again:
+    ///
+    /// - refused before it opened because the connection is going away, or
+    ///   above the last stream id of the plugin's GOAWAY: on a new
+    ///   connection, whatever the retry policy; the connection that refused
+    ///   it takes no new calls, its calls in flight finish on it. Not when
+    ///   the plugin answered nothing on it nor on the connection before it:
+    ///   it is refusing all work (how soon such a connection is replaced is
+    ///   the channel's).
+    /// - reset with REFUSED_STREAM (a plugin shedding load): on the same
+    ///   connection, each resend withdrawn from the plugin's retry budget;
+    ///   the connection stays in use.
     pub(super) async fn unary_raw(
         &self,
         method: HookKind,
@@ -32,26 +40,40 @@ impl Upstream {
         let mut resent = 0;
         loop {
             let conn = self.connection(deadline).await?;
-            match self
+            let error = match self
                 .exchange(&conn, method, payload(), deadline, forward)
                 .await
             {
-                Err(Exchange::Unprocessed(error)) if resent < MAX_RESENDS => {
-                    tracing::debug!(endpoint = %self.key.endpoint, %error, "stream not processed by the plugin; sending it on a new connection");
-                    self.channel.retire(&conn, &error);
-                    resent += 1;
-                }
-                Err(Exchange::Unprocessed(error)) => {
-                    self.channel.retire(&conn, &error);
+                Ok(message) => return Ok(message),
+                Err(Exchange::Failed(failed)) => return Err(failed),
+                Err(Exchange::Refused(error)) => {
+                    if resent < MAX_RESENDS && lock(&self.budget).try_withdraw(super::now()) {
+                        tracing::debug!(endpoint = %self.key.endpoint, %error, "stream refused by the plugin; sending it again on the same connection");
+                        resent += 1;
+                        continue;
+                    }
                     return Err(Failed::Call(CallError::Unreachable(format!(
-                        "request to {} refused {} times: {error}",
+                        "{} refused the stream (REFUSED_STREAM) {} times; not sent again (at most {MAX_RESENDS} times, each from the retry budget)",
                         self.key.endpoint,
                         resent + 1
                     ))));
                 }
-                Err(Exchange::Failed(failed)) => return Err(failed),
-                Ok(message) => return Ok(message),
+                Err(Exchange::Unprocessed(error)) => error,
+            };
+            self.channel.retire(&conn, &error);
+            // Sent again only while the plugin takes work: not when this
+            // connection and the one before it both went away before
+            // answering anything (a GOAWAY with last stream id 0 each time).
+            let refusing = !conn.has_answered() && !self.channel.was_answering();
+            if resent == MAX_RESENDS || refusing {
+                return Err(Failed::Call(CallError::Unreachable(format!(
+                    "request to {} refused {} times: {error}",
+                    self.key.endpoint,
+                    resent + 1
+                ))));
             }
+            tracing::debug!(endpoint = %self.key.endpoint, %error, "stream not processed by the plugin; sending it on a new connection");
+            resent += 1;
         }
     }
 
@@ -101,7 +123,9 @@ impl Upstream {
     ) -> Result<Bytes, Exchange> {
         let sender = conn.sender();
         let unavailable = |e: h2::Error| {
-            if unprocessed(&e) {
+            if refused(&e) {
+                Exchange::Refused(e)
+            } else if going_away(&e) {
                 Exchange::Unprocessed(e)
             } else {
                 Exchange::Failed(Failed::Call(CallError::Unreachable(format!(
@@ -120,45 +144,68 @@ impl Upstream {
             .map_err(Exchange::Unprocessed)?;
         body.send_data(payload, true).map_err(unavailable)?;
         let response = response.await.map_err(unavailable)?;
-        let (parts, mut body) = response.into_parts();
-        // A trailers-only answer: the status is in the headers.
-        if let Some(status) = grpc::status_from_headers(&parts.headers) {
-            return Err(Exchange::Failed(if status.code() == Code::Ok {
+        conn.answered();
+        let (parts, body) = response.into_parts();
+        self.read_answer(parts, body)
+            .await
+            .map_err(Exchange::Failed)
+    }
+
+    /// The message of a plugin's answer, read as every mainstream gRPC
+    /// client (grpc-go, grpcio's C core, grpc-java) would read it, or
+    /// refused as the plugin's failure where one of them could read another
+    /// message or status (docs/security.md, "Reading a plugin's answer").
+    async fn read_answer(
+        &self,
+        parts: http::response::Parts,
+        mut body: h2::RecvStream,
+    ) -> Result<Bytes, Failed> {
+        if parts.status != http::StatusCode::OK {
+            return Err(not_ok(parts.status, &parts.headers));
+        }
+        grpc::check_answer_headers(&parts.headers).map_err(|e| undecodable(e.to_string()))?;
+        let in_headers =
+            grpc::status_from_headers(&parts.headers).map_err(|e| undecodable(e.to_string()))?;
+        if let Some(status) = in_headers {
+            // A trailers-only answer ends with its headers. A status in
+            // headers followed by more (a message, trailers with another
+            // status) is read by some clients from the headers and by
+            // others from what follows.
+            return Err(if !body.is_end_stream() {
+                undecodable("grpc-status in the headers of an answer that goes on".into())
+            } else if status.code() == Code::Ok {
                 undecodable("answered OK without a message".into())
             } else {
                 Failed::Plugin(status)
-            }));
-        }
-        if parts.status != http::StatusCode::OK {
-            return Err(Exchange::Failed(Failed::Plugin(grpc::status_from_http(
-                parts.status,
-            ))));
+            });
         }
         let limit = self.settings.max_message_bytes;
-        let (data, trailers) = grpc::collect(&mut body, limit)
-            .await
-            .map_err(|e| match e {
-                grpc::ReceiveError::Stream { .. } => {
-                    Failed::Call(CallError::Unreachable(e.to_string()))
-                }
-                grpc::ReceiveError::Frame(grpc::FrameError::TooLarge { .. }) => {
-                    Failed::Call(CallError::TooLarge(e.to_string()))
-                }
-                _ => undecodable(e.to_string()),
-            })
-            .map_err(Exchange::Failed)?;
-        let answer = match trailers.as_ref().and_then(grpc::status_from_headers) {
+        let (data, trailers) = grpc::collect(&mut body, limit).await.map_err(|e| match e {
+            grpc::ReceiveError::Stream { .. } => {
+                Failed::Call(CallError::Unreachable(e.to_string()))
+            }
+            grpc::ReceiveError::Frame(grpc::FrameError::TooLarge { .. }) => {
+                Failed::Call(CallError::TooLarge(e.to_string()))
+            }
+            _ => undecodable(e.to_string()),
+        })?;
+        let status = match trailers.as_ref().map(grpc::status_from_headers) {
+            Some(Ok(status)) => status,
+            Some(Err(e)) => return Err(undecodable(e.to_string())),
+            None => None,
+        };
+        match status {
             Some(status) if status.code() == Code::Ok => {
+                // At most one, checked with the headers.
                 let encoding = parts
                     .headers
-                    .get("grpc-encoding")
+                    .get(grpc::GRPC_ENCODING)
                     .map(|v| v.to_str().unwrap_or("(not text)").to_string());
                 inflate(data, encoding, limit).await
             }
             Some(status) => Err(Failed::Plugin(status)),
             None => Err(undecodable("answer ended without a grpc-status".into())),
-        };
-        answer.map_err(Exchange::Failed)
+        }
     }
 }
 
@@ -183,20 +230,44 @@ async fn inflate(data: Bytes, encoding: Option<String>, limit: usize) -> Result<
     })
 }
 
-/// How one stream failed: never processed by the plugin (sent again on a
-/// new connection), or as [`Failed`].
+/// An answer with an HTTP status other than 200: grpc-go and grpc-java
+/// read the code gRPC's HTTP mapping gives, grpcio the `grpc-status` when
+/// there is one (`503` with `grpc-status: 0` is OK to it). The status
+/// passes when both readings agree, and is refused otherwise.
+fn not_ok(status: http::StatusCode, headers: &HeaderMap) -> Failed {
+    let by_http = grpc::status_from_http(status);
+    match grpc::status_from_headers(headers) {
+        Ok(None) => Failed::Plugin(by_http),
+        Ok(Some(sent)) if sent.code() == by_http.code() => Failed::Plugin(sent),
+        Ok(Some(sent)) => undecodable(format!(
+            "answered HTTP {status} with grpc-status {}, which gRPC clients read as either",
+            rollout_wire::code_name(sent.code())
+        )),
+        Err(e) => undecodable(e.to_string()),
+    }
+}
+
+/// How one stream failed: never processed by the plugin because its
+/// connection is going away (sent again on a new connection), reset with
+/// REFUSED_STREAM (sent again on the same one, within the retry budget), or
+/// as [`Failed`].
 enum Exchange {
     Unprocessed(h2::Error),
+    Refused(h2::Error),
     Failed(Failed),
 }
 
 /// Streams one call may send again after the plugin did not process them.
 const MAX_RESENDS: u32 = 3;
 
-/// Whether the plugin cannot have processed the stream this error ended:
-/// dropped by its GOAWAY (above the last stream id; RFC 9113 §6.8), or
-/// refused with REFUSED_STREAM (§8.7).
-fn unprocessed(e: &h2::Error) -> bool {
-    (e.is_go_away() && e.is_remote())
-        || (e.is_reset() && e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM))
+/// Whether the stream this error ended was dropped by the plugin's GOAWAY
+/// (above its last stream id; RFC 9113 §6.8): never processed.
+fn going_away(e: &h2::Error) -> bool {
+    e.is_go_away() && e.is_remote()
+}
+
+/// Whether the plugin reset the stream with REFUSED_STREAM: never processed
+/// (§8.7), the connection still good.
+fn refused(e: &h2::Error) -> bool {
+    e.is_reset() && e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM)
 }

@@ -314,3 +314,61 @@ async fn a_callers_malformed_request_is_invalid_argument_and_no_plugin_is_called
     assert_eq!(answer.status().as_deref(), Some("0"), "{answer:?}");
     gw.stop().await;
 }
+
+/// A `pluginConfig` nested deeper than the controller could have read it
+/// (2,000 levels in 4 KB, inside the 64 KiB the API allows) is the caller's
+/// error: a plugin's JSON library could fail on it (Python's recursion
+/// limit), which would open that plugin's circuit for every rollout of the
+/// hub. The deepest the controller sends is forwarded.
+#[tokio::test]
+async fn a_plugin_config_nested_too_deep_is_refused_without_calling_the_plugin() {
+    let (p, gw) = one_mutator(Mutation::Echo).await;
+    let nested = |depth: usize| {
+        format!("{}{}", r#"{"a":"#.repeat(depth), "}".repeat(depth)).replacen(
+            r#"{"a":}"#,
+            r#"{"a":1}"#,
+            1,
+        )
+    };
+    let deepest = rollout_proto::view::MAX_PLUGIN_CONFIG_DEPTH;
+    let mut c = gw.client().await;
+    for depth in [deepest + 1, 2_000, 100_000] {
+        let mut request = rollout("c1");
+        request.plugin_config_json = nested(depth);
+        for _ in 0..10 {
+            let e = c
+                .validate_rollout_completion(to(
+                    "rogue",
+                    rollout_proto::v1alpha1::ValidateCompletionRequest {
+                        rollout: Some(request.clone()),
+                    },
+                ))
+                .await
+                .expect_err("too deep");
+            assert_eq!(e.code(), Code::InvalidArgument, "{depth}: {e:?}");
+            assert!(
+                e.message().contains(&format!("more than {deepest} levels")),
+                "{}",
+                e.message()
+            );
+        }
+    }
+    assert_eq!(p.calls(HookKind::ValidateRolloutCompletion), 0);
+    assert_eq!(gw.debug().await["plugins"][0]["circuit"], "closed");
+    // Another rollout, and the deepest config the controller can send.
+    let mut request = rollout("c2");
+    request.plugin_config_json = nested(deepest);
+    c.validate_rollout_completion(to(
+        "rogue",
+        rollout_proto::v1alpha1::ValidateCompletionRequest {
+            rollout: Some(request),
+        },
+    ))
+    .await
+    .expect("forwarded");
+    c.begin_rollout(to("rogue", rollout("c3")))
+        .await
+        .expect("another rollout is served");
+    assert_eq!(p.calls(HookKind::ValidateRolloutCompletion), 1);
+    gw.stop().await;
+}
