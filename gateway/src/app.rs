@@ -49,6 +49,14 @@ pub struct Options {
     /// address (`--max-connections-per-ip`).
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
+    /// gRPC connections still in their TLS and HTTP/2 handshakes, in all
+    /// (`--max-handshakes`: a newcomer over it takes the oldest one's place)
+    /// and from one IP address (`--max-handshakes-per-ip`); they must be
+    /// done within `--handshake-timeout`, and do not count against
+    /// `--max-connections`.
+    pub max_handshakes: usize,
+    pub max_handshakes_per_ip: usize,
+    pub handshake_timeout: Duration,
     /// A peer that takes none of its answers for this long is cut off
     /// (`--send-timeout`).
     pub send_timeout: Duration,
@@ -90,6 +98,9 @@ impl Default for Options {
             tracing: TracingOptions::new("rollout-gateway"),
             max_connections: server.max_connections,
             max_connections_per_ip: server.max_connections_per_ip,
+            max_handshakes: server.max_handshakes,
+            max_handshakes_per_ip: server.max_handshakes_per_ip,
+            handshake_timeout: server.handshake_timeout,
             send_timeout: server.send_timeout,
             idle_timeout: server.idle_timeout,
             max_connection_age: server.max_connection_age,
@@ -344,6 +355,9 @@ fn server_settings(options: &Options) -> ServerSettings {
         drain_timeout: options.drain_timeout,
         max_connections: options.max_connections,
         max_connections_per_ip: options.max_connections_per_ip,
+        max_handshakes: options.max_handshakes,
+        max_handshakes_per_ip: options.max_handshakes_per_ip,
+        handshake_timeout: options.handshake_timeout,
         send_timeout: options.send_timeout,
         idle_timeout: options.idle_timeout,
         max_connection_age: options.max_connection_age,
