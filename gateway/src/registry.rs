@@ -683,7 +683,7 @@ impl Registry {
         );
         for (upstream, policy, hubs) in kept {
             upstream.update_policy(&policy);
-            upstream.set_hub_count(hubs);
+            upstream.set_callers(&hubs);
         }
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         snapshot.generation = generation;

@@ -25,9 +25,9 @@ pub(super) struct Built {
     pub(super) snapshot: Snapshot,
     /// Upstreams made for it, whose own Initialize is pending.
     pub(super) fresh: Vec<(Option<String>, Arc<Upstream>)>,
-    /// Kept upstreams, with the policy and the count of hubs sharing them
-    /// that they take on commit.
-    pub(super) kept: Vec<(Arc<Upstream>, Policy, usize)>,
+    /// Kept upstreams, with the policy and the registered hubs that may
+    /// call them, which they take on commit.
+    pub(super) kept: Vec<(Arc<Upstream>, Policy, Vec<String>)>,
     /// The live plugins the new registry no longer has.
     pub(super) removed: usize,
 }
@@ -101,7 +101,7 @@ struct Builder<'r, 'f> {
     /// The snapshot so far (its generation is set on commit).
     snapshot: Snapshot,
     fresh: Vec<(Option<String>, Arc<Upstream>)>,
-    kept: Vec<(Arc<Upstream>, Policy, usize)>,
+    kept: Vec<(Arc<Upstream>, Policy, Vec<String>)>,
     problems: Vec<Problem>,
 }
 
@@ -188,14 +188,15 @@ impl Builder<'_, '_> {
         if let Change::Update(live) = &plugin.change
             && *live.key() == key
         {
-            self.kept.push((live.clone(), policy.clone(), plugin.hubs));
+            self.kept
+                .push((live.clone(), policy.clone(), plugin.hubs.clone()));
             return Some(live.clone());
         }
         let channel = self.channels.entry(key.clone()).or_default().clone();
         let settings = &self.registry.settings;
         match Upstream::sharing(key, settings, policy, channel, hub.map(String::as_str)) {
             Ok(u) => {
-                u.set_hub_count(plugin.hubs);
+                u.set_callers(&plugin.hubs);
                 let u = Arc::new(u);
                 self.fresh.push((hub.cloned(), u.clone()));
                 Some(u)

@@ -215,10 +215,11 @@ impl Upstream {
         self.hubs.circuits(now())
     }
 
-    /// Sets how many hubs may call the plugin: each other hub may hold at
-    /// most the concurrency bound divided among them.
-    pub(crate) fn set_hub_count(&self, count: usize) {
-        self.hubs.set_count(count);
+    /// Sets the registered hubs that may call the plugin: each other than
+    /// its own, and every other caller together, may hold at most a share
+    /// of the concurrency bound (`hubs`' module doc).
+    pub(crate) fn set_callers(&self, hubs: &[String]) {
+        self.hubs.set_callers(hubs);
     }
 
     /// A place in `hub`'s share of the concurrency bound, held for the
