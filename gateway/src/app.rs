@@ -151,7 +151,8 @@ pub struct Running {
     pub pending_requests: Arc<Pool>,
     stop: watch::Sender<bool>,
     grpc: JoinHandle<()>,
-    admin: JoinHandle<()>,
+    /// Resolves once the admin listener's thread is done.
+    admin: tokio::sync::oneshot::Receiver<()>,
     watcher: JoinHandle<()>,
     configmap_watchers: Vec<JoinHandle<()>>,
     tls_reload: Option<JoinHandle<()>>,
@@ -220,18 +221,23 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
     let health = health_service.track(&registry);
     let (stop, stopped) = watch::channel(false);
     let pending_requests = Arc::new(Pool::new(options.max_pending_request_bytes, Scope::Gateway));
+    let admin = admin::spawn(
+        admin_listener,
+        admin::router(registry.clone(), options.admin_request_timeout),
+        options.admin_request_timeout,
+        wait_for(stopped.clone()),
+    )
+    .map_err(|source| StartError::Bind {
+        flag: "--admin-listen",
+        addr: admin_addr,
+        source,
+    })?;
     let grpc = tokio::spawn(server::serve(
         grpc_listener,
         grpc_stack(&registry, &options, health_service),
         server_settings(&options),
         tls.clone().map(|t| t as Arc<dyn Handshake>),
         pending_requests.clone(),
-        wait_for(stopped.clone()),
-    ));
-    let admin = tokio::spawn(admin::serve(
-        admin_listener,
-        admin::router(registry.clone(), options.admin_request_timeout),
-        options.admin_request_timeout,
         wait_for(stopped.clone()),
     ));
     let configmap_watchers = match kube_client {

@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod admin_port;
 mod bad_input;
 mod binary_memory;
 mod bounds;
