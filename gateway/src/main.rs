@@ -141,8 +141,11 @@ struct Flags {
     /// --max-connection-age before the connection is closed.
     #[arg(long, env = "ROLLOUT_GATEWAY_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = parse_duration)]
     max_connection_age_grace: Duration,
-    /// Bytes of gRPC requests still arriving that the gateway holds at once;
-    /// a request that would go over is refused with RESOURCE_EXHAUSTED.
+    /// Bytes of gRPC calls the gateway holds at once, each from its
+    /// request's first byte until its answer is taken (the request while it
+    /// arrives and the plugins work, then the answer its peer has not
+    /// read); a request that would go over is refused with
+    /// RESOURCE_EXHAUSTED.
     #[arg(long, env = "ROLLOUT_GATEWAY_MAX_PENDING_REQUEST_BYTES", default_value_t = 256 * 1024 * 1024)]
     max_pending_request_bytes: usize,
     /// The same bound for one connection.

@@ -41,7 +41,7 @@ use super::accept::{self, Accepted};
 use super::admission::{Admission, Place};
 use super::grpc::Payload;
 use super::io::{Coalesce, READ_BUFFER};
-use super::pending::{PendingBudget, Pool, Scope};
+use super::pending::{CallBytes, PendingBudget, Pool, Scope};
 use super::reclaim;
 use super::send::{self, Answer, Sent};
 
@@ -119,6 +119,9 @@ pub(crate) struct Call {
     pub(crate) head: http::request::Parts,
     pub(crate) body: h2::RecvStream,
     pub(crate) peer: Arc<Peer>,
+    /// The bytes the call holds, until its answer is taken: the request's
+    /// as it arrives and while the call runs, then the answer's.
+    pub(crate) held: CallBytes,
 }
 
 /// The TLS side of the listener, when it serves TLS.
@@ -530,15 +533,23 @@ impl<S: CallService> Serving<S> {
         };
         self.used = true;
         let (head, body) = request.into_parts();
+        let held = CallBytes::new(self.peer.budget.clone());
         let call = Call {
             head,
             body,
             peer: self.peer.clone(),
+            held: held.clone(),
         };
         // Called without a clone per call: the services of the stack are
         // always ready.
         let answering = self.service.call(call);
-        let driven = send::drive(answering, respond, self.peer.clone(), self.send_timeout);
+        let driven = send::drive(
+            answering,
+            respond,
+            self.peer.clone(),
+            held,
+            self.send_timeout,
+        );
         // A call that panics ends alone, as a spawned task would (its stream
         // is reset when dropped).
         self.calls.push(
