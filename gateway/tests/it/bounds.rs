@@ -370,6 +370,115 @@ mod memory {
         assert!(peak < 2 * 256 + 64, "peak resident memory {peak} MiB");
     }
 
+    /// A socket whose reads stop (for good) once `paused` is set.
+    struct Pausable {
+        tcp: TcpStream,
+        paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl tokio::io::AsyncRead for Pausable {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if self.paused.load(std::sync::atomic::Ordering::Relaxed) {
+                return std::task::Poll::Pending;
+            }
+            std::pin::Pin::new(&mut self.tcp).poll_read(cx, buf)
+        }
+    }
+
+    impl tokio::io::AsyncWrite for Pausable {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            std::pin::Pin::new(&mut self.tcp).poll_write(cx, buf)
+        }
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.tcp).poll_flush(cx)
+        }
+        fn poll_shutdown(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.tcp).poll_shutdown(cx)
+        }
+    }
+
+    /// Answers a caller grants every window for and then never reads from
+    /// its socket: 2 connections × 20 MutateManifestWork calls of 15.9 MiB,
+    /// one every 100 ms, to a plugin that answers after 3 s; the callers
+    /// stop reading at 2.5 s. With the default limits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answers_to_a_socket_never_read_stay_within_the_pools() {
+        use rollout_proto::v1alpha1::MutateManifestWorkRequest;
+        let p = plugin(Behaviour::new("p")).await;
+        p.set(|b| b.delay = Duration::from_secs(3));
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            format!("plugins:\n{}", insecure_plugin("p", &p, "")),
+        )
+        .unwrap();
+        let (gw, addr) = spawn(&config, &[]);
+        let pid = gw.0.id();
+        let request = framed(&MutateManifestWorkRequest {
+            rollout: Some(rollout("c1")),
+            manifest_work: work(15 * MIB + 900 * 1024),
+        });
+        let paused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let io = Pausable {
+                tcp,
+                paused: paused.clone(),
+            };
+            let (send, conn) = h2::client::Builder::new()
+                .initial_window_size(i32::MAX as u32)
+                .initial_connection_window_size(i32::MAX as u32)
+                .handshake::<_, Bytes>(io)
+                .await
+                .unwrap();
+            held.push(tokio::spawn(conn));
+            let request = request.clone();
+            held.push(tokio::spawn(async move {
+                let mut answers = Vec::new();
+                for _ in 0..20 {
+                    let Ok(mut send) = send.clone().ready().await else {
+                        break;
+                    };
+                    let (answer, mut body) = send
+                        .send_request(grpc_request(MUTATE, Some("p")), false)
+                        .unwrap();
+                    let _ = body.send_data(request.clone(), true);
+                    answers.push((answer, body));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                // Kept: the streams stay open.
+                std::future::pending::<()>().await;
+                drop(answers);
+                Ok(())
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        paused.store(true, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let peak = peak_mib(pid);
+        for h in held {
+            h.abort();
+        }
+        eprintln!("answers to sockets never read, 2 connections x 20: peak RSS {peak} MiB");
+        assert!(peak < 2 * 256 + 64, "peak resident memory {peak} MiB");
+    }
+
     /// Answers a caller never reads stay within the pools on any number of
     /// connections: 2 connections × 20 unread answers of 15.9 MiB, with
     /// the default limits (pools of 64 MiB a connection, 256 MiB in all).
