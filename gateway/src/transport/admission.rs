@@ -1,5 +1,8 @@
-//! Places for connections that have not proven anything yet: those still in
-//! their TLS and HTTP/2 handshake on the gRPC port, and admin connections.
+//! Places for connections. [`Established`] counts the gRPC port's
+//! connections past their handshakes, in all and per address, and refuses
+//! one more. [`Admission`] holds those that have not proven anything yet:
+//! connections still in their TLS and HTTP/2 handshake on the gRPC port,
+//! and admin connections.
 //!
 //! Such a connection costs an attacker one SYN, and a peer that opens many
 //! and says nothing must not lock out the peers that do complete their
@@ -131,6 +134,59 @@ impl Drop for Place {
     }
 }
 
+/// Connections past their handshakes, in all and per IP address; one more
+/// than either bound is refused.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Established(Arc<Mutex<Open>>);
+
+#[derive(Debug, Default)]
+struct Open {
+    all: usize,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+/// Which bound of [`Established`] refused a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bound {
+    All,
+    PerIp,
+}
+
+/// One connection's place in [`Established`], given back on drop.
+#[derive(Debug)]
+pub(crate) struct Slot(Established, IpAddr);
+
+impl Established {
+    /// A place for a connection from `ip`, unless `max` are open, or
+    /// `max_per_ip` from that address.
+    pub(crate) fn take(&self, ip: IpAddr, max: usize, max_per_ip: usize) -> Result<Slot, Bound> {
+        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if open.all >= max {
+            return Err(Bound::All);
+        }
+        let n = open.per_ip.entry(ip).or_default();
+        if *n >= max_per_ip {
+            return Err(Bound::PerIp);
+        }
+        *n += 1;
+        open.all += 1;
+        Ok(Slot(self.clone(), ip))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.0.0.lock().unwrap_or_else(|e| e.into_inner());
+        open.all -= 1;
+        if let Some(n) = open.per_ip.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                open.per_ip.remove(&self.1);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -139,6 +195,18 @@ mod tests {
 
     fn ip(last: u8) -> IpAddr {
         IpAddr::from([127, 0, 0, last])
+    }
+
+    #[test]
+    fn established_connections_are_bounded_in_all_and_per_address() {
+        let e = Established::default();
+        let a = e.take(ip(1), 3, 2).expect("room");
+        let _b = e.take(ip(1), 3, 2).expect("room");
+        assert_eq!(e.take(ip(1), 3, 2).map(drop), Err(Bound::PerIp));
+        let _c = e.take(ip(2), 3, 2).expect("room");
+        assert_eq!(e.take(ip(3), 3, 2).map(drop), Err(Bound::All));
+        drop(a);
+        assert!(e.take(ip(1), 3, 2).is_ok());
     }
 
     #[test]

@@ -19,12 +19,11 @@
 // Why our own loop and not tonic's server: docs/decisions/0001-grpc-framing-on-h2.md;
 // why calls are polled in the connection's task: docs/decisions/0004-calls-in-the-connection-task.md.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -38,7 +37,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::accept::{self, Accepted};
-use super::admission::{Admission, Place};
+use super::admission::{Admission, Bound, Established, Place};
 use super::grpc::Payload;
 use super::io::{Coalesce, READ_BUFFER};
 use super::pending::{CallBytes, PendingBudget, Pool, Scope};
@@ -251,48 +250,6 @@ pub(crate) async fn serve<S: CallService>(
     connections.shutdown().await;
 }
 
-/// Connections past their handshakes, in all and per IP address.
-#[derive(Debug, Default, Clone)]
-struct Established(Arc<Mutex<Open>>);
-
-#[derive(Debug, Default)]
-struct Open {
-    all: usize,
-    per_ip: HashMap<IpAddr, usize>,
-}
-
-/// One connection's place in [`Established`], given back on drop.
-struct Slot(Established, IpAddr);
-
-impl Established {
-    fn take(&self, ip: IpAddr, settings: &ServerSettings) -> Result<Slot, ConnectionError> {
-        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if open.all >= settings.max_connections {
-            return Err(ConnectionError::Full("--max-connections"));
-        }
-        let n = open.per_ip.entry(ip).or_default();
-        if *n >= settings.max_connections_per_ip {
-            return Err(ConnectionError::Full("--max-connections-per-ip"));
-        }
-        *n += 1;
-        open.all += 1;
-        Ok(Slot(self.clone(), ip))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut open = self.0.0.lock().unwrap_or_else(|e| e.into_inner());
-        open.all -= 1;
-        if let Some(n) = open.per_ip.get_mut(&self.1) {
-            *n -= 1;
-            if *n == 0 {
-                open.per_ip.remove(&self.1);
-            }
-        }
-    }
-}
-
 struct Connection {
     builder: h2::server::Builder,
     settings: ServerSettings,
@@ -381,7 +338,20 @@ impl Connection {
         };
         let conn = conn?;
         drop(place);
-        let _slot = self.established.take(self.peer.ip(), &self.settings)?;
+        let settings = &self.settings;
+        let _slot = self
+            .established
+            .take(
+                self.peer.ip(),
+                settings.max_connections,
+                settings.max_connections_per_ip,
+            )
+            .map_err(|bound| {
+                ConnectionError::Full(match bound {
+                    Bound::All => "--max-connections",
+                    Bound::PerIp => "--max-connections-per-ip",
+                })
+            })?;
         self.serve_h2(conn, identity, accepted, service).await
     }
 
