@@ -10,10 +10,12 @@
 //! bound, apart from the established connections': at most `per_ip` from one
 //! address (one more is refused), and at most `max` in all, where a newcomer
 //! over `max` takes the place of the **oldest** one (which is told to end,
-//! [`Place::evicted`]) rather than being refused. A peer that completes its
-//! handshake in milliseconds then always gets through, however many
-//! addresses keep silent connections open: to push it out, they would have
-//! to open `max` new connections within its handshake.
+//! [`Place::evicted`]) rather than being refused: the oldest that has sent
+//! nothing yet, if there is one ([`Place::spoke`]), else the oldest. A peer
+//! that starts its handshake at once and completes it in milliseconds then
+//! gets through however many addresses keep silent connections open: to
+//! push it out, they would have to fill every place with connections that
+//! speak, and open `max` new ones within its handshake.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -41,6 +43,8 @@ struct State {
 struct Held {
     ip: IpAddr,
     evicted: Arc<Notify>,
+    /// Whether the connection has sent a byte.
+    spoke: bool,
 }
 
 /// One connection's place; given back on drop.
@@ -70,7 +74,12 @@ impl Admission {
             return None;
         }
         while state.held.len() >= self.max {
-            let Some((_, oldest)) = state.held.pop_first() else {
+            let silent = state.held.iter().find(|(_, h)| !h.spoke).map(|(id, _)| *id);
+            let oldest = match silent {
+                Some(id) => state.held.remove(&id),
+                None => state.held.pop_first().map(|(_, held)| held),
+            };
+            let Some(oldest) = oldest else {
                 break;
             };
             state.release(oldest.ip);
@@ -85,6 +94,7 @@ impl Admission {
             Held {
                 ip,
                 evicted: evicted.clone(),
+                spoke: false,
             },
         );
         *state.per_ip.entry(ip).or_default() += 1;
@@ -118,6 +128,14 @@ impl State {
 }
 
 impl Place {
+    /// The connection has sent its first byte: it is taken back after
+    /// those that have not.
+    pub(crate) fn spoke(&self) {
+        if let Some(held) = self.admission.lock().held.get_mut(&self.id) {
+            held.spoke = true;
+        }
+    }
+
     /// Resolves once a newer connection has taken this place: the
     /// connection is to be closed.
     pub(crate) async fn evicted(&self) {
@@ -238,5 +256,19 @@ mod tests {
         drop((middle, newest));
         assert_eq!(a.held(), 0);
         assert!(a.lock().per_ip.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_spoke_is_taken_back_after_the_silent_ones() {
+        let a = Admission::new(2, 5);
+        let speaking = a.admit(ip(1)).expect("room");
+        speaking.spoke();
+        let silent = a.admit(ip(2)).expect("room");
+        let _newest = a.admit(ip(3)).expect("room");
+        tokio::time::timeout(Duration::from_secs(1), silent.evicted())
+            .await
+            .expect("the silent one goes, though younger");
+        let told = tokio::time::timeout(Duration::from_millis(50), speaking.evicted()).await;
+        assert!(told.is_err(), "the one that spoke keeps its place");
     }
 }

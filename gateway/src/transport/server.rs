@@ -278,6 +278,16 @@ impl Connection {
         service: S,
     ) -> Result<(), ConnectionError> {
         let accepted = Instant::now();
+        // Its first byte moves it behind the silent connections in the
+        // order they give way (see `Admission`).
+        if self
+            .in_handshake(&place, accepted, stream.readable())
+            .await
+            .is_none()
+        {
+            return Ok(());
+        }
+        place.spoke();
         let Some(tls) = self.tls.clone() else {
             return self.admitted(stream, None, place, accepted, service).await;
         };

@@ -28,7 +28,7 @@ fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
 
 /// Holds `per_address` TCP connections from each of 127.0.0.2 ..
 /// 127.0.0.`addresses + 1` (the hub calls from 127.0.0.1) to `addr` that
-/// never send a byte, each reopened 200 ms after the gateway closes it,
+/// never send a byte, each reopened a second after the gateway closes it,
 /// until `stop` is set.
 fn silent_peers(addr: SocketAddr, addresses: u8, per_address: usize, stop: Arc<AtomicBool>) {
     for a in 2..=addresses + 1 {
@@ -44,7 +44,7 @@ fn silent_peers(addr: SocketAddr, addresses: u8, per_address: usize, stop: Arc<A
                         let mut buf = [0u8; 256];
                         while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
                     }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             });
         }
@@ -63,13 +63,20 @@ async fn call_on_a_new_connection(addr: SocketAddr, server_ca: &Ca, hub: &Leaf) 
         .timeout(Duration::from_secs(5))
         .tls_config(tls)
         .unwrap();
-    let Ok(channel) = endpoint.connect().await else {
-        return false;
+    let channel = match endpoint.connect().await {
+        Ok(channel) => channel,
+        Err(error) => {
+            eprintln!("hub-a could not connect: {error:?}");
+            return false;
+        }
     };
-    RolloutPluginServiceClient::new(channel)
+    let called = RolloutPluginServiceClient::new(channel)
         .begin_rollout(to("p", rollout("c1")))
-        .await
-        .is_ok()
+        .await;
+    if let Err(status) = &called {
+        eprintln!("hub-a's call failed: {status:?}");
+    }
+    called.is_ok()
 }
 
 /// A central gateway with `tune`, 4 addresses × 64 silent connections held
