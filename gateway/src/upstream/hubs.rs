@@ -22,9 +22,10 @@ use std::sync::{Arc, Mutex};
 use rollout_policies::BreakerPolicy;
 use rollout_policies::breaker::{Breaker, BreakerState};
 
-/// Hubs kept per plugin; past this, a new hub shares the plugin's own
-/// breaker and is not bounded apart (hubs are named by certificates the
-/// client CA signed: this bounds a misconfiguration, not an attack).
+/// Breakers kept per plugin; past this, a new hub shares the plugin's own
+/// breaker (hubs are named by certificates the client CA signed: this
+/// bounds a misconfiguration, not an attack). Shares of the concurrency
+/// bound need no such limit: only registered hubs have one.
 const MAX_HUBS: usize = 1024;
 
 /// The per-hub state of one plugin.
