@@ -49,6 +49,14 @@ pub struct Options {
     /// address (`--max-connections-per-ip`).
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
+    /// gRPC connections still in their TLS and HTTP/2 handshakes, in all
+    /// (`--max-handshakes`: a newcomer over it takes the oldest one's place)
+    /// and from one IP address (`--max-handshakes-per-ip`); they must be
+    /// done within `--handshake-timeout`, and do not count against
+    /// `--max-connections`.
+    pub max_handshakes: usize,
+    pub max_handshakes_per_ip: usize,
+    pub handshake_timeout: Duration,
     /// A peer that takes none of its answers for this long is cut off
     /// (`--send-timeout`).
     pub send_timeout: Duration,
@@ -90,6 +98,9 @@ impl Default for Options {
             tracing: TracingOptions::new("rollout-gateway"),
             max_connections: server.max_connections,
             max_connections_per_ip: server.max_connections_per_ip,
+            max_handshakes: server.max_handshakes,
+            max_handshakes_per_ip: server.max_handshakes_per_ip,
+            handshake_timeout: server.handshake_timeout,
             send_timeout: server.send_timeout,
             idle_timeout: server.idle_timeout,
             max_connection_age: server.max_connection_age,
@@ -140,7 +151,8 @@ pub struct Running {
     pub pending_requests: Arc<Pool>,
     stop: watch::Sender<bool>,
     grpc: JoinHandle<()>,
-    admin: JoinHandle<()>,
+    /// Resolves once the admin listener's thread is done.
+    admin: tokio::sync::oneshot::Receiver<()>,
     watcher: JoinHandle<()>,
     configmap_watchers: Vec<JoinHandle<()>>,
     tls_reload: Option<JoinHandle<()>>,
@@ -209,18 +221,23 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
     let health = health_service.track(&registry);
     let (stop, stopped) = watch::channel(false);
     let pending_requests = Arc::new(Pool::new(options.max_pending_request_bytes, Scope::Gateway));
+    let admin = admin::spawn(
+        admin_listener,
+        admin::router(registry.clone(), options.admin_request_timeout),
+        options.admin_request_timeout,
+        wait_for(stopped.clone()),
+    )
+    .map_err(|source| StartError::Bind {
+        flag: "--admin-listen",
+        addr: admin_addr,
+        source,
+    })?;
     let grpc = tokio::spawn(server::serve(
         grpc_listener,
         grpc_stack(&registry, &options, health_service),
         server_settings(&options),
         tls.clone().map(|t| t as Arc<dyn Handshake>),
         pending_requests.clone(),
-        wait_for(stopped.clone()),
-    ));
-    let admin = tokio::spawn(admin::serve(
-        admin_listener,
-        admin::router(registry.clone(), options.admin_request_timeout),
-        options.admin_request_timeout,
         wait_for(stopped.clone()),
     ));
     let configmap_watchers = match kube_client {
@@ -344,6 +361,9 @@ fn server_settings(options: &Options) -> ServerSettings {
         drain_timeout: options.drain_timeout,
         max_connections: options.max_connections,
         max_connections_per_ip: options.max_connections_per_ip,
+        max_handshakes: options.max_handshakes,
+        max_handshakes_per_ip: options.max_handshakes_per_ip,
+        handshake_timeout: options.handshake_timeout,
         send_timeout: options.send_timeout,
         idle_timeout: options.idle_timeout,
         max_connection_age: options.max_connection_age,

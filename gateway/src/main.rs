@@ -92,18 +92,37 @@ struct Flags {
         default_value = "text"
     )]
     log_format: LogFormat,
-    /// gRPC connections open at once; one more is closed as soon as it is
-    /// accepted.
+    /// gRPC connections past their TLS and HTTP/2 handshakes open at once;
+    /// one more is closed as its handshakes end. Connections still in their
+    /// handshakes do not count (--max-handshakes).
     #[arg(long, env = "ROLLOUT_GATEWAY_MAX_CONNECTIONS", default_value_t = 1024)]
     max_connections: usize,
-    /// gRPC connections open at once from one IP address, so that one peer
-    /// cannot take them all; one more is closed as soon as it is accepted.
+    /// gRPC connections past their handshakes open at once from one IP
+    /// address, so that one peer cannot take them all.
     #[arg(
         long,
         env = "ROLLOUT_GATEWAY_MAX_CONNECTIONS_PER_IP",
         default_value_t = 256
     )]
     max_connections_per_ip: usize,
+    /// gRPC connections still in their TLS and HTTP/2 handshakes at once; a
+    /// newcomer over it takes the place of the oldest, which is closed, so
+    /// peers that say nothing cannot keep out one that completes its
+    /// handshake.
+    #[arg(long, env = "ROLLOUT_GATEWAY_MAX_HANDSHAKES", default_value_t = 256)]
+    max_handshakes: usize,
+    /// gRPC connections still in their handshakes from one IP address; one
+    /// more is closed as soon as it is accepted.
+    #[arg(
+        long,
+        env = "ROLLOUT_GATEWAY_MAX_HANDSHAKES_PER_IP",
+        default_value_t = 32
+    )]
+    max_handshakes_per_ip: usize,
+    /// A gRPC connection that has not completed its TLS and HTTP/2
+    /// handshakes this long after it was accepted is closed.
+    #[arg(long, env = "ROLLOUT_GATEWAY_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    handshake_timeout: Duration,
     /// A gRPC peer that takes none of its answers for this long (a full
     /// flow-control window, or a socket it does not read) is cut off: its
     /// connection is closed (0: never).
@@ -122,8 +141,11 @@ struct Flags {
     /// --max-connection-age before the connection is closed.
     #[arg(long, env = "ROLLOUT_GATEWAY_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = parse_duration)]
     max_connection_age_grace: Duration,
-    /// Bytes of gRPC requests still arriving that the gateway holds at once;
-    /// a request that would go over is refused with RESOURCE_EXHAUSTED.
+    /// Bytes of gRPC calls the gateway holds at once, each from its
+    /// request's first byte until its answer is taken (the request while it
+    /// arrives and the plugins work, then the answer its peer has not
+    /// read); a request that would go over is refused with
+    /// RESOURCE_EXHAUSTED.
     #[arg(long, env = "ROLLOUT_GATEWAY_MAX_PENDING_REQUEST_BYTES", default_value_t = 256 * 1024 * 1024)]
     max_pending_request_bytes: usize,
     /// The same bound for one connection.
@@ -283,6 +305,9 @@ fn options(flags: Flags) -> Options {
         tracing: TracingOptions::from_env("rollout-gateway"),
         max_connections: flags.max_connections,
         max_connections_per_ip: flags.max_connections_per_ip,
+        max_handshakes: flags.max_handshakes,
+        max_handshakes_per_ip: flags.max_handshakes_per_ip,
+        handshake_timeout: flags.handshake_timeout,
         send_timeout: flags.send_timeout,
         idle_timeout: flags.idle_timeout,
         max_connection_age: flags.max_connection_age,
@@ -396,6 +421,9 @@ mod tests {
             parsed.max_connections_per_ip,
             library.max_connections_per_ip
         );
+        assert_eq!(parsed.max_handshakes, library.max_handshakes);
+        assert_eq!(parsed.max_handshakes_per_ip, library.max_handshakes_per_ip);
+        assert_eq!(parsed.handshake_timeout, library.handshake_timeout);
         assert_eq!(parsed.send_timeout, library.send_timeout);
         assert_eq!(parsed.idle_timeout, library.idle_timeout);
         assert_eq!(parsed.max_connection_age, library.max_connection_age);

@@ -199,7 +199,7 @@ struct SourceState {
     /// then (`None`: it could not be read). Once one of them holds
     /// something else, the text is planned again
     /// ([`Registry::retry_waiting`]). Empty otherwise.
-    waiting_on: HashMap<String, Option<Vec<u8>>>,
+    waiting_on: HashMap<String, Option<Arc<[u8]>>>,
 }
 
 #[derive(Debug, Default)]
@@ -683,7 +683,7 @@ impl Registry {
         );
         for (upstream, policy, hubs) in kept {
             upstream.update_policy(&policy);
-            upstream.set_hub_count(hubs);
+            upstream.set_callers(&hubs);
         }
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         snapshot.generation = generation;
@@ -994,6 +994,38 @@ mod tests {
         assert_eq!(names(&[]), Vec::<String>::new());
     }
 
+    /// A CA file named by 200 plugins is read, held and parsed once: one
+    /// copy of its bytes, one TLS configuration.
+    #[tokio::test]
+    async fn a_ca_file_named_by_many_plugins_is_held_and_parsed_once() {
+        use rollout_plugin_sdk::test_certs::TestCa;
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("ca.crt");
+        std::fs::write(&path, TestCa::new("ca").expect("ca").pem()).expect("write");
+        let mut text = String::from("plugins:\n");
+        for i in 0..200 {
+            text += &format!(
+                "  - name: p{i}\n    endpoint: 127.0.0.1:{}\n    caCertificate:\n      caFile: {}\n",
+                20000 + i,
+                path.display()
+            );
+        }
+        let r = registry(1);
+        r.apply(0, &text).expect("valid");
+        let snap = r.load().expect("loaded");
+        let bundles: Vec<&crate::upstream::CaBundle> = snap
+            .plugins
+            .iter()
+            .filter_map(|p| p.upstream.key().ca_bundle.as_ref())
+            .collect();
+        assert_eq!(bundles.len(), 200);
+        assert!(
+            bundles.iter().all(|b| Arc::ptr_eq(&b.pem, &bundles[0].pem)),
+            "one copy of the bytes"
+        );
+        assert_eq!(r.settings.tls_configs.len(), 1, "one TLS configuration");
+    }
+
     #[tokio::test]
     async fn a_changed_ca_file_rebuilds_only_its_plugins_and_a_bad_one_keeps_the_previous() {
         use rollout_plugin_sdk::test_certs::TestCa;
@@ -1075,7 +1107,7 @@ mod tests {
             .ca_bundle
             .as_ref()
             .expect("tls")
-            .0
-            .clone()
+            .pem
+            .to_vec()
     }
 }

@@ -190,13 +190,23 @@ impl Handshake for ServerTls {
 }
 
 /// The hub a client certificate names: its first DNS subject-alternative
-/// name, else its subject's common name.
+/// name, else its subject's common name; normalised as a DNS name is
+/// compared ([`normalise_hub`]).
 pub fn hub_of(cert: &CertificateDer<'_>) -> Option<String> {
     let parsed = webpki::EndEntityCert::try_from(cert).ok()?;
-    if let Some(name) = parsed.valid_dns_names().next() {
-        return Some(name.to_string());
-    }
-    common_name(parsed.subject())
+    let name = match parsed.valid_dns_names().next() {
+        Some(name) => name.to_string(),
+        None => common_name(parsed.subject())?,
+    };
+    normalise_hub(&name)
+}
+
+/// A hub name as DNS compares it: case-insensitive, a trailing dot the
+/// same name (`HUB-A` and `hub-a.` are `hub-a`, the spelling a registry
+/// file's `hub:` must have). `None` when nothing is left.
+fn normalise_hub(name: &str) -> Option<String> {
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    (!name.is_empty()).then_some(name)
 }
 
 /// The common name (OID 2.5.4.3) in a DER-encoded X.501 name, if any.
@@ -244,5 +254,13 @@ mod tests {
         );
         assert_eq!(hub_of(&cert(&[], Some("hub-b"))).as_deref(), Some("hub-b"));
         assert_eq!(hub_of(&cert(&[], None)), None);
+    }
+
+    #[test]
+    fn a_hub_name_is_compared_as_dns_compares_it() {
+        assert_eq!(hub_of(&cert(&["HUB-A"], None)).as_deref(), Some("hub-a"));
+        assert_eq!(hub_of(&cert(&["hub-a."], None)).as_deref(), Some("hub-a"));
+        assert_eq!(hub_of(&cert(&[], Some("Hub-B."))).as_deref(), Some("hub-b"));
+        assert_eq!(hub_of(&cert(&[], Some("."))), None);
     }
 }

@@ -25,9 +25,9 @@ pub(super) struct Built {
     pub(super) snapshot: Snapshot,
     /// Upstreams made for it, whose own Initialize is pending.
     pub(super) fresh: Vec<(Option<String>, Arc<Upstream>)>,
-    /// Kept upstreams, with the policy and the count of hubs sharing them
-    /// that they take on commit.
-    pub(super) kept: Vec<(Arc<Upstream>, Policy, usize)>,
+    /// Kept upstreams, with the policy and the registered hubs that may
+    /// call them, which they take on commit.
+    pub(super) kept: Vec<(Arc<Upstream>, Policy, Vec<String>)>,
     /// The live plugins the new registry no longer has.
     pub(super) removed: usize,
 }
@@ -101,7 +101,7 @@ struct Builder<'r, 'f> {
     /// The snapshot so far (its generation is set on commit).
     snapshot: Snapshot,
     fresh: Vec<(Option<String>, Arc<Upstream>)>,
-    kept: Vec<(Arc<Upstream>, Policy, usize)>,
+    kept: Vec<(Arc<Upstream>, Policy, Vec<String>)>,
     problems: Vec<Problem>,
 }
 
@@ -157,14 +157,14 @@ impl Builder<'_, '_> {
             Transport::Plaintext => return Some((None, Vec::new())),
             Transport::Tls {
                 ca: CaSource::Bundle { pem },
-            } => return Some((Some(CaBundle(pem.clone())), Vec::new())),
+            } => return Some((Some(CaBundle::new(pem.as_slice().into())), Vec::new())),
             Transport::Tls { .. } if self.registry.skip_files => return None,
             Transport::Tls {
                 ca: CaSource::File { path },
             } => path,
         };
-        match read_certificate(self.files, path) {
-            Ok(pem) => Some((Some(CaBundle(pem)), vec![PathBuf::from(path)])),
+        match read_ca_bundle(self.files, path) {
+            Ok(bundle) => Some((Some(bundle), vec![PathBuf::from(path)])),
             Err(e) => {
                 self.problems.push(Problem {
                     path: format!("{}.caCertificate.caFile", plugin.at),
@@ -188,14 +188,15 @@ impl Builder<'_, '_> {
         if let Change::Update(live) = &plugin.change
             && *live.key() == key
         {
-            self.kept.push((live.clone(), policy.clone(), plugin.hubs));
+            self.kept
+                .push((live.clone(), policy.clone(), plugin.hubs.clone()));
             return Some(live.clone());
         }
         let channel = self.channels.entry(key.clone()).or_default().clone();
         let settings = &self.registry.settings;
         match Upstream::sharing(key, settings, policy, channel, hub.map(String::as_str)) {
             Ok(u) => {
-                u.set_hub_count(plugin.hubs);
+                u.set_callers(&plugin.hubs);
                 let u = Arc::new(u);
                 self.fresh.push((hub.cloned(), u.clone()));
                 Some(u)
@@ -271,9 +272,12 @@ impl Builder<'_, '_> {
     }
 }
 
-/// The certificate files one build has read, by path as written.
+/// The certificate files one build has read, by path as written: each is
+/// read once, and its bytes shared by every plugin naming it.
 pub(super) struct FileCache {
-    pub(super) read: HashMap<String, Result<Vec<u8>, FileError>>,
+    pub(super) read: HashMap<String, Result<Arc<[u8]>, FileError>>,
+    /// The CA bundles made of them, each once.
+    bundles: HashMap<String, CaBundle>,
     max_bytes: u64,
 }
 
@@ -281,19 +285,20 @@ impl FileCache {
     pub(super) fn new(max_bytes: u64) -> FileCache {
         FileCache {
             read: HashMap::new(),
+            bundles: HashMap::new(),
             max_bytes,
         }
     }
 
     /// The file's bytes, or why it cannot be read (naming it): only a
     /// regular file, at most `max_bytes` (builds run off the runtime).
-    pub(super) fn read(&mut self, path: &str) -> Result<Vec<u8>, FileError> {
+    pub(super) fn read(&mut self, path: &str) -> Result<Arc<[u8]>, FileError> {
         let max_bytes = self.max_bytes;
         self.read
             .entry(path.to_string())
             .or_insert_with(|| {
                 files::read_sync(Path::new(path), max_bytes, None)
-                    .map(|read| read.map(|(bytes, _)| bytes).unwrap_or_default())
+                    .map(|read| read.map(|(bytes, _)| bytes).unwrap_or_default().into())
             })
             .clone()
     }
@@ -318,7 +323,7 @@ enum IdentityError {
 }
 
 /// The file at `path`, which must hold a PEM certificate.
-fn read_certificate(files: &mut FileCache, path: &str) -> Result<Vec<u8>, CertificateFileError> {
+fn read_certificate(files: &mut FileCache, path: &str) -> Result<Arc<[u8]>, CertificateFileError> {
     let pem = files.read(path)?;
     if config::holds_pem_certificate(&pem) {
         Ok(pem)
@@ -327,11 +332,26 @@ fn read_certificate(files: &mut FileCache, path: &str) -> Result<Vec<u8>, Certif
     }
 }
 
+/// The CA bundle the file at `path` holds, made (and hashed) once a build.
+fn read_ca_bundle(files: &mut FileCache, path: &str) -> Result<CaBundle, CertificateFileError> {
+    if let Some(bundle) = files.bundles.get(path) {
+        return Ok(bundle.clone());
+    }
+    let bundle = CaBundle::new(read_certificate(files, path)?);
+    files.bundles.insert(path.to_string(), bundle.clone());
+    Ok(bundle)
+}
+
 fn read_identity(
     cc: &ClientCertificate,
     files: &mut FileCache,
 ) -> Result<ClientIdentity, IdentityError> {
-    let cert_pem = read_certificate(files, &cc.cert_file).map_err(IdentityError::CertFile)?;
-    let key_pem = files.read(&cc.key_file).map_err(IdentityError::KeyFile)?;
+    let cert_pem = read_certificate(files, &cc.cert_file)
+        .map_err(IdentityError::CertFile)?
+        .to_vec();
+    let key_pem = files
+        .read(&cc.key_file)
+        .map_err(IdentityError::KeyFile)?
+        .to_vec();
     Ok(ClientIdentity { cert_pem, key_pem })
 }

@@ -42,8 +42,9 @@ pub(super) struct PluginPlan<'a> {
     pub(super) config: &'a PluginConfig,
     /// Where its entry is, for problems: `LABEL: plugins[I] (NAME)`.
     pub(super) at: String,
-    /// The hubs that may call it, which share its concurrency bound.
-    pub(super) hubs: usize,
+    /// The registered hubs that may call it, which share its concurrency
+    /// bound.
+    pub(super) hubs: Vec<String>,
     pub(super) change: Change,
 }
 
@@ -100,12 +101,13 @@ fn plan_plugins<'a>(
     problems: &mut Vec<Problem>,
 ) -> Vec<SourcePlan<'a>> {
     // The hubs of central mode, each named by its registry file.
-    let hub_count = configs
+    let all_hubs: Vec<String> = configs
         .iter()
         .flatten()
-        .filter_map(|c| c.hub.as_deref())
-        .collect::<std::collections::HashSet<_>>()
-        .len();
+        .filter_map(|c| c.hub.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let mut sources = Vec::new();
     for (config, label) in configs.iter().zip(labels) {
         let Some(config) = *config else { continue };
@@ -119,9 +121,9 @@ fn plan_plugins<'a>(
             }
             defined.insert(name, label.to_string());
             let hubs = match (&pc.hubs, &config.hub) {
-                (Some(hubs), _) => hubs.len(),
-                (None, Some(_)) => 1,
-                (None, None) => hub_count,
+                (Some(hubs), _) => hubs.clone(),
+                (None, Some(hub)) => vec![hub.clone()],
+                (None, None) => all_hubs.clone(),
             };
             let change = match live_plugin(live, &config.hub, &pc.name) {
                 Some(p) => Change::Update(p.upstream.clone()),

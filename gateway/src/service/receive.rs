@@ -20,7 +20,6 @@ use crate::error::{CallFailure, GatewayError};
 use crate::telemetry::Metrics;
 use crate::telemetry::metrics::Refused;
 use crate::transport::grpc::{self, FrameError, ReceiveError};
-use crate::transport::pending::Reservation;
 use crate::transport::send::Answer;
 use crate::transport::server::Call;
 
@@ -132,6 +131,7 @@ async fn receive(call: Call, limits: ReceiveLimits) -> Result<Received, Refusal>
         head,
         mut body,
         peer,
+        held,
     } = call;
     if !is_grpc(&head.headers) {
         // Read (a little of) the body first: a body that breaks HTTP/2's
@@ -157,8 +157,7 @@ async fn receive(call: Call, limits: ReceiveLimits) -> Result<Received, Refusal>
         Some(d) if d <= own => (d, true),
         _ => (own, false),
     };
-    let mut reservation = Reservation::new(Some(peer.budget.clone()));
-    let collect = grpc::collect_reserved(&mut body, limits.max_message_bytes, &mut reservation);
+    let collect = grpc::collect_reserved(&mut body, limits.max_message_bytes, &held);
     let message = match tokio::time::timeout_at(until, collect).await {
         Ok(Ok((message, _))) => message,
         Ok(Err(e)) => {

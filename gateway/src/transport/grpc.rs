@@ -14,7 +14,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::HeaderMap;
 use tonic::Status;
 
-use super::pending::{PendingExceeded, Reservation};
+use super::pending::{CallBytes, PendingExceeded};
 
 // The wire format's shared pieces, which the checker reads by too; named
 // here so the gateway's code finds all of gRPC's wire format in one module.
@@ -254,17 +254,19 @@ pub async fn collect(
     rollout_wire::collect_held(body, limit, |_| Ok(())).await
 }
 
-/// [`collect`], with the bytes buffered while the message is incomplete held
-/// in `reservation` (given back when this returns): the message is refused
-/// with [`ReceiveError::Held`] as soon as the reservation cannot grow.
+/// [`collect`], with the bytes buffered held in the call's `held`: the
+/// message is refused with [`ReceiveError::Held`] as soon as they cannot
+/// grow. A whole message stays held (it lives on while the call runs); a
+/// failed one is given back.
 pub(crate) async fn collect_reserved(
     body: &mut h2::RecvStream,
     limit: usize,
-    reservation: &mut Reservation,
+    held: &CallBytes,
 ) -> Result<(Bytes, Option<HeaderMap>), ReceiveError> {
-    let collected = rollout_wire::collect_held(body, limit, |bytes| reservation.hold(bytes)).await;
-    // Whole or failed, the request is no longer arriving.
-    let _ = reservation.hold(0);
+    let collected = rollout_wire::collect_held(body, limit, |bytes| held.hold(bytes)).await;
+    if collected.is_err() {
+        let _ = held.hold(0);
+    }
     collected
 }
 

@@ -5,7 +5,8 @@
 //!
 //! [`server`] is the HTTP/2 accept loop of the gRPC listener, generic over
 //! the service it drives ([`accept`] the bounded accept both listeners
-//! share), and [`send`] sends each answer within bounds; [`client`] dials
+//! share, [`admission`] the places of connections still in their
+//! handshakes), and [`send`] sends each answer within bounds; [`client`] dials
 //! plugins (TCP, TLS, the HTTP/2 handshake, keepalive); [`grpc`] is gRPC's
 //! wire format (message framing, status headers, `grpc-timeout`: the parts
 //! the plugin checker shares come from the `rollout_wire` crate); [`io`]
@@ -13,6 +14,7 @@
 //! bytes held for peers; [`reclaim`] returns freed memory to the OS.
 
 pub(crate) mod accept;
+pub(crate) mod admission;
 pub(crate) mod client;
 pub mod grpc;
 pub(crate) mod io;

@@ -1,12 +1,15 @@
-//! The bound on request bytes held while a request is still arriving.
+//! The bound on the bytes a peer's calls hold.
 //!
-//! A unary request is buffered until its message is whole; a peer that
-//! declares large messages and stops sending would otherwise hold that memory
-//! for as long as it keeps the stream open. Every such buffer holds a
-//! [`Reservation`] against two [`Pool`]s, its connection's and the
-//! gateway's, and grows only while both have room. The bytes go back to the
-//! pools the moment the buffer is handed on (the message is whole) or
-//! dropped (the stream failed, timed out, or its connection closed).
+//! A unary request is buffered until its message is whole, then waits for
+//! the plugins while they work, and its answer waits until the peer takes
+//! it; a peer that declares large messages and stops sending, calls a slow
+//! plugin, or never reads its answers would otherwise hold that memory for
+//! as long as it likes. Every call holds one [`CallBytes`] against two
+//! [`Pool`]s, its connection's and the gateway's, from its request's first
+//! byte until its answer is taken: the request's bytes as they arrive and
+//! while the call runs, then its answer's bytes not yet taken. It grows
+//! only while both pools have room, and goes back to them when the call
+//! ends (answered, failed, timed out, or its connection closed).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -121,6 +124,24 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         let _ = self.hold(0);
+    }
+}
+
+/// The bytes one call holds (see the module doc): shared by the layer that
+/// receives its request and the sender of its answer.
+#[derive(Debug, Clone)]
+pub(crate) struct CallBytes(Arc<std::sync::Mutex<Reservation>>);
+
+impl CallBytes {
+    pub(crate) fn new(budget: PendingBudget) -> CallBytes {
+        CallBytes(Arc::new(std::sync::Mutex::new(Reservation::new(Some(
+            budget,
+        )))))
+    }
+
+    /// Sets the bytes the call holds (see [`Reservation::hold`]).
+    pub(crate) fn hold(&self, bytes: usize) -> Result<(), PendingExceeded> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).hold(bytes)
     }
 }
 

@@ -8,7 +8,10 @@
 //! either, the stream is reset with ENHANCE_YOUR_CALM, which gRPC clients
 //! read as RESOURCE_EXHAUSTED), and a peer that grants nothing for the send
 //! timeout is cut off. So a caller that never reads its answers holds at most
-//! its connection's budget, and not for long.
+//! its connection's budget, and not for long. The answer's bytes are held in
+//! the call's own [`CallBytes`], which held its request's until then: a call
+//! counts against the pools from its request's first byte until its answer
+//! is taken.
 
 use std::convert::Infallible;
 use std::future::{Future, poll_fn};
@@ -25,7 +28,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use tokio::time::Instant;
 
 use super::grpc::{self, Payload};
-use super::pending::Reservation;
+use super::pending::CallBytes;
 use super::server::Peer;
 
 /// How a call is answered.
@@ -93,6 +96,7 @@ pub(crate) async fn drive<F>(
     answering: F,
     mut respond: SendResponse<Payload>,
     peer: Arc<Peer>,
+    held: CallBytes,
     send_timeout: Duration,
 ) -> Sent
 where
@@ -110,7 +114,7 @@ where
             let Ok(mut stream) = respond.send_response(grpc_head(), false) else {
                 return Sent::Done;
             };
-            let sent = send_message(&mut stream, message, &peer, send_timeout).await;
+            let sent = send_message(&mut stream, message, &peer, &held, send_timeout).await;
             if let Sent::Done = sent {
                 let _ = stream.send_trailers(trailers);
             }
@@ -139,17 +143,29 @@ where
             Sent::Done
         }
         Answer::Stream(items) => match respond.send_response(grpc_head(), false) {
-            Ok(stream) => Sent::Lasting(Box::pin(send_items(stream, items, peer, send_timeout))),
+            Ok(stream) => {
+                // The request is done with; each item holds its own bytes.
+                let _ = held.hold(0);
+                Sent::Lasting(Box::pin(send_items(
+                    stream,
+                    items,
+                    peer,
+                    held,
+                    send_timeout,
+                )))
+            }
             Err(_) => Sent::Done,
         },
     }
 }
 
-/// Sends one message (see the module doc).
+/// Sends one message (see the module doc), its bytes not yet taken held in
+/// `held` (given back once all are).
 async fn send_message(
     stream: &mut SendStream<Payload>,
     message: Payload,
     peer: &Peer,
+    held: &CallBytes,
     send_timeout: Duration,
 ) -> Sent {
     let len = message.remaining();
@@ -157,9 +173,9 @@ async fn send_message(
     if stream.capacity() >= len {
         // The common case: the windows take it all; one write.
         let _ = stream.send_data(message, false);
+        let _ = held.hold(0);
         return Sent::Done;
     }
-    let mut held = Reservation::new(Some(peer.budget.clone()));
     if let Err(exceeded) = held.hold(len) {
         tracing::warn!(peer = %peer.addr, error = %exceeded, "answer refused: too many bytes of answers the peer has not read");
         stream.send_reset(Reason::ENHANCE_YOUR_CALM);
@@ -200,6 +216,7 @@ async fn send_items(
     mut stream: SendStream<Payload>,
     mut items: BoxStream<'static, StreamItem>,
     peer: Arc<Peer>,
+    held: CallBytes,
     send_timeout: Duration,
 ) -> Sent {
     loop {
@@ -209,7 +226,7 @@ async fn send_items(
         };
         match item {
             Some(StreamItem::Message(message)) => {
-                match send_message(&mut stream, message, &peer, send_timeout).await {
+                match send_message(&mut stream, message, &peer, &held, send_timeout).await {
                     Sent::Done => {}
                     other => return other,
                 }

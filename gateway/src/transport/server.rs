@@ -19,12 +19,11 @@
 // Why our own loop and not tonic's server: docs/decisions/0001-grpc-framing-on-h2.md;
 // why calls are polled in the connection's task: docs/decisions/0004-calls-in-the-connection-task.md.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -38,9 +37,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::accept::{self, Accepted};
+use super::admission::{Admission, Bound, Established, Place};
 use super::grpc::Payload;
 use super::io::{Coalesce, READ_BUFFER};
-use super::pending::{PendingBudget, Pool, Scope};
+use super::pending::{CallBytes, PendingBudget, Pool, Scope};
 use super::reclaim;
 use super::send::{self, Answer, Sent};
 
@@ -50,12 +50,20 @@ pub(crate) struct ServerSettings {
     /// How long a drain waits for in-flight calls before closing connections.
     pub(crate) drain_timeout: Duration,
     pub(crate) max_concurrent_streams: u32,
-    /// A connection that has not completed the HTTP/2 handshake by then is closed.
+    /// A connection that has not completed its TLS and HTTP/2 handshakes
+    /// this long after it was accepted is closed.
     pub(crate) handshake_timeout: Duration,
-    /// Connections open at once; one more is closed as soon as it is accepted.
+    /// Connections still in their handshakes, in all (a newcomer over it
+    /// takes the oldest one's place) and from one IP address (one more is
+    /// closed at once): [`Admission`]. They do not count against
+    /// `max_connections`.
+    pub(crate) max_handshakes: usize,
+    pub(crate) max_handshakes_per_ip: usize,
+    /// Connections past their handshakes open at once; one more is closed
+    /// as its handshakes end.
     pub(crate) max_connections: usize,
-    /// Connections open at once from one IP address, so that one peer cannot
-    /// take every connection.
+    /// Connections past their handshakes open at once from one IP address,
+    /// so that one peer cannot take every connection.
     pub(crate) max_connections_per_ip: usize,
     /// A connection without a call in progress for this long gets a GOAWAY
     /// and is closed (zero: never). Long-lived answer streams (a health
@@ -81,6 +89,8 @@ impl Default for ServerSettings {
             drain_timeout: Duration::from_secs(10),
             max_concurrent_streams: 1024,
             handshake_timeout: Duration::from_secs(10),
+            max_handshakes: 256,
+            max_handshakes_per_ip: 32,
             max_connections: 1024,
             max_connections_per_ip: 256,
             idle_timeout: Duration::from_secs(300),
@@ -108,6 +118,9 @@ pub(crate) struct Call {
     pub(crate) head: http::request::Parts,
     pub(crate) body: h2::RecvStream,
     pub(crate) peer: Arc<Peer>,
+    /// The bytes the call holds, until its answer is taken: the request's
+    /// as it arrives and while the call runs, then the answer's.
+    pub(crate) held: CallBytes,
 }
 
 /// The TLS side of the listener, when it serves TLS.
@@ -178,32 +191,31 @@ pub(crate) async fn serve<S: CallService>(
     let (draining_tx, draining) = watch::channel(false);
     // Every connection task, so the drain can wait for them and then end them.
     let mut connections = JoinSet::new();
-    let per_ip = PerIp::default();
-    let mut refusing = false;
+    let handshakes = Admission::new(settings.max_handshakes, settings.max_handshakes_per_ip);
+    let established = Established::default();
+    // Every task is a connection in its handshakes or past them.
+    let max_tasks = settings
+        .max_connections
+        .saturating_add(settings.max_handshakes);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = match accept::next(
             &listener,
             &mut connections,
-            settings.max_connections,
+            max_tasks,
             shutdown.as_mut(),
         )
         .await
         {
             Accepted::Open(stream, peer) => (stream, peer),
             Accepted::Refused(peer) => {
-                // Logged when refusals start, not for each one.
-                if !refusing {
-                    tracing::warn!(%peer, max_connections = settings.max_connections, "refusing connections: --max-connections reached");
-                }
-                refusing = true;
+                tracing::debug!(%peer, "refusing a connection: --max-connections and --max-handshakes reached");
                 continue;
             }
             Accepted::Shutdown => break,
         };
-        refusing = false;
-        let Some(slot) = per_ip.take(peer.ip(), settings.max_connections_per_ip) else {
-            tracing::debug!(%peer, max = settings.max_connections_per_ip, "refusing a connection: --max-connections-per-ip reached");
+        let Some(place) = handshakes.admit(peer.ip()) else {
+            tracing::debug!(%peer, max = settings.max_handshakes_per_ip, "refusing a connection: --max-handshakes-per-ip reached");
             drop(stream);
             continue;
         };
@@ -214,12 +226,12 @@ pub(crate) async fn serve<S: CallService>(
             draining: draining.clone(),
             tls: tls.clone(),
             pending: pending.clone(),
+            established: established.clone(),
             peer,
         };
         let service = service.clone();
         connections.spawn(async move {
-            let _slot = slot;
-            if let Err(error) = conn.run(stream, service).await {
+            if let Err(error) = conn.run(stream, place, service).await {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
         });
@@ -238,43 +250,13 @@ pub(crate) async fn serve<S: CallService>(
     connections.shutdown().await;
 }
 
-/// Connections open per IP address.
-#[derive(Debug, Default, Clone)]
-struct PerIp(Arc<Mutex<HashMap<IpAddr, usize>>>);
-
-/// One connection's place in [`PerIp`], given back on drop.
-struct IpSlot(PerIp, IpAddr);
-
-impl PerIp {
-    fn take(&self, ip: IpAddr, max: usize) -> Option<IpSlot> {
-        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let n = open.entry(ip).or_default();
-        if *n >= max {
-            return None;
-        }
-        *n += 1;
-        Some(IpSlot(self.clone(), ip))
-    }
-}
-
-impl Drop for IpSlot {
-    fn drop(&mut self) {
-        let mut open = self.0.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = open.get_mut(&self.1) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.1);
-            }
-        }
-    }
-}
-
 struct Connection {
     builder: h2::server::Builder,
     settings: ServerSettings,
     draining: watch::Receiver<bool>,
     tls: Option<Arc<dyn Handshake>>,
     pending: Arc<Pool>,
+    established: Established,
     peer: SocketAddr,
 }
 
@@ -286,34 +268,73 @@ enum Closing {
 }
 
 impl Connection {
+    /// The connection's handshakes, in its [`Admission`] place and within
+    /// the handshake timeout from when it was accepted; then, in a place
+    /// among the established connections, its calls.
     async fn run<S: CallService>(
         self,
         stream: TcpStream,
+        place: Place,
         service: S,
     ) -> Result<(), ConnectionError> {
         let accepted = Instant::now();
+        // Its first byte moves it behind the silent connections in the
+        // order they give way (see `Admission`).
+        if self
+            .in_handshake(&place, accepted, stream.readable())
+            .await
+            .is_none()
+        {
+            return Ok(());
+        }
+        place.spoke();
         let Some(tls) = self.tls.clone() else {
-            return self.serve_h2(stream, None, accepted, service).await;
+            return self.admitted(stream, None, place, accepted, service).await;
         };
-        // The TLS handshake, bounded, and abandoned if a drain starts.
         let accept = tls.acceptor().accept(stream);
-        let stream = tokio::select! {
-            done = tokio::time::timeout(self.settings.handshake_timeout, accept) => match done {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(e)) => return Err(ConnectionError::Tls(e)),
-                Err(_) => return Ok(()),
-            },
-            () = wait_true(self.draining.clone()) => return Ok(()),
+        let Some(stream) = self.in_handshake(&place, accepted, accept).await else {
+            return Ok(());
         };
+        let stream = stream.map_err(ConnectionError::Tls)?;
         let identity = tls.identify(stream.get_ref().1.peer_certificates());
-        self.serve_h2(stream, identity, accepted, service).await
+        self.admitted(stream, identity, place, accepted, service)
+            .await
     }
 
-    /// The HTTP/2 handshake, bounded, and abandoned (`None`) if a drain
-    /// starts first.
-    async fn handshake<T>(&self, io: T) -> Result<Option<H2Connection<T>>, ConnectionError>
+    /// `step` of the handshakes, or `None` if the handshake timeout passes,
+    /// a newer connection takes the place, or a drain starts first (before
+    /// the peer even said hello: nothing to finish).
+    async fn in_handshake<F: Future>(
+        &self,
+        place: &Place,
+        accepted: Instant,
+        step: F,
+    ) -> Option<F::Output> {
+        let deadline = accepted + self.settings.handshake_timeout;
+        tokio::select! {
+            done = tokio::time::timeout_at(deadline, step) => done.ok(),
+            () = place.evicted() => {
+                tracing::debug!(peer = %self.peer, "closing a connection in its handshake: a newer one took its place (--max-handshakes)");
+                None
+            }
+            () = wait_true(self.draining.clone()) => None,
+        }
+    }
+
+    /// The HTTP/2 handshake in the connection's place; then the place is
+    /// given back for one among the established connections, and the
+    /// connection served.
+    async fn admitted<T, S>(
+        self,
+        io: T,
+        identity: Option<String>,
+        place: Place,
+        accepted: Instant,
+        service: S,
+    ) -> Result<(), ConnectionError>
     where
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: CallService,
     {
         // A read buffer in front of the socket: a whole small request arrives in
         // one read instead of two (h2's own buffer splits at its free space).
@@ -322,14 +343,26 @@ impl Connection {
         let io = Coalesce::new(tokio::io::BufReader::with_capacity(READ_BUFFER, io))
             .with_stall_timeout(self.settings.send_timeout);
         let handshake = self.builder.handshake::<_, Payload>(io);
-        tokio::select! {
-            done = tokio::time::timeout(self.settings.handshake_timeout, handshake) => match done {
-                Ok(conn) => Ok(Some(conn?)),
-                Err(_) => Ok(None),
-            },
-            // Draining before the peer even said hello: nothing to finish.
-            () = wait_true(self.draining.clone()) => Ok(None),
-        }
+        let Some(conn) = self.in_handshake(&place, accepted, handshake).await else {
+            return Ok(());
+        };
+        let conn = conn?;
+        drop(place);
+        let settings = &self.settings;
+        let _slot = self
+            .established
+            .take(
+                self.peer.ip(),
+                settings.max_connections,
+                settings.max_connections_per_ip,
+            )
+            .map_err(|bound| {
+                ConnectionError::Full(match bound {
+                    Bound::All => "--max-connections",
+                    Bound::PerIp => "--max-connections-per-ip",
+                })
+            })?;
+        self.serve_h2(conn, identity, accepted, service).await
     }
 
     /// The connection's [`Peer`]: its address, identity and budget of
@@ -353,7 +386,7 @@ impl Connection {
     /// connection when idle, too old, or draining.
     async fn serve_h2<T, S>(
         self,
-        io: T,
+        mut conn: H2Connection<T>,
         identity: Option<String>,
         accepted: Instant,
         service: S,
@@ -362,9 +395,6 @@ impl Connection {
         T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         S: CallService,
     {
-        let Some(mut conn) = self.handshake(io).await? else {
-            return Ok(());
-        };
         let mut s = Serving::new(service, self.peer(identity), self.settings.send_timeout);
         // Once the connection ends, whatever its calls held is freed: have
         // it returned to the OS.
@@ -483,15 +513,23 @@ impl<S: CallService> Serving<S> {
         };
         self.used = true;
         let (head, body) = request.into_parts();
+        let held = CallBytes::new(self.peer.budget.clone());
         let call = Call {
             head,
             body,
             peer: self.peer.clone(),
+            held: held.clone(),
         };
         // Called without a clone per call: the services of the stack are
         // always ready.
         let answering = self.service.call(call);
-        let driven = send::drive(answering, respond, self.peer.clone(), self.send_timeout);
+        let driven = send::drive(
+            answering,
+            respond,
+            self.peer.clone(),
+            held,
+            self.send_timeout,
+        );
         // A call that panics ends alone, as a spawned task would (its stream
         // is reset when dropped).
         self.calls.push(
@@ -572,7 +610,7 @@ impl<S: CallService> Serving<S> {
     }
 }
 
-/// A server connection over a socket, as [`Connection::handshake`] makes it.
+/// A server connection over a socket, as [`Connection::admitted`] makes it.
 type H2Connection<T> = h2::server::Connection<Coalesce<tokio::io::BufReader<T>>, Payload>;
 
 /// On drop (the connection is over), returns the memory its calls held
@@ -612,6 +650,8 @@ enum ConnectionError {
     H2(#[from] h2::Error),
     #[error("the peer took no answer bytes for {0:?} (--send-timeout)")]
     Stalled(Duration),
+    #[error("closed after its handshakes: {0} reached")]
+    Full(&'static str),
 }
 
 async fn wait_true(mut flag: watch::Receiver<bool>) {

@@ -2,8 +2,17 @@
 //! central mode: each calling hub meets its own circuit breaker (one hub's
 //! failures never open another's circuit), and holds at most its fair share
 //! of the plugin's concurrency bound (one hub's slow calls never take every
-//! place). The hub whose registry file defines the plugin, and callers
-//! without a hub, use the plugin's own breaker and the whole bound.
+//! place). The hub whose registry file defines the plugin uses the plugin's
+//! own breaker and the whole bound.
+//!
+//! The shares never sum past the bound: each hub the registry says may call
+//! the plugin (other than its own) holds one share, and every other caller
+//! (a certificate naming a hub that has no registry file and is not in the
+//! plugin's `hubs:`, or naming no hub at all) holds places in **one** share
+//! together, so identities the operator never registered cannot starve a
+//! hub that is registered, however many there are. A plugin no registered
+//! hub may call (the sidecar, with no hub at all) has no shares: its
+//! callers meet the whole bound.
 
 use rollout_policies::lock;
 use std::collections::HashMap;
@@ -13,9 +22,10 @@ use std::sync::{Arc, Mutex};
 use rollout_policies::BreakerPolicy;
 use rollout_policies::breaker::{Breaker, BreakerState};
 
-/// Hubs kept per plugin; past this, a new hub shares the plugin's own
-/// breaker and is not bounded apart (hubs are named by certificates the
-/// client CA signed: this bounds a misconfiguration, not an attack).
+/// Breakers kept per plugin; past this, a new hub shares the plugin's own
+/// breaker (hubs are named by certificates the client CA signed: this
+/// bounds a misconfiguration, not an attack). Shares of the concurrency
+/// bound need no such limit: only registered hubs have one.
 const MAX_HUBS: usize = 1024;
 
 /// The per-hub state of one plugin.
@@ -23,10 +33,11 @@ const MAX_HUBS: usize = 1024;
 pub(crate) struct Hubs {
     /// The hub of the registry file defining the plugin (`None`: shared).
     home: Option<String>,
-    /// How many hubs may call the plugin: the bound is split among them.
-    count: AtomicUsize,
     breakers: Mutex<HashMap<String, Arc<Mutex<Breaker>>>>,
+    /// The calls in flight of each registered hub other than `home`.
     in_flight: Mutex<HashMap<String, Arc<AtomicUsize>>>,
+    /// The calls in flight of every other caller, together.
+    others: Arc<AtomicUsize>,
 }
 
 /// A place in a hub's share, given back when dropped.
@@ -43,9 +54,9 @@ impl Hubs {
     pub(crate) fn new(home: Option<String>) -> Hubs {
         Hubs {
             home,
-            count: AtomicUsize::new(1),
             breakers: Mutex::default(),
             in_flight: Mutex::default(),
+            others: Arc::default(),
         }
     }
 
@@ -54,9 +65,15 @@ impl Hubs {
         hub.filter(|h| self.home.as_deref() != Some(*h))
     }
 
-    /// Sets how many hubs may call the plugin (at least 1).
-    pub(crate) fn set_count(&self, count: usize) {
-        self.count.store(count.max(1), Ordering::Relaxed);
+    /// Sets the registered hubs that may call the plugin; each other than
+    /// its own holds a share (the calls in flight of those kept are kept).
+    pub(crate) fn set_callers(&self, hubs: &[String]) {
+        let mut in_flight = lock(&self.in_flight);
+        let mut kept = std::mem::take(&mut *in_flight);
+        for hub in hubs.iter().filter(|h| self.home.as_ref() != Some(*h)) {
+            let counter = kept.remove(hub).unwrap_or_default();
+            in_flight.insert(hub.clone(), counter);
+        }
     }
 
     /// The breaker `hub`'s calls meet: its own, made with `policy` on first
@@ -94,19 +111,23 @@ impl Hubs {
     }
 
     /// A place in `hub`'s share of a bound of `max` calls: `max` divided
-    /// among the hubs that may call the plugin. `Ok(None)` when `hub` is
-    /// not kept apart; `Err(share)` when its share is taken.
+    /// among the registered hubs other than the plugin's own, and one share
+    /// for every other caller together. `Ok(None)` for the plugin's own hub
+    /// and when no hub is kept apart; `Err(share)` when the share is taken.
     pub(crate) fn place(&self, hub: Option<&str>, max: usize) -> Result<Option<HubPlace>, usize> {
-        let Some(hub) = self.apart(hub) else {
+        if hub.is_some() && self.apart(hub).is_none() {
             return Ok(None);
-        };
-        let share = (max / self.count.load(Ordering::Relaxed)).max(1);
-        let counter = {
-            let mut in_flight = lock(&self.in_flight);
-            if !in_flight.contains_key(hub) && in_flight.len() >= MAX_HUBS {
+        }
+        let (counter, share) = {
+            let in_flight = lock(&self.in_flight);
+            if in_flight.is_empty() {
                 return Ok(None);
             }
-            in_flight.entry(hub.to_string()).or_default().clone()
+            let counter = hub
+                .and_then(|h| in_flight.get(h))
+                .unwrap_or(&self.others)
+                .clone();
+            (counter, (max / (in_flight.len() + 1)).max(1))
         };
         counter
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -121,29 +142,59 @@ impl Hubs {
 mod tests {
     use super::*;
 
+    fn names(hubs: &[&str]) -> Vec<String> {
+        hubs.iter().map(|h| h.to_string()).collect()
+    }
+
     #[test]
     fn each_other_hub_holds_at_most_its_share_and_gives_it_back() {
         let hubs = Hubs::new(None);
-        hubs.set_count(2);
-        let a: Vec<HubPlace> = (0..5)
+        hubs.set_callers(&names(&["hub-a", "hub-b"]));
+        let a: Vec<HubPlace> = (0..4)
             .map(|_| {
-                hubs.place(Some("hub-a"), 10)
+                hubs.place(Some("hub-a"), 12)
                     .expect("in share")
                     .expect("kept apart")
             })
             .collect();
-        assert_eq!(hubs.place(Some("hub-a"), 10).map(|_| ()), Err(5));
+        assert_eq!(hubs.place(Some("hub-a"), 12).map(|_| ()), Err(4));
         // Hub B's share is its own.
-        assert!(hubs.place(Some("hub-b"), 10).expect("in share").is_some());
+        assert!(hubs.place(Some("hub-b"), 12).expect("in share").is_some());
         drop(a);
-        assert!(hubs.place(Some("hub-a"), 10).is_ok());
-        // Callers without a hub meet only the plugin's whole bound.
-        assert!(hubs.place(None, 10).expect("not apart").is_none());
+        assert!(hubs.place(Some("hub-a"), 12).is_ok());
+    }
+
+    #[test]
+    fn unregistered_callers_share_one_share() {
+        let hubs = Hubs::new(None);
+        hubs.set_callers(&names(&["hub-a", "hub-b"]));
+        // Hubs without a registry file and callers naming no hub: 4 places
+        // of 12 between them, however many they are.
+        let others: Vec<HubPlace> = (0..4)
+            .map(|i| {
+                let hub = (i % 2 == 0).then(|| format!("stranger-{i}"));
+                hubs.place(hub.as_deref(), 12)
+                    .expect("in share")
+                    .expect("apart")
+            })
+            .collect();
+        assert_eq!(hubs.place(Some("stranger-9"), 12).map(|_| ()), Err(4));
+        assert_eq!(hubs.place(None, 12).map(|_| ()), Err(4));
+        // The registered hubs' shares are whole: 4 + 4 + 4 = 12.
+        let a: Vec<_> = (0..4).map(|_| hubs.place(Some("hub-a"), 12)).collect();
+        let b: Vec<_> = (0..4).map(|_| hubs.place(Some("hub-b"), 12)).collect();
+        assert!(a.iter().chain(&b).all(|p| matches!(p, Ok(Some(_)))));
+        drop(others);
+        // A registry that names no hub (the sidecar): the whole bound.
+        let sidecar = Hubs::new(None);
+        assert!(sidecar.place(None, 12).expect("not apart").is_none());
+        assert!(sidecar.place(Some("x"), 12).expect("not apart").is_none());
     }
 
     #[test]
     fn the_plugins_own_hub_uses_the_plugins_breaker() {
         let hubs = Hubs::new(Some("hub-a".into()));
+        hubs.set_callers(&names(&["hub-a", "hub-b"]));
         let policy = BreakerPolicy::default();
         assert!(hubs.breaker("hub-a", &policy).is_none());
         let b = hubs.breaker("hub-b", &policy).expect("its own");

@@ -39,12 +39,14 @@ mod exchange;
 mod hubs;
 mod key;
 mod learned;
+mod tls_configs;
 pub(crate) use channel::Channel;
 pub(crate) use hubs::HubPlace;
 use hubs::Hubs;
 pub(crate) use key::{CaBundle, ClientIdentity, UpstreamKey};
 use learned::Learned;
 pub(crate) use learned::Load;
+use tls_configs::TlsConfigs;
 
 /// Settings shared by every upstream connection.
 #[derive(Debug, Clone)]
@@ -52,6 +54,9 @@ pub struct ChannelSettings {
     /// Largest message sent to or accepted from a plugin.
     pub(crate) max_message_bytes: usize,
     pub(crate) connect_timeout: Duration,
+    /// The TLS client configurations made so far, shared by every upstream
+    /// of the same material.
+    pub(crate) tls_configs: Arc<TlsConfigs>,
 }
 
 impl Default for ChannelSettings {
@@ -59,6 +64,7 @@ impl Default for ChannelSettings {
         ChannelSettings {
             max_message_bytes: 16 * 1024 * 1024,
             connect_timeout: Duration::from_secs(5),
+            tls_configs: Arc::default(),
         }
     }
 }
@@ -116,21 +122,20 @@ impl Upstream {
     ) -> Result<Upstream, UpstreamError> {
         let tls = match &key.ca_bundle {
             None => None,
-            Some(CaBundle(ca_bundle_pem)) => {
-                let config = rollout_wire::client_config(
-                    ca_bundle_pem,
-                    key.client_identity
-                        .as_ref()
-                        .map(|id| (id.cert_pem.as_slice(), id.key_pem.as_slice())),
-                )
-                .map_err(|e| UpstreamError(format!("TLS settings for {}: {e}", key.endpoint)))?;
+            Some(ca_bundle) => {
+                let config = settings
+                    .tls_configs
+                    .get(ca_bundle, key.client_identity.as_ref())
+                    .map_err(|e| {
+                        UpstreamError(format!("TLS settings for {}: {e}", key.endpoint))
+                    })?;
                 let name = ServerName::try_from(key.endpoint.host.clone()).map_err(|e| {
                     UpstreamError(format!(
                         "{} is not a valid TLS server name: {e}",
                         key.endpoint.host
                     ))
                 })?;
-                Some((Arc::new(config), name))
+                Some((config, name))
             }
         };
         let scheme = if tls.is_some() { "https" } else { "http" };
@@ -215,10 +220,11 @@ impl Upstream {
         self.hubs.circuits(now())
     }
 
-    /// Sets how many hubs may call the plugin: each other hub may hold at
-    /// most the concurrency bound divided among them.
-    pub(crate) fn set_hub_count(&self, count: usize) {
-        self.hubs.set_count(count);
+    /// Sets the registered hubs that may call the plugin: each other than
+    /// its own, and every other caller together, may hold at most a share
+    /// of the concurrency bound (`hubs`' module doc).
+    pub(crate) fn set_callers(&self, hubs: &[String]) {
+        self.hubs.set_callers(hubs);
     }
 
     /// A place in `hub`'s share of the concurrency bound, held for the

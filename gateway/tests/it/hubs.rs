@@ -160,6 +160,23 @@ async fn central_channels(
     tonic::transport::Channel,
     tempfile::TempDir,
 ) {
+    let c = central_cas(plugin_addr, extra).await;
+    let addr = c.running.grpc_addr;
+    let a = hub_channel(addr, &c.server_ca, &c.hubs_ca.leaf("hub-a").unwrap()).await;
+    let b = hub_channel(addr, &c.server_ca, &c.hubs_ca.leaf("hub-b").unwrap()).await;
+    (c.running, a, b, c.dir)
+}
+
+/// A central gateway as [`central`] makes it, and the CAs to make more
+/// callers with.
+struct Central {
+    running: rollout_gateway::app::Running,
+    server_ca: Ca,
+    hubs_ca: Ca,
+    dir: tempfile::TempDir,
+}
+
+async fn central_cas(plugin_addr: SocketAddr, extra: &str) -> Central {
     let server_ca = Ca::new("gateway-server").unwrap();
     let hubs_ca = Ca::new("hubs").unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -187,10 +204,12 @@ async fn central_channels(
     })
     .await
     .expect("central gateway starts");
-    let addr = running.grpc_addr;
-    let a = hub_channel(addr, &server_ca, &hubs_ca.leaf("hub-a").unwrap()).await;
-    let b = hub_channel(addr, &server_ca, &hubs_ca.leaf("hub-b").unwrap()).await;
-    (running, a, b, dir)
+    Central {
+        running,
+        server_ca,
+        hubs_ca,
+        dir,
+    }
 }
 
 #[tokio::test]
@@ -225,7 +244,8 @@ async fn one_hubs_failures_do_not_open_another_hubs_circuit() {
 async fn one_hubs_slow_calls_do_not_take_another_hubs_places() {
     let plugin_addr = serve(PerHub::default()).await;
     let (running, a, b, _dir) = central(plugin_addr, "    maxConcurrentCalls: 20\n").await;
-    // Hub A: 300 slow calls at once; at most its share (10) get a place.
+    // Hub A: 300 slow calls at once; at most its share get a place: 6 of
+    // 20, a third (hub A, hub B, and every other caller together).
     let mut slow = Vec::new();
     for _ in 0..300 {
         let mut a = a.clone();
@@ -234,9 +254,9 @@ async fn one_hubs_slow_calls_do_not_take_another_hubs_places() {
         }));
     }
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    // Meanwhile every one of hub B's 10 calls gets a place.
+    // Meanwhile every one of hub B's 6 calls gets a place.
     let mut calls = Vec::new();
-    for _ in 0..10 {
+    for _ in 0..6 {
         let mut b = b.clone();
         calls.push(tokio::spawn(async move {
             b.begin_rollout(to("gatekeeper", rollout("slow"))).await
@@ -253,10 +273,68 @@ async fn one_hubs_slow_calls_do_not_take_another_hubs_places() {
         }
     }
     assert!(
-        refused >= 280,
+        refused >= 290,
         "hub A held more than its share: {refused} refused"
     );
     running.shutdown().await;
+}
+
+/// Certificates naming hubs that have no registry file, one naming no hub,
+/// and hub-a spelt `HUB-A.` hold slow calls by the hundred; hub-b, which
+/// is registered, still gets every one of its share's places. The
+/// strangers share one share, and `HUB-A.` is hub-a.
+#[tokio::test]
+async fn unregistered_identities_cannot_starve_a_registered_hub() {
+    let plugin_addr = serve(PerHub::default()).await;
+    let c = central_cas(plugin_addr, "    maxConcurrentCalls: 21\n").await;
+    let addr = c.running.grpc_addr;
+    let mut no_hub =
+        rollout_plugin_sdk::test_certs::rcgen::CertificateParams::new(Vec::<String>::new())
+            .unwrap();
+    no_hub.distinguished_name = rollout_plugin_sdk::test_certs::rcgen::DistinguishedName::new();
+    let mut strangers = vec![
+        c.hubs_ca.sign(no_hub).unwrap(),
+        c.hubs_ca.leaf("HUB-A.").unwrap(),
+    ];
+    strangers.extend((0..5).map(|i| c.hubs_ca.leaf(&format!("stranger-{i}")).unwrap()));
+    let mut slow = Vec::new();
+    for leaf in &strangers {
+        let client = RolloutPluginServiceClient::new(hub_channel(addr, &c.server_ca, leaf).await);
+        for _ in 0..60 {
+            let mut client = client.clone();
+            slow.push(tokio::spawn(async move {
+                client
+                    .begin_rollout(to("gatekeeper", rollout("slow")))
+                    .await
+            }));
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // 21 places: 7 for hub-a, 7 for hub-b, 7 for every other caller.
+    let b = RolloutPluginServiceClient::new(
+        hub_channel(addr, &c.server_ca, &c.hubs_ca.leaf("hub-b").unwrap()).await,
+    );
+    let mut calls = Vec::new();
+    for _ in 0..7 {
+        let mut b = b.clone();
+        calls.push(tokio::spawn(async move {
+            b.begin_rollout(to("gatekeeper", rollout("slow"))).await
+        }));
+    }
+    let mut through = 0;
+    for call in calls {
+        if call.await.unwrap().is_ok() {
+            through += 1;
+        }
+    }
+    let held = futures::future::join_all(slow)
+        .await
+        .into_iter()
+        .filter(|r| matches!(r, Ok(Ok(_))))
+        .count();
+    assert_eq!(through, 7, "hub-b's calls that got a place, of 7");
+    assert!(held <= 14, "hub-a and the strangers held {held} places");
+    c.running.shutdown().await;
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod admin_port;
 mod bad_input;
 mod binary_memory;
 mod bounds;
@@ -15,6 +16,7 @@ mod check_command;
 mod common;
 mod configmap;
 mod fail_closed;
+mod handshakes;
 mod hostile_clients;
 mod hubs;
 mod observability;

@@ -213,6 +213,31 @@ fn worker_threads(pid: u32) -> usize {
     last
 }
 
+/// The admin endpoints run on a thread of their own, not on the worker
+/// that serves gRPC: a scrape takes none of the gRPC path's time.
+#[tokio::test]
+async fn the_admin_listener_has_a_thread_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "plugins: []\n").unwrap();
+    let (gw, _, _) = spawn(&path);
+    // A thread takes its name once it runs (until then it has its parent's).
+    let names = || -> Vec<String> {
+        std::fs::read_dir(format!("/proc/{}/task", gw.0.id()))
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).ok())
+            .map(|name| name.trim().to_string())
+            .collect()
+    };
+    let admin = || names().iter().filter(|n| *n == "gateway-admin").count();
+    let named = Instant::now();
+    while admin() == 0 && named.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(admin(), 1, "{:?}", names());
+    assert_eq!(worker_threads(gw.0.id()), 1);
+}
+
 #[tokio::test]
 async fn runs_the_configured_number_of_worker_threads() {
     let dir = tempfile::tempdir().unwrap();
