@@ -38,8 +38,8 @@ pub(crate) mod carrier;
 pub(crate) mod plugins;
 pub(crate) mod revisions;
 pub(crate) mod status;
-pub(crate) mod world;
 mod triggers;
+pub(crate) mod world;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -11,10 +11,15 @@ use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-/// What of an object counts as a change: its identity and its spec's
+/// What of an object counts as a change: its identity (uid) and its spec's
 /// generation (the API server bumps `metadata.generation` on spec writes
 /// only, for a kind with a status subresource).
-fn version<K: Resource>(object: &K) -> (Option<String>, Option<i64>) {
+type Version = (Option<String>, Option<i64>);
+
+/// An object's namespace and name.
+type Key = (Option<String>, String);
+
+fn version<K: Resource>(object: &K) -> Version {
     (object.uid(), object.meta().generation)
 }
 
@@ -25,7 +30,7 @@ where
     K: Resource + Clone + Send + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 {
-    let mut seen: HashMap<(Option<String>, String), (Option<String>, Option<i64>)> = HashMap::new();
+    let mut seen: HashMap<Key, Version> = HashMap::new();
     events
         .map(move |event| match event {
             Err(error) => vec![Err(error)],
