@@ -128,6 +128,15 @@ def api_server_args(bed: Bed, name: str, port: int, etcd_port: int) -> list[str]
         "--secure-port", str(port), "--cert-dir", str(bed.dir / "certs" / name),
         "--tls-cert-file", str(pki / "serving.crt"), "--tls-private-key-file", str(pki / "serving.key"),
         "--client-ca-file", str(pki / "ca.crt"),
+        # Front-proxy authentication, which OCM's controllers read from
+        # kube-system/extension-apiserver-authentication (and log errors
+        # about every few seconds when it is empty). The allowed name is one
+        # no certificate of the bed carries: nobody can use it.
+        "--requestheader-client-ca-file", str(pki / "ca.crt"),
+        "--requestheader-allowed-names", "localhub-front-proxy",
+        "--requestheader-username-headers", "X-Remote-User",
+        "--requestheader-group-headers", "X-Remote-Group",
+        "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
         "--etcd-servers", f"http://127.0.0.1:{etcd_port}", "--etcd-prefix", f"/{name}",
         # The hub authorizes as a real one does: the project's ClusterRoles
         # are what let its controller act (docs/localhub.md).
