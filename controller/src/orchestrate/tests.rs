@@ -32,6 +32,8 @@ struct Script {
     validate: Mutex<HashMap<String, ValidateResponse>>,
     /// `(hook, cluster)` → error; `""` for ProgressRollout.
     fail: Mutex<HashMap<(HookKind, String), tonic::Code>>,
+    /// Per cluster, a change MutateManifestWork makes besides its own.
+    rewrite: Mutex<HashMap<String, fn(&mut Value)>>,
 }
 
 impl Script {
@@ -167,6 +169,14 @@ impl Hooks for Script {
         work["metadata"]["annotations"]["test/cluster-index"] =
             json!(rollout.cluster_index.to_string());
         work["metadata"]["annotations"]["test/aborting"] = json!(rollout.aborting.to_string());
+        if let Some(rewrite) = self
+            .rewrite
+            .lock()
+            .expect("lock")
+            .get(&rollout.cluster_name)
+        {
+            rewrite(&mut work);
+        }
         Ok(Mutation {
             work: Some(serde_json::to_vec(&work).expect("encodes").into()),
             mutated_by: vec!["p".into()],
@@ -482,6 +492,37 @@ async fn a_failed_hook_stops_its_cluster() {
     assert_eq!(hooks.calls(), [call(Progress, "")]);
     assert!(world.writes().is_empty());
     assert_eq!(out.placements[0].hook_errors[0].error.hook, Progress);
+}
+
+#[tokio::test]
+async fn a_mutation_that_changes_the_executor_is_refused() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let f = Fixture::new(
+        strategy(json!({"type": "All", "plugin": "p"})),
+        &["c1", "c2"],
+    );
+    hooks
+        .rewrite
+        .lock()
+        .expect("lock")
+        .insert("c1".into(), |w| {
+            w["spec"]["executor"] = json!({"subject": {"type": "ServiceAccount",
+            "serviceAccount": {"namespace": "kube-system", "name": "admin"}}});
+        });
+    let out = f.step(&hooks, &world, at(0)).await;
+    // Never applied as the plugin's account; the other cluster goes on.
+    assert_eq!(applies(&world), ["c2"]);
+    let p = &out.placements[0];
+    assert_eq!(p.hook_errors.len(), 1);
+    assert_eq!(p.hook_errors[0].cluster.as_deref(), Some("c1"));
+    assert_eq!(p.hook_errors[0].error.hook, Mutate);
+    assert_eq!(p.hook_errors[0].error.code, tonic::Code::Internal);
+    let message = p.clusters[0].message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains("changes spec.executor from nothing to {"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use crate::orchestrate::request::{self, Reported, Requests};
 #[cfg(doc)]
 use crate::orchestrate::settings::Settings;
 use crate::orchestrate::splice::work_json;
-use crate::orchestrate::works::{desired_work, finish_work, work_name};
+use crate::orchestrate::works::{desired_work, finish_work, read_mutated, work_name};
 use crate::orchestrate::world::{World, WorldError};
 use crate::revision::Revision;
 use crate::rollout::{ClusterRolloutStatus, RolloutResult, RolloutStatus};
@@ -284,17 +284,13 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 "plugins failed open on MutateManifestWork"
             );
         }
-        match mutation
-            .work
-            .as_deref()
-            .map(serde_json::from_slice::<ManifestWork>)
-        {
+        match mutation.work.as_deref().map(|b| read_mutated(work, b)) {
             None => Ok(None),
             Some(Ok(mutated)) => Ok(Some(mutated)),
-            Some(Err(err)) => Err(RolledOut::HookFailed(HookError {
+            Some(Err(refused)) => Err(RolledOut::HookFailed(HookError {
                 hook: HookKind::MutateManifestWork,
                 code: tonic::Code::Internal,
-                message: format!("the mutated ManifestWork cannot be read: {err}"),
+                message: refused.to_string(),
                 origin: crate::hooks::Origin::Answer,
             })),
         }
