@@ -33,8 +33,11 @@ struct Script {
     /// `(hook, cluster)` → error; `""` for ProgressRollout.
     fail: Mutex<HashMap<(HookKind, String), tonic::Code>>,
     /// Per cluster, a change MutateManifestWork makes besides its own.
-    rewrite: Mutex<HashMap<String, fn(&mut Value)>>,
+    rewrite: Mutex<HashMap<String, Rewrite>>,
 }
+
+/// A change to a mutated work.
+type Rewrite = fn(&mut Value);
 
 impl Script {
     fn calls(&self) -> Vec<(HookKind, String)> {

@@ -10,6 +10,7 @@ mod common;
 mod concurrency;
 mod crd;
 mod events;
+mod foreign_text;
 mod hooks;
 mod leader;
 mod live_view;

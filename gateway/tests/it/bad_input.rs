@@ -109,7 +109,8 @@ async fn answers_that_change_the_identity_fail_naming_the_plugin_and_field() {
 async fn answers_that_add_or_remove_an_executor_fail() {
     // Who the agent applies a work as is identity: naming an executor where
     // the work had none, another account, or none where it had one.
-    let cases: [(Bytes, fn(&mut Value)); 3] = [
+    type Change = fn(&mut Value);
+    let cases: [(Bytes, Change); 3] = [
         (work(512), |w| {
             w["spec"]["executor"] = executor("cluster-admin")
         }),

@@ -15,6 +15,7 @@ mod check_command;
 mod common;
 mod configmap;
 mod fail_closed;
+mod foreign_text;
 mod hostile_clients;
 mod hubs;
 mod observability;
