@@ -3,10 +3,11 @@
 //! clusters that left the placement deleted.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use futures::StreamExt;
 use kube::ResourceExt;
+use rollout_telemetry::throttle::{LOG_INTERVAL, Throttle};
 
 use super::{PlacementStep, StepState, View, reported, timed_out_reported};
 use crate::api::ManifestWork;
@@ -21,6 +22,9 @@ use crate::orchestrate::works::{desired_work, finish_work, read_mutated, work_na
 use crate::orchestrate::world::{World, WorldError};
 use crate::revision::Revision;
 use crate::rollout::{ClusterRolloutStatus, RolloutResult, RolloutStatus};
+
+/// The fail-open warnings of MutateManifestWork, per set of plugins.
+static FAILED_OPEN_LOG: LazyLock<Throttle> = LazyLock::new(|| Throttle::new(LOG_INTERVAL));
 
 /// One cluster's work to roll out.
 struct Job {
@@ -278,11 +282,16 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             .await
             .map_err(RolledOut::HookFailed)?;
         if !mutation.failed_open.is_empty() {
-            tracing::warn!(
-                cluster,
-                failed_open = mutation.failed_open.join(","),
-                "plugins failed open on MutateManifestWork"
-            );
+            let failed_open = mutation.failed_open.join(",");
+            // Once a minute per set of plugins, however many clusters.
+            if let Some(left_out) = FAILED_OPEN_LOG.admit(&failed_open, std::time::Instant::now()) {
+                tracing::warn!(
+                    cluster,
+                    failed_open,
+                    left_out,
+                    "plugins failed open on MutateManifestWork (left_out: lines of the same plugins not logged since the last)"
+                );
+            }
         }
         match mutation.work.as_deref().map(|b| read_mutated(work, b)) {
             None => Ok(None),
