@@ -17,6 +17,7 @@ mod live_view;
 mod plan_cli;
 mod reads;
 mod reconcile;
+mod refused_mutations;
 mod run_cli;
 mod signals;
 mod simulate_cli;

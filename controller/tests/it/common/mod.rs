@@ -59,6 +59,8 @@ pub struct Script {
     /// MutateManifestWork also sets the annotation `canary/note` of the
     /// work's first manifest to this.
     pub note: Option<String>,
+    /// MutateManifestWork answers the work without its `spec`.
+    pub drop_spec: bool,
     pub seen: Vec<Seen>,
 }
 
@@ -258,6 +260,9 @@ impl RolloutPluginService for Plugin {
         if let Some(note) = self.script.lock().unwrap().note.clone() {
             let manifest = &mut work["spec"]["workload"]["manifests"][0]["metadata"];
             manifest["annotations"]["canary/note"] = json!(note);
+        }
+        if self.script.lock().unwrap().drop_spec {
+            work.as_object_mut().unwrap().remove("spec");
         }
         Ok(tonic::Response::new(MutateManifestWorkResponse {
             manifest_work: serde_json::to_vec(&work).unwrap().into(),
