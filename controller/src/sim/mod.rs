@@ -723,7 +723,7 @@ impl<H: Hooks> Simulation<'_, H> {
             update: &self.update,
             current_hash: start.current.as_deref(),
             current,
-            aborted: start.is_aborted(),
+            aborted_at: start.aborted_time,
             clock: &now,
             settings: &self.config.settings,
             trace,

@@ -37,6 +37,9 @@ struct Job {
 /// How one cluster's roll-out went, from its concurrent task.
 enum RolledOut {
     Applied(Box<ManifestWork>),
+    /// Applied without the plugin's mutation, its hook having failed (a
+    /// rollback past its grace).
+    AppliedUnmutated(Box<ManifestWork>, HookError),
     HookFailed(HookError),
     WriteFailed(WorldError),
 }
@@ -111,8 +114,9 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             None => None,
         };
         let jobs = self.jobs(state, view, &to_roll_out);
+        let unmutated = view.aborting && self.grace_over(state);
         let done: Vec<(String, RolledOut)> = futures::stream::iter(jobs)
-            .map(|job| self.roll_out(job, mutate.as_ref(), &view.desired))
+            .map(|job| self.roll_out(job, mutate.as_ref(), &view.desired, unmutated))
             .buffered(self.limit())
             .collect()
             .await;
@@ -230,13 +234,26 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
         )
     }
 
+    /// Whether the rollback under way has waited for its plugin longer
+    /// than [`Settings::rollback_hook_grace`] since its abort started.
+    fn grace_over(&self, state: &StepState) -> bool {
+        let started = state.abort.as_ref().map(|(at, _)| *at).or(state.aborted_at);
+        let grace = jiff::SignedDuration::try_from(self.input.settings.rollback_hook_grace)
+            .unwrap_or(jiff::SignedDuration::MAX);
+        started.is_some_and(|at| self.input.clock.now().duration_since(at) >= grace)
+    }
+
     /// One cluster's roll-out: with a plugin, BeginRollout,
     /// MutateManifestWork and the apply, in that order; without, the apply.
+    /// With `unmutated` (a rollback past its grace), a failed hook does not
+    /// hold the cluster: the desired work is applied as it is, the failure
+    /// reported with it.
     async fn roll_out(
         &self,
         job: Job,
         mutate: Option<&Mutate<'_>>,
         desired: &Revision,
+        unmutated: bool,
     ) -> (String, RolledOut) {
         let Job {
             cluster,
@@ -244,15 +261,23 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             force,
         } = job;
         let owner = &self.input.owner;
+        let mut skipped = None;
         let mutated = match mutate {
             Some(mutate) => match self.mutate(mutate, &cluster, &work).await {
                 Ok(mutated) => mutated,
+                Err(RolledOut::HookFailed(error)) if unmutated => {
+                    skipped = Some(error);
+                    None
+                }
                 Err(failed) => return (cluster, failed),
             },
             None => None,
         };
         let work = finish_work(&work, mutated, owner, self.target.name, &desired.hash);
-        let rolled = self.apply(work, force).await;
+        let rolled = match (self.apply(work, force).await, skipped) {
+            (RolledOut::Applied(stored), Some(error)) => RolledOut::AppliedUnmutated(stored, error),
+            (rolled, _) => rolled,
+        };
         (cluster, rolled)
     }
 
@@ -320,6 +345,10 @@ fn record(state: &mut StepState, cluster: String, rolled: RolledOut) {
         RolledOut::Applied(stored) => {
             state.outcome.applied.push(cluster.clone());
             state.works.insert(cluster, Arc::new(*stored));
+        }
+        RolledOut::AppliedUnmutated(stored, error) => {
+            record(state, cluster.clone(), RolledOut::Applied(stored));
+            record(state, cluster, RolledOut::HookFailed(error));
         }
         RolledOut::HookFailed(error) => {
             state.messages.insert(cluster.clone(), error.to_string());
