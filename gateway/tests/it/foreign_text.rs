@@ -24,9 +24,9 @@ fn acts_on_a_terminal(text: &str) -> bool {
 }
 
 /// Runs the gateway binary with `--log-format format` over a plugin that
-/// fails open with [`FORGED`], makes one call, drains it, and returns its
-/// log lines.
-async fn log_lines(format: &str) -> Vec<String> {
+/// fails open with [`FORGED`], makes `calls` calls, drains it, and returns
+/// its log lines.
+pub(crate) async fn log_lines(format: &str, calls: usize) -> Vec<String> {
     let soft = plugin(Behaviour::new("soft")).await;
     soft.set(|b| b.fail = Some((tonic::Code::Internal, FORGED.into())));
     let dir = tempfile::tempdir().unwrap();
@@ -56,11 +56,13 @@ async fn log_lines(format: &str) -> Vec<String> {
         .expect("the listening line")
         .to_owned();
     let stderr = child.stderr.take().unwrap();
-    client(grpc.parse().unwrap())
-        .await
-        .begin_rollout(to("soft", rollout("c1")))
-        .await
-        .unwrap();
+    let mut client = client(grpc.parse().unwrap()).await;
+    for _ in 0..calls {
+        client
+            .begin_rollout(to("soft", rollout("c1")))
+            .await
+            .unwrap();
+    }
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -73,7 +75,7 @@ async fn log_lines(format: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugins_message_stays_on_its_text_log_line() {
-    let lines = log_lines("text").await;
+    let lines = log_lines("text", 1).await;
     let about: Vec<&String> = lines.iter().filter(|l| l.contains("crashed")).collect();
     assert_eq!(about.len(), 1, "{lines:#?}");
     let line = about[0];
@@ -94,7 +96,7 @@ async fn a_plugins_message_stays_on_its_text_log_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugins_message_is_exact_in_the_json_log() {
-    let lines = log_lines("json").await;
+    let lines = log_lines("json", 1).await;
     let messages: Vec<String> = lines
         .iter()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
