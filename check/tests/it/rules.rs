@@ -490,6 +490,9 @@ async fn a_plugins_message_is_printed_escaped_on_its_line() {
             .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
         "{out:?}"
     );
-    assert!(!out.lines().any(|l| l.starts_with("PASS identity")), "{out}");
+    assert!(
+        !out.lines().any(|l| l.starts_with("PASS identity")),
+        "{out}"
+    );
     server.shutdown().await.unwrap();
 }
