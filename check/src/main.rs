@@ -50,8 +50,10 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(check(&flags.target, &tls)) {
         Ok(outcomes) => {
+            // A reason may quote the plugin's own text (its messages): one
+            // line each, whatever bytes it holds.
             for outcome in &outcomes {
-                println!("{outcome}");
+                println!("{}", rollout_wire::escaped(&outcome.to_string()));
             }
             if !outcomes
                 .iter()
@@ -63,7 +65,10 @@ fn main() -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("rollout-plugin-check: {e}");
+            eprintln!(
+                "rollout-plugin-check: {}",
+                rollout_wire::escaped(&e.to_string())
+            );
             ExitCode::from(2)
         }
     }

@@ -26,8 +26,8 @@ pub enum Rule {
     Deadline,
     /// The same request twice gets the same answer.
     Idempotent,
-    /// A MutateManifestWork answer keeps apiVersion, kind, metadata.name and
-    /// metadata.namespace.
+    /// A MutateManifestWork answer keeps apiVersion, kind, metadata.name,
+    /// metadata.namespace and spec.executor.
     Identity,
     /// Request fields the plugin does not know are tolerated.
     UnknownFields,
@@ -359,17 +359,10 @@ fn work_of(answer: &Bytes) -> Result<Value, UnreadableWork> {
     serde_json::from_slice(&answer.manifest_work).map_err(UnreadableWork::NotJson)
 }
 
-/// The fields of a work that say which object it is.
-const IDENTITY: [(&str, &[&str]); 4] = [
-    ("apiVersion", &["apiVersion"]),
-    ("kind", &["kind"]),
-    ("metadata.name", &["metadata", "name"]),
-    ("metadata.namespace", &["metadata", "namespace"]),
-];
-
 /// `identity`: a MutateManifestWork answer (to a request carrying `sent`)
-/// is empty ("unchanged") or a JSON object with the same apiVersion, kind,
-/// metadata.name and metadata.namespace.
+/// is empty ("unchanged") or a JSON object with the same identity fields
+/// (`rollout_proto::IDENTITY_FIELDS`: apiVersion, kind, metadata.name,
+/// metadata.namespace, spec.executor).
 pub(crate) fn judge_identity(sent: &Value, observed: &Observed) -> Verdict {
     let bytes = match &observed.ended {
         Ended::Answer(bytes) => bytes,
@@ -385,7 +378,7 @@ pub(crate) fn judge_identity(sent: &Value, observed: &Observed) -> Verdict {
             "MutateManifestWork answered a work that is not a JSON object".into(),
         );
     }
-    for (field, path) in IDENTITY {
+    for (field, path) in rollout_proto::IDENTITY_FIELDS {
         let at = |v: &Value| {
             path.iter()
                 .try_fold(v.clone(), |v, key| v.get(key).cloned())

@@ -1,9 +1,13 @@
 //! Pure text formatting shared by the simulator's terminal view and the
 //! live view (`rollout-controller get`): durations as Go writes them, runs
 //! of cluster names shortened, a rollout strategy as a phrase, an error
-//! and its causes on one line.
+//! and its causes on one line, tables, and lines written so that the text
+//! of others in them (plugins' messages, annotations, statuses, conditions,
+//! Event notes) cannot break them or drive the terminal.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
+use std::io;
 use std::time::Duration;
 
 use crate::rollout::{RolloutKind, Strategy, Threshold};
@@ -145,12 +149,30 @@ pub(crate) fn describe_strategy(strategy: &Strategy) -> String {
     text
 }
 
+/// Writes `text` as one line to a person: through `rollout_wire::escaped`,
+/// so that a CR, LF, escape sequence or bidirectional override in the text
+/// of others it quotes shows as an escape instead of acting.
+pub(crate) fn write_line(out: &mut impl io::Write, text: &str) -> io::Result<()> {
+    writeln!(out, "{}", rollout_wire::escaped(text))
+}
+
+/// [`write_line`] into a `String`.
+pub(crate) fn push_line(out: &mut String, text: &str) {
+    out.push_str(&rollout_wire::escaped(text));
+    out.push('\n');
+}
+
 /// `rows` as a table: each column as wide as its widest cell (counted in
-/// characters), two spaces between columns, the last column not padded;
-/// one line per row, trailing spaces trimmed.
+/// characters, after `rollout_wire::escaped`: a cell stays on its row), two
+/// spaces between columns, the last column not padded; one line per row,
+/// trailing spaces trimmed.
 pub(crate) fn table(rows: &[Vec<String>]) -> Vec<String> {
+    let rows: Vec<Vec<Cow<'_, str>>> = rows
+        .iter()
+        .map(|row| row.iter().map(|c| rollout_wire::escaped(c)).collect())
+        .collect();
     let mut widths: Vec<usize> = Vec::new();
-    for row in rows {
+    for row in &rows {
         for (i, cell) in row.iter().enumerate() {
             let len = cell.chars().count();
             match widths.get_mut(i) {

@@ -18,6 +18,7 @@ use rollout_controller::orchestrate::{DEFAULT_HOOK_CONCURRENCY, Settings};
 use rollout_controller::reconcile::Options;
 use rollout_controller::{api, plan, sim, view};
 use rollout_proto::duration::{self, DurationError, Rules};
+use rollout_wire::escaped;
 
 /// Exit status for input the command cannot use (bad file, JSON or strategy).
 const EXIT_BAD_INPUT: u8 = 2;
@@ -551,7 +552,10 @@ fn main() -> ExitCode {
     match command(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("rollout-controller: {}", error_chain(err.as_ref()));
+            eprintln!(
+                "rollout-controller: {}",
+                escaped(&error_chain(err.as_ref()))
+            );
             ExitCode::FAILURE
         }
     }
@@ -589,7 +593,7 @@ async fn get_command(args: &GetArgs) -> anyhow::Result<ExitCode> {
     match view::hub::get(&options, app::signal()).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(err) => {
-            eprintln!("rollout-controller get: {}", error_chain(&err));
+            eprintln!("rollout-controller get: {}", escaped(&error_chain(&err)));
             Ok(ExitCode::FAILURE)
         }
     }
@@ -622,7 +626,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
 
 fn simulate_command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
     let bad_input = |err: &dyn std::fmt::Display| -> anyhow::Result<ExitCode> {
-        eprintln!("rollout-controller simulate: {err}");
+        eprintln!("rollout-controller simulate: {}", escaped(&err.to_string()));
         Ok(ExitCode::from(EXIT_BAD_INPUT))
     };
     let config = match args.config() {
@@ -645,7 +649,7 @@ fn simulate_command(args: &SimulateArgs) -> anyhow::Result<ExitCode> {
         Ok(_) => Ok(ExitCode::SUCCESS),
         Err(err @ sim::SimulateError::Gateway(_)) => bad_input(&err),
         Err(err @ sim::SimulateError::Simulation { .. }) => {
-            eprintln!("rollout-controller simulate: {err}");
+            eprintln!("rollout-controller simulate: {}", escaped(&err.to_string()));
             Ok(ExitCode::FAILURE)
         }
         Err(err) => Err(err.into()),
@@ -660,6 +664,7 @@ fn init_simulate_logs() {
         .with_env_filter(filter)
         .with_ansi(rollout_telemetry::logs::stderr_colour())
         .with_writer(std::io::stderr)
+        .fmt_fields(rollout_telemetry::logs::TextFields)
         .init();
 }
 
@@ -683,7 +688,7 @@ fn plan_command(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let output = match plan::run(&args.input, Timestamp::now()) {
         Ok(output) => output,
         Err(err) => {
-            eprintln!("rollout-controller plan: {err}");
+            eprintln!("rollout-controller plan: {}", escaped(&err.to_string()));
             return Ok(ExitCode::from(EXIT_BAD_INPUT));
         }
     };

@@ -1209,14 +1209,21 @@ def controller_rules(objects: list[dict]) -> list[dict]:
 def check_controller_rbac(report: Report, objects: list[dict]) -> None:
     """The controller may `execute-as` on ManifestWorks (OCM's ManifestWork
     webhook asks for it before accepting a work that names an executor),
-    and no rule of its grants a wildcard."""
+    only for listed identities, and no rule of its grants a wildcard."""
     if find(objects, "Deployment", CONTROLLER, PROJECT_NAMESPACE) is None:
         return
     rules = controller_rules(objects)
-    report.check(any(OCM_WORK_GROUP in (r.get("apiGroups") or []) and "manifestworks" in (r.get("resources") or [])
-                     and "execute-as" in (r.get("verbs") or []) for r in rules),
+    execute_as = [r for r in rules if OCM_WORK_GROUP in (r.get("apiGroups") or [])
+                  and "manifestworks" in (r.get("resources") or []) and "execute-as" in (r.get("verbs") or [])]
+    report.check(bool(execute_as),
                  f"the controller may execute-as on manifestworks of {OCM_WORK_GROUP} (OCM's ManifestWork "
                  "webhook refuses a work with an executor from a writer without it)")
+    # Without resourceNames a rule allows every identity: any author of a
+    # ManifestWorkReplicaSet (or a mutating plugin) could pick the service
+    # account a managed cluster applies a work as.
+    unlisted = [r for r in execute_as if not r.get("resourceNames")]
+    report.check(not unlisted, "the controller may execute-as only the identities its rules list under "
+                 f"resourceNames (got {unlisted})")
     wild = [r for r in rules if any("*" in (r.get(k) or []) for k in ("apiGroups", "resources", "verbs"))]
     report.check(not wild, f"no RBAC rule of the controller's has a wildcard (got {wild})")
     # The project's own kinds, installed beside the controller: it watches

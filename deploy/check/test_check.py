@@ -287,7 +287,8 @@ def bound_cluster_role(name: str, rules: list[dict], subject: str = check.CONTRO
              "subjects": [{"kind": "ServiceAccount", "name": subject, "namespace": NS}]}]
 
 
-EXECUTE_AS = {"apiGroups": [check.OCM_WORK_GROUP], "resources": ["manifestworks"], "verbs": ["execute-as"]}
+EXECUTE_AS = {"apiGroups": [check.OCM_WORK_GROUP], "resources": ["manifestworks"], "verbs": ["execute-as"],
+              "resourceNames": ["system:serviceaccount::klusterlet-work-sa"]}
 
 
 class ControllerRbac(unittest.TestCase):
@@ -301,6 +302,13 @@ class ControllerRbac(unittest.TestCase):
                         sidecar_objects() + bound_cluster_role("executor", [EXECUTE_AS], subject="someone-else"),
                         sidecar_objects()):
             self.assertTrue(any("execute-as" in f for f in failures(check.check_controller_rbac, objects)))
+
+    def test_execute_as_every_identity_is_caught(self):
+        for rule in ({k: v for k, v in EXECUTE_AS.items() if k != "resourceNames"},
+                     {**EXECUTE_AS, "resourceNames": []}):
+            objects = sidecar_objects() + bound_cluster_role("executor", [rule])
+            self.assertTrue(any("resourceNames" in f for f in failures(check.check_controller_rbac, objects)),
+                            rule)
 
     def test_its_own_kind_needs_watch_and_status_rights(self):
         own = crd(check.OWN_API_GROUP, "things", "Thing")

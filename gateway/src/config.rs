@@ -373,6 +373,7 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     });
     let client_certificate = raw.client_certificate.and_then(|c| p.client_certificate(c));
     let defaults_raw = raw.defaults.unwrap_or_default();
+    p.unknown::<RawPolicy>("defaults", &defaults_raw.unknown);
     let defaults = p.policy("defaults", &defaults_raw, &Policy::default());
     // Every name of the file, plugins' and pipelines'.
     let mut names: HashSet<String> = HashSet::new();
@@ -1360,6 +1361,20 @@ pipelines:
             "plugins[0] (a).retry.maxAtempts: unknown field; did you mean `maxAttempts`?",
             "plugins[0] (a).colour: unknown field",
             "pipelines[0] (p).plugin: unknown field; did you mean `plugins`?",
+        ] {
+            assert!(all.contains(want), "{want} in {all}");
+        }
+        assert!(!all.contains("colour: unknown field; did"), "{all}");
+    }
+
+    #[test]
+    fn an_unknown_default_suggests_the_nearest_known_one() {
+        let text = "defaults:\n  timout: 5s\n  failurePolicy: Ignore\n  colour: red\n  retry:\n    maxAtempts: 2\nplugins:\n  - name: a\n    endpoint: h:1\n    insecure: true\n";
+        let all = parse(text).expect_err("unknown fields").to_string();
+        for want in [
+            "defaults.timout: unknown field; did you mean `timeout`?",
+            "defaults.colour: unknown field",
+            "defaults.retry.maxAtempts: unknown field; did you mean `maxAttempts`?",
         ] {
             assert!(all.contains(want), "{want} in {all}");
         }

@@ -260,8 +260,10 @@ fn check(args: CheckArgs) -> ExitCode {
     };
     let problems = rollout_gateway::check::check_files(&files, args.skip_files);
     let mut out = std::io::stdout().lock();
+    // A problem quotes the file's values (names, endpoints, paths): one
+    // line each, whatever bytes they hold.
     for p in &problems {
-        let _ = writeln!(out, "{p}");
+        let _ = writeln!(out, "{}", rollout_wire::escaped(&p.to_string()));
     }
     let _ = out.flush();
     if problems.is_empty() {
@@ -342,12 +344,15 @@ async fn run(flags: Flags) -> ExitCode {
         Err(StartError::Config(problems)) => {
             eprintln!("rollout-gateway: invalid plugin registry:");
             for p in problems {
-                eprintln!("  {p}");
+                eprintln!("  {}", rollout_wire::escaped(&p.to_string()));
             }
             return ExitCode::from(EXIT_BAD_CONFIG);
         }
         Err(error) => {
-            eprintln!("rollout-gateway: {error}");
+            eprintln!(
+                "rollout-gateway: {}",
+                rollout_wire::escaped(&error.to_string())
+            );
             return ExitCode::FAILURE;
         }
     };

@@ -1,7 +1,7 @@
 //! The checks on a `MutateManifestWork` answer (docs/plugin-api.md §2): it must be a
-//! JSON object that keeps its input's `apiVersion`, `kind`, `metadata.name` and
-//! `metadata.namespace`; "changed the object" means a different JSON value,
-//! not different bytes.
+//! JSON object that keeps its input's `apiVersion`, `kind`, `metadata.name`,
+//! `metadata.namespace` and `spec.executor`; "changed the object" means a
+//! different JSON value, not different bytes.
 //!
 //! An answer is first read in one pass per work into a digest ([`digest`]):
 //! its identity fields and a hash of its value, with no tree built. A changed
@@ -21,13 +21,8 @@ use serde_json::Number;
 
 mod digest;
 
-/// The fields a plugin may not change: it may not redirect a workload.
-pub const IDENTITY_FIELDS: [(&str, &[&str]); 4] = [
-    ("apiVersion", &["apiVersion"]),
-    ("kind", &["kind"]),
-    ("metadata.name", &["metadata", "name"]),
-    ("metadata.namespace", &["metadata", "namespace"]),
-];
+/// The fields a plugin may not change (the plugin API's table).
+pub use rollout_proto::IDENTITY_FIELDS;
 
 /// A parsed JSON value borrowing from its text. Equality is
 /// `serde_json::Value`'s: objects compare as maps (key order does not
@@ -183,7 +178,7 @@ pub fn check_answer(input: &[u8], output: &[u8]) -> Result<bool, Refused> {
 }
 
 /// A work's identity fields, in [`IDENTITY_FIELDS`]' order.
-type IdentityValues<'a> = [Option<Json<'a>>; 4];
+type IdentityValues<'a> = [Option<Json<'a>>; IDENTITY_FIELDS.len()];
 
 /// Reads `input` (it must be a JSON object) against `expected`: whether they
 /// are equal, as `serde_json::Value`s would be. The errors read as

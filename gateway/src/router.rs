@@ -16,7 +16,7 @@
 
 use bytes::Bytes;
 use futures::future::join_all;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use http::HeaderMap;
 use opentelemetry::trace::SpanContext;
@@ -25,6 +25,7 @@ use rollout_policies::merge::{self, Failure, Member, Merged, Outcome};
 use rollout_proto::v1alpha1::{
     InitializeRequest, InitializeResponse, ValidateResponse, ValidationResult,
 };
+use rollout_telemetry::throttle::{LOG_INTERVAL, Throttle};
 use tokio::time::Instant;
 use tonic::Code;
 use tower::ServiceExt;
@@ -382,6 +383,9 @@ enum Sent {
     Done(Instant, Result<HookResponse, Failure>),
 }
 
+/// The fail-open warnings, per plugin and hook.
+static FAILED_OPEN_LOG: LazyLock<Throttle> = LazyLock::new(|| Throttle::new(LOG_INTERVAL));
+
 /// A member failed: counts it, and drops it (`failurePolicy: Ignore`) or
 /// fails the call (`Fail`).
 fn judge_failure<T>(plugin: &Plugin, kind: HookKind, started: Instant, f: Failure) -> Outcome<T> {
@@ -391,7 +395,12 @@ fn judge_failure<T>(plugin: &Plugin, kind: HookKind, started: Instant, f: Failur
     match plugin.policy.failure_policy_for(kind.proto_hook()) {
         FailurePolicy::Ignore => {
             plugin.metrics.record_fail_open(kind);
-            tracing::warn!(plugin = %plugin.name, hook = kind.as_str(), code = ?f.code, message = %f.message, "plugin failed; skipped (failurePolicy: Ignore)");
+            // Once a minute per plugin and hook: the fail-open counter
+            // has every one.
+            let key = format!("{}/{}", plugin.name, kind.as_str());
+            if let Some(left_out) = FAILED_OPEN_LOG.admit(&key, std::time::Instant::now()) {
+                tracing::warn!(plugin = %plugin.name, hook = kind.as_str(), code = ?f.code, message = %f.message, left_out, "plugin failed; skipped (failurePolicy: Ignore)");
+            }
             Outcome::FailedOpen(f)
         }
         FailurePolicy::Fail => Outcome::Failed(f),

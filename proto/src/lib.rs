@@ -28,6 +28,21 @@ pub const MUTATED_BY_METADATA_KEY: &str = "ocm-rollout-mutated-by";
 /// Response metadata (trailer): the members that failed and were skipped under `failurePolicy: Ignore`.
 pub const FAILED_OPEN_METADATA_KEY: &str = "ocm-rollout-failed-open";
 
+/// The fields of a ManifestWork that a `MutateManifestWork` answer must keep
+/// as they were (docs/plugin-api.md §2), as `(name, path of object keys)`: a
+/// plugin may not redirect a workload (which object, on which cluster), nor
+/// choose who the work agent applies it as (`spec.executor`, a service
+/// account on the managed cluster). Each path is a member of the root object
+/// or of one of its members. The gateway refuses an answer that changes one,
+/// the SDK refuses to send it, and the plugin checker fails it.
+pub const IDENTITY_FIELDS: [(&str, &[&str]); 5] = [
+    ("apiVersion", &["apiVersion"]),
+    ("kind", &["kind"]),
+    ("metadata.name", &["metadata", "name"]),
+    ("metadata.namespace", &["metadata", "namespace"]),
+    ("spec.executor", &["spec", "executor"]),
+];
+
 /// The fully qualified gRPC service name.
 pub const SERVICE_NAME: &str = "ocm.rolloutplugin.v1alpha1.RolloutPluginService";
 

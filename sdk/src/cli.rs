@@ -102,7 +102,9 @@ pub fn init_tracing_with(format: LogFormat) {
         .with_env_filter(filter);
     // An error means a subscriber is already set: keep it.
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => builder
+            .fmt_fields(rollout_telemetry::logs::TextFields)
+            .try_init(),
         LogFormat::Json => builder
             .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
             .event_format(rollout_telemetry::logs::JsonLines)

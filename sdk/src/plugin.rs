@@ -155,7 +155,8 @@ pub enum Mutation {
     /// Apply the work as it came (sent as an empty `manifest_work`).
     Unchanged,
     /// Apply this work instead. It must keep the input's `apiVersion`,
-    /// `kind`, `metadata.name` and `metadata.namespace`; the SDK answers
+    /// `kind`, `metadata.name`, `metadata.namespace` and `spec.executor`
+    /// (`rollout_proto::IDENTITY_FIELDS`); the SDK answers
     /// `INTERNAL` naming the field otherwise, as the gateway would.
     Changed(ManifestWork),
 }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use opentelemetry::trace::{Span as _, SpanContext, SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
-use rollout_proto::SERVICE_NAME;
 use rollout_proto::v1alpha1::rollout_plugin_service_server::{
     RolloutPluginService, RolloutPluginServiceServer,
 };
@@ -16,7 +15,9 @@ use rollout_proto::v1alpha1::{
     RolloutPluginRequest, ValidateCompletionRequest, ValidateResponse,
 };
 use rollout_proto::view::RolloutFields;
+use rollout_proto::{IDENTITY_FIELDS, SERVICE_NAME};
 use rollout_telemetry::Tracer;
+use serde_json::Value;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
@@ -32,7 +33,8 @@ use crate::work::ManifestWork;
 ///   `MutateManifestWork` request has no `rollout`, or when the
 ///   `manifest_work` is not a ManifestWork ([`ManifestWork::from_slice`]);
 /// - answers `INTERNAL` when a mutation changes the work's `apiVersion`,
-///   `kind`, `metadata.name` or `metadata.namespace` (the gateway would
+///   `kind`, `metadata.name`, `metadata.namespace` or `spec.executor`
+///   (`rollout_proto::IDENTITY_FIELDS`; the gateway would
 ///   reject it anyway; failing here names the mistake to the author);
 /// - sends [`Mutation::Unchanged`] as an empty `manifest_work`;
 /// - makes a server span per call, named
@@ -157,15 +159,16 @@ impl<P> std::fmt::Debug for PluginService<P> {
     }
 }
 
-/// The fields a mutation must keep, as `(field, value)`.
-fn identity(work: &ManifestWork) -> [(&'static str, Option<String>); 4] {
-    let own = |s: Option<&str>| s.map(str::to_string);
-    [
-        ("apiVersion", own(work.api_version())),
-        ("kind", own(work.kind())),
-        ("metadata.name", own(work.name())),
-        ("metadata.namespace", own(work.namespace())),
-    ]
+/// The fields a mutation must keep (`rollout_proto::IDENTITY_FIELDS`), as
+/// `(field, value)`.
+fn identity(work: &ManifestWork) -> [(&'static str, Option<Value>); IDENTITY_FIELDS.len()] {
+    IDENTITY_FIELDS.map(|(field, path)| {
+        let value = path
+            .iter()
+            .try_fold(work.as_value(), |v, key| v.get(*key))
+            .cloned();
+        (field, value)
+    })
 }
 
 fn rollout_of(rollout: Option<RolloutPluginRequest>) -> Result<RolloutPluginRequest, PluginError> {
@@ -313,8 +316,12 @@ impl<P: RolloutPlugin> PluginService<P> {
                 Mutation::Changed(out) => {
                     for ((field, was), (_, now)) in before.iter().zip(identity(&out)) {
                         if *was != now {
+                            let show =
+                                |v: Option<&Value>| v.map_or("nothing".into(), Value::to_string);
                             return Err(PluginError::internal(format!(
-                                "the mutation changed `{field}` from {was:?} to {now:?}; a plugin may not"
+                                "the mutation changed `{field}` from {} to {}; a plugin may not",
+                                show(was.as_ref()),
+                                show(now.as_ref())
                             )));
                         }
                     }

@@ -6,7 +6,8 @@
 //! outcome ([`outcome`]: codes, verdicts, fail-opens), log set-up whose JSON
 //! lines carry the trace ids ([`logs`]), and the `/metrics` exposition,
 //! negotiated between OpenMetrics and the Prometheus text, with the
-//! `process_*` and `*_build_info` series ([`metrics`]).
+//! `process_*` and `*_build_info` series ([`metrics`]), and a [`throttle`]
+//! for log lines that repeat with every call.
 //!
 //! Spans are always made, so the trace context always propagates; they leave
 //! the process only when an OTLP endpoint is configured, through the SDK's
@@ -27,6 +28,7 @@ pub mod logs;
 pub mod metrics;
 mod otlp;
 pub mod outcome;
+pub mod throttle;
 
 pub use outcome::finish_span;
 

@@ -8,6 +8,11 @@
 //!
 //! Text lines are coloured only when stderr is a terminal and `NO_COLOR` is
 //! unset or empty ([`colour`]): a pod's log, a file or a pipe gets plain text.
+//! Their field values, the message included, are written through
+//! `rollout_wire::escaped` ([`TextFields`]): a plugin's message with a CR or
+//! LF stays on its line (it cannot forge a line of its own), and escape
+//! sequences reach no terminal. JSON lines need no such step: JSON's string
+//! escaping covers it, and their values stay exact.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -17,8 +22,9 @@ use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::format::{JsonFields, Writer};
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormattedFields};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// How log lines look.
@@ -39,7 +45,7 @@ pub fn init(format: LogFormat) {
         .with_ansi(stderr_colour())
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => builder.init(),
+        LogFormat::Text => builder.fmt_fields(TextFields).init(),
         LogFormat::Json => builder
             .fmt_fields(JsonFields::new())
             .event_format(JsonLines)
@@ -62,6 +68,71 @@ pub fn stderr_colour() -> bool {
         std::io::stderr().is_terminal(),
         std::env::var_os("NO_COLOR").as_deref(),
     )
+}
+
+/// The fields of a text line, as tracing-subscriber's default writes them
+/// (the message, then `name=value` separated by spaces, strings quoted),
+/// with every value
+/// passed through `rollout_wire::escaped`: the one field format of every
+/// text log of the workspace (`tracing_subscriber::fmt().fmt_fields(TextFields)`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TextFields;
+
+impl<'w> FormatFields<'w> for TextFields {
+    fn format_fields<R: RecordFields>(&self, writer: Writer<'w>, fields: R) -> fmt::Result {
+        let mut visitor = TextVisitor {
+            writer,
+            result: Ok(()),
+            first: true,
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+/// Writes fields as [`TextFields`] does.
+struct TextVisitor<'w> {
+    writer: Writer<'w>,
+    result: fmt::Result,
+    first: bool,
+}
+
+impl TextVisitor<'_> {
+    fn write(&mut self, field: &Field, value: &str) {
+        if self.result.is_err() {
+            return;
+        }
+        let pad = if self.first { "" } else { " " };
+        self.first = false;
+        let value = rollout_wire::escaped(value);
+        self.result = match field.name() {
+            "message" => write!(self.writer, "{pad}{value}"),
+            name => write!(
+                self.writer,
+                "{pad}{}={value}",
+                name.strip_prefix("r#").unwrap_or(name)
+            ),
+        };
+    }
+}
+
+impl Visit for TextVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        // Quoted, as tracing-subscriber's default writes a string field.
+        if field.name() == "message" {
+            self.write(field, value);
+        } else {
+            self.write(field, &format!("{value:?}"));
+        }
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.write(field, &value.to_string());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.write(field, &format!("{value:?}"));
+    }
 }
 
 /// The span fields lifted to the top level of a JSON line.
@@ -198,6 +269,38 @@ mod tests {
                 "terminal {is_terminal}, NO_COLOR {no_color:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_text_line_keeps_a_value_with_controls_on_its_line() {
+        let out = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(out.clone())
+            .with_ansi(false)
+            .fmt_fields(TextFields)
+            .finish();
+        let forged = "no\r\n2026-01-01T00:00:00.000000Z  INFO rollout_gateway: rollout Succeeded \x1b]52;c;aGk=\x07\x1b[2J";
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("call", hook = "ValidateRolloutCompletion");
+            let _entered = span.enter();
+            tracing::warn!(plugin = "p", error = forged, "plugin failed: {forged}");
+        });
+        let text = String::from_utf8(out.0.lock().expect("lock").clone()).expect("utf-8");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            !text.trim_end_matches('\n').contains(char::is_control),
+            "{text:?}"
+        );
+        assert!(
+            text.contains("call{hook=\"ValidateRolloutCompletion\"}"),
+            "{text}"
+        );
+        assert!(text.contains("plugin failed: no\\r\\n2026"), "{text}");
+        assert!(
+            text.contains(" plugin=\"p\" error=\"no\\r\\n2026"),
+            "{text}"
+        );
+        assert!(text.contains("\\x1b]52;c;aGk=\\x07\\x1b[2J"), "{text}");
     }
 
     #[test]

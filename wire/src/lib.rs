@@ -27,19 +27,26 @@
 //! - deadlines: [`encode_timeout`] and [`parse_timeout`] for
 //!   `grpc-timeout`;
 //! - TLS: [`client_config`], the client configuration for calling plugins
-//!   ([`ClientTlsError`] names the [`TlsPart`] that could not be used).
+//!   ([`ClientTlsError`] names the [`TlsPart`] that could not be used);
+//! - showing a peer's text: [`escaped`], the one escaping of control and
+//!   reordering characters used wherever the gateway, the controller and
+//!   the checkers print text that did not come from the project (plugin
+//!   messages, statuses, conditions, Event notes, registry values, text
+//!   log fields).
 
 // A `pub` item must be reachable from the crate root; anything else is
 // `pub(crate)`.
 #![warn(unreachable_pub)]
 
 mod code;
+mod escape;
 mod frame;
 mod status;
 mod timeout;
 mod tls;
 
 pub use code::{code_from_name, code_name};
+pub use escape::escaped;
 pub use frame::{
     FrameError, PREFIX_LEN, ReceiveError, collect, collect_held, frame_len, message, message_len,
     prefix,

@@ -500,3 +500,44 @@ async fn answers_grpc_clients_read_differently_fail_initialize() {
         "{out}"
     );
 }
+
+/// Refuses every validation with a message that would drive a terminal and
+/// forge a line of the checker's own.
+struct Hostile;
+
+/// The message [`Hostile`] refuses with.
+const HOSTILE: &str = "no\u{1b}[2J\u{1b}]52;c;aGk=\u{7}\r\nPASS identity\u{202e}";
+
+impl RolloutPlugin for Hostile {
+    fn info(&self) -> PluginInfo {
+        PluginInfo::new("hostile", "0.1.0").hooks([ProtoHook::ValidateRolloutCompletion])
+    }
+
+    async fn validate_rollout_completion(
+        &self,
+        _request: RolloutPluginRequest,
+    ) -> Result<Validation, PluginError> {
+        Err(PluginError::invalid_argument(HOSTILE))
+    }
+}
+
+#[tokio::test]
+async fn a_plugins_message_is_printed_escaped_on_its_line() {
+    let server = testing::spawn(Hostile).await.unwrap();
+    let (code, out, _) = checker(&[&server.local_addr().to_string()]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("no\\x1b[2J\\x1b]52;c;aGk=\\x07\\r\\nPASS identity\\u{202e}"),
+        "{out}"
+    );
+    assert!(
+        !out.chars()
+            .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}'),
+        "{out:?}"
+    );
+    assert!(
+        !out.lines().any(|l| l.starts_with("PASS identity")),
+        "{out}"
+    );
+    server.shutdown().await.unwrap();
+}

@@ -241,10 +241,12 @@ impl GatewayHooks {
             }
             endpoint = endpoint.tls_config(config).map_err(invalid)?;
         }
+        // The gateway enforces the deadline itself and answers
+        // DEADLINE_EXCEEDED; the channel also ends a call whose
+        // `grpc-timeout` passed without an answer (a gateway that hangs),
+        // which `HookError::from_status` reads as DEADLINE_EXCEEDED.
         let endpoint = endpoint
             .connect_timeout(Duration::from_secs(5))
-            // The gateway enforces the deadline itself and answers
-            // DEADLINE_EXCEEDED; this only bounds a gateway that hangs.
             .timeout(timeout + Duration::from_secs(1))
             .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_while_idle(true);

@@ -95,12 +95,30 @@ impl HookError {
     /// An error of `hook` from a gRPC status. A status that carries a
     /// source error was made by the client from a transport failure; one
     /// read from the gateway's headers or trailers has none.
+    ///
+    /// The client's own deadline passing without an answer (tonic's
+    /// `TimeoutExpired`, which tonic reports as `CANCELLED`) is
+    /// `DEADLINE_EXCEEDED`: the deadline passed, and nothing was cancelled.
     pub(crate) fn from_status(hook: HookKind, status: &tonic::Status) -> HookError {
         use std::error::Error as _;
+        let mut source = status.source();
+        let mut timed_out = false;
+        while let Some(error) = source {
+            timed_out |= error.is::<tonic::TimeoutExpired>();
+            source = error.source();
+        }
+        let (code, message) = if timed_out {
+            (
+                tonic::Code::DeadlineExceeded,
+                "the call's deadline passed without an answer from the gateway".to_owned(),
+            )
+        } else {
+            (status.code(), status.message().to_owned())
+        };
         HookError {
             hook,
-            code: status.code(),
-            message: status.message().to_owned(),
+            code,
+            message,
             origin: if status.source().is_some() {
                 Origin::Transport
             } else {

@@ -34,12 +34,8 @@ impl<H> Metered<H> {
     ) -> Result<T, HookError> {
         let start = Instant::now();
         let result = future.await;
-        let code = match &result {
-            Ok(_) => tonic::Code::Ok,
-            Err(error) => error.code,
-        };
         self.metrics
-            .record_hook(hook, call.plugin, code, start.elapsed());
+            .record_hook(hook, call.plugin, result.as_ref().err(), start.elapsed());
         result
     }
 }

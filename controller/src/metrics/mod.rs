@@ -11,18 +11,25 @@
 //! | `rollout_controller_reconcile_errors_total` | counter | `error` = [`ReconcileErrorKind`] |
 //! | `rollout_controller_hook_calls_total` | counter | `hook`, `target`, `code` |
 //! | `rollout_controller_hook_call_duration_seconds` | histogram | `hook`, `target` |
+
 //! | `rollout_controller_rollouts_in_progress` | gauge | `aborting` = `false`/`true` |
 //! | `rollout_controller_aborts_total` | counter | `action` = `RollBack`/`Stop` |
 //! | `rollout_controller_leader` | gauge | |
 //! | `rollout_controller_build_info` | info | `version`, `revision` |
 //! | `process_*` | | |
 //!
+//! `target` is a plugin or pipeline name the gateway resolved (at most
+//! [`targets::MAX_NAMED_TARGETS`] of them), else [`targets::UNREGISTERED_TARGET`]:
+//! the names come from ManifestWorkReplicaSets, which their authors choose.
+//!
 //! [`Metered`] counts the hook calls of any [`Hooks`](crate::hooks::Hooks),
 //! so `run` and the simulator count the same way. Recording is a few atomic
-//! operations; the one lock guards the map of rollouts in progress, touched
-//! once per reconcile.
+//! operations and two short locks: the set of resolved targets, touched
+//! once per hook call, and the map of rollouts in progress, once per
+//! reconcile.
 
 mod metered;
+mod targets;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -40,6 +47,7 @@ use rollout_telemetry::metrics::{self as exposition, ProcessCollector};
 
 pub(crate) use metered::Metered;
 
+use crate::hooks::HookError;
 use crate::orchestrate::DeployOutcome;
 use crate::revision::AbortAction;
 
@@ -172,6 +180,7 @@ pub struct ControllerMetrics {
     aborts: Family<One, Counter>,
     leader: Gauge,
     phases: Mutex<HashMap<String, RolloutPhase>>,
+    targets: targets::Targets,
 }
 
 impl Default for ControllerMetrics {
@@ -265,6 +274,7 @@ impl ControllerMetrics {
             aborts,
             leader,
             phases: Mutex::new(HashMap::new()),
+            targets: targets::Targets::default(),
         }
     }
 
@@ -292,25 +302,29 @@ impl ControllerMetrics {
         }
     }
 
-    /// One hook call to `target` ended with `code` after `elapsed`.
+    /// One hook call to `target` ended after `elapsed`, failed with
+    /// `error` if any; labelled by `target` only once the gateway resolved
+    /// it ([`targets::Targets::label`]).
     pub(crate) fn record_hook(
         &self,
         hook: HookKind,
         target: &str,
-        code: tonic::Code,
+        error: Option<&HookError>,
         elapsed: Duration,
     ) {
+        let code = error.map_or(tonic::Code::Ok, |e| e.code);
+        let target = self.targets.label(target, error);
         self.hook_calls
             .get_or_create(&CallLabels {
                 hook: hook.as_str(),
-                target: target.to_owned(),
+                target: target.clone(),
                 code: code_name(code),
             })
             .inc();
         self.hook_duration
             .get_or_create(&TargetLabels {
                 hook: hook.as_str(),
-                target: target.to_owned(),
+                target,
             })
             .observe(elapsed.as_secs_f64());
     }

@@ -105,13 +105,18 @@ fn reconciles_hooks_rollouts_and_aborts_are_counted() {
     m.record_hook(
         HookKind::BeginRollout,
         "canary",
-        tonic::Code::Ok,
+        None,
         Duration::from_millis(3),
     );
     m.record_hook(
         HookKind::BeginRollout,
         "canary",
-        tonic::Code::Unavailable,
+        Some(&crate::hooks::HookError {
+            hook: HookKind::BeginRollout,
+            code: tonic::Code::Unavailable,
+            message: "circuit open".into(),
+            origin: crate::hooks::Origin::Answer,
+        }),
         Duration::from_millis(2),
     );
     m.record_rollout("ns/a", &outcome(placement(false, false, false), None));
@@ -199,4 +204,111 @@ fn reconciles_hooks_rollouts_and_aborts_are_counted() {
         ),
         Some(0.0)
     );
+}
+
+/// A plugin the gateway serves, for the gateway in
+/// [`names_the_gateway_did_not_resolve_make_one_series`].
+struct Hello;
+
+impl rollout_plugin_sdk::RolloutPlugin for Hello {
+    fn info(&self) -> rollout_plugin_sdk::PluginInfo {
+        rollout_plugin_sdk::PluginInfo::new("hello", "0.1.0")
+    }
+}
+
+/// 18 ManifestWorkReplicaSets naming plugins the gateway does not know
+/// (half of them 10,090 characters long) through a real gateway on
+/// loopback: their calls count under one `target`, the registered plugin's
+/// under its own name.
+#[tokio::test]
+async fn names_the_gateway_did_not_resolve_make_one_series() {
+    use std::sync::Arc;
+
+    use crate::hooks::{Call, GatewayHooks, GatewayOptions, Hooks};
+    use crate::telemetry::Telemetry;
+
+    let plugin = rollout_plugin_sdk::testing::spawn(Hello)
+        .await
+        .expect("the plugin serves");
+    let dir = tempfile::tempdir().expect("a directory");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "plugins:\n  - name: hello\n    endpoint: {}\n    insecure: true\n",
+            plugin.local_addr()
+        ),
+    )
+    .expect("written");
+    let gateway = rollout_gateway::app::start(rollout_gateway::app::Options {
+        configs: vec![config],
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        admin_listen: "127.0.0.1:0".parse().expect("addr"),
+        ..rollout_gateway::app::Options::default()
+    })
+    .await
+    .expect("the gateway starts");
+    let hooks = GatewayHooks::new(
+        &GatewayOptions {
+            url: format!("http://{}", gateway.grpc_addr),
+            timeout: Duration::from_secs(5),
+            tls: None,
+        },
+        Telemetry::disabled(),
+    )
+    .expect("a client");
+    let metrics = Arc::new(ControllerMetrics::new());
+    let metered = Metered::new(hooks, metrics.clone());
+    let trace = opentelemetry::Context::new();
+    for i in 0..18 {
+        let name = if i % 2 == 0 {
+            format!("bogus-{i}-{}", "x".repeat(10_090))
+        } else {
+            format!("bogus-{i}")
+        };
+        let call = Call {
+            plugin: &name,
+            trace: &trace,
+        };
+        let refused = metered.initialize(call, Default::default()).await;
+        assert!(refused.is_err(), "{name:.20} is not registered");
+    }
+    let call = Call {
+        plugin: "hello",
+        trace: &trace,
+    };
+    metered
+        .initialize(call, Default::default())
+        .await
+        .expect("hello is registered");
+
+    let text = metrics.encode();
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("rollout_controller_hook_calls_total{"))
+        .collect();
+    let targets: std::collections::BTreeSet<&str> = series
+        .iter()
+        .filter_map(|l| l.split("target=\"").nth(1)?.split('"').next())
+        .collect();
+    assert_eq!(
+        targets,
+        ["hello", "unregistered"].into_iter().collect(),
+        "{series:#?}"
+    );
+    assert!(
+        series
+            .iter()
+            .any(|l| l.contains(r#"target="hello",code="OK""#)),
+        "{series:#?}"
+    );
+    let refused: f64 = series
+        .iter()
+        .filter(|l| l.contains(r#"target="unregistered""#))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(refused, 18.0, "{series:#?}");
+    assert!(text.len() < 20_000, "{} bytes of metrics", text.len());
+    gateway.shutdown().await;
+    plugin.shutdown().await.expect("stops");
 }

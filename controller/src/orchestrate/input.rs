@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use jiff::Timestamp;
+
 use crate::api::ManifestWork;
 use crate::hooks::StateDetail;
 use crate::orchestrate::clock::Clock;
@@ -63,8 +65,8 @@ pub struct DeployInput<'a> {
     /// The current revision with its template (from its ControllerRevision);
     /// `None` if there is none or it is gone.
     pub current: Option<&'a Revision>,
-    /// Whether an abort is under way (`status.abortedTime` is set).
-    pub aborted: bool,
+    /// When the abort under way started (`status.abortedTime`), if one is.
+    pub aborted_at: Option<Timestamp>,
     /// The time, read before each validation phase, decision and abort.
     pub clock: &'a dyn Clock,
     /// Tunables.

@@ -132,12 +132,12 @@ pub async fn deploy<H: Hooks, W: World>(
         }
     }
 
-    let mut aborted = input.aborted;
+    let mut aborted_at = input.aborted_at;
     for target in input.placements {
         let step = PlacementStep::new(hooks, world, input, target);
-        let (placement, abort) = step.run(aborted).await;
+        let (placement, abort) = step.run(aborted_at).await;
         if let Some((at, report)) = abort {
-            aborted = true;
+            aborted_at = Some(at);
             outcome.aborted_at = Some(at);
             outcome.abort = Some(report);
         }

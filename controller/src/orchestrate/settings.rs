@@ -19,7 +19,17 @@ pub struct Settings {
     /// How long a work another field manager wrote is left alone before
     /// the controller takes it over again ([`conflict`]).
     pub conflict_backoff: Duration,
+    /// How long a rollback waits for its plugin: once this long has passed
+    /// since the abort started, a cluster whose BeginRollout or
+    /// MutateManifestWork fails (under `failurePolicy: Fail`) is restored
+    /// to the last good revision as it is, without the plugin's mutation;
+    /// the failure is still reported. Before, the cluster waits and the
+    /// call is tried again, as outside a rollback.
+    pub rollback_hook_grace: Duration,
 }
+
+/// [`Settings::rollback_hook_grace`] when not configured.
+pub(crate) const DEFAULT_ROLLBACK_HOOK_GRACE: Duration = Duration::from_secs(300);
 
 /// [`Settings::conflict_backoff`] when not configured.
 pub(crate) const DEFAULT_CONFLICT_BACKOFF: Duration = Duration::from_secs(600);
@@ -35,6 +45,7 @@ impl Default for Settings {
             error_requeue: Duration::from_secs(5),
             hook_concurrency: DEFAULT_HOOK_CONCURRENCY,
             conflict_backoff: DEFAULT_CONFLICT_BACKOFF,
+            rollback_hook_grace: DEFAULT_ROLLBACK_HOOK_GRACE,
         }
     }
 }

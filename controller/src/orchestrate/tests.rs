@@ -32,7 +32,12 @@ struct Script {
     validate: Mutex<HashMap<String, ValidateResponse>>,
     /// `(hook, cluster)` → error; `""` for ProgressRollout.
     fail: Mutex<HashMap<(HookKind, String), tonic::Code>>,
+    /// Per cluster, a change MutateManifestWork makes besides its own.
+    rewrite: Mutex<HashMap<String, Rewrite>>,
 }
+
+/// A change to a mutated work.
+type Rewrite = fn(&mut Value);
 
 impl Script {
     fn calls(&self) -> Vec<(HookKind, String)> {
@@ -167,6 +172,14 @@ impl Hooks for Script {
         work["metadata"]["annotations"]["test/cluster-index"] =
             json!(rollout.cluster_index.to_string());
         work["metadata"]["annotations"]["test/aborting"] = json!(rollout.aborting.to_string());
+        if let Some(rewrite) = self
+            .rewrite
+            .lock()
+            .expect("lock")
+            .get(&rollout.cluster_name)
+        {
+            rewrite(&mut work);
+        }
         Ok(Mutation {
             work: Some(serde_json::to_vec(&work).expect("encodes").into()),
             mutated_by: vec!["p".into()],
@@ -205,7 +218,7 @@ struct Fixture {
     groups: Vec<ClusterGroup>,
     update: Revision,
     current: Option<Revision>,
-    aborted: bool,
+    aborted_at: Option<Timestamp>,
     hold: Option<String>,
     settings: Settings,
     labels: BTreeMap<String, String>,
@@ -219,7 +232,7 @@ impl Fixture {
             groups: groups(clusters),
             update: Revision::of(&template("v2")),
             current: None,
-            aborted: false,
+            aborted_at: None,
             hold: None,
             settings: Settings::default(),
             labels: BTreeMap::new(),
@@ -256,7 +269,7 @@ impl Fixture {
             update: &self.update,
             current_hash: current_hash.as_deref(),
             current: self.current.as_ref(),
-            aborted: self.aborted,
+            aborted_at: self.aborted_at,
             clock: &now,
             settings: &self.settings,
             trace: &trace,
@@ -485,6 +498,37 @@ async fn a_failed_hook_stops_its_cluster() {
 }
 
 #[tokio::test]
+async fn a_mutation_that_changes_the_executor_is_refused() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let f = Fixture::new(
+        strategy(json!({"type": "All", "plugin": "p"})),
+        &["c1", "c2"],
+    );
+    hooks
+        .rewrite
+        .lock()
+        .expect("lock")
+        .insert("c1".into(), |w| {
+            w["spec"]["executor"] = json!({"subject": {"type": "ServiceAccount",
+            "serviceAccount": {"namespace": "kube-system", "name": "admin"}}});
+        });
+    let out = f.step(&hooks, &world, at(0)).await;
+    // Never applied as the plugin's account; the other cluster goes on.
+    assert_eq!(applies(&world), ["c2"]);
+    let p = &out.placements[0];
+    assert_eq!(p.hook_errors.len(), 1);
+    assert_eq!(p.hook_errors[0].cluster.as_deref(), Some("c1"));
+    assert_eq!(p.hook_errors[0].error.hook, Mutate);
+    assert_eq!(p.hook_errors[0].error.code, tonic::Code::Internal);
+    let message = p.clusters[0].message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains("changes spec.executor from nothing to {"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
 async fn validation_is_polled_until_the_deadline() {
     let hooks = Script::default();
     let world = MemoryWorld::new();
@@ -624,7 +668,7 @@ async fn a_failed_validation_aborts_and_rolls_back() {
     assert_eq!(work.annotations()["test/aborting"], "true");
 
     // Still aborted next time: v2 is not rolled out again.
-    f.aborted = true;
+    f.aborted_at = Some(at(50));
     agent(&world, "c1", "False", false, at(60));
     hooks.answer("c1", proto::ValidationResult::Succeeded, "v1 is fine", None);
     hooks.clear();
@@ -637,6 +681,71 @@ async fn a_failed_validation_aborts_and_rolls_back() {
         out.placements[0].clusters
     );
     assert_eq!(out.placements[0].updated, 0);
+}
+
+/// A rollback whose plugin keeps failing MutateManifestWork (under
+/// `failurePolicy: Fail`) waits for it only until the grace passes, then
+/// restores the last good revision as it is, still reporting the failure.
+#[tokio::test]
+async fn a_rollback_waits_for_a_failing_mutation_only_until_the_grace() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = Fixture::new(
+        strategy(json!({"type": "All", "plugin": "p", "abortOnFailure": true})),
+        &["c1"],
+    );
+    let v1 = Revision::of(&template("v1"));
+    f.update = v1.clone();
+    f.step(&hooks, &world, at(0)).await;
+    agent(&world, "c1", "False", false, at(10));
+    assert!(f.step(&hooks, &world, at(20)).await.placements[0].complete());
+    f.update = Revision::of(&template("v2"));
+    f.current = Some(v1.clone());
+    f.step(&hooks, &world, at(30)).await;
+    agent(&world, "c1", "False", false, at(35));
+    hooks.answer("c1", proto::ValidationResult::Failed, "broken", None);
+    hooks
+        .fail
+        .lock()
+        .expect("lock")
+        .insert((Mutate, "c1".into()), tonic::Code::Unavailable);
+    // The abort starts at 40; the rollback's mutation fails: c1 waits on v2.
+    let out = f.step(&hooks, &world, at(40)).await;
+    assert_eq!(out.aborted_at, Some(at(40)));
+    f.aborted_at = out.aborted_at;
+    let on = |world: &MemoryWorld| {
+        world
+            .all()
+            .into_iter()
+            .find(|w| w.namespace().as_deref() == Some("c1"))
+            .expect("c1")
+            .labels()[CONTROLLER_HASH_LABEL]
+            .clone()
+    };
+    assert_eq!(on(&world), f.update.hash);
+    assert_eq!(out.placements[0].hook_errors.len(), 1);
+    // Within the grace: still waiting, the call tried again.
+    let grace = f.settings.rollback_hook_grace.as_secs() as i64;
+    let out = f.step(&hooks, &world, at(40 + grace - 1)).await;
+    assert_eq!(on(&world), f.update.hash);
+    assert_eq!(out.placements[0].hook_errors[0].error.hook, Mutate);
+    // Past it: restored as it is, the failure still reported.
+    let out = f.step(&hooks, &world, at(40 + grace)).await;
+    assert_eq!(on(&world), v1.hash);
+    let p = &out.placements[0];
+    assert_eq!(p.applied, ["c1"]);
+    assert_eq!(p.hook_errors.len(), 1);
+    assert_eq!(p.hook_errors[0].error.code, tonic::Code::Unavailable);
+    let work = world
+        .all()
+        .into_iter()
+        .find(|w| w.namespace().as_deref() == Some("c1"));
+    let work = work.expect("c1");
+    assert_eq!(work.spec, v1.template);
+    assert!(
+        !work.annotations().contains_key("test/aborting"),
+        "not mutated"
+    );
 }
 
 #[tokio::test]

@@ -111,6 +111,39 @@ pub(crate) fn finish_work(
     }
 }
 
+/// Why the controller refuses a plugin's mutated work: it is applied only
+/// when it reads as a ManifestWork and keeps who the agent applies it as.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RefusedWork {
+    #[error("the mutated ManifestWork cannot be read: {0}")]
+    Unreadable(#[source] serde_json::Error),
+    /// `spec.executor` differs: a plugin may not choose the service account
+    /// a work runs as on the managed cluster (the gateway refuses it too).
+    #[error("the mutated ManifestWork changes spec.executor from {before} to {after}")]
+    Executor { before: String, after: String },
+}
+
+/// Reads a plugin's mutation of `desired`: a ManifestWork with `desired`'s
+/// `spec.executor`. (Its name, namespace and the controller's labels are put
+/// back by [`finish_work`].)
+pub(crate) fn read_mutated(
+    desired: &ManifestWork,
+    bytes: &[u8],
+) -> Result<ManifestWork, RefusedWork> {
+    let mutated: ManifestWork = serde_json::from_slice(bytes).map_err(RefusedWork::Unreadable)?;
+    if mutated.spec.executor != desired.spec.executor {
+        let show = |v: &Option<serde_json::Value>| {
+            v.as_ref()
+                .map_or_else(|| "nothing".to_owned(), serde_json::Value::to_string)
+        };
+        return Err(RefusedWork::Executor {
+            before: show(&desired.spec.executor),
+            after: show(&mutated.spec.executor),
+        });
+    }
+    Ok(mutated)
+}
+
 /// Counts of `works` by condition (True only), as upstream's status
 /// reconciler counts them: only works of `desired_revision` as the
 /// controller applied them ([`observe::is_current`]) and not being deleted.

@@ -635,7 +635,7 @@ impl<'r> Pass<'r> {
             update: &revisions.synced.plan.update,
             current_hash: revisions.start.current.as_deref(),
             current: revisions.synced.current.as_ref(),
-            aborted: revisions.start.is_aborted(),
+            aborted_at: revisions.start.aborted_time,
             clock: &SystemClock,
             settings: &self.ctx.options.settings,
             trace: self.trace,

@@ -275,6 +275,28 @@ impl<'r> Tally<'r> {
         }
     }
 
+    /// The hook failures of the step that no call ended with: answers the
+    /// controller refused (a mutated work it cannot read or that changes
+    /// its executor), reported as failed calls of their hook and cluster.
+    fn refusals(&mut self, placement: &PlacementOutcome) {
+        for failure in &placement.hook_errors {
+            let (hook, cluster) = (failure.error.hook.as_str(), &failure.cluster);
+            let reported = self.events.iter().any(|e| {
+                matches!(e, report::Event::HookError { hook: h, cluster: c, .. }
+                    if h == hook && c == cluster)
+            });
+            if !reported {
+                self.errors += 1;
+                self.events.push(report::Event::HookError {
+                    hook: hook.to_owned(),
+                    cluster: cluster.clone(),
+                    code: code_name(failure.error.code).to_owned(),
+                    message: failure.error.message.clone(),
+                });
+            }
+        }
+    }
+
     fn validation(&mut self, record: &Record, result: ValidationResult, message: &str) {
         let verdict = |result| report::Verdict {
             cluster: record.cluster.clone(),
@@ -701,7 +723,7 @@ impl<H: Hooks> Simulation<'_, H> {
             update: &self.update,
             current_hash: start.current.as_deref(),
             current,
-            aborted: start.is_aborted(),
+            aborted_at: start.aborted_time,
             clock: &now,
             settings: &self.config.settings,
             trace,
@@ -769,6 +791,7 @@ impl<H: Hooks> Simulation<'_, H> {
             clusters.add(c.status);
         }
         let mut tally = Tally::of(records);
+        tally.refusals(placement);
         self.hook_errors += tally.errors;
         for timed_out in &placement.result.clusters_timeout {
             if self.timed_out.insert(timed_out.cluster_name.clone()) {

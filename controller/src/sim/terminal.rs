@@ -8,6 +8,8 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::Duration;
 
+use crate::format::write_line;
+
 use super::report::{
     AppliedWork, Event, MutationReport, Outcome, Plan, Report, StepReport, Summary,
 };
@@ -86,7 +88,7 @@ impl<W: Write> Terminal<W> {
     }
 
     fn detail(&mut self, text: impl AsRef<str>) -> io::Result<()> {
-        writeln!(self.out, "{INDENT}{}", text.as_ref())
+        write_line(&mut self.out, &format!("{INDENT}{}", text.as_ref()))
     }
 
     /// What the stored status (`--crds`) says of the failed clusters, when
@@ -195,19 +197,23 @@ impl<W: Write> Report for Terminal<W> {
         self.diffs = plan.diffs;
         self.previous = plan.previous.clone();
         let out = &mut self.out;
-        writeln!(
+        write_line(
             out,
-            "Simulated rollout of ManifestWorkReplicaSet {} to placement {}",
-            plan.owner, plan.placement
+            &format!(
+                "Simulated rollout of ManifestWorkReplicaSet {} to placement {}",
+                plan.owner, plan.placement
+            ),
         )?;
         let first = plan.clusters.first().map_or("", String::as_str);
         let last = plan.clusters.last().map_or("", String::as_str);
-        writeln!(
+        write_line(
             out,
-            "  fleet       {} clusters, {first} … {last}, in {} decision group{}",
-            plan.clusters.len(),
-            plan.groups,
-            if plan.groups == 1 { "" } else { "s" }
+            &format!(
+                "  fleet       {} clusters, {first} … {last}, in {} decision group{}",
+                plan.clusters.len(),
+                plan.groups,
+                if plan.groups == 1 { "" } else { "s" }
+            ),
         )?;
         let mut agent = format!(
             "  work agent  a work is reported progressing {} and done {} after its apply",
@@ -221,39 +227,45 @@ impl<W: Write> Report for Terminal<W> {
                 if plan.fail.len() == 1 { "s" } else { "" }
             );
         }
-        writeln!(out, "{agent}")?;
-        writeln!(out, "  strategy    {}", plan.strategy)?;
+        write_line(out, &agent)?;
+        write_line(out, &format!("  strategy    {}", plan.strategy))?;
         match (&plan.plugin, &plan.gateway) {
-            (Some((plugin, answer)), gateway) => writeln!(
+            (Some((plugin, answer)), gateway) => write_line(
                 out,
-                "  plugin      {plugin} through the gateway at {} (Initialize: {answer})",
-                gateway.as_deref().unwrap_or("?")
+                &format!(
+                    "  plugin      {plugin} through the gateway at {} (Initialize: {answer})",
+                    gateway.as_deref().unwrap_or("?")
+                ),
             )?,
-            (None, _) => writeln!(
+            (None, _) => write_line(
                 out,
-                "  plugin      none: no hook is called (OCM's own rollout)"
+                "  plugin      none: no hook is called (OCM's own rollout)",
             )?,
         }
         match &plan.previous {
-            Some((hash, image)) => writeln!(
+            Some((hash, image)) => write_line(
                 out,
-                "  revisions   {} ({}) replaces {} ({}), which every cluster runs",
-                plan.update.0, plan.update.1, hash, image
+                &format!(
+                    "  revisions   {} ({}) replaces {} ({}), which every cluster runs",
+                    plan.update.0, plan.update.1, hash, image
+                ),
             )?,
-            None => writeln!(
+            None => write_line(
                 out,
-                "  revisions   {} ({}), a first rollout: no earlier revision",
-                plan.update.0, plan.update.1
+                &format!(
+                    "  revisions   {} ({}), a first rollout: no earlier revision",
+                    plan.update.0, plan.update.1
+                ),
             )?,
         }
         if plan.tracing {
-            writeln!(
+            write_line(
                 out,
-                "  traces      exported over OTLP: one trace per step (its id below each step)"
+                "  traces      exported over OTLP: one trace per step (its id below each step)",
             )?;
         }
         for warning in &plan.api_warnings {
-            writeln!(out, "  warning     the API server: {warning}")?;
+            write_line(out, &format!("  warning     the API server: {warning}"))?;
         }
         writeln!(out)?;
         let mut header = format!("{:>5} {:>10} ", "step", "time");
@@ -264,12 +276,12 @@ impl<W: Write> Report for Terminal<W> {
         for c in HOOK_COLUMNS {
             let _ = write!(header, " {c}");
         }
-        writeln!(out, "{header}")?;
+        write_line(out, &header)?;
         out.flush()
     }
 
     fn step(&mut self, step: &StepReport) -> io::Result<()> {
-        writeln!(self.out, "{}", step_row(step))?;
+        write_line(&mut self.out, &step_row(step))?;
         // In the order things happen in a step: the agent's reports, the
         // plugin's verdicts, the abort, the applies; then the errors.
         self.agent_reports(step)?;
@@ -298,11 +310,11 @@ impl<W: Write> Report for Terminal<W> {
     fn end(&mut self, summary: &Summary) -> io::Result<()> {
         let out = &mut self.out;
         writeln!(out)?;
-        writeln!(out, "{}", result_line(summary))?;
+        write_line(out, &result_line(summary))?;
         if let Some(abort) = &summary.abort {
             abort_lines(out, abort, summary.rollback_applies)?;
         }
-        writeln!(out, "{}", works_line(summary))?;
+        write_line(out, &works_line(summary))?;
         if let Some(status) = &summary.rollout_status {
             rollout_status(out, status)?;
         }
@@ -314,11 +326,13 @@ impl<W: Write> Report for Terminal<W> {
                 .iter()
                 .map(|(key, n)| format!("{key} ({n})"))
                 .collect();
-            writeln!(
+            write_line(
                 out,
-                "  annotations on the {} works applied: {}",
-                summary.works.applied,
-                annotations.join(", ")
+                &format!(
+                    "  annotations on the {} works applied: {}",
+                    summary.works.applied,
+                    annotations.join(", ")
+                ),
             )?;
         }
         if let Some(list) = &summary.work_list {
@@ -326,9 +340,9 @@ impl<W: Write> Report for Terminal<W> {
             work_list(out, list)?;
         }
         if matches!(summary.result, Outcome::Failed) {
-            writeln!(
+            write_line(
                 out,
-                "  the rollout can go no further: failures beyond maxFailures, or clusters stuck, and no abort"
+                "  the rollout can go no further: failures beyond maxFailures, or clusters stuck, and no abort",
             )?;
         }
         out.flush()
@@ -508,19 +522,23 @@ fn abort_lines(
             None => format!("{} {:?}", f.cluster, f.status),
         })
         .collect();
-    writeln!(
+    write_line(
         out,
-        "  abort       at step {}: {}",
-        abort.step,
-        failed.join("; ")
+        &format!(
+            "  abort       at step {}: {}",
+            abort.step,
+            failed.join("; ")
+        ),
     )?;
     if abort.action == "RollBack" {
-        writeln!(
+        write_line(
             out,
-            "  rollback    {rolled_back} works re-applied with the last good revision, aborting = true"
+            &format!(
+                "  rollback    {rolled_back} works re-applied with the last good revision, aborting = true"
+            ),
         )
     } else {
-        writeln!(out, "  rollback    none: there was no earlier revision")
+        write_line(out, "  rollback    none: there was no earlier revision")
     }
 }
 
@@ -562,15 +580,22 @@ fn hook_call_lines(out: &mut impl Write, summary: &Summary) -> io::Result<()> {
         + a.progress_rollout
         + a.validate_rollout_completion
         + a.mutate_manifest_work;
-    writeln!(
+    write_line(
         out,
-        "  hook calls  BeginRollout {}, ProgressRollout {}, ValidateRolloutCompletion {}, MutateManifestWork {}",
-        h.begin_rollout, h.progress_rollout, h.validate_rollout_completion, h.mutate_manifest_work
+        &format!(
+            "  hook calls  BeginRollout {}, ProgressRollout {}, ValidateRolloutCompletion {}, MutateManifestWork {}",
+            h.begin_rollout,
+            h.progress_rollout,
+            h.validate_rollout_completion,
+            h.mutate_manifest_work
+        ),
     )?;
-    writeln!(
+    write_line(
         out,
-        "              {calls} in all, {aborting} with aborting = true, {} failed; {:.0} calls/s",
-        summary.hook_errors, summary.hook_calls_per_second
+        &format!(
+            "              {calls} in all, {aborting} with aborting = true, {} failed; {:.0} calls/s",
+            summary.hook_errors, summary.hook_calls_per_second
+        ),
     )
 }
 
@@ -593,7 +618,7 @@ fn work_list(out: &mut impl Write, list: &[super::report::WorkEntry]) -> io::Res
     for key in &keys {
         let _ = write!(header, "  {}", key.rsplit('/').next().unwrap_or(key));
     }
-    writeln!(out, "{header}")?;
+    write_line(out, &header)?;
     for w in list {
         let mut row = format!(
             "  {:<14} {:<12} {:>3} {:>7}  {:<11}",
@@ -608,7 +633,7 @@ fn work_list(out: &mut impl Write, list: &[super::report::WorkEntry]) -> io::Res
             let value = w.annotations.get(*key).map_or("-", String::as_str);
             let _ = write!(row, "  {value:<width$}");
         }
-        writeln!(out, "{}", row.trim_end())?;
+        write_line(out, row.trim_end())?;
     }
     Ok(())
 }
@@ -618,12 +643,14 @@ fn work_list(out: &mut impl Write, list: &[super::report::WorkEntry]) -> io::Res
 /// show them.
 fn rollout_status(out: &mut impl Write, status: &serde_json::Value) -> io::Result<()> {
     let text = |key: &str| status[key].as_str().unwrap_or("none").to_owned();
-    writeln!(
+    write_line(
         out,
-        "  status      ManifestWorkReplicaSetRollout: currentRevision {}, updateRevision {}, abortedTime {}",
-        text("currentRevision"),
-        text("updateRevision"),
-        text("abortedTime")
+        &format!(
+            "  status      ManifestWorkReplicaSetRollout: currentRevision {}, updateRevision {}, abortedTime {}",
+            text("currentRevision"),
+            text("updateRevision"),
+            text("abortedTime")
+        ),
     )?;
     for placement in status["placements"].as_array().into_iter().flatten() {
         let clusters = placement["clusters"].as_array().into_iter().flatten();
@@ -643,7 +670,7 @@ fn rollout_status(out: &mut impl Write, status: &serde_json::Value) -> io::Resul
             if let Some(message) = cluster["message"].as_str() {
                 let _ = write!(line, ": {message}");
             }
-            writeln!(out, "{line}")?;
+            write_line(out, &line)?;
         }
     }
     Ok(())

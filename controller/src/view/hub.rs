@@ -36,6 +36,7 @@ use crate::api::labels::{MWRS_OWNER_LABEL, PLACEMENT_LABEL};
 use crate::api::{
     ManifestWork, ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout, PlacementDecision,
 };
+use crate::format::write_line;
 
 /// The most frames [`watch`] draws in a second.
 pub(crate) const MAX_FRAMES_PER_SECOND: u32 = 4;
@@ -484,14 +485,14 @@ pub async fn watch<W: Write>(
             change = changes.next() => match change {
                 Some(Ok(Change::Changed)) => { dirty = true; trouble = None; }
                 Some(Ok(Change::Deleted)) => {
-                    writeln!(out, "ManifestWorkReplicaSet {}/{} was deleted", target.namespace, target.name)?;
+                    write_line(out, &format!("ManifestWorkReplicaSet {}/{} was deleted", target.namespace, target.name))?;
                     return Ok(());
                 }
                 Some(Err(error)) => {
                     // Said at once: with the API server gone nothing
                     // changes, so no frame would say it.
                     if trouble.is_none() && output != Output::Json {
-                        writeln!(out, "! the watch is interrupted ({error}); retrying")?;
+                        write_line(out, &format!("! the watch is interrupted ({error}); retrying"))?;
                         out.flush()?;
                     }
                     trouble = Some(error.to_string());
@@ -512,7 +513,7 @@ pub async fn watch<W: Write>(
                 if text != last_text {
                     write_frame(out, &view, output, false)?;
                     if let (Some(trouble), true) = (&trouble, output != Output::Json) {
-                        writeln!(out, "! the watch is interrupted ({trouble}); retrying")?;
+                        write_line(out, &format!("! the watch is interrupted ({trouble}); retrying"))?;
                     }
                     last_text = text;
                 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::{ClusterView, GroupView, Phase, PlacementView, RevisionRole, View};
-use crate::format::{duration, ranges, table};
+use crate::format::{duration, push_line, ranges, table};
 use crate::rollout::RolloutStatus;
 
 /// A group of more clusters than this lists only those not succeeded (at
@@ -56,7 +56,7 @@ pub fn render(view: &View) -> String {
     if !view.waiting.is_empty() {
         out.push_str("\nWaiting for:\n");
         for line in &view.waiting {
-            let _ = writeln!(out, "  {line}");
+            push_line(&mut out, &format!("  {line}"));
         }
     }
     for placement in &view.placements {
@@ -78,7 +78,7 @@ pub fn render(view: &View) -> String {
             })
             .collect();
         for line in table(&rows) {
-            let _ = writeln!(out, "{line}");
+            push_line(&mut out, &line);
         }
     }
     if !view.events.is_empty() {
@@ -101,7 +101,7 @@ pub fn render(view: &View) -> String {
             })
             .collect();
         for line in table(&rows) {
-            let _ = writeln!(out, "{line}");
+            push_line(&mut out, &line);
         }
     }
     out
@@ -132,20 +132,22 @@ fn header(view: &View, out: &mut String) {
         ]);
     }
     for line in table(&rows) {
-        let _ = writeln!(out, "{line}");
+        push_line(out, &line);
     }
 }
 
 fn placement_text(view: &View, placement: &PlacementView, out: &mut String) {
-    let _ = writeln!(out, "Placement {}", placement.name);
-    let _ = writeln!(out, "  strategy  {}", placement.strategy);
+    push_line(out, &format!("Placement {}", placement.name));
+    push_line(out, &format!("  strategy  {}", placement.strategy));
     let plugin = placement.plugin.as_deref().unwrap_or("none");
-    let _ = writeln!(out, "  plugin    {plugin}");
+    push_line(out, &format!("  plugin    {plugin}"));
     let c = &placement.counts;
-    let _ = writeln!(
+    push_line(
         out,
-        "  clusters  ToApply {}, Progressing {}, Validating {}, Succeeded {}, Failed {}, TimeOut {}",
-        c.to_apply, c.progressing, c.validating, c.succeeded, c.failed, c.time_out
+        &format!(
+            "  clusters  ToApply {}, Progressing {}, Validating {}, Succeeded {}, Failed {}, TimeOut {}",
+            c.to_apply, c.progressing, c.validating, c.succeeded, c.failed, c.time_out
+        ),
     );
     let mut rows = vec![
         [
@@ -159,10 +161,10 @@ fn placement_text(view: &View, placement: &PlacementView, out: &mut String) {
         group_rows(view, group, &mut rows, &mut notes);
     }
     for line in table(&rows) {
-        let _ = writeln!(out, "  {line}");
+        push_line(out, &format!("  {line}"));
     }
     for note in notes {
-        let _ = writeln!(out, "  {note}");
+        push_line(out, &format!("  {note}"));
     }
 }
 

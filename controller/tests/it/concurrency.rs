@@ -271,7 +271,7 @@ impl Rig {
             update: &self.update,
             current_hash: None,
             current: None,
-            aborted: false,
+            aborted_at: None,
             clock: &now,
             settings: &self.settings,
             trace: &trace,

@@ -209,6 +209,48 @@ async fn errors_carry_the_grpc_code_and_message() {
     assert_eq!(err.code, tonic::Code::Unavailable, "{err}");
 }
 
+/// A gateway that takes the call and never answers: the controller gives
+/// up at the call's deadline, and says the deadline passed
+/// (DEADLINE_EXCEEDED), not that it cancelled the call.
+#[tokio::test]
+async fn a_gateway_that_never_answers_is_deadline_exceeded() {
+    let addr = rollout_test_support::h2_peer::serve(|mut request, respond| async move {
+        rollout_test_support::h2_peer::read_body(request.body_mut()).await;
+        // Held, unanswered, until the test ends.
+        std::future::pending::<()>().await;
+        drop(respond);
+    })
+    .await;
+    let hooks = GatewayHooks::new(
+        &GatewayOptions {
+            url: format!("http://{addr}"),
+            timeout: Duration::from_secs(1),
+            tls: None,
+        },
+        Telemetry::disabled(),
+    )
+    .unwrap();
+    let trace = opentelemetry::Context::new();
+    let started = std::time::Instant::now();
+    let err = hooks
+        .begin_rollout(
+            Call {
+                plugin: "canary",
+                trace: &trace,
+            },
+            rollout("c1"),
+        )
+        .await
+        .expect_err("no answer");
+    let waited = started.elapsed();
+    assert_eq!(err.code, tonic::Code::DeadlineExceeded, "{err}");
+    assert!(err.message.contains("deadline passed"), "{err}");
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_central_gateway_over_mutual_tls() {
     use rollout_gateway::app;

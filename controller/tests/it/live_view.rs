@@ -867,3 +867,46 @@ async fn events_the_reader_may_not_list_are_left_out_and_works_are_not() {
         "{err}"
     );
 }
+
+/// Text others wrote into the objects the view reads, as a plugin, another
+/// controller or a work agent could: escape sequences (clear screen, cursor
+/// home, an OSC 52 clipboard write), BEL, a C1 CSI, a bidirectional
+/// override, and a CR LF forging a line of the view's own.
+const HOSTILE: &str = "\u{1b}[2J\u{1b}[H\u{1b}]52;c;Y3VybCBldmlsIHwgc2g=\u{7}\u{7}\u{9b}31m\u{202e}\r\nStatus:     ✔ Healthy";
+
+/// Whether `text` holds a character a terminal acts on, or one that
+/// reorders what it shows; a line's own LF aside.
+fn acts_on_a_terminal(text: &str) -> bool {
+    text.chars().any(|c| {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    })
+}
+
+#[tokio::test]
+async fn text_others_wrote_is_shown_escaped_on_its_own_line() {
+    let mut objects = aborted();
+    let mut status = objects[1].1["status"].clone();
+    status["placements"][0]["clusters"][1]["message"] = json!(HOSTILE);
+    objects[1] = (CARRIERS, carrier(status));
+    let mut conditions = vec![condition("Progressing", "False", "RolloutAborted", HOSTILE)];
+    conditions.push(condition("PluginLoaded", "True", HOSTILE, "ok"));
+    objects[0] = (MWRS, mwrs(conditions));
+    let mut agent = work("cluster-002", "r2", "False");
+    agent["status"]["conditions"][1]["message"] = json!(HOSTILE);
+    objects[3] = (WORKS, agent);
+    let event = objects.last_mut().unwrap();
+    event.1["note"] = json!(HOSTILE);
+    let (text, _) = text_of(objects).await;
+    assert!(!acts_on_a_terminal(&text), "{text:?}");
+    assert_has(
+        &text,
+        &[
+            "\\x1b[2J\\x1b[H\\x1b]52;c;Y3VybCBldmlsIHwgc2g=\\x07\\x07\\u{9b}31m\\u{202e}\\r\\nStatus:     ✔ Healthy",
+            "Warning  AbortStarted",
+        ],
+    );
+    // The only Status line is the view's own.
+    let statuses: Vec<&str> = text.lines().filter(|l| l.starts_with("Status:")).collect();
+    assert_eq!(statuses, ["Status:     ↺ RollingBack"], "{text}");
+}

@@ -1564,3 +1564,47 @@ async fn a_permanent_plugin_error_backs_off_until_the_spec_changes() {
         "{message}"
     );
 }
+
+/// A mutated work the controller refuses (the gateway passed it: its
+/// identity is kept, but it has no `spec`): nothing is applied, and the
+/// status says which cluster's MutateManifestWork failed and why.
+#[tokio::test]
+async fn a_refused_mutation_is_in_the_status() {
+    let (plugin, addr) = plugin().await;
+    plugin.script.lock().unwrap().drop_spec = true;
+    let gw = gateway(&[("canary", addr)]).await;
+    let v2 = template("v2");
+    let hub = Hub::ocm().with_carrier(
+        json!([{"name": PLACEMENT, "plugin": "canary"}]),
+        Value::Null,
+    );
+    let clusters = ["cluster1"];
+    let gen1 = mwrs(v2.clone(), json!({"type": "All"}), Value::Null);
+    let (client, server) = api_server_on(
+        hub,
+        vec![
+            Expect::ok(Method::GET, works_path(), works(vec![])),
+            Expect::ok(Method::GET, revisions_path(), revisions(vec![])),
+            Expect::echo(Method::POST, revisions_path()),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            Expect::ok(Method::GET, decisions_path(), decisions(&clusters)),
+            Expect::status(&gen1),
+        ],
+    );
+    let ctx = context(client, &gw.url);
+    reconcile(object(gen1), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    let status = &recorded[5].body["status"];
+    let progressing = condition(status, "Progressing");
+    assert_eq!(progressing["reason"], json!("PluginCallFailed"), "{status}");
+    let message = progressing["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "cluster1: MutateManifestWork failed: INTERNAL: the mutated ManifestWork cannot be read"
+        ),
+        "{message}"
+    );
+}

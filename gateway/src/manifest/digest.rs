@@ -33,7 +33,7 @@ pub(crate) struct Digest<'a> {
 pub(crate) fn digest(bytes: &[u8]) -> Result<Digest<'_>, NotAnObject> {
     let mut de = serde_json::Deserializer::from_str(text(bytes)?);
     let mut pass = Pass {
-        identity: [None, None, None, None],
+        identity: [const { None }; IDENTITY_FIELDS.len()],
         keys: Vec::new(),
         decisive: true,
     };
@@ -55,11 +55,13 @@ pub(crate) fn digest(bytes: &[u8]) -> Result<Digest<'_>, NotAnObject> {
 }
 
 /// Where in the work a value is: the identity fields are members of the
-/// root object and of its `metadata` ([`IDENTITY_FIELDS`]' paths).
+/// root object and of some of its members (`metadata`, `spec`:
+/// [`IDENTITY_FIELDS`]' paths).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Level {
     Root,
-    Metadata,
+    /// The root's member of this name, which holds identity fields.
+    Parent(&'static str),
     Other,
 }
 
@@ -75,7 +77,7 @@ impl Level {
     fn holds(self, path: &[&str]) -> bool {
         match self {
             Level::Root => path.len() == 1,
-            Level::Metadata => path.len() == 2 && path[0] == "metadata",
+            Level::Parent(parent) => path.len() == 2 && path[0] == parent,
             Level::Other => false,
         }
     }
@@ -87,10 +89,13 @@ impl Level {
 
     /// The level of the member `key`'s value.
     fn child(self, key: &str) -> Level {
-        match (self, key) {
-            (Level::Root, "metadata") => Level::Metadata,
-            _ => Level::Other,
+        if self != Level::Root {
+            return Level::Other;
         }
+        IDENTITY_FIELDS
+            .iter()
+            .find_map(|(_, path)| (path.len() == 2 && path[0] == key).then_some(path[0]))
+            .map_or(Level::Other, Level::Parent)
     }
 }
 
@@ -181,9 +186,10 @@ impl<'de> Visitor<'de> for Seed<'_, 'de> {
                 hash
             } else {
                 let level = self.level.child(&key);
-                if level == Level::Metadata {
-                    // Of a repeated `metadata` the last one counts, whole.
-                    for slot in Level::Metadata.slots() {
+                if let Level::Parent(_) = level {
+                    // Of a repeated `metadata` (or `spec`) the last one
+                    // counts, whole.
+                    for slot in level.slots() {
                         self.pass.identity[slot] = None;
                     }
                 }

@@ -56,6 +56,18 @@ async fn answers_that_are_not_json_objects_fail_naming_the_plugin() {
     }
 }
 
+/// A work that the agent applies as the service account `apps/deployer`.
+fn work_with_executor() -> Bytes {
+    let mut w: Value = serde_json::from_slice(&work(512)).unwrap();
+    w["spec"]["executor"] = executor("deployer");
+    Bytes::from(serde_json::to_vec(&w).unwrap())
+}
+
+fn executor(name: &str) -> Value {
+    json!({"subject": {"type": "ServiceAccount",
+                       "serviceAccount": {"namespace": "apps", "name": name}}})
+}
+
 #[tokio::test]
 async fn answers_that_change_the_identity_fail_naming_the_plugin_and_field() {
     for (field, pointer) in [
@@ -63,6 +75,7 @@ async fn answers_that_change_the_identity_fail_naming_the_plugin_and_field() {
         ("kind", "/kind"),
         ("metadata.name", "/metadata/name"),
         ("metadata.namespace", "/metadata/namespace"),
+        ("spec.executor", "/spec/executor"),
     ] {
         let f = Arc::new(move |w: &Value| {
             let mut w = w.clone();
@@ -73,7 +86,7 @@ async fn answers_that_change_the_identity_fail_naming_the_plugin_and_field() {
         let e = gw
             .client()
             .await
-            .mutate_manifest_work(to("rogue", mutate_request("c1", work(512))))
+            .mutate_manifest_work(to("rogue", mutate_request("c1", work_with_executor())))
             .await
             .unwrap_err();
         assert_eq!(e.code(), Code::Internal, "{field}");
@@ -90,6 +103,63 @@ async fn answers_that_change_the_identity_fail_naming_the_plugin_and_field() {
         assert!(e.message().contains("to \"elsewhere\""), "{}", e.message());
         gw.stop().await;
     }
+}
+
+#[tokio::test]
+async fn answers_that_add_or_remove_an_executor_fail() {
+    // Who the agent applies a work as is identity: naming an executor where
+    // the work had none, another account, or none where it had one.
+    type Change = fn(&mut Value);
+    let cases: [(Bytes, Change); 3] = [
+        (work(512), |w| {
+            w["spec"]["executor"] = executor("cluster-admin")
+        }),
+        (work_with_executor(), |w| {
+            w["spec"]["executor"]["subject"]["serviceAccount"]["name"] = json!("cluster-admin");
+        }),
+        (work_with_executor(), |w| {
+            w["spec"].as_object_mut().unwrap().remove("executor");
+        }),
+    ];
+    for (input, change) in cases {
+        let f = Arc::new(move |w: &Value| {
+            let mut w = w.clone();
+            change(&mut w);
+            w
+        });
+        let (_p, gw) = one_mutator(Mutation::With(f)).await;
+        let e = gw
+            .client()
+            .await
+            .mutate_manifest_work(to("rogue", mutate_request("c1", input)))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Internal, "{}", e.message());
+        assert!(
+            e.message().contains("changes spec.executor from"),
+            "{}",
+            e.message()
+        );
+        gw.stop().await;
+    }
+    // Changing the rest of the spec, the executor kept, is a mutation.
+    let f = Arc::new(|w: &Value| {
+        let mut w = w.clone();
+        w["spec"]["deleteOption"] = json!({"propagationPolicy": "Orphan"});
+        w
+    });
+    let (_p, gw) = one_mutator(Mutation::With(f)).await;
+    let resp = gw
+        .client()
+        .await
+        .mutate_manifest_work(to("rogue", mutate_request("c1", work_with_executor())))
+        .await
+        .unwrap();
+    assert_eq!(
+        trailer(resp.metadata(), "ocm-rollout-mutated-by").as_deref(),
+        Some("rogue")
+    );
+    gw.stop().await;
 }
 
 #[tokio::test]

@@ -277,3 +277,20 @@ fn skip_files_checks_everything_but_the_certificate_files() {
         "{stdout}"
     );
 }
+
+#[test]
+fn an_unknown_default_is_a_problem_with_a_suggestion() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "typo.yaml",
+        "defaults:\n  timout: 5s\nplugins:\n  - name: a\n    endpoint: 127.0.0.1:1\n    insecure: true\n",
+    );
+    let out = check(&[&file]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(64), "{stdout}");
+    assert!(
+        stdout.contains("typo.yaml: defaults.timout: unknown field; did you mean `timeout`?"),
+        "{stdout}"
+    );
+}

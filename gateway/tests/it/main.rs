@@ -16,6 +16,7 @@ mod check_command;
 mod common;
 mod configmap;
 mod fail_closed;
+mod foreign_text;
 mod handshakes;
 mod hostile_clients;
 mod hubs;

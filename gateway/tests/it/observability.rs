@@ -766,3 +766,17 @@ async fn the_last_reload_result_is_a_gauge_until_a_good_registry_loads() {
     assert!(reloaded_at > loaded_at, "{reloaded_at} after {loaded_at}");
     gw.stop().await;
 }
+
+/// A plugin failing open on every call (`failurePolicy: Ignore`) is logged
+/// once a minute, not once per call; the counter has every one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_fail_open_warnings_are_written_once_a_minute() {
+    let lines = crate::foreign_text::log_lines("json", 20).await;
+    let warnings: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["plugin"] == "soft" && v["level"] == "WARN")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{lines:#?}");
+    assert_eq!(warnings[0]["left_out"], 0);
+}

@@ -1227,30 +1227,39 @@ fn json_value() -> BoxedStrategy<Value> {
 }
 
 /// A ManifestWork-like object: any fields, with the identity fields set
-/// (apiVersion and kind only sometimes).
+/// (apiVersion, kind and spec.executor only sometimes).
 fn manifest_work() -> BoxedStrategy<Value> {
     (
-        prop::collection::btree_map("[a-zA-Z]{1,8}", json_value(), 0..4),
-        prop::collection::btree_map("[a-zA-Z]{1,8}", json_value(), 0..3),
+        (
+            prop::collection::btree_map("[a-zA-Z]{1,8}", json_value(), 0..4),
+            prop::collection::btree_map("[a-zA-Z]{1,8}", json_value(), 0..3),
+        ),
         option::of(".{0,12}"),
         option::of(".{0,12}"),
         ".{0,12}",
         ".{0,12}",
+        option::of(json_value()),
     )
-        .prop_map(|(top, meta, api_version, kind, name, namespace)| {
-            let mut v = Value::Object(top.into_iter().collect());
-            let mut m: serde_json::Map<String, Value> = meta.into_iter().collect();
-            m.insert("name".into(), json!(name));
-            m.insert("namespace".into(), json!(namespace));
-            v["metadata"] = Value::Object(m);
-            if let Some(a) = api_version {
-                v["apiVersion"] = json!(a);
-            }
-            if let Some(k) = kind {
-                v["kind"] = json!(k);
-            }
-            v
-        })
+        .prop_map(
+            |((top, meta), api_version, kind, name, namespace, executor)| {
+                let mut v = Value::Object(top.into_iter().collect());
+                let mut m: serde_json::Map<String, Value> = meta.into_iter().collect();
+                m.insert("name".into(), json!(name));
+                m.insert("namespace".into(), json!(namespace));
+                v["metadata"] = Value::Object(m);
+                v["spec"] = json!({});
+                if let Some(e) = executor {
+                    v["spec"]["executor"] = e;
+                }
+                if let Some(a) = api_version {
+                    v["apiVersion"] = json!(a);
+                }
+                if let Some(k) = kind {
+                    v["kind"] = json!(k);
+                }
+                v
+            },
+        )
         .boxed()
 }
 
@@ -1260,7 +1269,8 @@ fn identity_slot(v: &mut Value, field: usize) -> (&mut serde_json::Map<String, V
         0 => (v, "apiVersion"),
         1 => (v, "kind"),
         2 => (&mut v["metadata"], "name"),
-        _ => (&mut v["metadata"], "namespace"),
+        3 => (&mut v["metadata"], "namespace"),
+        _ => (&mut v["spec"], "executor"),
     };
     (obj.as_object_mut().expect("an object"), key)
 }
@@ -1275,7 +1285,7 @@ fn check_identity(work: &Value, field: usize, new: Option<Value>, other: Value) 
     // Any change outside the identity fields is allowed.
     let mut relabelled = work.clone();
     relabelled["metadata"]["x-changed"] = other.clone();
-    relabelled["spec"] = other;
+    relabelled["spec"]["x-changed"] = other;
     prop_assert_eq!(identity_change(work, &relabelled), None);
 
     // Changing (or removing) one identity field is reported by its name.
@@ -1536,7 +1546,7 @@ proptest! {
     #[test]
     fn identity_changes_are_reported_by_field(
         work in manifest_work(),
-        field in 0usize..4,
+        field in 0usize..manifest::IDENTITY_FIELDS.len(),
         new in option::weighted(0.8, json_value()),
         other in json_value(),
     ) {

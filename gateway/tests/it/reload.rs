@@ -128,6 +128,35 @@ async fn an_invalid_reload_keeps_the_old_registry() {
 }
 
 #[tokio::test]
+async fn a_reload_with_an_unknown_default_is_refused_with_a_suggestion() {
+    let a = plugin(Behaviour::new("a")).await;
+    let gw = gateway(&format!("plugins:\n{}", insecure_plugin("a", &a, ""))).await;
+    gw.write_config(&format!(
+        "defaults:\n  failurPolicy: Ignore\nplugins:\n{}",
+        insecure_plugin("a", &a, "")
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let debug = loop {
+        let d = gw.debug().await;
+        if !d["lastReloadError"].is_null() {
+            break d;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reload was not refused"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let err = debug["lastReloadError"].as_str().unwrap();
+    assert!(
+        err.contains("defaults.failurPolicy: unknown field; did you mean `failurePolicy`?"),
+        "{err}"
+    );
+    assert_eq!(debug["generation"], 1);
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn continuous_calls_while_the_config_is_rewritten_20_times() {
     let target = plugin(Behaviour::new("target")).await;
     let other = plugin(Behaviour::new("other")).await;

@@ -3,10 +3,11 @@
 //! clusters that left the placement deleted.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use futures::StreamExt;
 use kube::ResourceExt;
+use rollout_telemetry::throttle::{LOG_INTERVAL, Throttle};
 
 use super::{PlacementStep, StepState, View, reported, timed_out_reported};
 use crate::api::ManifestWork;
@@ -17,10 +18,13 @@ use crate::orchestrate::request::{self, Reported, Requests};
 #[cfg(doc)]
 use crate::orchestrate::settings::Settings;
 use crate::orchestrate::splice::work_json;
-use crate::orchestrate::works::{desired_work, finish_work, work_name};
+use crate::orchestrate::works::{desired_work, finish_work, read_mutated, work_name};
 use crate::orchestrate::world::{World, WorldError};
 use crate::revision::Revision;
 use crate::rollout::{ClusterRolloutStatus, RolloutResult, RolloutStatus};
+
+/// The fail-open warnings of MutateManifestWork, per set of plugins.
+static FAILED_OPEN_LOG: LazyLock<Throttle> = LazyLock::new(|| Throttle::new(LOG_INTERVAL));
 
 /// One cluster's work to roll out.
 struct Job {
@@ -33,6 +37,9 @@ struct Job {
 /// How one cluster's roll-out went, from its concurrent task.
 enum RolledOut {
     Applied(Box<ManifestWork>),
+    /// Applied without the plugin's mutation, its hook having failed (a
+    /// rollback past its grace).
+    AppliedUnmutated(Box<ManifestWork>, HookError),
     HookFailed(HookError),
     WriteFailed(WorldError),
 }
@@ -107,8 +114,9 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             None => None,
         };
         let jobs = self.jobs(state, view, &to_roll_out);
+        let unmutated = view.aborting && self.grace_over(state);
         let done: Vec<(String, RolledOut)> = futures::stream::iter(jobs)
-            .map(|job| self.roll_out(job, mutate.as_ref(), &view.desired))
+            .map(|job| self.roll_out(job, mutate.as_ref(), &view.desired, unmutated))
             .buffered(self.limit())
             .collect()
             .await;
@@ -226,13 +234,26 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
         )
     }
 
+    /// Whether the rollback under way has waited for its plugin longer
+    /// than [`Settings::rollback_hook_grace`] since its abort started.
+    fn grace_over(&self, state: &StepState) -> bool {
+        let started = state.abort.as_ref().map(|(at, _)| *at).or(state.aborted_at);
+        let grace = jiff::SignedDuration::try_from(self.input.settings.rollback_hook_grace)
+            .unwrap_or(jiff::SignedDuration::MAX);
+        started.is_some_and(|at| self.input.clock.now().duration_since(at) >= grace)
+    }
+
     /// One cluster's roll-out: with a plugin, BeginRollout,
     /// MutateManifestWork and the apply, in that order; without, the apply.
+    /// With `unmutated` (a rollback past its grace), a failed hook does not
+    /// hold the cluster: the desired work is applied as it is, the failure
+    /// reported with it.
     async fn roll_out(
         &self,
         job: Job,
         mutate: Option<&Mutate<'_>>,
         desired: &Revision,
+        unmutated: bool,
     ) -> (String, RolledOut) {
         let Job {
             cluster,
@@ -240,15 +261,23 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             force,
         } = job;
         let owner = &self.input.owner;
+        let mut skipped = None;
         let mutated = match mutate {
             Some(mutate) => match self.mutate(mutate, &cluster, &work).await {
                 Ok(mutated) => mutated,
+                Err(RolledOut::HookFailed(error)) if unmutated => {
+                    skipped = Some(error);
+                    None
+                }
                 Err(failed) => return (cluster, failed),
             },
             None => None,
         };
         let work = finish_work(&work, mutated, owner, self.target.name, &desired.hash);
-        let rolled = self.apply(work, force).await;
+        let rolled = match (self.apply(work, force).await, skipped) {
+            (RolledOut::Applied(stored), Some(error)) => RolledOut::AppliedUnmutated(stored, error),
+            (rolled, _) => rolled,
+        };
         (cluster, rolled)
     }
 
@@ -278,23 +307,24 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             .await
             .map_err(RolledOut::HookFailed)?;
         if !mutation.failed_open.is_empty() {
-            tracing::warn!(
-                cluster,
-                failed_open = mutation.failed_open.join(","),
-                "plugins failed open on MutateManifestWork"
-            );
+            let failed_open = mutation.failed_open.join(",");
+            // Once a minute per set of plugins, however many clusters.
+            if let Some(left_out) = FAILED_OPEN_LOG.admit(&failed_open, std::time::Instant::now()) {
+                tracing::warn!(
+                    cluster,
+                    failed_open,
+                    left_out,
+                    "plugins failed open on MutateManifestWork (left_out: lines of the same plugins not logged since the last)"
+                );
+            }
         }
-        match mutation
-            .work
-            .as_deref()
-            .map(serde_json::from_slice::<ManifestWork>)
-        {
+        match mutation.work.as_deref().map(|b| read_mutated(work, b)) {
             None => Ok(None),
             Some(Ok(mutated)) => Ok(Some(mutated)),
-            Some(Err(err)) => Err(RolledOut::HookFailed(HookError {
+            Some(Err(refused)) => Err(RolledOut::HookFailed(HookError {
                 hook: HookKind::MutateManifestWork,
                 code: tonic::Code::Internal,
-                message: format!("the mutated ManifestWork cannot be read: {err}"),
+                message: refused.to_string(),
                 origin: crate::hooks::Origin::Answer,
             })),
         }
@@ -315,6 +345,10 @@ fn record(state: &mut StepState, cluster: String, rolled: RolledOut) {
         RolledOut::Applied(stored) => {
             state.outcome.applied.push(cluster.clone());
             state.works.insert(cluster, Arc::new(*stored));
+        }
+        RolledOut::AppliedUnmutated(stored, error) => {
+            record(state, cluster.clone(), RolledOut::Applied(stored));
+            record(state, cluster, RolledOut::HookFailed(error));
         }
         RolledOut::HookFailed(error) => {
             state.messages.insert(cluster.clone(), error.to_string());

@@ -54,6 +54,8 @@ struct StepState {
     action: AbortAction,
     /// When and why an abort started in this step.
     abort: Option<(Timestamp, AbortReport)>,
+    /// When the abort under way before this step started.
+    aborted_at: Option<Timestamp>,
 }
 
 pub(super) struct PlacementStep<'s, 'a, H, W> {
@@ -85,14 +87,15 @@ impl<'s, 'a, H: Hooks, W: World> PlacementStep<'s, 'a, H, W> {
 }
 
 impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
-    /// Runs the step for the placement: observe, validate, decide (again
-    /// from observe after an abort turns into a rollback), act, prune;
-    /// returns its outcome and, when an abort started here, when and why.
+    /// Runs the step for the placement (`aborted_at`: when the abort under
+    /// way started, if one is): observe, validate, decide (again from
+    /// observe after an abort turns into a rollback), act, prune; returns
+    /// its outcome and, when an abort started here, when and why.
     pub(super) async fn run(
         &self,
-        already_aborted: bool,
+        aborted_at: Option<Timestamp>,
     ) -> (PlacementOutcome, Option<(Timestamp, AbortReport)>) {
-        let mut state = self.begin(already_aborted);
+        let mut state = self.begin(aborted_at);
         let (mut view, result) = loop {
             let mut view = self.observe(&state);
             if self.acting()
@@ -148,7 +151,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
     /// The step's starting state: the placement's works, one per cluster
     /// (a second one for a cluster, such as a leftover of another
     /// controller, is ignored), and the abort action so far.
-    fn begin(&self, already_aborted: bool) -> StepState {
+    fn begin(&self, aborted_at: Option<Timestamp>) -> StepState {
         let input = self.input;
         let mut works: BTreeMap<String, Arc<ManifestWork>> = BTreeMap::new();
         for work in input.works {
@@ -184,13 +187,14 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             messages: HashMap::new(),
             validated: BTreeSet::new(),
             action: revision::abort_action(
-                already_aborted,
+                aborted_at.is_some(),
                 false,
                 &input.update.hash,
                 input.current_hash,
                 input.current,
             ),
             abort: None,
+            aborted_at,
         }
     }
 

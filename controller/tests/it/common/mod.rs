@@ -56,6 +56,11 @@ pub struct Script {
     pub validate: HashMap<String, ValidateResponse>,
     /// BeginRollout answers this error when set (OK otherwise).
     pub begin_error: Option<(tonic::Code, String)>,
+    /// MutateManifestWork also sets the annotation `canary/note` of the
+    /// work's first manifest to this.
+    pub note: Option<String>,
+    /// MutateManifestWork answers the work without its `spec`.
+    pub drop_spec: bool,
     pub seen: Vec<Seen>,
 }
 
@@ -252,6 +257,13 @@ impl RolloutPluginService for Plugin {
             .or_insert_with(|| json!({}));
         annotations["canary/weight"] = json!((rollout.cluster_index * 10).to_string());
         annotations["canary/aborting"] = json!(rollout.aborting.to_string());
+        if let Some(note) = self.script.lock().unwrap().note.clone() {
+            let manifest = &mut work["spec"]["workload"]["manifests"][0]["metadata"];
+            manifest["annotations"]["canary/note"] = json!(note);
+        }
+        if self.script.lock().unwrap().drop_spec {
+            work.as_object_mut().unwrap().remove("spec");
+        }
         Ok(tonic::Response::new(MutateManifestWorkResponse {
             manifest_work: serde_json::to_vec(&work).unwrap().into(),
         }))
