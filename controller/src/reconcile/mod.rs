@@ -713,13 +713,20 @@ impl<'r> Pass<'r> {
         if !plugins.failed.is_empty() {
             requeue = soonest(requeue, Some(ctx.plugins.retry_after()));
         }
-        // A rollout in motion (something to look at again) is looked at
-        // again within STORE_LAG_RECHECK: the stores a reconcile reads are
-        // fed by watches of their own, and the event that triggered this
+        // A cluster waiting for its work agent's report is looked at again
+        // within STORE_LAG_RECHECK: the stores a reconcile reads are fed by
+        // watches of their own, and the report that triggered this
         // reconcile may have reached the trigger's watch before the store
-        // (a real API server shows it: a work's agent report read stale,
-        // and the cluster then waited for its progress deadline).
-        let requeue = requeue.map(|wait| wait.min(STORE_LAG_RECHECK));
+        // (a real API server shows it: the report read stale, the cluster
+        // then waited for its progress deadline).
+        let waiting_for_agent = outcome.placements.iter().any(|p| {
+            p.clusters
+                .iter()
+                .any(|c| c.status == crate::rollout::RolloutStatus::Progressing)
+        });
+        if waiting_for_agent {
+            requeue = soonest(requeue, Some(STORE_LAG_RECHECK));
+        }
         tracing::debug!(requeue_secs = requeue.map(|d| d.as_secs()), "reconciled");
         Action::requeue(requeue.unwrap_or(MAX_REQUEUE).min(MAX_REQUEUE))
     }
@@ -827,8 +834,8 @@ async fn wait_listed(store: &Store<ManifestWorkReplicaSet>) -> bool {
     }
 }
 
-/// The longest a rollout in motion goes without a reconcile (see
-/// `Pass::requeue`).
+/// The longest a cluster waiting for its agent's report goes without a
+/// reconcile (see `Pass::requeue`).
 const STORE_LAG_RECHECK: Duration = Duration::from_secs(5);
 
 /// How often [`wait_listed`] looks again.
