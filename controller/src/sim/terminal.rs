@@ -191,6 +191,19 @@ impl<W: Write> Terminal<W> {
     }
 }
 
+/// The header of the step table: its status and hook-call columns.
+fn column_header() -> String {
+    let mut header = format!("{:>5} {:>10} ", "step", "time");
+    for c in STATUS_COLUMNS {
+        let _ = write!(header, " {c}");
+    }
+    header.push_str("   hook calls:");
+    for c in HOOK_COLUMNS {
+        let _ = write!(header, " {c}");
+    }
+    header
+}
+
 impl<W: Write> Report for Terminal<W> {
     fn begin(&mut self, plan: &Plan) -> io::Result<()> {
         self.tracing = plan.tracing;
@@ -268,15 +281,7 @@ impl<W: Write> Report for Terminal<W> {
             write_line(out, &format!("  warning     the API server: {warning}"))?;
         }
         writeln!(out)?;
-        let mut header = format!("{:>5} {:>10} ", "step", "time");
-        for c in STATUS_COLUMNS {
-            let _ = write!(header, " {c}");
-        }
-        header.push_str("   hook calls:");
-        for c in HOOK_COLUMNS {
-            let _ = write!(header, " {c}");
-        }
-        write_line(out, &header)?;
+        write_line(out, &column_header())?;
         out.flush()
     }
 
