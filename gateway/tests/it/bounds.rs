@@ -69,7 +69,6 @@ fn framed(message: &impl prost::Message) -> Bytes {
 }
 
 mod memory {
-    use std::io::{BufRead, BufReader};
     use std::process::{Child, Command, Stdio};
 
     use super::*;
@@ -98,16 +97,7 @@ mod memory {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let grpc = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("grpc="))
-            .expect("listening line")
-            .parse()
-            .unwrap();
+        let (grpc, _) = listening(&mut child);
         (Proc(child), grpc)
     }
 

@@ -46,17 +46,9 @@ pub(crate) async fn log_lines(format: &str, calls: usize) -> Vec<String> {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let grpc = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("grpc="))
-        .expect("the listening line")
-        .to_owned();
+    let (grpc, _) = listening(&mut child);
     let stderr = child.stderr.take().unwrap();
-    let mut client = client(grpc.parse().unwrap()).await;
+    let mut client = client(grpc).await;
     for _ in 0..calls {
         client
             .begin_rollout(to("soft", rollout("c1")))

@@ -57,27 +57,6 @@ fn spawn_with(config: &std::path::Path, flags: &[&str]) -> (Proc, SocketAddr, So
     (Proc(child), grpc, admin)
 }
 
-/// Reads the child's listening line, `rollout-gateway listening grpc=ADDR
-/// admin=ADDR`, and returns both addresses.
-fn listening(child: &mut Child) -> (SocketAddr, SocketAddr) {
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let mut grpc = None;
-    let mut admin = None;
-    assert!(line.starts_with("rollout-gateway listening "), "{line:?}");
-    for word in line.split_whitespace() {
-        if let Some(a) = word.strip_prefix("grpc=") {
-            grpc = Some(a.parse().unwrap());
-        }
-        if let Some(a) = word.strip_prefix("admin=") {
-            admin = Some(a.parse().unwrap());
-        }
-    }
-    (grpc.expect("grpc="), admin.expect("admin="))
-}
-
 #[tokio::test]
 async fn prints_the_bound_addresses_and_drains_on_sigterm() {
     let slow = plugin(Behaviour::new("slow")).await;

@@ -644,3 +644,25 @@ pub async fn raw_unary(
         trailers,
     }
 }
+
+/// Reads a gateway child process's listening line, `rollout-gateway
+/// listening grpc=ADDR admin=ADDR`, and returns both addresses.
+pub fn listening(child: &mut std::process::Child) -> (SocketAddr, SocketAddr) {
+    use std::io::{BufRead, BufReader};
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("the child's stdout is piped"))
+        .read_line(&mut line)
+        .unwrap();
+    let mut grpc = None;
+    let mut admin = None;
+    assert!(line.starts_with("rollout-gateway listening "), "{line:?}");
+    for word in line.split_whitespace() {
+        if let Some(a) = word.strip_prefix("grpc=") {
+            grpc = Some(a.parse().unwrap());
+        }
+        if let Some(a) = word.strip_prefix("admin=") {
+            admin = Some(a.parse().unwrap());
+        }
+    }
+    (grpc.expect("grpc="), admin.expect("admin="))
+}
