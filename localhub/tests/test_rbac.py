@@ -48,3 +48,24 @@ def test_what_the_roles_do_not_grant_is_refused(controller, hub: Hub):
                          kubeconfig=controller.kubeconfig, check=False)
     assert result.returncode != 0 and "forbidden" in result.stderr.lower(), result.stderr
     assert hub.get("secret", "stolen", "cluster1") is None
+
+
+def test_namespace_tenants_own_their_carriers_through_the_aggregated_roles(installed, hub: Hub):
+    """Whoever may edit a namespace may write its
+    ManifestWorkReplicaSetRollouts, and a viewer may read them: the overlay's
+    roles aggregate into Kubernetes' `edit` and `view` (the hub's
+    kube-controller-manager aggregates them)."""
+    hub.kubectl("create", "namespace", "team-a")
+    hub.kubectl("create", "rolebinding", "alice-edit", "-n", "team-a", "--clusterrole=edit", "--user=alice")
+    hub.kubectl("create", "rolebinding", "bob-view", "-n", "team-a", "--clusterrole=view", "--user=bob")
+    carriers = "manifestworkreplicasetrollouts.rollout-hooks.io"
+
+    def may(user: str, verb: str, namespace: str = "team-a") -> bool:
+        result = hub.kubectl("auth", "can-i", verb, carriers, "-n", namespace, f"--as={user}", check=False)
+        return result.stdout.strip() == "yes"
+
+    hub.wait_for(lambda: may("alice", "create") and may("bob", "list"), 30,
+                 "the aggregated roles to reach edit and view")
+    assert may("alice", "delete")
+    assert not may("bob", "create"), "a viewer may write carriers"
+    assert not may("alice", "create", "default"), "the grant leaks out of the tenant's namespace"
