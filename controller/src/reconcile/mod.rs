@@ -820,26 +820,9 @@ pub(crate) fn referencing(
         .collect()
 }
 
-/// Whether `store` was listed (false: its writer is gone). The controller's
-/// own runner waits on the same store, and kube-runtime's readiness keeps
-/// the waker of one waiter only: a second waiter that is not polled again
-/// is never woken (a real API server's first list shows it), so this polls
-/// again every [`LISTED_POLL`].
-async fn wait_listed(store: &Store<ManifestWorkReplicaSet>) -> bool {
-    loop {
-        match tokio::time::timeout(LISTED_POLL, store.wait_until_ready()).await {
-            Ok(result) => return result.is_ok(),
-            Err(_elapsed) => continue,
-        }
-    }
-}
-
 /// The longest a cluster waiting for its agent's report goes without a
 /// reconcile (see `Pass::requeue`).
 const STORE_LAG_RECHECK: Duration = Duration::from_secs(5);
-
-/// How often [`wait_listed`] looks again.
-const LISTED_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A shutdown trigger that every phase of `run` can wait on (cloned).
 pub(crate) type Stop = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
@@ -858,19 +841,8 @@ pub(crate) async fn run(ctx: Arc<Context>, readiness: Readiness, stop: Stop) {
     if let Some(writers) = ctx.take_store_writers() {
         cache::spawn_reflectors(&client, writers);
     }
-    let controller = Controller::new(
-        Api::<ManifestWorkReplicaSet>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    );
+    let controller = mwrs_controller(&client, &readiness);
     let (by_decision, by_placement) = (controller.store(), controller.store());
-    let synced = controller.store();
-    let ready = readiness.clone();
-    let ready_task = tokio::spawn(async move {
-        if wait_listed(&synced).await {
-            ready.set(true);
-            tracing::info!("ManifestWorkReplicaSets listed; ready");
-        }
-    });
     controller
         .watches(
             Api::<ManifestWork>::all(client.clone()),
@@ -917,7 +889,31 @@ pub(crate) async fn run(ctx: Arc<Context>, readiness: Readiness, stop: Stop) {
         })
         .await;
     readiness.set(false);
-    ready_task.abort();
+}
+
+/// The controller over every ManifestWorkReplicaSet, its reflector built
+/// here so that readiness comes from the list itself: the first time the
+/// watch's list ends (`InitDone`), `readiness` turns true. kube-runtime's
+/// own store readiness keeps the waker of one waiter only, and its runner
+/// is that waiter; a second one (a task waiting to mark the controller
+/// ready) was never woken on a real API server, or, polling again, took the
+/// runner's place.
+fn mwrs_controller(client: &Client, readiness: &Readiness) -> Controller<ManifestWorkReplicaSet> {
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::reflector::{self, reflector};
+    let (reader, writer) = reflector::store();
+    let ready = readiness.clone();
+    let watch = watcher(
+        Api::<ManifestWorkReplicaSet>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    );
+    let listed = reflector(writer, watch).inspect(move |event| {
+        if matches!(event, Ok(watcher::Event::InitDone)) && !ready.is_ready() {
+            ready.set(true);
+            tracing::info!("ManifestWorkReplicaSets listed; ready");
+        }
+    });
+    Controller::for_stream(listed.applied_objects(), reader)
 }
 
 #[cfg(test)]
