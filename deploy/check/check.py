@@ -1389,14 +1389,17 @@ pipelines:
 
 def check_monitoring(report: Report, objects: list[dict], bin_dir: Path | None, tmp: Path,
                      scrapes: dict) -> str:
-    """The PodMonitors point at real ports, and every PrometheusRule passes
-    promtool and matches what the binaries really export (alerts.py). The
+    """The PodMonitors point at real ports, and every PrometheusRule's
+    alerts have a description and a runbook in the docs, pass promtool and
+    match what the binaries really export (alerts.py). The
     scrape is made once per run (`scrapes` keeps it)."""
     import alerts
     parts = [f"{check_pod_monitors(report, objects)} PodMonitor endpoints on named ports"]
     rules = [o for o in objects if o.get("kind") == "PrometheusRule"]
     if not rules:
         return parts[0]
+    for rule in rules:
+        alerts.check_annotations(report, rule, ROOT)
     if "promtool" not in scrapes:
         scrapes["promtool"], how = alerts.find_promtool(cache_dir())
         print(f"deploy check: {how}", flush=True)
