@@ -658,6 +658,30 @@ class AlertRules(unittest.TestCase):
         self.assertEqual(scrape.families["rollout_gateway_hook_requests"], "counter")
 
 
+class MissingCerts(unittest.TestCase):
+    def overlay(self, name: str) -> Path:
+        directory = Path(tempfile.mkdtemp()) / name
+        directory.mkdir()
+        (directory / "kustomization.yaml").write_text(
+            "configMapGenerator:\n  - name: c\n    files:\n      - config.yaml=tls/config.yaml\n"
+            "secretGenerator:\n  - name: s\n    files:\n      - tls.crt=tls/a.crt\n      - tls/ca.crt\n"
+            "  - name: t\n    files:\n      - ca.crt=tls/ca.crt\n")
+        return directory
+
+    def test_an_overlay_without_its_certificates_names_make_certs(self):
+        directory = self.overlay("central")
+        self.assertEqual(check.missing_generator_files(directory), ["tls/config.yaml", "tls/a.crt", "tls/ca.crt"])
+        self.assertIn("run `deploy/make-certs central` first", check.certs_hint("central", directory))
+
+    def test_with_its_certificates_or_for_another_overlay_there_is_no_hint(self):
+        directory = self.overlay("example-plugins")
+        (directory / "tls").mkdir()
+        for f in ("config.yaml", "a.crt", "ca.crt"):
+            (directory / "tls" / f).write_text("x")
+        self.assertEqual(check.certs_hint("example-plugins", directory), "")
+        self.assertEqual(check.certs_hint("tracing", self.overlay("tracing")), "")
+
+
 class AlertAnnotations(unittest.TestCase):
     def setUp(self) -> None:
         import alerts
