@@ -5,7 +5,8 @@
 # rollout-gateway). Builds the Rust binaries it needs (debug, as the tests
 # left them). Go comes from Debian's packages (offline, GOPATH mode), Python's
 # grpcio from PyPI into a venv under ~/.cache; both are installed when
-# missing.
+# missing, and a Go still missing fails the run. Every plugin it starts is
+# stopped when it exits, whether it passed or failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -18,18 +19,36 @@ export ROLLOUT_PLUGIN_CHECK="$BIN/rollout-plugin-check"
 export ROLLOUT_GATEWAY="$BIN/rollout-gateway"
 export ROLLOUT_HOOKS_E2E=1
 
-PIDS=()
+# The plugins started, one process id a line in $STATE/pids (a file,
+# because each is started inside `addr=$(start_plugin ...)`, a subshell
+# whose variables are lost), and their output. They are stopped on every
+# exit, a failure and Ctrl-C included.
+STATE=$(mktemp -d)
+: >"$STATE/pids"
+SNIPDIR=
+GOWORK_DIR=
 cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  local pid left
+  while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$STATE/pids"
+  for _ in $(seq 30); do
+    left=0
+    while read -r pid; do kill -0 "$pid" 2>/dev/null && left=1; done <"$STATE/pids"
+    ((left)) || break
+    sleep 0.1
+  done
+  while read -r pid; do kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true; done <"$STATE/pids"
+  rm -rf "$STATE" "$SNIPDIR" "$GOWORK_DIR"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # Starts a plugin ("$@") and echoes the address of its listening line.
 start_plugin() {
   local out
-  out=$(mktemp)
+  out=$(mktemp -p "$STATE")
   "$@" >"$out" 2>/dev/null &
-  PIDS+=($!)
+  echo $! >>"$STATE/pids"
   for _ in $(seq 300); do
     if grep -q ' listening grpc=' "$out"; then
       sed -n 's/.* listening grpc=\([^ ]*\).*/\1/p' "$out" | head -1
@@ -39,6 +58,44 @@ start_plugin() {
   done
   echo "plugin $1 printed no listening line" >&2
   return 1
+}
+
+echo "-- Go"
+# Go is required (the Go plugin, the guide's Go plugin, gofmt): installed
+# from Debian's packages when missing, and a failure when still not there.
+GO_DEBS=(golang-go golang-google-grpc-dev golang-google-protobuf-dev
+  golang-github-golang-protobuf-1-5-dev protobuf-compiler protoc-gen-go protoc-gen-go-grpc)
+missing=()
+for deb in "${GO_DEBS[@]}"; do
+  dpkg-query -W -f='${Status}' "$deb" 2>/dev/null | grep -q 'ok installed' || missing+=("$deb")
+done
+if ((${#missing[@]})); then
+  echo "installing Debian packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+for tool in go gofmt; do
+  command -v "$tool" >/dev/null || {
+    echo "$tool not found on PATH: Go is required to build and check the Go plugins" \
+      "(Debian's golang-go)" >&2
+    exit 1
+  }
+done
+
+# Fails unless gofmt reads every file of "$@" and finds it formatted; what
+# is checked is named by $1.
+check_gofmt() {
+  local what=$1 out
+  shift
+  if ! out=$(gofmt -l "$@"); then
+    echo "$what: gofmt cannot parse it (above)" >&2
+    exit 1
+  fi
+  if [[ -n "$out" ]]; then
+    echo "$what: not gofmt-formatted:" >&2
+    gofmt -d "$@" >&2
+    exit 1
+  fi
 }
 
 echo "-- the guide's Go and Python plugins, as files"
@@ -55,11 +112,7 @@ for f in "$SNIPDIR/main.go" "$SNIPDIR/plugin.py"; do
   [[ -s "$f" ]] || { echo "docs/plugin-guide.md: no block for $(basename "$f")" >&2; exit 1; }
 done
 # gofmt parses the whole file (an import left out shows in `go vet` below).
-if [[ -n "$(gofmt -l "$SNIPDIR/main.go")" ]]; then
-  echo "docs/plugin-guide.md: the Go plugin is not gofmt-formatted:" >&2
-  gofmt -d "$SNIPDIR/main.go" >&2
-  exit 1
-fi
+check_gofmt "docs/plugin-guide.md's Go plugin" "$SNIPDIR/main.go"
 python3 -m py_compile "$SNIPDIR/plugin.py"
 
 echo "-- rollout-plugin-check against the Rust example plugins"
@@ -109,17 +162,6 @@ ROLLOUT_HOOKS_PYTHON="$PYENV/bin/python" cargo test -q -p rollout-gateway --test
   plugin_answers::grpcio --nocapture
 
 echo "-- the Go plugin (examples/go/cluster-gate)"
-GO_DEBS=(golang-go golang-google-grpc-dev golang-google-protobuf-dev
-  golang-github-golang-protobuf-1-5-dev protobuf-compiler protoc-gen-go protoc-gen-go-grpc)
-missing=()
-for deb in "${GO_DEBS[@]}"; do
-  dpkg-query -W -f='${Status}' "$deb" 2>/dev/null | grep -q 'ok installed' || missing+=("$deb")
-done
-if ((${#missing[@]})); then
-  echo "installing Debian packages: ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
 # GOPATH mode, offline: Debian's Go libraries live in /usr/share/gocode; the
 # generated API package and the plugin go into a GOPATH of their own under
 # their import paths. (Without golang-github-golang-protobuf-1-5-dev,
@@ -132,11 +174,7 @@ mkdir -p "$GOWORK_DIR/src/$GOIMPORT/examples/go"
 ln -s "$ROOT/$GODIR" "$GOWORK_DIR/src/$GOIMPORT/examples/go/cluster-gate"
 export GO111MODULE=off GOFLAGS= GOPATH="$GOWORK_DIR:/usr/share/gocode"
 export GOCACHE="${GOCACHE:-$HOME/.cache/rollout-hooks-go-build}"
-unformatted=$(gofmt -l "$GODIR")
-if [[ -n "$unformatted" ]]; then
-  echo "gofmt: not formatted: $unformatted" >&2
-  exit 1
-fi
+check_gofmt "$GODIR" "$GODIR"
 (
   cd "$GOWORK_DIR/src/$GOIMPORT/examples/go/cluster-gate"
   go vet .
@@ -150,4 +188,3 @@ cp "$SNIPDIR/main.go" "$GOWORK_DIR/src/example.com/guide-plugin/main.go"
 addr=$(start_plugin "$GOWORK_DIR/cluster-gate" --listen 127.0.0.1:0)
 echo "cluster-gate ($addr)"
 "$ROLLOUT_PLUGIN_CHECK" "$addr"
-rm -rf "$GOWORK_DIR" "$SNIPDIR"

@@ -9,7 +9,9 @@ really export (used by check.py).
   name fails;
 - `promtool test rules` with those scraped series as input: each selector
   finds them (`absent(...)` is empty) and each alert's whole expression
-  evaluates without error.
+  evaluates without error;
+- every alert has a `summary`, a `description` and a `runbook_url` naming a
+  heading of the repository's own docs (`docs/observability.md#anchor`).
 
 The PromQL is read by a small tokenizer (selectors, label matchers and the
 label lists of by/without/on/ignoring/group_left/group_right), enough for
@@ -359,8 +361,44 @@ def rule_tests(report, rule_obj: dict, tests: list[Path], promtool: str, workdir
     return len(tests)
 
 
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors a Markdown file's headings get, as GitHub spells them:
+    lower case, punctuation dropped, spaces as hyphens (no numbering of
+    repeated headings: the runbook's are unique)."""
+    anchors = set()
+    for line in markdown.splitlines():
+        match = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if match:
+            text = re.sub(r"[^\w\- ]", "", match.group(1).lower())
+            anchors.add(text.replace(" ", "-"))
+    return anchors
+
+
+def check_annotations(report, rule_obj: dict, root: Path) -> None:
+    """Every alert says what it means and what to do (`summary`,
+    `description`) and where its runbook is (`runbook_url`: a file of the
+    repository, relative to `root`, and one of its headings)."""
+    for rule in alerts_of(rule_obj):
+        what = f"alert {rule['alert']}"
+        annotations = rule.get("annotations") or {}
+        for key in ("summary", "description", "runbook_url"):
+            report.check(bool(str(annotations.get(key) or "").strip()), f"{what} has a {key} annotation")
+        url = str(annotations.get("runbook_url") or "")
+        if not url:
+            continue
+        path, _, anchor = url.partition("#")
+        target = (root / path).resolve()
+        inside = bool(path) and "://" not in url and target.is_relative_to(root.resolve())
+        if not report.check(inside and target.is_file(),
+                            f"{what}: runbook_url {url!r} names a file of the repository"):
+            continue
+        report.check(bool(anchor) and anchor in heading_anchors(target.read_text()),
+                     f"{what}: runbook_url {url!r} names a heading of {path}")
+
+
 def check_rules(report, rule_obj: dict, scrapes: list[Scrape], promtool: str, workdir: Path) -> str:
-    """All of the above for one PrometheusRule; a summary."""
+    """All of the above but the annotations (check_annotations) for one
+    PrometheusRule; a summary."""
     name = (rule_obj.get("metadata") or {}).get("name")
     ok, out = promtool_check(rule_obj, promtool, workdir)
     report.check(ok, f"PrometheusRule {name}: promtool check rules\n      {out}")

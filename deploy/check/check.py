@@ -276,6 +276,28 @@ def kustomize_warnings(stderr: str) -> list[str]:
     return [line.strip() for line in stderr.splitlines() if line.strip()]
 
 
+def missing_generator_files(directory: Path) -> list[str]:
+    """The files the configMap and secret generators of the kustomization
+    in `directory` read (`key=path` or `path`) that are not there, relative
+    to it."""
+    import yaml
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text()) or {}
+    generators = (kustomization.get("configMapGenerator") or []) + (kustomization.get("secretGenerator") or [])
+    paths = [str(f).split("=", 1)[-1] for g in generators for f in g.get("files") or []]
+    return [p for p in dict.fromkeys(paths) if not (directory / p).exists()]
+
+
+def certs_hint(name: str, directory: Path) -> str:
+    """What to do when an overlay of NEEDS_CERTS does not render because
+    the certificates `deploy/make-certs` writes are missing (kustomize says
+    only `evalsymlink failure on .../tls/...`); "" otherwise."""
+    missing = missing_generator_files(directory) if name in NEEDS_CERTS else []
+    if not missing:
+        return ""
+    return (f"\n      {', '.join(missing)} missing: run `deploy/make-certs {name}` first "
+            f"(it writes the certificates this overlay reads; docs/deploy.md)")
+
+
 def render(kubectl: str, directory: Path) -> tuple[list[dict] | None, str, list[str]]:
     """`kubectl kustomize directory`: (objects, "", warnings) or (None,
     error, [])."""
@@ -1389,14 +1411,17 @@ pipelines:
 
 def check_monitoring(report: Report, objects: list[dict], bin_dir: Path | None, tmp: Path,
                      scrapes: dict) -> str:
-    """The PodMonitors point at real ports, and every PrometheusRule passes
-    promtool and matches what the binaries really export (alerts.py). The
+    """The PodMonitors point at real ports, and every PrometheusRule's
+    alerts have a description and a runbook in the docs, pass promtool and
+    match what the binaries really export (alerts.py). The
     scrape is made once per run (`scrapes` keeps it)."""
     import alerts
     parts = [f"{check_pod_monitors(report, objects)} PodMonitor endpoints on named ports"]
     rules = [o for o in objects if o.get("kind") == "PrometheusRule"]
     if not rules:
         return parts[0]
+    for rule in rules:
+        alerts.check_annotations(report, rule, ROOT)
     if "promtool" not in scrapes:
         scrapes["promtool"], how = alerts.find_promtool(cache_dir())
         print(f"deploy check: {how}", flush=True)
@@ -1553,7 +1578,8 @@ def main() -> int:
             report.where = f"{what} {name}"
             print(f"{what} {name}:", flush=True)
             objects, err, warnings = render(kubectl, directory)
-            if not report.check(objects is not None, f"kubectl kustomize renders it\n      {err}"):
+            if not report.check(objects is not None,
+                                f"kubectl kustomize renders it\n      {err}" + certs_hint(name, directory)):
                 summaries.append(f"{what} {name}: does not render")
                 continue
             report.check(not warnings, "kustomize prints no warning" +

@@ -658,6 +658,70 @@ class AlertRules(unittest.TestCase):
         self.assertEqual(scrape.families["rollout_gateway_hook_requests"], "counter")
 
 
+class MissingCerts(unittest.TestCase):
+    def overlay(self, name: str) -> Path:
+        directory = Path(tempfile.mkdtemp()) / name
+        directory.mkdir()
+        (directory / "kustomization.yaml").write_text(
+            "configMapGenerator:\n  - name: c\n    files:\n      - config.yaml=tls/config.yaml\n"
+            "secretGenerator:\n  - name: s\n    files:\n      - tls.crt=tls/a.crt\n      - tls/ca.crt\n"
+            "  - name: t\n    files:\n      - ca.crt=tls/ca.crt\n")
+        return directory
+
+    def test_an_overlay_without_its_certificates_names_make_certs(self):
+        directory = self.overlay("central")
+        self.assertEqual(check.missing_generator_files(directory), ["tls/config.yaml", "tls/a.crt", "tls/ca.crt"])
+        self.assertIn("run `deploy/make-certs central` first", check.certs_hint("central", directory))
+
+    def test_with_its_certificates_or_for_another_overlay_there_is_no_hint(self):
+        directory = self.overlay("example-plugins")
+        (directory / "tls").mkdir()
+        for f in ("config.yaml", "a.crt", "ca.crt"):
+            (directory / "tls" / f).write_text("x")
+        self.assertEqual(check.certs_hint("example-plugins", directory), "")
+        self.assertEqual(check.certs_hint("tracing", self.overlay("tracing")), "")
+
+
+class AlertAnnotations(unittest.TestCase):
+    def setUp(self) -> None:
+        import alerts
+        self.alerts = alerts
+        self.root = Path(tempfile.mkdtemp())
+        (self.root / "docs").mkdir()
+        (self.root / "docs" / "ops.md").write_text("# Ops\n\n#### A0\n\n### Circuit breaker (as Linkerd's)\n")
+
+    def failures(self, **annotations: str) -> list[str]:
+        obj = rule("up == 0")
+        obj["spec"]["groups"][0]["rules"][0]["annotations"] = annotations
+        report = check.Report()
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.alerts.check_annotations(report, obj, self.root)
+        return report.failures
+
+    def test_a_description_and_a_runbook_heading_pass(self) -> None:
+        for url in ("docs/ops.md#a0", "docs/ops.md#circuit-breaker-as-linkerds"):
+            self.assertEqual(self.failures(summary="s", description="d", runbook_url=url), [], url)
+
+    def test_a_missing_description_or_runbook_is_caught(self) -> None:
+        self.assertNotEqual(self.failures(summary="s", runbook_url="docs/ops.md#a0"), [])
+        self.assertNotEqual(self.failures(summary="s", description="d"), [])
+        self.assertNotEqual(self.failures(summary="s", description=" ", runbook_url="docs/ops.md#a0"), [])
+
+    def test_a_runbook_outside_the_docs_or_without_its_heading_is_caught(self) -> None:
+        for url in ("docs/ops.md#a1", "docs/ops.md", "docs/none.md#a0", "https://example.com/docs/ops.md#a0",
+                    "../outside.md#a0"):
+            self.assertNotEqual(self.failures(summary="s", description="d", runbook_url=url), [], url)
+
+    def test_the_shipped_alerts_pass(self) -> None:
+        import yaml
+        obj = yaml.safe_load((check.DEPLOY / "overlays" / "monitoring" / "alerts.yaml").read_text())
+        report = check.Report()
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.alerts.check_annotations(report, obj, check.ROOT)
+        self.assertEqual(report.failures, [])
+        self.assertGreaterEqual(report.passed, 3 * len(self.alerts.alerts_of(obj)))
+
+
 def pod_monitor(port: str, labels: dict) -> dict:
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
             "metadata": {"name": "m", "namespace": NS},

@@ -9,6 +9,7 @@
 
 mod gateway;
 mod request;
+mod tls;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +29,7 @@ pub use gateway::{
 pub use request::{RolloutRequest, encode_state};
 pub use rollout_proto::HookKind;
 pub(crate) use rollout_proto::code_name;
+pub(crate) use tls::TlsFailure;
 
 /// Whether a plugin answered `Initialize`, for the `PluginLoaded` condition
 /// and its Event.
@@ -75,6 +77,16 @@ pub(crate) enum Origin {
     /// No answer: the client made the status because the connection could
     /// not be made or broke (the gateway cannot be reached).
     Transport,
+    /// No answer either: a connection was made, but its TLS handshake
+    /// failed (the message starts with [`TlsFailure::explanation`]).
+    Tls(TlsFailure),
+}
+
+impl Origin {
+    /// Whether the gateway answered: the status is one it sent.
+    pub(crate) fn answered(self) -> bool {
+        self == Origin::Answer
+    }
 }
 
 impl HookError {
@@ -107,23 +119,30 @@ impl HookError {
             timed_out |= error.is::<tonic::TimeoutExpired>();
             source = error.source();
         }
+        let tls = status.source().and_then(TlsFailure::of);
         let (code, message) = if timed_out {
             (
                 tonic::Code::DeadlineExceeded,
                 "the call's deadline passed without an answer from the gateway".to_owned(),
             )
+        } else if let Some(failure) = tls {
+            (
+                status.code(),
+                format!("{}: {}", failure.explanation(), status.message()),
+            )
         } else {
             (status.code(), status.message().to_owned())
+        };
+        let origin = match (tls, status.source()) {
+            (Some(failure), _) => Origin::Tls(failure),
+            (None, Some(_)) => Origin::Transport,
+            (None, None) => Origin::Answer,
         };
         HookError {
             hook,
             code,
             message,
-            origin: if status.source().is_some() {
-                Origin::Transport
-            } else {
-                Origin::Answer
-            },
+            origin,
         }
     }
 

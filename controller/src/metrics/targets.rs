@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use tonic::Code;
 
-use crate::hooks::{HookError, Origin};
+use crate::hooks::HookError;
 
 /// The `target` of calls to names the gateway did not resolve (not
 /// registered, not allowed, malformed), or made when no answer came.
@@ -57,7 +57,7 @@ impl Targets {
 fn resolves(error: Option<&HookError>) -> bool {
     match error {
         None => true,
-        Some(e) if e.origin == Origin::Transport => false,
+        Some(e) if !e.origin.answered() => false,
         Some(e) => !matches!(
             e.code,
             Code::NotFound | Code::InvalidArgument | Code::PermissionDenied | Code::Unauthenticated
@@ -68,6 +68,7 @@ fn resolves(error: Option<&HookError>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hooks::Origin;
     use rollout_proto::HookKind;
 
     fn error(code: Code, origin: Origin) -> HookError {
@@ -89,6 +90,11 @@ mod tests {
             (Code::Unauthenticated, Origin::Answer, false),
             (Code::Unavailable, Origin::Transport, false),
             (Code::DeadlineExceeded, Origin::Transport, false),
+            (
+                Code::Unavailable,
+                Origin::Tls(crate::hooks::TlsFailure::NotTls),
+                false,
+            ),
             (Code::Unavailable, Origin::Answer, true),
             (Code::Internal, Origin::Answer, true),
         ] {

@@ -54,7 +54,8 @@ use thiserror::Error;
 use crate::api::ManifestWork;
 use crate::api::annotations::VALIDATION_ANNOTATION;
 use crate::hooks::{
-    Call, HookCounts, HookError, HookKind, Hooks, Origin, Persistence, StateDetail, code_name,
+    Call, HookCounts, HookError, HookKind, Hooks, Origin, Persistence, StateDetail, TlsFailure,
+    code_name,
 };
 use crate::orchestrate::observe::{self, Verdict};
 use crate::orchestrate::{
@@ -111,18 +112,25 @@ pub enum SimError {
 }
 
 impl SimError {
-    /// Whether `error` says the gateway itself cannot be reached: an
-    /// `UNAVAILABLE` the client made for want of an answer, not one the
-    /// gateway answered (a plugin behind it down, its circuit open).
+    /// Whether `error` says the gateway itself cannot be reached (or its
+    /// TLS handshake failed): an `UNAVAILABLE` the client made for want of
+    /// an answer, not one the gateway answered (a plugin behind it down,
+    /// its circuit open).
     pub(crate) fn is_unreachable(error: &HookError) -> bool {
-        error.code == tonic::Code::Unavailable && error.origin == Origin::Transport
+        error.code == tonic::Code::Unavailable && !error.origin.answered()
     }
 
     /// What went wrong, and what to do about it, for a gateway at
-    /// `gateway`: an unreachable gateway and a plugin it does not know are
-    /// explained; any other error is said as it is.
+    /// `gateway`: a failed TLS handshake, an unreachable gateway and a
+    /// plugin it does not know are explained; any other error is said as
+    /// it is.
     pub(crate) fn advice(&self, gateway: &str) -> String {
         match self {
+            SimError::Initialize { error, .. } | SimError::GatewayLost(error)
+                if matches!(error.origin, Origin::Tls(_)) =>
+            {
+                tls_advice(gateway, error)
+            }
             SimError::Initialize { error, .. } | SimError::GatewayLost(error)
                 if SimError::is_unreachable(error) =>
             {
@@ -143,6 +151,25 @@ impl SimError {
             other => other.to_string(),
         }
     }
+}
+
+/// What to do about a failed TLS handshake with the gateway at `gateway`
+/// (`error.origin` is [`Origin::Tls`]).
+fn tls_advice(gateway: &str, error: &HookError) -> String {
+    let plaintext = gateway.replacen("https://", "http://", 1);
+    let what = match error.origin {
+        Origin::Tls(TlsFailure::NotTls) => {
+            format!("If it serves plaintext, use --gateway {plaintext}.")
+        }
+        _ => format!(
+            "Check --gateway-ca (the CA of the gateway's certificate) and --client-cert; a \
+             plaintext gateway is reached at {plaintext}."
+        ),
+    };
+    format!(
+        "the rollout gateway at {gateway} cannot be used: {}. {what}",
+        error.message
+    )
 }
 
 pub(crate) use crate::format::describe_strategy;

@@ -350,3 +350,86 @@ async fn a_central_gateway_over_mutual_tls() {
     assert_eq!(plugin.calls().len(), before, "the plugin was not reached");
     running.shutdown().await;
 }
+
+/// A failed TLS handshake is said as one, never as a gateway that cannot be
+/// reached: `https://` to a real plaintext gateway (its answer is HTTP/2
+/// frames, not TLS), and to a real TLS gateway whose certificate another CA
+/// signed.
+#[tokio::test]
+async fn a_failed_tls_handshake_says_why() {
+    use rollout_gateway::app;
+    use rollout_gateway::tls::ServerTlsFiles;
+
+    let trace = opentelemetry::Context::new();
+    let call = Call {
+        plugin: "canary",
+        trace: &trace,
+    };
+    let (ca, other_ca) = (
+        TestCa::new("gateway").unwrap(),
+        TestCa::new("other").unwrap(),
+    );
+    let hooks = |url: String, ca: &TestCa| {
+        GatewayHooks::new(
+            &GatewayOptions {
+                url,
+                timeout: Duration::from_secs(5),
+                tls: Some(GatewayTls {
+                    ca_pem: Some(ca.pem().into_bytes()),
+                    identity: None,
+                    domain: None,
+                }),
+            },
+            Telemetry::disabled(),
+        )
+        .unwrap()
+    };
+
+    let plaintext = gateway(&[]).await;
+    let https = plaintext.url.replacen("http://", "https://", 1);
+    let err = hooks(https, &ca)
+        .begin_rollout(call, rollout("c1"))
+        .await
+        .expect_err("no TLS");
+    assert_eq!(err.code, tonic::Code::Unavailable, "{err}");
+    assert!(
+        err.message.starts_with(
+            "the gateway answered without TLS (a plaintext gateway needs an http:// URL): "
+        ),
+        "{err}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let TestCert { cert, key } = ca.leaf("localhost").unwrap();
+    let config = write("config.yaml", "plugins: []\n");
+    let running = app::start(app::Options {
+        configs: vec![config],
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        tls: Some(ServerTlsFiles {
+            cert: write("tls.crt", &cert),
+            key: write("tls.key", &key),
+            client_ca: None,
+        }),
+        ..app::Options::default()
+    })
+    .await
+    .unwrap();
+    let url = format!("https://localhost:{}", running.grpc_addr.port());
+    let err = hooks(url, &other_ca)
+        .begin_rollout(call, rollout("c1"))
+        .await
+        .expect_err("an untrusted certificate");
+    assert_eq!(err.code, tonic::Code::Unavailable, "{err}");
+    assert!(
+        err.message
+            .starts_with("the TLS handshake with the gateway failed: "),
+        "{err}"
+    );
+    running.shutdown().await;
+}

@@ -1,7 +1,8 @@
 //! `rollout-controller simulate` as a user runs it, without a plugin (so
 //! without a gateway): the JSON lines of docs/plugin-api.md §5, OCM's own rollout
 //! over the simulated fleet, the terminal's output, and the exit statuses
-//! of bad flags and of a gateway that is not there. The rollout through
+//! of bad flags, of a gateway that is not there and of one reached with
+//! the wrong scheme. The rollout through
 //! the real gateway and plugins is `demo/tests/e2e.rs`.
 
 use std::process::{Command, Output};
@@ -236,6 +237,40 @@ fn an_unreachable_gateway_is_named() {
         stderr.contains("cannot reach the rollout gateway at http://127.0.0.1:1"),
         "{stderr}"
     );
+    assert!(output.stdout.is_empty(), "no step was run");
+}
+
+/// `https://` to a real gateway that serves plaintext: the handshake gets
+/// HTTP/2 frames back, and the error says so and names the `http://` URL
+/// instead of calling the gateway unreachable.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_https_url_for_a_plaintext_gateway_says_it_answered_without_tls() {
+    let gateway = crate::common::gateway(&[]).await;
+    let plaintext = gateway.url.clone();
+    let https = plaintext.replacen("http://", "https://", 1);
+    let args = [
+        "--clusters",
+        "3",
+        "--plugin",
+        "safe-rollout",
+        "--gateway",
+        &https,
+        "--json",
+    ]
+    .map(str::to_owned);
+    let output = tokio::task::spawn_blocking(move || {
+        simulate(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("answered without TLS"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("use --gateway {plaintext}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("cannot reach"), "{stderr}");
     assert!(output.stdout.is_empty(), "no step was run");
 }
 
