@@ -15,6 +15,7 @@ mod hooks;
 mod leader;
 mod live_view;
 mod plan_cli;
+mod readiness;
 mod reads;
 mod reconcile;
 mod refused_mutations;

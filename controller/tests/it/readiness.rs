@@ -1,0 +1,94 @@
+//! `/readyz` without leader election, against kube's mock API answering as
+//! a real API server does for an empty hub: every list is empty, every
+//! watch stays open. The controller is ready once it has listed the
+//! ManifestWorkReplicaSets; with kube-runtime's store readiness waited on
+//! by two tasks it never was on a real API server.
+
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use kube::client::Body;
+use rollout_controller::app::{self, RunOptions};
+use rollout_controller::hooks::GatewayOptions;
+use rollout_controller::reconcile::Options;
+use serde_json::json;
+
+/// Lists answer empty at resourceVersion 1; watches are held open (their
+/// answers are never sent).
+fn empty_hub() -> kube::Client {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    tokio::spawn(async move {
+        let mut open_watches = Vec::new();
+        while let Some((request, send)) = handle.next_request().await {
+            if request.uri().query().unwrap_or("").contains("watch=") {
+                open_watches.push(send);
+                continue;
+            }
+            let list = json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": []});
+            send.send_response(
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&list).unwrap()))
+                    .unwrap(),
+            );
+        }
+    });
+    kube::Client::new(service, "default")
+}
+
+async fn status_of(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer.lines().next().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn without_leader_election_it_is_ready_once_listed() {
+    let options = RunOptions {
+        gateway: GatewayOptions {
+            url: "http://127.0.0.1:9".into(),
+            timeout: Duration::from_secs(1),
+            tls: None,
+        },
+        reconcile: Options::default(),
+        register_plugins_namespace: None,
+        health_listen: Some("127.0.0.1:0".parse().unwrap()),
+        leader_election: None,
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let mut tx = Some(tx);
+        app::run(
+            empty_hub(),
+            options,
+            std::future::pending(),
+            move |running| {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(running.health.expect("serving"));
+                }
+            },
+        )
+        .await
+        .expect("runs");
+    });
+    let addr = rx.await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut last = String::new();
+    while tokio::time::Instant::now() < deadline {
+        last = status_of(addr, "/readyz").await;
+        if last.starts_with("HTTP/1.1 200") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("not ready 5 s after an empty list: {last}");
+}
