@@ -234,8 +234,8 @@ fn tell(summary: &Value) {
     let annotated = |key: &str| count(&summary["works"]["annotations"], key);
     println!("   result: {result}");
     println!(
-        "   story 1  traffic-weights wrote rollout.ocm.io/cluster-position and canary-weight on every work applied ({} of {}), the weight growing cluster by cluster",
-        annotated("rollout.ocm.io/canary-weight"),
+        "   story 1  traffic-weights wrote rollout-hooks.io/cluster-position and canary-weight on every work applied ({} of {}), the weight growing cluster by cluster",
+        annotated("rollout-hooks.io/canary-weight"),
         summary["works"]["applied"].as_u64().unwrap_or(0)
     );
     match summary["abort"].as_object() {
@@ -250,14 +250,14 @@ fn tell(summary: &Value) {
             );
             let aborting = &summary["abortingHookCalls"];
             println!(
-                "   story 3  {} updated clusters rolled back to revision {}; every hook call said aborting = true (BeginRollout {}, MutateManifestWork {}, ValidateRolloutCompletion {}, ProgressRollout {}); rollback-mutator marked {} works rollout.ocm.io/rollback=true and dropped their Argo canary steps",
+                "   story 3  {} updated clusters rolled back to revision {}; every hook call said aborting = true (BeginRollout {}, MutateManifestWork {}, ValidateRolloutCompletion {}, ProgressRollout {}); rollback-mutator marked {} works rollout-hooks.io/rollback=true and dropped their Argo canary steps",
                 summary["rollbackApplies"],
                 summary["previousRevision"].as_str().unwrap_or("?"),
                 count(aborting, "BeginRollout"),
                 count(aborting, "MutateManifestWork"),
                 count(aborting, "ValidateRolloutCompletion"),
                 count(aborting, "ProgressRollout"),
-                annotated("rollout.ocm.io/rollback"),
+                annotated("rollout-hooks.io/rollback"),
             );
         }
         None => println!(

@@ -20,10 +20,10 @@ from tests.conftest import ROOT, binary
 from tests.hub import Hub
 from tests.rollout import NAME, NS, carrier_placement, decided_clusters, events, set_plugin_config, spoke_deployment
 
-POSITION = "rollout.ocm.io/cluster-position"
-WEIGHT = "rollout.ocm.io/canary-weight"
-ROLLBACK = "rollout.ocm.io/rollback"
-ROLLBACK_REVISION = "rollout.ocm.io/rollback-revision"
+POSITION = "rollout-hooks.io/cluster-position"
+WEIGHT = "rollout-hooks.io/canary-weight"
+ROLLBACK = "rollout-hooks.io/rollback"
+ROLLBACK_REVISION = "rollout-hooks.io/rollback-revision"
 
 
 def test_traffic_weights_in_every_work_applied_by_the_agent(first_revision, hub: Hub):

@@ -551,14 +551,14 @@ mod tests {
     fn sets_annotations_and_labels_creating_maps() {
         let mut w = work();
         for mut m in w.manifests_mut() {
-            m.set_annotation("rollout.ocm.io/x", "1").unwrap();
+            m.set_annotation("rollout-hooks.io/x", "1").unwrap();
             m.set_label("team", "a").unwrap();
         }
         w.set_annotation("on-work", "yes").unwrap();
         let v = w.as_value();
         let manifests = v["spec"]["workload"]["manifests"].as_array().unwrap();
         for m in manifests {
-            assert_eq!(m["metadata"]["annotations"]["rollout.ocm.io/x"], "1");
+            assert_eq!(m["metadata"]["annotations"]["rollout-hooks.io/x"], "1");
             assert_eq!(m["metadata"]["labels"]["team"], "a");
         }
         // existing entries and unknown fields survive

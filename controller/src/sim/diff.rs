@@ -129,7 +129,7 @@ mod tests {
     #[test]
     fn an_added_annotation_is_an_add() {
         let mut after = work(json!(20));
-        after["metadata"]["annotations"] = json!({"rollout.ocm.io/canary-weight": "10"});
+        after["metadata"]["annotations"] = json!({"rollout-hooks.io/canary-weight": "10"});
         let d = diff(&bytes(&work(json!(20))), &bytes(&after))
             .expect("diffs")
             .expect("a change");

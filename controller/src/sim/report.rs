@@ -12,7 +12,7 @@
 //!  "updated": 5,
 //!  "applied": [{"cluster": "cluster-001", "index": 1, "aborting": true, "revision": "5cb84c",
 //!               "generation": 3, "mutatedBy": ["traffic-weights", "rollback-mutator"],
-//!               "annotations": {"rollout.ocm.io/canary-weight": "100", …}}],
+//!               "annotations": {"rollout-hooks.io/canary-weight": "100", …}}],
 //!  "validations": {"Succeeded": 4, "Failed": 1, "InProgress": 0},
 //!  "verdicts": [{"cluster": "cluster-008", "revision": "…", "result": "Failed", "message": "smoke-test: …"}],
 //!  "hookCalls": {"BeginRollout": 5, "ProgressRollout": 1, "ValidateRolloutCompletion": 5, "MutateManifestWork": 5},

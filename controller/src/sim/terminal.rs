@@ -695,8 +695,8 @@ mod tests {
             generation: 2,
             mutated_by: vec!["traffic-weights".into()],
             annotations: [
-                ("rollout.ocm.io/canary-weight".to_owned(), weight.to_owned()),
-                ("rollout.ocm.io/rollback".to_owned(), "true".to_owned()),
+                ("rollout-hooks.io/canary-weight".to_owned(), weight.to_owned()),
+                ("rollout-hooks.io/rollback".to_owned(), "true".to_owned()),
             ]
             .into(),
         };

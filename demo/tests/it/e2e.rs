@@ -265,9 +265,9 @@ async fn the_rollout_through_the_gateway_aborts_on_the_failed_smoke_test_and_rol
             assert_eq!(work["revision"], update.as_str());
             assert_eq!(strings(&work["mutatedBy"]), ["traffic-weights"]);
             let a = &work["annotations"];
-            assert_eq!(a["rollout.ocm.io/cluster-position"], format!("{i}/20"));
-            assert_eq!(a["rollout.ocm.io/canary-weight"], (5 * i).to_string());
-            assert!(a.get("rollout.ocm.io/rollback").is_none(), "{work}");
+            assert_eq!(a["rollout-hooks.io/cluster-position"], format!("{i}/20"));
+            assert_eq!(a["rollout-hooks.io/canary-weight"], (5 * i).to_string());
+            assert!(a.get("rollout-hooks.io/rollback").is_none(), "{work}");
         }
     }
     let rollback = batches(abort_at..steps.len());
@@ -289,11 +289,11 @@ async fn the_rollout_through_the_gateway_aborts_on_the_failed_smoke_test_and_rol
                 ["traffic-weights", "rollback-mutator"]
             );
             let a = &work["annotations"];
-            assert_eq!(a["rollout.ocm.io/cluster-position"], format!("{i}/20"));
-            assert_eq!(a["rollout.ocm.io/canary-weight"], "100");
-            assert_eq!(a["rollout.ocm.io/rollback"], "true");
-            assert_eq!(a["rollout.ocm.io/rollback-revision"], previous.as_str());
-            assert_eq!(a["rollout.ocm.io/skipped-canary-steps"], "4");
+            assert_eq!(a["rollout-hooks.io/cluster-position"], format!("{i}/20"));
+            assert_eq!(a["rollout-hooks.io/canary-weight"], "100");
+            assert_eq!(a["rollout-hooks.io/rollback"], "true");
+            assert_eq!(a["rollout-hooks.io/rollback-revision"], previous.as_str());
+            assert_eq!(a["rollout-hooks.io/skipped-canary-steps"], "4");
         }
     }
     // At the end: the fleet is back on the previous revision.

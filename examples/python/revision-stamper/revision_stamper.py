@@ -3,8 +3,8 @@
 It implements one hook, MutateManifestWork: every manifest of the work gets
 the annotations
 
-    rollout.ocm.io/revision: <desired_revision>
-    rollout.ocm.io/placement: <placement_name>
+    rollout-hooks.io/revision: <desired_revision>
+    rollout-hooks.io/placement: <placement_name>
 
 so each cluster's objects say which revision of which placement put them
 there, plus the annotations the rollout's plugin configuration asks for under
@@ -44,8 +44,8 @@ from ocm.rolloutplugin.v1alpha1 import rollout_plugin_pb2_grpc as pb_grpc  # noq
 NAME = "revision-stamper"
 VERSION = "0.1.0"
 SERVICE_NAME = "ocm.rolloutplugin.v1alpha1.RolloutPluginService"
-REVISION_ANNOTATION = "rollout.ocm.io/revision"
-PLACEMENT_ANNOTATION = "rollout.ocm.io/placement"
+REVISION_ANNOTATION = "rollout-hooks.io/revision"
+PLACEMENT_ANNOTATION = "rollout-hooks.io/placement"
 # The SDK's default, so the 10,000-cluster states the controller may send fit.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 

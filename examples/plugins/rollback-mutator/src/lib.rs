@@ -5,14 +5,14 @@
 //! once instead of replaying a canary:
 //!
 //! - every manifest of `spec.workload.manifests` gets the annotations
-//!   [`ROLLBACK_ANNOTATION`] `rollout.ocm.io/rollback: "true"` and, when the
+//!   [`ROLLBACK_ANNOTATION`] `rollout-hooks.io/rollback: "true"` and, when the
 //!   request names it, [`ROLLBACK_REVISION_ANNOTATION`]
-//!   `rollout.ocm.io/rollback-revision: <desired_revision>`;
+//!   `rollout-hooks.io/rollback-revision: <desired_revision>`;
 //! - an Argo Rollout (`kind: Rollout`, group `argoproj.io`) with a canary
 //!   strategy loses its steps (`spec.strategy.canary.steps: []`): Argo
 //!   Rollouts then promotes the restored pod template fully, without pauses
 //!   or analysis steps. The number of steps dropped is recorded in
-//!   [`SKIPPED_STEPS_ANNOTATION`] `rollout.ocm.io/skipped-canary-steps`;
+//!   [`SKIPPED_STEPS_ANNOTATION`] `rollout-hooks.io/skipped-canary-steps`;
 //! - an Argo Rollout with a blue-green strategy gets
 //!   `spec.strategy.blueGreen.autoPromotionEnabled: true`, so the restored
 //!   revision is promoted as soon as it is ready.
@@ -26,11 +26,11 @@ use rollout_plugin_sdk::prelude::*;
 use serde_json::{Value, json};
 
 /// Marks every manifest of a rollback: `"true"`.
-pub const ROLLBACK_ANNOTATION: &str = "rollout.ocm.io/rollback";
+pub const ROLLBACK_ANNOTATION: &str = "rollout-hooks.io/rollback";
 /// The revision a rollback restores (the request's `desired_revision`).
-pub const ROLLBACK_REVISION_ANNOTATION: &str = "rollout.ocm.io/rollback-revision";
+pub const ROLLBACK_REVISION_ANNOTATION: &str = "rollout-hooks.io/rollback-revision";
 /// On an Argo Rollout: how many canary steps the rollback skipped.
-pub const SKIPPED_STEPS_ANNOTATION: &str = "rollout.ocm.io/skipped-canary-steps";
+pub const SKIPPED_STEPS_ANNOTATION: &str = "rollout-hooks.io/skipped-canary-steps";
 /// The plugin's name, as it answers `Initialize` and prints when listening.
 pub const NAME: &str = "rollback-mutator";
 

@@ -8,7 +8,7 @@ use rollback_mutator::RollbackMutator;
 use rollout_plugin_sdk::cli::{ServeArgs, run_plugin_with};
 
 /// While a rollout aborts, marks every manifest of the rolled-back work
-/// (`rollout.ocm.io/rollback: "true"`, `rollout.ocm.io/rollback-revision`)
+/// (`rollout-hooks.io/rollback: "true"`, `rollout-hooks.io/rollback-revision`)
 /// and makes Argo Rollouts skip their canary steps (blue-green: promote at
 /// once); leaves other works unchanged. Prints `rollback-mutator listening
 /// grpc=ADDR` once bound; drains on SIGTERM or Ctrl-C.

@@ -6,8 +6,8 @@
 //!
 //! | annotation | value |
 //! |---|---|
-//! | [`POSITION_ANNOTATION`] `rollout.ocm.io/cluster-position` | `INDEX/TOTAL`, e.g. `3/10`: `cluster_index` of `total_cluster_count` |
-//! | [`WEIGHT_ANNOTATION`] `rollout.ocm.io/canary-weight` | an integer percentage, `0`..=`100`, e.g. `30` |
+//! | [`POSITION_ANNOTATION`] `rollout-hooks.io/cluster-position` | `INDEX/TOTAL`, e.g. `3/10`: `cluster_index` of `total_cluster_count` |
+//! | [`WEIGHT_ANNOTATION`] `rollout-hooks.io/canary-weight` | an integer percentage, `0`..=`100`, e.g. `30` |
 //!
 //! The weight is [`canary_weight`]: `round(100 * cluster_index /
 //! total_cluster_count)`, halves rounded up, so the share of traffic on the
@@ -29,9 +29,9 @@
 use rollout_plugin_sdk::prelude::*;
 
 /// Annotation holding the cluster's position, `INDEX/TOTAL`.
-pub const POSITION_ANNOTATION: &str = "rollout.ocm.io/cluster-position";
+pub const POSITION_ANNOTATION: &str = "rollout-hooks.io/cluster-position";
 /// Annotation holding the canary weight, a percentage.
-pub const WEIGHT_ANNOTATION: &str = "rollout.ocm.io/canary-weight";
+pub const WEIGHT_ANNOTATION: &str = "rollout-hooks.io/canary-weight";
 /// The plugin's name, as it answers `Initialize` and prints when listening.
 pub const NAME: &str = "traffic-weights";
 

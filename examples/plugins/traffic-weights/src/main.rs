@@ -8,8 +8,8 @@ use rollout_plugin_sdk::cli::{ServeArgs, run_plugin_with};
 use traffic_weights::TrafficWeights;
 
 /// Annotates each workload manifest with the cluster's position in the
-/// rollout (`rollout.ocm.io/cluster-position: "3/10"`) and a canary weight
-/// (`rollout.ocm.io/canary-weight: "30"`, round(100 * index / total); 100
+/// rollout (`rollout-hooks.io/cluster-position: "3/10"`) and a canary weight
+/// (`rollout-hooks.io/canary-weight: "30"`, round(100 * index / total); 100
 /// while aborting). Prints `traffic-weights listening grpc=ADDR` once bound;
 /// drains on SIGTERM or Ctrl-C.
 #[derive(Debug, Parser)]
