@@ -695,7 +695,10 @@ mod tests {
             generation: 2,
             mutated_by: vec!["traffic-weights".into()],
             annotations: [
-                ("rollout-hooks.io/canary-weight".to_owned(), weight.to_owned()),
+                (
+                    "rollout-hooks.io/canary-weight".to_owned(),
+                    weight.to_owned(),
+                ),
                 ("rollout-hooks.io/rollback".to_owned(), "true".to_owned()),
             ]
             .into(),

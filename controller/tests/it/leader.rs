@@ -492,18 +492,3 @@ async fn two_controllers_one_leads() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
-
-/// `GET path` over HTTP/1.1; the whole answer.
-async fn get(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    answer
-}

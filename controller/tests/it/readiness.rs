@@ -4,6 +4,8 @@
 //! ManifestWorkReplicaSets; with kube-runtime's store readiness waited on
 //! by two tasks it never was on a real API server.
 
+use crate::common::get;
+
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
@@ -35,20 +37,6 @@ fn empty_hub() -> kube::Client {
         }
     });
     kube::Client::new(service, "default")
-}
-
-async fn status_of(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    answer.lines().next().unwrap_or_default().to_owned()
 }
 
 #[tokio::test]
@@ -84,11 +72,14 @@ async fn without_leader_election_it_is_ready_once_listed() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let mut last = String::new();
     while tokio::time::Instant::now() < deadline {
-        last = status_of(addr, "/readyz").await;
+        last = get(addr, "/readyz").await;
         if last.starts_with("HTTP/1.1 200") {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("not ready 5 s after an empty list: {last}");
+    panic!(
+        "not ready 5 s after an empty list: {}",
+        last.lines().next().unwrap_or_default()
+    );
 }

@@ -804,3 +804,18 @@ pub fn condition<'a>(status: &'a Value, kind: &str) -> &'a Value {
         .and_then(|c| c.iter().find(|c| c["type"] == kind))
         .unwrap_or_else(|| panic!("no {kind} condition in {status:#}"))
 }
+
+/// The whole HTTP/1.1 answer to `GET path` on `addr` (a probe server's).
+pub async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer
+}
