@@ -12,32 +12,6 @@ use std::time::Duration;
 
 use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpSocket;
-
-/// Holds `per_address` admin connections from each of 127.0.0.2 ..
-/// 127.0.0.`addresses + 1`, each sending half a request's headers and
-/// nothing more, reopened 100 ms after the gateway closes it, until `stop`.
-fn slow_peers(addr: SocketAddr, addresses: u8, per_address: usize, stop: Arc<AtomicBool>) {
-    for a in 2..=addresses + 1 {
-        for _ in 0..per_address {
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let socket = TcpSocket::new_v4().unwrap();
-                    socket
-                        .bind(format!("127.0.0.{a}:0").parse().unwrap())
-                        .unwrap();
-                    if let Ok(mut tcp) = socket.connect(addr).await {
-                        let _ = tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await;
-                        let mut buf = [0u8; 256];
-                        while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            });
-        }
-    }
-}
 
 /// GET `path` from 127.0.0.1 within `within` (the kubelet's probe
 /// timeout is 1 s by default): the status, or `None`.
@@ -59,7 +33,15 @@ async fn probe(addr: SocketAddr, path: &str, within: Duration) -> Option<u16> {
 async fn slow_peers_cannot_keep_the_liveness_probe_out() {
     let gw = gateway("plugins: []\n").await;
     let stop = Arc::new(AtomicBool::new(false));
-    slow_peers(gw.admin, 4, 32, stop.clone());
+    // Half a request's headers, then nothing; reopened 100 ms after the
+    // gateway closes it.
+    holding_peers(
+        gw.admin,
+        (4, 32),
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n",
+        Duration::from_millis(100),
+        stop.clone(),
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut answered = 0;
     for _ in 0..50 {

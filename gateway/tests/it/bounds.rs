@@ -101,6 +101,21 @@ mod memory {
         (Proc(child), grpc)
     }
 
+    /// [`spawn`] over a registry of the one plaintext plugin `p`, named
+    /// `p`; the directory holding the registry lives as long as the first
+    /// value returned.
+    fn spawn_over(p: &Plugin, flags: &[&str]) -> (tempfile::TempDir, Proc, SocketAddr) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            format!("plugins:\n{}", insecure_plugin("p", p, "")),
+        )
+        .unwrap();
+        let (gw, addr) = spawn(&config, flags);
+        (dir, gw, addr)
+    }
+
     /// The resident memory of process `pid`, in MiB.
     fn rss_mib(pid: u32) -> usize {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -168,20 +183,13 @@ mod memory {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn half_sent_health_checks_are_bounded_and_given_back() {
         let p = plugin(Behaviour::new("p")).await;
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("config.yaml");
-        std::fs::write(
-            &config,
-            format!("plugins:\n{}", insecure_plugin("p", &p, "")),
-        )
-        .unwrap();
         let pools = [
             "--max-pending-request-bytes",
             "67108864",
             "--max-pending-request-bytes-per-connection",
             "33554432",
         ];
-        let (gw, addr) = spawn(&config, &pools);
+        let (_registry, gw, addr) = spawn_over(&p, &pools);
         let pid = gw.0.id();
         let before = rss_mib(pid);
         let declared = 4 * MIB - 16;
@@ -244,14 +252,7 @@ mod memory {
     ) -> (usize, usize, usize) {
         use rollout_proto::v1alpha1::MutateManifestWorkRequest;
         let p = plugin(Behaviour::new("p")).await;
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("config.yaml");
-        std::fs::write(
-            &config,
-            format!("plugins:\n{}", insecure_plugin("p", &p, "")),
-        )
-        .unwrap();
-        let (gw, addr) = spawn(&config, flags);
+        let (_registry, gw, addr) = spawn_over(&p, flags);
         let pid = gw.0.id();
         let request = framed(&MutateManifestWorkRequest {
             rollout: Some(rollout("c1")),
@@ -309,14 +310,7 @@ mod memory {
     async fn requests_waiting_for_a_slow_plugin_stay_within_the_pools() {
         let p = plugin(Behaviour::new("p")).await;
         p.set(|b| b.delay = Duration::from_secs(8));
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("config.yaml");
-        std::fs::write(
-            &config,
-            format!("plugins:\n{}", insecure_plugin("p", &p, "")),
-        )
-        .unwrap();
-        let (gw, addr) = spawn(&config, &[]);
+        let (_registry, gw, addr) = spawn_over(&p, &[]);
         let pid = gw.0.id();
         let work = work(15 * MIB + 900 * 1024);
         // One request after another on each connection, 300 ms apart: each
@@ -410,14 +404,7 @@ mod memory {
         use rollout_proto::v1alpha1::MutateManifestWorkRequest;
         let p = plugin(Behaviour::new("p")).await;
         p.set(|b| b.delay = Duration::from_secs(3));
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("config.yaml");
-        std::fs::write(
-            &config,
-            format!("plugins:\n{}", insecure_plugin("p", &p, "")),
-        )
-        .unwrap();
-        let (gw, addr) = spawn(&config, &[]);
+        let (_registry, gw, addr) = spawn_over(&p, &[]);
         let pid = gw.0.id();
         let request = framed(&MutateManifestWorkRequest {
             rollout: Some(rollout("c1")),

@@ -11,44 +11,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Behaviour, plugin, rollout, to};
+use common::{Behaviour, holding_peers, plugin, rollout, to};
 use rollout_gateway::app::{self, Options};
 use rollout_gateway::tls::ServerTlsFiles;
 use rollout_plugin_sdk::test_certs::{TestCa as Ca, TestCert as Leaf};
 use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpSocket;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// Holds `per_address` TCP connections from each of 127.0.0.2 ..
-/// 127.0.0.`addresses + 1` (the hub calls from 127.0.0.1) to `addr` that
-/// never send a byte, each reopened a second after the gateway closes it,
-/// until `stop` is set.
-fn silent_peers(addr: SocketAddr, addresses: u8, per_address: usize, stop: Arc<AtomicBool>) {
-    for a in 2..=addresses + 1 {
-        for _ in 0..per_address {
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let socket = TcpSocket::new_v4().unwrap();
-                    socket
-                        .bind(format!("127.0.0.{a}:0").parse().unwrap())
-                        .unwrap();
-                    if let Ok(mut tcp) = socket.connect(addr).await {
-                        let mut buf = [0u8; 256];
-                        while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            });
-        }
-    }
 }
 
 /// One call from hub-a on a connection of its own (a new TLS handshake).
@@ -111,7 +84,8 @@ async fn hub_gets_through(tune: impl FnOnce(&mut Options)) {
     let running = app::start(options).await.expect("central gateway starts");
     let addr = running.grpc_addr;
     let stop = Arc::new(AtomicBool::new(false));
-    silent_peers(addr, 4, 64, stop.clone());
+    // Never a byte; reopened a second after the gateway closes it.
+    holding_peers(addr, (4, 64), b"", Duration::from_secs(1), stop.clone());
     tokio::time::sleep(Duration::from_millis(500)).await;
     let hub = hubs_ca.leaf("hub-a").unwrap();
     let mut through = 0;

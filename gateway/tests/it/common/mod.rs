@@ -666,3 +666,38 @@ pub fn listening(child: &mut std::process::Child) -> (SocketAddr, SocketAddr) {
     }
     (grpc.expect("grpc="), admin.expect("admin="))
 }
+
+/// Holds `per_address` TCP connections from each of 127.0.0.2 ..
+/// 127.0.0.`addresses + 1` (tests call from 127.0.0.1) to `addr`, each
+/// sending `first` and then nothing more, reopened `reopen` after the
+/// gateway closes it, until `stop` is set.
+pub fn holding_peers(
+    addr: SocketAddr,
+    (addresses, per_address): (u8, usize),
+    first: &'static [u8],
+    reopen: Duration,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for a in 2..=addresses + 1 {
+        for _ in 0..per_address {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                    socket
+                        .bind(format!("127.0.0.{a}:0").parse().unwrap())
+                        .unwrap();
+                    if let Ok(mut tcp) = socket.connect(addr).await {
+                        if !first.is_empty() {
+                            let _ = tcp.write_all(first).await;
+                        }
+                        let mut buf = [0u8; 256];
+                        while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
+                    }
+                    tokio::time::sleep(reopen).await;
+                }
+            });
+        }
+    }
+}
