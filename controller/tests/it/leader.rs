@@ -13,14 +13,11 @@ use common::*;
 use http::{Method, Request, Response, StatusCode};
 use jiff::Timestamp;
 use kube::client::Body;
-use rollout_controller::app::{self, RunOptions};
 use rollout_controller::health::Readiness;
-use rollout_controller::hooks::GatewayOptions;
 use rollout_controller::leader::{
     Attempt, LeaderElection, LeaseConfig, LeaseTimings, run_when_leading,
 };
 use rollout_controller::metrics::ControllerMetrics;
-use rollout_controller::reconcile::Options;
 use serde_json::{Value, json};
 
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/hub/leases";
@@ -422,29 +419,14 @@ async fn two_controllers_one_leads() {
             Arc::new(AtomicBool::new(false)),
             registry.clone(),
         );
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let options = RunOptions {
-            gateway: GatewayOptions {
-                url: "http://127.0.0.1:9".into(),
-                timeout: Duration::from_secs(1),
-                tls: None,
-            },
-            reconcile: Options::default(),
-            register_plugins_namespace: Some("open-cluster-management-hub".into()),
-            health_listen: Some("127.0.0.1:0".parse().unwrap()),
-            leader_election: Some(config(name, timings)),
-        };
-        tokio::spawn(async move {
-            let mut tx = Some(tx);
-            app::run(client, options, std::future::pending(), move |running| {
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(running.health.expect("serving"));
-                }
-            })
-            .await
-            .expect("runs");
-        });
-        addrs.push(rx.await.unwrap());
+        addrs.push(
+            start_controller(
+                client,
+                Some(config(name, timings)),
+                Some("open-cluster-management-hub".into()),
+            )
+            .await,
+        );
     }
     let leader_gauge = |text: &str| {
         text.lines()

@@ -4,15 +4,12 @@
 //! ManifestWorkReplicaSets; with kube-runtime's store readiness waited on
 //! by two tasks it never was on a real API server.
 
-use crate::common::get;
+use crate::common::{get, start_controller};
 
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
-use rollout_controller::app::{self, RunOptions};
-use rollout_controller::hooks::GatewayOptions;
-use rollout_controller::reconcile::Options;
 use serde_json::json;
 
 /// Lists answer empty at resourceVersion 1; watches are held open (their
@@ -41,34 +38,7 @@ fn empty_hub() -> kube::Client {
 
 #[tokio::test]
 async fn without_leader_election_it_is_ready_once_listed() {
-    let options = RunOptions {
-        gateway: GatewayOptions {
-            url: "http://127.0.0.1:9".into(),
-            timeout: Duration::from_secs(1),
-            tls: None,
-        },
-        reconcile: Options::default(),
-        register_plugins_namespace: None,
-        health_listen: Some("127.0.0.1:0".parse().unwrap()),
-        leader_election: None,
-    };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
-        let mut tx = Some(tx);
-        app::run(
-            empty_hub(),
-            options,
-            std::future::pending(),
-            move |running| {
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(running.health.expect("serving"));
-                }
-            },
-        )
-        .await
-        .expect("runs");
-    });
-    let addr = rx.await.unwrap();
+    let addr = start_controller(empty_hub(), None, None).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let mut last = String::new();
     while tokio::time::Instant::now() < deadline {

@@ -819,3 +819,36 @@ pub async fn get(addr: std::net::SocketAddr, path: &str) -> String {
     stream.read_to_string(&mut answer).await.unwrap();
     answer
 }
+
+/// `rollout-controller run` in this process against `client`, with a
+/// gateway nobody serves, probes on a free port, and `leader_election`
+/// and `register` as given; returns the probes' address once serving.
+pub async fn start_controller(
+    client: kube::Client,
+    leader_election: Option<rollout_controller::leader::LeaseConfig>,
+    register: Option<String>,
+) -> SocketAddr {
+    let options = rollout_controller::app::RunOptions {
+        gateway: GatewayOptions {
+            url: "http://127.0.0.1:9".into(),
+            timeout: Duration::from_secs(1),
+            tls: None,
+        },
+        reconcile: Options::default(),
+        register_plugins_namespace: register,
+        health_listen: Some("127.0.0.1:0".parse().unwrap()),
+        leader_election,
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let mut tx = Some(tx);
+        rollout_controller::app::run(client, options, std::future::pending(), move |running| {
+            if let Some(tx) = tx.take() {
+                let _ = tx.send(running.health.expect("serving"));
+            }
+        })
+        .await
+        .expect("runs");
+    });
+    rx.await.unwrap()
+}
