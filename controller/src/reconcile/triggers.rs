@@ -24,32 +24,49 @@ fn version<K: Resource>(object: &K) -> Version {
 }
 
 /// The objects of `events` whose spec changed, that appeared or that were
-/// deleted; a status write alone is dropped.
+/// deleted; a status write alone is dropped. What it remembers is the
+/// objects that exist: a relist (`Init` … `InitDone`) replaces it, so an
+/// object deleted while the watch was down is forgotten.
 pub(crate) fn spec_changes<K, S>(events: S) -> impl Stream<Item = Result<K, watcher::Error>> + Send
 where
     K: Resource + Clone + Send + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
 {
     let mut seen: HashMap<Key, Version> = HashMap::new();
-    events
-        .map(move |event| match event {
-            Err(error) => vec![Err(error)],
-            Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
-                let key = (object.namespace(), object.name_any());
+    let mut relisted: HashMap<Key, Version> = HashMap::new();
+    events.filter_map(move |event| {
+        let changed = match event {
+            Err(error) => Some(Err(error)),
+            Ok(watcher::Event::Apply(object)) => {
                 let now = version(&object);
-                if seen.insert(key, now.clone()).as_ref() == Some(&now) {
-                    Vec::new()
-                } else {
-                    vec![Ok(object)]
-                }
+                let before = seen.insert(key(&object), now.clone());
+                (before != Some(now)).then_some(Ok(object))
+            }
+            Ok(watcher::Event::InitApply(object)) => {
+                let now = version(&object);
+                relisted.insert(key(&object), now.clone());
+                (seen.get(&key(&object)) != Some(&now)).then_some(Ok(object))
             }
             Ok(watcher::Event::Delete(object)) => {
-                seen.remove(&(object.namespace(), object.name_any()));
-                vec![Ok(object)]
+                seen.remove(&key(&object));
+                Some(Ok(object))
             }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => Vec::new(),
-        })
-        .flat_map(futures::stream::iter)
+            Ok(watcher::Event::Init) => {
+                relisted.clear();
+                None
+            }
+            Ok(watcher::Event::InitDone) => {
+                std::mem::swap(&mut seen, &mut relisted);
+                relisted.clear();
+                None
+            }
+        };
+        futures::future::ready(changed)
+    })
+}
+
+fn key<K: Resource>(object: &K) -> Key {
+    (object.namespace(), object.name_any())
 }
 
 #[cfg(test)]
@@ -104,5 +121,24 @@ mod tests {
             InitDone,
         ]);
         assert_eq!(seen, ["a@1", "a@2", "a@2", "a@1"]);
+    }
+
+    #[test]
+    fn a_relist_forgets_what_is_gone() {
+        use watcher::Event::{Apply, Init, InitApply, InitDone};
+        let seen = names(vec![
+            Init,
+            InitApply(object("a", "u1", 1, "")),
+            InitApply(object("b", "u2", 1, "")),
+            InitDone,
+            // The watch restarts; b was deleted meanwhile.
+            Init,
+            InitApply(object("a", "u1", 1, "")),
+            InitDone,
+            // b at the version it had: not remembered, so it wakes one.
+            Apply(object("b", "u2", 1, "")),
+            Apply(object("a", "u1", 1, "status")),
+        ]);
+        assert_eq!(seen, ["a@1", "b@1", "b@1"]);
     }
 }
