@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -109,7 +110,6 @@ class Controller:
         self.process, self.health, self.kubeconfig = process, health, kubeconfig
 
     def metrics(self) -> str:
-        import urllib.request
         with urllib.request.urlopen(f"http://{self.health}/metrics", timeout=5) as answer:
             return answer.read().decode()
 
@@ -119,12 +119,10 @@ def controller(installed, gateway, processes):
     """`rollout-controller run` as the overlay's ServiceAccount, with a token
     from the TokenRequest API: RBAC on the hub decides what it may do."""
     kubeconfig = installed.token_kubeconfig("rollout-hooks", "rollout-controller")
-    health = f"127.0.0.1:{free_port()}"
+    health = f"127.0.0.1:{localhub.free_port()}"
     process = processes.start("rollout-controller", [
         binary("rollout-controller"), "run", "--kubeconfig", kubeconfig, "--gateway", gateway,
         "--health-listen", health, "--hub-name", "localhub"], env={"RUST_LOG": os.environ.get("LOCALHUB_RUST_LOG", "info")})
-    import urllib.request
-
     def ready():
         if process.popen.poll() is not None:
             raise AssertionError(f"rollout-controller exited:\n{process.text()[-3000:]}")
@@ -138,8 +136,6 @@ def controller(installed, gateway, processes):
     yield Controller(process, health, kubeconfig)
     process.stop()
 
-
-from tests.hub import free_port  # noqa: E402
 
 
 @pytest.fixture(scope="session")

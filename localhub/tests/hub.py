@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -88,12 +87,6 @@ class Hub:
             match = re.search(r"VmRSS:\s+(\d+) kB", status)
             total += int(match.group(1)) if match else 0
         return total / 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Process:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 
+from tests.conftest import ROOT
 from tests.hub import Hub
 
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
 NS = "rollout-demo"
 NAME = "hello-rollout"
 

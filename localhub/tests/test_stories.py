@@ -14,8 +14,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from tests.conftest import ROOT, binary
 from tests.hub import Hub
 from tests.rollout import NAME, NS, carrier_placement, decided_clusters, events, set_plugin_config, spoke_deployment
