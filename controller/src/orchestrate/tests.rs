@@ -1262,24 +1262,56 @@ fn ocm_work(cluster: &str, spec: &ManifestWorkSpec) -> ManifestWork {
 }
 
 #[tokio::test]
-async fn works_ocm_wrote_for_the_template_are_adopted_without_hooks() {
+async fn works_ocm_wrote_for_the_template_are_adopted_and_validated() {
     let hooks = Script::default();
     let world = MemoryWorld::new();
     let mut f = Fixture::new(
         strategy(
             json!({"type": "Progressive", "plugin": "p", "abortOnFailure": true,
-                        "progressive": {"maxConcurrency": 1}}),
+                        "progressive": {"maxConcurrency": 1, "progressDeadline": "10s"}}),
         ),
         &["c1", "c2", "c3"],
     );
     for c in ["c1", "c2", "c3"] {
         world.insert(ocm_work(c, &f.update.template));
     }
+    // On the update revision already: no BeginRollout or
+    // MutateManifestWork and no apply; but nothing this controller did
+    // validated them, so the plugin is asked. Their progress ended long
+    // before the 10 s deadline: an adopted work's validation has none.
+    hooks.validate.lock().expect("lock").insert(
+        "c1".into(),
+        ValidateResponse {
+            result: proto::ValidationResult::Inprogress as i32,
+            message: "warming up".into(),
+            recheck_after: None,
+        },
+    );
     let out = f.step(&hooks, &world, at(0)).await;
-    // On the update revision already: no BeginRollout, MutateManifestWork
-    // or ValidateRolloutCompletion, no write.
-    assert_eq!(hooks.calls(), [call(Progress, "")]);
-    assert!(world.writes().is_empty(), "{:?}", world.writes());
+    assert_eq!(
+        hooks.calls(),
+        [
+            call(Validate, "c1"),
+            call(Validate, "c2"),
+            call(Validate, "c3"),
+            call(Progress, "")
+        ]
+    );
+    assert!(
+        world
+            .writes()
+            .iter()
+            .all(|w| matches!(w, Write::Annotate(..))),
+        "{:?}",
+        world.writes()
+    );
+    let p = &out.placements[0];
+    assert!(!p.complete(), "{:?}", p.clusters);
+    assert!(p.clusters.iter().all(|c| c.status != RolloutStatus::TimeOut));
+    hooks.validate.lock().expect("lock").clear();
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(30)).await;
+    assert_eq!(hooks.calls(), [call(Validate, "c1"), call(Progress, "")]);
     let p = &out.placements[0];
     assert!(p.complete(), "{:?}", p.clusters);
     assert_eq!((p.updated, p.at_update), (3, 3));
@@ -1309,6 +1341,35 @@ async fn works_ocm_wrote_for_the_template_are_adopted_without_hooks() {
         .expect("c1");
     assert_eq!(c1.name_any(), "hellox7k21");
     assert_eq!(c1.labels()[CONTROLLER_HASH_LABEL], f.update.hash);
+}
+
+/// A work this controller applied that another writer stripped of its
+/// labels and annotations (OCM's controller does, with a merge patch that
+/// leaves no field manager of its own) is not adopted: counting it as
+/// validated would skip its plugin. It is rolled out to again.
+#[tokio::test]
+async fn a_work_this_controller_applied_that_lost_its_labels_is_rolled_out_again() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let f = Fixture::new(
+        strategy(json!({"type": "Progressive", "plugin": "p", "progressive": {"maxConcurrency": 1}})),
+        &["c1"],
+    );
+    let mut work = ocm_work("c1", &f.update.template);
+    work.metadata.managed_fields = serde_json::from_value(json!([{
+        "manager": conflict::FIELD_MANAGER, "operation": "Apply",
+        "apiVersion": "work.open-cluster-management.io/v1",
+        "time": at(-200).to_string(), "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:spec": {"f:workload": {}}}
+    }]))
+    .ok();
+    world.insert(work);
+    let out = f.step(&hooks, &world, at(0)).await;
+    assert_eq!(
+        hooks.calls(),
+        [call(Progress, ""), call(Begin, "c1"), call(Mutate, "c1")]
+    );
+    assert_eq!(out.placements[0].applied, ["c1"]);
 }
 
 #[tokio::test]

@@ -1306,10 +1306,12 @@ async fn an_apply_refused_with_409_is_a_conflict() {
 /// ManifestWorks as OCM's own ManifestWorkReplicaSet controller writes them
 /// (a `generateName` name, the owner and placement labels, no
 /// `controller-hash`, no annotation, the plain template) are adopted: no
-/// BeginRollout, MutateManifestWork or ValidateRolloutCompletion, no write
-/// to any work, and the set is complete on the template's revision.
+/// BeginRollout or MutateManifestWork and no apply; but nothing this
+/// controller did validated them, so ValidateRolloutCompletion is asked
+/// for each and its verdict is the only write; then the set is complete on
+/// the template's revision.
 #[tokio::test]
-async fn works_written_by_ocm_are_adopted_without_hook_calls() {
+async fn works_written_by_ocm_are_adopted_and_validated() {
     let (plugin, addr) = plugin().await;
     let gw = gateway(&[("canary", addr)]).await;
     let v1 = template("v1");
@@ -1325,6 +1327,14 @@ async fn works_written_by_ocm_are_adopted_without_hook_calls() {
                              "fieldsV1": {"f:metadata": {"f:labels": {}}, "f:spec": {"f:workload": {}}}}]},
             "spec": v1,
             "status": {"conditions": conditions(1, "False", "2025-01-01T00:00:00Z")}
+        })
+    };
+    // The verdict's merge patch, answered with the work it makes.
+    let annotated = |mut work: Value| {
+        let path = work_path(work["metadata"]["namespace"].as_str().unwrap(), "hellom4xqz");
+        Expect::new(Method::PATCH, path, move |patch| {
+            work["metadata"]["annotations"] = patch["metadata"]["annotations"].clone();
+            (http::StatusCode::OK, work)
         })
     };
     let obj = mwrs(
@@ -1353,6 +1363,8 @@ async fn works_written_by_ocm_are_adopted_without_hook_calls() {
                 decisions_path(),
                 decisions(&["cluster1", "cluster2"]),
             ),
+            annotated(ocm_work("cluster1")),
+            annotated(ocm_work("cluster2")),
             Expect::status(&obj),
         ],
     );
@@ -1362,10 +1374,27 @@ async fn works_written_by_ocm_are_adopted_without_hook_calls() {
         .expect("reconciled");
     drop(ctx);
     let recorded = server.await.unwrap();
-    assert_eq!(plugin.calls(), [call(Initialize, ""), call(Progress, "")]);
+    assert_eq!(
+        plugin.calls(),
+        [
+            call(Initialize, ""),
+            call(Validate, "cluster1"),
+            call(Validate, "cluster2"),
+            call(Progress, "")
+        ]
+    );
+    for patch in &recorded[5..7] {
+        let annotations = &patch.body["metadata"]["annotations"];
+        assert_eq!(
+            annotations["rollout.open-cluster-management.io/validation"],
+            "Succeeded",
+            "{patch:?}"
+        );
+        assert!(patch.body.get("spec").is_none(), "{patch:?}");
+    }
     let state = plugin.requests(Progress)[0].rollout_status.clone().unwrap();
     assert_eq!(state.completed.len(), 2);
-    let status = &recorded[5].body["status"];
+    let status = &recorded[7].body["status"];
     assert_eq!(
         condition(status, "PlacementRolledOut")["reason"],
         "Complete"

@@ -18,7 +18,7 @@ use crate::api::labels::CONTROLLER_HASH_LABEL;
 use crate::hooks::{Call, Hooks, StateDetail, encode_state};
 use crate::orchestrate::conflict;
 use crate::orchestrate::input::{DeployInput, PlacementTarget};
-use crate::orchestrate::observe::{self, Observed, Verdict};
+use crate::orchestrate::observe::{self, Observed};
 use crate::orchestrate::report::{
     AbortReport, ClusterReport, PlacementOutcome, WorkCounts, soonest,
 };
@@ -26,11 +26,8 @@ use crate::orchestrate::request::{self, Reported, RequestScope, Requests, Rollou
 use crate::orchestrate::works::{count_works, is_deleting, placement_of};
 use crate::orchestrate::world::World;
 use crate::revision::{self, AbortAction, Revision};
-use crate::rollout::work_status::{self, Validation, ValidationResult};
+use crate::rollout::work_status::{self, Validation};
 use crate::rollout::{self, ClusterRolloutStatus, RollbackPace, RolloutResult, RolloutStatus};
-
-/// The validation message of a work adopted from another controller.
-pub(crate) const ADOPTED_MESSAGE: &str = "adopted: written by another controller for this template";
 
 /// The statuses of one placement's clusters for one desired revision.
 struct View {
@@ -56,6 +53,9 @@ struct StepState {
     abort: Option<(Timestamp, AbortReport)>,
     /// When the abort under way before this step started.
     aborted_at: Option<Timestamp>,
+    /// The clusters whose work another controller wrote for a revision
+    /// (see [`PlacementStep::adopt`]).
+    adopted: BTreeSet<String>,
 }
 
 pub(super) struct PlacementStep<'s, 'a, H, W> {
@@ -154,14 +154,23 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
     fn begin(&self, aborted_at: Option<Timestamp>) -> StepState {
         let input = self.input;
         let mut works: BTreeMap<String, Arc<ManifestWork>> = BTreeMap::new();
+        let mut adopted = BTreeSet::new();
         for work in input.works {
             if placement_of(work) != Some(self.target.name) || is_deleting(work) {
                 continue;
             }
             let cluster = work.namespace().unwrap_or_default();
-            works
-                .entry(cluster)
-                .or_insert_with(|| self.adopt(Arc::clone(work)));
+            if works.contains_key(&cluster) {
+                continue;
+            }
+            let work = match self.adopt(work) {
+                Some(work) => {
+                    adopted.insert(cluster.clone());
+                    work
+                }
+                None => Arc::clone(work),
+            };
+            works.insert(cluster, work);
         }
         let conflicts = conflict::conflicts_of(works.iter().map(|(c, w)| (c, w.as_ref())));
         StepState {
@@ -195,49 +204,49 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             ),
             abort: None,
             aborted_at,
+            adopted,
         }
     }
 
     /// A work another controller wrote (OCM's own ManifestWorkReplicaSet
     /// controller: the owner and placement labels, no `controller-hash`, no
     /// spec hash) whose spec is the template of the update revision or of
-    /// the current one counts as on that revision, as if this controller
-    /// had applied it and its plugin had validated it: moving from OCM's
-    /// controller does not roll the fleet out again. Nothing is written; the
-    /// work is taken over when a new revision is rolled out to it.
-    fn adopt(&self, work: Arc<ManifestWork>) -> Arc<ManifestWork> {
-        if observe::work_revision(&work).is_some()
+    /// the current one counts as on that revision: moving from OCM's
+    /// controller does not roll the fleet out again. It counts as written,
+    /// never as validated: no verdict is made up for it, so with a plugin
+    /// the cluster is `Validating` until the plugin decides. Nothing is
+    /// written but that verdict; the work is taken over when a new revision
+    /// is rolled out to it.
+    ///
+    /// Only a work this controller never applied is adopted (no `Apply`
+    /// entry of its field manager): one it applied that lost its labels
+    /// (OCM's controller strips them with a merge patch, which leaves no
+    /// field manager of its own behind) is not on any revision, and is
+    /// rolled out to, and validated, again.
+    fn adopt(&self, work: &ManifestWork) -> Option<Arc<ManifestWork>> {
+        if observe::work_revision(work).is_some()
             || work.annotations().contains_key(SPEC_HASH_ANNOTATION)
+            || conflict::own_apply_time(work).is_some()
         {
-            return work;
+            return None;
         }
         let spec = observe::spec_hash_of(&work.spec);
         let input = self.input;
-        let Some(revision) = std::iter::once(input.update)
+        let revision = std::iter::once(input.update)
             .chain(input.current)
-            .find(|r| observe::spec_hash_of(&r.template) == spec)
-        else {
-            return work;
-        };
-        let mut adopted = ManifestWork::clone(&work);
+            .find(|r| observe::spec_hash_of(&r.template) == spec)?;
+        let mut adopted = ManifestWork::clone(work);
         adopted
             .metadata
             .labels
             .get_or_insert_default()
             .insert(CONTROLLER_HASH_LABEL.to_owned(), revision.hash.clone());
-        let verdict = Verdict {
-            result: ValidationResult::Succeeded,
-            message: ADOPTED_MESSAGE.to_owned(),
-        };
-        let generation = adopted.metadata.generation.unwrap_or(0);
-        let annotations = adopted.metadata.annotations.get_or_insert_default();
-        annotations.insert(SPEC_HASH_ANNOTATION.to_owned(), spec);
-        annotations.extend(observe::verdict_annotations(
-            &verdict,
-            &revision.hash,
-            generation,
-        ));
-        Arc::new(adopted)
+        adopted
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(SPEC_HASH_ANNOTATION.to_owned(), spec);
+        Some(Arc::new(adopted))
     }
 
     /// Observe: each cluster's status for the revision the action rolls
@@ -254,7 +263,9 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 .iter()
                 .filter(|(cluster, _)| self.order.contains(cluster))
                 .filter_map(|(cluster, work)| {
-                    observe::observe(work, &desired.hash, validation).map(|o| (cluster.clone(), o))
+                    let observed = observe::observe(work, &desired.hash, validation)?;
+                    let adopted = state.adopted.contains(cluster);
+                    Some((cluster.clone(), validation_clock(observed, adopted)))
                 })
                 .collect(),
             aborting: state.action != AbortAction::Proceed,
@@ -509,6 +520,18 @@ fn timed_out_reported(result: &RolloutResult, view: &View) -> Vec<Reported> {
         .iter()
         .map(|c| Reported::new(c.clone(), view.desired.hash.clone()))
         .collect()
+}
+
+/// `observed`, and for an adopted work not yet decided by the plugin, with
+/// no time: its progress ended before this controller saw it, so its
+/// validation has no progress deadline (the engine times out from the
+/// time a status has).
+fn validation_clock(mut observed: Observed, adopted: bool) -> Observed {
+    if adopted && observed.verdict.is_none() && observed.status.status == RolloutStatus::Validating
+    {
+        observed.status.last_transition_time = None;
+    }
+    observed
 }
 
 /// A cluster that left the placement, with its work's status (for its own
