@@ -15,6 +15,7 @@ use kube::Client;
 use thiserror::Error;
 
 use crate::events::{EventGate, Events};
+use crate::guard;
 use crate::health::{self, Readiness};
 use crate::hooks::{GatewayError, GatewayHooks, GatewayOptions};
 use crate::leader::{self, LeaderElection, LeaseConfig};
@@ -128,11 +129,12 @@ pub async fn run(
     let hooks = GatewayHooks::new(&options.gateway, telemetry.clone())?;
     let readiness = Readiness::default();
     let metrics = Arc::new(ControllerMetrics::new());
+    let context = Arc::new(context(&client, hooks, &telemetry, &options, &metrics));
+    readiness.hold_with(context.guard.clone());
     let health = serve_health(options.health_listen, &readiness, &metrics).await?;
     started(&Running { health });
 
     tracing::info!(gateway = %options.gateway.url, "rollout-controller running");
-    let context = Arc::new(context(&client, hooks, &telemetry, &options, &metrics));
     let register = options.register_plugins_namespace.clone();
     let lead = || lead(&context, &readiness, &client, register.clone(), &stop);
     if options.leader_election.is_none() {
@@ -215,7 +217,8 @@ fn context(
     )))
 }
 
-/// What the leader does, and only the leader: reconcile, and keep the
+/// What the leader does, and only the leader: reconcile (held back while
+/// OCM's gate is on, which the ClusterManagers' watch tells), and keep the
 /// registry in `register` if given (two replicas must not write it at
 /// once, and a follower's view may be stale).
 fn lead(
@@ -227,6 +230,7 @@ fn lead(
 ) -> impl Future<Output = ()> + use<> {
     let (context, readiness) = (context.clone(), readiness.clone());
     let (client, stop) = (client.clone(), stop.clone());
+    let client_for_gates = client.clone();
     async move {
         let registration = async move {
             if let Some(namespace) = register {
@@ -236,9 +240,11 @@ fn lead(
             // goes on.
             std::future::pending::<()>().await;
         };
+        let gates = guard::watch_gates(client_for_gates, context.guard.clone());
         tokio::select! {
             () = reconcile::run(context, readiness, stop) => {}
             () = registration => {}
+            () = gates => {}
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The controller's probes for the kubelet and its metrics
 //! (`run --health-listen ADDR`): `GET /healthz` answers 200 while the
 //! process runs; `GET /readyz` answers 200 once the controller has listed
-//! the ManifestWorkReplicaSets, 503 before and while shutting down (and on
+//! the ManifestWorkReplicaSets, 503 before, while shutting down and while
+//! another ManifestWorkReplicaSet controller is found at work (saying
+//! what showed it: [`crate::guard`]) (and on
 //! a replica that is not the leader, 200 while it waits: it is healthy and
 //! ready to take over); `GET /metrics` is [`ControllerMetrics`], as
 //! OpenMetrics when `Accept` asks for it (as Prometheus does), else as the
@@ -9,6 +11,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
@@ -17,21 +20,38 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
+use crate::guard::Guard;
 use crate::metrics::ControllerMetrics;
 
 /// Whether the controller is ready; shared with the probe server.
 #[derive(Debug, Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness {
+    ready: Arc<AtomicBool>,
+    /// What may hold the reconciles back although listed.
+    guard: Arc<OnceLock<Arc<Guard>>>,
+}
 
 impl Readiness {
     /// Marks the controller ready (or not).
     pub(crate) fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::SeqCst);
+        self.ready.store(ready, Ordering::SeqCst);
     }
 
     /// Whether it is ready.
     pub(crate) fn is_ready(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    /// Makes `/readyz` fail, saying why, while `guard` finds another
+    /// ManifestWorkReplicaSet controller at work.
+    pub(crate) fn hold_with(&self, guard: Arc<Guard>) {
+        let _ = self.guard.set(guard);
+    }
+
+    /// Why the reconciles are held back now, if they are.
+    fn held(&self) -> Option<String> {
+        let finding = self.guard.get()?.finding(jiff::Timestamp::now())?;
+        Some(finding.to_string())
     }
 }
 
@@ -52,11 +72,16 @@ pub(crate) fn router(readiness: Readiness, metrics: Arc<ControllerMetrics>) -> R
         )
 }
 
-async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, &'static str) {
-    if readiness.is_ready() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+async fn readyz(State(readiness): State<Readiness>) -> (StatusCode, String) {
+    if !readiness.is_ready() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".to_owned());
+    }
+    match readiness.held() {
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not reconciling: {why}\n"),
+        ),
+        None => (StatusCode::OK, "ready\n".to_owned()),
     }
 }
 
@@ -129,6 +154,18 @@ pub(crate) mod tests {
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
         readiness.set(true);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        let guard = Arc::new(Guard::default());
+        readiness.hold_with(guard.clone());
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        guard.set_gate("cluster-manager", Some(true));
+        let held = get(addr, "/readyz").await;
+        assert!(held.starts_with("HTTP/1.1 503"), "{held}");
+        assert!(
+            held.contains("not reconciling: ClusterManager cluster-manager enables OCM's own"),
+            "{held}"
+        );
+        guard.set_gate("cluster-manager", None);
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
         metrics.set_leader(true);
         let scraped = get(addr, "/metrics").await;

@@ -67,6 +67,7 @@ pub mod api;
 pub mod app;
 pub mod events;
 pub mod format;
+pub mod guard;
 pub mod health;
 pub mod hooks;
 pub mod leader;

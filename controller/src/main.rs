@@ -142,6 +142,11 @@ struct RunArgs {
     /// before the controller applies it again (once per such quiet period).
     #[arg(long, value_name = "D", default_value = "10m", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_CONFLICT_BACKOFF")]
     conflict_backoff: std::time::Duration,
+    /// How long another field manager's write of a ManifestWorkReplicaSet's
+    /// status (OCM's own controller running) keeps this controller from
+    /// reconciling any ManifestWorkReplicaSet.
+    #[arg(long, value_name = "D", default_value = "2m", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_OTHER_WRITER_QUIET")]
+    other_writer_quiet: std::time::Duration,
     /// Reconcile only while holding a coordination.k8s.io Lease, so that
     /// several replicas can run and exactly one reconciles.
     #[arg(long, env = "ROLLOUT_CONTROLLER_LEADER_ELECT")]
@@ -613,6 +618,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
                 conflict_backoff: args.conflict_backoff,
                 ..Settings::default()
             },
+            other_writer_quiet: args.other_writer_quiet,
             ..Options::default()
         },
         register_plugins_namespace: args.registration_namespace(),

@@ -41,6 +41,10 @@ pub(crate) const PROGRESSING: &str = "Progressing";
 /// [`REASON_INVALID_MANIFEST_WORK_NAME`], as OCM's own controller reports it.
 pub(crate) const OWNER_LABEL_HASHED: &str = "OwnerLabelHashed";
 
+/// On a ManifestWorkReplicaSetRollout: another ManifestWorkReplicaSet
+/// controller (OCM's own) is at work, and this one reconciles nothing.
+pub(crate) const OTHER_CONTROLLER: &str = "OtherController";
+
 /// Present (True) only while another field manager (OCM's own
 /// ManifestWorkReplicaSet controller, a person, a GitOps tool) has written
 /// ManifestWorks of the set since the controller applied them; its message

@@ -30,7 +30,7 @@
 //! (its own fields, completed from the carrier); [`carrier_status`] is the
 //! part of a status written here.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -131,6 +131,12 @@ pub struct ManifestWorkReplicaSetRolloutStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub(crate) placements: Vec<PlacementRolloutStatus>,
+    /// What the controller says about this object itself: `OtherController`
+    /// while another ManifestWorkReplicaSet controller (OCM's own) is found
+    /// at work and this one reconciles nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub(crate) conditions: Vec<Condition>,
 }
 
 /// The rollout on one placement, beyond OCM's placementSummary.
@@ -252,6 +258,7 @@ pub(crate) fn carrier_status(
             .iter()
             .map(placement_status)
             .collect(),
+        conditions: Vec::new(),
     }
 }
 

@@ -9,6 +9,8 @@
 //! | `PluginLoadFailed` | Warning | `Initialize` | a plugin the strategy names did not answer `Initialize` |
 //! | `HookCallFailed` | Warning | `CallHook` | hook calls failed in a reconcile (the first, and how many) |
 //! | `ManifestWorkConflict` | Warning | `Apply` | another field manager wrote works of the set since the controller applied them (the works and the managers); they are left alone |
+//! | `OtherController` | Warning | `StandAside` | another ManifestWorkReplicaSet controller (OCM's own) is found at work (what showed it); nothing is reconciled |
+//! | `CarrierBound` | Normal | `Bind` | the set's ManifestWorkReplicaSetRollout changed: which one is bound and how, or that an empty one was created (Warning when a carrier or placement entry binds to nothing) |
 //!
 //! Deduplicated in two layers, so that a plugin failing on every reconcile
 //! does not flood the API: [`EventGate`] lets one event per object and
@@ -54,6 +56,12 @@ pub enum Reason {
     HookCallFailed,
     /// Another field manager wrote works of the set.
     ManifestWorkConflict,
+    /// Another ManifestWorkReplicaSet controller is at work: this one
+    /// reconciles nothing.
+    OtherController,
+    /// The set was bound to a ManifestWorkReplicaSetRollout, or to a new
+    /// empty one, or its binding changed.
+    CarrierBound,
 }
 
 impl Reason {
@@ -65,6 +73,8 @@ impl Reason {
             Reason::PluginLoadFailed => "PluginLoadFailed",
             Reason::HookCallFailed => "HookCallFailed",
             Reason::ManifestWorkConflict => "ManifestWorkConflict",
+            Reason::OtherController => "OtherController",
+            Reason::CarrierBound => "CarrierBound",
         }
     }
 
@@ -76,13 +86,15 @@ impl Reason {
             Reason::PluginLoadFailed => "Initialize",
             Reason::HookCallFailed => "CallHook",
             Reason::ManifestWorkConflict => "Apply",
+            Reason::OtherController => "StandAside",
+            Reason::CarrierBound => "Bind",
         }
     }
 
     /// Warning or Normal.
     pub(crate) fn event_type(self) -> EventType {
         match self {
-            Reason::RollbackFinished => EventType::Normal,
+            Reason::RollbackFinished | Reason::CarrierBound => EventType::Normal,
             _ => EventType::Warning,
         }
     }

@@ -1307,7 +1307,11 @@ async fn works_ocm_wrote_for_the_template_are_adopted_and_validated() {
     );
     let p = &out.placements[0];
     assert!(!p.complete(), "{:?}", p.clusters);
-    assert!(p.clusters.iter().all(|c| c.status != RolloutStatus::TimeOut));
+    assert!(
+        p.clusters
+            .iter()
+            .all(|c| c.status != RolloutStatus::TimeOut)
+    );
     hooks.validate.lock().expect("lock").clear();
     hooks.clear();
     let out = f.step(&hooks, &world, at(30)).await;
@@ -1352,7 +1356,9 @@ async fn a_work_this_controller_applied_that_lost_its_labels_is_rolled_out_again
     let hooks = Script::default();
     let world = MemoryWorld::new();
     let f = Fixture::new(
-        strategy(json!({"type": "Progressive", "plugin": "p", "progressive": {"maxConcurrency": 1}})),
+        strategy(
+            json!({"type": "Progressive", "plugin": "p", "progressive": {"maxConcurrency": 1}}),
+        ),
         &["c1"],
     );
     let mut work = ocm_work("c1", &f.update.template);

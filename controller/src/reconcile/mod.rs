@@ -32,6 +32,7 @@
 //!    ManifestWorkReplicaSetRollout;
 //! 7. requeue after the soonest recheck, capped at 30 minutes.
 
+mod aside;
 pub(crate) mod backoff;
 pub(crate) mod cache;
 pub(crate) mod carrier;
@@ -66,6 +67,7 @@ use crate::api::{
     Placement, PlacementDecision, manifestworkreplicasetrollout,
 };
 use crate::events::{self, Events};
+use crate::guard::Guard;
 use crate::health::Readiness;
 use crate::hooks::{Call, GatewayHooks, Hooks, StateDetail};
 use crate::metrics::{ControllerMetrics, Metered, ReconcileErrorKind};
@@ -135,6 +137,10 @@ pub struct Options {
     pub finalizer_requeue: Duration,
     /// How soon a failed reconcile is retried.
     pub error_requeue: Duration,
+    /// How long another field manager's write of a ManifestWorkReplicaSet
+    /// status keeps this controller from reconciling any
+    /// ([`crate::guard`]).
+    pub other_writer_quiet: Duration,
 }
 
 impl Default for Options {
@@ -145,6 +151,7 @@ impl Default for Options {
             hub_name: String::new(),
             finalizer_requeue: Duration::from_secs(5),
             error_requeue: Duration::from_secs(10),
+            other_writer_quiet: crate::guard::DEFAULT_OTHER_WRITER_QUIET,
         }
     }
 }
@@ -163,6 +170,8 @@ pub struct Context {
     pub(crate) metrics: Arc<ControllerMetrics>,
     /// Where the Events on the ManifestWorkReplicaSets go; none by default.
     pub(crate) events: Option<Arc<Events>>,
+    /// What shows another ManifestWorkReplicaSet controller at work.
+    pub(crate) guard: Arc<Guard>,
     plugins: PluginCache,
     cache: cache::Cache,
     backoffs: backoff::Backoffs,
@@ -181,6 +190,7 @@ impl Context {
             plugins: PluginCache::new(options.plugin_ttl),
             cache: cache::Cache::new(),
             backoffs: backoff::Backoffs::default(),
+            guard: Arc::new(Guard::new(options.other_writer_quiet)),
             client,
             hooks,
             telemetry,
@@ -326,6 +336,10 @@ async fn reconcile_traced(
     let pass = Pass::new(&ctx, &mwrs, &world, &trace)?;
     if mwrs.meta().deletion_timestamp.is_some() {
         return pass.finalize(&mwrs).await;
+    }
+    ctx.guard.observe(&mwrs);
+    if let Some(finding) = ctx.guard.finding(pass.now) {
+        return aside::stand_aside(&ctx, &pass.reads, &mwrs, &finding, pass.now).await;
     }
     let mwrs = pass.ensure_finalizer(mwrs).await?;
     if let Some(hashed) = &pass.hashed_label {

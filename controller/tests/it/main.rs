@@ -14,6 +14,7 @@ mod foreign_text;
 mod hooks;
 mod leader;
 mod live_view;
+mod other_controller;
 mod plan_cli;
 mod readiness;
 mod reads;

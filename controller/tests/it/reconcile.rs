@@ -1331,7 +1331,10 @@ async fn works_written_by_ocm_are_adopted_and_validated() {
     };
     // The verdict's merge patch, answered with the work it makes.
     let annotated = |mut work: Value| {
-        let path = work_path(work["metadata"]["namespace"].as_str().unwrap(), "hellom4xqz");
+        let path = work_path(
+            work["metadata"]["namespace"].as_str().unwrap(),
+            "hellom4xqz",
+        );
         Expect::new(Method::PATCH, path, move |patch| {
             work["metadata"]["annotations"] = patch["metadata"]["annotations"].clone();
             (http::StatusCode::OK, work)
@@ -1386,8 +1389,7 @@ async fn works_written_by_ocm_are_adopted_and_validated() {
     for patch in &recorded[5..7] {
         let annotations = &patch.body["metadata"]["annotations"];
         assert_eq!(
-            annotations["rollout.open-cluster-management.io/validation"],
-            "Succeeded",
+            annotations["rollout.open-cluster-management.io/validation"], "Succeeded",
             "{patch:?}"
         );
         assert!(patch.body.get("spec").is_none(), "{patch:?}");
