@@ -122,7 +122,12 @@ def controller(installed, gateway, processes):
     health = f"127.0.0.1:{localhub.free_port()}"
     process = processes.start("rollout-controller", [
         binary("rollout-controller"), "run", "--kubeconfig", kubeconfig, "--gateway", gateway,
-        "--health-listen", health, "--hub-name", "localhub"], env={"RUST_LOG": os.environ.get("LOCALHUB_RUST_LOG", "info")})
+        "--health-listen", health, "--hub-name", "localhub",
+        # OCM's controller, started by test_two_writers, holds reconciles back
+        # this long after its last status write (2 min by default), and the
+        # works it rewrote are left alone this long before they are taken
+        # over (10 min by default).
+        "--other-writer-quiet", "10s", "--conflict-backoff", "10s"], env={"RUST_LOG": os.environ.get("LOCALHUB_RUST_LOG", "info")})
     def ready():
         if process.popen.poll() is not None:
             raise AssertionError(f"rollout-controller exited:\n{process.text()[-3000:]}")

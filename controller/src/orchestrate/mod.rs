@@ -30,7 +30,11 @@
 //!    JSON, then applies the mutated work ([`World::apply_work`]);
 //! 5. **prune**: deletes the works of clusters that left the placement.
 //!
-//! Works of placements no longer in the spec are deleted first.
+//! Works of placements no longer in the spec are deleted first, and so is
+//! a second work of a placement for one cluster (another controller's
+//! leftover, such as OCM's own, which names its works after the
+//! ManifestWorkReplicaSet): one work per cluster, the one on this
+//! controller's revision kept.
 //!
 //! The calls of the validate and act phases run concurrently, up to
 //! [`Settings::hook_concurrency`] clusters at once, each cluster's calls in
@@ -128,6 +132,22 @@ pub async fn deploy<H: Hooks, W: World>(
                 outcome.requeue_after =
                     soonest(outcome.requeue_after, Some(input.settings.error_requeue));
                 outcome.world_errors.push(err);
+            }
+        }
+    }
+
+    // A second work of a placement for one cluster (another controller's
+    // leftover): one work per cluster.
+    for target in input.placements {
+        let own_name = work_name(input.owner.namespace, input.owner.name, target.name);
+        for (namespace, name) in works::duplicates(input.works, target.name, &own_name) {
+            match world.delete_work(&namespace, &name).await {
+                Ok(()) => outcome.deleted_stale.push((namespace, name)),
+                Err(err) => {
+                    outcome.requeue_after =
+                        soonest(outcome.requeue_after, Some(input.settings.error_requeue));
+                    outcome.world_errors.push(err);
+                }
             }
         }
     }

@@ -1378,6 +1378,26 @@ async fn a_work_this_controller_applied_that_lost_its_labels_is_rolled_out_again
     assert_eq!(out.placements[0].applied, ["c1"]);
 }
 
+/// A cluster with two works of the placement, this controller's and the
+/// one OCM's controller made beside it while both ran: the other one is
+/// deleted, the rollout goes on with this controller's.
+#[tokio::test]
+async fn a_second_work_for_a_cluster_is_deleted() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let f = Fixture::new(strategy(json!({"type": "All"})), &["c1"]);
+    f.step(&hooks, &world, at(0)).await;
+    let mut leftover = ocm_work("c1", &f.update.template);
+    leftover.metadata.name = Some("hello".into());
+    world.insert(leftover);
+    let out = f.step(&hooks, &world, at(10)).await;
+    assert_eq!(out.deleted_stale, [("c1".to_owned(), "hello".to_owned())]);
+    let left: Vec<String> = world.all().iter().map(|w| w.name_any()).collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_ne!(left[0], "hello");
+    assert!(out.placements[0].applied.is_empty());
+}
+
 #[tokio::test]
 async fn works_ocm_wrote_for_another_template_are_rolled_out() {
     let hooks = Script::default();

@@ -3,6 +3,7 @@
 //! and their counts by condition.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
@@ -181,4 +182,62 @@ pub(crate) fn placement_of(work: &ManifestWork) -> Option<&str> {
 
 pub(crate) fn is_deleting(work: &ManifestWork) -> bool {
     work.metadata.deletion_timestamp.is_some()
+}
+/// Which of a placement's works for one cluster is kept when there are
+/// several (another controller's leftover beside this controller's, such as
+/// OCM's, which names its works after the ManifestWorkReplicaSet): the one
+/// on a revision of this controller, else one it applied, else one named as
+/// it names them, else the first by name. The others are deleted
+/// ([`duplicates`]): one work per cluster, as OCM keeps.
+fn keeper_rank(work: &ManifestWork, own_name: &str) -> (u8, String) {
+    let rank = if observe::work_revision(work).is_some() {
+        0
+    } else if super::conflict::own_apply_time(work).is_some() {
+        1
+    } else if work.name_any() == own_name {
+        2
+    } else {
+        3
+    };
+    (rank, work.name_any())
+}
+
+/// The kept work of each cluster among `works` (those of one placement).
+pub(crate) fn kept<'w>(
+    works: impl IntoIterator<Item = &'w Arc<ManifestWork>>,
+    own_name: &str,
+) -> BTreeMap<String, &'w Arc<ManifestWork>> {
+    let mut kept: BTreeMap<String, &'w Arc<ManifestWork>> = BTreeMap::new();
+    for work in works {
+        let cluster = work.namespace().unwrap_or_default();
+        match kept.get(&cluster) {
+            Some(known) if keeper_rank(known, own_name) <= keeper_rank(work, own_name) => {}
+            _ => {
+                kept.insert(cluster, work);
+            }
+        }
+    }
+    kept
+}
+
+/// The works of `placement` among `works` that are not the kept one of
+/// their cluster ([`kept`]): `(namespace, name)`.
+pub(crate) fn duplicates(
+    works: &[Arc<ManifestWork>],
+    placement: &str,
+    own_name: &str,
+) -> Vec<(String, String)> {
+    let of_placement: Vec<&Arc<ManifestWork>> = works
+        .iter()
+        .filter(|w| placement_of(w) == Some(placement) && !is_deleting(w))
+        .collect();
+    let kept = kept(of_placement.iter().copied(), own_name);
+    of_placement
+        .into_iter()
+        .filter(|w| {
+            let cluster = w.namespace().unwrap_or_default();
+            kept.get(&cluster).is_none_or(|k| !Arc::ptr_eq(k, w))
+        })
+        .map(|w| (w.namespace().unwrap_or_default(), w.name_any()))
+        .collect()
 }

@@ -23,7 +23,7 @@ use crate::orchestrate::report::{
     AbortReport, ClusterReport, PlacementOutcome, WorkCounts, soonest,
 };
 use crate::orchestrate::request::{self, Reported, RequestScope, Requests, RolloutOrder};
-use crate::orchestrate::works::{count_works, is_deleting, placement_of};
+use crate::orchestrate::works::{count_works, is_deleting, kept, placement_of, work_name};
 use crate::orchestrate::world::World;
 use crate::revision::{self, AbortAction, Revision};
 use crate::rollout::work_status::{self, Validation};
@@ -149,20 +149,18 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
     }
 
     /// The step's starting state: the placement's works, one per cluster
-    /// (a second one for a cluster, such as a leftover of another
-    /// controller, is ignored), and the abort action so far.
+    /// (the kept one, when another controller left a second one: the
+    /// deploy deletes the others), and the abort action so far.
     fn begin(&self, aborted_at: Option<Timestamp>) -> StepState {
         let input = self.input;
         let mut works: BTreeMap<String, Arc<ManifestWork>> = BTreeMap::new();
         let mut adopted = BTreeSet::new();
-        for work in input.works {
-            if placement_of(work) != Some(self.target.name) || is_deleting(work) {
-                continue;
-            }
-            let cluster = work.namespace().unwrap_or_default();
-            if works.contains_key(&cluster) {
-                continue;
-            }
+        let own_name = work_name(input.owner.namespace, input.owner.name, self.target.name);
+        let of_placement = input
+            .works
+            .iter()
+            .filter(|w| placement_of(w) == Some(self.target.name) && !is_deleting(w));
+        for (cluster, work) in kept(of_placement, &own_name) {
             let work = match self.adopt(work) {
                 Some(work) => {
                     adopted.insert(cluster.clone());
