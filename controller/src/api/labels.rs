@@ -1,16 +1,19 @@
 //! Label and finalizer keys, and label values that always fit.
 //!
 //! A ManifestWorkReplicaSet marks each ManifestWork it owns with
-//! [`MWRS_OWNER_LABEL`]` = <namespace>.<name>`, as upstream does. A label
-//! value holds at most 63 characters, and upstream fails silently on a longer
-//! one (ocm #1596). [`owner_label_value`] instead hashes such a value into
-//! one that fits and says so, so the controller can show why its works carry
-//! an unexpected label value.
+//! [`MWRS_OWNER_LABEL`]` = <namespace>.<name>`, as OCM does. A label value
+//! holds at most 63 characters. A set whose `<namespace>.<name>` is longer
+//! gets no works at all: the reconcile stops with ManifestworkApplied False,
+//! reason `InvalidManifestWorkName`, as OCM's controller does. The hashed
+//! value [`owner_label_value`] makes for it is only to name the value that
+//! could not be written (and to find works an earlier version wrote under
+//! it, which the finalizer still deletes); no work is labelled with it.
 
 use std::fmt;
 
 /// On a ManifestWork: the owning ManifestWorkReplicaSet, as
-/// `<namespace>.<name>` (hashed when too long, see [`owner_label_value`]).
+/// `<namespace>.<name>` (never longer than a label value: a set whose value
+/// would be gets no works, see [`owner_label_value`]).
 pub(crate) const MWRS_OWNER_LABEL: &str = "work.open-cluster-management.io/manifestworkreplicaset";
 
 /// On a ManifestWork: the placement that selected its cluster.
