@@ -41,6 +41,12 @@ pub(crate) const PROGRESSING: &str = "Progressing";
 /// [`REASON_INVALID_MANIFEST_WORK_NAME`], as OCM's own controller reports it.
 pub(crate) const OWNER_LABEL_HASHED: &str = "OwnerLabelHashed";
 
+/// On a ManifestWorkReplicaSet: which ManifestWorkReplicaSetRollout it is
+/// bound to and how (`SameName`, `Empty`, `CreatedEmpty`), False when
+/// something written binds to nothing (`UnknownPlacements`,
+/// `NothingBound`).
+pub(crate) const CARRIER_BOUND: &str = "CarrierBound";
+
 /// On a ManifestWorkReplicaSetRollout: another ManifestWorkReplicaSet
 /// controller (OCM's own) is at work, and this one reconciles nothing.
 pub(crate) const OTHER_CONTROLLER: &str = "OtherController";

@@ -10,7 +10,8 @@
 //! | `HookCallFailed` | Warning | `CallHook` | hook calls failed in a reconcile (the first, and how many) |
 //! | `ManifestWorkConflict` | Warning | `Apply` | another field manager wrote works of the set since the controller applied them (the works and the managers); they are left alone |
 //! | `OtherController` | Warning | `StandAside` | another ManifestWorkReplicaSet controller (OCM's own) is found at work (what showed it); nothing is reconciled |
-//! | `CarrierBound` | Normal | `Bind` | the set's ManifestWorkReplicaSetRollout changed: which one is bound and how, or that an empty one was created (Warning when a carrier or placement entry binds to nothing) |
+//! | `CarrierBound` | Normal | `Bind` | the `CarrierBound` condition changed: which ManifestWorkReplicaSetRollout is bound and how, or that an empty one was created |
+//! | `BindingProblem` | Warning | `Bind` | the same, when something written binds to nothing: a carrier's entry for a placement not in the spec, or a carrier of the namespace that binds to no set beside a set bound to an empty one (a typo'd name) |
 //!
 //! Deduplicated in two layers, so that a plugin failing on every reconcile
 //! does not flood the API: [`EventGate`] lets one event per object and
@@ -33,9 +34,36 @@ use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::api::ManifestWorkReplicaSetStatus;
+use crate::api::conditions::CARRIER_BOUND;
 use crate::hooks::PluginState;
 use crate::orchestrate::DeployOutcome;
 use crate::revision::AbortAction;
+
+/// An Event when the `CarrierBound` condition changed: its message, as
+/// `CarrierBound` while True, `BindingProblem` while False.
+fn binding_event(
+    old: &ManifestWorkReplicaSetStatus,
+    new: &ManifestWorkReplicaSetStatus,
+) -> Option<RolloutEvent> {
+    let find = |s: &ManifestWorkReplicaSetStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == CARRIER_BOUND)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    let (status, _, message) = find(new)?;
+    if find(old) == find(new) {
+        return None;
+    }
+    Some(RolloutEvent {
+        reason: if status == "True" {
+            Reason::CarrierBound
+        } else {
+            Reason::BindingProblem
+        },
+        note: message,
+    })
+}
 
 /// The longest note written (the API allows 1 kB).
 pub(crate) const MAX_NOTE_LEN: usize = 1000;
@@ -62,6 +90,9 @@ pub enum Reason {
     /// The set was bound to a ManifestWorkReplicaSetRollout, or to a new
     /// empty one, or its binding changed.
     CarrierBound,
+    /// Something written binds to nothing: a carrier's placement entry, or
+    /// a carrier of no set beside a set bound to an empty one.
+    BindingProblem,
 }
 
 impl Reason {
@@ -75,6 +106,7 @@ impl Reason {
             Reason::ManifestWorkConflict => "ManifestWorkConflict",
             Reason::OtherController => "OtherController",
             Reason::CarrierBound => "CarrierBound",
+            Reason::BindingProblem => "BindingProblem",
         }
     }
 
@@ -87,7 +119,7 @@ impl Reason {
             Reason::HookCallFailed => "CallHook",
             Reason::ManifestWorkConflict => "Apply",
             Reason::OtherController => "StandAside",
-            Reason::CarrierBound => "Bind",
+            Reason::CarrierBound | Reason::BindingProblem => "Bind",
         }
     }
 
@@ -129,6 +161,9 @@ pub(crate) fn rollout_events(
     plugins: &[PluginState],
 ) -> Vec<RolloutEvent> {
     let mut events = Vec::new();
+    if let Some(event) = binding_event(old, new) {
+        events.push(event);
+    }
     if let Some(abort) = &outcome.abort {
         let failures = abort.failure_list();
         let update = new.update_revision.as_deref().unwrap_or_default();

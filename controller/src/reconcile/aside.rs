@@ -15,14 +15,16 @@ use serde_json::json;
 
 use super::{Context, Error, FIELD_MANAGER, cache::Reads, status::set_condition};
 use crate::api::conditions::{
-    MANIFEST_WORKS_CONFLICT, OTHER_CONTROLLER, OWNER_LABEL_HASHED, PLUGIN_LOADED, PROGRESSING,
+    CARRIER_BOUND, MANIFEST_WORKS_CONFLICT, OTHER_CONTROLLER, OWNER_LABEL_HASHED, PLUGIN_LOADED,
+    PROGRESSING,
 };
 use crate::api::{ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout};
 use crate::events::{Reason, RolloutEvent};
 use crate::guard::Finding;
 
 /// The conditions only this controller sets on a ManifestWorkReplicaSet.
-const OWN_CONDITIONS: [&str; 4] = [
+const OWN_CONDITIONS: [&str; 5] = [
+    CARRIER_BOUND,
     PLUGIN_LOADED,
     PROGRESSING,
     MANIFEST_WORKS_CONFLICT,

@@ -9,6 +9,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
@@ -39,31 +40,62 @@ pub(crate) fn empty_carrier(mwrs: &ManifestWorkReplicaSet) -> ManifestWorkReplic
     carrier
 }
 
-/// The carrier of `mwrs`: read, or created empty when there is none.
+/// The carrier of `mwrs`: read, or created empty when there is none
+/// (then `true`).
 pub(super) async fn ensure(
     reads: &Reads<'_>,
     mwrs: &ManifestWorkReplicaSet,
-) -> Result<ManifestWorkReplicaSetRollout, Error> {
+) -> Result<(ManifestWorkReplicaSetRollout, bool), Error> {
     let (namespace, name) = (mwrs.namespace().unwrap_or_default(), mwrs.name_any());
     if let Some(carrier) = reads.carrier(&namespace, &name).await? {
-        return Ok(carrier);
+        return Ok((carrier, false));
     }
     let api: Api<ManifestWorkReplicaSetRollout> = Api::namespaced(reads.client.clone(), &namespace);
     match api
         .create(&PostParams::default(), &empty_carrier(mwrs))
         .await
     {
-        Ok(created) => Ok(created),
+        Ok(created) => Ok((created, true)),
         // Written meanwhile (by a person, or a stale read of ours).
         Err(kube::Error::Api(status)) if status.is_already_exists() => api
             .get(&name)
             .await
+            .map(|c| (c, false))
             .map_err(|source| Error::kube("reading the ManifestWorkReplicaSetRollout", source)),
         Err(source) => Err(Error::kube(
             "creating the ManifestWorkReplicaSetRollout",
             source,
         )),
     }
+}
+
+/// The ManifestWorkReplicaSetRollouts of `namespace` that bind to no
+/// ManifestWorkReplicaSet of `sets` (the names there), from the stores;
+/// none known without them.
+pub(super) fn unbound(
+    reads: &Reads<'_>,
+    sets: Option<&Store<ManifestWorkReplicaSet>>,
+    namespace: &str,
+) -> Vec<String> {
+    let (Some(stores), Some(sets)) = (reads.stores, sets) else {
+        return Vec::new();
+    };
+    let names: std::collections::BTreeSet<String> = sets
+        .state()
+        .iter()
+        .filter(|m| m.namespace().as_deref() == Some(namespace))
+        .map(|m| m.name_any())
+        .collect();
+    let mut unbound: Vec<String> = stores
+        .carriers
+        .state()
+        .iter()
+        .filter(|c| c.namespace().as_deref() == Some(namespace) && !names.contains(&c.name_any()))
+        .map(|c| c.name_any())
+        .collect();
+    unbound.sort();
+    unbound.truncate(10);
+    unbound
 }
 
 /// Writes `status` where it belongs: the carrier's part to the carrier

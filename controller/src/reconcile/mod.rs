@@ -34,6 +34,7 @@
 
 mod aside;
 pub(crate) mod backoff;
+mod binding;
 pub(crate) mod cache;
 pub(crate) mod carrier;
 pub(crate) mod plugins;
@@ -172,6 +173,9 @@ pub struct Context {
     pub(crate) events: Option<Arc<Events>>,
     /// What shows another ManifestWorkReplicaSet controller at work.
     pub(crate) guard: Arc<Guard>,
+    /// The controller's own store of every ManifestWorkReplicaSet, once
+    /// [`run`] started it (for the carriers that bind to none).
+    sets: std::sync::OnceLock<Store<ManifestWorkReplicaSet>>,
     plugins: PluginCache,
     cache: cache::Cache,
     backoffs: backoff::Backoffs,
@@ -191,6 +195,7 @@ impl Context {
             cache: cache::Cache::new(),
             backoffs: backoff::Backoffs::default(),
             guard: Arc::new(Guard::new(options.other_writer_quiet)),
+            sets: std::sync::OnceLock::new(),
             client,
             hooks,
             telemetry,
@@ -388,6 +393,8 @@ struct Bound {
     /// The set with the carrier's fields bound in.
     mwrs: Arc<ManifestWorkReplicaSet>,
     generations: backoff::Generations,
+    /// What the bind did.
+    binding: binding::Binding,
 }
 
 /// Whether the reconcile goes on past the bind.
@@ -489,7 +496,16 @@ impl<'r> Pass<'r> {
     /// Bind: the set as read, its own fields completed from its carrier;
     /// nothing more while a plugin's refusal of this input backs off.
     async fn bind(&self, stored: Arc<ManifestWorkReplicaSet>) -> Result<Bind, Error> {
-        let carrier = carrier::ensure(&self.reads, &stored).await?;
+        let (carrier, created) = carrier::ensure(&self.reads, &stored).await?;
+        let unbound = carrier::unbound(&self.reads, self.ctx.sets.get(), &self.namespace);
+        // One the controller made empty stays "created empty" (it is owned
+        // by the set) until someone writes to it.
+        let made_here = created
+            || carrier
+                .owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && Some(&o.uid) == stored.uid().as_ref());
+        let binding = binding::describe(&stored, &carrier, made_here, &unbound);
         let generations = backoff::Generations {
             mwrs: stored.meta().generation,
             carrier: carrier.meta().generation,
@@ -508,6 +524,7 @@ impl<'r> Pass<'r> {
             carrier,
             mwrs,
             generations,
+            binding,
         })))
     }
 
@@ -693,6 +710,7 @@ impl<'r> Pass<'r> {
             revisions: &revision_status,
             collision_count: revisions.synced.plan.collision_count,
             origin: revisions.synced.plan.origin,
+            binding: Some(&bound.binding),
         });
         let client = &self.ctx.client;
         carrier::write_status(client, &bound.stored, &bound.carrier, &new_status).await?;
@@ -857,6 +875,7 @@ pub(crate) async fn run(ctx: Arc<Context>, readiness: Readiness, stop: Stop) {
     }
     let controller = mwrs_controller(&client, &readiness);
     let (by_decision, by_placement) = (controller.store(), controller.store());
+    let _ = ctx.sets.set(controller.store());
     controller
         .watches(
             Api::<ManifestWork>::all(client.clone()),

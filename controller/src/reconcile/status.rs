@@ -19,6 +19,7 @@ use std::fmt;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use super::binding::Binding;
 use crate::api::conditions::*;
 use crate::api::labels::MAX_LABEL_VALUE_LEN;
 use crate::api::manifestworkreplicaset::MAX_CLUSTER_SUMMARIES;
@@ -79,6 +80,9 @@ pub(crate) struct StatusInput<'a> {
     pub(crate) collision_count: i32,
     /// How the update revision was found in this reconcile.
     pub(crate) origin: RevisionOrigin,
+    /// What the bind phase did (`CarrierBound`); `None` leaves the
+    /// condition as it was.
+    pub(crate) binding: Option<&'a Binding>,
 }
 
 /// The status of a ManifestWorkReplicaSet whose owner label value
@@ -315,6 +319,10 @@ pub(crate) fn build(input: &StatusInput<'_>) -> ManifestWorkReplicaSetStatus {
     match works_conflict(input.outcome) {
         Some(conflict) => conditions.set(MANIFEST_WORKS_CONFLICT, &conflict),
         None => conditions.remove(MANIFEST_WORKS_CONFLICT),
+    }
+    if let Some(binding) = input.binding {
+        let value = ConditionValue::new(binding.status, binding.reason, binding.message.clone());
+        conditions.set(CARRIER_BOUND, &value);
     }
     ManifestWorkReplicaSetStatus {
         conditions: conditions.list,
@@ -755,6 +763,7 @@ mod tests {
 
         fn build(&self) -> ManifestWorkReplicaSetStatus {
             build(&StatusInput {
+                binding: None,
                 old: &self.old,
                 generation: Some(3),
                 now: at(100),

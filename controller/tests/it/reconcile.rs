@@ -939,7 +939,10 @@ async fn an_unreachable_plugin_is_one_event_not_one_per_reconcile() {
     let hub = Hub::ocm().with_carrier(json!([{"name": PLACEMENT, "plugin": "gone"}]), Value::Null);
     let events_path = "/apis/events.k8s.io/v1/namespaces/default/events";
     // The Events go through their own client; exactly one is written.
-    let (events_client, events_server) = api_server(vec![Expect::echo(Method::POST, events_path)]);
+    let (events_client, events_server) = api_server(vec![
+        Expect::echo(Method::POST, events_path),
+        Expect::echo(Method::POST, events_path),
+    ]);
     let events = Arc::new(Events::new(
         events_client,
         "replica-a",
@@ -971,7 +974,10 @@ async fn an_unreachable_plugin_is_one_event_not_one_per_reconcile() {
     }
     drop(events);
     let written = events_server.await.unwrap();
-    let event = &written[0].body;
+    // The first says what the set is bound to.
+    assert_eq!(written[0].body["reason"], "CarrierBound");
+    assert_eq!(written[0].body["type"], "Normal");
+    let event = &written[1].body;
     assert_eq!(event["reason"], "PluginLoadFailed");
     assert_eq!(event["type"], "Warning");
     assert_eq!(event["action"], "Initialize");
@@ -1120,7 +1126,10 @@ async fn another_writers_change_is_reported_and_not_fought() {
     let name = work_name(NS, MWRS, PLACEMENT);
     let mut obj = mwrs(v1.clone(), json!({"type": "All"}), Value::Null);
     let events_path = "/apis/events.k8s.io/v1/namespaces/default/events";
-    let (events_client, events_server) = api_server(vec![Expect::echo(Method::POST, events_path)]);
+    let (events_client, events_server) = api_server(vec![
+        Expect::echo(Method::POST, events_path),
+        Expect::echo(Method::POST, events_path),
+    ]);
     let events = Arc::new(Events::new(
         events_client,
         "replica-a",
@@ -1217,7 +1226,10 @@ async fn another_writers_change_is_reported_and_not_fought() {
     assert_eq!(carrier_writes, [Method::POST, Method::PATCH]);
     drop(events);
     let written = events_server.await.unwrap();
-    let event = &written[0].body;
+    assert_eq!(written[0].body["reason"], "CarrierBound");
+    let note = written[0].body["note"].as_str().unwrap();
+    assert!(note.contains("an empty one was created"), "{note}");
+    let event = &written[1].body;
     assert_eq!(event["reason"], "ManifestWorkConflict");
     assert_eq!(event["type"], "Warning");
     assert!(

@@ -1,0 +1,41 @@
+"""Binding that says what it did, on a real hub: a ManifestWorkReplicaSet
+whose carrier was written under a misspelled name gets an empty carrier
+made for it, and its `CarrierBound` condition and a Warning Event name the
+carrier that binds to nothing. Its placement selects no cluster (no
+ManagedClusterSetBinding in its namespace), so nothing is rolled out."""
+
+from __future__ import annotations
+
+from tests.hub import Hub
+
+NS = "binding-demo"
+
+
+def test_a_misspelled_carrier_is_named_where_the_set_is_bound(controller, hub: Hub):
+    hub.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    hub.apply({"apiVersion": "cluster.open-cluster-management.io/v1beta1", "kind": "Placement",
+               "metadata": {"name": "nowhere", "namespace": NS}, "spec": {"clusterSets": ["default"]}})
+    hub.apply({"apiVersion": "rollout-hooks.io/v1alpha1", "kind": "ManifestWorkReplicaSetRollout",
+               "metadata": {"name": "web-rolout", "namespace": NS},
+               "spec": {"placements": [{"name": "nowhere", "plugin": "safe-rollout", "abortOnFailure": True}]}})
+    hub.apply({"apiVersion": "work.open-cluster-management.io/v1alpha1", "kind": "ManifestWorkReplicaSet",
+               "metadata": {"name": "web-rollout", "namespace": NS},
+               "spec": {"placementRefs": [{"name": "nowhere", "rolloutStrategy": {"type": "All"}}],
+                        "manifestWorkTemplate": {"workload": {"manifests": [
+                            {"apiVersion": "v1", "kind": "ConfigMap",
+                             "metadata": {"name": "web", "namespace": "default"}}]}}}})
+    try:
+        def bound():
+            mwrs = hub.get("manifestworkreplicaset", "web-rollout", NS) or {}
+            conditions = (mwrs.get("status") or {}).get("conditions") or []
+            return next((c for c in conditions if c["type"] == "CarrierBound"), None)
+
+        condition = hub.wait_for(bound, 60, "the CarrierBound condition")
+        assert condition["status"] == "False" and condition["reason"] == "NothingBound", condition
+        assert '"web-rolout"' in condition["message"] and "created" in condition["message"], condition
+        assert hub.get("manifestworkreplicasetrollout", "web-rollout", NS) is not None, "no empty carrier made"
+        warnings = [e for e in hub.list("events.events.k8s.io", NS)
+                    if e.get("reason") == "BindingProblem" and e["regarding"]["name"] == "web-rollout"]
+        assert warnings and '"web-rolout"' in warnings[0]["note"], warnings
+    finally:
+        hub.kubectl("delete", "namespace", NS, "--wait=false")
