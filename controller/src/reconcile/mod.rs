@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -411,6 +412,8 @@ struct Revisions {
     /// The status before this reconcile.
     old: crate::api::ManifestWorkReplicaSetStatus,
     start: RevisionStatus,
+    /// The ControllerRevisions as listed.
+    listed: Vec<Arc<k8s_openapi::api::apps::v1::ControllerRevision>>,
 }
 
 /// The placements of the spec: those to roll out, and why the others are
@@ -536,8 +539,27 @@ impl<'r> Pass<'r> {
             .revisions(&self.namespace, &self.owner_label)
             .await?;
         let client = &self.ctx.client;
+        let mut old = mwrs.status.clone().unwrap_or_default();
+        // A carrier with no revisions (made again after a deletion) gets
+        // them back from the ControllerRevisions.
+        let recovered = (old.current_revision.is_none() && old.update_revision.is_none())
+            .then(|| revisions::recorded(&listed))
+            .flatten();
+        let recovered_mwrs;
+        let mwrs = match recovered {
+            Some(state) => {
+                tracing::info!(mwrs = %self.name, namespace = %self.namespace, current = ?state.current, aborted = ?state.aborted_time, "revisions recovered from the ControllerRevisions");
+                old.current_revision = state.current;
+                old.update_revision = state.update;
+                old.aborted_time = state.aborted_time.map(Time);
+                let mut with = mwrs.clone();
+                with.status = Some(old.clone());
+                recovered_mwrs = with;
+                &recovered_mwrs
+            }
+            None => mwrs,
+        };
         let synced = revisions::sync(client, mwrs, &self.owner_label, &works, &listed).await?;
-        let old = mwrs.status.clone().unwrap_or_default();
         let start = RevisionStatus::begin(
             &RevisionStatus {
                 current: old.current_revision.clone(),
@@ -551,6 +573,7 @@ impl<'r> Pass<'r> {
             synced,
             old,
             start,
+            listed,
         })
     }
 
@@ -698,6 +721,7 @@ impl<'r> Pass<'r> {
                 .placements
                 .iter()
                 .all(|p| !p.aborting && p.complete());
+        let start = revisions.start.clone();
         let revision_status = revisions.start.finish(outcome.aborted_at, update_complete);
         let new_status = status::build(&StatusInput {
             old: &revisions.old,
@@ -714,6 +738,13 @@ impl<'r> Pass<'r> {
         });
         let client = &self.ctx.client;
         carrier::write_status(client, &bound.stored, &bound.carrier, &new_status).await?;
+        // Recorded where it changed: a revision made current, an abort
+        // started or ended.
+        if revision_status.current != start.current
+            || revision_status.aborted_time != start.aborted_time
+        {
+            revisions::record(client, &self.namespace, &revisions.listed, &revision_status).await?;
+        }
         if let Some(publisher) = &self.ctx.events {
             let list =
                 events::rollout_events(&revisions.old, &new_status, outcome, &plugins.states);

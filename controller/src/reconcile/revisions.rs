@@ -10,8 +10,11 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::Error;
+use crate::api::annotations::{ABORTED_TIME_ANNOTATION, CURRENT_REVISION_ANNOTATION};
+use crate::api::labels::CONTROLLER_HASH_LABEL;
 use crate::api::{ManifestWork, ManifestWorkReplicaSet};
 use crate::orchestrate::observe::work_revision;
+use crate::revision::RevisionStatus;
 use crate::revision::{self, HistoryEntry, HistoryPlan, Revision};
 
 /// The history after it was brought up to date.
@@ -90,4 +93,67 @@ pub(crate) async fn sync(
             .and_then(HistoryEntry::revision)
     });
     Ok(Synced { plan, current })
+}
+
+/// The revision state recorded on the ControllerRevisions ([`record`]):
+/// from the highest-numbered one that carries it. For a set whose carrier
+/// lost its status (deleted and made again): the current revision and the
+/// abort are not lost with it.
+pub(crate) fn recorded(listed: &[Arc<ControllerRevision>]) -> Option<RevisionStatus> {
+    let latest = listed
+        .iter()
+        .filter(|r| r.annotations().contains_key(CURRENT_REVISION_ANNOTATION))
+        .max_by_key(|r| r.revision)?;
+    let annotations = latest.annotations();
+    Some(RevisionStatus {
+        current: annotations
+            .get(CURRENT_REVISION_ANNOTATION)
+            .filter(|c| !c.is_empty())
+            .cloned(),
+        update: latest.labels().get(CONTROLLER_HASH_LABEL).cloned(),
+        aborted_time: annotations
+            .get(ABORTED_TIME_ANNOTATION)
+            .and_then(|t| t.parse().ok()),
+    })
+}
+
+/// Records `status` on the ControllerRevision of its update revision
+/// (among `listed`), when it says something else: the current revision and
+/// the abort time as annotations (a merge patch).
+pub(crate) async fn record(
+    client: &Client,
+    namespace: &str,
+    listed: &[Arc<ControllerRevision>],
+    status: &RevisionStatus,
+) -> Result<(), Error> {
+    let Some(update) = status.update.as_deref() else {
+        return Ok(());
+    };
+    let Some(revision) = listed
+        .iter()
+        .find(|r| r.labels().get(CONTROLLER_HASH_LABEL).map(String::as_str) == Some(update))
+    else {
+        return Ok(());
+    };
+    let current = status.current.clone().unwrap_or_default();
+    let aborted = status.aborted_time.map(|t| t.to_string());
+    let annotations = revision.annotations();
+    if annotations.get(CURRENT_REVISION_ANNOTATION) == Some(&current)
+        && annotations.get(ABORTED_TIME_ANNOTATION) == aborted.as_ref()
+    {
+        return Ok(());
+    }
+    let patch = json!({"metadata": {"annotations": {
+        CURRENT_REVISION_ANNOTATION: current,
+        ABORTED_TIME_ANNOTATION: aborted,
+    }}});
+    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), namespace);
+    api.patch(
+        &revision.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(|source| Error::kube("recording the revisions on a ControllerRevision", source))?;
+    Ok(())
 }

@@ -86,6 +86,31 @@ fn controller_revision(template: &Value, number: i64) -> Value {
     })
 }
 
+/// The abort of `update`'s rollout recorded on its ControllerRevision: the
+/// revision it restores, and when it started.
+fn recorded_abort(current: &Value, update: &Value) -> Expect {
+    let (current, stored) = (hash_of(current), controller_revision(update, 2));
+    let path = format!(
+        "{}/{}",
+        revisions_path(),
+        stored["metadata"]["name"].as_str().unwrap()
+    );
+    Expect::new(Method::PATCH, path, move |patch| {
+        let annotations = &patch["metadata"]["annotations"];
+        assert_eq!(
+            annotations["rollout-hooks.io/current-revision"],
+            json!(current)
+        );
+        assert!(
+            annotations["rollout-hooks.io/aborted-time"].is_string(),
+            "{patch}"
+        );
+        let mut stored = stored;
+        stored["metadata"]["annotations"] = annotations.clone();
+        (http::StatusCode::OK, stored)
+    })
+}
+
 fn verdict(result: &str, template: &Value, generation: i64) -> Value {
     json!({
         "rollout.open-cluster-management.io/validation": result,
@@ -474,6 +499,7 @@ async fn a_failed_validation_aborts_and_rolls_back_with_aborting_calls() {
             }),
             Expect::echo(Method::PATCH, work_path("cluster1", &name)),
             Expect::status(&obj),
+            recorded_abort(&v1, &v2),
         ],
     );
     let ctx = context(client, &gw.url);
@@ -1488,6 +1514,7 @@ async fn rollback_with_pace(pace: Option<&str>, expected: &[&str]) -> Vec<String
         script.push(Expect::echo(Method::PATCH, work_path(cluster, &name)));
     }
     script.push(Expect::status(&obj));
+    script.push(recorded_abort(&v1, &v2));
     let (client, server) = api_server_on(hub.clone(), script);
     let ctx = context(client, "http://127.0.0.1:1");
     reconcile(object(obj), ctx.clone())
@@ -1505,6 +1532,89 @@ async fn rollback_with_pace(pace: Option<&str>, expected: &[&str]) -> Vec<String
             r.body["metadata"]["namespace"].as_str().unwrap().to_owned()
         })
         .collect()
+}
+
+/// The carrier deleted and made again mid-abort (a GitOps prune, `kubectl
+/// replace --force`): its status is empty, and the current revision and
+/// the abort come back from the update revision's ControllerRevision, so
+/// the failed revision is not rolled out again and the rollback goes on.
+#[tokio::test]
+async fn an_abort_survives_its_carrier_made_again() {
+    let (v1, v2) = (template("v1"), template("v2"));
+    let name = work_name(NS, MWRS, PLACEMENT);
+    let hub = Hub::ocm().with_carrier(
+        json!([{"name": PLACEMENT, "abortOnFailure": true}]),
+        Value::Null,
+    );
+    let at = "2025-01-01T00:00:00Z";
+    let updated = |cluster: &str| {
+        stored_work(
+            cluster,
+            &v2,
+            2,
+            json!({}),
+            json!({"conditions": conditions(2, "True", at)}),
+        )
+    };
+    let mut update_revision = controller_revision(&v2, 2);
+    update_revision["metadata"]["annotations"] = json!({
+        "rollout-hooks.io/current-revision": hash_of(&v1),
+        "rollout-hooks.io/aborted-time": "2025-01-01T00:00:05Z",
+    });
+    let strategy = json!({"type": "Progressive", "progressive": {"maxConcurrency": 2}});
+    let obj = mwrs(v2.clone(), strategy, Value::Null);
+    let mut script = vec![
+        Expect::ok(
+            Method::GET,
+            works_path(),
+            works(vec![
+                updated("cluster1"),
+                updated("cluster2"),
+                stored_work(
+                    "cluster3",
+                    &v1,
+                    1,
+                    json!({}),
+                    json!({"conditions": conditions(1, "False", at)}),
+                ),
+            ]),
+        ),
+        Expect::ok(
+            Method::GET,
+            revisions_path(),
+            revisions(vec![controller_revision(&v1, 1), update_revision]),
+        ),
+        Expect::ok(Method::GET, placement_path(), placement()),
+        Expect::ok(
+            Method::GET,
+            decisions_path(),
+            decisions(&["cluster1", "cluster2", "cluster3"]),
+        ),
+    ];
+    for cluster in ["cluster1", "cluster2"] {
+        script.push(Expect::echo(Method::PATCH, work_path(cluster, &name)));
+    }
+    script.push(Expect::status(&obj));
+    let (client, server) = api_server_on(hub.clone(), script);
+    let ctx = context(client, "http://127.0.0.1:1");
+    reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    for patch in recorded
+        .iter()
+        .filter(|r| r.path.contains("/manifestworks/"))
+    {
+        assert_eq!(
+            patch.body["spec"], v1,
+            "restored to v1, never v2: {}",
+            patch.path
+        );
+    }
+    let details = hub.carrier().unwrap()["status"].clone();
+    assert_eq!(details["currentRevision"], json!(hash_of(&v1)));
+    assert_eq!(details["abortedTime"], "2025-01-01T00:00:05Z");
 }
 
 /// `rollbackPace` reaches the abort from the carrier: by default every
