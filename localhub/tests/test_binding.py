@@ -38,4 +38,7 @@ def test_a_misspelled_carrier_is_named_where_the_set_is_bound(controller, hub: H
                     if e.get("reason") == "BindingProblem" and e["regarding"]["name"] == "web-rollout"]
         assert warnings and '"web-rolout"' in warnings[0]["note"], warnings
     finally:
+        # The set first (the controller removes its finalizer), then the
+        # namespace, so that no reconcile meets a terminating namespace.
+        hub.kubectl("delete", "manifestworkreplicaset", "web-rollout", "-n", NS, "--timeout=60s")
         hub.kubectl("delete", "namespace", NS, "--wait=false")

@@ -39,11 +39,16 @@ pub(crate) const VALIDATION_SUCCEEDED: &str = "Succeeded";
 /// [`VALIDATION_ANNOTATION`] for a FAILED answer.
 pub(crate) const VALIDATION_FAILED: &str = "Failed";
 
-/// On the ControllerRevision of the update revision: the current revision
-/// (the one an abort restores) as the controller last wrote it, so that it
-/// survives the ManifestWorkReplicaSetRollout's status.
+/// On a ManifestWorkReplicaSet: its update revision as the controller last
+/// recorded it with [`CURRENT_REVISION_ANNOTATION`] and
+/// [`ABORTED_TIME_ANNOTATION`], so that they survive the
+/// ManifestWorkReplicaSetRollout's status.
+pub(crate) const UPDATE_REVISION_ANNOTATION: &str = "rollout-hooks.io/update-revision";
+
+/// On a ManifestWorkReplicaSet: the current revision (the one an abort
+/// restores); empty when there is none.
 pub(crate) const CURRENT_REVISION_ANNOTATION: &str = "rollout-hooks.io/current-revision";
 
-/// On the ControllerRevision of the update revision: when its rollout was
-/// aborted (RFC 3339), while the abort stands.
+/// On a ManifestWorkReplicaSet: when the rollout of the update revision
+/// was aborted (RFC 3339), while the abort stands.
 pub(crate) const ABORTED_TIME_ANNOTATION: &str = "rollout-hooks.io/aborted-time";

@@ -412,8 +412,6 @@ struct Revisions {
     /// The status before this reconcile.
     old: crate::api::ManifestWorkReplicaSetStatus,
     start: RevisionStatus,
-    /// The ControllerRevisions as listed.
-    listed: Vec<Arc<k8s_openapi::api::apps::v1::ControllerRevision>>,
 }
 
 /// The placements of the spec: those to roll out, and why the others are
@@ -541,14 +539,14 @@ impl<'r> Pass<'r> {
         let client = &self.ctx.client;
         let mut old = mwrs.status.clone().unwrap_or_default();
         // A carrier with no revisions (made again after a deletion) gets
-        // them back from the ControllerRevisions.
+        // them back from what the set records.
         let recovered = (old.current_revision.is_none() && old.update_revision.is_none())
-            .then(|| revisions::recorded(&listed))
+            .then(|| revisions::recorded(mwrs))
             .flatten();
         let recovered_mwrs;
         let mwrs = match recovered {
             Some(state) => {
-                tracing::info!(mwrs = %self.name, namespace = %self.namespace, current = ?state.current, aborted = ?state.aborted_time, "revisions recovered from the ControllerRevisions");
+                tracing::info!(mwrs = %self.name, namespace = %self.namespace, current = ?state.current, aborted = ?state.aborted_time, "revisions recovered from the ManifestWorkReplicaSet's annotations");
                 old.current_revision = state.current;
                 old.update_revision = state.update;
                 old.aborted_time = state.aborted_time.map(Time);
@@ -573,7 +571,6 @@ impl<'r> Pass<'r> {
             synced,
             old,
             start,
-            listed,
         })
     }
 
@@ -738,13 +735,6 @@ impl<'r> Pass<'r> {
         });
         let client = &self.ctx.client;
         carrier::write_status(client, &bound.stored, &bound.carrier, &new_status).await?;
-        // Recorded where it changed: a revision made current, an abort
-        // started or ended.
-        if revision_status.current != start.current
-            || revision_status.aborted_time != start.aborted_time
-        {
-            revisions::record(client, &self.namespace, &revisions.listed, &revision_status).await?;
-        }
         if let Some(publisher) = &self.ctx.events {
             let list =
                 events::rollout_events(&revisions.old, &new_status, outcome, &plugins.states);
@@ -753,6 +743,14 @@ impl<'r> Pass<'r> {
                     .publish(&bound.mwrs.object_ref(&()), &list, self.now)
                     .await;
             }
+        }
+        // Recorded where it changed: a revision made current, an abort
+        // started or ended (after the Events, which a failure here must not
+        // lose).
+        if revision_status.current != start.current
+            || revision_status.aborted_time != start.aborted_time
+        {
+            revisions::record(client, &bound.stored, &revision_status).await?;
         }
         Ok(())
     }

@@ -10,8 +10,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::Error;
-use crate::api::annotations::{ABORTED_TIME_ANNOTATION, CURRENT_REVISION_ANNOTATION};
-use crate::api::labels::CONTROLLER_HASH_LABEL;
+use crate::api::annotations::{
+    ABORTED_TIME_ANNOTATION, CURRENT_REVISION_ANNOTATION, UPDATE_REVISION_ANNOTATION,
+};
 use crate::api::{ManifestWork, ManifestWorkReplicaSet};
 use crate::orchestrate::observe::work_revision;
 use crate::revision::RevisionStatus;
@@ -95,65 +96,58 @@ pub(crate) async fn sync(
     Ok(Synced { plan, current })
 }
 
-/// The revision state recorded on the ControllerRevisions ([`record`]):
-/// from the highest-numbered one that carries it. For a set whose carrier
-/// lost its status (deleted and made again): the current revision and the
-/// abort are not lost with it.
-pub(crate) fn recorded(listed: &[Arc<ControllerRevision>]) -> Option<RevisionStatus> {
-    let latest = listed
-        .iter()
-        .filter(|r| r.annotations().contains_key(CURRENT_REVISION_ANNOTATION))
-        .max_by_key(|r| r.revision)?;
-    let annotations = latest.annotations();
+/// The revision state recorded on the ManifestWorkReplicaSet ([`record`]).
+/// For a set whose carrier lost its status (deleted and made again): the
+/// current revision and the abort are not lost with it.
+pub(crate) fn recorded(mwrs: &ManifestWorkReplicaSet) -> Option<RevisionStatus> {
+    let annotations = mwrs.annotations();
+    let update = annotations.get(UPDATE_REVISION_ANNOTATION)?.clone();
     Some(RevisionStatus {
         current: annotations
             .get(CURRENT_REVISION_ANNOTATION)
             .filter(|c| !c.is_empty())
             .cloned(),
-        update: latest.labels().get(CONTROLLER_HASH_LABEL).cloned(),
+        update: Some(update),
         aborted_time: annotations
             .get(ABORTED_TIME_ANNOTATION)
             .and_then(|t| t.parse().ok()),
     })
 }
 
-/// Records `status` on the ControllerRevision of its update revision
-/// (among `listed`), when it says something else: the current revision and
-/// the abort time as annotations (a merge patch).
+/// Records `status` on `mwrs` as annotations (a merge patch), when they say
+/// something else: the update and current revisions and the abort time.
+/// (Not on a ControllerRevision: the API server refuses any patch of one
+/// whose `data` it re-encodes differently, as it does for templates with
+/// `&&` in a condition rule.)
 pub(crate) async fn record(
     client: &Client,
-    namespace: &str,
-    listed: &[Arc<ControllerRevision>],
+    mwrs: &ManifestWorkReplicaSet,
     status: &RevisionStatus,
 ) -> Result<(), Error> {
-    let Some(update) = status.update.as_deref() else {
-        return Ok(());
-    };
-    let Some(revision) = listed
-        .iter()
-        .find(|r| r.labels().get(CONTROLLER_HASH_LABEL).map(String::as_str) == Some(update))
-    else {
-        return Ok(());
-    };
-    let current = status.current.clone().unwrap_or_default();
-    let aborted = status.aborted_time.map(|t| t.to_string());
-    let annotations = revision.annotations();
-    if annotations.get(CURRENT_REVISION_ANNOTATION) == Some(&current)
-        && annotations.get(ABORTED_TIME_ANNOTATION) == aborted.as_ref()
-    {
+    if recorded(mwrs).as_ref() == Some(status) {
         return Ok(());
     }
     let patch = json!({"metadata": {"annotations": {
-        CURRENT_REVISION_ANNOTATION: current,
-        ABORTED_TIME_ANNOTATION: aborted,
+        UPDATE_REVISION_ANNOTATION: status.update,
+        CURRENT_REVISION_ANNOTATION: status.current.clone().unwrap_or_default(),
+        ABORTED_TIME_ANNOTATION: status.aborted_time.map(|t| t.to_string()),
     }}});
-    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), namespace);
+    let api: Api<ManifestWorkReplicaSet> =
+        Api::namespaced(client.clone(), &mwrs.namespace().unwrap_or_default());
     api.patch(
-        &revision.name_any(),
-        &PatchParams::default(),
+        &mwrs.name_any(),
+        &PatchParams {
+            field_manager: Some(super::FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        },
         &Patch::Merge(&patch),
     )
     .await
-    .map_err(|source| Error::kube("recording the revisions on a ControllerRevision", source))?;
+    .map_err(|source| {
+        Error::kube(
+            "recording the revisions on the ManifestWorkReplicaSet",
+            source,
+        )
+    })?;
     Ok(())
 }

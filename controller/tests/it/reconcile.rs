@@ -86,28 +86,44 @@ fn controller_revision(template: &Value, number: i64) -> Value {
     })
 }
 
-/// The abort of `update`'s rollout recorded on its ControllerRevision: the
-/// revision it restores, and when it started.
-fn recorded_abort(current: &Value, update: &Value) -> Expect {
-    let (current, stored) = (hash_of(current), controller_revision(update, 2));
-    let path = format!(
-        "{}/{}",
-        revisions_path(),
-        stored["metadata"]["name"].as_str().unwrap()
-    );
-    Expect::new(Method::PATCH, path, move |patch| {
+/// The merge patch that records the revisions on the set `obj`, answered
+/// with `obj` so annotated; `check` looks at the annotations.
+fn record_patch(obj: &Value, check: impl FnOnce(&Value) + Send + 'static) -> Expect {
+    let obj = obj.clone();
+    Expect::new(Method::PATCH, mwrs_path(), move |patch| {
         let annotations = &patch["metadata"]["annotations"];
+        check(annotations);
+        // A merge patch's nulls remove the keys.
+        let kept: serde_json::Map<String, Value> = annotations
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut stored = obj;
+        stored["metadata"]["annotations"] = Value::Object(kept);
+        (http::StatusCode::OK, stored)
+    })
+}
+
+/// The abort of `update`'s rollout recorded on the set `obj`: the revision
+/// it restores, and when it started.
+fn recorded_abort(obj: &Value, current: &Value, update: &Value) -> Expect {
+    let (current, update) = (hash_of(current), hash_of(update));
+    record_patch(obj, move |annotations| {
         assert_eq!(
             annotations["rollout-hooks.io/current-revision"],
             json!(current)
         );
+        assert_eq!(
+            annotations["rollout-hooks.io/update-revision"],
+            json!(update)
+        );
         assert!(
             annotations["rollout-hooks.io/aborted-time"].is_string(),
-            "{patch}"
+            "{annotations}"
         );
-        let mut stored = stored;
-        stored["metadata"]["annotations"] = annotations.clone();
-        (http::StatusCode::OK, stored)
     })
 }
 
@@ -499,7 +515,7 @@ async fn a_failed_validation_aborts_and_rolls_back_with_aborting_calls() {
             }),
             Expect::echo(Method::PATCH, work_path("cluster1", &name)),
             Expect::status(&obj),
-            recorded_abort(&v1, &v2),
+            recorded_abort(&obj, &v1, &v2),
         ],
     );
     let ctx = context(client, &gw.url);
@@ -1110,6 +1126,14 @@ async fn an_unchanged_rollout_writes_no_status_again_under_pruning() {
         ];
         if round == 0 {
             script.push(Expect::status(&obj));
+            // v1 became current: recorded on the set.
+            let current = hash_of(&v1);
+            script.push(record_patch(&obj, move |annotations| {
+                assert_eq!(
+                    annotations["rollout-hooks.io/current-revision"],
+                    json!(current)
+                );
+            }));
         }
         let (client, server) = api_server_on(hub.clone(), script);
         let ctx = context(client, "http://127.0.0.1:1");
@@ -1407,6 +1431,7 @@ async fn works_written_by_ocm_are_adopted_and_validated() {
             annotated(ocm_work("cluster1")),
             annotated(ocm_work("cluster2")),
             Expect::status(&obj),
+            record_patch(&obj, |_| {}),
         ],
     );
     let ctx = context(client, &gw.url);
@@ -1514,7 +1539,7 @@ async fn rollback_with_pace(pace: Option<&str>, expected: &[&str]) -> Vec<String
         script.push(Expect::echo(Method::PATCH, work_path(cluster, &name)));
     }
     script.push(Expect::status(&obj));
-    script.push(recorded_abort(&v1, &v2));
+    script.push(recorded_abort(&obj, &v1, &v2));
     let (client, server) = api_server_on(hub.clone(), script);
     let ctx = context(client, "http://127.0.0.1:1");
     reconcile(object(obj), ctx.clone())
@@ -1536,7 +1561,7 @@ async fn rollback_with_pace(pace: Option<&str>, expected: &[&str]) -> Vec<String
 
 /// The carrier deleted and made again mid-abort (a GitOps prune, `kubectl
 /// replace --force`): its status is empty, and the current revision and
-/// the abort come back from the update revision's ControllerRevision, so
+/// the abort come back from what the set records in its annotations, so
 /// the failed revision is not rolled out again and the rollback goes on.
 #[tokio::test]
 async fn an_abort_survives_its_carrier_made_again() {
@@ -1556,13 +1581,13 @@ async fn an_abort_survives_its_carrier_made_again() {
             json!({"conditions": conditions(2, "True", at)}),
         )
     };
-    let mut update_revision = controller_revision(&v2, 2);
-    update_revision["metadata"]["annotations"] = json!({
+    let strategy = json!({"type": "Progressive", "progressive": {"maxConcurrency": 2}});
+    let mut obj = mwrs(v2.clone(), strategy, Value::Null);
+    obj["metadata"]["annotations"] = json!({
+        "rollout-hooks.io/update-revision": hash_of(&v2),
         "rollout-hooks.io/current-revision": hash_of(&v1),
         "rollout-hooks.io/aborted-time": "2025-01-01T00:00:05Z",
     });
-    let strategy = json!({"type": "Progressive", "progressive": {"maxConcurrency": 2}});
-    let obj = mwrs(v2.clone(), strategy, Value::Null);
     let mut script = vec![
         Expect::ok(
             Method::GET,
@@ -1582,7 +1607,10 @@ async fn an_abort_survives_its_carrier_made_again() {
         Expect::ok(
             Method::GET,
             revisions_path(),
-            revisions(vec![controller_revision(&v1, 1), update_revision]),
+            revisions(vec![
+                controller_revision(&v1, 1),
+                controller_revision(&v2, 2),
+            ]),
         ),
         Expect::ok(Method::GET, placement_path(), placement()),
         Expect::ok(
