@@ -319,26 +319,7 @@ pub fn join_bounded(parts: &[(&str, &str)], budget: usize) -> String {
     out
 }
 
-/// The room the cut mark takes, whatever number it shows.
-const CUT_MARK_BYTES: usize = 32;
-
-/// `message` if it fits `max` bytes, else its start cut on a character
-/// boundary and marked `… [N bytes cut]` (N the bytes left out), the whole
-/// within `max` when `max` leaves room for the mark (32 bytes).
-pub fn cut_to(message: &str, max: usize) -> std::borrow::Cow<'_, str> {
-    if message.len() <= max {
-        return std::borrow::Cow::Borrowed(message);
-    }
-    let mut end = max.saturating_sub(CUT_MARK_BYTES);
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    std::borrow::Cow::Owned(format!(
-        "{}… [{} bytes cut]",
-        &message[..end],
-        message.len() - end
-    ))
-}
+pub use rollout_wire::cut_to;
 
 /// A protobuf duration as a comparable std duration (negative counts as zero).
 pub fn as_duration(d: &prost_types::Duration) -> Duration {

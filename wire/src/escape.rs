@@ -45,6 +45,29 @@ pub fn escaped(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The room the cut mark takes, whatever number it shows.
+const CUT_MARK_BYTES: usize = 32;
+
+/// `message` if it fits `max` bytes, else its start cut on a character
+/// boundary and marked `… [N bytes cut]` (N the bytes left out), the whole
+/// within `max` when `max` leaves room for the mark (32 bytes). The one cut
+/// of a peer's long text: a pipeline's joined messages, the dashboard's
+/// plugin messages and conditions.
+pub fn cut_to(message: &str, max: usize) -> Cow<'_, str> {
+    if message.len() <= max {
+        return Cow::Borrowed(message);
+    }
+    let mut end = max.saturating_sub(CUT_MARK_BYTES);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!(
+        "{}… [{} bytes cut]",
+        &message[..end],
+        message.len() - end
+    ))
+}
+
 /// Whether [`escaped`] writes `c` as an escape.
 fn needs_escape(c: char) -> bool {
     c.is_control() // C0, DEL and C1

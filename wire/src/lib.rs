@@ -32,7 +32,8 @@
 //!   reordering characters used wherever the gateway, the controller and
 //!   the checkers print text that did not come from the project (plugin
 //!   messages, statuses, conditions, Event notes, registry values, text
-//!   log fields).
+//!   log fields), and [`cut_to`], the one cut of a long text to a bound,
+//!   marked with the bytes it left out.
 
 // A `pub` item must be reachable from the crate root; anything else is
 // `pub(crate)`.
@@ -46,7 +47,7 @@ mod timeout;
 mod tls;
 
 pub use code::{code_from_name, code_name};
-pub use escape::escaped;
+pub use escape::{cut_to, escaped};
 pub use frame::{
     FrameError, PREFIX_LEN, ReceiveError, collect, collect_held, frame_len, message, message_len,
     prefix,
