@@ -13,6 +13,8 @@ use anyhow::{Context as _, bail};
 use rollout_bench::process::{ChildGuard, wait_for_http_ok};
 use tokio::process::Command;
 
+pub mod jaeger;
+
 /// The gateway pipeline the demo rolls out with.
 pub const PIPELINE: &str = "safe-rollout";
 
@@ -101,8 +103,21 @@ pub async fn start(
     dir: &Path,
     prefix: &str,
 ) -> anyhow::Result<Started> {
+    start_with_env(name, program, args, dir, prefix, &[]).await
+}
+
+/// [`start`], with `env` set for the process besides what it inherits.
+pub async fn start_with_env(
+    name: &str,
+    program: &Path,
+    args: &[&str],
+    dir: &Path,
+    prefix: &str,
+    env: &[(String, String)],
+) -> anyhow::Result<Started> {
     let mut command = Command::new(program);
     command.args(args);
+    command.envs(env.iter().map(|(k, v)| (k, v)));
     if std::env::var_os("RUST_LOG").is_none() {
         command.env("RUST_LOG", "warn");
     }
@@ -192,12 +207,26 @@ pub fn registry(plugins: &[(&str, &str)], extra_plugins: &str, extra_pipelines: 
 pub struct StackOptions {
     /// The gateway's `--listen`.
     pub gateway_listen: String,
+    /// Where the plugins and the gateway export their spans
+    /// (`OTEL_EXPORTER_OTLP_ENDPOINT`), besides what they inherit.
+    pub otlp_endpoint: Option<String>,
+}
+
+impl StackOptions {
+    /// The variables each process gets besides the demo's environment.
+    pub fn env(&self) -> Vec<(String, String)> {
+        self.otlp_endpoint
+            .iter()
+            .map(|e| ("OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(), e.clone()))
+            .collect()
+    }
 }
 
 impl Default for StackOptions {
     fn default() -> Self {
         StackOptions {
             gateway_listen: "127.0.0.1:0".into(),
+            otlp_endpoint: None,
         }
     }
 }
@@ -256,12 +285,13 @@ impl Stack {
         let mut plugins = Vec::new();
         for (name, _) in PLUGINS {
             let args = ["--listen", "127.0.0.1:0"];
-            let started = start(
+            let started = start_with_env(
                 name,
                 &bins.path(name)?,
                 &args,
                 dir,
                 &format!("{name} listening"),
+                &options.env(),
             )
             .await?;
             plugins.push((name.to_owned(), started));
@@ -274,7 +304,7 @@ impl Stack {
         std::fs::write(&config, registry(&endpoints, "", ""))
             .with_context(|| format!("cannot write {}", config.display()))?;
         let config_arg = config.to_string_lossy().to_string();
-        let mut gateway = start(
+        let mut gateway = start_with_env(
             "rollout-gateway",
             &bins.path("rollout-gateway")?,
             &[
@@ -287,6 +317,7 @@ impl Stack {
             ],
             dir,
             "rollout-gateway listening",
+            &options.env(),
         )
         .await?;
         let admin = gateway

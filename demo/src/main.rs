@@ -118,6 +118,7 @@ async fn run(flags: &Flags, dir: &Path) -> anyhow::Result<()> {
     let fail = flags.failing();
     let options = StackOptions {
         gateway_listen: flags.gateway_listen.clone(),
+        otlp_endpoint: None,
     };
     let params = RolloutParams {
         soak: flags.soak.clone(),

@@ -80,12 +80,14 @@ def cache_root() -> Path:
     return Path(base)
 
 
-def tools() -> list[str]:
-    """The packages go.mod's `tool` block names, in order."""
+def tools(module: Path = PARTS) -> list[str]:
+    """The packages the `tool` lines of `module`'s go.mod name, in order."""
     packages, inside = [], False
-    for line in (PARTS / "go.mod").read_text().splitlines():
+    for line in (module / "go.mod").read_text().splitlines():
         line = line.strip()
-        if line == "tool (":
+        if line.startswith("tool ") and line != "tool (":
+            packages.append(line.split()[1])
+        elif line == "tool (":
             inside = True
         elif inside and line == ")":
             break
@@ -94,14 +96,14 @@ def tools() -> list[str]:
     return packages
 
 
-def key() -> str:
+def key(module: Path = PARTS) -> str:
     """What the built binaries depend on: go.mod, go.sum, our own Go
     sources and the Go version."""
     digest = hashlib.sha256()
     version = subprocess.run([go(), "version"], capture_output=True, text=True, check=True).stdout
     digest.update(version.encode())
-    for path in sorted([PARTS / "go.mod", PARTS / "go.sum", *(PARTS / "cmd").rglob("*.go")]):
-        digest.update(str(path.relative_to(PARTS)).encode())
+    for path in sorted([module / "go.mod", module / "go.sum", *(module / "cmd").rglob("*.go")]):
+        digest.update(str(path.relative_to(module)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -117,22 +119,24 @@ def binary_name(package: str) -> str:
     return RENAME.get(go_name(package), go_name(package))
 
 
-def bin_dir(quiet: bool = False) -> Path:
-    """The directory of built binaries for these versions, building them
-    first when the cache has none."""
-    target = cache_root() / f"bin-{key()}"
+def bin_dir(quiet: bool = False, module: Path = PARTS, cache: Path | None = None,
+            name: str = "localhub") -> Path:
+    """The directory of the binaries `module`'s go.mod names as tools, for
+    its versions, building them first when the cache (`cache`, by default
+    localhub's) has none. `name` prefixes what the build says."""
+    target = (cache or cache_root()) / f"bin-{key(module)}"
     if (target / ".complete").exists():
         return target
-    build(target, quiet)
+    build(target, quiet, module, name)
     return target
 
 
-def build(target: Path, quiet: bool) -> None:
-    packages = tools()
+def build(target: Path, quiet: bool, module: Path = PARTS, name: str = "localhub") -> None:
+    packages = tools(module)
     names = ", ".join(binary_name(p) for p in packages)
-    say = (lambda *_: None) if quiet else (lambda msg: print(f"localhub: {msg}", file=sys.stderr, flush=True))
-    say(f"building {names} from the modules pinned in localhub/parts/go.mod "
-        "(once per set of versions; about 15 minutes on 2 cores with an empty Go cache)")
+    say = (lambda *_: None) if quiet else (lambda msg: print(f"{name}: {msg}", file=sys.stderr, flush=True))
+    say(f"building {names} from the modules pinned in {module}/go.mod "
+        "(once per set of versions; 10 to 15 minutes on 2 cores with an empty Go cache)")
     target.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix="building.", dir=target.parent))
     started = time.monotonic()
@@ -146,7 +150,7 @@ def build(target: Path, quiet: bool) -> None:
     try:
         result = subprocess.run(
             [go(), "build", "-trimpath", "-ldflags=-s -w", "-o", str(building) + "/", *packages],
-            cwd=PARTS, env=go_env(), capture_output=True, text=True)
+            cwd=module, env=go_env(), capture_output=True, text=True)
         if result.returncode != 0:
             raise PartsError(f"go build failed:\n{result.stderr[-4000:]}")
         for package in packages:

@@ -19,7 +19,7 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
 
 /// The binaries the demo runs, built once per test process.
-fn binaries() -> Binaries {
+pub(crate) fn binaries() -> Binaries {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
         // target/<profile>/deps/e2e-HASH → target/<profile>
@@ -76,7 +76,7 @@ fn binaries() -> Binaries {
     Binaries::in_dir(dir.clone())
 }
 
-fn tempdir() -> tempfile::TempDir {
+pub(crate) fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("rollout-e2e-")
         .tempdir()

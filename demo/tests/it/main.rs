@@ -5,3 +5,4 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod e2e;
+mod jaeger;
