@@ -4,7 +4,9 @@ modules, and where the built binaries are kept.
 The versions live in one place, ../parts/go.mod (its `require` and `replace`
 lines, checked by ../parts/go.sum); this module builds the `tool` packages
 that go.mod names, once per set of versions, into a cache outside the
-checkout, and finds OCM's CRDs in the Go module cache.
+checkout, and finds OCM's CRDs in the Go module cache. It builds the `tool`
+packages of another Go module the same way (`bin_dir(module=..., cache=...)`:
+deploy/helm's pinned helm).
 """
 
 from __future__ import annotations
@@ -74,16 +76,19 @@ def go() -> str:
     return found
 
 
+def project_cache() -> Path:
+    """The project's cache outside the checkout: ~/.cache/rollout-hooks."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "rollout-hooks"
+
+
 def cache_root() -> Path:
-    base = os.environ.get("LOCALHUB_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"), "rollout-hooks", "localhub")
-    return Path(base)
+    return Path(os.environ.get("LOCALHUB_CACHE") or project_cache() / "localhub")
 
 
-def tools() -> list[str]:
-    """The packages go.mod's `tool` block names, in order."""
+def tools(module: Path = PARTS) -> list[str]:
+    """The packages go.mod's `tool` line or block names, in order."""
     packages, inside = [], False
-    for line in (PARTS / "go.mod").read_text().splitlines():
+    for line in (module / "go.mod").read_text().splitlines():
         line = line.strip()
         if line == "tool (":
             inside = True
@@ -91,17 +96,19 @@ def tools() -> list[str]:
             break
         elif inside and line:
             packages.append(line)
+        elif line.startswith("tool "):
+            packages.append(line.split()[1])
     return packages
 
 
-def key() -> str:
+def key(module: Path = PARTS) -> str:
     """What the built binaries depend on: go.mod, go.sum, our own Go
     sources and the Go version."""
     digest = hashlib.sha256()
     version = subprocess.run([go(), "version"], capture_output=True, text=True, check=True).stdout
     digest.update(version.encode())
-    for path in sorted([PARTS / "go.mod", PARTS / "go.sum", *(PARTS / "cmd").rglob("*.go")]):
-        digest.update(str(path.relative_to(PARTS)).encode())
+    for path in sorted([module / "go.mod", module / "go.sum", *(module / "cmd").rglob("*.go")]):
+        digest.update(str(path.relative_to(module)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -117,22 +124,24 @@ def binary_name(package: str) -> str:
     return RENAME.get(go_name(package), go_name(package))
 
 
-def bin_dir(quiet: bool = False) -> Path:
-    """The directory of built binaries for these versions, building them
-    first when the cache has none."""
-    target = cache_root() / f"bin-{key()}"
+def bin_dir(quiet: bool = False, module: Path = PARTS, cache: Path | None = None) -> Path:
+    """The directory of the binaries of `module`'s tools (localhub's parts by
+    default) at these versions, under `cache` (localhub's cache by default),
+    building them first when the cache has none."""
+    target = (cache or cache_root()) / f"bin-{key(module)}"
     if (target / ".complete").exists():
         return target
-    build(target, quiet)
+    build(target, quiet, module)
     return target
 
 
-def build(target: Path, quiet: bool) -> None:
-    packages = tools()
+def build(target: Path, quiet: bool, module: Path = PARTS) -> None:
+    packages = tools(module)
     names = ", ".join(binary_name(p) for p in packages)
-    say = (lambda *_: None) if quiet else (lambda msg: print(f"localhub: {msg}", file=sys.stderr, flush=True))
-    say(f"building {names} from the modules pinned in localhub/parts/go.mod "
-        "(once per set of versions; about 15 minutes on 2 cores with an empty Go cache)")
+    who = "localhub" if module == PARTS else binary_name(packages[0])
+    say = (lambda *_: None) if quiet else (lambda msg: print(f"{who}: {msg}", file=sys.stderr, flush=True))
+    say(f"building {names} from the modules pinned in {module.relative_to(HERE.parents[1])}/go.mod "
+        f"(once per set of versions; {'about 15 minutes' if module == PARTS else 'minutes'} on 2 cores with an empty Go cache)")
     target.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix="building.", dir=target.parent))
     started = time.monotonic()
@@ -146,7 +155,7 @@ def build(target: Path, quiet: bool) -> None:
     try:
         result = subprocess.run(
             [go(), "build", "-trimpath", "-ldflags=-s -w", "-o", str(building) + "/", *packages],
-            cwd=PARTS, env=go_env(), capture_output=True, text=True)
+            cwd=module, env=go_env(), capture_output=True, text=True)
         if result.returncode != 0:
             raise PartsError(f"go build failed:\n{result.stderr[-4000:]}")
         for package in packages:
