@@ -1574,6 +1574,7 @@ def main() -> int:
                   [("example", e, work / "examples" / e) for e in examples]
         summaries = []
         scrapes: dict = {}
+        renders: dict[str, list[dict]] = {}
         for what, name, directory in targets:
             report.where = f"{what} {name}"
             print(f"{what} {name}:", flush=True)
@@ -1584,6 +1585,8 @@ def main() -> int:
                 continue
             report.check(not warnings, "kustomize prints no warning" +
                          "".join(f"\n      {w}" for w in warnings))
+            if what == "overlay":
+                renders[name] = objects
             for other, other_kubectl in others:
                 other_objects, err, warnings = render(other_kubectl, directory)
                 differ = render_differences(other_objects, objects) if other_objects is not None else []
@@ -1635,6 +1638,13 @@ def main() -> int:
                 parts.append(check_monitoring(report, objects, bin_dir, tmp, scrapes))
             summaries.append(f"{what} {name}: " + "; ".join(parts))
             print("  " + "; ".join(parts), flush=True)
+        # The Helm chart renders what the hub overlays render (chart.py).
+        import chart
+        report.where = "chart"
+        print("chart:", flush=True)
+        tracing, _, _ = render(kubectl, work / "tracing")
+        summaries.append(chart.check_chart(report, work, renders, tracing or [], tmp))
+        print("  " + summaries[-1], flush=True)
         report.where = ""
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -939,3 +939,52 @@ class TracingBackends(unittest.TestCase):
         for endpoint in ("jaeger:14250", "jaeger-collector:4317", "jaeger"):
             self.assertNotEqual(
                 failures(self.check, collector_objects("jaegertracing/jaeger:2.5.0", endpoint)), [], endpoint)
+
+
+class ChartAgainstOverlay(unittest.TestCase):
+    """chart.differences: what the chart may render differently from an
+    overlay (its release labels, a registry's comments and key order, the
+    overlay's own Namespace, the objects set aside), and nothing else."""
+
+    def overlay(self) -> list[dict]:
+        registry = {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "work-controller-config", "namespace": NS,
+                                 "labels": {"app.kubernetes.io/part-of": "rollout-hooks"}},
+                    "data": {"config.yaml": "# the registry\nplugins: []\npipelines: []\n"}}
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+        pod = {"containers": [{"name": "controller", "image": "localhost/rollout-controller:0.1.0", "args": ["run"]}]}
+        return [namespace, registry, deployment("rollout-controller", pod)]
+
+    def chart(self) -> list[dict]:
+        import chart
+        objects = copy.deepcopy(self.overlay()[1:])
+        for obj in objects:
+            obj["metadata"].setdefault("labels", {}).update({k: "x" for k in chart.RELEASE_LABELS})
+        objects[0]["data"]["config.yaml"] = "pipelines: []\nplugins: []\n"
+        return objects
+
+    def test_the_same_objects_with_release_labels_and_another_spelling_pass(self):
+        import chart
+        self.assertEqual(chart.differences(self.overlay(), self.chart(), []), [])
+
+    def test_a_changed_argument_is_caught_with_its_path(self):
+        import chart
+        objects = self.chart()
+        objects[1]["spec"]["template"]["spec"]["containers"][0]["args"] = ["run", "--leader-elect"]
+        found = chart.differences(self.overlay(), objects, [])
+        self.assertEqual(len(found), 1)
+        self.assertIn("containers[0].args", found[0])
+
+    def test_a_registry_that_differs_as_yaml_is_caught(self):
+        import chart
+        objects = self.chart()
+        objects[0]["data"]["config.yaml"] = "plugins: [{name: x}]\n"
+        self.assertEqual(len(chart.differences(self.overlay(), objects, [])), 1)
+
+    def test_a_missing_or_extra_object_is_caught_unless_set_aside(self):
+        import chart
+        overlay, objects = self.overlay(), self.chart()
+        extra = deployment("jaeger", {"containers": []})
+        self.assertEqual(chart.differences(overlay + [extra], objects, [extra]), [])
+        self.assertEqual(len(chart.differences(overlay + [extra], objects, [])), 1)
+        self.assertEqual(len(chart.differences(overlay, objects + [extra], [])), 1)

@@ -4,7 +4,9 @@ modules, and where the built binaries are kept.
 The versions live in one place, ../parts/go.mod (its `require` and `replace`
 lines, checked by ../parts/go.sum); this module builds the `tool` packages
 that go.mod names, once per set of versions, into a cache outside the
-checkout, and finds OCM's CRDs in the Go module cache.
+checkout, and finds OCM's CRDs in the Go module cache. It builds the `tool`
+packages of another Go module the same way (`bin_dir(module=..., cache=...)`:
+deploy/helm's pinned helm).
 """
 
 from __future__ import annotations
@@ -74,10 +76,13 @@ def go() -> str:
     return found
 
 
+def project_cache() -> Path:
+    """The project's cache outside the checkout: ~/.cache/rollout-hooks."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "rollout-hooks"
+
+
 def cache_root() -> Path:
-    base = os.environ.get("LOCALHUB_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"), "rollout-hooks", "localhub")
-    return Path(base)
+    return Path(os.environ.get("LOCALHUB_CACHE") or project_cache() / "localhub")
 
 
 def tools(module: Path = PARTS) -> list[str]:
@@ -93,6 +98,8 @@ def tools(module: Path = PARTS) -> list[str]:
             break
         elif inside and line:
             packages.append(line)
+        elif line.startswith("tool "):
+            packages.append(line.split()[1])
     return packages
 
 
@@ -120,10 +127,11 @@ def binary_name(package: str) -> str:
 
 
 def bin_dir(quiet: bool = False, module: Path = PARTS, cache: Path | None = None,
-            name: str = "localhub") -> Path:
+            name: str | None = None) -> Path:
     """The directory of the binaries `module`'s go.mod names as tools, for
     its versions, building them first when the cache (`cache`, by default
-    localhub's) has none. `name` prefixes what the build says."""
+    localhub's) has none. `name` (by default localhub, or the first tool's
+    binary for another module) prefixes what the build says."""
     target = (cache or cache_root()) / f"bin-{key(module)}"
     if (target / ".complete").exists():
         return target
@@ -131,9 +139,10 @@ def bin_dir(quiet: bool = False, module: Path = PARTS, cache: Path | None = None
     return target
 
 
-def build(target: Path, quiet: bool, module: Path = PARTS, name: str = "localhub") -> None:
+def build(target: Path, quiet: bool, module: Path = PARTS, name: str | None = None) -> None:
     packages = tools(module)
     names = ", ".join(binary_name(p) for p in packages)
+    name = name or ("localhub" if module == PARTS else binary_name(packages[0]))
     say = (lambda *_: None) if quiet else (lambda msg: print(f"{name}: {msg}", file=sys.stderr, flush=True))
     say(f"building {names} from the modules pinned in {module}/go.mod "
         "(once per set of versions; 10 to 15 minutes on 2 cores with an empty Go cache)")
