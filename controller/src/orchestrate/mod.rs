@@ -118,36 +118,27 @@ pub async fn deploy<H: Hooks, W: World>(
         requeue_after: None,
     };
 
-    // Works whose placement left the spec (or that name none).
+    // Works whose placement left the spec (or that name none), and a
+    // second work of a placement for one cluster (another controller's
+    // leftover): one work per cluster.
     let in_spec: BTreeSet<&str> = input.spec_placements.iter().map(String::as_str).collect();
-    for work in input.works {
-        let keep = placement_of(work).is_some_and(|p| in_spec.contains(p));
-        if keep || is_deleting(work) {
-            continue;
-        }
-        let (namespace, name) = (work.namespace().unwrap_or_default(), work.name_any());
+    let mut stale: Vec<(String, String)> = input
+        .works
+        .iter()
+        .filter(|w| !is_deleting(w) && !placement_of(w).is_some_and(|p| in_spec.contains(p)))
+        .map(|w| (w.namespace().unwrap_or_default(), w.name_any()))
+        .collect();
+    for target in input.placements {
+        let own_name = work_name(input.owner.namespace, input.owner.name, target.name);
+        stale.extend(works::duplicates(input.works, target.name, &own_name));
+    }
+    for (namespace, name) in stale {
         match world.delete_work(&namespace, &name).await {
             Ok(()) => outcome.deleted_stale.push((namespace, name)),
             Err(err) => {
                 outcome.requeue_after =
                     soonest(outcome.requeue_after, Some(input.settings.error_requeue));
                 outcome.world_errors.push(err);
-            }
-        }
-    }
-
-    // A second work of a placement for one cluster (another controller's
-    // leftover): one work per cluster.
-    for target in input.placements {
-        let own_name = work_name(input.owner.namespace, input.owner.name, target.name);
-        for (namespace, name) in works::duplicates(input.works, target.name, &own_name) {
-            match world.delete_work(&namespace, &name).await {
-                Ok(()) => outcome.deleted_stale.push((namespace, name)),
-                Err(err) => {
-                    outcome.requeue_after =
-                        soonest(outcome.requeue_after, Some(input.settings.error_requeue));
-                    outcome.world_errors.push(err);
-                }
             }
         }
     }
