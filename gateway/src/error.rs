@@ -218,19 +218,7 @@ pub(crate) const MAX_MESSAGE_BYTES: usize = 4 * 1024;
 /// `message`, cut to at most [`MAX_MESSAGE_BYTES`] on a character boundary
 /// and marked as cut (`… [N bytes cut]`), the mark included in the bound.
 pub(crate) fn bounded(message: &str) -> Cow<'_, str> {
-    if message.len() <= MAX_MESSAGE_BYTES {
-        return Cow::Borrowed(message);
-    }
-    // The mark's length depends on the number it shows; 32 bytes hold any.
-    let mut end = MAX_MESSAGE_BYTES - 32;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    Cow::Owned(format!(
-        "{}… [{} bytes cut]",
-        &message[..end],
-        message.len() - end
-    ))
+    rollout_wire::cut_to(message, MAX_MESSAGE_BYTES)
 }
 
 /// Why a gateway call failed.
