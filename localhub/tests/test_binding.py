@@ -1,10 +1,14 @@
 """Binding that says what it did, on a real hub: a ManifestWorkReplicaSet
 whose carrier was written under a misspelled name gets an empty carrier
 made for it, and its `CarrierBound` condition and a Warning Event name the
-carrier that binds to nothing. Its placement selects no cluster (no
+carrier that binds to nothing; a `targetRef` on the misspelled one then
+binds it explicitly, and the real API server refuses a `targetRef` of
+another kind. Its placement selects no cluster (no
 ManagedClusterSetBinding in its namespace), so nothing is rolled out."""
 
 from __future__ import annotations
+
+import json
 
 from tests.hub import Hub
 
@@ -37,6 +41,20 @@ def test_a_misspelled_carrier_is_named_where_the_set_is_bound(controller, hub: H
         warnings = [e for e in hub.list("events.events.k8s.io", NS)
                     if e.get("reason") == "BindingProblem" and e["regarding"]["name"] == "web-rollout"]
         assert warnings and '"web-rolout"' in warnings[0]["note"], warnings
+
+        # The fix an operator makes: name the set explicitly.
+        carrier = {"apiVersion": "rollout-hooks.io/v1alpha1", "kind": "ManifestWorkReplicaSetRollout",
+                   "metadata": {"name": "web-rolout", "namespace": NS},
+                   "spec": {"targetRef": {"kind": "ManifestWorkReplicaSet", "name": "web-rollout"},
+                            "placements": [{"name": "nowhere", "plugin": "safe-rollout",
+                                            "abortOnFailure": True}]}}
+        hub.apply(carrier)
+        explicit = hub.wait_for(lambda: (c := bound()) and c["reason"] == "TargetRef" and c, 60,
+                                "CarrierBound with reason TargetRef")
+        assert explicit["status"] == "True" and f"{NS}/web-rolout" in explicit["message"], explicit
+        carrier["spec"]["targetRef"]["kind"] = "Deployment"
+        refused = hub.kubectl("apply", "-f", "-", stdin=json.dumps(carrier), check=False)
+        assert refused.returncode != 0 and "Unsupported value" in refused.stderr, refused.stderr
     finally:
         # The set first (the controller removes its finalizer), then the
         # namespace, so that no reconcile meets a terminating namespace.

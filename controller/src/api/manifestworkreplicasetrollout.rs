@@ -9,8 +9,12 @@
 //! controller's status additions. This kind, of the project's own group and
 //! CRD, carries them instead.
 //!
-//! **Binding**: a ManifestWorkReplicaSetRollout belongs to the
-//! ManifestWorkReplicaSet of the same namespace and name. Its spec gives,
+//! **Binding** ([`choose`]): a ManifestWorkReplicaSetRollout belongs to
+//! the ManifestWorkReplicaSet its `spec.targetRef` names, or, without one,
+//! to the set of the same namespace and name. An explicit reference wins:
+//! a same-name carrier of a set that another carrier targets binds to
+//! nothing. Two carriers targeting one set bind neither (the set is held
+//! until one is changed). Its spec gives,
 //! per placement (by the placement reference's name), the design's
 //! additions; a field set on the ManifestWorkReplicaSet itself (a hub whose
 //! CRD carries the design's fields) wins over the same field here. Its
@@ -31,7 +35,7 @@
 //! part of a status written here.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::CustomResource;
+use kube::{CustomResource, ResourceExt};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +86,10 @@ use crate::rollout::RawAdditions;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ManifestWorkReplicaSetRolloutSpec {
+    /// The ManifestWorkReplicaSet of this namespace this object belongs
+    /// to. Without it, the one of the same name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) target_ref: Option<TargetRef>,
     /// How many past template revisions to keep as ControllerRevisions for
     /// rollback. Default 10. The ManifestWorkReplicaSet's own
     /// spec.revisionHistoryLimit wins when its CRD has the field.
@@ -93,6 +101,23 @@ pub struct ManifestWorkReplicaSetRolloutSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "placements_schema")]
     pub(crate) placements: Vec<PlacementRollout>,
+}
+
+/// The ManifestWorkReplicaSet a ManifestWorkReplicaSetRollout belongs to.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TargetRef {
+    /// `work.open-cluster-management.io/v1alpha1`, the only one taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["work.open-cluster-management.io/v1alpha1"]))]
+    pub(crate) api_version: Option<String>,
+    /// `ManifestWorkReplicaSet`, the only kind taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["ManifestWorkReplicaSet"]))]
+    pub(crate) kind: Option<String>,
+    /// The ManifestWorkReplicaSet's name, in this object's namespace.
+    #[schemars(length(min = 1))]
+    pub(crate) name: String,
 }
 
 /// The design's additions to one placement's rollout strategy.
@@ -110,6 +135,11 @@ pub(crate) struct PlacementRollout {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ManifestWorkReplicaSetRolloutStatus {
+    /// The UID of the ManifestWorkReplicaSet this status belongs to. A
+    /// status written for another one (an earlier set of the same name) is
+    /// not read: the rollout starts over.
+    #[serde(default, rename = "setUID", skip_serializing_if = "Option::is_none")]
+    pub(crate) set_uid: Option<String>,
     /// The generation of this object the controller last read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) observed_generation: Option<i64>,
@@ -213,12 +243,77 @@ pub(crate) fn bind(
             reference.rollout_strategy.additions = own.or(&entry.additions);
         }
     }
-    if let Some(status) = &carrier.status {
+    if let Some(status) = carrier.status.as_ref().filter(|s| status_belongs(s, mwrs)) {
         let mut merged = bound.status.take().unwrap_or_default();
         merge_status(&mut merged, status);
         bound.status = Some(merged);
     }
     bound
+}
+
+/// Whether `status` was written for `mwrs`: it names `mwrs`'s UID, or no
+/// UID at all (written before the controller recorded one).
+pub(crate) fn status_belongs(
+    status: &ManifestWorkReplicaSetRolloutStatus,
+    mwrs: &ManifestWorkReplicaSet,
+) -> bool {
+    match (&status.set_uid, &mwrs.metadata.uid) {
+        (Some(recorded), Some(uid)) => recorded == uid,
+        _ => true,
+    }
+}
+
+/// The set `carrier` belongs to, by name: its `targetRef`'s, else its own.
+pub(crate) fn target_of(carrier: &ManifestWorkReplicaSetRollout) -> &str {
+    match &carrier.spec.target_ref {
+        Some(target) => &target.name,
+        None => carrier.metadata.name.as_deref().unwrap_or_default(),
+    }
+}
+
+/// How a set found its carrier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// Its `spec.targetRef` names the set.
+    TargetRef,
+    /// It has the set's name and no `targetRef`.
+    SameName,
+}
+
+/// The carrier of the set named `set`, among the carriers of its
+/// namespace (see the module documentation).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Choice<'a> {
+    Bound(&'a ManifestWorkReplicaSetRollout, Found),
+    /// None binds to the set.
+    None,
+    /// Several target it: their names, sorted.
+    Ambiguous(Vec<String>),
+}
+
+/// Which of `carriers` (one namespace's) binds to the set named `set`.
+pub(crate) fn choose<'a>(
+    set: &str,
+    carriers: impl IntoIterator<Item = &'a ManifestWorkReplicaSetRollout>,
+) -> Choice<'a> {
+    let mut explicit = Vec::new();
+    let mut same = None;
+    for carrier in carriers {
+        match &carrier.spec.target_ref {
+            Some(target) if target.name == set => explicit.push(carrier),
+            None if carrier.metadata.name.as_deref() == Some(set) => same = Some(carrier),
+            _ => {}
+        }
+    }
+    match explicit.as_slice() {
+        [] => same.map_or(Choice::None, |c| Choice::Bound(c, Found::SameName)),
+        [one] => Choice::Bound(one, Found::TargetRef),
+        many => {
+            let mut names: Vec<String> = many.iter().map(|c| c.name_any()).collect();
+            names.sort();
+            Choice::Ambiguous(names)
+        }
+    }
 }
 
 /// Puts the carrier's status additions into a ManifestWorkReplicaSet status.
@@ -242,12 +337,15 @@ fn merge_status(
 }
 
 /// The part of `status` written to the carrier: the revisions, the abort
-/// and the per-placement details, with the carrier's `generation`.
+/// and the per-placement details, with the UID of the set it belongs to
+/// and the carrier's `generation`.
 pub(crate) fn carrier_status(
     status: &ManifestWorkReplicaSetStatus,
+    set_uid: Option<String>,
     generation: Option<i64>,
 ) -> ManifestWorkReplicaSetRolloutStatus {
     ManifestWorkReplicaSetRolloutStatus {
+        set_uid,
         observed_generation: generation,
         current_revision: status.current_revision.clone(),
         update_revision: status.update_revision.clone(),
@@ -363,7 +461,7 @@ mod tests {
         assert!(placement.max_failure_breach);
         assert_eq!(placement.clusters[0].rollout_status, RolloutStatus::Failed);
         // Split again, the carrier's part is what was read.
-        let split = carrier_status(status, Some(2));
+        let split = carrier_status(status, None, Some(2));
         assert_eq!(serde_json::to_value(&split).expect("serializes"), details);
     }
 
@@ -378,6 +476,60 @@ mod tests {
         let status = bound.status.expect("status");
         assert_eq!(status.current_revision.as_deref(), Some("c1"));
         assert_eq!(status.update_revision.as_deref(), Some("u1"));
+    }
+
+    fn named(name: &str, spec: Value) -> ManifestWorkReplicaSetRollout {
+        let mut c = carrier(spec, Value::Null);
+        c.metadata.name = Some(name.into());
+        c
+    }
+
+    #[test]
+    fn an_explicit_target_ref_wins_over_the_same_name() {
+        let same = named("hello", json!({}));
+        let elsewhere = named("hello", json!({"targetRef": {"name": "other"}}));
+        let explicit = named("hello-rollout", json!({"targetRef": {"name": "hello"}}));
+        let again = named("hello-2", json!({"targetRef": {"name": "hello"}}));
+        assert_eq!(
+            choose("hello", [&same]),
+            Choice::Bound(&same, Found::SameName)
+        );
+        assert_eq!(
+            choose("hello", [&same, &explicit]),
+            Choice::Bound(&explicit, Found::TargetRef)
+        );
+        // A carrier of the set's name that targets another set is not its.
+        assert_eq!(choose("hello", [&elsewhere]), Choice::None);
+        assert_eq!(
+            choose("other", [&elsewhere]),
+            Choice::Bound(&elsewhere, Found::TargetRef)
+        );
+        assert_eq!(
+            choose("hello", [&again, &same, &explicit]),
+            Choice::Ambiguous(vec!["hello-2".into(), "hello-rollout".into()])
+        );
+        assert_eq!(target_of(&explicit), "hello");
+        assert_eq!(target_of(&same), "hello");
+    }
+
+    #[test]
+    fn a_status_written_for_another_set_of_the_name_is_not_read() {
+        let mut m = mwrs(json!({}), Value::Null);
+        m.metadata.uid = Some("uid-2".into());
+        let of = |uid: Value| {
+            carrier(
+                json!({}),
+                json!({"setUID": uid, "currentRevision": "c1", "abortedTime": "2025-01-01T00:00:00Z"}),
+            )
+        };
+        let bound = bind(&m, Some(&of(json!("uid-1"))));
+        assert_eq!(bound.status.unwrap_or_default().current_revision, None);
+        for uid in [json!("uid-2"), Value::Null] {
+            let bound = bind(&m, Some(&of(uid)));
+            assert!(bound.status.expect("status").is_aborting());
+        }
+        let written = carrier_status(&ManifestWorkReplicaSetStatus::default(), m.uid(), None);
+        assert_eq!(written.set_uid.as_deref(), Some("uid-2"));
     }
 
     #[test]

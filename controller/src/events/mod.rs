@@ -41,7 +41,7 @@ use crate::revision::AbortAction;
 
 /// An Event when the `CarrierBound` condition changed: its message, as
 /// `CarrierBound` while True, `BindingProblem` while False.
-fn binding_event(
+pub(crate) fn binding_event(
     old: &ManifestWorkReplicaSetStatus,
     new: &ManifestWorkReplicaSetStatus,
 ) -> Option<RolloutEvent> {

@@ -18,6 +18,7 @@ use crate::api::conditions::{
     CARRIER_BOUND, MANIFEST_WORKS_CONFLICT, OTHER_CONTROLLER, OWNER_LABEL_HASHED, PLUGIN_LOADED,
     PROGRESSING,
 };
+use crate::api::manifestworkreplicasetrollout::{Choice, choose};
 use crate::api::{ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout};
 use crate::events::{Reason, RolloutEvent};
 use crate::guard::Finding;
@@ -46,8 +47,9 @@ pub(super) async fn stand_aside(
 ) -> Result<Action, Error> {
     let (namespace, name) = (mwrs.namespace().unwrap_or_default(), mwrs.name_any());
     tracing::warn!(mwrs = %name, namespace = %namespace, %finding, "another ManifestWorkReplicaSet controller is at work; reconciling nothing");
-    if let Some(carrier) = reads.carrier(&namespace, &name).await? {
-        mark_carrier(ctx, &carrier, finding, now).await?;
+    let carriers = reads.carriers(&namespace).await?;
+    if let Choice::Bound(carrier, _) = choose(&name, carriers.iter().map(AsRef::as_ref)) {
+        mark_carrier(ctx, carrier, finding, now).await?;
     }
     clear_own_conditions(ctx, mwrs).await?;
     if let Some(events) = &ctx.events {

@@ -6,6 +6,7 @@
 
 use kube::ResourceExt;
 
+use crate::api::manifestworkreplicasetrollout::{Found, status_belongs};
 use crate::api::{ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout};
 use crate::rollout::RawAdditions;
 
@@ -14,8 +15,8 @@ use crate::rollout::RawAdditions;
 pub(crate) struct Binding {
     /// True unless something the user wrote binds to nothing.
     pub(crate) status: bool,
-    /// `SameName`, `CreatedEmpty`, `Empty`, `UnknownPlacements` or
-    /// `NothingBound`.
+    /// `SameName`, `TargetRef`, `CreatedEmpty`, `Empty`,
+    /// `UnknownPlacements`, `NothingBound` or `Ambiguous`.
     pub(crate) reason: &'static str,
     /// What was bound, and what binds to nothing.
     pub(crate) message: String,
@@ -31,15 +32,25 @@ fn is_empty(carrier: &ManifestWorkReplicaSetRollout) -> bool {
         && carrier.spec.revision_history_limit.is_none()
 }
 
-/// The binding of `mwrs` to `carrier` (`created`: made empty by the
-/// controller); `unbound`: the names of the namespace's carriers that bind
-/// to no ManifestWorkReplicaSet, when known.
+/// How the carrier came to be bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum How {
+    /// Made empty by the controller (and not written since).
+    Created,
+    /// Found, by its `targetRef` or by its name.
+    Found(Found),
+}
+
+/// The binding of `mwrs` to `carrier`; `unbound`: the names of the
+/// namespace's carriers that bind to no ManifestWorkReplicaSet, when
+/// known.
 pub(crate) fn describe(
     mwrs: &ManifestWorkReplicaSet,
     carrier: &ManifestWorkReplicaSetRollout,
-    created: bool,
+    how: How,
     unbound: &[String],
 ) -> Binding {
+    let created = how == How::Created;
     let namespace = mwrs.namespace().unwrap_or_default();
     let name = carrier.name_any();
     let unknown: Vec<&str> = carrier
@@ -70,6 +81,15 @@ pub(crate) fn describe(
                  ManifestWorkReplicaSet sets them"
             ),
         )
+    } else if how == How::Found(Found::TargetRef) {
+        (
+            true,
+            "TargetRef",
+            format!(
+                "bound to ManifestWorkReplicaSetRollout {namespace}/{name} (its spec.targetRef \
+                 names this set)"
+            ),
+        )
     } else {
         (
             true,
@@ -79,6 +99,13 @@ pub(crate) fn describe(
             ),
         )
     };
+    if let Some(status) = carrier.status.as_ref().filter(|s| !status_belongs(s, mwrs)) {
+        message.push_str(&format!(
+            "; its status was written for another ManifestWorkReplicaSet of this name (UID {}), \
+             so it is not read and the rollout starts over",
+            status.set_uid.as_deref().unwrap_or_default()
+        ));
+    }
     if !unknown.is_empty() {
         (status, reason) = (false, "UnknownPlacements");
         message.push_str(&format!(
@@ -99,6 +126,22 @@ pub(crate) fn describe(
         status,
         reason,
         message,
+    }
+}
+
+/// The binding of `mwrs` when the carriers `names` all target it: none,
+/// and nothing is rolled out until only one does.
+pub(crate) fn ambiguous(mwrs: &ManifestWorkReplicaSet, names: &[String]) -> Binding {
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    Binding {
+        status: false,
+        reason: "Ambiguous",
+        message: format!(
+            "ManifestWorkReplicaSetRollouts {} in {} all name this set in spec.targetRef: none is \
+             bound and nothing is rolled out until exactly one does",
+            quoted(&names),
+            mwrs.namespace().unwrap_or_default()
+        ),
     }
 }
 
@@ -140,22 +183,27 @@ mod tests {
         let bound = describe(
             &mwrs(),
             &carrier(json!([{"name": "canary", "plugin": "p"}])),
-            false,
+            How::Found(Found::SameName),
             &["helo".into()],
         );
         assert_eq!((bound.status, bound.reason), (true, "SameName"));
         assert!(bound.message.contains("team-a/hello"), "{}", bound.message);
         // A typo'd carrier is named where the set binds to an empty one.
-        let created = describe(&mwrs(), &carrier(json!([])), true, &["helo".into()]);
+        let created = describe(&mwrs(), &carrier(json!([])), How::Created, &["helo".into()]);
         assert_eq!((created.status, created.reason), (false, "NothingBound"));
         assert!(created.message.contains("\"helo\""), "{}", created.message);
         assert!(created.message.contains("created"), "{}", created.message);
-        let empty = describe(&mwrs(), &carrier(json!([])), false, &[]);
+        let empty = describe(
+            &mwrs(),
+            &carrier(json!([])),
+            How::Found(Found::SameName),
+            &[],
+        );
         assert_eq!((empty.status, empty.reason), (true, "Empty"));
         let typo = describe(
             &mwrs(),
             &carrier(json!([{"name": "canry", "plugin": "p"}])),
-            false,
+            How::Found(Found::SameName),
             &[],
         );
         assert_eq!((typo.status, typo.reason), (false, "UnknownPlacements"));

@@ -232,23 +232,24 @@ impl Reads<'_> {
         }
     }
 
-    /// The ManifestWorkReplicaSetRollout `namespace/name`, if it exists.
-    pub(super) async fn carrier(
+    /// The ManifestWorkReplicaSetRollouts of `namespace`.
+    pub(super) async fn carriers(
         &self,
         namespace: &str,
-        name: &str,
-    ) -> Result<Option<ManifestWorkReplicaSetRollout>, Error> {
+    ) -> Result<Vec<Arc<ManifestWorkReplicaSetRollout>>, Error> {
         match self.stores {
-            Some(stores) => {
-                let key = reflector::ObjectRef::new(name).within(namespace);
-                Ok(stores.carriers.get(&key).map(|c| c.as_ref().clone()))
-            }
+            Some(stores) => Ok(stores
+                .carriers
+                .state_filter(|c| c.namespace().as_deref() == Some(namespace))),
             None => {
                 let api: Api<ManifestWorkReplicaSetRollout> =
                     Api::namespaced(self.client.clone(), namespace);
-                api.get_opt(name).await.map_err(|source| {
-                    Error::kube("reading the ManifestWorkReplicaSetRollout", source)
-                })
+                api.list(&ListParams::default())
+                    .await
+                    .map(|list| list.items.into_iter().map(Arc::new).collect())
+                    .map_err(|source| {
+                        Error::kube("listing the ManifestWorkReplicaSetRollouts", source)
+                    })
             }
         }
     }

@@ -13,13 +13,22 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Error, FIELD_MANAGER, cache::Reads};
+use jiff::Timestamp;
+use kube::runtime::controller::Action;
+
+use super::binding::Binding;
+use super::status::set_condition;
+use super::{Context, Error, FIELD_MANAGER, cache::Reads};
 use crate::api::additions::ocm_status;
-use crate::api::manifestworkreplicasetrollout::carrier_status;
+use crate::api::conditions::CARRIER_BOUND;
+use crate::api::manifestworkreplicasetrollout::{
+    Choice, Found, TargetRef, carrier_status, choose, target_of,
+};
 use crate::api::{
     ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout, ManifestWorkReplicaSetRolloutSpec,
     ManifestWorkReplicaSetStatus,
 };
+use crate::events::binding_event;
 
 /// The carrier `mwrs` binds to when it has none: empty, of the same
 /// namespace and name, owned by `mwrs` so that it goes with it.
@@ -40,27 +49,67 @@ pub(crate) fn empty_carrier(mwrs: &ManifestWorkReplicaSet) -> ManifestWorkReplic
     carrier
 }
 
-/// The carrier of `mwrs`: read, or created empty when there is none
-/// (then `true`).
+/// What [`ensure`] found for a set.
+pub(super) enum Ensured {
+    /// Its carrier, and how it was found.
+    Found(ManifestWorkReplicaSetRollout, Found),
+    /// None bound to it: one was created empty.
+    Created(ManifestWorkReplicaSetRollout),
+    /// Several carriers target it (their names): none is read.
+    Ambiguous(Vec<String>),
+}
+
+/// The carrier of `mwrs` ([`choose`] among its namespace's), or one
+/// created empty when none binds to it; with every carrier of the
+/// namespace that binds to no set of `sets` (the names, at most ten),
+/// when the sets are known.
 pub(super) async fn ensure(
     reads: &Reads<'_>,
     mwrs: &ManifestWorkReplicaSet,
-) -> Result<(ManifestWorkReplicaSetRollout, bool), Error> {
+    sets: Option<&Store<ManifestWorkReplicaSet>>,
+) -> Result<(Ensured, Vec<String>), Error> {
     let (namespace, name) = (mwrs.namespace().unwrap_or_default(), mwrs.name_any());
-    if let Some(carrier) = reads.carrier(&namespace, &name).await? {
-        return Ok((carrier, false));
+    let carriers = reads.carriers(&namespace).await?;
+    let unbound = sets
+        .map(|sets| unbound(&carriers, sets, &namespace))
+        .unwrap_or_default();
+    let ensured = match choose(&name, carriers.iter().map(AsRef::as_ref)) {
+        Choice::Bound(carrier, found) => Ensured::Found(carrier.clone(), found),
+        Choice::Ambiguous(names) => Ensured::Ambiguous(names),
+        Choice::None => {
+            // The set's name may be taken by a carrier of another set.
+            let taken = carriers.iter().any(|c| c.name_any() == name);
+            create(reads, mwrs, taken).await?
+        }
+    };
+    Ok((ensured, unbound))
+}
+
+/// Creates the empty carrier of `mwrs`: of its name, or, when that is
+/// `taken`, of a generated one with a `targetRef`.
+async fn create(
+    reads: &Reads<'_>,
+    mwrs: &ManifestWorkReplicaSet,
+    taken: bool,
+) -> Result<Ensured, Error> {
+    let (namespace, name) = (mwrs.namespace().unwrap_or_default(), mwrs.name_any());
+    let mut empty = empty_carrier(mwrs);
+    if taken {
+        empty.metadata.name = None;
+        empty.metadata.generate_name = Some(format!("{name}-"));
+        empty.spec.target_ref = Some(TargetRef {
+            name: name.clone(),
+            ..TargetRef::default()
+        });
     }
     let api: Api<ManifestWorkReplicaSetRollout> = Api::namespaced(reads.client.clone(), &namespace);
-    match api
-        .create(&PostParams::default(), &empty_carrier(mwrs))
-        .await
-    {
-        Ok(created) => Ok((created, true)),
+    match api.create(&PostParams::default(), &empty).await {
+        Ok(created) => Ok(Ensured::Created(created)),
         // Written meanwhile (by a person, or a stale read of ours).
         Err(kube::Error::Api(status)) if status.is_already_exists() => api
             .get(&name)
             .await
-            .map(|c| (c, false))
+            .map(|c| Ensured::Found(c, Found::SameName))
             .map_err(|source| Error::kube("reading the ManifestWorkReplicaSetRollout", source)),
         Err(source) => Err(Error::kube(
             "creating the ManifestWorkReplicaSetRollout",
@@ -69,28 +118,29 @@ pub(super) async fn ensure(
     }
 }
 
-/// The ManifestWorkReplicaSetRollouts of `namespace` that bind to no
-/// ManifestWorkReplicaSet of `sets` (the names there), from the stores;
-/// none known without them.
-pub(super) fn unbound(
-    reads: &Reads<'_>,
-    sets: Option<&Store<ManifestWorkReplicaSet>>,
+/// The names of `carriers` (of `namespace`) that bind to no
+/// ManifestWorkReplicaSet of `sets`: their target does not exist, or
+/// another carrier targets it explicitly. At most ten, sorted.
+fn unbound(
+    carriers: &[std::sync::Arc<ManifestWorkReplicaSetRollout>],
+    sets: &Store<ManifestWorkReplicaSet>,
     namespace: &str,
 ) -> Vec<String> {
-    let (Some(stores), Some(sets)) = (reads.stores, sets) else {
-        return Vec::new();
-    };
     let names: std::collections::BTreeSet<String> = sets
         .state()
         .iter()
         .filter(|m| m.namespace().as_deref() == Some(namespace))
         .map(|m| m.name_any())
         .collect();
-    let mut unbound: Vec<String> = stores
-        .carriers
-        .state()
+    let bound_to = |carrier: &ManifestWorkReplicaSetRollout| {
+        let target = target_of(carrier);
+        names.contains(target)
+            && matches!(choose(target, carriers.iter().map(AsRef::as_ref)),
+                        Choice::Bound(c, _) if c.name_any() == carrier.name_any())
+    };
+    let mut unbound: Vec<String> = carriers
         .iter()
-        .filter(|c| c.namespace().as_deref() == Some(namespace) && !names.contains(&c.name_any()))
+        .filter(|c| !bound_to(c))
         .map(|c| c.name_any())
         .collect();
     unbound.sort();
@@ -109,7 +159,7 @@ pub(super) async fn write_status(
 ) -> Result<(), Error> {
     let namespace = mwrs.namespace().unwrap_or_default();
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let details = carrier_status(status, carrier.metadata.generation);
+    let details = carrier_status(status, mwrs.uid(), carrier.metadata.generation);
     if carrier.status.as_ref() != Some(&details) {
         let api: Api<ManifestWorkReplicaSetRollout> = Api::namespaced(client.clone(), &namespace);
         let patch = json!({
@@ -136,6 +186,54 @@ pub(super) async fn write_status(
             .map_err(|source| Error::kube("patching the status", source))?;
     }
     Ok(())
+}
+
+/// How soon a held set is looked at again (a change of a carrier of its
+/// namespace wakes it sooner).
+const HELD_RECHECK: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Holds `mwrs`, whose carrier cannot be bound: nothing is rolled out; its
+/// `CarrierBound` condition says why (a merge patch of its conditions,
+/// guarded by its resource version, when it changed), with a
+/// `BindingProblem` Event and a log line.
+pub(super) async fn hold(
+    ctx: &Context,
+    mwrs: &ManifestWorkReplicaSet,
+    binding: &Binding,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    tracing::warn!(mwrs = %mwrs.name_any(), namespace = %mwrs.namespace().unwrap_or_default(), reason = binding.reason, message = %binding.message, "no carrier can be bound; rolling nothing out");
+    let old = mwrs.status.clone().unwrap_or_default();
+    let mut new = old.clone();
+    set_condition(
+        &mut new.conditions,
+        CARRIER_BOUND,
+        binding.status,
+        binding.reason,
+        &binding.message,
+        mwrs.metadata.generation,
+        now,
+    );
+    let Some(event) = binding_event(&old, &new) else {
+        return Ok(Action::requeue(HELD_RECHECK));
+    };
+    let patch = json!({
+        "metadata": {"resourceVersion": mwrs.resource_version()},
+        "status": {"conditions": new.conditions},
+    });
+    let api: Api<ManifestWorkReplicaSet> =
+        Api::namespaced(ctx.client.clone(), &mwrs.namespace().unwrap_or_default());
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    api.patch_status(&mwrs.name_any(), &params, &Patch::Merge(&patch))
+        .await
+        .map_err(|source| Error::kube("patching the CarrierBound condition", source))?;
+    if let Some(events) = &ctx.events {
+        events.publish(&mwrs.object_ref(&()), &[event], now).await;
+    }
+    Ok(Action::requeue(HELD_RECHECK))
 }
 
 #[cfg(test)]

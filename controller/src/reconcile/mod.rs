@@ -64,6 +64,7 @@ use tracing::Instrument;
 use crate::api::additions::ocm_status;
 use crate::api::annotations::OWNER_ANNOTATION;
 use crate::api::labels::{MANIFEST_WORK_CLEANUP_FINALIZER, MWRS_OWNER_LABEL, PLACEMENT_LABEL};
+use crate::api::manifestworkreplicasetrollout::target_of;
 use crate::api::{
     CascadeDeletionPolicy, ManifestWork, ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout,
     Placement, PlacementDecision, manifestworkreplicasetrollout,
@@ -351,9 +352,10 @@ async fn reconcile_traced(
     if let Some(hashed) = &pass.hashed_label {
         return refuse_invalid_owner_label(&pass.api, &mwrs, hashed, pass.now).await;
     }
-    let bound = match pass.bind(mwrs).await? {
+    let bound = match pass.bind(Arc::clone(&mwrs)).await? {
         Bind::Bound(bound) => bound,
         Bind::BackingOff(wait) => return Ok(Action::requeue(wait)),
+        Bind::Held(binding) => return carrier::hold(&ctx, &mwrs, &binding, pass.now).await,
     };
     let revisions = pass.revisions(&bound.mwrs).await?;
     let placements = pass.placements(&bound.mwrs).await?;
@@ -403,6 +405,9 @@ enum Bind {
     Bound(Box<Bound>),
     /// A plugin refused this very input; its message is in the status.
     BackingOff(Duration),
+    /// No carrier can be bound (several target the set): nothing is
+    /// rolled out until that changes.
+    Held(binding::Binding),
 }
 
 /// The works and revisions the step starts from.
@@ -497,16 +502,26 @@ impl<'r> Pass<'r> {
     /// Bind: the set as read, its own fields completed from its carrier;
     /// nothing more while a plugin's refusal of this input backs off.
     async fn bind(&self, stored: Arc<ManifestWorkReplicaSet>) -> Result<Bind, Error> {
-        let (carrier, created) = carrier::ensure(&self.reads, &stored).await?;
-        let unbound = carrier::unbound(&self.reads, self.ctx.sets.get(), &self.namespace);
+        let (ensured, unbound) = carrier::ensure(&self.reads, &stored, self.ctx.sets.get()).await?;
+        let (carrier, found) = match ensured {
+            carrier::Ensured::Found(carrier, found) => (carrier, Some(found)),
+            carrier::Ensured::Created(carrier) => (carrier, None),
+            carrier::Ensured::Ambiguous(names) => {
+                return Ok(Bind::Held(binding::ambiguous(&stored, &names)));
+            }
+        };
         // One the controller made empty stays "created empty" (it is owned
         // by the set) until someone writes to it.
-        let made_here = created
+        let made_here = found.is_none()
             || carrier
                 .owner_references()
                 .iter()
                 .any(|o| o.controller == Some(true) && Some(&o.uid) == stored.uid().as_ref());
-        let binding = binding::describe(&stored, &carrier, made_here, &unbound);
+        let how = match found {
+            Some(found) if !made_here => binding::How::Found(found),
+            _ => binding::How::Created,
+        };
+        let binding = binding::describe(&stored, &carrier, how, &unbound);
         let generations = backoff::Generations {
             mwrs: stored.meta().generation,
             carrier: carrier.meta().generation,
@@ -857,12 +872,19 @@ pub(crate) fn owner_of_work(work: &ManifestWork) -> Option<ObjectRef<ManifestWor
     Some(ObjectRef::new(name).within(namespace))
 }
 
-/// The ManifestWorkReplicaSet `carrier` belongs to: the one of the same
-/// namespace and name.
+/// The ManifestWorkReplicaSets a change of `carrier` concerns: the one it
+/// targets, and the one of its name (which it may have bound to before its
+/// `targetRef` was set).
 pub(crate) fn bound_mwrs(
     carrier: &ManifestWorkReplicaSetRollout,
-) -> ObjectRef<ManifestWorkReplicaSet> {
-    ObjectRef::new(&carrier.name_any()).within(&carrier.namespace().unwrap_or_default())
+) -> Vec<ObjectRef<ManifestWorkReplicaSet>> {
+    let namespace = carrier.namespace().unwrap_or_default();
+    let (target, own) = (target_of(carrier), carrier.name_any());
+    let mut sets = vec![ObjectRef::new(target).within(&namespace)];
+    if own != target {
+        sets.push(ObjectRef::new(&own).within(&namespace));
+    }
+    sets
 }
 
 /// The ManifestWorkReplicaSets in `namespace` whose placement references
@@ -928,7 +950,7 @@ pub(crate) async fn run(ctx: Arc<Context>, readiness: Readiness, stop: Stop) {
                 Api::<ManifestWorkReplicaSetRollout>::all(client.clone()),
                 watcher::Config::default(),
             )),
-            |carrier| Some(bound_mwrs(&carrier)),
+            |carrier| bound_mwrs(&carrier),
         )
         .watches(
             Api::<Placement>::all(client),
@@ -980,7 +1002,7 @@ fn mwrs_controller(client: &Client, readiness: &Readiness) -> Controller<Manifes
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -1017,16 +1039,28 @@ mod tests {
     }
 
     #[test]
-    fn a_carrier_maps_to_the_mwrs_of_its_namespace_and_name() {
-        let carrier: ManifestWorkReplicaSetRollout = serde_json::from_value(json!({
-            "apiVersion": "rollout-hooks.io/v1alpha1", "kind": "ManifestWorkReplicaSetRollout",
-            "metadata": {"name": "hello", "namespace": "team-a"}, "spec": {}
-        }))
-        .expect("a carrier");
-        let mwrs = bound_mwrs(&carrier);
+    fn a_carrier_maps_to_the_mwrs_it_targets_and_the_one_of_its_name() {
+        let carrier = |spec: Value| -> ManifestWorkReplicaSetRollout {
+            serde_json::from_value(json!({
+                "apiVersion": "rollout-hooks.io/v1alpha1", "kind": "ManifestWorkReplicaSetRollout",
+                "metadata": {"name": "hello", "namespace": "team-a"}, "spec": spec
+            }))
+            .expect("a carrier")
+        };
+        let names = |spec| -> Vec<(String, Option<String>)> {
+            bound_mwrs(&carrier(spec))
+                .into_iter()
+                .map(|r| (r.name, r.namespace))
+                .collect()
+        };
+        let team_a = Some("team-a".to_owned());
+        assert_eq!(names(json!({})), [("hello".to_owned(), team_a.clone())]);
         assert_eq!(
-            (mwrs.name.as_str(), mwrs.namespace.as_deref()),
-            ("hello", Some("team-a"))
+            names(json!({"targetRef": {"name": "web"}})),
+            [
+                ("web".to_owned(), team_a.clone()),
+                ("hello".to_owned(), team_a)
+            ]
         );
     }
 }

@@ -233,13 +233,12 @@ impl SimApi {
             ..ManifestWorkReplicaSetStatus::default()
         };
         let generation = self.carrier["metadata"]["generation"].as_i64();
+        let set_uid = self.mwrs["metadata"]["uid"].as_str().map(str::to_owned);
         let mut carrier = self.carrier.clone();
-        carrier["status"] =
-            serde_json::to_value(carrier_status(&status, generation)).map_err(|source| {
-                ApiError::Decode {
-                    kind: "ManifestWorkReplicaSetRollout",
-                    source,
-                }
+        carrier["status"] = serde_json::to_value(carrier_status(&status, set_uid, generation))
+            .map_err(|source| ApiError::Decode {
+                kind: "ManifestWorkReplicaSetRollout",
+                source,
             })?;
         self.carrier = self.store(carrier)?;
         let mut mwrs = self.mwrs.clone();

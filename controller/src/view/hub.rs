@@ -27,12 +27,13 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
 use super::{Snapshot, View, build, render};
 use crate::api::labels::{MWRS_OWNER_LABEL, PLACEMENT_LABEL};
+use crate::api::manifestworkreplicasetrollout::{Choice, choose};
 use crate::api::{
     ManifestWork, ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout, PlacementDecision,
 };
@@ -262,6 +263,18 @@ fn events_selector(name: &str) -> String {
     format!("regarding.kind=ManifestWorkReplicaSet,regarding.name={name}")
 }
 
+/// The carrier of the set named `set` among `carriers` (one namespace's),
+/// by the controller's rule; none when none or several bind to it.
+fn bound_carrier<'a>(
+    set: &str,
+    carriers: impl Iterator<Item = &'a ManifestWorkReplicaSetRollout>,
+) -> Option<ManifestWorkReplicaSetRollout> {
+    match choose(set, carriers) {
+        Choice::Bound(carrier, _) => Some(carrier.clone()),
+        Choice::None | Choice::Ambiguous(_) => None,
+    }
+}
+
 /// Reads everything the view of `target` needs, once.
 pub(crate) async fn snapshot(client: &Client, target: &Target) -> Result<Snapshot, GetError> {
     let ns = target.namespace.as_str();
@@ -278,15 +291,16 @@ pub(crate) async fn snapshot(client: &Client, target: &Target) -> Result<Snapsho
                 target.error("the ManifestWorkReplicaSet", e)
             }
         })?;
-    let carrier = match Api::<ManifestWorkReplicaSetRollout>::namespaced(client.clone(), ns)
-        .get(&target.name)
+    let carriers = match Api::<ManifestWorkReplicaSetRollout>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
         .await
     {
-        Ok(carrier) => Some(carrier),
-        // No such object, or no such CRD on this hub.
-        Err(e) if is_not_found(&e) => None,
-        Err(e) => return Err(target.error("the ManifestWorkReplicaSetRollout", e)),
+        Ok(list) => list.items,
+        // No such CRD on this hub.
+        Err(e) if is_not_found(&e) => Vec::new(),
+        Err(e) => return Err(target.error("the ManifestWorkReplicaSetRollouts", e)),
     };
+    let carrier = bound_carrier(&target.name, carriers.iter());
     let works = Api::<ManifestWork>::all(client.clone())
         .list(&ListParams::default().labels(&works_selector(&mwrs)))
         .await
@@ -410,9 +424,10 @@ struct Stores {
 impl Stores {
     fn snapshot(&self) -> Option<Snapshot> {
         let mwrs = (*self.mwrs.state().into_iter().next()?).clone();
+        let carriers = self.carrier.state();
         Some(Snapshot {
+            carrier: bound_carrier(&mwrs.name_any(), carriers.iter().map(|c| &**c)),
             mwrs,
-            carrier: self.carrier.state().first().map(|c| (**c).clone()),
             works: owned(self.works.state()),
             decisions: owned(self.decisions.state()),
             events: owned(self.events.state()),
@@ -428,9 +443,10 @@ fn start_watches(client: &Client, target: &Target, first: &Snapshot) -> (Stores,
         by_name(),
         Change::Deleted,
     );
+    // Any carrier of the namespace may be the set's (`targetRef`).
     let (carrier, b) = watched(
         Api::namespaced(client.clone(), ns),
-        by_name(),
+        watcher::Config::default(),
         Change::Changed,
     );
     let (works, c) = watched(

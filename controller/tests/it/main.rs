@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod binding;
 mod common;
 mod concurrency;
 mod crd;

@@ -11,11 +11,10 @@ use std::time::Duration;
 use common::*;
 use http::Method;
 use kube::runtime::controller::Action;
-use rollout_controller::api::{ManifestWorkReplicaSet, ManifestWorkSpec};
 use rollout_controller::hooks::HookKind;
 use rollout_controller::orchestrate::work_name;
 use rollout_controller::reconcile::reconcile;
-use rollout_controller::revision::{spec_hash, template_hash};
+use rollout_controller::revision::spec_hash;
 use rollout_proto::v1alpha1::{RolloutStatus as ProtoStatus, ValidationResult};
 use serde_json::{Value, json};
 
@@ -27,18 +26,6 @@ use HookKind::{
 const OWNER: &str = "work.open-cluster-management.io/manifestworkreplicaset";
 const PLACEMENT_NAME: &str = "work.open-cluster-management.io/placementname";
 const HASH: &str = "work.open-cluster-management.io/controller-hash";
-
-fn spec(template: &Value) -> ManifestWorkSpec {
-    serde_json::from_value(template.clone()).unwrap()
-}
-
-fn hash_of(template: &Value) -> String {
-    template_hash(&spec(template), 0)
-}
-
-fn object(value: Value) -> Arc<ManifestWorkReplicaSet> {
-    Arc::new(serde_json::from_value(value).unwrap())
-}
 
 fn call(hook: HookKind, cluster: &str) -> (HookKind, String) {
     (hook, cluster.to_owned())

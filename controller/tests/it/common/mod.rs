@@ -531,9 +531,29 @@ impl Hub {
         self
     }
 
+    /// The same hub, holding the ManifestWorkReplicaSetRollout
+    /// `default/name` with `spec` and `status`.
+    pub fn with_carrier_named(self, name: &str, spec: Value, status: Value) -> Hub {
+        let carrier = json!({
+            "apiVersion": "rollout-hooks.io/v1alpha1", "kind": "ManifestWorkReplicaSetRollout",
+            "metadata": {"name": name, "namespace": NS, "uid": format!("{name}-uid"),
+                         "generation": 1, "resourceVersion": "20"},
+            "spec": spec,
+            "status": status
+        });
+        let stored = self.stored(carrier);
+        self.carriers.lock().unwrap().insert(name.into(), stored);
+        self
+    }
+
     /// The stored ManifestWorkReplicaSetRollout of `default/hello`.
     pub fn carrier(&self) -> Option<Value> {
-        self.carriers.lock().unwrap().get(MWRS).cloned()
+        self.carrier_named(MWRS)
+    }
+
+    /// The stored ManifestWorkReplicaSetRollout `default/name`.
+    pub fn carrier_named(&self, name: &str) -> Option<Value> {
+        self.carriers.lock().unwrap().get(name).cloned()
     }
 
     /// Answers a request about a ManifestWorkReplicaSetRollout.
@@ -552,17 +572,29 @@ impl Hub {
         let not_found = (StatusCode::NOT_FOUND, api_status(404, "NotFound"));
         match (&record.method, rest.trim_start_matches('/').split_once('/')) {
             (&Method::POST, None) if rest.is_empty() => {
-                let name = record.body["metadata"]["name"].as_str().unwrap().to_owned();
+                let mut body = record.body.clone();
+                if let Some(prefix) = body["metadata"]["generateName"].as_str() {
+                    let generated = format!("{prefix}{}", carriers.len());
+                    body["metadata"]["name"] = json!(generated);
+                }
+                let name = body["metadata"]["name"].as_str().unwrap().to_owned();
                 if carriers.contains_key(&name) {
                     return (StatusCode::CONFLICT, api_status(409, "AlreadyExists"));
                 }
-                let mut stored = self.stored(record.body.clone());
+                let mut stored = self.stored(body);
                 stored["metadata"]["uid"] = json!("carrier-uid");
                 stored["metadata"]["generation"] = json!(1);
                 stored["metadata"]["resourceVersion"] = json!("1");
                 carriers.insert(name, stored.clone());
                 (StatusCode::CREATED, stored)
             }
+            (&Method::GET, None) if rest.is_empty() => (
+                StatusCode::OK,
+                json!({"apiVersion": "rollout-hooks.io/v1alpha1",
+                       "kind": "ManifestWorkReplicaSetRolloutList",
+                       "metadata": {"resourceVersion": "1"},
+                       "items": carriers.values().cloned().collect::<Vec<_>>()}),
+            ),
             (&Method::GET, None) => match carriers.get(rest.trim_start_matches('/')) {
                 Some(stored) => (StatusCode::OK, stored.clone()),
                 None => not_found,
@@ -851,4 +883,19 @@ pub async fn start_controller(
         .expect("runs");
     });
     rx.await.unwrap()
+}
+
+/// `template` as a ManifestWork spec.
+pub fn spec(template: &Value) -> rollout_controller::api::ManifestWorkSpec {
+    serde_json::from_value(template.clone()).unwrap()
+}
+
+/// The revision (template hash) of `template`.
+pub fn hash_of(template: &Value) -> String {
+    rollout_controller::revision::template_hash(&spec(template), 0)
+}
+
+/// `value` as the ManifestWorkReplicaSet a reconcile is given.
+pub fn object(value: Value) -> Arc<rollout_controller::api::ManifestWorkReplicaSet> {
+    Arc::new(serde_json::from_value(value).unwrap())
 }
