@@ -39,6 +39,7 @@ pub(crate) mod cache;
 pub(crate) mod carrier;
 pub(crate) mod plugins;
 pub(crate) mod revisions;
+mod shared;
 pub(crate) mod status;
 mod triggers;
 pub(crate) mod world;
@@ -618,6 +619,9 @@ impl<'r> Pass<'r> {
                     placements.problems.insert(name, problem);
                 }
             }
+        }
+        for (placement, left_out) in shared::first_placement_keeps(&mut placements.resolved) {
+            tracing::debug!(mwrs = %self.name, namespace = %self.namespace, %placement, ?left_out, "clusters an earlier placement of the set selects are left to it");
         }
         Ok(placements)
     }
