@@ -94,13 +94,12 @@ pub use report::{DeployOutcome, HookFailure, PlacementOutcome};
 pub(crate) use report::WorkCounts;
 pub use settings::{DEFAULT_HOOK_CONCURRENCY, Settings};
 pub use works::work_name;
-pub(crate) use works::{desired_work, finish_work};
+pub(crate) use works::{desired_work, finish_work, is_deleting, placement_of};
 pub use world::{World, WorldError};
 pub(crate) use world::{WorldAction, WorldErrorKind};
 
 use crate::hooks::Hooks;
 use step::PlacementStep;
-use works::{is_deleting, placement_of};
 
 /// Runs one step of the rollout (see the module documentation). Never
 /// fails: every hook and write failure is in the outcome.

@@ -359,7 +359,7 @@ async fn reconcile_traced(
         Bind::Held(binding) => return carrier::hold(&ctx, &mwrs, &binding, pass.now).await,
     };
     let revisions = pass.revisions(&bound.mwrs).await?;
-    let placements = pass.placements(&bound.mwrs).await?;
+    let placements = pass.placements(&bound.mwrs, &revisions.works).await?;
     // Every hook call of this reconcile is counted and timed.
     let hooks = Metered::new(ctx.hooks.clone(), ctx.metrics.clone());
     let plugins = pass.load_plugins(&hooks, &placements.resolved).await;
@@ -591,8 +591,13 @@ impl<'r> Pass<'r> {
     }
 
     /// Strategies and placements: each reference's strategy and decision
-    /// groups, or why it cannot be rolled out.
-    async fn placements(&self, mwrs: &ManifestWorkReplicaSet) -> Result<Placements, Error> {
+    /// groups, or why it cannot be rolled out; a cluster that several
+    /// select left to one of them (`works`: the set's).
+    async fn placements(
+        &self,
+        mwrs: &ManifestWorkReplicaSet,
+        works: &[Arc<crate::api::ManifestWork>],
+    ) -> Result<Placements, Error> {
         let references = &mwrs.spec.placement_refs;
         let mut placements = Placements {
             spec: references.iter().map(|p| p.name.clone()).collect(),
@@ -620,7 +625,18 @@ impl<'r> Pass<'r> {
                 }
             }
         }
-        for (placement, left_out) in shared::first_placement_keeps(&mut placements.resolved) {
+        let working = works
+            .iter()
+            .filter(|w| !crate::orchestrate::is_deleting(w))
+            .filter_map(|w| {
+                Some((
+                    w.metadata.namespace.as_deref()?,
+                    crate::orchestrate::placement_of(w)?,
+                ))
+            });
+        for (placement, left_out) in
+            shared::one_placement_per_cluster(&mut placements.resolved, working)
+        {
             tracing::debug!(mwrs = %self.name, namespace = %self.namespace, %placement, ?left_out, "clusters an earlier placement of the set selects are left to it");
         }
         Ok(placements)

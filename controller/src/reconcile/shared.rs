@@ -1,21 +1,47 @@
 //! One work per cluster per ManifestWorkReplicaSet: a cluster that several
-//! of the set's placements select is rolled out by the first of them in
-//! `spec.placementRefs` order, with that placement's strategy, plugin and
-//! position; the later ones leave it out (it is in none of their decision
-//! groups, so a work one of them already had there is pruned as for a
-//! cluster that left it). Pure.
+//! of the set's placements select is rolled out by one of them, with that
+//! placement's strategy, plugin and position: the one whose work it
+//! already has (so a placement that starts selecting it later does not
+//! move it, which would delete its work before the other's rollout reaches
+//! it), else the first of them in `spec.placementRefs` order. The others
+//! leave it out (it is in none of their decision groups, so a work one of
+//! them had there is pruned as for a cluster that left it). Pure.
 
 use std::collections::BTreeMap;
 
 use crate::rollout::{ClusterGroup, Strategy};
 
 /// Takes each cluster out of every placement of `resolved` (in spec order)
-/// but the first that selects it; returns, per placement that lost any,
-/// the clusters left out and the placement that keeps each.
-pub(super) fn first_placement_keeps(
+/// but the one that keeps it; `working`: `(cluster, placement)` of the
+/// works that exist. Returns, per placement that lost any, the clusters
+/// left out and the placement that keeps each.
+pub(super) fn one_placement_per_cluster<'a>(
     resolved: &mut [(String, Strategy, Vec<ClusterGroup>)],
+    working: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> BTreeMap<String, Vec<(String, String)>> {
+    let selects = |placement: &str, cluster: &str| {
+        resolved.iter().any(|(p, _, groups)| {
+            p == placement
+                && groups
+                    .iter()
+                    .any(|g| g.clusters.iter().any(|c| c == cluster))
+        })
+    };
+    // A cluster stays with the placement whose work it has (the first in
+    // spec order when it has several), while that placement selects it.
+    let order = |placement: &str| resolved.iter().position(|(p, _, _)| p == placement);
     let mut keeper: BTreeMap<String, String> = BTreeMap::new();
+    for (cluster, placement) in working {
+        if !selects(placement, cluster) {
+            continue;
+        }
+        let earlier = keeper
+            .get(cluster)
+            .is_some_and(|k| order(k) < order(placement));
+        if !earlier {
+            keeper.insert(cluster.to_owned(), placement.to_owned());
+        }
+    }
     let mut left_out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for (placement, _, groups) in resolved.iter_mut() {
         for group in groups.iter_mut() {
@@ -48,25 +74,33 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_first_placement_in_spec_order_keeps_a_shared_cluster() {
+    fn strategy() -> Strategy {
         let raw: crate::rollout::RawStrategy =
             serde_json::from_value(serde_json::json!({"type": "All"})).expect("raw strategy");
-        let strategy = Strategy::from_raw(&raw).expect("valid");
+        Strategy::from_raw(&raw).expect("valid")
+    }
+
+    #[test]
+    fn a_shared_cluster_stays_with_its_work_else_goes_to_the_first_placement() {
         let mut resolved = vec![
             (
                 "canary".to_owned(),
-                strategy.clone(),
+                strategy(),
                 vec![group(0, &["c1"]), group(1, &["c2", "c3"])],
             ),
             (
                 "prod".to_owned(),
-                strategy.clone(),
+                strategy(),
                 vec![group(0, &["c3", "c4", "c1"])],
             ),
-            ("rest".to_owned(), strategy, vec![group(0, &["c4", "c5"])]),
+            ("rest".to_owned(), strategy(), vec![group(0, &["c4", "c5"])]),
         ];
-        let left_out = first_placement_keeps(&mut resolved);
+        // c4 has prod's work already: it stays with prod; c5's work is of
+        // a placement that does not select it.
+        let left_out = one_placement_per_cluster(
+            &mut resolved,
+            [("c4", "rest"), ("c4", "prod"), ("c5", "prod")],
+        );
         let clusters = |i: usize| -> Vec<Vec<String>> {
             resolved[i].2.iter().map(|g| g.clusters.clone()).collect()
         };
@@ -85,5 +119,19 @@ mod tests {
         );
         assert_eq!(left_out["rest"], named(&[("c4", "prod")]));
         assert!(!left_out.contains_key("canary"));
+
+        // A cluster whose work is a later placement's stays there.
+        let mut resolved = vec![
+            (
+                "canary".to_owned(),
+                strategy(),
+                vec![group(0, &["c1", "c3"])],
+            ),
+            ("prod".to_owned(), strategy(), vec![group(0, &["c3"])]),
+        ];
+        let left_out = one_placement_per_cluster(&mut resolved, [("c3", "prod")]);
+        assert_eq!(resolved[0].2[0].clusters, ["c1"]);
+        assert_eq!(resolved[1].2[0].clusters, ["c3"]);
+        assert_eq!(left_out["canary"], named(&[("c3", "prod")]));
     }
 }
