@@ -109,6 +109,47 @@ def test_failed_smoke_test_aborts_and_restores_every_updated_cluster(first_revis
     assert failing in frames and "abort" in frames.lower(), frames[-3000:]
 
 
+def test_a_carrier_made_again_after_the_abort_keeps_it(first_revision, controller, hub: Hub):
+    """The carrier deleted and made again (a GitOps prune, `kubectl replace
+    --force`) after the abort above: the controller takes the revisions and
+    the abort back from the set's annotations, so the failed revision is not
+    rolled out again and every cluster stays at the first revision."""
+    assert OBSERVED, "the real hub's abort did not run"
+    before = hub.get("manifestworkreplicasetrollout", NAME, NS)
+    failed = before["status"]["updateRevision"]
+    written = {"apiVersion": before["apiVersion"], "kind": before["kind"],
+               "metadata": {"name": NAME, "namespace": NS}, "spec": before["spec"]}
+    hub.kubectl("delete", "manifestworkreplicasetrollout", NAME, "-n", NS, "--timeout=60s")
+    # Applied again as a GitOps tool would; the controller may have made an
+    # empty one meanwhile (it then gets this spec).
+    hub.apply(written)
+
+    def recovered():
+        carrier = hub.get("manifestworkreplicasetrollout", NAME, NS) or {}
+        if carrier.get("metadata", {}).get("uid") == before["metadata"]["uid"]:
+            return None
+        status = carrier.get("status") or {}
+        return status if status.get("currentRevision") and status.get("placements") else None
+
+    status = hub.wait_for(recovered, 60, "the new carrier's status")
+    assert hub.get("manifestworkreplicasetrollout", NAME, NS)["spec"] == before["spec"]
+    assert status["currentRevision"] == first_revision, status
+    assert status["updateRevision"] == failed and status.get("abortedTime"), status
+    mwrs = hub.get("manifestworkreplicaset", NAME, NS)
+    assert status["setUID"] == mwrs["metadata"]["uid"], status
+    # Several reconciles later (the carrier's own writes wake some), no
+    # cluster has the failed revision.
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        for cluster in hub.clusters:
+            labels = spoke_deployment(hub, cluster)["spec"]["template"]["metadata"].get("labels") or {}
+            assert "version" not in labels, f"{cluster} got the failed revision again: {labels}"
+            work = hub.list("manifestworks", cluster, selector="work.open-cluster-management.io/manifestworkreplicaset")[0]
+            hashed = work["metadata"]["labels"].get("work.open-cluster-management.io/controller-hash")
+            assert hashed != failed, f"{cluster}'s work is at the failed revision again"
+        time.sleep(1)
+
+
 def example_mwrs(hub: Hub) -> dict:
     """The example's ManifestWorkReplicaSet as its author wrote it (before
     the API server's defaults), as JSON."""
