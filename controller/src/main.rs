@@ -532,12 +532,27 @@ struct CrdArgs {
     /// Write one file per CRD and a kustomization.yaml into DIR (created if
     /// missing) instead of printing.
     /// Every shape goes there: the project's own CRDs at the top, OCM's
-    /// kinds OCM-shaped under ocm/ and design-shaped under design/.
+    /// kinds without the additions under ocm/ and with them under design/.
     #[arg(long, value_name = "DIR", env = "ROLLOUT_CONTROLLER_OUT")]
     out: Option<PathBuf>,
-    /// Print OCM's kinds with OCM's fields only (as OCM's cluster-manager
-    /// operator installs them), without the design's additions.
-    #[arg(long, conflicts_with = "out", env = "ROLLOUT_CONTROLLER_OCM_SHAPED")]
+    /// Print OCM's kinds without the design's additions: this crate's
+    /// schemas minus the fields the design adds. Not OCM's own CRDs (their
+    /// schemas and defaults differ): validate against those, from the
+    /// `open-cluster-management.io/api` module, where fidelity matters.
+    #[arg(
+        long,
+        conflicts_with = "out",
+        env = "ROLLOUT_CONTROLLER_WITHOUT_ADDITIONS"
+    )]
+    without_additions: bool,
+    /// The former name of --without-additions (deprecated; it never printed
+    /// OCM's own CRDs).
+    #[arg(
+        long,
+        hide = true,
+        conflicts_with = "out",
+        env = "ROLLOUT_CONTROLLER_OCM_SHAPED"
+    )]
     ocm_shaped: bool,
 }
 
@@ -678,7 +693,14 @@ fn crd_command(args: &CrdArgs) -> anyhow::Result<ExitCode> {
     match &args.out {
         Some(dir) => api::write_crd_files(dir)?,
         None => {
-            let shape = if args.ocm_shaped {
+            if args.ocm_shaped {
+                eprintln!(
+                    "rollout-controller crd: --ocm-shaped is deprecated; it is \
+                     --without-additions (this crate's CRDs minus the design's fields, \
+                     not OCM's own CRDs)"
+                );
+            }
+            let shape = if args.without_additions || args.ocm_shaped {
                 api::CrdShape::Ocm
             } else {
                 api::CrdShape::Design

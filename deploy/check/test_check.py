@@ -4,6 +4,7 @@ that keeps its promise and fail one that breaks it. check.py runs them first
 
 from __future__ import annotations
 
+import json
 import base64
 import contextlib
 import copy
@@ -433,14 +434,14 @@ class BareCluster(unittest.TestCase):
         design = copy.deepcopy(self.works)
         design["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"] = {"plugin": {"type": "string"}}
         for objects in ([design], [namespace("cluster1")]):
-            self.assertTrue(any("as OCM ships them" in f for f in self.bare(objects)), objects)
+            self.assertTrue(any("without the design's fields" in f for f in self.bare(objects)), objects)
 
 
 class OcmShapedExamples(unittest.TestCase):
-    """The examples validate, strictly, against OCM's CRDs as a hub has
-    them (deploy/crds/ocm) and the project's own: the design's fields go in
-    the ManifestWorkReplicaSetRollout."""
-    hub = check.CrdSchemas(check.OCM_SHAPED_CRDS, check.DEPLOY / "crds",
+    """The examples validate, strictly, against OCM's own CRDs (from the
+    open-cluster-management.io/api module) and the project's own: the
+    design's fields go in the ManifestWorkReplicaSetRollout."""
+    hub = check.CrdSchemas(check.ocm_api_crds()[0], check.DEPLOY / "crds",
                            groups=lambda g: check.is_ocm_group(g) or g == check.OWN_API_GROUP)
     strategy = {"type": "Progressive", "progressive": {"maxConcurrency": 1, "progressDeadline": "10m"}}
 
@@ -461,6 +462,18 @@ class OcmShapedExamples(unittest.TestCase):
         bad = self.mwrs(self.strategy)
         bad["spec"]["revisionHistoryLimit"] = 3
         self.assertNotEqual(self.hub.errors(bad), [])
+
+    def test_a_misspelled_field_of_ocms_is_refused(self):
+        bad = self.mwrs(self.strategy)
+        bad["spec"]["manifestWorkTemplate"]["manifestConfigs"] = [{
+            "resourceIdentifier": {"group": "apps", "resource": "deployments", "name": "web", "namespace": "default"},
+            "conditionRule": [{"type": "WellKnownConditions", "condition": "Complete"}]}]
+        errors = self.hub.errors(bad)
+        self.assertTrue(any("conditionRule" in e for e in errors), errors)
+        good = json.loads(json.dumps(bad))
+        good["spec"]["manifestWorkTemplate"]["manifestConfigs"][0]["conditionRules"] = (
+            good["spec"]["manifestWorkTemplate"]["manifestConfigs"][0].pop("conditionRule"))
+        self.assertEqual(self.hub.errors(good), [])
 
     def test_the_carrier_holds_them(self):
         carrier = {"apiVersion": "rollout-hooks.io/v1alpha1", "kind": "ManifestWorkReplicaSetRollout",

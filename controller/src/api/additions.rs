@@ -1,7 +1,9 @@
 //! The design's additions to OCM's CRDs, in one table ([`ADDITIONS`]), and
-//! what is derived from it: the OCM-shaped CRDs (`rollout-controller crd
-//! --ocm-shaped`: this crate's CRDs minus the additions, the fields a hub
-//! running OCM's cluster-manager operator keeps) and the OCM-shaped part of
+//! what is derived from it: the CRDs without the additions
+//! (`rollout-controller crd --without-additions`: this crate's CRDs minus
+//! the additions, the fields a hub running OCM's cluster-manager operator
+//! keeps; not OCM's own CRDs, whose schemas and defaults differ) and the
+//! OCM-shaped part of
 //! a ManifestWorkReplicaSet status ([`ocm_status`], what the controller
 //! writes there).
 

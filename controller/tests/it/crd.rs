@@ -98,12 +98,23 @@ fn crd_prints_every_crd_as_one_yaml_stream() {
 }
 
 #[test]
-fn crd_ocm_shaped_prints_ocm_fields_only() {
+fn crd_without_additions_prints_ocm_kinds_without_the_designs_fields() {
     let output = Command::new(BIN)
-        .args(["crd", "--ocm-shaped"])
+        .args(["crd", "--without-additions"])
         .output()
         .expect("runs");
     assert!(output.status.success(), "{output:?}");
+    // The former name prints the same, with a deprecation warning.
+    let former = Command::new(BIN)
+        .args(["crd", "--ocm-shaped"])
+        .output()
+        .expect("runs");
+    assert_eq!(former.stdout, output.stdout);
+    let warning = String::from_utf8_lossy(&former.stderr);
+    assert!(
+        warning.contains("deprecated") && warning.contains("--without-additions"),
+        "{warning}"
+    );
     let stdout = String::from_utf8(output.stdout).expect("UTF-8");
     assert_eq!(
         stdout,
