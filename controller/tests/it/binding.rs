@@ -129,21 +129,7 @@ async fn two_carriers_targeting_one_set_hold_it() {
         .with_carrier_named("a", json!({"targetRef": {"name": MWRS}}), Value::Null)
         .with_carrier_named("b", json!({"targetRef": {"name": MWRS}}), Value::Null);
     let obj = mwrs(template("v1"), json!({"type": "All"}), Value::Null);
-    let (client, server) = api_server_on(
-        hub.clone(),
-        vec![Expect::new(
-            Method::PATCH,
-            format!("{}/status", mwrs_path()),
-            {
-                let obj = obj.clone();
-                move |patch| {
-                    let mut answer = obj;
-                    answer["status"]["conditions"] = patch["status"]["conditions"].clone();
-                    (http::StatusCode::OK, answer)
-                }
-            },
-        )],
-    );
+    let (client, server) = api_server_on(hub.clone(), vec![Expect::conditions(&obj)]);
     let ctx = context(client, "http://127.0.0.1:1");
     let action = reconcile(object(obj), ctx.clone())
         .await

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use http::Method;
 use kube::runtime::controller::Action;
 use rollout_controller::api::ManifestWorkReplicaSet;
 use rollout_controller::reconcile::reconcile;
@@ -47,21 +46,7 @@ async fn a_foreign_status_writer_holds_every_reconcile_back() {
     let now = jiff::Timestamp::now().round(jiff::Unit::Second).unwrap();
     let obj = written_by_ocm(&now.to_string());
     let hub = Hub::ocm().with_carrier(json!([]), json!({"currentRevision": "r1"}));
-    let (client, server) = api_server_on(
-        hub.clone(),
-        vec![Expect::new(
-            Method::PATCH,
-            format!("{}/status", mwrs_path()),
-            {
-                let obj = obj.clone();
-                move |patch| {
-                    let mut answer = obj;
-                    answer["status"]["conditions"] = patch["status"]["conditions"].clone();
-                    (http::StatusCode::OK, answer)
-                }
-            },
-        )],
-    );
+    let (client, server) = api_server_on(hub.clone(), vec![Expect::conditions(&obj)]);
     let ctx = context(client, "http://127.0.0.1:1");
     let set: ManifestWorkReplicaSet = serde_json::from_value(obj).unwrap();
     let action = reconcile(Arc::new(set), ctx.clone())

@@ -430,6 +430,20 @@ impl Expect {
             (StatusCode::OK, stored)
         })
     }
+
+    /// A merge patch of `object`'s status conditions (a
+    /// ManifestWorkReplicaSet): answers `object` with those conditions.
+    pub fn conditions(object: &Value) -> Expect {
+        let mut stored = object.clone();
+        Expect::new(
+            Method::PATCH,
+            format!("{}/status", mwrs_path()),
+            move |patch| {
+                stored["status"]["conditions"] = patch["status"]["conditions"].clone();
+                (StatusCode::OK, stored)
+            },
+        )
+    }
 }
 
 /// A request the API server received.
