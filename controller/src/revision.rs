@@ -94,6 +94,15 @@ pub(crate) fn canonical_json(value: &Value) -> Vec<u8> {
     out
 }
 
+/// `spec` as hashed: its JSON with the CRDs' defaults filled in
+/// ([`crate::api::defaults`]), so that what the API server defaults never
+/// makes a new revision or spec hash.
+fn hashed_json(spec: &ManifestWorkSpec) -> Value {
+    let mut json = spec_json(spec);
+    crate::api::defaults::fill(&mut json);
+    json
+}
+
 fn spec_json(spec: &ManifestWorkSpec) -> Value {
     // A spec of plain data always serializes.
     serde_json::to_value(spec).unwrap_or(Value::Null)
@@ -120,7 +129,7 @@ fn safe_encode(text: &str) -> String {
 /// The revision hash of `template` with `collision_count` (see the module
 /// documentation).
 pub fn template_hash(template: &ManifestWorkSpec, collision_count: i32) -> String {
-    let mut bytes = canonical_json(&spec_json(template));
+    let mut bytes = canonical_json(&hashed_json(template));
     if collision_count > 0 {
         bytes.extend(collision_count.to_le_bytes());
     }
@@ -131,7 +140,7 @@ pub fn template_hash(template: &ManifestWorkSpec, collision_count: i32) -> Strin
 /// [`SPEC_HASH_ANNOTATION`](crate::api::annotations::SPEC_HASH_ANNOTATION):
 /// 16 hex digits of FNV-1a 64 over its canonical JSON.
 pub fn spec_hash(spec: &ManifestWorkSpec) -> String {
-    format!("{:016x}", fnv1a64(&canonical_json(&spec_json(spec))))
+    format!("{:016x}", fnv1a64(&canonical_json(&hashed_json(spec))))
 }
 
 /// The ControllerRevision name of `hash` for the ManifestWorkReplicaSet
@@ -475,6 +484,35 @@ mod tests {
             String::from_utf8(canonical_json(&value)).expect("utf-8"),
             r#"{"a":{"c":true,"y":"x"},"b":[{"a":null,"z":1}]}"#
         );
+    }
+
+    #[test]
+    fn what_the_api_server_defaults_makes_no_new_revision() {
+        let spec = |configs: serde_json::Value| -> ManifestWorkSpec {
+            serde_json::from_value(serde_json::json!({
+                "workload": {"manifests": []},
+                "manifestConfigs": configs
+            }))
+            .expect("a spec")
+        };
+        let rule =
+            serde_json::json!({"type": "CEL", "condition": "Complete", "celExpressions": ["true"]});
+        let written = spec(
+            serde_json::json!([{"resourceIdentifier": {"name": "a"}, "conditionRules": [rule]}]),
+        );
+        // As OCM 1.1's CRD and 1.2's (feedbackScrapeType) store it.
+        let stored = spec(
+            serde_json::json!([{"resourceIdentifier": {"name": "a"}, "conditionRules": [rule],
+                                              "feedbackScrapeType": "Poll"}]),
+        );
+        assert_eq!(template_hash(&written, 0), template_hash(&stored, 0));
+        assert_eq!(spec_hash(&written), spec_hash(&stored));
+        // A value other than the default is a change.
+        let watch = spec(
+            serde_json::json!([{"resourceIdentifier": {"name": "a"}, "conditionRules": [rule],
+                                             "feedbackScrapeType": "Watch"}]),
+        );
+        assert_ne!(template_hash(&written, 0), template_hash(&watch, 0));
     }
 
     #[test]

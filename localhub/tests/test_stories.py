@@ -165,10 +165,12 @@ def example_mwrs(hub: Hub) -> dict:
     return next(i for i in items if i["kind"] == "ManifestWorkReplicaSet")
 
 
-def test_the_simulator_with_ocms_crds_reaches_the_real_hubs_outcome(gateway, hub: Hub, bed_dir):
+def test_the_simulator_with_ocms_crds_reaches_the_real_hubs_outcome(first_revision, gateway, hub: Hub, bed_dir):
     """`simulate --crds` with OCM's real CRDs, the same strategy, plugins and
     failing position as the real hub's abort above: the same cluster aborts,
-    the same revision is restored, the same hooks are called."""
+    the same revision is restored, the same hooks are called; and the
+    revisions are the hub's, although the hub hashes its templates after
+    its API server filled in the CRDs' defaults."""
     assert OBSERVED, "the real hub's abort did not run"
     sys.path.insert(0, str(ROOT / "localhub"))
     from lib import parts
@@ -197,6 +199,8 @@ def test_the_simulator_with_ocms_crds_reaches_the_real_hubs_outcome(gateway, hub
     failures = [f["cluster"] for f in summary["abort"]["failures"]]
     assert failures == [failing], summary["abort"]
     assert summary["currentRevision"] == summary["previousRevision"], summary
+    assert summary["previousRevision"] == first_revision, (summary["previousRevision"], first_revision)
+    assert OBSERVED["status"]["updateRevision"] in json.dumps(summary), (OBSERVED["status"]["updateRevision"], summary)
     real = {h: n for h, n in OBSERVED["calls"].items() if h != "Initialize" and n}
     simulated = {h: n for h, n in summary["hookCalls"].items() if n}
     # BeginRollout and MutateManifestWork are called once per cluster and

@@ -27,6 +27,7 @@ pub(crate) mod annotations;
 pub(crate) mod clustermanager;
 pub(crate) mod conditions;
 pub mod crd;
+pub(crate) mod defaults;
 pub(crate) mod labels;
 pub(crate) mod manifestwork;
 pub(crate) mod manifestworkreplicaset;
