@@ -97,6 +97,12 @@ pub(crate) fn canonical_json(value: &Value) -> Vec<u8> {
 /// `spec` as hashed: its JSON with the CRDs' defaults filled in
 /// ([`crate::api::defaults`]), so that what the API server defaults never
 /// makes a new revision or spec hash.
+/// Whether `a` and `b` are one template once the CRDs' defaults are filled
+/// in (what the revision hash takes).
+fn same_template(a: &ManifestWorkSpec, b: &ManifestWorkSpec) -> bool {
+    a == b || hashed_json(a) == hashed_json(b)
+}
+
 fn hashed_json(spec: &ManifestWorkSpec) -> Value {
     let mut json = spec_json(spec);
     crate::api::defaults::fill(&mut json);
@@ -245,7 +251,12 @@ pub(crate) fn plan_history(
     let (hash, existing) = loop {
         let hash = template_hash(template, collision_count);
         match history.iter().find(|e| e.hash == hash) {
-            Some(entry) if entry.template.as_ref() != Some(template) => {
+            Some(entry)
+                if !entry
+                    .template
+                    .as_ref()
+                    .is_some_and(|t| same_template(t, template)) =>
+            {
                 // Another template (or an unreadable one) holds the name.
                 collision_count = collision_count.saturating_add(1);
             }

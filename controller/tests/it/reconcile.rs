@@ -1776,3 +1776,70 @@ async fn a_refused_mutation_is_in_the_status() {
         "{message}"
     );
 }
+
+/// An OCM upgrade whose CRD adds a defaulted field (1.2's
+/// `manifestConfigs[].feedbackScrapeType: Poll`): the stored template
+/// gains it, and nothing is rolled out again: the revision and every
+/// work's spec hash are the same.
+#[tokio::test]
+async fn a_field_the_api_server_defaults_after_an_upgrade_rolls_nothing_out() {
+    let rule = json!({"type": "CEL", "condition": "Complete", "celExpressions": ["true"]});
+    let identifier =
+        json!({"group": "", "resource": "configmaps", "name": "cm", "namespace": "default"});
+    let mut before = template("v1");
+    before["manifestConfigs"] =
+        json!([{"resourceIdentifier": identifier, "conditionRules": [rule]}]);
+    let mut after = before.clone();
+    after["manifestConfigs"][0]["feedbackScrapeType"] = json!("Poll");
+    let hash = hash_of(&before);
+    let hub = Hub::ocm().with_carrier(
+        json!([{"name": PLACEMENT}]),
+        json!({"currentRevision": hash, "updateRevision": hash}),
+    );
+    let at = "2025-01-01T00:00:00Z";
+    let clusters = ["cluster1", "cluster2"];
+    let stored: Vec<Value> = clusters
+        .iter()
+        .map(|c| {
+            stored_work(
+                c,
+                &before,
+                1,
+                json!({}),
+                json!({"conditions": conditions(1, "False", at)}),
+            )
+        })
+        .collect();
+    let obj = mwrs(after.clone(), json!({"type": "All"}), Value::Null);
+    let (client, server) = api_server_on(
+        hub.clone(),
+        vec![
+            Expect::ok(Method::GET, works_path(), works(stored)),
+            Expect::ok(
+                Method::GET,
+                revisions_path(),
+                revisions(vec![controller_revision(&before, 1)]),
+            ),
+            Expect::ok(Method::GET, placement_path(), placement()),
+            Expect::ok(Method::GET, decisions_path(), decisions(&clusters)),
+            Expect::status(&obj),
+        ],
+    );
+    let ctx = context(client, "http://127.0.0.1:1");
+    reconcile(object(obj), ctx.clone())
+        .await
+        .expect("reconciled");
+    drop(ctx);
+    let recorded = server.await.unwrap();
+    assert!(
+        !recorded.iter().any(|r| r.path.contains("/manifestworks/")),
+        "no work written again: {:?}",
+        recorded
+            .iter()
+            .map(|r| (&r.method, &r.path))
+            .collect::<Vec<_>>()
+    );
+    let status = &hub.carrier().unwrap()["status"];
+    assert_eq!(status["updateRevision"], json!(hash));
+    assert_eq!(status["currentRevision"], json!(hash));
+}
