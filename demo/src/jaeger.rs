@@ -154,7 +154,7 @@ fn encode(s: &str) -> String {
 
 /// One HTTP/1.0 GET (no chunked answer, the connection closed after it):
 /// the body of a 200.
-async fn http_get(address: &str, path: &str) -> anyhow::Result<Vec<u8>> {
+pub async fn http_get(address: &str, path: &str) -> anyhow::Result<Vec<u8>> {
     let mut stream = tokio::net::TcpStream::connect(address)
         .await
         .with_context(|| format!("cannot connect to {address}"))?;

@@ -13,11 +13,14 @@
 //! registry and measures the gateway's added latency. When
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, the controller, the gateway and the
 //! example plugins export their spans there (the children inherit the
-//! environment) and the demo says where to look. Every process is stopped at the end, on an
-//! error, or on Ctrl-C.
+//! environment) and the demo says where to look; with `--jaeger PATH` it
+//! starts that Jaeger itself, exports there, links the abort's trace and
+//! keeps Jaeger up until Ctrl-C. Every process is stopped at the end, on
+//! an error, or on Ctrl-C.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -25,6 +28,7 @@ use bytes::Bytes;
 use clap::Parser;
 use rollout_bench::load::{self, Hook, LoadConfig, Stop};
 use rollout_bench::manifest::manifest_work_json;
+use rollout_demo::jaeger::Jaeger;
 use rollout_demo::{
     Binaries, PIPELINE, PLUGINS, RolloutParams, Stack, StackOptions, WorkDir, check_fleet,
     simulate_args,
@@ -60,6 +64,16 @@ struct Flags {
     /// Only the rollout: skip the hot reload and the latency measurement.
     #[arg(long)]
     rollout_only: bool,
+    /// A built Jaeger v2 binary (`python3 test-support/jaeger/build` builds
+    /// one and prints its path): the demo starts it on loopback, every
+    /// process exports its spans to it, and it stays up after the demo,
+    /// with the abort's trace linked, until Ctrl-C.
+    #[arg(long, value_name = "PATH")]
+    jaeger: Option<PathBuf>,
+    /// A built Jaeger UI for that Jaeger to serve (Jaeger's Go module has
+    /// none; without it the links are to its query API).
+    #[arg(long, value_name = "DIR", requires = "jaeger")]
+    jaeger_ui: Option<PathBuf>,
 }
 
 impl Flags {
@@ -90,10 +104,20 @@ fn main() -> anyhow::Result<()> {
             let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
             let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
             let dir = WorkDir::new()?;
+            // Set once the demo is over and only its Jaeger stays up: a
+            // signal then ends it as it should.
+            let lingering = AtomicBool::new(false);
+            let stopped = |what: &str| {
+                if lingering.load(Ordering::SeqCst) {
+                    Ok(())
+                } else {
+                    Err(anyhow::anyhow!("{what}"))
+                }
+            };
             let outcome = tokio::select! {
-                r = run(&flags, &dir.0) => r,
-                _ = interrupt.recv() => Err(anyhow::anyhow!("interrupted")),
-                _ = terminate.recv() => Err(anyhow::anyhow!("terminated")),
+                r = run(&flags, &dir.0, &lingering) => r,
+                _ = interrupt.recv() => stopped("interrupted"),
+                _ = terminate.recv() => stopped("terminated"),
             };
             // The child guards were dropped with `run`: every process is
             // stopped. The scratch directory goes too (`exit` below would
@@ -112,13 +136,21 @@ fn main() -> anyhow::Result<()> {
         })
 }
 
-async fn run(flags: &Flags, dir: &Path) -> anyhow::Result<()> {
+async fn run(flags: &Flags, dir: &Path, lingering: &AtomicBool) -> anyhow::Result<()> {
     let bins = Binaries::next_to_this_one()?;
     let controller = bins.path("rollout-controller")?;
     let fail = flags.failing();
+    let jaeger = match &flags.jaeger {
+        Some(binary) => Some(
+            Jaeger::start(binary, dir, flags.jaeger_ui.as_deref())
+                .await
+                .with_context(|| format!("cannot start Jaeger ({})", binary.display()))?,
+        ),
+        None => None,
+    };
     let options = StackOptions {
         gateway_listen: flags.gateway_listen.clone(),
-        otlp_endpoint: None,
+        otlp_endpoint: jaeger.as_ref().map(|j| j.otlp_grpc.clone()),
     };
     let params = RolloutParams {
         soak: flags.soak.clone(),
@@ -164,7 +196,13 @@ async fn run(flags: &Flags, dir: &Path) -> anyhow::Result<()> {
     let shown: Vec<String> = args.iter().map(|a| shell_word(a)).collect();
     println!("   $ rollout-controller {} --list-works\n", shown.join(" "));
     let summary_path = dir.join("summary.json");
-    simulate(&controller, &args, &summary_path).await?;
+    simulate(
+        &controller,
+        &args,
+        &summary_path,
+        options.otlp_endpoint.as_deref(),
+    )
+    .await?;
     let text = std::fs::read_to_string(&summary_path)
         .with_context(|| format!("cannot read {}", summary_path.display()))?;
     let summary: Value = serde_json::from_str(&text).context("the summary is not JSON")?;
@@ -176,8 +214,36 @@ async fn run(flags: &Flags, dir: &Path) -> anyhow::Result<()> {
         hot_reload(&stack).await?;
         overhead(&stack).await?;
     }
-    traces(&summary);
+    traces(&summary, options.otlp_endpoint.as_deref());
     drop(stack);
+    match &jaeger {
+        Some(jaeger) => linger(jaeger, &summary, flags.jaeger_ui.is_some(), lingering).await,
+        None => Ok(()),
+    }
+}
+
+/// Keeps `jaeger` up, with where to look, until a signal ends the demo.
+async fn linger(
+    jaeger: &Jaeger,
+    summary: &Value,
+    with_ui: bool,
+    lingering: &AtomicBool,
+) -> anyhow::Result<()> {
+    println!(
+        "\nJaeger: {} (every process stopped but Jaeger)",
+        jaeger.ui()
+    );
+    if let Some(trace) = summary["abort"]["traceId"].as_str() {
+        let link = if with_ui {
+            jaeger.trace_link(trace)
+        } else {
+            format!("{}/api/traces/{trace}", jaeger.ui())
+        };
+        println!("   the abort's trace: {link}");
+    }
+    println!("   Jaeger stays up until Ctrl-C.");
+    lingering.store(true, Ordering::SeqCst);
+    std::future::pending::<()>().await;
     Ok(())
 }
 
@@ -193,8 +259,16 @@ fn shell_word(arg: &str) -> String {
 
 /// Runs `rollout-controller ARGS`, its output streamed with an indent; the
 /// summary goes to `summary`. Killed if the demo is interrupted.
-async fn simulate(controller: &Path, args: &[String], summary: &Path) -> anyhow::Result<()> {
+async fn simulate(
+    controller: &Path,
+    args: &[String],
+    summary: &Path,
+    otlp: Option<&str>,
+) -> anyhow::Result<()> {
     let mut command = Command::new(controller);
+    if let Some(endpoint) = otlp {
+        command.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
+    }
     command
         .args(args)
         .arg("--list-works")
@@ -276,18 +350,24 @@ fn tell(summary: &Value) {
 }
 
 /// Where the traces went, when they were exported.
-fn traces(summary: &Value) {
-    let Some(endpoint) = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .ok()
-        .filter(|e| !e.trim().is_empty())
-    else {
+fn traces(summary: &Value, jaeger: Option<&str>) {
+    let Some(endpoint) = jaeger.map(str::to_owned).or_else(|| {
+        std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .ok()
+            .filter(|e| !e.trim().is_empty())
+    }) else {
         return;
     };
     println!(
         "\nTraces: rollout-controller and rollout-gateway exported their spans to {endpoint} (OTLP/gRPC), and so did the three example plugins (the plugin SDK exports their spans per the same OTEL_* variables)."
     );
+    let jaeger_ui = if jaeger.is_some() {
+        "the demo's Jaeger, below"
+    } else {
+        "http://localhost:16686 for a local all-in-one; deploy/tracing/README.md for a cluster"
+    };
     println!(
-        "   In Jaeger (http://localhost:16686 for a local all-in-one; deploy/tracing/README.md for a cluster) pick the service rollout-controller: one trace per step, \"reconcile ManifestWorkReplicaSet\", with a span per hook call, the gateway's spans below it and each plugin's server span below those."
+        "   In Jaeger ({jaeger_ui}) pick the service rollout-controller: one trace per step, \"reconcile ManifestWorkReplicaSet\", with a span per hook call, the gateway's spans below it and each plugin's server span below those."
     );
     if let Some(trace) = summary["abort"]["traceId"].as_str() {
         println!("   The step that aborted is trace {trace}.");

@@ -562,15 +562,7 @@ async fn ctrl_c_stops_every_process() {
         5,
         "3 plugins, the gateway, the simulation: {children:?}"
     );
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let exit = tokio::time::timeout(Duration::from_secs(30), demo.wait())
-        .await
-        .expect("the demo stops")
-        .expect("waits");
+    let exit = interrupt(&mut demo).await;
     assert_eq!(exit.code(), Some(1));
     let mut stderr = String::new();
     if let Some(mut pipe) = demo.stderr.take() {
@@ -593,6 +585,20 @@ async fn ctrl_c_stops_every_process() {
         }
         assert!(gone, "process {child} outlived the demo");
     }
+}
+
+/// Ctrl-C to the demo `child`, and its exit within 30 s.
+pub(crate) async fn interrupt(child: &mut tokio::process::Child) -> std::process::ExitStatus {
+    let pid = child.id().expect("running").to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the demo stops")
+        .expect("waits")
 }
 
 /// Whether `pid` runs: it exists and is not a zombie (an exited child

@@ -221,3 +221,85 @@ async fn the_abort_the_failed_validation_and_the_slow_plugin_are_found_in_jaeger
         "{slowest} us"
     );
 }
+
+/// `demo --jaeger`: the demo starts the Jaeger, every process exports to
+/// it, and once the demo is over it says where the abort's trace is, keeps
+/// Jaeger up, and Ctrl-C ends it cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_with_jaeger_links_the_aborts_trace_and_stays_up_until_ctrl_c() {
+    use tokio::io::AsyncBufReadExt as _;
+    let Some(binary) = jaeger_binary() else {
+        return;
+    };
+    binaries();
+    let mut demo = tokio::process::Command::new(env!("CARGO_BIN_EXE_demo"))
+        .arg("--jaeger")
+        .arg(&binary)
+        .args(["--rollout-only", "--clusters", "8", "--fail", "cluster-003"])
+        .env("RUST_LOG", "warn")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the demo starts");
+    let mut lines = tokio::io::BufReader::new(demo.stdout.take().expect("stdout")).lines();
+    let mut link = None;
+    while let Some(line) = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
+        .await
+        .expect("the demo goes on")
+        .expect("reads")
+    {
+        if let Some(at) = line.find("the abort's trace: ") {
+            link = Some(line[at + "the abort's trace: ".len()..].trim().to_owned());
+        }
+        if line.contains("Jaeger stays up until Ctrl-C") {
+            break;
+        }
+    }
+    let link = link.expect("the abort's trace is linked");
+    // The link is the query API's (no UI given): the trace is there, and
+    // joins the controller, the gateway and the plugins.
+    let url = link.strip_prefix("http://").expect("an http link");
+    let (host, path) = url.split_once('/').expect("host/path");
+    let mut found = Value::Null;
+    for _ in 0..40 {
+        let answer = http_get(host, &format!("/{path}")).await;
+        if answer["data"][0]["spans"]
+            .as_array()
+            .is_some_and(|s| !s.is_empty())
+        {
+            found = answer["data"][0].clone();
+            let services: BTreeSet<String> =
+                spans(&found).iter().map(|s| service(&found, s)).collect();
+            if services.contains("rollout-gateway") && services.contains("smoke-test") {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let services: BTreeSet<String> = spans(&found).iter().map(|s| service(&found, s)).collect();
+    assert!(
+        services.contains("rollout-controller") && services.contains("rollout-gateway"),
+        "{services:?}"
+    );
+    let exit = crate::e2e::interrupt(&mut demo).await;
+    assert_eq!(
+        exit.code(),
+        Some(0),
+        "Ctrl-C after the demo is its normal end"
+    );
+    assert!(
+        tokio::net::TcpStream::connect(host).await.is_err(),
+        "Jaeger outlived the demo"
+    );
+}
+
+/// `GET path` of `host` as JSON; null while it cannot answer.
+async fn http_get(host: &str, path: &str) -> Value {
+    match jaeger::http_get(host, path).await {
+        Ok(body) => serde_json::from_slice(&body).unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}
