@@ -94,15 +94,15 @@ pub(crate) fn canonical_json(value: &Value) -> Vec<u8> {
     out
 }
 
-/// `spec` as hashed: its JSON with the CRDs' defaults filled in
-/// ([`crate::api::defaults`]), so that what the API server defaults never
-/// makes a new revision or spec hash.
 /// Whether `a` and `b` are one template once the CRDs' defaults are filled
 /// in (what the revision hash takes).
 fn same_template(a: &ManifestWorkSpec, b: &ManifestWorkSpec) -> bool {
     a == b || hashed_json(a) == hashed_json(b)
 }
 
+/// `spec` as hashed: its JSON with the CRDs' defaults filled in
+/// ([`crate::api::defaults`]), so that what the API server defaults never
+/// makes a new revision or spec hash.
 fn hashed_json(spec: &ManifestWorkSpec) -> Value {
     let mut json = spec_json(spec);
     crate::api::defaults::fill(&mut json);

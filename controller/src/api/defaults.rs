@@ -8,6 +8,12 @@
 //! in, so that a template as its author wrote it, the same template as a
 //! hub stores it (defaulted), and the same after an OCM upgrade that adds a
 //! defaulted field, are one revision.
+//!
+//! A test reads both CRDs from the api module at the version
+//! `localhub/parts/go.mod` pins (Go's module cache) and fails on any
+//! default of theirs in a ManifestWork spec that the table lacks, or any
+//! entry of the table they do not declare: a bump of that pin that adds a
+//! default is caught there.
 
 use serde_json::Value;
 
@@ -67,9 +73,98 @@ fn fill_at(value: &mut Value, steps: &[&str], default: &str) {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
     use serde_json::json;
 
     use super::*;
+
+    /// Where Go's module cache holds `open-cluster-management.io/api` at the
+    /// version `localhub/parts/go.mod` pins (downloaded there if missing).
+    fn ocm_api_module() -> PathBuf {
+        let parts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../localhub/parts");
+        let output = Command::new("go")
+            .args(["mod", "download", "-json", "open-cluster-management.io/api"])
+            .current_dir(&parts)
+            .env("GOFLAGS", "-mod=readonly")
+            .output()
+            .expect(
+                "this test reads OCM's CRDs from Go's module cache: it needs Go (docs/localhub.md)",
+            );
+        let info: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        let dir = info["Dir"].as_str().unwrap_or_else(|| {
+            panic!(
+                "go mod download open-cluster-management.io/api failed: {info} {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        PathBuf::from(dir)
+    }
+
+    /// The OpenAPI schema of `crd` (a CRD file in the api module) at `path`
+    /// (property names) under its first version's root.
+    fn schema_at(module: &Path, crd: &str, path: &[&str]) -> Value {
+        let text = std::fs::read_to_string(module.join(crd)).expect("the CRD file");
+        let crd: Value = serde_saphyr::from_str(&text).expect("a CRD");
+        let mut schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
+        for step in path {
+            schema = schema["properties"][*step].clone();
+        }
+        assert!(schema.is_object(), "{path:?} is not in the CRD");
+        schema
+    }
+
+    /// Every `default:` under `schema`, as `(path, default)` in the table's
+    /// notation.
+    fn defaults_of(schema: &Value, path: &str, out: &mut BTreeSet<(String, String)>) {
+        if let Some(default) = schema.get("default") {
+            let text = default
+                .as_str()
+                .map_or_else(|| default.to_string(), str::to_owned);
+            out.insert((path.to_owned(), text));
+        }
+        if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+            for (name, child) in properties {
+                let child_path = if path.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{path}.{name}")
+                };
+                defaults_of(child, &child_path, out);
+            }
+        }
+        if let Some(items) = schema.get("items") {
+            defaults_of(items, &format!("{path}[]"), out);
+        }
+    }
+
+    #[test]
+    fn the_table_is_every_default_of_ocms_crds_in_a_manifestwork_spec() {
+        let module = ocm_api_module();
+        let table: BTreeSet<(String, String)> = SPEC_DEFAULTS
+            .iter()
+            .map(|(path, default)| ((*path).to_owned(), (*default).to_owned()))
+            .collect();
+        for (crd, path) in [
+            (
+                "work/v1/0000_00_work.open-cluster-management.io_manifestworks.crd.yaml",
+                &["spec"][..],
+            ),
+            (
+                "work/v1alpha1/0000_00_work.open-cluster-management.io_manifestworkreplicasets.crd.yaml",
+                &["spec", "manifestWorkTemplate"][..],
+            ),
+        ] {
+            let mut found = BTreeSet::new();
+            defaults_of(&schema_at(&module, crd, path), "", &mut found);
+            assert_eq!(
+                found, table,
+                "the defaults {crd} declares in {path:?} (left) are not SPEC_DEFAULTS (right)"
+            );
+        }
+    }
 
     #[test]
     fn defaults_are_filled_where_their_parent_is_and_never_over_a_value() {
