@@ -455,7 +455,8 @@ struct SimulateArgs {
     metrics: Option<PathBuf>,
     /// Store the ManifestWorkReplicaSet and its ManifestWorkReplicaSetRollout
     /// in a simulated API server that prunes them against the CRDs in DIR
-    /// (such as deploy/crds/ocm: OCM's own fields only), and read them back
+    /// (OCM's own, from the open-cluster-management.io/api module, for a
+    /// hub as it is), and read them back
     /// each step, as on a real hub.
     #[arg(long, value_name = "DIR", env = "ROLLOUT_CONTROLLER_CRDS")]
     crds: Option<PathBuf>,

@@ -20,8 +20,9 @@ object is valid, and the deployments are what docs/deploy.md says they are.
 4. Validates every object against the Kubernetes schemas of the oldest and
    newest versions in K8S_VERSIONS (kubernetes-validate, strict: unknown
    fields are errors), and every custom resource against the openAPIV3Schema
-   of its CRD with jsonschema: an example's against OCM's CRDs as a hub has
-   them (deploy/crds/ocm) and the project's own, an overlay's against
+   of its CRD with jsonschema: an example's against OCM's own CRDs (from
+   the open-cluster-management.io/api module localhub/parts/go.mod pins,
+   copied at run time) and the project's own, an overlay's against
    deploy/crds; the workloads inside a ManifestWorkReplicaSet against the
    Kubernetes schemas too.
 5. Asserts what the deployments promise (the `check_*` functions below,

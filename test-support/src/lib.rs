@@ -14,9 +14,12 @@
 //!   a terminal, to see whether its text logs are coloured.
 //! - [`flags`]: every flag of a clap command reads an environment variable
 //!   named after it.
+//! - [`ocm_api`]: OCM's own CRDs, from the `open-cluster-management.io/api`
+//!   Go module at the version `localhub/parts/go.mod` pins.
 
 pub mod flags;
 pub mod h2_peer;
 pub mod log_colour;
 pub mod metrics;
+pub mod ocm_api;
 pub mod otlp;

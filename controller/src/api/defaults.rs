@@ -74,39 +74,16 @@ fn fill_at(value: &mut Value, steps: &[&str], default: &str) {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
-    use std::path::{Path, PathBuf};
-    use std::process::Command;
 
+    use rollout_test_support::ocm_api::{MANIFESTWORK_CRD, MANIFESTWORKREPLICASET_CRD};
     use serde_json::json;
 
     use super::*;
 
-    /// Where Go's module cache holds `open-cluster-management.io/api` at the
-    /// version `localhub/parts/go.mod` pins (downloaded there if missing).
-    fn ocm_api_module() -> PathBuf {
-        let parts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../localhub/parts");
-        let output = Command::new("go")
-            .args(["mod", "download", "-json", "open-cluster-management.io/api"])
-            .current_dir(&parts)
-            .env("GOFLAGS", "-mod=readonly")
-            .output()
-            .expect(
-                "this test reads OCM's CRDs from Go's module cache: it needs Go (docs/localhub.md)",
-            );
-        let info: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
-        let dir = info["Dir"].as_str().unwrap_or_else(|| {
-            panic!(
-                "go mod download open-cluster-management.io/api failed: {info} {}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-        PathBuf::from(dir)
-    }
-
-    /// The OpenAPI schema of `crd` (a CRD file in the api module) at `path`
-    /// (property names) under its first version's root.
-    fn schema_at(module: &Path, crd: &str, path: &[&str]) -> Value {
-        let text = std::fs::read_to_string(module.join(crd)).expect("the CRD file");
+    /// The OpenAPI schema of `crd` (a CRD file in OCM's api module) at
+    /// `path` (property names) under its first version's root.
+    fn schema_at(crd: &str, path: &[&str]) -> Value {
+        let text = rollout_test_support::ocm_api::crd_text(crd).expect("OCM's CRD");
         let crd: Value = serde_saphyr::from_str(&text).expect("a CRD");
         let mut schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
         for step in path {
@@ -142,23 +119,19 @@ mod tests {
 
     #[test]
     fn the_table_is_every_default_of_ocms_crds_in_a_manifestwork_spec() {
-        let module = ocm_api_module();
         let table: BTreeSet<(String, String)> = SPEC_DEFAULTS
             .iter()
             .map(|(path, default)| ((*path).to_owned(), (*default).to_owned()))
             .collect();
         for (crd, path) in [
+            (MANIFESTWORK_CRD, &["spec"][..]),
             (
-                "work/v1/0000_00_work.open-cluster-management.io_manifestworks.crd.yaml",
-                &["spec"][..],
-            ),
-            (
-                "work/v1alpha1/0000_00_work.open-cluster-management.io_manifestworkreplicasets.crd.yaml",
+                MANIFESTWORKREPLICASET_CRD,
                 &["spec", "manifestWorkTemplate"][..],
             ),
         ] {
             let mut found = BTreeSet::new();
-            defaults_of(&schema_at(&module, crd, path), "", &mut found);
+            defaults_of(&schema_at(crd, path), "", &mut found);
             assert_eq!(
                 found, table,
                 "the defaults {crd} declares in {path:?} (left) are not SPEC_DEFAULTS (right)"

@@ -325,13 +325,23 @@ fn crds(dir: &str) -> String {
     format!("{}/../deploy/crds/{dir}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `--crds deploy/crds/ocm`: the objects are stored as OCM's own CRDs keep
+/// A directory with OCM's own ManifestWork and ManifestWorkReplicaSet CRDs,
+/// from the `open-cluster-management.io/api` module `localhub/parts/go.mod`
+/// pins, as a hub has them.
+fn ocm_crds() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    rollout_test_support::ocm_api::copy_work_crds(dir.path()).expect("OCM's CRDs");
+    dir
+}
+
+/// `--crds` with OCM's own CRDs: the objects are stored as a hub keeps
 /// them; the abort still rolls back (its revisions live in the
 /// ManifestWorkReplicaSetRollout) and the stored status names the failed
 /// cluster, step by step and at the end.
 #[test]
 fn with_ocm_crds_the_abort_rolls_back_and_the_stored_status_names_the_failed_cluster() {
-    let dir = crds("ocm");
+    let ocm = ocm_crds();
+    let dir = ocm.path().display().to_string();
     let args = [
         "--clusters",
         "6",
@@ -386,7 +396,8 @@ fn with_ocm_crds_the_abort_rolls_back_and_the_stored_status_names_the_failed_clu
 /// dropped by OCM's CRD, and the simulated API server says so.
 #[test]
 fn with_ocm_crds_the_design_api_is_pruned_with_a_warning() {
-    let dir = crds("ocm");
+    let ocm = ocm_crds();
+    let dir = ocm.path().display().to_string();
     let output = simulate(&[
         "--clusters",
         "3",
@@ -467,13 +478,14 @@ fn without_condition_rules_the_deadline_aborts_and_the_rollback_pace_is_a_flag()
 }
 
 /// `--rollback-pace Strategy` is the strategy's `rollbackPace`: with
-/// `--crds deploy/crds/ocm` it is written to the
+/// `--crds` of OCM's own CRDs it is written to the
 /// ManifestWorkReplicaSetRollout and read back from there, and the
 /// rollback goes two clusters per step; without it, every updated cluster
 /// is restored in the abort's step.
 #[test]
 fn the_rollback_pace_flag_reaches_the_rollback_through_the_carrier() {
-    let dir = crds("ocm");
+    let ocm = ocm_crds();
+    let dir = ocm.path().display().to_string();
     let run = |pace: Option<&str>| {
         let mut args = vec![
             "--clusters",

@@ -393,8 +393,9 @@ async fn the_rollout_through_the_gateway_aborts_on_the_failed_smoke_test_and_rol
     drop(stack);
 }
 
-/// The same rollout on a hub whose CRDs are OCM's own
-/// (`--crds deploy/crds/ocm`, which prune the design's fields): the plugin,
+/// The same rollout on a hub whose CRDs are OCM's own (`--crds` with the
+/// CRDs of the `open-cluster-management.io/api` module localhub pins,
+/// which prune the design's fields): the plugin,
 /// the abort and the rollback, read from the ManifestWorkReplicaSetRollout,
 /// do exactly what they do unpruned, and its stored status names the
 /// cluster the smoke test failed.
@@ -406,7 +407,9 @@ async fn under_ocm_crds_the_rollout_through_the_gateway_aborts_and_rolls_back_th
         .await
         .expect("the plugins and the gateway start");
     let controller = bins.path("rollout-controller").expect("built");
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/crds/ocm");
+    let ocm = tempdir();
+    rollout_test_support::ocm_api::copy_work_crds(ocm.path()).expect("OCM's CRDs");
+    let crds = ocm.path();
     let mut results = Vec::new();
     for extra in [
         vec![],
