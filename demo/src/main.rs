@@ -140,14 +140,7 @@ async fn run(flags: &Flags, dir: &Path, lingering: &AtomicBool) -> anyhow::Resul
     let bins = Binaries::next_to_this_one()?;
     let controller = bins.path("rollout-controller")?;
     let fail = flags.failing();
-    let jaeger = match &flags.jaeger {
-        Some(binary) => Some(
-            Jaeger::start(binary, dir, flags.jaeger_ui.as_deref())
-                .await
-                .with_context(|| format!("cannot start Jaeger ({})", binary.display()))?,
-        ),
-        None => None,
-    };
+    let jaeger = start_jaeger(flags, dir).await?;
     let options = StackOptions {
         gateway_listen: flags.gateway_listen.clone(),
         otlp_endpoint: jaeger.as_ref().map(|j| j.otlp_grpc.clone()),
@@ -220,6 +213,17 @@ async fn run(flags: &Flags, dir: &Path, lingering: &AtomicBool) -> anyhow::Resul
         Some(jaeger) => linger(jaeger, &summary, flags.jaeger_ui.is_some(), lingering).await,
         None => Ok(()),
     }
+}
+
+/// The Jaeger of `--jaeger`, started in `dir`.
+async fn start_jaeger(flags: &Flags, dir: &Path) -> anyhow::Result<Option<Jaeger>> {
+    let Some(binary) = &flags.jaeger else {
+        return Ok(None);
+    };
+    Jaeger::start(binary, dir, flags.jaeger_ui.as_deref())
+        .await
+        .with_context(|| format!("cannot start Jaeger ({})", binary.display()))
+        .map(Some)
 }
 
 /// Keeps `jaeger` up, with where to look, until a signal ends the demo.
