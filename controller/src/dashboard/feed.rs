@@ -189,11 +189,22 @@ impl Feed {
     ) -> Result<Feed, GetError> {
         let timeout = target.request_timeout;
         let started = tokio::time::timeout(timeout, Feed::list_and_watch(client, scope, target));
-        let feed = started.await.unwrap_or_else(|_| Err(timed_out(target)))?;
-        tokio::time::timeout(timeout, feed.stores.ready())
+        let Feed {
+            stores,
+            mut changes,
+        } = started.await.unwrap_or_else(|_| Err(timed_out(target)))?;
+        // The stores fill only while their streams are polled.
+        let drain = async { while changes.next().await.is_some() {} };
+        let filled = async {
+            tokio::select! {
+                () = stores.ready() => {}
+                () = drain => {}
+            }
+        };
+        tokio::time::timeout(timeout, filled)
             .await
             .map_err(|_| timed_out(target))?;
-        Ok(feed)
+        Ok(Feed { stores, changes })
     }
 
     async fn list_and_watch(

@@ -10,6 +10,7 @@ mod binding;
 mod common;
 mod concurrency;
 mod crd;
+mod dashboard;
 mod events;
 mod foreign_text;
 mod hooks;
