@@ -11,6 +11,7 @@ mod common;
 mod concurrency;
 mod crd;
 mod dashboard;
+mod dashboard_browser;
 mod events;
 mod foreign_text;
 mod hooks;

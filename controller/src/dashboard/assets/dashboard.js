@@ -134,7 +134,6 @@
     const facts = el("dl", { className: "facts" },
       ...fact("Strategy", placement.strategy),
       ...fact("Plugin", placement.plugin),
-      ...fact("Deadline", placement.progressDeadlineSeconds ? placement.progressDeadlineSeconds + "s" : ""),
       ...fact("Clusters", countsText(placement.counts)),
       ...fact("Failures", placement.maxFailureBreach ? "more than maxFailures allows" : ""),
       ...fact("Problem", placement.problem));
