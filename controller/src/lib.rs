@@ -22,6 +22,8 @@
 //! from all of these. [`view`] draws one ManifestWorkReplicaSet's rollout
 //! live from the hub (`rollout-controller get`, `kubectl mwrs get`), with
 //! the text formatting it shares with the simulator in [`format`].
+//! [`dashboard`] serves every set's view on a web page, updated live
+//! (`rollout-controller dashboard`).
 //!
 //! # Entry points
 //!
@@ -32,6 +34,9 @@
 //! - `simulate`: [`sim::simulate`] with [`sim::SimulateOptions`] (the
 //!   rollout itself is [`sim::run`], for tests with scripted hooks);
 //! - `get`: [`view::hub::get`] with [`view::hub::GetOptions`];
+//! - `dashboard`: [`dashboard::dashboard`] with
+//!   [`dashboard::DashboardOptions`] (tests bring their own client and
+//!   listener to [`dashboard::serve`]);
 //! - `plan`: [`plan::run`];
 //! - `crd`: [`api::crds_yaml`], or [`api::write_crd_files`] for `--out`.
 //!
@@ -65,6 +70,7 @@
 
 pub mod api;
 pub mod app;
+pub mod dashboard;
 pub mod events;
 pub mod format;
 pub mod guard;

@@ -16,7 +16,7 @@ use rollout_controller::hooks::{
 use rollout_controller::leader::{self, LeaseConfig, LeaseTimings};
 use rollout_controller::orchestrate::{DEFAULT_HOOK_CONCURRENCY, Settings};
 use rollout_controller::reconcile::Options;
-use rollout_controller::{api, plan, sim, view};
+use rollout_controller::{api, dashboard, plan, sim, view};
 use rollout_proto::duration::{self, DurationError, Rules};
 use rollout_wire::escaped;
 
@@ -46,6 +46,47 @@ enum Command {
     /// placements, decision groups, each cluster's status and revision, the
     /// plugin's verdicts, the abort, and what the controller waits for.
     Get(GetArgs),
+    /// Serve every ManifestWorkReplicaSet's rollout on a web page, updated
+    /// live, read-only: the list, and for the one chosen its placements and
+    /// decision groups as a grid of clusters, the plugin's verdicts, the
+    /// abort and rollback, and what the controller waits for.
+    Dashboard(DashboardArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "The page reads GET /api/rollouts, /api/rollouts/NS/NAME and the \
+server-sent events of /api/events[/NS/NAME] (docs/observability.md, \"The dashboard\"). \
+It writes nothing to the hub. Exit status: 0 on Ctrl-C or SIGTERM, 1 when the API server \
+cannot be reached or the address cannot be bound, 2 for bad flags or a non-loopback \
+--listen without --allow-remote."
+)]
+struct DashboardArgs {
+    /// Where to listen (loopback unless --allow-remote).
+    #[arg(long, value_name = "ADDR", default_value = dashboard::DEFAULT_LISTEN, env = "ROLLOUT_CONTROLLER_DASHBOARD_LISTEN")]
+    listen: std::net::SocketAddr,
+    /// Listen on an address that is not loopback, and answer requests for
+    /// any host name: anyone who reaches it reads every rollout, with no
+    /// login.
+    #[arg(long, env = "ROLLOUT_CONTROLLER_DASHBOARD_ALLOW_REMOTE")]
+    allow_remote: bool,
+    /// Only this namespace's ManifestWorkReplicaSets; default: every
+    /// namespace's.
+    #[arg(short, long, value_name = "NS", env = "ROLLOUT_CONTROLLER_NAMESPACE")]
+    namespace: Option<String>,
+    /// The most pages served live at once (event streams); more are
+    /// refused with 503.
+    #[arg(long, value_name = "N", default_value_t = dashboard::DEFAULT_MAX_CLIENTS,
+          value_parser = clap::value_parser!(u16).range(1..),
+          env = "ROLLOUT_CONTROLLER_DASHBOARD_MAX_CLIENTS")]
+    max_clients: u16,
+    /// A kubeconfig file; default: in-cluster, else $KUBECONFIG or ~/.kube/config.
+    #[arg(long, value_name = "PATH", env = "ROLLOUT_CONTROLLER_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// How long the first read may take before the API server counts as
+    /// unreachable.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_REQUEST_TIMEOUT")]
+    request_timeout: std::time::Duration,
 }
 
 #[derive(Debug, Args)]
@@ -599,6 +640,10 @@ fn command(cli: Cli) -> anyhow::Result<ExitCode> {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(get_command(&args))
         }
+        Command::Dashboard(args) => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            runtime.block_on(dashboard_command(&args))
+        }
     }
 }
 
@@ -615,6 +660,40 @@ async fn get_command(args: &GetArgs) -> anyhow::Result<ExitCode> {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(err) => {
             eprintln!("rollout-controller get: {}", escaped(&error_chain(&err)));
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+async fn dashboard_command(args: &DashboardArgs) -> anyhow::Result<ExitCode> {
+    let options = dashboard::DashboardOptions {
+        kubeconfig: args.kubeconfig.clone(),
+        namespace: args.namespace.clone(),
+        listen: args.listen,
+        allow_remote: args.allow_remote,
+        max_clients: usize::from(args.max_clients),
+        request_timeout: args.request_timeout,
+    };
+    if let Err(err) = dashboard::check_listen(options.listen, options.allow_remote) {
+        eprintln!("rollout-controller dashboard: {err}");
+        return Ok(ExitCode::from(EXIT_BAD_INPUT));
+    }
+    let ready = |addr: std::net::SocketAddr| {
+        if options.allow_remote && !addr.ip().is_loopback() {
+            eprintln!(
+                "rollout-controller dashboard: WARNING: listening on {addr}, beyond loopback: \
+                 anyone who reaches it reads every rollout of the hub, with no login"
+            );
+        }
+        eprintln!("rollout-controller dashboard: serving http://{addr}/ (read-only; Ctrl-C stops)");
+    };
+    match dashboard::dashboard(&options, ready, app::signal()).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(err) => {
+            eprintln!(
+                "rollout-controller dashboard: {}",
+                escaped(&error_chain(&err))
+            );
             Ok(ExitCode::FAILURE)
         }
     }

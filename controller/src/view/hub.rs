@@ -140,7 +140,7 @@ pub struct Target {
 }
 
 impl Target {
-    fn at(&self) -> String {
+    pub(crate) fn at(&self) -> String {
         if self.server.is_empty() {
             String::new()
         } else {
@@ -150,7 +150,7 @@ impl Target {
 
     /// `error` of reading `what`, classified: no answer at all is
     /// [`GetError::Unreachable`], a refusal is [`GetError::Api`].
-    fn error(&self, what: &str, error: kube::Error) -> GetError {
+    pub(crate) fn error(&self, what: &str, error: kube::Error) -> GetError {
         match error {
             kube::Error::Api(_) => GetError::Api {
                 what: what.to_owned(),
@@ -252,20 +252,50 @@ fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
+/// The value of the owner label on the ManifestWorks of `mwrs`.
+pub(crate) fn owner_of_works(mwrs: &ManifestWorkReplicaSet) -> String {
+    mwrs.owner_label_value().0
+}
+
+/// The value of `work`'s owner label: the works of a set are those whose
+/// value is [`owner_of_works`] of it.
+pub(crate) fn owner_of(work: &ManifestWork) -> Option<&str> {
+    work.labels().get(MWRS_OWNER_LABEL).map(String::as_str)
+}
+
 /// The label selector of the ManifestWorks of `mwrs`.
 fn works_selector(mwrs: &ManifestWorkReplicaSet) -> String {
-    let (owner, _) = mwrs.owner_label_value();
-    format!("{MWRS_OWNER_LABEL}={owner}")
+    format!("{MWRS_OWNER_LABEL}={}", owner_of_works(mwrs))
 }
+
+/// The label selector of the ManifestWorks of every set.
+pub(crate) const ALL_WORKS_SELECTOR: &str = MWRS_OWNER_LABEL;
+
+/// The kind of object the Events a view shows are about.
+pub(crate) const EVENTS_KIND: &str = "ManifestWorkReplicaSet";
 
 /// The field selector of the Events about `name`.
 fn events_selector(name: &str) -> String {
-    format!("regarding.kind=ManifestWorkReplicaSet,regarding.name={name}")
+    format!("regarding.kind={EVENTS_KIND},regarding.name={name}")
+}
+
+/// The field selector of the Events about every set.
+pub(crate) fn all_events_selector() -> String {
+    format!("regarding.kind={EVENTS_KIND}")
+}
+
+/// Whether `event` is about the set `name` of `namespace`: what
+/// [`events_selector`] selects in that namespace.
+pub(crate) fn is_about(event: &Event, namespace: &str, name: &str) -> bool {
+    let regarding = event.regarding.as_ref();
+    event.namespace().as_deref() == Some(namespace)
+        && regarding.and_then(|r| r.kind.as_deref()) == Some(EVENTS_KIND)
+        && regarding.and_then(|r| r.name.as_deref()) == Some(name)
 }
 
 /// The carrier of the set named `set` among `carriers` (one namespace's),
 /// by the controller's rule; none when none or several bind to it.
-fn bound_carrier<'a>(
+pub(crate) fn bound_carrier<'a>(
     set: &str,
     carriers: impl Iterator<Item = &'a ManifestWorkReplicaSetRollout>,
 ) -> Option<ManifestWorkReplicaSetRollout> {
@@ -379,7 +409,7 @@ pub fn write_frame(
 
 /// What a watch stream says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Change {
+pub(crate) enum Change {
     /// An object was added, changed or removed.
     Changed,
     /// The ManifestWorkReplicaSet itself was deleted.
@@ -387,11 +417,15 @@ enum Change {
 }
 
 /// A stream of watch events, as [`Change`]s.
-type Changes = BoxStream<'static, Result<Change, watcher::Error>>;
+pub(crate) type Changes = BoxStream<'static, Result<Change, watcher::Error>>;
 
 /// One kind's watcher: its store, and a stream that keeps the store up to
 /// date and yields on every change (`deleted` says what a deletion is).
-fn watched<K>(api: Api<K>, config: watcher::Config, deleted: Change) -> (Store<K>, Changes)
+pub(crate) fn watched<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    deleted: Change,
+) -> (Store<K>, Changes)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -408,7 +442,7 @@ where
     (store, stream)
 }
 
-fn owned<K: Clone>(list: Vec<Arc<K>>) -> Vec<K> {
+pub(crate) fn owned<K: Clone>(list: Vec<Arc<K>>) -> Vec<K> {
     list.iter().map(|o| (**o).clone()).collect()
 }
 

@@ -576,4 +576,4 @@ fn events(events: &[Event]) -> Vec<EventView> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

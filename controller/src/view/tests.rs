@@ -6,9 +6,9 @@ use serde_json::{Value, json};
 
 use super::*;
 
-const NOW: &str = "2025-03-01T12:00:00Z";
+pub(crate) const NOW: &str = "2025-03-01T12:00:00Z";
 
-fn at(text: &str) -> Timestamp {
+pub(crate) fn at(text: &str) -> Timestamp {
     text.parse().expect("a timestamp")
 }
 
@@ -93,7 +93,7 @@ const CLUSTERS: [&str; 4] = ["cluster-001", "cluster-002", "cluster-003", "clust
 
 /// Mid-rollout of r2 over r1: cluster-001 done, cluster-002 validating,
 /// cluster-003 progressing for 18s, cluster-004 still on r1.
-fn mid_rollout() -> Snapshot {
+pub(crate) fn mid_rollout() -> Snapshot {
     let status = json!({"conditions": [
         condition("PlacementVerified", "True", "AsExpected", ""),
         condition("PluginLoaded", "True", "Available", "Plugin smoke-test is available."),
@@ -122,7 +122,7 @@ fn mid_rollout() -> Snapshot {
 
 /// r2 failed validation on cluster-002 and was aborted at 11:58: two
 /// clusters are back on r1, two still to roll back.
-fn aborted() -> Snapshot {
+pub(crate) fn aborted() -> Snapshot {
     let message = "Rollout of revision r2 aborted: placement canary: cluster-002 Failed (error rate 7%). \
                    Rolling back to revision r1: 2 of 4 clusters restored.";
     let status = json!({"conditions": [

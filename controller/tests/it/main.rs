@@ -10,6 +10,8 @@ mod binding;
 mod common;
 mod concurrency;
 mod crd;
+mod dashboard;
+mod dashboard_browser;
 mod events;
 mod foreign_text;
 mod hooks;

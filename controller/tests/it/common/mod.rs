@@ -9,6 +9,7 @@
 //! managedFields and answers 409 Conflict as an API server does
 //! ([`fields`], the hub's `works`).
 
+pub mod fake_hub;
 pub mod fields;
 
 use std::collections::{BTreeMap, HashMap};
