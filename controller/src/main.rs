@@ -63,12 +63,12 @@ cannot be reached or the address cannot be bound, 2 for bad flags or a non-loopb
 )]
 struct DashboardArgs {
     /// Where to listen (loopback unless --allow-remote).
-    #[arg(long, value_name = "ADDR", default_value = dashboard::DEFAULT_LISTEN, env = "ROLLOUT_CONTROLLER_DASHBOARD_LISTEN")]
+    #[arg(long, value_name = "ADDR", default_value = dashboard::DEFAULT_LISTEN, env = "ROLLOUT_CONTROLLER_LISTEN")]
     listen: std::net::SocketAddr,
     /// Listen on an address that is not loopback, and answer requests for
     /// any host name: anyone who reaches it reads every rollout, with no
     /// login.
-    #[arg(long, env = "ROLLOUT_CONTROLLER_DASHBOARD_ALLOW_REMOTE")]
+    #[arg(long, env = "ROLLOUT_CONTROLLER_ALLOW_REMOTE")]
     allow_remote: bool,
     /// Only this namespace's ManifestWorkReplicaSets; default: every
     /// namespace's.
@@ -78,7 +78,7 @@ struct DashboardArgs {
     /// refused with 503.
     #[arg(long, value_name = "N", default_value_t = dashboard::DEFAULT_MAX_CLIENTS,
           value_parser = clap::value_parser!(u16).range(1..),
-          env = "ROLLOUT_CONTROLLER_DASHBOARD_MAX_CLIENTS")]
+          env = "ROLLOUT_CONTROLLER_MAX_CLIENTS")]
     max_clients: u16,
     /// A kubeconfig file; default: in-cluster, else $KUBECONFIG or ~/.kube/config.
     #[arg(long, value_name = "PATH", env = "ROLLOUT_CONTROLLER_KUBECONFIG")]
