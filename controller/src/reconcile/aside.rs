@@ -139,21 +139,11 @@ async fn clear_own_conditions(ctx: &Context, mwrs: &ManifestWorkReplicaSet) -> R
         .iter()
         .filter(|c| !OWN_CONDITIONS.contains(&c.type_.as_str()))
         .collect();
-    let patch = json!({
-        "metadata": {"resourceVersion": mwrs.resource_version()},
-        "status": {"conditions": kept},
-    });
-    let api: Api<ManifestWorkReplicaSet> =
-        Api::namespaced(ctx.client.clone(), &mwrs.namespace().unwrap_or_default());
-    api.patch_status(
-        &mwrs.name_any(),
-        &PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        },
-        &Patch::Merge(&patch),
+    super::carrier::merge_conditions(
+        &ctx.client,
+        mwrs,
+        &kept,
+        "taking this controller's conditions off the status",
     )
     .await
-    .map_err(|source| Error::kube("taking this controller's conditions off the status", source))?;
-    Ok(())
 }

@@ -217,23 +217,42 @@ pub(super) async fn hold(
     let Some(event) = binding_event(&old, &new) else {
         return Ok(Action::requeue(HELD_RECHECK));
     };
+    merge_conditions(
+        &ctx.client,
+        mwrs,
+        &new.conditions,
+        "patching the CarrierBound condition",
+    )
+    .await?;
+    if let Some(events) = &ctx.events {
+        events.publish(&mwrs.object_ref(&()), &[event], now).await;
+    }
+    Ok(Action::requeue(HELD_RECHECK))
+}
+
+/// Sets `mwrs`'s status conditions to `conditions` with a merge patch
+/// guarded by its resource version (a concurrent write makes it fail and
+/// the reconcile retry); `action` names it in the error.
+pub(super) async fn merge_conditions(
+    client: &Client,
+    mwrs: &ManifestWorkReplicaSet,
+    conditions: &[impl serde::Serialize],
+    action: &'static str,
+) -> Result<(), Error> {
     let patch = json!({
         "metadata": {"resourceVersion": mwrs.resource_version()},
-        "status": {"conditions": new.conditions},
+        "status": {"conditions": conditions},
     });
     let api: Api<ManifestWorkReplicaSet> =
-        Api::namespaced(ctx.client.clone(), &mwrs.namespace().unwrap_or_default());
+        Api::namespaced(client.clone(), &mwrs.namespace().unwrap_or_default());
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_owned()),
         ..PatchParams::default()
     };
     api.patch_status(&mwrs.name_any(), &params, &Patch::Merge(&patch))
         .await
-        .map_err(|source| Error::kube("patching the CarrierBound condition", source))?;
-    if let Some(events) = &ctx.events {
-        events.publish(&mwrs.object_ref(&()), &[event], now).await;
-    }
-    Ok(Action::requeue(HELD_RECHECK))
+        .map_err(|source| Error::kube(action, source))?;
+    Ok(())
 }
 
 #[cfg(test)]

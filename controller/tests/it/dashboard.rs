@@ -508,15 +508,6 @@ async fn the_binary_serves_the_page_until_sigterm() {
     assert_eq!(cluster(&view, "cluster-002")["status"], "Validating");
     let mut events = Events::open(served, "/api/events/default/hello").await;
     assert!(events.next().await.is_some());
-    let pid = child.id().unwrap().to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
-        .await
-        .expect("it exits promptly on SIGTERM, a page open")
-        .unwrap();
+    let status = common::terminate(&mut child, ", a page open").await;
     assert_eq!(status.code(), Some(0));
 }

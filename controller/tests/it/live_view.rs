@@ -316,16 +316,7 @@ async fn get_watch_draws_then_exits_0_on_sigterm() {
     assert!(drawn.contains("Name:       hello"), "{drawn}");
     // Let the watches start, then stop it as a kubelet or Ctrl-C would.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let pid = child.id().unwrap().to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
-        .await
-        .expect("it exits promptly on SIGTERM")
-        .unwrap();
+    let status = common::terminate(&mut child, "").await;
     assert_eq!(status.code(), Some(0));
 }
 
