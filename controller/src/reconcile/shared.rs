@@ -7,7 +7,7 @@
 //! leave it out (it is in none of their decision groups, so a work one of
 //! them had there is pruned as for a cluster that left it). Pure.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::rollout::{ClusterGroup, Strategy};
 
@@ -19,29 +19,28 @@ pub(super) fn one_placement_per_cluster<'a>(
     resolved: &mut [(String, Strategy, Vec<ClusterGroup>)],
     working: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> BTreeMap<String, Vec<(String, String)>> {
-    let selects = |placement: &str, cluster: &str| {
-        resolved.iter().any(|(p, _, groups)| {
-            p == placement
-                && groups
-                    .iter()
-                    .any(|g| g.clusters.iter().any(|c| c == cluster))
-        })
-    };
-    // A cluster stays with the placement whose work it has (the first in
-    // spec order when it has several), while that placement selects it.
-    let order = |placement: &str| resolved.iter().position(|(p, _, _)| p == placement);
-    let mut keeper: BTreeMap<String, String> = BTreeMap::new();
-    for (cluster, placement) in working {
-        if !selects(placement, cluster) {
-            continue;
-        }
-        let earlier = keeper
-            .get(cluster)
-            .is_some_and(|k| order(k) < order(placement));
-        if !earlier {
-            keeper.insert(cluster.to_owned(), placement.to_owned());
+    // Each placement's position in the spec, by the clusters it selects.
+    let mut selected: HashMap<(&str, &str), usize> = HashMap::new();
+    for (position, (placement, _, groups)) in resolved.iter().enumerate() {
+        for cluster in groups.iter().flat_map(|g| &g.clusters) {
+            selected.insert((placement.as_str(), cluster.as_str()), position);
         }
     }
+    // A cluster stays with the placement whose work it has (the first in
+    // spec order when it has several), while that placement selects it.
+    let mut kept: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    for (cluster, placement) in working {
+        let Some(&position) = selected.get(&(placement, cluster)) else {
+            continue;
+        };
+        if kept
+            .get(cluster)
+            .is_none_or(|(first, _)| *first >= position)
+        {
+            kept.insert(cluster.to_owned(), (position, placement.to_owned()));
+        }
+    }
+    let mut keeper: BTreeMap<String, String> = kept.into_iter().map(|(c, (_, p))| (c, p)).collect();
     let mut left_out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for (placement, _, groups) in resolved.iter_mut() {
         for group in groups.iter_mut() {
