@@ -38,7 +38,17 @@ pub enum OcmApiError {
 
 /// Where Go's module cache holds `open-cluster-management.io/api` at the
 /// version `localhub/parts/go.mod` pins (downloading it if missing).
+/// Asked of Go once per test process, when it answers.
 pub fn module_dir() -> Result<PathBuf, OcmApiError> {
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(dir) = FOUND.get() {
+        return Ok(dir.clone());
+    }
+    let dir = download()?;
+    Ok(FOUND.get_or_init(|| dir).clone())
+}
+
+fn download() -> Result<PathBuf, OcmApiError> {
     let parts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../localhub/parts");
     let output = Command::new("go")
         .args(["mod", "download", "-json", "open-cluster-management.io/api"])
