@@ -38,7 +38,7 @@ pub const PLACEHOLDERS: [&str; 5] = [
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Name {
+enum Placeholder {
     Cluster,
     Revision,
     MwrsName,
@@ -46,7 +46,7 @@ enum Name {
     Placement,
 }
 
-impl Name {
+impl Placeholder {
     fn parse(text: &str) -> Option<Self> {
         Some(match text {
             "cluster" => Self::Cluster,
@@ -73,7 +73,7 @@ impl Name {
 /// a regular expression's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Slot {
-    name: Name,
+    name: Placeholder,
     quote: char,
     regex: bool,
 }
@@ -256,11 +256,11 @@ impl<'a> Lexer<'a> {
 
     /// The placeholder at `pos` (which starts `{{`), without moving: its
     /// name, as written, and its length in bytes with the braces.
-    fn placeholder(&self) -> Result<(Name, String, usize), TemplateError> {
+    fn placeholder(&self) -> Result<(Placeholder, String, usize), TemplateError> {
         let inner = &self.rest()[2..];
         let end = inner.find("}}").ok_or(TemplateError::Unclosed(self.pos))?;
         let written = inner[..end].trim();
-        let name = Name::parse(written).ok_or_else(|| TemplateError::Unknown {
+        let name = Placeholder::parse(written).ok_or_else(|| TemplateError::Unknown {
             name: written.to_owned(),
         })?;
         Ok((name, written.to_owned(), end + 4))
@@ -417,7 +417,8 @@ mod tests {
 
     #[test]
     fn templates_that_could_inject_are_refused() {
-        let table: [(&str, fn(&TemplateError) -> bool); 7] = [
+        type Is = fn(&TemplateError) -> bool;
+        let table: [(&str, Is); 7] = [
             ("up{cluster={{cluster}}}", |e| {
                 matches!(e, TemplateError::Unquoted { .. })
             }),

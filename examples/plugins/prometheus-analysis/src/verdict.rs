@@ -121,7 +121,7 @@ pub fn decide(
     let Some(left) = plan.deadline.checked_sub(elapsed).filter(|d| !d.is_zero()) else {
         return Validation::failed(format!(
             "{target}: still undecided {} after the cluster's update (deadline {}): {}",
-            seconds(elapsed),
+            seconds_down(elapsed),
             seconds(plan.deadline),
             undecided.join("; ")
         ));
@@ -176,6 +176,11 @@ fn timestamp(at: f64) -> String {
     let millis = (at * 1000.0).round() as i64;
     jiff::Timestamp::from_millisecond(millis)
         .map_or_else(|_| format!("unix {at}"), |t| t.to_string())
+}
+
+/// A duration as whole seconds, rounded down (`90s`).
+fn seconds_down(d: Duration) -> String {
+    format!("{:?}", Duration::from_secs(d.as_secs()))
 }
 
 /// A duration as whole seconds, rounded up (`90s`).

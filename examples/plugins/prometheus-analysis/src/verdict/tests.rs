@@ -7,6 +7,8 @@ use crate::template::Template;
 
 const T0: u64 = 1_780_000_000;
 
+type Answer = Result<Option<Series>, QueryError>;
+
 fn check(name: &str, op: &str, threshold: f64) -> Check {
     Check {
         name: name.into(),
@@ -70,12 +72,8 @@ fn each_answer_gives_its_result() {
     let p = plan(vec![check("ok", ">=", 0.99)]);
     let nan = f64::NAN;
     let inf = f64::INFINITY;
-    let table: Vec<(
-        &str,
-        Result<Option<Series>, QueryError>,
-        u64,
-        ValidationResult,
-    )> = vec![
+    type Row = (&'static str, Answer, u64, ValidationResult);
+    let table: Vec<Row> = vec![
         (
             "enough, all pass",
             series(&[0.995, 1.0, 0.99]),
