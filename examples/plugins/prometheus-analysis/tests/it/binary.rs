@@ -130,3 +130,15 @@ async fn bad_flags_and_files_stop_the_binary_saying_why() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// The example checks (`checks.json`, which `.ci/plugins.sh` and the
+/// README use) make a plan.
+#[test]
+fn the_example_checks_make_a_plan() {
+    use prometheus_analysis::config::{self, Defaults};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/checks.json");
+    let layer = config::file_layer(&std::fs::read_to_string(path).unwrap(), path).unwrap();
+    let plan = config::plan(&Defaults::default(), &[&layer], path).unwrap();
+    let names: Vec<&str> = plan.checks.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["success-rate", "p99-latency"]);
+}

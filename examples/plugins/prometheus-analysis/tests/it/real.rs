@@ -78,8 +78,10 @@ async fn healthy_waits_for_enough_samples_then_succeeds() {
         "{}",
         first.message
     );
+    eprintln!("INPROGRESS message: {}", first.message);
     let (last, waited) = settle(&analysis, &r, Duration::from_secs(15)).await;
     assert_eq!(last.result, ValidationResult::Succeeded, "{}", last.message);
+    eprintln!("SUCCEEDED message: {}", last.message);
     assert!(
         waited.len() >= 3,
         "answered INPROGRESS {} times",
@@ -199,6 +201,8 @@ async fn prometheus_down_is_never_success() {
         );
     }
     assert!(last.message.contains("still undecided"), "{}", last.message);
+    eprintln!("INPROGRESS message: {}", waited[0].message);
+    eprintln!("FAILED message: {}", last.message);
 }
 
 #[tokio::test]
