@@ -20,7 +20,7 @@
 //! - [`verdict`]: the pure decision from the answers; which failure is
 //!   INPROGRESS and which FAILED is documented there and in the README.
 //!
-//! Layers, bottom first: `template` → `config` → `prometheus` → `since`,
+//! Layers, bottom first: `template`, `since` → `config` → `prometheus` →
 //! `verdict` → `analysis`.
 
 #![warn(unreachable_pub)]
