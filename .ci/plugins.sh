@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Plugins in any language: runs rollout-plugin-check against every example
-# plugin (the three Rust ones, the Go one, the Python one), and the Go and
+# plugin (the four Rust ones, the Go one, the Python one), and the Go and
 # Python plugins' own tests (which check them and call them through a real
 # rollout-gateway). Builds the Rust binaries it needs (debug, as the tests
 # left them). Go comes from Debian's packages (offline, GOPATH mode), Python's
@@ -14,7 +14,7 @@ TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 BIN="$TARGET/debug"
 
 cargo build -q -p rollout-plugin-check -p rollout-gateway \
-  -p smoke-test -p traffic-weights -p rollback-mutator
+  -p smoke-test -p traffic-weights -p rollback-mutator -p prometheus-analysis
 export ROLLOUT_PLUGIN_CHECK="$BIN/rollout-plugin-check"
 export ROLLOUT_GATEWAY="$BIN/rollout-gateway"
 export ROLLOUT_HOOKS_E2E=1
@@ -116,7 +116,10 @@ check_gofmt "docs/plugin-guide.md's Go plugin" "$SNIPDIR/main.go"
 python3 -m py_compile "$SNIPDIR/plugin.py"
 
 echo "-- rollout-plugin-check against the Rust example plugins"
-for plugin in "smoke-test --soak 30s" traffic-weights rollback-mutator; do
+# prometheus-analysis with its example checks and no Prometheus (port 1
+# refuses): every validation is INPROGRESS, as with Prometheus down.
+for plugin in "smoke-test --soak 30s" traffic-weights rollback-mutator \
+  "prometheus-analysis --prometheus-url http://127.0.0.1:1 --config examples/plugins/prometheus-analysis/checks.json"; do
   # shellcheck disable=SC2086
   addr=$(start_plugin $BIN/$plugin --listen 127.0.0.1:0)
   echo "$plugin ($addr)"

@@ -24,12 +24,14 @@ import json
 import re
 import shutil
 import subprocess
-import tempfile
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The Debian package promtool comes from when it is not on PATH.
-PROMETHEUS_DEB = "prometheus"
+# promtool, from Debian's prometheus package when not on PATH: the one
+# fetch of it, shared with the tests that run a real Prometheus.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "test-support" / "prometheus"))
+import debian as prometheus_debian  # noqa: E402
 
 KEYWORDS = {
     "and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
@@ -304,41 +306,12 @@ def promtool_check(rule_obj: dict, promtool: str, workdir: Path) -> tuple[bool, 
     return got.returncode == 0, (got.stdout + got.stderr).strip()
 
 
-def find_promtool(cache: Path) -> tuple[str | None, str]:
+def find_promtool() -> tuple[str | None, str]:
     """promtool on PATH, else from Debian's `prometheus` package unpacked
-    into `cache` (apt-get download and dpkg-deb -x: no daemon is installed
-    or started). (path or None, what happened)."""
-    on_path = shutil.which("promtool")
-    if on_path:
-        return on_path, f"promtool on PATH ({on_path})"
-    unpacked = cache / "prometheus-deb"
-    promtool = unpacked / "usr" / "bin" / "promtool"
-    if promtool.is_file():
-        return str(promtool), f"promtool of Debian's {PROMETHEUS_DEB} package ({promtool})"
-    if not (shutil.which("apt-get") and shutil.which("dpkg-deb")):
-        return None, "no promtool on PATH and no apt-get/dpkg-deb to fetch Debian's prometheus package"
-    download = Path(tempfile.mkdtemp(prefix="prometheus-deb."))
-    try:
-        def fetch() -> subprocess.CompletedProcess:
-            return subprocess.run(["apt-get", "download", PROMETHEUS_DEB], cwd=download,
-                                  capture_output=True, text=True, timeout=600)
-        got = fetch()
-        if got.returncode != 0:
-            # No package lists yet (a fresh container): read them once.
-            subprocess.run(["apt-get", "update"], capture_output=True, text=True, timeout=600)
-            got = fetch()
-        debs = sorted(download.glob(f"{PROMETHEUS_DEB}_*.deb"))
-        if got.returncode != 0 or not debs:
-            return None, f"apt-get download {PROMETHEUS_DEB} failed: {got.stderr.strip()[-300:]}"
-        building = Path(tempfile.mkdtemp(prefix="prometheus-deb.", dir=cache))
-        subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(building)], check=True, timeout=300)
-        shutil.rmtree(unpacked, ignore_errors=True)
-        building.rename(unpacked)
-        return str(promtool), f"promtool of Debian's {PROMETHEUS_DEB} package, unpacked into {unpacked}"
-    except (OSError, subprocess.SubprocessError) as err:
-        return None, f"unpacking Debian's {PROMETHEUS_DEB} package failed: {err}"
-    finally:
-        shutil.rmtree(download, ignore_errors=True)
+    into the tests' shared Prometheus cache (test-support/prometheus/
+    debian.py: apt-get download and dpkg-deb -x, no daemon installed or
+    started). (path or None, what happened)."""
+    return prometheus_debian.find("promtool")
 
 
 def rule_tests(report, rule_obj: dict, tests: list[Path], promtool: str, workdir: Path) -> int:

@@ -1441,7 +1441,7 @@ def check_monitoring(report: Report, objects: list[dict], bin_dir: Path | None, 
     for rule in rules:
         alerts.check_annotations(report, rule, ROOT)
     if "promtool" not in scrapes:
-        scrapes["promtool"], how = alerts.find_promtool(cache_dir())
+        scrapes["promtool"], how = alerts.find_promtool()
         print(f"deploy check: {how}", flush=True)
         report.check(scrapes["promtool"] is not None, f"promtool is available: {how}")
     if "series" not in scrapes:

@@ -14,6 +14,8 @@
 //!   a terminal, to see whether its text logs are coloured.
 //! - [`flags`]: every flag of a clap command reads an environment variable
 //!   named after it.
+//! - [`prometheus`]: a real Prometheus server from Debian's package, on
+//!   127.0.0.1, scraping the targets a test serves.
 //! - [`ocm_api`]: OCM's own CRDs, from the `open-cluster-management.io/api`
 //!   Go module at the version `localhub/parts/go.mod` pins.
 
@@ -23,3 +25,4 @@ pub mod log_colour;
 pub mod metrics;
 pub mod ocm_api;
 pub mod otlp;
+pub mod prometheus;

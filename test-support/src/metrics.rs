@@ -135,23 +135,11 @@ impl Scrapes {
     }
 }
 
-/// promtool: on PATH, or where deploy/check/check.py unpacks Debian's
-/// `prometheus` package.
+/// promtool: on PATH, or where test-support/prometheus/debian.py unpacks
+/// Debian's `prometheus` package (the deploy check and the tests against a
+/// real Prometheus fetch it there).
 fn promtool() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("promtool"))
-            .find(|p| p.is_file())
-    });
-    let cache = std::env::var_os("DEPLOY_CHECK_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let xdg = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from);
-            xdg.or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .map(|c| c.join("rollout-hooks-deploy-check"))
-        });
-    let unpacked = cache.map(|c| c.join("prometheus-deb/usr/bin/promtool"));
-    on_path.or(unpacked.filter(|p| p.is_file()))
+    crate::prometheus::cached("promtool")
 }
 
 /// Why `promtool check metrics` did not pass.
@@ -169,7 +157,9 @@ pub fn promtool_check(text: &str) -> Result<bool, PromtoolError> {
     use std::io::Write as _;
     use std::process::{Command, Stdio};
     let Some(promtool) = promtool() else {
-        eprintln!("promtool not found (on PATH, or after deploy/check/check.py): not linted");
+        eprintln!(
+            "promtool not found (on PATH, or after test-support/prometheus/fetch promtool): not linted"
+        );
         return Ok(false);
     };
     let mut child = Command::new(&promtool)
