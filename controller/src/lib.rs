@@ -65,6 +65,7 @@
 
 pub mod api;
 pub mod app;
+pub mod control;
 pub mod events;
 pub mod format;
 pub mod guard;

@@ -39,6 +39,7 @@ use kube::{CustomResource, ResourceExt};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
+use super::control::{Control, ControlStatus};
 use super::manifestworkreplicaset::{
     AdditionsSchema, ClusterCounts, ClusterRolloutSummary, ManifestWorkReplicaSet,
     ManifestWorkReplicaSetStatus, PlacementSummary,
@@ -101,6 +102,10 @@ pub struct ManifestWorkReplicaSetRolloutSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "placements_schema")]
     pub(crate) placements: Vec<PlacementRollout>,
+    /// Manual control of the rollout: pause, abort, retry, promote
+    /// (`rollout-controller abort|retry|pause|resume|promote` writes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) control: Option<Control>,
 }
 
 /// The ManifestWorkReplicaSet a ManifestWorkReplicaSetRollout belongs to.
@@ -167,6 +172,10 @@ pub struct ManifestWorkReplicaSetRolloutStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub(crate) conditions: Vec<Condition>,
+    /// What the controller made of `spec.control`: the pause it holds the
+    /// rollout for, and the latest request of each kind it read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) control: Option<ControlStatus>,
 }
 
 /// The rollout on one placement, beyond OCM's placementSummary.
@@ -357,6 +366,7 @@ pub(crate) fn carrier_status(
             .map(placement_status)
             .collect(),
         conditions: Vec::new(),
+        control: None,
     }
 }
 

@@ -26,6 +26,7 @@ pub(crate) mod additions;
 pub(crate) mod annotations;
 pub(crate) mod clustermanager;
 pub(crate) mod conditions;
+pub(crate) mod control;
 pub mod crd;
 pub(crate) mod defaults;
 pub(crate) mod labels;

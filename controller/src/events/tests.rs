@@ -15,6 +15,7 @@ fn placement(hook_errors: Vec<HookFailure>) -> PlacementOutcome {
         aborting: false,
         stopped: false,
         held: false,
+        paused: Vec::new(),
         clusters: Vec::new(),
         result: RolloutResult::default(),
         works: WorkCounts::default(),
@@ -76,6 +77,7 @@ fn failure(cluster: &str) -> HookFailure {
 #[test]
 fn an_abort_its_end_and_failures_become_events() {
     let abort = AbortReport {
+        requested: None,
         placement: "p".into(),
         action: AbortAction::RollBack,
         failures: vec![ClusterReport {

@@ -223,6 +223,7 @@ struct Fixture {
     settings: Settings,
     labels: BTreeMap<String, String>,
     state_detail: StateDetail,
+    control: ManualControl,
 }
 
 impl Fixture {
@@ -237,6 +238,7 @@ impl Fixture {
             settings: Settings::default(),
             labels: BTreeMap::new(),
             state_detail: StateDetail::Full,
+            control: ManualControl::default(),
         }
     }
 
@@ -273,6 +275,7 @@ impl Fixture {
             clock: &now,
             settings: &self.settings,
             trace: &trace,
+            control: self.control.clone(),
         };
         deploy(hooks, world, &input).await
     }

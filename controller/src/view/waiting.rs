@@ -32,6 +32,7 @@ pub(crate) fn lines(view: &View) -> Vec<String> {
     if let Some(at) = view.aborted_time {
         lines.push(abort_line(view, at));
     }
+    control_lines(view, &mut lines);
     if let Some(c) = find(&view.conditions, PLACEMENT_VERIFIED).filter(|c| c.status == "False") {
         lines.push(format!(
             "placements not usable ({}): {}",
@@ -63,6 +64,48 @@ pub(crate) fn lines(view: &View) -> Vec<String> {
         }
     }
     lines
+}
+
+/// The pause, and the operators' requests that are not read yet or did
+/// nothing.
+fn control_lines(view: &View, lines: &mut Vec<String>) {
+    if let Some(pause) = &view.paused {
+        let who = crate::api::control::who(pause.by.as_deref(), pause.reason.as_deref());
+        let read = if pause.observed {
+            ""
+        } else {
+            " (the controller has not read it yet)"
+        };
+        let waiting = view
+            .placements
+            .iter()
+            .flat_map(|p| &p.groups)
+            .flat_map(|g| &g.clusters)
+            .filter(|c| c.status == RolloutStatus::ToApply)
+            .count();
+        lines.push(format!(
+            "a resume: paused {who} {} ago{read}; no new cluster starts ({waiting} to apply), `rollout-controller resume {}` lifts it",
+            span(view.now.duration_since(pause.time)),
+            view.name
+        ));
+    }
+    for request in &view.requests {
+        let at = request.requested_time.strftime("%H:%M:%SZ");
+        match request.result {
+            None => lines.push(format!(
+                "the controller to read the {} requested {} at {at}",
+                request.kind,
+                request.who()
+            )),
+            Some("Acted") => {}
+            Some(_) => lines.push(format!(
+                "nothing more for the {} requested {} at {at}: it did nothing, {}",
+                request.kind,
+                request.who(),
+                request.message
+            )),
+        }
+    }
 }
 
 fn abort_line(view: &View, at: Timestamp) -> String {

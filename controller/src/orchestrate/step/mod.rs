@@ -171,7 +171,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             works.insert(cluster, work);
         }
         let conflicts = conflict::conflicts_of(works.iter().map(|(c, w)| (c, w.as_ref())));
-        StepState {
+        let mut state = StepState {
             works,
             outcome: PlacementOutcome {
                 name: self.target.name.to_owned(),
@@ -179,6 +179,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 aborting: false,
                 stopped: false,
                 held: !self.acting(),
+                paused: Vec::new(),
                 clusters: Vec::new(),
                 result: RolloutResult::default(),
                 works: WorkCounts::default(),
@@ -193,16 +194,43 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             },
             messages: HashMap::new(),
             validated: BTreeSet::new(),
-            action: revision::abort_action(
-                aborted_at.is_some(),
-                false,
-                &input.update.hash,
-                input.current_hash,
-                input.current,
-            ),
+            action: AbortAction::Proceed,
             abort: None,
             aborted_at,
             adopted,
+        };
+        self.abort_at_start(&mut state);
+        state
+    }
+
+    /// The abort action at the start of the step: that of the abort under
+    /// way, or of one an operator asks for now (`spec.control.abort`),
+    /// which starts here, before any hook of the update revision, just as
+    /// an abort a failure starts.
+    fn abort_at_start(&self, state: &mut StepState) {
+        let input = self.input;
+        let asked = input
+            .control
+            .abort
+            .as_ref()
+            .filter(|_| state.aborted_at.is_none());
+        state.action = revision::abort_action(
+            state.aborted_at.is_some(),
+            asked.is_some(),
+            &input.update.hash,
+            input.current_hash,
+            input.current,
+        );
+        if let Some(who) = asked.filter(|_| state.action != AbortAction::Proceed) {
+            state.abort = Some((
+                input.clock.now(),
+                AbortReport {
+                    placement: self.target.name.to_owned(),
+                    action: state.action,
+                    failures: Vec::new(),
+                    requested: Some(who.clone()),
+                },
+            ));
         }
     }
 
@@ -333,6 +361,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
         state.abort = Some((
             input.clock.now(),
             AbortReport {
+                requested: None,
                 placement: self.target.name.to_owned(),
                 action: next,
                 failures: failures(view, result, &self.order, &state.messages),
