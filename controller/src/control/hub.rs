@@ -135,13 +135,24 @@ pub struct Written {
 pub async fn request(options: &ControlOptions, verb: &Verb) -> Result<Written, ControlError> {
     let (client, _, default_namespace) = connect(options.kubeconfig.as_deref()).await?;
     let namespace = options.namespace.clone().unwrap_or(default_namespace);
-    let by = requester(&client, options).await;
+    request_with(&client, &namespace, options, verb).await
+}
+
+/// [`request`] over `client`, in `namespace`, now.
+pub async fn request_with(
+    client: &Client,
+    namespace: &str,
+    options: &ControlOptions,
+    verb: &Verb,
+) -> Result<Written, ControlError> {
+    let by = requester(client, options).await;
+    // Whole seconds, as the status keeps times.
     let now = Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH);
-    request_on(&client, &namespace, options, verb, by, now).await
+    request_on(client, namespace, options, verb, by, now).await
 }
 
 /// [`request`] over `client`, by `by`, at `now`.
-pub async fn request_on(
+async fn request_on(
     client: &Client,
     namespace: &str,
     options: &ControlOptions,

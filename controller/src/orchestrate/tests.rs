@@ -15,6 +15,8 @@ use serde_json::{Value, json};
 
 use bytes::Bytes;
 
+mod control;
+
 use super::memory::{MemoryWorld, Write};
 use super::*;
 use crate::api::annotations::{OWNER_ANNOTATION, SPEC_HASH_ANNOTATION, VALIDATION_ANNOTATION};
