@@ -242,15 +242,14 @@ fn promote(promote: Option<&Promote>, step: &mut ManualControl) -> (RequestResul
         .map(|p| p.clusters.iter().cloned().collect())
         .unwrap_or_default();
     let message = if clusters.is_empty() {
-        "every cluster's wait is skipped".to_owned()
+        "the wait of every cluster ends".to_owned()
     } else {
         let names: Vec<&str> = clusters.iter().map(String::as_str).collect();
-        format!("the wait of {} is skipped", names.join(", "))
+        format!("the wait of {} ends", names.join(", "))
     };
-    step.promote = Some(if clusters.is_empty() {
-        Promotion::All
-    } else {
-        Promotion::Clusters(clusters)
+    step.promote = Some(Promotion {
+        clusters,
+        who: promote.map(|p| p.request.who()).unwrap_or_default(),
     });
     (RequestResult::Acted, message)
 }

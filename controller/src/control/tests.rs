@@ -173,10 +173,8 @@ fn a_pause_is_a_state_and_a_promotion_names_its_clusters() {
         Some("by bob")
     );
     assert_eq!(
-        decision.step.promote,
-        Some(Promotion::Clusters(
-            ["c1".to_owned(), "c2".to_owned()].into()
-        ))
+        decision.step.promote.map(|p| p.clusters),
+        Some(["c1".to_owned(), "c2".to_owned()].into())
     );
     let again = decide(Some(&spec), Some(&decision.status), &rollout(false, 30));
     assert!(again.step.paused && again.step.promote.is_none());
@@ -187,5 +185,7 @@ fn a_pause_is_a_state_and_a_promotion_names_its_clusters() {
     assert!(pause_changed(Some(&again.status), &resumed.status));
     let all = control(json!({"promote": {"requestedTime": Time(at(50))}}));
     let decision = decide(Some(&all), Some(&resumed.status), &rollout(false, 60));
-    assert_eq!(decision.step.promote, Some(Promotion::All));
+    let promotion = decision.step.promote.expect("a promotion");
+    assert!(promotion.clusters.is_empty() && promotion.includes("c9"));
+    assert_eq!(promotion.who, "by an operator");
 }

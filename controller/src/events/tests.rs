@@ -16,6 +16,7 @@ fn placement(hook_errors: Vec<HookFailure>) -> PlacementOutcome {
         stopped: false,
         held: false,
         paused: Vec::new(),
+        promoted: Vec::new(),
         clusters: Vec::new(),
         result: RolloutResult::default(),
         works: WorkCounts::default(),

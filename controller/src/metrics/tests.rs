@@ -14,6 +14,7 @@ fn placement(aborting: bool, stopped: bool, complete: bool) -> PlacementOutcome 
         stopped,
         held: false,
         paused: Vec::new(),
+        promoted: Vec::new(),
         clusters: vec![ClusterReport {
             cluster: "c1".into(),
             status: if complete {

@@ -91,21 +91,18 @@ pub struct ManualControl {
     pub(crate) promote: Option<Promotion>,
 }
 
-/// The clusters a promotion is for.
+/// A promotion: the clusters whose wait ends, and who asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Promotion {
-    /// Every cluster.
-    All,
-    /// These.
-    Clusters(BTreeSet<String>),
+pub(crate) struct Promotion {
+    /// The clusters; empty: every cluster.
+    pub(crate) clusters: BTreeSet<String>,
+    /// Who asked and why, as a phrase: `by alice (why)`.
+    pub(crate) who: String,
 }
 
 impl Promotion {
     /// Whether `cluster` is promoted.
     pub(crate) fn includes(&self, cluster: &str) -> bool {
-        match self {
-            Promotion::All => true,
-            Promotion::Clusters(clusters) => clusters.contains(cluster),
-        }
+        self.clusters.is_empty() || self.clusters.contains(cluster)
     }
 }

@@ -131,6 +131,8 @@ pub struct PlacementOutcome {
     /// Clusters the decision would have started in this step, held back
     /// by a pause (`spec.control.paused`), in rollout order.
     pub(crate) paused: Vec<String>,
+    /// Clusters an operator's promotion ended the wait of in this step.
+    pub(crate) promoted: Vec<String>,
     /// Clusters whose work was deleted (they left the placement).
     pub(crate) deleted: Vec<String>,
     /// When to look again for this placement.

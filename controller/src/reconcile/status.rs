@@ -725,6 +725,7 @@ mod tests {
             stopped: false,
             held: false,
             paused: Vec::new(),
+            promoted: Vec::new(),
             clusters,
             result: RolloutResult::default(),
             works,

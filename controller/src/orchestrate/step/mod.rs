@@ -3,6 +3,7 @@
 //! [`validate`], act and prune in [`act`].
 
 mod act;
+mod promote;
 mod validate;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -37,6 +38,9 @@ struct View {
     /// Observed status per cluster in the placement (work of the desired
     /// revision).
     observed: BTreeMap<String, Observed>,
+    /// The clusters an operator promoted on the desired revision (their
+    /// work's generation): a soak is over for the engine.
+    promoted: BTreeSet<String>,
 }
 
 /// What the phases of one placement's step share and build up.
@@ -102,6 +106,9 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 && let Some(plugin) = self.plugin
             {
                 self.validate(plugin, &mut state, &mut view).await;
+            }
+            if self.acting() {
+                self.promote(&mut state, &mut view).await;
             }
             let result = self.decide(&view);
             if self.abort(&mut state, &view, &result) {
@@ -180,6 +187,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 stopped: false,
                 held: !self.acting(),
                 paused: Vec::new(),
+                promoted: Vec::new(),
                 clusters: Vec::new(),
                 result: RolloutResult::default(),
                 works: WorkCounts::default(),
@@ -293,6 +301,14 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                     let adopted = state.adopted.contains(cluster);
                     Some((cluster.clone(), validation_clock(observed, adopted)))
                 })
+                .collect(),
+            promoted: state
+                .works
+                .iter()
+                .filter(|(cluster, work)| {
+                    self.order.contains(cluster) && promote::is_promoted(work, &desired.hash)
+                })
+                .map(|(cluster, _)| cluster.clone())
                 .collect(),
             aborting: state.action != AbortAction::Proceed,
             desired,
@@ -517,11 +533,18 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
 }
 
 /// The engine's input: the observed status of each cluster of the
-/// placement, with its group.
+/// placement, with its group; a promoted cluster that succeeded has
+/// soaked long since.
 fn existing_statuses(view: &View, order: &RolloutOrder) -> Vec<ClusterRolloutStatus> {
     view.observed
         .iter()
-        .map(|(cluster, o)| status_of(cluster, o, order))
+        .map(|(cluster, o)| {
+            let mut status = status_of(cluster, o, order);
+            if view.promoted.contains(cluster) && status.status == RolloutStatus::Succeeded {
+                status.last_transition_time = Some(Timestamp::UNIX_EPOCH);
+            }
+            status
+        })
         .collect()
 }
 

@@ -2,6 +2,7 @@
 //! of an abort, of the retry after it, and of a pause and its resume.
 
 use super::*;
+use crate::orchestrate::Promotion;
 
 /// A Progressive rollout (one at a time) of v2 over c1 and c2, current
 /// revision v1, with a plugin and no `abortOnFailure`: c1 has v2 and its
@@ -140,4 +141,126 @@ async fn a_pause_holds_new_clusters_while_validations_go_on() {
     );
     assert_eq!(out.placements[0].applied, ["c2"]);
     assert!(out.placements[0].paused.is_empty());
+}
+
+fn promotion(clusters: &[&str]) -> Option<Promotion> {
+    Some(Promotion {
+        clusters: clusters.iter().map(|c| c.to_string()).collect(),
+        who: "by alice (canary looks fine)".into(),
+    })
+}
+
+fn work_of(world: &MemoryWorld, cluster: &str) -> ManifestWork {
+    world
+        .all()
+        .into_iter()
+        .find(|w| w.namespace().as_deref() == Some(cluster))
+        .expect("the cluster has a work")
+}
+
+#[tokio::test]
+async fn a_promotion_ends_an_inprogress_validation_for_the_clusters_it_names() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = c1_validating(&hooks, &world).await;
+
+    // Promoting another cluster leaves c1 validating.
+    f.control.promote = promotion(&["c2"]);
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(30)).await;
+    assert!(out.placements[0].promoted.is_empty());
+    assert_eq!(hooks.calls(), [call(Validate, "c1"), call(Progress, "")]);
+
+    // Promoting c1: its plugin still says INPROGRESS, the operator ends the
+    // wait, and c2 starts in the same step.
+    f.control.promote = promotion(&["c1"]);
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(40)).await;
+    assert_eq!(
+        hooks.calls(),
+        [
+            call(Validate, "c1"),
+            call(Progress, ""),
+            call(Begin, "c2"),
+            call(Mutate, "c2")
+        ]
+    );
+    let p = &out.placements[0];
+    assert_eq!(p.promoted, ["c1"]);
+    assert_eq!(p.applied, ["c2"]);
+    let c1 = p.clusters.iter().find(|c| c.cluster == "c1").expect("c1");
+    assert_eq!(c1.status, RolloutStatus::Succeeded);
+    assert_eq!(
+        c1.message.as_deref(),
+        Some("promoted by alice (canary looks fine)")
+    );
+    // ProgressRollout tells the plugin c1 succeeded.
+    let progress = &hooks.requests(Progress)[0];
+    assert_eq!(progress.counts.map(|c| c.succeeded), Some(1));
+    let annotations = work_of(&world, "c1").annotations().clone();
+    assert_eq!(annotations[VALIDATION_ANNOTATION], "Succeeded");
+    assert!(annotations.contains_key("rollout-hooks.io/promoted"));
+
+    // It sticks: the plugin is not asked about c1 again.
+    f.control = ManualControl::default();
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(50)).await;
+    assert_eq!(hooks.calls(), [call(Progress, "")]);
+    assert_eq!(out.placements[0].count(RolloutStatus::Succeeded), 1);
+}
+
+#[tokio::test]
+async fn a_promotion_never_makes_a_failed_validation_a_success() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let mut f = c1_validating(&hooks, &world).await;
+    hooks.answer(
+        "c1",
+        proto::ValidationResult::Failed,
+        "smoke test failed",
+        None,
+    );
+    f.control.promote = promotion(&[]);
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(30)).await;
+    let p = &out.placements[0];
+    assert!(p.promoted.is_empty());
+    assert_eq!(p.count(RolloutStatus::Failed), 1);
+    assert!(p.applied.is_empty());
+    assert_eq!(
+        work_of(&world, "c1").annotations()[VALIDATION_ANNOTATION],
+        "Failed"
+    );
+    // Promoted again with the verdict persisted: still failed.
+    hooks.clear();
+    let out = f.step(&hooks, &world, at(40)).await;
+    assert!(out.placements[0].promoted.is_empty());
+    assert_eq!(out.placements[0].count(RolloutStatus::Failed), 1);
+}
+
+#[tokio::test]
+async fn a_promotion_ends_a_soak() {
+    let hooks = Script::default();
+    let world = MemoryWorld::new();
+    let f = Fixture::new(
+        strategy(json!({"type": "Progressive",
+                        "progressive": {"maxConcurrency": 1, "minSuccessTime": "60s"}})),
+        &["c1", "c2"],
+    );
+    let mut f = f;
+    f.step(&hooks, &world, at(0)).await;
+    agent(&world, "c1", "False", false, at(10));
+    // c1 succeeded at 10 and soaks until 70: c2 waits.
+    let out = f.step(&hooks, &world, at(20)).await;
+    assert!(out.placements[0].applied.is_empty());
+    f.control.promote = promotion(&[]);
+    let out = f.step(&hooks, &world, at(30)).await;
+    let p = &out.placements[0];
+    assert_eq!(p.promoted, ["c1"]);
+    assert_eq!(p.applied, ["c2"]);
+    assert!(
+        work_of(&world, "c1")
+            .annotations()
+            .contains_key("rollout-hooks.io/promoted")
+    );
 }
