@@ -803,6 +803,37 @@ mod tests {
     }
 
     #[test]
+    fn a_paused_rollout_says_who_paused_it_until_it_is_done() {
+        use RolloutStatus::{Succeeded, ToApply};
+        let mut f = Fixture::new(outcome(vec![placement(
+            "p",
+            vec![report("c1", Succeeded), report("c2", ToApply)],
+        )]));
+        f.paused = Some(Pause {
+            time: Time(at(50)),
+            by: Some("alice".into()),
+            reason: Some("5xx".into()),
+        });
+        let status = f.build();
+        let c = get(&status, PROGRESSING);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            (
+                "True",
+                REASON_ROLLOUT_PAUSED,
+                "Rollout of revision r2 paused by alice (5xx) at 2023-11-14T22:14:10Z: 1 of 2 clusters updated; no new cluster starts until it is resumed."
+            )
+        );
+        // Done while paused: done.
+        f.outcome = outcome(vec![placement(
+            "p",
+            vec![report("c1", Succeeded), report("c2", Succeeded)],
+        )]);
+        let c = get(&f.build(), PROGRESSING).clone();
+        assert_eq!(c.reason, REASON_NEW_MANIFEST_WORK_AVAILABLE);
+    }
+
+    #[test]
     fn a_complete_rollout() {
         use RolloutStatus::Succeeded;
         let mut f = Fixture::new(outcome(vec![placement(

@@ -127,16 +127,9 @@ fn header(view: &View, out: &mut String) {
         ),
     ]);
     if let Some(at) = view.aborted_time {
-        // An abort an operator asked for names them.
-        let asked = view
-            .requests
-            .iter()
-            .find(|r| r.kind == "abort" && r.result == Some("Acted"))
-            .map(|r| format!(" {}", r.who()))
-            .unwrap_or_default();
         rows.push(vec![
             "Aborted:".to_owned(),
-            format!("{at} ({} ago){asked}", age(view.now, Some(at))),
+            format!("{at} ({} ago)", age(view.now, Some(at))),
         ]);
     }
     if let Some(pause) = &view.paused {

@@ -119,15 +119,24 @@ fn abort_line(view: &View, at: Timestamp) -> String {
         .filter(|c| c.status != RolloutStatus::Succeeded)
         .count();
     let at = at.strftime("%H:%M:%SZ");
+    // An abort an operator asked for names them.
+    let by = view
+        .requests
+        .iter()
+        .find(|r| r.kind == "abort" && r.result == Some("Acted"))
+        .map(|r| format!(" {}", r.who()))
+        .unwrap_or_default();
     match &view.current_revision {
         None => format!(
-            "aborted at {at} ({ago} ago): no earlier revision to roll back to, the rollout is stopped"
+            "aborted{by} at {at} ({ago} ago): no earlier revision to roll back to, the rollout is stopped"
         ),
         Some(current) if left == 0 => {
-            format!("aborted at {at} ({ago} ago): revision {current} is restored on every cluster")
+            format!(
+                "aborted{by} at {at} ({ago} ago): revision {current} is restored on every cluster"
+            )
         }
         Some(current) => format!(
-            "aborted at {at} ({ago} ago): rolling back {left} cluster{} to revision {current}",
+            "aborted{by} at {at} ({ago} ago): rolling back {left} cluster{} to revision {current}",
             if left == 1 { "" } else { "s" }
         ),
     }

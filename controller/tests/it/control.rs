@@ -22,6 +22,11 @@ const AT: &str = "2025-01-01T00:00:00Z";
 
 /// A work of `template` on `cluster`, Progressing `progressing`.
 fn work(cluster: &str, template: &Value, progressing: &str) -> Value {
+    work_since(cluster, template, progressing, AT)
+}
+
+/// [`work`], its conditions changed at `at`.
+fn work_since(cluster: &str, template: &Value, progressing: &str, at: &str) -> Value {
     json!({
         "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
         "metadata": {"name": work_name(NS, MWRS, PLACEMENT), "namespace": cluster,
@@ -31,7 +36,7 @@ fn work(cluster: &str, template: &Value, progressing: &str) -> Value {
                          "rollout.open-cluster-management.io/owner": "default/hello",
                          "rollout.open-cluster-management.io/spec-hash": spec_hash(&spec(template))}},
         "spec": template,
-        "status": {"conditions": conditions(1, progressing, AT)}
+        "status": {"conditions": conditions(1, progressing, at)}
     })
 }
 
@@ -49,6 +54,13 @@ fn controller_revision(template: &Value, number: i64) -> Value {
 /// The set rolling v2 out over v1, `max` clusters at a time.
 fn set(max: i64) -> Value {
     let strategy = json!({"type": "Progressive", "progressive": {"maxConcurrency": max}});
+    mwrs(template("v2"), strategy, Value::Null)
+}
+
+/// [`set`] one at a time, each cluster soaking an hour once it succeeded.
+fn soaking_set() -> Value {
+    let strategy = json!({"type": "Progressive",
+                          "progressive": {"maxConcurrency": 1, "minSuccessTime": "1h"}});
     mwrs(template("v2"), strategy, Value::Null)
 }
 
@@ -326,4 +338,48 @@ async fn a_pause_holds_the_next_cluster_until_resumed() {
     assert_eq!(applied, [work_path("cluster2", &name)]);
     let status = hub.carrier().unwrap()["status"].clone();
     assert!(status["control"].get("paused").is_none(), "{status:#}");
+}
+
+#[tokio::test]
+async fn a_promotion_ends_the_soak_of_the_cluster_named() {
+    let (v1, v2) = (template("v1"), template("v2"));
+    let name = work_name(NS, MWRS, PLACEMENT);
+    let hub = Hub::ocm().with_carrier(json!([{"name": PLACEMENT}]), carrier_status(None));
+    let said = command(&hub, Verb::Promote(vec!["cluster1".into()]), Some("alice")).await;
+    assert!(said.starts_with("promote of revision"), "{said}");
+    assert_eq!(
+        hub.carrier().unwrap()["spec"]["control"]["promote"]["clusters"],
+        json!(["cluster1"])
+    );
+
+    // cluster1 succeeded a minute ago and soaks for an hour; promoted, it
+    // is marked so on its work and cluster2 starts.
+    let now = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
+    let since = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let obj = soaking_set();
+    let mut script = reads(vec![
+        work_since("cluster1", &v2, "False", &since),
+        work("cluster2", &v1, "False"),
+        work("cluster3", &v1, "False"),
+    ]);
+    let promoted = work_since("cluster1", &v2, "False", &since);
+    script.push(Expect::new(
+        Method::PATCH,
+        work_path("cluster1", &name),
+        move |patch| {
+            let marker = &patch["metadata"]["annotations"]["rollout-hooks.io/promoted"];
+            assert_eq!(
+                marker,
+                &json!(format!("{}/1", hash_of(&template("v2")))),
+                "{patch}"
+            );
+            (StatusCode::OK, promoted)
+        },
+    ));
+    script.push(Expect::echo(Method::PATCH, work_path("cluster2", &name)));
+    script.push(Expect::status(&obj));
+    reconciled(&hub, &obj, script).await;
+    let ack = hub.carrier().unwrap()["status"]["control"]["promote"].clone();
+    assert_eq!(ack["result"], "Acted");
+    assert_eq!(ack["message"], "the wait of cluster1 ends");
 }
