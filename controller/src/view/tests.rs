@@ -424,6 +424,10 @@ fn a_pause_says_who_when_and_why_and_a_request_not_read_yet_is_said() {
             "the controller to read the retry requested by bob at 11:59:50Z",
         ]
     );
+    assert_eq!(
+        view.waiting.last().map(String::as_str),
+        Some("1 cluster to apply, once resumed: cluster-004")
+    );
     let text = render(&view);
     for want in [
         "Status:     ॥ Paused",

@@ -187,13 +187,13 @@ fn placement_lines(view: &View, placement: &PlacementView, out: &mut Vec<String>
         .map(|c| c.name.clone())
         .collect();
     if !to_apply.is_empty() && !placement.max_failure_breach {
-        let verb = if view.aborted_time.is_some() {
-            "to roll back"
-        } else {
-            "to apply"
+        let (verb, when) = match (view.aborted_time, &view.paused) {
+            (Some(_), _) => ("to roll back", "as the strategy allows"),
+            (None, Some(_)) => ("to apply", "once resumed"),
+            (None, None) => ("to apply", "as the strategy allows"),
         };
         out.push(format!(
-            "{} cluster{} {verb}, as the strategy allows: {}",
+            "{} cluster{} {verb}, {when}: {}",
             to_apply.len(),
             if to_apply.len() == 1 { "" } else { "s" },
             ranges(&to_apply, 4)
