@@ -161,53 +161,7 @@ async fn request_on(
     now: Timestamp,
 ) -> Result<Written, ControlError> {
     let timeout = options.request_timeout;
-    let name = options.name.as_str();
-    let sets: Api<ManifestWorkReplicaSet> = Api::namespaced(client.clone(), namespace);
-    match bounded(
-        timeout,
-        "reading the ManifestWorkReplicaSet",
-        sets.get(name),
-    )
-    .await
-    {
-        Err(ControlError::Api {
-            source: kube::Error::Api(status),
-            ..
-        }) if status.code == 404 => {
-            return Err(ControlError::NotFound {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-            });
-        }
-        // A tenant whose role covers the carriers and not OCM's kind (OCM
-        // aggregates no role for it): the carrier alone says which set.
-        Err(ControlError::Api {
-            source: kube::Error::Api(status),
-            ..
-        }) if status.code == 403 => None,
-        other => Some(other?),
-    };
-    let carriers: Api<ManifestWorkReplicaSetRollout> = Api::namespaced(client.clone(), namespace);
-    let listed = bounded(
-        timeout,
-        "listing the ManifestWorkReplicaSetRollouts",
-        carriers.list(&ListParams::default()),
-    )
-    .await?;
-    let carrier = match choose(name, listed.items.iter()) {
-        Choice::Bound(carrier, _) => carrier.clone(),
-        choice => {
-            let why = match choice {
-                Choice::Ambiguous(names) => format!(": several target it ({})", names.join(", ")),
-                _ => String::new(),
-            };
-            return Err(ControlError::NoCarrier {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                why,
-            });
-        }
-    };
+    let carrier = bound_carrier(client, namespace, &options.name, timeout).await?;
     let old = carrier.spec.control.clone().unwrap_or_default();
     let revision = carrier
         .status
@@ -233,6 +187,7 @@ async fn request_on(
         ..PatchParams::default()
     };
     let what = "writing spec.control of the ManifestWorkReplicaSetRollout";
+    let carriers: Api<ManifestWorkReplicaSetRollout> = Api::namespaced(client.clone(), namespace);
     let carrier_name = carrier.name_any();
     let merge = Patch::Merge(&patch);
     bounded(
@@ -248,6 +203,65 @@ async fn request_on(
             carrier.name_any()
         ),
     })
+}
+
+/// The carrier bound to the set `name` of `namespace`, by the
+/// controller's rule ([`choose`]); the set must exist, unless the user may
+/// not read it.
+async fn bound_carrier(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+) -> Result<ManifestWorkReplicaSetRollout, ControlError> {
+    let sets: Api<ManifestWorkReplicaSet> = Api::namespaced(client.clone(), namespace);
+    let read = bounded(
+        timeout,
+        "reading the ManifestWorkReplicaSet",
+        sets.get(name),
+    )
+    .await;
+    match read {
+        Err(ControlError::Api {
+            source: kube::Error::Api(status),
+            ..
+        }) if status.code == 404 => {
+            return Err(ControlError::NotFound {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            });
+        }
+        // A tenant whose role covers the carriers and not OCM's kind (OCM
+        // aggregates no role for it): the carrier alone says which set.
+        Err(ControlError::Api {
+            source: kube::Error::Api(status),
+            ..
+        }) if status.code == 403 => {}
+        other => {
+            other?;
+        }
+    }
+    let carriers: Api<ManifestWorkReplicaSetRollout> = Api::namespaced(client.clone(), namespace);
+    let listed = bounded(
+        timeout,
+        "listing the ManifestWorkReplicaSetRollouts",
+        carriers.list(&ListParams::default()),
+    )
+    .await?;
+    match choose(name, listed.items.iter()) {
+        Choice::Bound(carrier, _) => Ok(carrier.clone()),
+        choice => {
+            let why = match choice {
+                Choice::Ambiguous(names) => format!(": several target it ({})", names.join(", ")),
+                _ => String::new(),
+            };
+            Err(ControlError::NoCarrier {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                why,
+            })
+        }
+    }
 }
 
 /// A request's particulars.
