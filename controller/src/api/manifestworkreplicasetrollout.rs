@@ -80,6 +80,12 @@ use crate::rollout::RawAdditions;
         description = "When the rollout was aborted"
     ),
     printcolumn(
+        name = "Paused",
+        type_ = "date",
+        json_path = ".status.control.paused.time",
+        description = "When an operator paused the rollout (spec.control.paused), as the controller read it"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
