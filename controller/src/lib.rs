@@ -22,6 +22,9 @@
 //! from all of these. [`view`] draws one ManifestWorkReplicaSet's rollout
 //! live from the hub (`rollout-controller get`, `kubectl mwrs get`), with
 //! the text formatting it shares with the simulator in [`format`].
+//! [`control`] is an operator's manual control of a rollout (`abort`,
+//! `retry`, `pause`, `resume`, `promote`): which requests of the carrier's
+//! `spec.control` a reconcile acts on, and the command line's write of one.
 //!
 //! # Entry points
 //!
@@ -33,7 +36,10 @@
 //!   rollout itself is [`sim::run`], for tests with scripted hooks);
 //! - `get`: [`view::hub::get`] with [`view::hub::GetOptions`];
 //! - `plan`: [`plan::run`];
-//! - `crd`: [`api::crds_yaml`], or [`api::write_crd_files`] for `--out`.
+//! - `crd`: [`api::crds_yaml`], or [`api::write_crd_files`] for `--out`;
+//! - `abort`, `retry`, `pause`, `resume`, `promote`:
+//!   [`control::hub::request`] with [`control::hub::ControlOptions`] and a
+//!   [`control::hub::Verb`].
 //!
 //! Errors are typed; [`format::error_chain`] says one and its causes on one
 //! line.

@@ -19,7 +19,9 @@
 //! additions; a field set on the ManifestWorkReplicaSet itself (a hub whose
 //! CRD carries the design's fields) wins over the same field here. Its
 //! status holds what the controller reports beyond OCM's status
-//! (revisions, abort time, per-cluster details); OCM's own status fields
+//! (revisions, abort time, per-cluster details); `spec.control` and
+//! `status.control` are an operator's manual control of the rollout and
+//! what the controller made of it ([`super::control`]); OCM's own status fields
 //! (conditions, summary, placementSummary) stay on the
 //! ManifestWorkReplicaSet.
 //!
@@ -60,7 +62,7 @@ use crate::rollout::RawAdditions;
     shortname = "mwrsrollout",
     derive = "PartialEq",
     derive = "Default",
-    doc = "ManifestWorkReplicaSetRollout carries the rollout plugin settings, the abort and the revision history of the ManifestWorkReplicaSet of the same namespace and name, and the controller's rollout status beyond OCM's.",
+    doc = "ManifestWorkReplicaSetRollout carries the rollout plugin settings, the abort and the revision history of the ManifestWorkReplicaSet of the same namespace and name, an operator's manual control of its rollout (spec.control), and the controller's rollout status beyond OCM's.",
     printcolumn(
         name = "Current",
         type_ = "string",
