@@ -24,6 +24,9 @@
 //! the text formatting it shares with the simulator in [`format`].
 //! [`dashboard`] serves every set's view on a web page, updated live
 //! (`rollout-controller dashboard`).
+//! [`control`] is an operator's manual control of a rollout (`abort`,
+//! `retry`, `pause`, `resume`, `promote`): which requests of the carrier's
+//! `spec.control` a reconcile acts on, and the command line's write of one.
 //!
 //! # Entry points
 //!
@@ -38,7 +41,10 @@
 //!   [`dashboard::DashboardOptions`] (tests bring their own client and
 //!   listener to [`dashboard::serve`]);
 //! - `plan`: [`plan::run`];
-//! - `crd`: [`api::crds_yaml`], or [`api::write_crd_files`] for `--out`.
+//! - `crd`: [`api::crds_yaml`], or [`api::write_crd_files`] for `--out`;
+//! - `abort`, `retry`, `pause`, `resume`, `promote`:
+//!   [`control::hub::request`] with [`control::hub::ControlOptions`] and a
+//!   [`control::hub::Verb`].
 //!
 //! Errors are typed; [`format::error_chain`] says one and its causes on one
 //! line.
@@ -71,6 +77,7 @@
 pub mod api;
 pub mod app;
 pub mod dashboard;
+pub mod control;
 pub mod events;
 pub mod format;
 pub mod guard;

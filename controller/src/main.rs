@@ -16,7 +16,7 @@ use rollout_controller::hooks::{
 use rollout_controller::leader::{self, LeaseConfig, LeaseTimings};
 use rollout_controller::orchestrate::{DEFAULT_HOOK_CONCURRENCY, Settings};
 use rollout_controller::reconcile::Options;
-use rollout_controller::{api, dashboard, plan, sim, view};
+use rollout_controller::{api, control, dashboard, plan, sim, view};
 use rollout_proto::duration::{self, DurationError, Rules};
 use rollout_wire::escaped;
 
@@ -51,6 +51,18 @@ enum Command {
     /// decision groups as a grid of clusters, the plugin's verdicts, the
     /// abort and rollback, and what the controller waits for.
     Dashboard(DashboardArgs),
+    /// Abort the rollout of the update revision: every updated cluster is
+    /// restored to the current revision, as after a plugin's FAILED.
+    Abort(ControlArgs),
+    /// Start an aborted rollout again, without a template change.
+    Retry(ControlArgs),
+    /// Pause the rollout: no new cluster starts; clusters in flight go on.
+    Pause(ControlArgs),
+    /// Resume a paused rollout.
+    Resume(ControlArgs),
+    /// Skip the current wait (a soak, an INPROGRESS validation) of the
+    /// clusters named, or of every cluster; a FAILED verdict stays failed.
+    Promote(PromoteArgs),
 }
 
 #[derive(Debug, Args)]
@@ -87,6 +99,52 @@ struct DashboardArgs {
     /// unreachable.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_REQUEST_TIMEOUT")]
     request_timeout: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Writes the request on spec.control of the ManifestWorkReplicaSetRollout bound to \
+the ManifestWorkReplicaSet (with your kubeconfig's credentials); the controller acts on it in its \
+next reconcile and says what came of it in the object's status.control, in `get` and in an \
+Event. Exit status: 0 when written (or nothing to write), 1 when the ManifestWorkReplicaSet or its \
+ManifestWorkReplicaSetRollout is not found or the API server refuses or cannot be reached, 2 for \
+bad flags."
+)]
+struct ControlArgs {
+    /// The ManifestWorkReplicaSet's name.
+    name: String,
+    /// Its namespace; default: the kubeconfig context's.
+    #[arg(short, long, value_name = "NS", env = "ROLLOUT_CONTROLLER_NAMESPACE")]
+    namespace: Option<String>,
+    /// Why, recorded with the request.
+    #[arg(long, value_name = "TEXT", env = "ROLLOUT_CONTROLLER_REASON")]
+    reason: Option<String>,
+    /// Who asks, recorded when the API server cannot say who you are (a
+    /// SelfSubjectReview); default then: the kubeconfig context's user.
+    #[arg(long, value_name = "NAME", env = "ROLLOUT_CONTROLLER_BY")]
+    by: Option<String>,
+    /// A kubeconfig file; default: in-cluster, else $KUBECONFIG or ~/.kube/config.
+    #[arg(long, value_name = "PATH", env = "ROLLOUT_CONTROLLER_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// How long each API call may take.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration, env = "ROLLOUT_CONTROLLER_REQUEST_TIMEOUT")]
+    request_timeout: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+struct PromoteArgs {
+    #[command(flatten)]
+    control: ControlArgs,
+    /// The clusters to promote, comma-separated or repeated; default: every
+    /// cluster.
+    #[arg(
+        long = "cluster",
+        visible_alias = "clusters",
+        value_name = "CLUSTER",
+        value_delimiter = ',',
+        env = "ROLLOUT_CONTROLLER_CLUSTER"
+    )]
+    clusters: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -643,6 +701,36 @@ fn command(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dashboard(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(dashboard_command(&args))
+        }
+        Command::Abort(args) => control_command(&args, &control::hub::Verb::Abort),
+        Command::Retry(args) => control_command(&args, &control::hub::Verb::Retry),
+        Command::Pause(args) => control_command(&args, &control::hub::Verb::Pause),
+        Command::Resume(args) => control_command(&args, &control::hub::Verb::Resume),
+        Command::Promote(args) => control_command(
+            &args.control,
+            &control::hub::Verb::Promote(args.clusters.clone()),
+        ),
+    }
+}
+
+fn control_command(args: &ControlArgs, verb: &control::hub::Verb) -> anyhow::Result<ExitCode> {
+    let options = control::hub::ControlOptions {
+        kubeconfig: args.kubeconfig.clone(),
+        namespace: args.namespace.clone(),
+        name: args.name.clone(),
+        request_timeout: args.request_timeout,
+        reason: args.reason.clone(),
+        by: args.by.clone(),
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    match runtime.block_on(control::hub::request(&options, verb)) {
+        Ok(written) => {
+            println!("{}", escaped(&written.message));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(err) => {
+            eprintln!("rollout-controller: {}", escaped(&error_chain(&err)));
+            Ok(ExitCode::FAILURE)
         }
     }
 }

@@ -54,3 +54,16 @@ def decided_clusters(hub: Hub) -> list[str]:
     return [d["clusterName"] for i in items for d in i["status"]["decisions"]]
 
 
+def example_mwrs(hub: Hub) -> dict:
+    """The example's ManifestWorkReplicaSet as its author wrote it (before
+    the API server's defaults), as JSON."""
+    built = hub.kubectl("kustomize", str(ROOT / "deploy" / "examples" / "hello-rollout")).stdout
+    # `create --dry-run=client` converts without reading the live objects.
+    rendered = hub.kubectl("create", "--dry-run=client", "-o", "json", "-f", "-", stdin=built).stdout
+    decoder, items, at = json.JSONDecoder(), [], 0
+    while at < len(rendered.strip()):
+        item, at = decoder.raw_decode(rendered, at)
+        items.append(item)
+        while at < len(rendered) and rendered[at].isspace():
+            at += 1
+    return next(i for i in items if i["kind"] == "ManifestWorkReplicaSet")

@@ -16,7 +16,8 @@ import time
 
 from tests.conftest import ROOT, binary
 from tests.hub import Hub
-from tests.rollout import NAME, NS, carrier_placement, decided_clusters, events, set_plugin_config, spoke_deployment
+from tests.rollout import (NAME, NS, carrier_placement, decided_clusters, events, example_mwrs, set_plugin_config,
+                           spoke_deployment)
 
 POSITION = "rollout-hooks.io/cluster-position"
 WEIGHT = "rollout-hooks.io/canary-weight"
@@ -148,21 +149,6 @@ def test_a_carrier_made_again_after_the_abort_keeps_it(first_revision, controlle
             hashed = work["metadata"]["labels"].get("work.open-cluster-management.io/controller-hash")
             assert hashed != failed, f"{cluster}'s work is at the failed revision again"
         time.sleep(1)
-
-
-def example_mwrs(hub: Hub) -> dict:
-    """The example's ManifestWorkReplicaSet as its author wrote it (before
-    the API server's defaults), as JSON."""
-    built = hub.kubectl("kustomize", str(ROOT / "deploy" / "examples" / "hello-rollout")).stdout
-    # `create --dry-run=client` converts without reading the live objects.
-    rendered = hub.kubectl("create", "--dry-run=client", "-o", "json", "-f", "-", stdin=built).stdout
-    decoder, items, at = json.JSONDecoder(), [], 0
-    while at < len(rendered.strip()):
-        item, at = decoder.raw_decode(rendered, at)
-        items.append(item)
-        while at < len(rendered) and rendered[at].isspace():
-            at += 1
-    return next(i for i in items if i["kind"] == "ManifestWorkReplicaSet")
 
 
 def test_the_simulator_with_ocms_crds_reaches_the_real_hubs_outcome(first_revision, gateway, hub: Hub, bed_dir):

@@ -10,6 +10,10 @@
 //!   what the plugin's `ValidateRolloutCompletion` decided for this revision
 //!   and generation of the work, so a SUCCEEDED or FAILED answer sticks and
 //!   the plugin is not asked again.
+//! - [`PROMOTED_ANNOTATION`]: an operator's promotion of the cluster
+//!   (`rollout-controller promote`), for this revision and generation of
+//!   the work: its wait is over (no soak; a validation still in progress
+//!   ends with a SUCCEEDED verdict naming the operator).
 
 /// On a ManifestWork: its ManifestWorkReplicaSet, `namespace/name`.
 pub(crate) const OWNER_ANNOTATION: &str = "rollout.open-cluster-management.io/owner";
@@ -32,6 +36,10 @@ pub(crate) const VALIDATION_REVISION_ANNOTATION: &str =
 /// On a ManifestWork: the work's `metadata.generation` the verdict is for.
 pub(crate) const VALIDATION_GENERATION_ANNOTATION: &str =
     "rollout.open-cluster-management.io/validation-generation";
+
+/// On a ManifestWork: `<revision>/<generation>` of the work an operator
+/// promoted.
+pub(crate) const PROMOTED_ANNOTATION: &str = "rollout-hooks.io/promoted";
 
 /// [`VALIDATION_ANNOTATION`] for a SUCCEEDED answer.
 pub(crate) const VALIDATION_SUCCEEDED: &str = "Succeeded";

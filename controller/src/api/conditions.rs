@@ -32,7 +32,8 @@ pub(crate) const PLUGIN_LOADED: &str = "PluginLoaded";
 /// with the plugin's error as message when a hook call fails. Reasons:
 /// [`REASON_NEW_REVISION_CREATED`], [`REASON_FOUND_NEW_REVISION`],
 /// [`REASON_NEW_MANIFEST_WORK_AVAILABLE`], [`REASON_ROLLOUT_ABORTED`],
-/// [`REASON_PROGRESS_DEADLINE_EXCEEDED`], [`REASON_PLUGIN_CALL_FAILED`].
+/// [`REASON_PROGRESS_DEADLINE_EXCEEDED`], [`REASON_PLUGIN_CALL_FAILED`],
+/// [`REASON_ROLLOUT_PAUSED`].
 pub(crate) const PROGRESSING: &str = "Progressing";
 
 /// A condition the controller never sets and removes wherever it finds
@@ -98,6 +99,10 @@ pub(crate) const REASON_NEW_MANIFEST_WORK_AVAILABLE: &str = "NewManifestWorkAvai
 /// Progressing: the rollout was aborted; the current revision is being
 /// restored.
 pub(crate) const REASON_ROLLOUT_ABORTED: &str = "RolloutAborted";
+/// Progressing: an operator paused the rollout (`spec.control.paused` of
+/// the ManifestWorkReplicaSetRollout); no new cluster starts. An addition
+/// of this project.
+pub(crate) const REASON_ROLLOUT_PAUSED: &str = "RolloutPaused";
 /// Progressing: a cluster did not finish within `progressDeadline`.
 pub(crate) const REASON_PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 /// Progressing: a rollout plugin hook returned an error (its message is the

@@ -19,7 +19,9 @@
 //! additions; a field set on the ManifestWorkReplicaSet itself (a hub whose
 //! CRD carries the design's fields) wins over the same field here. Its
 //! status holds what the controller reports beyond OCM's status
-//! (revisions, abort time, per-cluster details); OCM's own status fields
+//! (revisions, abort time, per-cluster details); `spec.control` and
+//! `status.control` are an operator's manual control of the rollout and
+//! what the controller made of it ([`super::control`]); OCM's own status fields
 //! (conditions, summary, placementSummary) stay on the
 //! ManifestWorkReplicaSet.
 //!
@@ -39,6 +41,7 @@ use kube::{CustomResource, ResourceExt};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
+use super::control::{Control, ControlStatus};
 use super::manifestworkreplicaset::{
     AdditionsSchema, ClusterCounts, ClusterRolloutSummary, ManifestWorkReplicaSet,
     ManifestWorkReplicaSetStatus, PlacementSummary,
@@ -59,7 +62,7 @@ use crate::rollout::RawAdditions;
     shortname = "mwrsrollout",
     derive = "PartialEq",
     derive = "Default",
-    doc = "ManifestWorkReplicaSetRollout carries the rollout plugin settings, the abort and the revision history of the ManifestWorkReplicaSet of the same namespace and name, and the controller's rollout status beyond OCM's.",
+    doc = "ManifestWorkReplicaSetRollout carries the rollout plugin settings, the abort and the revision history of the ManifestWorkReplicaSet of the same namespace and name, an operator's manual control of its rollout (spec.control), and the controller's rollout status beyond OCM's.",
     printcolumn(
         name = "Current",
         type_ = "string",
@@ -77,6 +80,12 @@ use crate::rollout::RawAdditions;
         type_ = "date",
         json_path = ".status.abortedTime",
         description = "When the rollout was aborted"
+    ),
+    printcolumn(
+        name = "Paused",
+        type_ = "date",
+        json_path = ".status.control.paused.time",
+        description = "When an operator paused the rollout (spec.control.paused), as the controller read it"
     ),
     printcolumn(
         name = "Age",
@@ -101,6 +110,10 @@ pub struct ManifestWorkReplicaSetRolloutSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "placements_schema")]
     pub(crate) placements: Vec<PlacementRollout>,
+    /// Manual control of the rollout: pause, abort, retry, promote
+    /// (`rollout-controller abort|retry|pause|resume|promote` writes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) control: Option<Control>,
 }
 
 /// The ManifestWorkReplicaSet a ManifestWorkReplicaSetRollout belongs to.
@@ -167,6 +180,10 @@ pub struct ManifestWorkReplicaSetRolloutStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub(crate) conditions: Vec<Condition>,
+    /// What the controller made of `spec.control`: the pause it holds the
+    /// rollout for, and the latest request of each kind it read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) control: Option<ControlStatus>,
 }
 
 /// The rollout on one placement, beyond OCM's placementSummary.
@@ -357,6 +374,7 @@ pub(crate) fn carrier_status(
             .map(placement_status)
             .collect(),
         conditions: Vec::new(),
+        control: None,
     }
 }
 

@@ -15,7 +15,8 @@
 //! - [`ManifestWorkReplicaSetRollout`] (`rollout-hooks.io/v1alpha1`, the
 //!   project's own kind): the design's additions for a ManifestWorkReplicaSet
 //!   of the same namespace and name, on a hub whose CRD is OCM's (which
-//!   prunes them).
+//!   prunes them), and an operator's manual control of the rollout
+//!   ([`control`]: `spec.control`, `status.control`).
 //!
 //! [`conditions`] and [`labels`] hold the condition types, reasons, messages
 //! and label keys; [`crd`] renders the CRDs for `rollout-controller crd`,
@@ -26,6 +27,7 @@ pub(crate) mod additions;
 pub(crate) mod annotations;
 pub(crate) mod clustermanager;
 pub(crate) mod conditions;
+pub(crate) mod control;
 pub mod crd;
 pub(crate) mod defaults;
 pub(crate) mod labels;

@@ -12,6 +12,14 @@
 //! | `OtherController` | Warning | `StandAside` | another ManifestWorkReplicaSet controller (OCM's own) is found at work (what showed it); nothing is reconciled |
 //! | `CarrierBound` | Normal | `Bind` | the `CarrierBound` condition changed: which ManifestWorkReplicaSetRollout is bound and how, or that an empty one was created |
 //! | `BindingProblem` | Warning | `Bind` | the same, when something written binds to nothing: a carrier's entry for a placement not in the spec, or a carrier of the namespace that binds to no set beside a set bound to an empty one (a typo'd name) |
+//! | `RolloutPaused` | Normal | `Pause` | an operator paused the rollout (`spec.control.paused`): who, when, why |
+//! | `RolloutResumed` | Normal | `Resume` | the pause was lifted |
+//! | `RolloutRetried` | Normal | `Retry` | an operator's retry started the aborted rollout again |
+//! | `RolloutPromoted` | Normal | `Promote` | an operator's promotion skipped the clusters' current wait |
+//! | `ControlRequestIgnored` | Warning | `Acknowledge` | an operator's abort, retry or promotion did nothing: stale (another revision, or made before its rollout started) or unneeded (an abort of an aborted rollout) |
+//!
+//! An abort an operator asks for is `AbortStarted`, its note naming who and
+//! why.
 //!
 //! Deduplicated in two layers, so that a plugin failing on every reconcile
 //! does not flood the API: [`EventGate`] lets one event per object and
@@ -21,7 +29,9 @@
 //! object. So a plugin down for an hour makes one Event on each
 //! ManifestWorkReplicaSet using it, patched about 12 times, where one per
 //! reconcile (every 10 s) would make 360 writes. The note stays the first
-//! one's (the recorder's key is the object, reason and action).
+//! one's (the recorder's key is the object, reason and action). An
+//! operator's request makes one Event each, never held back by the gate
+//! (they come one at a time, by hand).
 //! [`rollout_events`] is pure: it derives the events from one reconcile.
 
 use std::collections::HashMap;
@@ -35,6 +45,8 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::api::ManifestWorkReplicaSetStatus;
 use crate::api::conditions::CARRIER_BOUND;
+use crate::api::control::{ControlStatus, RequestResult, who};
+use crate::control::{self, Decision, RequestKind};
 use crate::hooks::PluginState;
 use crate::orchestrate::DeployOutcome;
 use crate::revision::AbortAction;
@@ -93,6 +105,16 @@ pub enum Reason {
     /// Something written binds to nothing: a carrier's placement entry, or
     /// a carrier of no set beside a set bound to an empty one.
     BindingProblem,
+    /// An operator paused the rollout.
+    RolloutPaused,
+    /// The pause was lifted.
+    RolloutResumed,
+    /// An operator's retry started the aborted rollout again.
+    RolloutRetried,
+    /// An operator's promotion skipped the clusters' wait.
+    RolloutPromoted,
+    /// An operator's request did nothing (stale or unneeded).
+    ControlRequestIgnored,
 }
 
 impl Reason {
@@ -107,6 +129,11 @@ impl Reason {
             Reason::OtherController => "OtherController",
             Reason::CarrierBound => "CarrierBound",
             Reason::BindingProblem => "BindingProblem",
+            Reason::RolloutPaused => "RolloutPaused",
+            Reason::RolloutResumed => "RolloutResumed",
+            Reason::RolloutRetried => "RolloutRetried",
+            Reason::RolloutPromoted => "RolloutPromoted",
+            Reason::ControlRequestIgnored => "ControlRequestIgnored",
         }
     }
 
@@ -120,13 +147,36 @@ impl Reason {
             Reason::ManifestWorkConflict => "Apply",
             Reason::OtherController => "StandAside",
             Reason::CarrierBound | Reason::BindingProblem => "Bind",
+            Reason::RolloutPaused => "Pause",
+            Reason::RolloutResumed => "Resume",
+            Reason::RolloutRetried => "Retry",
+            Reason::RolloutPromoted => "Promote",
+            Reason::ControlRequestIgnored => "Acknowledge",
         }
+    }
+
+    /// Whether the [`EventGate`] may hold it back: not an operator's
+    /// request, each of which is said once.
+    pub(crate) fn gated(self) -> bool {
+        !matches!(
+            self,
+            Reason::RolloutPaused
+                | Reason::RolloutResumed
+                | Reason::RolloutRetried
+                | Reason::RolloutPromoted
+                | Reason::ControlRequestIgnored
+        )
     }
 
     /// Warning or Normal.
     pub(crate) fn event_type(self) -> EventType {
         match self {
-            Reason::RollbackFinished | Reason::CarrierBound => EventType::Normal,
+            Reason::RollbackFinished
+            | Reason::CarrierBound
+            | Reason::RolloutPaused
+            | Reason::RolloutResumed
+            | Reason::RolloutRetried
+            | Reason::RolloutPromoted => EventType::Normal,
             _ => EventType::Warning,
         }
     }
@@ -173,13 +223,13 @@ pub(crate) fn rollout_events(
             }
             _ => "No earlier revision to roll back to: the rollout is stopped.".to_owned(),
         };
+        let cause = match &abort.requested {
+            Some(who) => format!("asked {who}"),
+            None => format!("placement {}: {}", abort.placement, failures.join(", ")),
+        };
         events.push(RolloutEvent {
             reason: Reason::AbortStarted,
-            note: format!(
-                "Rollout of revision {update} aborted: placement {}: {}. {then}",
-                abort.placement,
-                failures.join(", ")
-            ),
+            note: format!("Rollout of revision {update} aborted: {cause}. {then}"),
         });
     }
     if restored(new) && !restored(old) {
@@ -219,6 +269,52 @@ pub(crate) fn rollout_events(
             reason: Reason::ManifestWorkConflict,
             note,
         });
+    }
+    events
+}
+
+/// The Events of an operator's requests in one reconcile: the pause set or
+/// lifted (against `old`, the control status before), and each request
+/// acknowledged, but an abort that acted (that one is `AbortStarted`).
+pub(crate) fn control_events(
+    old: Option<&ControlStatus>,
+    decision: &Decision,
+) -> Vec<RolloutEvent> {
+    let mut events = Vec::new();
+    if control::pause_changed(old, &decision.status) {
+        events.push(match &decision.status.paused {
+            Some(pause) => RolloutEvent {
+                reason: Reason::RolloutPaused,
+                note: format!(
+                    "Rollout paused {} at {}: no new cluster starts until it is resumed.",
+                    pause.who(),
+                    pause.time.0
+                ),
+            },
+            None => RolloutEvent {
+                reason: Reason::RolloutResumed,
+                note: "Rollout resumed: new clusters start again.".to_owned(),
+            },
+        });
+    }
+    for (verb, ack) in &decision.acknowledged {
+        let who = who(ack.by.as_deref(), ack.reason.as_deref());
+        let reason = match (ack.result, verb) {
+            (RequestResult::Acted, RequestKind::Abort) => continue,
+            (RequestResult::Acted, RequestKind::Retry) => Reason::RolloutRetried,
+            (RequestResult::Acted, RequestKind::Promote) => Reason::RolloutPromoted,
+            (RequestResult::Stale | RequestResult::Unneeded, _) => Reason::ControlRequestIgnored,
+        };
+        let note = match reason {
+            Reason::ControlRequestIgnored => format!(
+                "{} requested {who} at {} does nothing: {}.",
+                verb.as_str(),
+                ack.requested_time.0,
+                ack.message
+            ),
+            _ => format!("{} requested {who}: {}.", verb.as_str(), ack.message),
+        };
+        events.push(RolloutEvent { reason, note });
     }
     events
 }
@@ -335,11 +431,14 @@ impl Events {
             object.name.as_deref().unwrap_or_default()
         );
         for event in events {
-            let admit =
+            let admit = if event.reason.gated() {
                 self.gate
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .admit(&key, event.reason, now);
+                    .admit(&key, event.reason, now)
+            } else {
+                Admit::Publish { held_back: 0 }
+            };
             let Admit::Publish { held_back } = admit else {
                 tracing::debug!(
                     object = key,

@@ -15,6 +15,8 @@ fn placement(hook_errors: Vec<HookFailure>) -> PlacementOutcome {
         aborting: false,
         stopped: false,
         held: false,
+        paused: Vec::new(),
+        promoted: Vec::new(),
         clusters: Vec::new(),
         result: RolloutResult::default(),
         works: WorkCounts::default(),
@@ -76,6 +78,7 @@ fn failure(cluster: &str) -> HookFailure {
 #[test]
 fn an_abort_its_end_and_failures_become_events() {
     let abort = AbortReport {
+        requested: None,
         placement: "p".into(),
         action: AbortAction::RollBack,
         failures: vec![ClusterReport {
@@ -198,4 +201,103 @@ fn the_gate_lets_one_event_per_key_and_window_through() {
         Admit::Publish { held_back: 0 }
     );
     assert!(gate.last.len() <= 1, "{:?}", gate.last);
+}
+
+/// A reconcile's control decision over `spec` (JSON of `spec.control`),
+/// for the update revision r2 of a rollout aborted or not, the status
+/// before being `old`.
+fn control_decision(
+    spec: serde_json::Value,
+    old: Option<&ControlStatus>,
+    aborted: bool,
+) -> Decision {
+    let spec: crate::api::control::Control = serde_json::from_value(spec).expect("a control");
+    let rollout = control::Rollout {
+        update: "r2",
+        previous_update: Some("r2"),
+        current: Some("r1"),
+        aborted,
+        abort_would: AbortAction::RollBack,
+        now: at(100),
+    };
+    control::decide(Some(&spec), old, &rollout)
+}
+
+#[test]
+fn operators_requests_become_events_once_each() {
+    use serde_json::json;
+    let started = ControlStatus {
+        revision_start_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(0))),
+        ..ControlStatus::default()
+    };
+    let request = |secs: i64, by: &str| json!({"requestedTime": at(secs).to_string(), "by": by});
+    let paused = control_decision(
+        json!({"paused": {"time": at(10).to_string(), "by": "alice", "reason": "5xx"},
+               "retry": request(20, "bob")}),
+        Some(&started),
+        false,
+    );
+    let events = control_events(Some(&started), &paused);
+    let said: Vec<(Reason, &str)> = events.iter().map(|e| (e.reason, e.note.as_str())).collect();
+    assert_eq!(
+        said,
+        [
+            (
+                Reason::RolloutPaused,
+                "Rollout paused by alice (5xx) at 2023-11-14T22:13:30Z: no new cluster starts until it is resumed."
+            ),
+            (
+                Reason::ControlRequestIgnored,
+                "retry requested by bob at 2023-11-14T22:13:40Z does nothing: the rollout of revision r2 is not aborted."
+            ),
+        ]
+    );
+    // Read again: nothing new.
+    let again = control_decision(
+        json!({"paused": {"time": at(10).to_string(), "by": "alice", "reason": "5xx"},
+               "retry": request(20, "bob")}),
+        Some(&paused.status),
+        false,
+    );
+    assert!(control_events(Some(&paused.status), &again).is_empty());
+    // Resumed, and a retry of the abort; an abort that acts is AbortStarted,
+    // not one of these.
+    let resumed = control_decision(
+        json!({"retry": request(30, "bob"), "abort": request(25, "carol")}),
+        Some(&again.status),
+        true,
+    );
+    let reasons: Vec<Reason> = control_events(Some(&again.status), &resumed)
+        .iter()
+        .map(|e| e.reason)
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            Reason::RolloutResumed,
+            Reason::ControlRequestIgnored,
+            Reason::RolloutRetried
+        ]
+    );
+    assert!(!Reason::RolloutPaused.gated() && Reason::AbortStarted.gated());
+}
+
+#[test]
+fn an_abort_an_operator_asked_for_names_them() {
+    let abort = AbortReport {
+        requested: Some("by alice (5xx)".into()),
+        placement: "p".into(),
+        action: AbortAction::RollBack,
+        failures: Vec::new(),
+    };
+    let events = rollout_events(
+        &status(false, 1, 2),
+        &status(true, 1, 2),
+        &outcome(Some(abort), Vec::new()),
+        &[],
+    );
+    assert_eq!(
+        events[0].note,
+        "Rollout of revision r2 aborted: asked by alice (5xx). Rolling back to revision r1."
+    );
 }

@@ -13,6 +13,8 @@ fn placement(aborting: bool, stopped: bool, complete: bool) -> PlacementOutcome 
         aborting,
         stopped,
         held: false,
+        paused: Vec::new(),
+        promoted: Vec::new(),
         clusters: vec![ClusterReport {
             cluster: "c1".into(),
             status: if complete {
@@ -42,6 +44,7 @@ fn placement(aborting: bool, stopped: bool, complete: bool) -> PlacementOutcome 
 fn outcome(p: PlacementOutcome, abort: Option<AbortAction>) -> DeployOutcome {
     DeployOutcome {
         abort: abort.map(|action| AbortReport {
+            requested: None,
             placement: "p".into(),
             action,
             failures: Vec::new(),

@@ -1,7 +1,7 @@
 //! What one step of the rollout is given: the owner, its placements, its
 //! works and revisions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -73,4 +73,36 @@ pub struct DeployInput<'a> {
     pub settings: &'a Settings,
     /// The trace context the hook calls descend from.
     pub trace: &'a opentelemetry::Context,
+    /// What an operator asked for ([`crate::control`]).
+    pub control: ManualControl,
+}
+
+/// What an operator asked of this step (`spec.control` of the carrier,
+/// read by [`crate::control::decide`]); nothing by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManualControl {
+    /// Paused: no cluster starts rolling out the update revision (a
+    /// rollback under way goes on).
+    pub(crate) paused: bool,
+    /// Abort now, as asked (who and why, as a phrase: `by alice (why)`);
+    /// only when no abort is under way.
+    pub(crate) abort: Option<String>,
+    /// Skip the current wait of these clusters.
+    pub(crate) promote: Option<Promotion>,
+}
+
+/// A promotion: the clusters whose wait ends, and who asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Promotion {
+    /// The clusters; empty: every cluster.
+    pub(crate) clusters: BTreeSet<String>,
+    /// Who asked and why, as a phrase: `by alice (why)`.
+    pub(crate) who: String,
+}
+
+impl Promotion {
+    /// Whether `cluster` is promoted.
+    pub(crate) fn includes(&self, cluster: &str) -> bool {
+        self.clusters.is_empty() || self.clusters.contains(cluster)
+    }
 }

@@ -76,6 +76,9 @@ pub(crate) struct AbortReport {
     pub(crate) action: AbortAction,
     /// The failed and timed-out clusters of the update revision.
     pub(crate) failures: Vec<ClusterReport>,
+    /// Who asked for it and why (`by alice (why)`), when an operator did
+    /// (`spec.control.abort`); `None` for an abort a failure started.
+    pub(crate) requested: Option<String>,
 }
 
 impl AbortReport {
@@ -125,6 +128,11 @@ pub struct PlacementOutcome {
     pub(crate) conflicts: Vec<WorkConflict>,
     /// Clusters whose work was applied in this step, in order.
     pub applied: Vec<String>,
+    /// Clusters the decision would have started in this step, held back
+    /// by a pause (`spec.control.paused`), in rollout order.
+    pub(crate) paused: Vec<String>,
+    /// Clusters an operator's promotion ended the wait of in this step.
+    pub(crate) promoted: Vec<String>,
     /// Clusters whose work was deleted (they left the placement).
     pub(crate) deleted: Vec<String>,
     /// When to look again for this placement.

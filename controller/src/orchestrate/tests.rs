@@ -15,6 +15,8 @@ use serde_json::{Value, json};
 
 use bytes::Bytes;
 
+mod control;
+
 use super::memory::{MemoryWorld, Write};
 use super::*;
 use crate::api::annotations::{OWNER_ANNOTATION, SPEC_HASH_ANNOTATION, VALIDATION_ANNOTATION};
@@ -223,6 +225,7 @@ struct Fixture {
     settings: Settings,
     labels: BTreeMap<String, String>,
     state_detail: StateDetail,
+    control: ManualControl,
 }
 
 impl Fixture {
@@ -237,6 +240,7 @@ impl Fixture {
             settings: Settings::default(),
             labels: BTreeMap::new(),
             state_detail: StateDetail::Full,
+            control: ManualControl::default(),
         }
     }
 
@@ -273,6 +277,7 @@ impl Fixture {
             clock: &now,
             settings: &self.settings,
             trace: &trace,
+            control: self.control.clone(),
         };
         deploy(hooks, world, &input).await
     }

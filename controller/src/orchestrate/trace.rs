@@ -129,6 +129,7 @@ mod tests {
     #[test]
     fn the_description_names_the_failures_and_what_follows() {
         let abort = AbortReport {
+            requested: None,
             placement: "canary".into(),
             action: AbortAction::RollBack,
             failures: vec![
@@ -147,6 +148,7 @@ mod tests {
     #[test]
     fn many_failed_clusters_are_counted_past_the_first_twenty() {
         let abort = AbortReport {
+            requested: None,
             placement: "p".into(),
             action: AbortAction::Stop,
             failures: (1..=25)

@@ -21,6 +21,7 @@ use super::status::set_condition;
 use super::{Context, Error, FIELD_MANAGER, cache::Reads};
 use crate::api::additions::ocm_status;
 use crate::api::conditions::CARRIER_BOUND;
+use crate::api::control::ControlStatus;
 use crate::api::manifestworkreplicasetrollout::{
     Choice, Found, TargetRef, carrier_status, choose, target_of,
 };
@@ -148,18 +149,29 @@ fn unbound(
     unbound
 }
 
-/// Writes `status` where it belongs: the carrier's part to the carrier
+/// What a reconcile writes: the set's status, and what only the carrier
+/// keeps.
+pub(super) struct Carried<'a> {
+    /// The set's status, the carrier's part of it included.
+    pub(super) status: &'a ManifestWorkReplicaSetStatus,
+    /// `status.control` of the carrier.
+    pub(super) control: Option<&'a ControlStatus>,
+}
+
+/// Writes `carried` where it belongs: the carrier's part to the carrier
 /// first (what the next reconcile reads back), then OCM's part to the
 /// ManifestWorkReplicaSet; each only when it changed.
 pub(super) async fn write_status(
     client: &Client,
     mwrs: &ManifestWorkReplicaSet,
     carrier: &ManifestWorkReplicaSetRollout,
-    status: &ManifestWorkReplicaSetStatus,
+    carried: &Carried<'_>,
 ) -> Result<(), Error> {
+    let status = carried.status;
     let namespace = mwrs.namespace().unwrap_or_default();
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let details = carrier_status(status, mwrs.uid(), carrier.metadata.generation);
+    let mut details = carrier_status(status, mwrs.uid(), carrier.metadata.generation);
+    details.control = carried.control.cloned();
     if carrier.status.as_ref() != Some(&details) {
         let api: Api<ManifestWorkReplicaSetRollout> = Api::namespaced(client.clone(), &namespace);
         let patch = json!({

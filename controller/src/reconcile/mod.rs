@@ -70,6 +70,7 @@ use crate::api::{
     CascadeDeletionPolicy, ManifestWork, ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout,
     Placement, PlacementDecision, manifestworkreplicasetrollout,
 };
+use crate::control;
 use crate::events::{self, Events};
 use crate::guard::Guard;
 use crate::health::Readiness;
@@ -358,16 +359,29 @@ async fn reconcile_traced(
         Bind::BackingOff(wait) => return Ok(Action::requeue(wait)),
         Bind::Held(binding) => return carrier::hold(&ctx, &mwrs, &binding, pass.now).await,
     };
-    let revisions = pass.revisions(&bound.mwrs).await?;
+    let mut revisions = pass.revisions(&bound.mwrs).await?;
+    let control = pass.control(&bound, &mut revisions);
     let placements = pass.placements(&bound.mwrs, &revisions.works).await?;
     // Every hook call of this reconcile is counted and timed.
     let hooks = Metered::new(ctx.hooks.clone(), ctx.metrics.clone());
     let plugins = pass.load_plugins(&hooks, &placements.resolved).await;
     let outcome = pass
-        .deploy(&hooks, &bound.mwrs, &revisions, &placements, &plugins)
+        .deploy(
+            &hooks,
+            &bound.mwrs,
+            &revisions,
+            &placements,
+            &plugins,
+            &control.step,
+        )
         .await;
-    pass.write_status(&bound, revisions, &placements, &plugins, &outcome)
-        .await?;
+    let wrote = Wrote {
+        placements: &placements,
+        plugins: &plugins,
+        outcome: &outcome,
+        control: &control,
+    };
+    pass.write_status(&bound, revisions, &wrote).await?;
     Ok(pass.requeue(&bound, &outcome, &plugins))
 }
 
@@ -418,6 +432,14 @@ struct Revisions {
     /// The status before this reconcile.
     old: crate::api::ManifestWorkReplicaSetStatus,
     start: RevisionStatus,
+}
+
+/// What a reconcile's status is written from, beside the revisions.
+struct Wrote<'w> {
+    placements: &'w Placements,
+    plugins: &'w Plugins,
+    outcome: &'w DeployOutcome,
+    control: &'w control::Decision,
 }
 
 /// The placements of the spec: those to roll out, and why the others are
@@ -590,6 +612,42 @@ impl<'r> Pass<'r> {
         })
     }
 
+    /// Manual control: what `spec.control` of the carrier asks of this
+    /// reconcile ([`control::decide`]); a retry clears the abort under way.
+    fn control(&self, bound: &Bound, revisions: &mut Revisions) -> control::Decision {
+        let start = &revisions.start;
+        let update = revisions.synced.plan.update.hash.as_str();
+        let current = start.current.as_deref();
+        let rollout = control::Rollout {
+            update,
+            previous_update: revisions.old.update_revision.as_deref(),
+            current,
+            aborted: start.is_aborted(),
+            abort_would: crate::revision::abort_action(
+                false,
+                true,
+                update,
+                current,
+                revisions.synced.current.as_ref(),
+            ),
+            now: self.now,
+        };
+        let acknowledged = bound
+            .carrier
+            .status
+            .as_ref()
+            .filter(|s| manifestworkreplicasetrollout::status_belongs(s, &bound.stored))
+            .and_then(|s| s.control.as_ref());
+        let decision = control::decide(bound.carrier.spec.control.as_ref(), acknowledged, &rollout);
+        for (verb, ack) in &decision.acknowledged {
+            tracing::info!(mwrs = %self.name, namespace = %self.namespace, verb = verb.as_str(), by = ack.by.as_deref().unwrap_or_default(), result = ack.result.as_str(), message = %ack.message, "manual control request acknowledged");
+        }
+        if decision.retry {
+            revisions.start.aborted_time = None;
+        }
+        decision
+    }
+
     /// Strategies and placements: each reference's strategy and decision
     /// groups, or why it cannot be rolled out; a cluster that several
     /// select left to one of them (`works`: the set's).
@@ -689,6 +747,7 @@ impl<'r> Pass<'r> {
         revisions: &Revisions,
         placements: &Placements,
         plugins: &Plugins,
+        control: &orchestrate::ManualControl,
     ) -> DeployOutcome {
         let targets: Vec<PlacementTarget<'_>> = placements
             .resolved
@@ -725,6 +784,7 @@ impl<'r> Pass<'r> {
             clock: &SystemClock,
             settings: &self.ctx.options.settings,
             trace: self.trace,
+            control: control.clone(),
         };
         let outcome = orchestrate::deploy(hooks, self.world, &input).await;
         self.ctx.metrics.record_rollout(&self.key, &outcome);
@@ -744,10 +804,14 @@ impl<'r> Pass<'r> {
         &self,
         bound: &Bound,
         revisions: Revisions,
-        placements: &Placements,
-        plugins: &Plugins,
-        outcome: &DeployOutcome,
+        wrote: &Wrote<'_>,
     ) -> Result<(), Error> {
+        let Wrote {
+            placements,
+            plugins,
+            outcome,
+            control,
+        } = *wrote;
         let update_complete = placements.problems.is_empty()
             && outcome
                 .placements
@@ -767,12 +831,23 @@ impl<'r> Pass<'r> {
             collision_count: revisions.synced.plan.collision_count,
             origin: revisions.synced.plan.origin,
             binding: Some(&bound.binding),
+            paused: control.status.paused.as_ref(),
         });
         let client = &self.ctx.client;
-        carrier::write_status(client, &bound.stored, &bound.carrier, &new_status).await?;
+        let carried = carrier::Carried {
+            status: &new_status,
+            control: Some(&control.status),
+        };
+        carrier::write_status(client, &bound.stored, &bound.carrier, &carried).await?;
         if let Some(publisher) = &self.ctx.events {
-            let list =
+            let mut list =
                 events::rollout_events(&revisions.old, &new_status, outcome, &plugins.states);
+            let acknowledged = bound
+                .carrier
+                .status
+                .as_ref()
+                .and_then(|s| s.control.as_ref());
+            list.extend(events::control_events(acknowledged, control));
             if !list.is_empty() {
                 publisher
                     .publish(&bound.mwrs.object_ref(&()), &list, self.now)
@@ -780,10 +855,11 @@ impl<'r> Pass<'r> {
             }
         }
         // Recorded where it changed: a revision made current, an abort
-        // started or ended (after the Events, which a failure here must not
-        // lose).
+        // started or ended, by a failure, an operator or a retry (after
+        // the Events, which a failure here must not lose).
         if revision_status.current != start.current
             || revision_status.aborted_time != start.aborted_time
+            || control.retry
         {
             revisions::record(client, &bound.stored, &revision_status).await?;
         }

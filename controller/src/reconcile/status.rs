@@ -9,7 +9,7 @@
 //! | PlacementRolledOut | `Complete`: every cluster succeeded | `RolloutDegraded` (aborted, or `maxFailures` exceeded), `Progressing` |
 //! | ManifestworkApplied | `AsExpected` | `Processing`, `NotAsExpected`, `PlacementDecisionEmpty` (upstream's rule on the counts) |
 //! | PluginLoaded (only with a plugin) | `Available` | `Failed`, with the design's messages |
-//! | Progressing | `NewRevisionCreated`, `FoundNewRevision` (rolling out), `NewManifestWorkAvailable` (done) | `PluginCallFailed` (hook errors in the message), `RolloutAborted`, `ProgressDeadlineExceeded` |
+//! | Progressing | `NewRevisionCreated`, `FoundNewRevision` (rolling out), `RolloutPaused` (an operator paused it: who, when, why), `NewManifestWorkAvailable` (done) | `PluginCallFailed` (hook errors in the message), `RolloutAborted`, `ProgressDeadlineExceeded` |
 //! | ManifestworkApplied, for an owner label value over 63 characters ([`invalid_owner_label`]) | | `InvalidManifestWorkName`, as OCM's controller says it |
 //! | ManifestWorksConflict (only while another field manager writes the works) | `OtherFieldManager`: the works and the managers | |
 
@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::binding::Binding;
 use crate::api::conditions::*;
+use crate::api::control::Pause;
 use crate::api::labels::MAX_LABEL_VALUE_LEN;
 use crate::api::manifestworkreplicaset::MAX_CLUSTER_SUMMARIES;
 use crate::api::placement::DecisionGroupError;
@@ -83,6 +84,8 @@ pub(crate) struct StatusInput<'a> {
     /// What the bind phase did (`CarrierBound`); `None` leaves the
     /// condition as it was.
     pub(crate) binding: Option<&'a Binding>,
+    /// The pause an operator holds the rollout for (`spec.control.paused`).
+    pub(crate) paused: Option<&'a Pause>,
 }
 
 /// The status of a ManifestWorkReplicaSet whose owner label value
@@ -473,6 +476,9 @@ fn abort_message(input: &StatusInput<'_>) -> String {
     let update = input.revisions.update.as_deref().unwrap_or_default();
     let prefix = format!("Rollout of revision {update} aborted: ");
     let cause = match &outcome.abort {
+        Some(report) if report.requested.is_some() => {
+            format!("asked {}", report.requested.as_deref().unwrap_or_default())
+        }
         Some(report) if !report.failures.is_empty() => {
             format!(
                 "placement {}: {}",
@@ -631,6 +637,15 @@ fn progressing(
     } else if complete(input) {
         let message = format!("Revision {update} is rolled out to every cluster.");
         ConditionValue::new(true, REASON_NEW_MANIFEST_WORK_AVAILABLE, message)
+    } else if let Some(pause) = input.paused {
+        let message = format!(
+            "Rollout of revision {update} paused {} at {}: {} of {} clusters updated; no new cluster starts until it is resumed.",
+            pause.who(),
+            pause.time.0,
+            summary.updated,
+            summary.desired_total
+        );
+        ConditionValue::new(true, REASON_ROLLOUT_PAUSED, message)
     } else {
         let message = format!(
             "Rolling out revision {update}: {} of {} clusters updated.",
@@ -709,6 +724,8 @@ mod tests {
             aborting: false,
             stopped: false,
             held: false,
+            paused: Vec::new(),
+            promoted: Vec::new(),
             clusters,
             result: RolloutResult::default(),
             works,
@@ -742,6 +759,7 @@ mod tests {
         plugins: Vec<PluginState>,
         revisions: RevisionStatus,
         origin: RevisionOrigin,
+        paused: Option<Pause>,
     }
 
     impl Fixture {
@@ -758,6 +776,7 @@ mod tests {
                     aborted_time: None,
                 },
                 origin: RevisionOrigin::Unchanged,
+                paused: None,
             }
         }
 
@@ -774,12 +793,44 @@ mod tests {
                 revisions: &self.revisions,
                 collision_count: 0,
                 origin: self.origin,
+                paused: self.paused.as_ref(),
             })
         }
     }
 
     fn get<'a>(status: &'a ManifestWorkReplicaSetStatus, kind: &str) -> &'a Condition {
         condition(&status.conditions, kind).unwrap_or_else(|| panic!("no {kind} condition"))
+    }
+
+    #[test]
+    fn a_paused_rollout_says_who_paused_it_until_it_is_done() {
+        use RolloutStatus::{Succeeded, ToApply};
+        let mut f = Fixture::new(outcome(vec![placement(
+            "p",
+            vec![report("c1", Succeeded), report("c2", ToApply)],
+        )]));
+        f.paused = Some(Pause {
+            time: Time(at(50)),
+            by: Some("alice".into()),
+            reason: Some("5xx".into()),
+        });
+        let status = f.build();
+        let c = get(&status, PROGRESSING);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            (
+                "True",
+                REASON_ROLLOUT_PAUSED,
+                "Rollout of revision r2 paused by alice (5xx) at 2023-11-14T22:14:10Z: 1 of 2 clusters updated; no new cluster starts until it is resumed."
+            )
+        );
+        // Done while paused: done.
+        f.outcome = outcome(vec![placement(
+            "p",
+            vec![report("c1", Succeeded), report("c2", Succeeded)],
+        )]);
+        let c = get(&f.build(), PROGRESSING).clone();
+        assert_eq!(c.reason, REASON_NEW_MANIFEST_WORK_AVAILABLE);
     }
 
     #[test]
@@ -923,6 +974,7 @@ mod tests {
         let mut failed = report("c1", Failed);
         failed.message = Some("smoke test failed".into());
         o.abort = Some(AbortReport {
+            requested: None,
             placement: "p".into(),
             action: AbortAction::RollBack,
             failures: vec![failed],

@@ -59,8 +59,8 @@ use crate::hooks::{
 };
 use crate::orchestrate::observe::{self, Verdict};
 use crate::orchestrate::{
-    self, AbortReport, DeployInput, DeployOutcome, Owner, PlacementOutcome, PlacementTarget, World,
-    WorldError,
+    self, AbortReport, DeployInput, DeployOutcome, ManualControl, Owner, PlacementOutcome,
+    PlacementTarget, World, WorldError,
 };
 use crate::revision::{AbortAction, Revision, RevisionStatus};
 use crate::rollout::work_status::ValidationResult as Decided;
@@ -754,6 +754,7 @@ impl<H: Hooks> Simulation<'_, H> {
             clock: &now,
             settings: &self.config.settings,
             trace,
+            control: ManualControl::default(),
         };
         let outcome = orchestrate::deploy(self.hooks, &self.world, &input).await;
         if let Some(metrics) = &self.config.metrics {

@@ -20,6 +20,7 @@
 
 pub mod hub;
 pub(crate) mod render;
+mod requests;
 mod waiting;
 
 use std::collections::BTreeMap;
@@ -98,6 +99,8 @@ pub(crate) enum Phase {
     /// Aborted, and the rollback is done (or there was nothing to roll
     /// back to).
     Aborted,
+    /// An operator paused it: no new cluster starts.
+    Paused,
 }
 
 /// Which revision a cluster's ManifestWork carries.
@@ -236,6 +239,14 @@ pub struct View {
     /// the current one while rolling back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) desired_revision: Option<String>,
+    /// The pause an operator holds the rollout for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) paused: Option<requests::PauseView>,
+    /// Operators' requests about the update revision (abort, retry,
+    /// promote): what came of each, or that the controller has not read
+    /// it yet.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) requests: Vec<requests::RequestView>,
     /// The conditions, as written by the controller.
     pub(crate) conditions: Vec<ConditionView>,
     /// The placements, in spec order.
@@ -292,6 +303,8 @@ pub fn build(snapshot: &Snapshot, now: Timestamp) -> View {
         current_revision: status.current_revision.clone(),
         aborted_time: aborted,
         desired_revision: desired,
+        paused: requests::pause(snapshot.carrier.as_ref()),
+        requests: requests::requests(snapshot.carrier.as_ref(), status.update_revision.as_deref()),
         conditions,
         placements,
         waiting: Vec::new(),
@@ -327,6 +340,10 @@ fn phase(view: &View) -> Phase {
             Phase::RollingBack
         };
     }
+    let done = view.update_revision.is_some() && view.update_revision == view.current_revision;
+    if view.paused.is_some() && !(done && restored) {
+        return Phase::Paused;
+    }
     let breach = view.placements.iter().any(|p| p.max_failure_breach);
     let false_ = |kind: &str| find(&view.conditions, kind).is_some_and(|c| c.status == "False");
     // Hook calls failing, a deadline passed, a plugin or placement missing.
@@ -337,7 +354,6 @@ fn phase(view: &View) -> Phase {
     {
         return Phase::Degraded;
     }
-    let done = view.update_revision.is_some() && view.update_revision == view.current_revision;
     if done && restored {
         Phase::Healthy
     } else {

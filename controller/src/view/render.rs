@@ -24,6 +24,7 @@ fn phase_text(phase: Phase) -> &'static str {
         Phase::Degraded => "✖ Degraded",
         Phase::RollingBack => "↺ RollingBack",
         Phase::Aborted => "✖ Aborted",
+        Phase::Paused => "॥ Paused",
     }
 }
 
@@ -129,6 +130,17 @@ fn header(view: &View, out: &mut String) {
         rows.push(vec![
             "Aborted:".to_owned(),
             format!("{at} ({} ago)", age(view.now, Some(at))),
+        ]);
+    }
+    if let Some(pause) = &view.paused {
+        rows.push(vec![
+            "Paused:".to_owned(),
+            format!(
+                "{} at {} ({} ago)",
+                crate::api::control::who(pause.by.as_deref(), pause.reason.as_deref()),
+                pause.time,
+                age(view.now, Some(pause.time))
+            ),
         ]);
     }
     for line in table(&rows) {

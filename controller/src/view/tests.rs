@@ -396,3 +396,86 @@ fn frames_clear_a_terminal_and_are_separated_in_a_pipe() {
         assert_eq!(value["name"], "hello");
     }
 }
+
+/// `snapshot` with the carrier's `spec.control` and `status.control` as
+/// given.
+fn controlled(mut snapshot: Snapshot, spec: Value, status: Value) -> Snapshot {
+    let carrier = snapshot.carrier.as_mut().expect("a carrier");
+    carrier.spec.control = serde_json::from_value(spec).expect("spec.control");
+    carrier.status.as_mut().expect("a status").control =
+        serde_json::from_value(status).expect("status.control");
+    snapshot
+}
+
+#[test]
+fn a_pause_says_who_when_and_why_and_a_request_not_read_yet_is_said() {
+    let pause = json!({"time": "2025-03-01T11:55:00Z", "by": "alice", "reason": "5xx above 1%"});
+    let snapshot = controlled(
+        mid_rollout(),
+        json!({"paused": pause, "retry": {"requestedTime": "2025-03-01T11:59:50Z", "by": "bob"}}),
+        json!({"paused": pause}),
+    );
+    let view = build(&snapshot, at(NOW));
+    assert_eq!(view.phase, Phase::Paused);
+    assert_eq!(
+        view.waiting[..2],
+        [
+            "a resume: paused by alice (5xx above 1%) 5m0s ago; no new cluster starts (1 to apply), `rollout-controller resume hello` lifts it",
+            "the controller to read the retry requested by bob at 11:59:50Z",
+        ]
+    );
+    assert_eq!(
+        view.waiting.last().map(String::as_str),
+        Some("1 cluster to apply, once resumed: cluster-004")
+    );
+    let text = render(&view);
+    for want in [
+        "Status:     ॥ Paused",
+        "Paused:     by alice (5xx above 1%) at 2025-03-01T11:55:00Z (5m0s ago)",
+    ] {
+        assert!(text.contains(want), "{want:?} missing from\n{text}");
+    }
+    let json = serde_json::to_value(&view).expect("serializes");
+    assert_eq!(json["paused"]["by"], "alice");
+    assert_eq!(json["paused"]["observed"], true);
+    assert_eq!(json["requests"][0]["kind"], "retry");
+}
+
+#[test]
+fn an_abort_an_operator_asked_for_names_them_and_an_ignored_request_says_why() {
+    let abort =
+        json!({"requestedTime": "2025-03-01T11:57:59Z", "by": "alice", "reason": "error rate"});
+    let snapshot = controlled(
+        aborted(),
+        json!({"abort": abort, "promote": {"requestedTime": "2025-03-01T11:59:00Z", "by": "bob"}}),
+        json!({"abort": {"requestedTime": "2025-03-01T11:57:59Z", "by": "alice", "reason": "error rate",
+                         "observedTime": "2025-03-01T11:58:00Z", "revision": "r2", "result": "Acted",
+                         "message": "the rollout of revision r2 is aborted: rolling back to revision r1"},
+               "promote": {"requestedTime": "2025-03-01T11:59:00Z", "by": "bob",
+                           "observedTime": "2025-03-01T11:59:01Z", "revision": "r1", "result": "Stale",
+                           "message": "made for revision r1, not the update revision r2"}}),
+    );
+    let view = build(&snapshot, at(NOW));
+    assert_eq!(view.phase, Phase::RollingBack);
+    assert_eq!(
+        view.waiting[0],
+        "aborted by alice (error rate) at 11:58:00Z (2m0s ago): rolling back 2 clusters to revision r1"
+    );
+    // The promotion was about another revision: not this rollout's.
+    assert_eq!(view.requests.len(), 1);
+    let snapshot = controlled(
+        aborted(),
+        json!({"retry": {"requestedTime": "2025-03-01T11:59:00Z", "by": "bob"}}),
+        json!({"retry": {"requestedTime": "2025-03-01T11:59:00Z", "by": "bob",
+                         "observedTime": "2025-03-01T11:59:01Z", "revision": "r2", "result": "Unneeded",
+                         "message": "the rollout of revision r2 is not aborted"}}),
+    );
+    let view = build(&snapshot, at(NOW));
+    assert!(
+        view.waiting.contains(
+            &"nothing more for the retry requested by bob at 11:59:00Z: it did nothing, the rollout of revision r2 is not aborted".to_owned()
+        ),
+        "{:?}",
+        view.waiting
+    );
+}

@@ -32,6 +32,7 @@ pub(crate) fn lines(view: &View) -> Vec<String> {
     if let Some(at) = view.aborted_time {
         lines.push(abort_line(view, at));
     }
+    control_lines(view, &mut lines);
     if let Some(c) = find(&view.conditions, PLACEMENT_VERIFIED).filter(|c| c.status == "False") {
         lines.push(format!(
             "placements not usable ({}): {}",
@@ -65,6 +66,48 @@ pub(crate) fn lines(view: &View) -> Vec<String> {
     lines
 }
 
+/// The pause, and the operators' requests that are not read yet or did
+/// nothing.
+fn control_lines(view: &View, lines: &mut Vec<String>) {
+    if let Some(pause) = &view.paused {
+        let who = crate::api::control::who(pause.by.as_deref(), pause.reason.as_deref());
+        let read = if pause.observed {
+            ""
+        } else {
+            " (the controller has not read it yet)"
+        };
+        let waiting = view
+            .placements
+            .iter()
+            .flat_map(|p| &p.groups)
+            .flat_map(|g| &g.clusters)
+            .filter(|c| c.status == RolloutStatus::ToApply)
+            .count();
+        lines.push(format!(
+            "a resume: paused {who} {} ago{read}; no new cluster starts ({waiting} to apply), `rollout-controller resume {}` lifts it",
+            span(view.now.duration_since(pause.time)),
+            view.name
+        ));
+    }
+    for request in &view.requests {
+        let at = request.requested_time.strftime("%H:%M:%SZ");
+        match request.result {
+            None => lines.push(format!(
+                "the controller to read the {} requested {} at {at}",
+                request.kind,
+                request.who()
+            )),
+            Some("Acted") => {}
+            Some(_) => lines.push(format!(
+                "nothing more for the {} requested {} at {at}: it did nothing, {}",
+                request.kind,
+                request.who(),
+                request.message
+            )),
+        }
+    }
+}
+
 fn abort_line(view: &View, at: Timestamp) -> String {
     let ago = span(view.now.duration_since(at));
     let clusters = view
@@ -76,15 +119,24 @@ fn abort_line(view: &View, at: Timestamp) -> String {
         .filter(|c| c.status != RolloutStatus::Succeeded)
         .count();
     let at = at.strftime("%H:%M:%SZ");
+    // An abort an operator asked for names them.
+    let by = view
+        .requests
+        .iter()
+        .find(|r| r.kind == "abort" && r.result == Some("Acted"))
+        .map(|r| format!(" {}", r.who()))
+        .unwrap_or_default();
     match &view.current_revision {
         None => format!(
-            "aborted at {at} ({ago} ago): no earlier revision to roll back to, the rollout is stopped"
+            "aborted{by} at {at} ({ago} ago): no earlier revision to roll back to, the rollout is stopped"
         ),
         Some(current) if left == 0 => {
-            format!("aborted at {at} ({ago} ago): revision {current} is restored on every cluster")
+            format!(
+                "aborted{by} at {at} ({ago} ago): revision {current} is restored on every cluster"
+            )
         }
         Some(current) => format!(
-            "aborted at {at} ({ago} ago): rolling back {left} cluster{} to revision {current}",
+            "aborted{by} at {at} ({ago} ago): rolling back {left} cluster{} to revision {current}",
             if left == 1 { "" } else { "s" }
         ),
     }
@@ -135,13 +187,13 @@ fn placement_lines(view: &View, placement: &PlacementView, out: &mut Vec<String>
         .map(|c| c.name.clone())
         .collect();
     if !to_apply.is_empty() && !placement.max_failure_breach {
-        let verb = if view.aborted_time.is_some() {
-            "to roll back"
-        } else {
-            "to apply"
+        let (verb, when) = match (view.aborted_time, &view.paused) {
+            (Some(_), _) => ("to roll back", "as the strategy allows"),
+            (None, Some(_)) => ("to apply", "once resumed"),
+            (None, None) => ("to apply", "as the strategy allows"),
         };
         out.push(format!(
-            "{} cluster{} {verb}, as the strategy allows: {}",
+            "{} cluster{} {verb}, {when}: {}",
             to_apply.len(),
             if to_apply.len() == 1 { "" } else { "s" },
             ranges(&to_apply, 4)

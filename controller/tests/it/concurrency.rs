@@ -275,6 +275,7 @@ impl Rig {
             clock: &now,
             settings: &self.settings,
             trace: &trace,
+            control: orchestrate::ManualControl::default(),
         };
         orchestrate::deploy(&self.hooks, &self.world, &input).await
     }

@@ -9,6 +9,7 @@
 mod binding;
 mod common;
 mod concurrency;
+mod control;
 mod crd;
 mod dashboard;
 mod dashboard_browser;

@@ -133,13 +133,20 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
         view: &View,
         result: &'r RolloutResult,
     ) -> Vec<&'r ClusterRolloutStatus> {
-        result
+        let candidates = result
             .clusters_to_rollout
             .iter()
             .filter(|c| c.status == RolloutStatus::ToApply)
             // A work of the desired revision applied but not yet seen by
             // the agent is waiting, not to roll out again.
-            .filter(|c| !view.observed.contains_key(&c.cluster_name))
+            .filter(|c| !view.observed.contains_key(&c.cluster_name));
+        // A pause holds new clusters of the update revision; a rollback,
+        // which restores, goes on.
+        if self.input.control.paused && !view.aborting {
+            state.outcome.paused = candidates.map(|c| c.cluster_name.clone()).collect();
+            return Vec::new();
+        }
+        candidates
             .filter(|c| self.may_apply(state, &c.cluster_name, &view.desired.hash))
             .collect()
     }

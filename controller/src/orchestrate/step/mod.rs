@@ -3,6 +3,7 @@
 //! [`validate`], act and prune in [`act`].
 
 mod act;
+mod promote;
 mod validate;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -37,6 +38,9 @@ struct View {
     /// Observed status per cluster in the placement (work of the desired
     /// revision).
     observed: BTreeMap<String, Observed>,
+    /// The clusters an operator promoted on the desired revision (their
+    /// work's generation): a soak is over for the engine.
+    promoted: BTreeSet<String>,
 }
 
 /// What the phases of one placement's step share and build up.
@@ -102,6 +106,9 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 && let Some(plugin) = self.plugin
             {
                 self.validate(plugin, &mut state, &mut view).await;
+            }
+            if self.acting() {
+                self.promote(&mut state, &mut view).await;
             }
             let result = self.decide(&view);
             if self.abort(&mut state, &view, &result) {
@@ -171,7 +178,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             works.insert(cluster, work);
         }
         let conflicts = conflict::conflicts_of(works.iter().map(|(c, w)| (c, w.as_ref())));
-        StepState {
+        let mut state = StepState {
             works,
             outcome: PlacementOutcome {
                 name: self.target.name.to_owned(),
@@ -179,6 +186,8 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                 aborting: false,
                 stopped: false,
                 held: !self.acting(),
+                paused: Vec::new(),
+                promoted: Vec::new(),
                 clusters: Vec::new(),
                 result: RolloutResult::default(),
                 works: WorkCounts::default(),
@@ -193,16 +202,43 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
             },
             messages: HashMap::new(),
             validated: BTreeSet::new(),
-            action: revision::abort_action(
-                aborted_at.is_some(),
-                false,
-                &input.update.hash,
-                input.current_hash,
-                input.current,
-            ),
+            action: AbortAction::Proceed,
             abort: None,
             aborted_at,
             adopted,
+        };
+        self.abort_at_start(&mut state);
+        state
+    }
+
+    /// The abort action at the start of the step: that of the abort under
+    /// way, or of one an operator asks for now (`spec.control.abort`),
+    /// which starts here, before any hook of the update revision, just as
+    /// an abort a failure starts.
+    fn abort_at_start(&self, state: &mut StepState) {
+        let input = self.input;
+        let asked = input
+            .control
+            .abort
+            .as_ref()
+            .filter(|_| state.aborted_at.is_none());
+        state.action = revision::abort_action(
+            state.aborted_at.is_some(),
+            asked.is_some(),
+            &input.update.hash,
+            input.current_hash,
+            input.current,
+        );
+        if let Some(who) = asked.filter(|_| state.action != AbortAction::Proceed) {
+            state.abort = Some((
+                input.clock.now(),
+                AbortReport {
+                    placement: self.target.name.to_owned(),
+                    action: state.action,
+                    failures: Vec::new(),
+                    requested: Some(who.clone()),
+                },
+            ));
         }
     }
 
@@ -265,6 +301,14 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
                     let adopted = state.adopted.contains(cluster);
                     Some((cluster.clone(), validation_clock(observed, adopted)))
                 })
+                .collect(),
+            promoted: state
+                .works
+                .iter()
+                .filter(|(cluster, work)| {
+                    self.order.contains(cluster) && promote::is_promoted(work, &desired.hash)
+                })
+                .map(|(cluster, _)| cluster.clone())
                 .collect(),
             aborting: state.action != AbortAction::Proceed,
             desired,
@@ -333,6 +377,7 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
         state.abort = Some((
             input.clock.now(),
             AbortReport {
+                requested: None,
                 placement: self.target.name.to_owned(),
                 action: next,
                 failures: failures(view, result, &self.order, &state.messages),
@@ -488,11 +533,18 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
 }
 
 /// The engine's input: the observed status of each cluster of the
-/// placement, with its group.
+/// placement, with its group; a promoted cluster that succeeded has
+/// soaked long since.
 fn existing_statuses(view: &View, order: &RolloutOrder) -> Vec<ClusterRolloutStatus> {
     view.observed
         .iter()
-        .map(|(cluster, o)| status_of(cluster, o, order))
+        .map(|(cluster, o)| {
+            let mut status = status_of(cluster, o, order);
+            if view.promoted.contains(cluster) && status.status == RolloutStatus::Succeeded {
+                status.last_transition_time = Some(Timestamp::UNIX_EPOCH);
+            }
+            status
+        })
         .collect()
 }
 

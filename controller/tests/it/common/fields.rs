@@ -452,7 +452,8 @@ fn set(object: &mut Value, path: &[String], value: Option<Value>) {
 }
 
 /// RFC 7386.
-fn merge(target: &mut Value, patch: &Value) {
+/// `patch` merged into `target` as a JSON merge patch (RFC 7386) is.
+pub fn merge(target: &mut Value, patch: &Value) {
     let Some(patch) = patch.as_object() else {
         *target = patch.clone();
         return;

@@ -614,6 +614,34 @@ impl Hub {
                 Some(stored) => (StatusCode::OK, stored.clone()),
                 None => not_found,
             },
+            // A merge patch of the object (an operator's spec.control): the
+            // generation moves with the spec, as for a kind with a status
+            // subresource.
+            (&Method::PATCH, None) if record.content_type == "application/merge-patch+json" => {
+                match carriers.get_mut(rest.trim_start_matches('/')) {
+                    Some(stored) => {
+                        let before = stored["spec"].clone();
+                        let mut patch = record.body.clone();
+                        // The status subresource is written apart.
+                        patch.as_object_mut().map(|p| p.remove("status"));
+                        fields::merge(stored, &patch);
+                        let pruned = self.stored(stored.clone());
+                        *stored = pruned;
+                        let bump = |v: &Value| v.as_i64().unwrap_or(0) + 1;
+                        if stored["spec"] != before {
+                            stored["metadata"]["generation"] =
+                                json!(bump(&stored["metadata"]["generation"]));
+                        }
+                        let version: i64 = stored["metadata"]["resourceVersion"]
+                            .as_str()
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        stored["metadata"]["resourceVersion"] = json!((version + 1).to_string());
+                        (StatusCode::OK, stored.clone())
+                    }
+                    None => not_found,
+                }
+            }
             (&Method::PATCH, Some((name, "status"))) => match carriers.get_mut(name) {
                 Some(stored) => {
                     // One field manager writes the status: an apply sets it whole.
