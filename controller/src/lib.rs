@@ -76,8 +76,8 @@
 
 pub mod api;
 pub mod app;
-pub mod dashboard;
 pub mod control;
+pub mod dashboard;
 pub mod events;
 pub mod format;
 pub mod guard;
