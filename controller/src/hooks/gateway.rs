@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rollout_proto::v1alpha1::{
-    InitializeRequest, InitializeResponse, MutateManifestWorkResponse, ValidateResponse,
-};
+use rollout_proto::v1alpha1::{InitializeResponse, MutateManifestWorkResponse, ValidateResponse};
 use rollout_proto::view::RolloutFields;
 use rollout_proto::{
     FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY, PLUGIN_METADATA_KEY, SERVICE_NAME,
@@ -17,7 +15,9 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use super::request::{MutateWire, RolloutRequest, ValidateWire};
-use super::{Call, HookCounters, HookCounts, HookError, HookKind, Hooks, Mutation};
+use super::{
+    Call, HookAnswer, HookCounters, HookCounts, HookError, HookKind, HookRequest, Hooks, Mutation,
+};
 use crate::telemetry::Telemetry;
 
 /// `--gateway` when not given: the gateway's default listen address.
@@ -302,7 +302,7 @@ impl GatewayHooks {
     /// Makes one call: counts it, wraps it in a client span (with the
     /// members that failed open and a validation's verdict), sends it, and
     /// turns a failure into a [`HookError`].
-    async fn call<Req, Resp>(
+    async fn exchange<Req, Resp>(
         &self,
         hook: HookKind,
         call: Call<'_>,
@@ -407,70 +407,66 @@ fn trailer_list(metadata: &MetadataMap, key: &str) -> Vec<String> {
 }
 
 impl Hooks for GatewayHooks {
-    async fn initialize(
-        &self,
-        call: Call<'_>,
-        request: InitializeRequest,
-    ) -> Result<InitializeResponse, HookError> {
-        let response = self.call(HookKind::Initialize, call, None, request).await?;
-        Ok(response.into_inner())
+    async fn call(&self, call: Call<'_>, request: HookRequest) -> Result<HookAnswer, HookError> {
+        match request {
+            HookRequest::Initialize(request) => {
+                let response = self
+                    .exchange(HookKind::Initialize, call, None, request)
+                    .await?;
+                Ok(HookAnswer::Initialized(response.into_inner()))
+            }
+            HookRequest::BeginRollout(request) => {
+                self.empty(HookKind::BeginRollout, call, request).await
+            }
+            HookRequest::ProgressRollout(request) => {
+                self.empty(HookKind::ProgressRollout, call, request).await
+            }
+            HookRequest::ValidateRolloutCompletion(request) => {
+                let rollout = request.fields();
+                let message = ValidateWire {
+                    rollout: Some(request),
+                };
+                let hook = HookKind::ValidateRolloutCompletion;
+                let response = self.exchange(hook, call, Some(&rollout), message).await?;
+                Ok(HookAnswer::Validated(response.into_inner()))
+            }
+            HookRequest::MutateManifestWork(request, manifest_work) => {
+                self.mutate(call, request, manifest_work).await
+            }
+        }
     }
+}
 
-    async fn begin_rollout(
+impl GatewayHooks {
+    /// `BeginRollout` or `ProgressRollout`: the request as it is, an empty
+    /// answer.
+    async fn empty(
         &self,
+        hook: HookKind,
         call: Call<'_>,
         request: RolloutRequest,
-    ) -> Result<(), HookError> {
+    ) -> Result<HookAnswer, HookError> {
         let rollout = request.fields();
-        self.call::<_, ()>(HookKind::BeginRollout, call, Some(&rollout), request)
+        self.exchange::<_, ()>(hook, call, Some(&rollout), request)
             .await?;
-        Ok(())
+        Ok(HookAnswer::Done)
     }
 
-    async fn progress_rollout(
-        &self,
-        call: Call<'_>,
-        request: RolloutRequest,
-    ) -> Result<(), HookError> {
-        let rollout = request.fields();
-        self.call::<_, ()>(HookKind::ProgressRollout, call, Some(&rollout), request)
-            .await?;
-        Ok(())
-    }
-
-    async fn validate_rollout_completion(
-        &self,
-        call: Call<'_>,
-        request: RolloutRequest,
-    ) -> Result<ValidateResponse, HookError> {
-        let rollout = request.fields();
-        let message = ValidateWire {
-            rollout: Some(request),
-        };
-        let response = self
-            .call(
-                HookKind::ValidateRolloutCompletion,
-                call,
-                Some(&rollout),
-                message,
-            )
-            .await?;
-        Ok(response.into_inner())
-    }
-
-    async fn mutate_manifest_work(
+    /// `MutateManifestWork`: the work beside the request, the answer's work
+    /// and its `mutated-by` and `failed-open` trailers.
+    async fn mutate(
         &self,
         call: Call<'_>,
         request: RolloutRequest,
         manifest_work: Bytes,
-    ) -> Result<Mutation, HookError> {
+    ) -> Result<HookAnswer, HookError> {
         let rollout = request.fields();
         let message = MutateWire {
             rollout: Some(request),
             manifest_work,
         };
         let response = self
-            .call::<_, MutateManifestWorkResponse>(
+            .exchange::<_, MutateManifestWorkResponse>(
                 HookKind::MutateManifestWork,
                 call,
                 Some(&rollout),
@@ -480,11 +476,11 @@ impl Hooks for GatewayHooks {
         let mutated_by = trailer_list(response.metadata(), MUTATED_BY_METADATA_KEY);
         let failed_open = trailer_list(response.metadata(), FAILED_OPEN_METADATA_KEY);
         let work = response.into_inner().manifest_work;
-        Ok(Mutation {
+        Ok(HookAnswer::Mutated(Mutation {
             work: (!work.is_empty()).then_some(work),
             mutated_by,
             failed_open,
-        })
+        }))
     }
 }
 

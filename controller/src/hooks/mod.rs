@@ -1,5 +1,6 @@
 //! The rollout plugin hooks as the orchestration sees them: the [`Hooks`]
-//! trait, its typed answers and errors, and a per-hook call counter.
+//! trait (one call: a [`HookRequest`] in, a [`HookAnswer`] out; the typed calls of
+//! [`HookCalls`]), its typed answers and errors, and a per-hook call counter.
 //!
 //! [`GatewayHooks`] implements it over gRPC to the rollout gateway (one
 //! lazily connected channel, the `ocm-rollout-plugin` metadata key, a
@@ -7,6 +8,7 @@
 //! implement the trait themselves; the orchestration
 //! ([`crate::orchestrate`]) only knows the trait.
 
+mod call;
 mod gateway;
 mod request;
 mod tls;
@@ -15,9 +17,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use rollout_proto::v1alpha1::{
-    InitializeRequest, InitializeResponse, RolloutStateDetail, ValidateResponse,
-};
+use rollout_proto::v1alpha1::{InitializeResponse, RolloutStateDetail};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -26,6 +26,9 @@ pub use gateway::{
     GatewayTlsFiles, check_gateway_url,
 };
 
+#[cfg(test)]
+pub(crate) use call::PerHook;
+pub use call::{HookAnswer, HookCalls, HookRequest};
 pub use request::{RolloutRequest, encode_state};
 pub use rollout_proto::HookKind;
 pub(crate) use rollout_proto::code_name;
@@ -243,48 +246,22 @@ pub struct Call<'a> {
     pub trace: &'a opentelemetry::Context,
 }
 
-/// The plugin API as the orchestration calls it. Every method is one call;
-/// implementations count them ([`HookCounters`]). The orchestration calls
-/// several at once (each cluster's calls in order), so implementations must
-/// bear concurrent calls.
+/// The plugin API as the orchestration calls it: one method, one hook call
+/// ([`HookRequest`] in, [`HookAnswer`] out, of the same hook). The typed
+/// calls (`initialize`, `begin_rollout`, …) are [`HookCalls`], which every
+/// implementation has. Implementations count their calls
+/// ([`HookCounters`]). The orchestration calls several at once (each
+/// cluster's calls in order), so implementations must bear concurrent
+/// calls. A decorator (metrics, the simulator's record) wraps another
+/// `Hooks` and forwards this one method.
 pub trait Hooks: Send + Sync {
-    /// `Initialize`.
-    fn initialize(
+    /// One call of `request`'s hook; its answer must be that hook's
+    /// ([`HookAnswer::answers`]), which [`HookCalls`] checks.
+    fn call(
         &self,
         call: Call<'_>,
-        request: InitializeRequest,
-    ) -> impl Future<Output = Result<InitializeResponse, HookError>> + Send;
-
-    /// `BeginRollout`, for one cluster (`cluster_name` set).
-    fn begin_rollout(
-        &self,
-        call: Call<'_>,
-        request: RolloutRequest,
-    ) -> impl Future<Output = Result<(), HookError>> + Send;
-
-    /// `ProgressRollout`, once per reconcile of a placement.
-    fn progress_rollout(
-        &self,
-        call: Call<'_>,
-        request: RolloutRequest,
-    ) -> impl Future<Output = Result<(), HookError>> + Send;
-
-    /// `ValidateRolloutCompletion`, for one Validating cluster (the
-    /// request's `rollout`).
-    fn validate_rollout_completion(
-        &self,
-        call: Call<'_>,
-        request: RolloutRequest,
-    ) -> impl Future<Output = Result<ValidateResponse, HookError>> + Send;
-
-    /// `MutateManifestWork`, for one cluster (the request's `rollout`),
-    /// with the ManifestWork as JSON (`manifest_work`).
-    fn mutate_manifest_work(
-        &self,
-        call: Call<'_>,
-        request: RolloutRequest,
-        manifest_work: Bytes,
-    ) -> impl Future<Output = Result<Mutation, HookError>> + Send;
+        request: HookRequest,
+    ) -> impl Future<Output = Result<HookAnswer, HookError>> + Send;
 }
 
 /// How many calls of each hook were made, answered or not.

@@ -227,7 +227,7 @@ impl rollout_plugin_sdk::RolloutPlugin for Hello {
 async fn names_the_gateway_did_not_resolve_make_one_series() {
     use std::sync::Arc;
 
-    use crate::hooks::{Call, GatewayHooks, GatewayOptions, Hooks};
+    use crate::hooks::{Call, GatewayHooks, GatewayOptions, HookCalls};
     use crate::telemetry::Telemetry;
 
     let plugin = rollout_plugin_sdk::testing::spawn(Hello)

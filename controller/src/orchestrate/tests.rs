@@ -22,7 +22,7 @@ use super::*;
 use crate::api::annotations::{OWNER_ANNOTATION, SPEC_HASH_ANNOTATION, VALIDATION_ANNOTATION};
 use crate::api::labels::{CONTROLLER_HASH_LABEL, MWRS_OWNER_LABEL, PLACEMENT_NAME_LABEL};
 use crate::api::{ManifestWork, ManifestWorkSpec};
-use crate::hooks::{Call, HookError, HookKind, Hooks, Mutation, RolloutRequest, StateDetail};
+use crate::hooks::{HookError, HookKind, Hooks, Mutation, PerHook, RolloutRequest, StateDetail};
 use crate::revision::{self, AbortAction, Revision, spec_hash};
 use crate::rollout::{ClusterGroup, RawStrategy, RolloutStatus, Strategy};
 
@@ -121,30 +121,21 @@ impl Script {
     }
 }
 
-impl Hooks for Script {
-    async fn initialize(
-        &self,
-        _: Call<'_>,
-        _: InitializeRequest,
-    ) -> Result<InitializeResponse, HookError> {
+impl PerHook for Script {
+    async fn initialize(&self, _: InitializeRequest) -> Result<InitializeResponse, HookError> {
         Ok(InitializeResponse::default())
     }
 
-    async fn begin_rollout(&self, _: Call<'_>, request: RolloutRequest) -> Result<(), HookError> {
+    async fn begin_rollout(&self, request: RolloutRequest) -> Result<(), HookError> {
         self.enter(HookKind::BeginRollout, &request.decode_full(), None)
     }
 
-    async fn progress_rollout(
-        &self,
-        _: Call<'_>,
-        request: RolloutRequest,
-    ) -> Result<(), HookError> {
+    async fn progress_rollout(&self, request: RolloutRequest) -> Result<(), HookError> {
         self.enter(HookKind::ProgressRollout, &request.decode_full(), None)
     }
 
     async fn validate_rollout_completion(
         &self,
-        _: Call<'_>,
         request: RolloutRequest,
     ) -> Result<ValidateResponse, HookError> {
         let rollout = request.decode_full();
@@ -164,7 +155,6 @@ impl Hooks for Script {
 
     async fn mutate_manifest_work(
         &self,
-        _: Call<'_>,
         request: RolloutRequest,
         manifest_work: Bytes,
     ) -> Result<Mutation, HookError> {

@@ -10,7 +10,7 @@ use rollout_proto::v1alpha1::{InitializeRequest, InitializeResponse};
 use tokio::time::Instant;
 
 use crate::api::conditions::plugin_failed_message;
-use crate::hooks::{Call, HookError, Hooks};
+use crate::hooks::{Call, HookCalls, HookError, Hooks};
 
 /// How long an answer of `Initialize` is reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,11 +112,8 @@ impl PluginCache {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use bytes::Bytes;
-    use rollout_proto::v1alpha1::ValidateResponse;
-
     use super::*;
-    use crate::hooks::{HookKind, Mutation, RolloutRequest};
+    use crate::hooks::{HookKind, PerHook};
 
     /// Counts Initialize calls; fails them while `down`.
     #[derive(Default)]
@@ -125,12 +122,8 @@ mod tests {
         down: std::sync::atomic::AtomicBool,
     }
 
-    impl Hooks for Counting {
-        async fn initialize(
-            &self,
-            _: Call<'_>,
-            _: InitializeRequest,
-        ) -> Result<InitializeResponse, HookError> {
+    impl PerHook for Counting {
+        async fn initialize(&self, _: InitializeRequest) -> Result<InitializeResponse, HookError> {
             self.calls.fetch_add(1, Ordering::SeqCst);
             if self.down.load(Ordering::SeqCst) {
                 return Err(HookError {
@@ -141,27 +134,6 @@ mod tests {
                 });
             }
             Ok(InitializeResponse::default())
-        }
-        async fn begin_rollout(&self, _: Call<'_>, _: RolloutRequest) -> Result<(), HookError> {
-            unreachable!()
-        }
-        async fn progress_rollout(&self, _: Call<'_>, _: RolloutRequest) -> Result<(), HookError> {
-            unreachable!()
-        }
-        async fn validate_rollout_completion(
-            &self,
-            _: Call<'_>,
-            _: RolloutRequest,
-        ) -> Result<ValidateResponse, HookError> {
-            unreachable!()
-        }
-        async fn mutate_manifest_work(
-            &self,
-            _: Call<'_>,
-            _: RolloutRequest,
-            _: Bytes,
-        ) -> Result<Mutation, HookError> {
-            unreachable!()
         }
     }
 

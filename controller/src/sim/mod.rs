@@ -54,8 +54,8 @@ use thiserror::Error;
 use crate::api::ManifestWork;
 use crate::api::annotations::VALIDATION_ANNOTATION;
 use crate::hooks::{
-    Call, HookCounts, HookError, HookKind, Hooks, Origin, Persistence, StateDetail, TlsFailure,
-    code_name,
+    Call, HookCalls, HookCounts, HookError, HookKind, Hooks, Origin, Persistence, StateDetail,
+    TlsFailure, code_name,
 };
 use crate::orchestrate::observe::{self, Verdict};
 use crate::orchestrate::{

@@ -7,12 +7,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rollout_proto::v1alpha1::{
-    InitializeRequest, InitializeResponse, ValidateResponse, ValidationResult,
-};
+use rollout_proto::v1alpha1::ValidationResult;
 
 use crate::hooks::{
-    Call, HookCounters, HookCounts, HookError, HookKind, Hooks, Mutation, RolloutRequest,
+    Call, HookAnswer, HookCounters, HookCounts, HookError, HookKind, HookRequest, Hooks,
+    RolloutRequest,
 };
 
 /// What a recorded call got back.
@@ -160,64 +159,14 @@ impl About {
     }
 }
 
-fn failed<T>(result: &Result<T, HookError>) -> Option<Answer> {
-    result.as_ref().err().map(|e| Answer::Failed(e.clone()))
-}
-
-impl<H: Hooks> Hooks for Recorder<H> {
-    async fn initialize(
-        &self,
-        call: Call<'_>,
-        request: InitializeRequest,
-    ) -> Result<InitializeResponse, HookError> {
-        let result = self.inner.initialize(call, request).await;
-        self.record(
-            HookKind::Initialize,
-            About::default(),
-            failed(&result).unwrap_or(Answer::Done),
-        );
-        result
-    }
-
-    async fn begin_rollout(
-        &self,
-        call: Call<'_>,
-        request: RolloutRequest,
-    ) -> Result<(), HookError> {
-        let about = About::of(&request);
-        let result = self.inner.begin_rollout(call, request).await;
-        self.record(
-            HookKind::BeginRollout,
-            about,
-            failed(&result).unwrap_or(Answer::Done),
-        );
-        result
-    }
-
-    async fn progress_rollout(
-        &self,
-        call: Call<'_>,
-        request: RolloutRequest,
-    ) -> Result<(), HookError> {
-        let about = About::of(&request);
-        let result = self.inner.progress_rollout(call, request).await;
-        self.record(
-            HookKind::ProgressRollout,
-            about,
-            failed(&result).unwrap_or(Answer::Done),
-        );
-        result
-    }
-
-    async fn validate_rollout_completion(
-        &self,
-        call: Call<'_>,
-        request: RolloutRequest,
-    ) -> Result<ValidateResponse, HookError> {
-        let about = About::of(&request);
-        let result = self.inner.validate_rollout_completion(call, request).await;
-        let answer = match &result {
-            Ok(response) => Answer::Validation {
+impl Answer {
+    /// What the record keeps of `answer`; `sent` is the work a mutation call
+    /// sent.
+    fn of(answer: &Result<HookAnswer, HookError>, sent: Option<Bytes>) -> Answer {
+        match answer {
+            Err(error) => Answer::Failed(error.clone()),
+            Ok(HookAnswer::Initialized(_) | HookAnswer::Done) => Answer::Done,
+            Ok(HookAnswer::Validated(response)) => Answer::Validation {
                 result: ValidationResult::try_from(response.result)
                     .unwrap_or(ValidationResult::Unspecified),
                 message: response.message.clone(),
@@ -225,35 +174,27 @@ impl<H: Hooks> Hooks for Recorder<H> {
                     .recheck_after
                     .and_then(|d| Duration::try_from(d).ok()),
             },
-            Err(error) => Answer::Failed(error.clone()),
-        };
-        self.record(HookKind::ValidateRolloutCompletion, about, answer);
-        result
-    }
-
-    async fn mutate_manifest_work(
-        &self,
-        call: Call<'_>,
-        request: RolloutRequest,
-        manifest_work: Bytes,
-    ) -> Result<Mutation, HookError> {
-        let about = About::of(&request);
-        // A reference count, not a copy: kept to show what the plugin changed.
-        let sent = manifest_work.clone();
-        let result = self
-            .inner
-            .mutate_manifest_work(call, request, manifest_work)
-            .await;
-        let answer = match &result {
-            Ok(mutation) => Answer::Mutation {
+            Ok(HookAnswer::Mutated(mutation)) => Answer::Mutation {
                 mutated_by: mutation.mutated_by.clone(),
                 failed_open: mutation.failed_open.clone(),
-                sent,
+                sent: sent.unwrap_or_default(),
                 answered: mutation.work.clone(),
             },
-            Err(error) => Answer::Failed(error.clone()),
+        }
+    }
+}
+
+impl<H: Hooks> Hooks for Recorder<H> {
+    async fn call(&self, call: Call<'_>, request: HookRequest) -> Result<HookAnswer, HookError> {
+        let hook = request.kind();
+        let about = request.rollout().map(About::of).unwrap_or_default();
+        // A reference count, not a copy: kept to show what the plugin changed.
+        let sent = match &request {
+            HookRequest::MutateManifestWork(_, work) => Some(work.clone()),
+            _ => None,
         };
-        self.record(HookKind::MutateManifestWork, about, answer);
+        let result = self.inner.call(call, request).await;
+        self.record(hook, about, Answer::of(&result, sent));
         result
     }
 }
@@ -261,64 +202,41 @@ impl<H: Hooks> Hooks for Recorder<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hooks::HookCalls;
 
     /// Answers every call; fails BeginRollout for `bad`.
     struct Fixed;
 
     impl Hooks for Fixed {
-        async fn initialize(
-            &self,
-            _: Call<'_>,
-            _: InitializeRequest,
-        ) -> Result<InitializeResponse, HookError> {
-            Ok(InitializeResponse::default())
-        }
-
-        async fn begin_rollout(
-            &self,
-            _: Call<'_>,
-            request: RolloutRequest,
-        ) -> Result<(), HookError> {
-            if request.cluster_name == "bad" {
-                return Err(HookError {
-                    hook: HookKind::BeginRollout,
-                    code: tonic::Code::Unavailable,
-                    message: "plugin \"p\": down".into(),
-                    origin: crate::hooks::Origin::Answer,
-                });
-            }
-            Ok(())
-        }
-
-        async fn progress_rollout(&self, _: Call<'_>, _: RolloutRequest) -> Result<(), HookError> {
-            Ok(())
-        }
-
-        async fn validate_rollout_completion(
-            &self,
-            _: Call<'_>,
-            _: RolloutRequest,
-        ) -> Result<ValidateResponse, HookError> {
-            Ok(ValidateResponse {
-                result: ValidationResult::Inprogress as i32,
-                message: "soaking".into(),
-                recheck_after: Some(prost_types::Duration {
-                    seconds: 0,
-                    nanos: 300_000_000,
-                }),
-            })
-        }
-
-        async fn mutate_manifest_work(
-            &self,
-            _: Call<'_>,
-            _: RolloutRequest,
-            _: Bytes,
-        ) -> Result<Mutation, HookError> {
-            Ok(Mutation {
-                work: None,
-                mutated_by: vec!["traffic-weights".into()],
-                failed_open: Vec::new(),
+        async fn call(&self, _: Call<'_>, request: HookRequest) -> Result<HookAnswer, HookError> {
+            Ok(match request {
+                HookRequest::Initialize(_) => HookAnswer::Initialized(Default::default()),
+                HookRequest::BeginRollout(r) if r.cluster_name == "bad" => {
+                    return Err(HookError {
+                        hook: HookKind::BeginRollout,
+                        code: tonic::Code::Unavailable,
+                        message: "plugin \"p\": down".into(),
+                        origin: crate::hooks::Origin::Answer,
+                    });
+                }
+                HookRequest::BeginRollout(_) | HookRequest::ProgressRollout(_) => HookAnswer::Done,
+                HookRequest::ValidateRolloutCompletion(_) => {
+                    HookAnswer::Validated(rollout_proto::v1alpha1::ValidateResponse {
+                        result: ValidationResult::Inprogress as i32,
+                        message: "soaking".into(),
+                        recheck_after: Some(prost_types::Duration {
+                            seconds: 0,
+                            nanos: 300_000_000,
+                        }),
+                    })
+                }
+                HookRequest::MutateManifestWork(..) => {
+                    HookAnswer::Mutated(crate::hooks::Mutation {
+                        work: None,
+                        mutated_by: vec!["traffic-weights".into()],
+                        failed_open: Vec::new(),
+                    })
+                }
             })
         }
     }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::report::{Event, Plan};
 use super::*;
-use crate::hooks::{Mutation, RolloutRequest};
+use crate::hooks::{Mutation, PerHook, RolloutRequest};
 
 /// A plugin in memory: validation INPROGRESS on the first ask of each
 /// cluster and revision (recheck after `recheck`), then SUCCEEDED, FAILED
@@ -68,12 +68,8 @@ impl Scripted {
     }
 }
 
-impl Hooks for Scripted {
-    async fn initialize(
-        &self,
-        _: Call<'_>,
-        _: InitializeRequest,
-    ) -> Result<InitializeResponse, HookError> {
+impl PerHook for Scripted {
+    async fn initialize(&self, _: InitializeRequest) -> Result<InitializeResponse, HookError> {
         if self.down {
             return Err(HookError {
                 hook: HookKind::Initialize,
@@ -90,7 +86,7 @@ impl Hooks for Scripted {
         })
     }
 
-    async fn begin_rollout(&self, _: Call<'_>, r: RolloutRequest) -> Result<(), HookError> {
+    async fn begin_rollout(&self, r: RolloutRequest) -> Result<(), HookError> {
         self.record(HookKind::BeginRollout, &r);
         match self.refuse {
             Some(code) => Err(HookError {
@@ -103,14 +99,13 @@ impl Hooks for Scripted {
         }
     }
 
-    async fn progress_rollout(&self, _: Call<'_>, r: RolloutRequest) -> Result<(), HookError> {
+    async fn progress_rollout(&self, r: RolloutRequest) -> Result<(), HookError> {
         self.record(HookKind::ProgressRollout, &r);
         Ok(())
     }
 
     async fn validate_rollout_completion(
         &self,
-        _: Call<'_>,
         r: RolloutRequest,
     ) -> Result<ValidateResponse, HookError> {
         self.record(HookKind::ValidateRolloutCompletion, &r);
@@ -138,7 +133,6 @@ impl Hooks for Scripted {
 
     async fn mutate_manifest_work(
         &self,
-        _: Call<'_>,
         r: RolloutRequest,
         manifest_work: Bytes,
     ) -> Result<Mutation, HookError> {

@@ -10,7 +10,8 @@ use std::time::Duration;
 use common::*;
 use opentelemetry::trace::TraceContextExt;
 use rollout_controller::hooks::{
-    Call, GatewayHooks, GatewayOptions, GatewayTls, HookKind, Hooks, RolloutRequest, encode_state,
+    Call, GatewayHooks, GatewayOptions, GatewayTls, HookCalls, HookKind, RolloutRequest,
+    encode_state,
 };
 use rollout_controller::telemetry::Telemetry;
 use rollout_proto::v1alpha1::*;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::common::*;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
-use rollout_controller::hooks::{Call, GatewayHooks, GatewayOptions, Hooks};
+use rollout_controller::hooks::{Call, GatewayHooks, GatewayOptions, HookCalls};
 use rollout_controller::sim::{self, Config, Recorder, StrategyFlags};
 use rollout_controller::telemetry::{Telemetry, TracingOptions};
 use rollout_gateway::app;

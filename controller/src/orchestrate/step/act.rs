@@ -11,7 +11,7 @@ use rollout_telemetry::throttle::{LOG_INTERVAL, Throttle};
 
 use super::{PlacementStep, StepState, View, reported, timed_out_reported};
 use crate::api::ManifestWork;
-use crate::hooks::{Call, HookError, HookKind, Hooks};
+use crate::hooks::{Call, HookCalls, HookError, HookKind, Hooks};
 use crate::orchestrate::conflict::{self, WorkConflict};
 use crate::orchestrate::report::{HookFailure, soonest};
 use crate::orchestrate::request::{self, Reported, Requests};

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use rollout_proto::v1alpha1::{ValidateResponse, ValidationResult as ProtoValidation};
 
 use super::{PlacementStep, StepState, View, reported};
-use crate::hooks::{Call, HookError, Hooks, RolloutRequest};
+use crate::hooks::{Call, HookCalls, HookError, Hooks, RolloutRequest};
 use crate::orchestrate::observe::{self, Verdict};
 use crate::orchestrate::report::{HookFailure, soonest};
 use crate::orchestrate::request;
