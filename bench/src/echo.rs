@@ -401,7 +401,7 @@ mod tests {
 
     #[test]
     fn mutate_changes_the_work_and_keeps_its_identity() {
-        let original = crate::manifest::manifest_work_json(4096);
+        let original = rollout_harness::manifest::manifest_work_json(4096);
         let once = mutate(&original, "mutate").unwrap();
         assert_ne!(once, original);
         let before: serde_json::Value = serde_json::from_slice(&original).unwrap();

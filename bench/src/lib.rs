@@ -1,7 +1,5 @@
 //! Benchmark tools for the rollout-plugin gateway.
 //!
-//! - [`load`]: the load generator behind `hookbench` (concurrent unary calls
-//!   of one hook, per-request latency, a JSON report);
 //! - [`echo`]: the do-nothing (or mutating) plugin behind `echo-plugin`, the
 //!   upstream of every benchmark;
 //! - [`compare`]: the pure parts of `gwbench`, the driver that compares the
@@ -10,7 +8,10 @@
 //!   tonic forwarder, nginx, HAProxy, nghttpx, Envoy): scenarios, generated
 //!   configurations, `/proc` readings, the machine, summaries and goals;
 //! - [`otlp`]: the OTLP/gRPC trace receiver the traced gateway exports to;
-//! - [`manifest`], [`stats`], [`units`]: payloads, percentiles, flag values.
+//! - [`units`]: flag values.
+//!
+//! The load generator, the process guard, `/proc` readings, payloads and
+//! percentiles are in `rollout-harness`, which the demo shares.
 
 // A `pub` item must be reachable from the crate root; anything else is
 // `pub(crate)`.
@@ -19,11 +20,7 @@
 pub mod compare;
 pub mod echo;
 pub mod hostile;
-pub mod load;
-pub mod manifest;
 pub mod otlp;
-pub mod process;
-pub mod stats;
 pub mod units;
 
 /// A runtime of `threads` threads: a current-thread runtime for 1 (no

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use rollout_bench::process::{ChildGuard, wait_for_http_ok};
+use rollout_harness::process::{ChildGuard, wait_for_http_ok};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::process::Command;
@@ -84,7 +84,7 @@ impl Jaeger {
         let (mut guard, _stdout) = ChildGuard::spawn("jaeger", command, &dir.join("jaeger.log"))?;
         let query = format!("127.0.0.1:{query}");
         wait_for_http_ok(&mut guard, &query, "/api/services", Duration::from_secs(30)).await?;
-        rollout_bench::process::wait_for_port(
+        rollout_harness::process::wait_for_port(
             &mut guard,
             &format!("127.0.0.1:{grpc}"),
             Duration::from_secs(10),

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use rollout_bench::process::{ChildGuard, wait_for_http_ok};
+use rollout_harness::process::{ChildGuard, wait_for_http_ok};
 use tokio::process::Command;
 
 pub mod jaeger;

@@ -26,13 +26,13 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
 use clap::Parser;
-use rollout_bench::load::{self, Hook, LoadConfig, Stop};
-use rollout_bench::manifest::manifest_work_json;
 use rollout_demo::jaeger::Jaeger;
 use rollout_demo::{
     Binaries, PIPELINE, PLUGINS, RolloutParams, Stack, StackOptions, WorkDir, check_fleet,
     simulate_args,
 };
+use rollout_harness::load::{self, Hook, LoadConfig, Stop};
+use rollout_harness::manifest::manifest_work_json;
 use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
 use rollout_proto::v1alpha1::{MutateManifestWorkRequest, RolloutPluginRequest};
 use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY, PLUGIN_METADATA_KEY};

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use rollout_bench::load::{self, Hook, LoadConfig, Report, Stop};
 use rollout_bench::units::{parse_duration, parse_size};
+use rollout_harness::load::{self, Hook, LoadConfig, Report, Stop};
 
 /// Load generator for rollout plugins and the rollout-plugin gateway.
 #[derive(Debug, Parser)]

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use rollout_bench::compare::procfs;
 use rollout_bench::hostile::{self, Answers, Attack};
-use rollout_bench::process::ChildGuard;
 use rollout_bench::units::{parse_duration, parse_size_usize};
+use rollout_harness::process::ChildGuard;
+use rollout_harness::procfs;
 use tokio::process::Command;
 
 /// Measures the gateway's memory under a hostile HTTP/2 client.

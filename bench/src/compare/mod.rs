@@ -3,14 +3,13 @@
 //! (without and with exported tracing) and through yardsticks (a minimal
 //! forwarder on `h2`, a tonic forwarder, nginx, HAProxy, nghttpx, Envoy):
 //! scenarios, the generated gateway registry and proxy configurations,
-//! `/proc` readings, the machine, and the summary (medians over rounds,
+//! the machine, and the summary (medians over rounds,
 //! added latency, the cost of tracing, the performance goals, Markdown).
 //!
 //! Starting and stopping the processes is the binary's business.
 
 pub mod config;
 pub mod machine;
-pub mod procfs;
 pub mod summary;
 pub mod yardsticks;
 

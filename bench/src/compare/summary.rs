@@ -10,10 +10,10 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::machine::LoadAverage;
-use super::procfs::Memory;
 use super::{Scenario, TargetKind};
-use crate::load::{Hook, Report};
-use crate::stats::{median, round_to_tenth};
+use rollout_harness::load::{Hook, Report};
+use rollout_harness::procfs::Memory;
+use rollout_harness::stats::{median, round_to_tenth};
 
 /// One `hookbench` run: one round of one scenario against one target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1194,7 +1194,7 @@ fn tracing_markdown(results: &BenchResults, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::LatencySummary;
+    use rollout_harness::stats::LatencySummary;
 
     fn record(round: usize, target: TargetKind, p50: f64, p99: f64, rps: f64) -> RoundRecord {
         RoundRecord {

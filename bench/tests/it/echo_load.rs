@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use rollout_bench::echo::{self, EchoMode};
-use rollout_bench::load::{self, Hook, LoadConfig, Stop};
-use rollout_bench::manifest::manifest_work_json;
+use rollout_harness::load::{self, Hook, LoadConfig, Stop};
+use rollout_harness::manifest::manifest_work_json;
 use rollout_proto::v1alpha1::MutateManifestWorkRequest;
 use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
 use tokio::net::TcpListener;

@@ -89,7 +89,7 @@ async fn mode_mutate_answers_with_a_changed_work_under_its_name() -> anyhow::Res
     let address = address(&line);
     let result = async {
         let mut client = RolloutPluginServiceClient::connect(format!("http://{address}")).await?;
-        let work = rollout_bench::manifest::manifest_work_json(4096);
+        let work = rollout_harness::manifest::manifest_work_json(4096);
         let answer = client
             .mutate_manifest_work(MutateManifestWorkRequest {
                 rollout: None,

@@ -10,8 +10,8 @@ use rollout_bench::compare::summary::{
     goals, markdown, summarize,
 };
 use rollout_bench::compare::{Scenario, TargetKind};
-use rollout_bench::load::{Hook, Report};
-use rollout_bench::stats::LatencySummary;
+use rollout_harness::load::{Hook, Report};
+use rollout_harness::stats::LatencySummary;
 
 /// One round of `scenario` against `target`, costing `cpu` µs per call.
 fn record(scenario: &str, target: TargetKind, cpu: Option<f64>) -> RoundRecord {

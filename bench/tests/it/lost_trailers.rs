@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rollout_bench::load::{self, Hook, LoadConfig, Stop};
+use rollout_harness::load::{self, Hook, LoadConfig, Stop};
 use rollout_test_support::h2_peer;
 
 /// Serves gRPC-looking answers: an empty message (valid for every hook's

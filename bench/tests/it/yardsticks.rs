@@ -21,7 +21,7 @@ use rollout_bench::compare::yardsticks::{
     YARDSTICK_WINDOW, envoy_config, nghttpx_config, parse_envoy_version, parse_nghttpx_version,
 };
 use rollout_bench::echo::{self, EchoMode};
-use rollout_bench::manifest::manifest_work_json;
+use rollout_harness::manifest::manifest_work_json;
 use rollout_proto::v1alpha1::{MutateManifestWorkRequest, MutateManifestWorkResponse};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -159,7 +159,7 @@ async fn check_call_through(listen: SocketAddr) -> anyhow::Result<()> {
     );
     assert_eq!(
         answer["metadata"]["name"],
-        rollout_bench::manifest::WORK_NAME
+        rollout_harness::manifest::WORK_NAME
     );
     Ok(())
 }
@@ -247,20 +247,20 @@ async fn the_forwarders_carry_a_short_load_without_errors() -> anyhow::Result<()
                 .spawn()?,
         );
         wait_for_port(&mut proxy, route.listen).await?;
-        let config = rollout_bench::load::LoadConfig {
+        let config = rollout_harness::load::LoadConfig {
             target: format!("http://{}", route.listen),
-            hook: rollout_bench::load::Hook::Mutate,
+            hook: rollout_harness::load::Hook::Mutate,
             concurrency: 4,
             connections: 1,
             work_bytes: 4096,
             plugin: None,
-            stop: rollout_bench::load::Stop::Requests(200),
+            stop: rollout_harness::load::Stop::Requests(200),
             warmup: Duration::from_millis(20),
             timeout: Duration::from_secs(5),
             latency_of_errors: false,
         };
         let report =
-            tokio::time::timeout(Duration::from_secs(60), rollout_bench::load::run(&config))
+            tokio::time::timeout(Duration::from_secs(60), rollout_harness::load::run(&config))
                 .await??;
         assert_eq!(report.requests, 200, "{binary}");
         assert_eq!(report.errors, 0, "{binary}: {:?}", report.error_samples);
@@ -406,7 +406,7 @@ async fn call_through(mut command: Command, route: Route) -> anyhow::Result<()> 
     let mut proxy = Proxy(command.stdin(Stdio::null()).stdout(Stdio::null()).spawn()?);
     wait_for_port(&mut proxy, route.listen).await?;
     check_call_through(route.listen).await?;
-    let children = rollout_bench::compare::procfs::children(proxy.0.id())?;
+    let children = rollout_harness::procfs::children(proxy.0.id())?;
     drop(proxy);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {

@@ -89,7 +89,7 @@ async fn run(program: &Path, args: &[String]) -> Output {
     command.args(args).env("RUST_LOG", "warn");
     tokio::time::timeout(
         Duration::from_secs(120),
-        rollout_bench::process::output(command),
+        rollout_harness::process::output(command),
     )
     .await
     .expect("finishes within two minutes")

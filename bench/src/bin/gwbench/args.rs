@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use rollout_bench::compare::{DEFAULT_SCENARIOS, DEFAULT_TRACED_SCENARIOS};
-use rollout_bench::load::Hook;
 use rollout_bench::units::parse_duration;
+use rollout_harness::load::Hook;
 
 /// Compare a plugin called directly, through rollout-gateway (without and
 /// with exported tracing), and through yardsticks: a minimal h2 forwarder, a

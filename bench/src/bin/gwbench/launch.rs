@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use rollout_bench::compare::{PluginMode, Scenario, TargetKind};
 use rollout_bench::otlp::SpanReceiver;
-use rollout_bench::process::{ChildGuard, wait_for_http_ok};
+use rollout_harness::process::{ChildGuard, wait_for_http_ok};
 use tokio::process::Command;
 
 use crate::args::Args;
@@ -163,7 +163,7 @@ pub(crate) fn set_world_readable(dir: &Path) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use rollout_bench::compare::procfs::Memory;
+    use rollout_harness::procfs::Memory;
 
     use super::*;
 

@@ -5,11 +5,11 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use rollout_bench::compare::procfs;
 use rollout_bench::compare::summary::{RoundRecord, cpu_micros_per_call};
 use rollout_bench::compare::{Scenario, TargetKind};
-use rollout_bench::load::Report;
-use rollout_bench::process as processes;
+use rollout_harness::load::Report;
+use rollout_harness::process as processes;
+use rollout_harness::procfs;
 use tokio::process::Command;
 
 use crate::launch::{Target, Traced};

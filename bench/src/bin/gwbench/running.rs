@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use rollout_bench::compare::config::{gateway_config_yaml, padding_count, traced_gateway_env};
+use rollout_bench::compare::machine;
 use rollout_bench::compare::summary::{
     Environment, MemoryReport, ProxyMemory, RoundRecord, SpanReport, YardstickRun, calls_made,
 };
 use rollout_bench::compare::{PluginMode, TargetKind};
-use rollout_bench::compare::{machine, procfs};
 use rollout_bench::otlp::SpanReceiver;
+use rollout_harness::procfs;
 use tokio::process::Command;
 
 use crate::launch::{Gateway, Plugin, Target, Traced, start_gateway, start_plugin};

@@ -10,12 +10,12 @@ use anyhow::{Context as _, anyhow, bail};
 use rollout_bench::compare::config::{
     NginxSettings, Route, haproxy_config, nginx_config, parse_haproxy_version, parse_nginx_version,
 };
-use rollout_bench::compare::procfs;
 use rollout_bench::compare::yardsticks::{
     envoy_config, nghttpx_config, parse_envoy_version, parse_nghttpx_version,
 };
 use rollout_bench::compare::{PluginMode, TargetKind};
-use rollout_bench::process::{self as processes, ChildGuard, wait_for_port};
+use rollout_harness::process::{self as processes, ChildGuard, wait_for_port};
+use rollout_harness::procfs;
 use tokio::process::Command;
 
 use crate::launch::{Plugin, START_TIMEOUT, Target, field, free_port, set_world_readable};
