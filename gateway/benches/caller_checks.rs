@@ -1,6 +1,6 @@
 //! What the checks on a caller's request cost per call: the wire check of
 //! the fields the gateway forwards without decoding
-//! (`rollout_proto::view::check_validate_request`: `rollout_status` with every
+//! (`rollout_proto::partial::check_validate_request`: `rollout_status` with every
 //! cluster, or framed only for a target whose plugins get the counts,
 //! `counts`, `plugin_config_json` as UTF-8) and the JSON check of
 //! `plugin_config_json` (`manifest::check_object`), next to the decoding of
@@ -15,7 +15,7 @@ use rollout_gateway::manifest;
 use rollout_proto::v1alpha1::{
     ClusterRolloutStatus, RolloutPluginRequest, RolloutState, ValidateCompletionRequest,
 };
-use rollout_proto::view::{self, ValidateView};
+use rollout_proto::partial::{self, ValidateView};
 use std::hint::black_box;
 
 /// A validation request for a placement of `clusters` clusters, all
@@ -63,15 +63,15 @@ fn bench(c: &mut Criterion) {
             b.iter(|| ValidateView::decode(black_box(message.clone())).map(drop))
         });
         group.bench_function("wire check of the whole request", |b| {
-            b.iter(|| view::check_validate_request(black_box(&message), true).map(<[u8]>::len))
+            b.iter(|| partial::check_validate_request(black_box(&message), true).map(<[u8]>::len))
         });
         group.bench_function("wire check, rollout_status framed only", |b| {
-            b.iter(|| view::check_validate_request(black_box(&message), false).map(<[u8]>::len))
+            b.iter(|| partial::check_validate_request(black_box(&message), false).map(<[u8]>::len))
         });
         group.bench_function("full decode (what a plugin pays)", |b| {
             b.iter(|| ValidateCompletionRequest::decode(black_box(message.clone())).map(drop))
         });
-        let config = view::check_validate_request(&message, true)
+        let config = partial::check_validate_request(&message, true)
             .unwrap_or_default()
             .to_vec();
         group.bench_function("plugin_config_json is a JSON object", |b| {

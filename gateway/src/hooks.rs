@@ -9,7 +9,7 @@ use rollout_proto::v1alpha1::{
     InitializeRequest, InitializeResponse, MutateManifestWorkResponse, RolloutPluginRequest,
     RolloutStateDetail, ValidateResponse,
 };
-use rollout_proto::view::{self, MutateParts, RolloutFields, ValidateView};
+use rollout_proto::partial::{self, MutateParts, RolloutFields, ValidateView};
 
 use http::HeaderMap;
 use opentelemetry::trace::SpanContext;
@@ -197,15 +197,15 @@ impl HookRequest {
         let counts_only = match self {
             HookRequest::Initialize(_) => return self.payload(),
             HookRequest::BeginRollout(f) | HookRequest::ProgressRollout(f) => {
-                view::without_rollout_status(&f.message).map(grpc::frame)
+                partial::without_rollout_status(&f.message).map(grpc::frame)
             }
             HookRequest::ValidateRolloutCompletion(f) => {
-                view::validate_without_rollout_status(&f.message).map(grpc::frame)
+                partial::validate_without_rollout_status(&f.message).map(grpc::frame)
             }
             HookRequest::MutateManifestWork(m) => m
                 .rollout
                 .as_ref()
-                .map(view::without_rollout_status)
+                .map(partial::without_rollout_status)
                 .transpose()
                 .map(|rollout| grpc::frame_mutate(rollout, m.manifest_work.clone())),
         };

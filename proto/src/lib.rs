@@ -19,7 +19,7 @@ pub mod v1alpha1 {
 pub mod declaration;
 pub mod duration;
 pub mod verdict;
-pub mod view;
+pub mod partial;
 
 /// Request metadata key naming the plugin or pipeline a gateway call targets.
 pub const PLUGIN_METADATA_KEY: &str = "ocm-rollout-plugin";

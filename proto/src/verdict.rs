@@ -8,7 +8,7 @@ use bytes::Bytes;
 use prost::Message;
 
 use crate::v1alpha1::{ValidateResponse, ValidationResult};
-use crate::view::{WireError, varint_occurrences};
+use crate::partial::{WireError, varint_occurrences};
 
 /// `ValidateResponse.result`'s field number.
 const RESULT_FIELD: u32 = 1;

@@ -14,7 +14,7 @@ use rollout_proto::v1alpha1::{
     InitializeRequest, InitializeResponse, MutateManifestWorkRequest, MutateManifestWorkResponse,
     RolloutPluginRequest, ValidateCompletionRequest, ValidateResponse,
 };
-use rollout_proto::view::RolloutFields;
+use rollout_proto::partial::RolloutFields;
 use rollout_proto::{IDENTITY_FIELDS, SERVICE_NAME};
 use rollout_telemetry::Tracer;
 use serde_json::Value;

@@ -43,7 +43,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider,
 };
-use rollout_proto::view::RolloutFields;
+use rollout_proto::partial::RolloutFields;
 
 /// The OTLP transport (`OTEL_EXPORTER_OTLP_PROTOCOL`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

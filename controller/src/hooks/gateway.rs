@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rollout_proto::v1alpha1::{InitializeResponse, MutateManifestWorkResponse, ValidateResponse};
-use rollout_proto::view::RolloutFields;
+use rollout_proto::partial::RolloutFields;
 use rollout_proto::{
     FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY, PLUGIN_METADATA_KEY, SERVICE_NAME,
 };

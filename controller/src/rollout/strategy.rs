@@ -391,10 +391,10 @@ pub(crate) enum StrategyError {
         limit: usize,
     },
     /// A `pluginConfig` nesting arrays and objects deeper than the gateway
-    /// takes (`rollout_proto::view::MAX_PLUGIN_CONFIG_DEPTH`).
+    /// takes (`rollout_proto::partial::MAX_PLUGIN_CONFIG_DEPTH`).
     #[error("pluginConfig: nests arrays and objects more than {limit} levels deep")]
     PluginConfigTooDeep {
-        /// [`rollout_proto::view::MAX_PLUGIN_CONFIG_DEPTH`].
+        /// [`rollout_proto::partial::MAX_PLUGIN_CONFIG_DEPTH`].
         limit: usize,
     },
 }
@@ -551,7 +551,7 @@ fn rollback_pace_from_raw(
 }
 
 /// `pluginConfig` as compact JSON, within [`MAX_PLUGIN_CONFIG_BYTES`] and
-/// nested at most `rollout_proto::view::MAX_PLUGIN_CONFIG_DEPTH` deep.
+/// nested at most `rollout_proto::partial::MAX_PLUGIN_CONFIG_DEPTH` deep.
 fn plugin_config_from_raw(
     additions: &RawAdditions,
     problems: &mut Vec<StrategyError>,
@@ -568,8 +568,8 @@ fn plugin_config_from_raw(
     }
     // The gateway refuses deeper, before any plugin sees it: refused here,
     // the strategy says why, instead of every hook call failing.
-    let limit = rollout_proto::view::MAX_PLUGIN_CONFIG_DEPTH;
-    if rollout_proto::view::nests_deeper_than(&text, limit) {
+    let limit = rollout_proto::partial::MAX_PLUGIN_CONFIG_DEPTH;
+    if rollout_proto::partial::nests_deeper_than(&text, limit) {
         problems.push(StrategyError::PluginConfigTooDeep { limit });
         return None;
     }
@@ -780,7 +780,7 @@ mod tests {
                 ..RawStrategy::default()
             })
         };
-        let deepest = rollout_proto::view::MAX_PLUGIN_CONFIG_DEPTH;
+        let deepest = rollout_proto::partial::MAX_PLUGIN_CONFIG_DEPTH;
         nested(deepest).expect("at the limit");
         assert_eq!(
             nested(deepest + 1).expect_err("too deep").problems,

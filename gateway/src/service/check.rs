@@ -6,25 +6,25 @@
 //! `rollout_status` is walked only when a plugin of the target gets it
 //! (`state`): to plugins that asked for the counts it is never sent.
 
-use rollout_proto::view::{self, MAX_PLUGIN_CONFIG_DEPTH, RequestError};
+use rollout_proto::partial::{self, MAX_PLUGIN_CONFIG_DEPTH, RequestError};
 
 use crate::error::GatewayError;
 use crate::manifest;
 
 /// A `RolloutPluginRequest` (BeginRollout, ProgressRollout).
 pub(crate) fn rollout_request(message: &[u8], state: bool) -> Result<(), GatewayError> {
-    config(view::check_rollout_request(message, state))
+    config(partial::check_rollout_request(message, state))
 }
 
 /// A `ValidateCompletionRequest`.
 pub(crate) fn validate_request(message: &[u8], state: bool) -> Result<(), GatewayError> {
-    config(view::check_validate_request(message, state))
+    config(partial::check_validate_request(message, state))
 }
 
 /// A `MutateManifestWorkRequest` (its ManifestWork is checked apart, off
 /// the runtime when large).
 pub(crate) fn mutate_request(message: &[u8], state: bool) -> Result<(), GatewayError> {
-    config(view::check_mutate_request(message, state))
+    config(partial::check_mutate_request(message, state))
 }
 
 /// The request's wire check, then its `plugin_config_json`: empty, or a
@@ -38,7 +38,7 @@ fn config(checked: Result<&[u8], RequestError>) -> Result<(), GatewayError> {
         return Ok(());
     }
     // First: one pass that stops early, before the syntax pass.
-    if view::nests_deeper_than(json, MAX_PLUGIN_CONFIG_DEPTH) {
+    if partial::nests_deeper_than(json, MAX_PLUGIN_CONFIG_DEPTH) {
         return Err(GatewayError::InvalidRequest(format!(
             "plugin_config_json nests arrays and objects more than {MAX_PLUGIN_CONFIG_DEPTH} levels deep"
         )));

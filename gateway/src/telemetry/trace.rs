@@ -14,7 +14,7 @@ use opentelemetry::trace::{Span as _, SpanContext, SpanKind, TraceContextExt, Tr
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::Span;
 use rollout_proto::v1alpha1::ValidateResponse;
-use rollout_proto::view::RolloutFields;
+use rollout_proto::partial::RolloutFields;
 use rollout_telemetry::outcome::{self, VALIDATION_FAILED_BY};
 use rollout_telemetry::{
     Tracer, TracingError, TracingOptions, finish_span, parse_traceparent, rollout_attributes,

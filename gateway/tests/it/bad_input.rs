@@ -400,7 +400,7 @@ async fn a_plugin_config_nested_too_deep_is_refused_without_calling_the_plugin()
             1,
         )
     };
-    let deepest = rollout_proto::view::MAX_PLUGIN_CONFIG_DEPTH;
+    let deepest = rollout_proto::partial::MAX_PLUGIN_CONFIG_DEPTH;
     let mut c = gw.client().await;
     for depth in [deepest + 1, 2_000, 100_000] {
         let mut request = rollout("c1");
