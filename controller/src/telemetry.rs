@@ -15,8 +15,8 @@
 use opentelemetry::trace::{Span as _, SpanContext, SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::Span;
-use rollout_proto::v1alpha1::ValidateResponse;
 use rollout_proto::partial::RolloutFields;
+use rollout_proto::v1alpha1::ValidateResponse;
 use rollout_telemetry::{Tracer, finish_span, outcome, rollout_attributes};
 
 pub use rollout_telemetry::{TracingError, TracingOptions};

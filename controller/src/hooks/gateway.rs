@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rollout_proto::v1alpha1::{InitializeResponse, MutateManifestWorkResponse, ValidateResponse};
 use rollout_proto::partial::RolloutFields;
+use rollout_proto::v1alpha1::{InitializeResponse, MutateManifestWorkResponse, ValidateResponse};
 use rollout_proto::{
     FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY, PLUGIN_METADATA_KEY, SERVICE_NAME,
 };
@@ -311,7 +311,7 @@ impl GatewayHooks {
     ) -> Result<tonic::Response<Resp>, HookError>
     where
         Req: prost::Message + Send + Sync + 'static,
-        Resp: prost::Message + Default + Send + Sync + Answer + 'static,
+        Resp: prost::Message + Default + Send + Sync + MaybeVerdict + 'static,
     {
         self.counters.record(hook);
         let mut span = self
@@ -372,24 +372,24 @@ impl GatewayHooks {
 
 /// What a hook's answer says on its span beyond the code: a validation's
 /// verdict.
-trait Answer {
+trait MaybeVerdict {
     /// The validation answer, for ValidateRolloutCompletion.
     fn validation(&self) -> Option<&ValidateResponse> {
         None
     }
 }
 
-impl Answer for ValidateResponse {
+impl MaybeVerdict for ValidateResponse {
     fn validation(&self) -> Option<&ValidateResponse> {
         Some(self)
     }
 }
 
-impl Answer for InitializeResponse {}
+impl MaybeVerdict for InitializeResponse {}
 
-impl Answer for MutateManifestWorkResponse {}
+impl MaybeVerdict for MutateManifestWorkResponse {}
 
-impl Answer for () {}
+impl MaybeVerdict for () {}
 
 /// A comma-separated trailer as a list (absent or empty: none).
 fn trailer_list(metadata: &MetadataMap, key: &str) -> Vec<String> {

@@ -14,8 +14,8 @@
 
 use bytes::Bytes;
 use prost::Message as _;
-use rollout_proto::v1alpha1::{RolloutCounts, RolloutPluginRequest, RolloutState};
 use rollout_proto::partial::RolloutFields;
+use rollout_proto::v1alpha1::{RolloutCounts, RolloutPluginRequest, RolloutState};
 
 /// `RolloutPluginRequest` with `rollout_status` (field 6) as the encoded
 /// `RolloutState`. Cheap to clone: the state is shared.

@@ -70,7 +70,7 @@ pub use command::{SimulateError, SimulateOptions, simulate};
 pub use config::{Config, ConfigError, StrategyFlags};
 pub(crate) use fleet::FleetWorld;
 pub use record::Recorder;
-use record::{Answer, Record};
+use record::{Record, Recorded};
 pub use report::{JsonLines, Outcome, Plan, Report, StepReport, Summary};
 
 /// Why a simulation could not run to its end.
@@ -209,7 +209,7 @@ fn mutation_reports(records: &[Record]) -> Vec<report::MutationReport> {
     records
         .iter()
         .filter_map(|record| {
-            let Answer::Mutation {
+            let Recorded::Mutation {
                 mutated_by,
                 failed_open,
                 sent,
@@ -241,7 +241,7 @@ fn mutation_reports(records: &[Record]) -> Vec<report::MutationReport> {
 /// The first failed call in `records` whose error `matches`.
 fn failure(records: &[Record], matches: impl Fn(&HookError) -> bool) -> Option<HookError> {
     records.iter().find_map(|r| match &r.answer {
-        Answer::Failed(e) if matches(e) => Some(e.clone()),
+        Recorded::Failed(e) if matches(e) => Some(e.clone()),
         _ => None,
     })
 }
@@ -286,10 +286,10 @@ impl<'r> Tally<'r> {
 
     fn answer(&mut self, record: &Record) {
         match &record.answer {
-            Answer::Validation {
+            Recorded::Validation {
                 result, message, ..
             } => self.validation(record, *result, message),
-            Answer::Failed(error) => {
+            Recorded::Failed(error) => {
                 self.errors += 1;
                 self.events.push(report::Event::HookError {
                     hook: error.hook.as_str().to_owned(),
@@ -298,7 +298,7 @@ impl<'r> Tally<'r> {
                     message: error.message.clone(),
                 });
             }
-            Answer::Done | Answer::Mutation { .. } => {}
+            Recorded::Done | Recorded::Mutation { .. } => {}
         }
     }
 
@@ -887,7 +887,7 @@ impl<H: Hooks> Simulation<'_, H> {
                         .and_then(|w| w.metadata.generation)
                         .unwrap_or(0),
                     mutated_by: match mutation.map(|r| &r.answer) {
-                        Some(Answer::Mutation { mutated_by, .. }) => mutated_by.clone(),
+                        Some(Recorded::Mutation { mutated_by, .. }) => mutated_by.clone(),
                         _ => Vec::new(),
                     },
                     annotations: work.as_ref().map(manifest_annotations).unwrap_or_default(),

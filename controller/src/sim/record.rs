@@ -16,7 +16,7 @@ use crate::hooks::{
 
 /// What a recorded call got back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Answer {
+pub(crate) enum Recorded {
     /// `Initialize`, `BeginRollout` or `ProgressRollout` answered.
     Done,
     /// `ValidateRolloutCompletion` answered.
@@ -57,7 +57,7 @@ pub(crate) struct Record {
     /// `desired_revision`.
     pub(crate) revision: String,
     /// The answer.
-    pub(crate) answer: Answer,
+    pub(crate) answer: Recorded,
 }
 
 /// Hooks that call `H` and record every call: counts per hook, counts of
@@ -118,7 +118,7 @@ impl<H> Recorder<H> {
         log
     }
 
-    fn record(&self, hook: HookKind, about: About, answer: Answer) {
+    fn record(&self, hook: HookKind, about: About, answer: Recorded) {
         self.calls.record(hook);
         if about.aborting {
             self.aborting.record(hook);
@@ -159,14 +159,14 @@ impl About {
     }
 }
 
-impl Answer {
+impl Recorded {
     /// What the record keeps of `answer`; `sent` is the work a mutation call
     /// sent.
-    fn of(answer: &Result<HookAnswer, HookError>, sent: Option<Bytes>) -> Answer {
+    fn of(answer: &Result<HookAnswer, HookError>, sent: Option<Bytes>) -> Recorded {
         match answer {
-            Err(error) => Answer::Failed(error.clone()),
-            Ok(HookAnswer::Initialized(_) | HookAnswer::Done) => Answer::Done,
-            Ok(HookAnswer::Validated(response)) => Answer::Validation {
+            Err(error) => Recorded::Failed(error.clone()),
+            Ok(HookAnswer::Initialized(_) | HookAnswer::Done) => Recorded::Done,
+            Ok(HookAnswer::Validated(response)) => Recorded::Validation {
                 result: ValidationResult::try_from(response.result)
                     .unwrap_or(ValidationResult::Unspecified),
                 message: response.message.clone(),
@@ -174,7 +174,7 @@ impl Answer {
                     .recheck_after
                     .and_then(|d| Duration::try_from(d).ok()),
             },
-            Ok(HookAnswer::Mutated(mutation)) => Answer::Mutation {
+            Ok(HookAnswer::Mutated(mutation)) => Recorded::Mutation {
                 mutated_by: mutation.mutated_by.clone(),
                 failed_open: mutation.failed_open.clone(),
                 sent: sent.unwrap_or_default(),
@@ -194,7 +194,7 @@ impl<H: Hooks> Hooks for Recorder<H> {
             _ => None,
         };
         let result = self.inner.call(call, request).await;
-        self.record(hook, about, Answer::of(&result, sent));
+        self.record(hook, about, Recorded::of(&result, sent));
         result
     }
 }
@@ -295,10 +295,12 @@ mod tests {
         // In a step's order: the validation first, then the calls after
         // the abort (`aborting`).
         assert_eq!(log[1].cluster, "c1");
-        assert!(matches!(&log[2].answer, Answer::Failed(e) if e.code == tonic::Code::Unavailable));
+        assert!(
+            matches!(&log[2].answer, Recorded::Failed(e) if e.code == tonic::Code::Unavailable)
+        );
         assert_eq!(
             log[0].answer,
-            Answer::Validation {
+            Recorded::Validation {
                 result: ValidationResult::Inprogress,
                 message: "soaking".into(),
                 recheck_after: Some(Duration::from_millis(300)),
