@@ -398,7 +398,7 @@ fn judge_failure<T>(plugin: &Plugin, kind: HookKind, started: Instant, f: Failur
             // Once a minute per plugin and hook: the fail-open counter
             // has every one.
             let key = format!("{}/{}", plugin.name, kind.as_str());
-            if let Some(left_out) = FAILED_OPEN_LOG.admit(&key, std::time::Instant::now()) {
+            if let Some(left_out) = FAILED_OPEN_LOG.admit(&key, Instant::now().into_std()) {
                 tracing::warn!(plugin = %plugin.name, hook = kind.as_str(), code = ?f.code, message = %f.message, left_out, "plugin failed; skipped (failurePolicy: Ignore)");
             }
             Outcome::FailedOpen(f)

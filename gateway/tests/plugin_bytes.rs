@@ -4,6 +4,10 @@
 //! thread that drives other calls.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "these tests time real processes and servers on the wall clock; none pauses tokio's"
+)]
 
 // The harness the `it` binary shares; this binary uses part of it.
 #[allow(dead_code)]

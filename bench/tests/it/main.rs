@@ -4,6 +4,10 @@
 //! Run one feature with `cargo test -p rollout-bench --test it -- MODULE::`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "these tests time real processes and servers on the wall clock; none pauses tokio's"
+)]
 
 mod echo_load;
 mod echo_plugin;

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use rollout_proto::HookKind;

@@ -6,6 +6,10 @@
 //! Run one feature with `cargo test -p rollout-gateway --test it -- MODULE::`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "these tests time real processes and servers on the wall clock; none pauses tokio's"
+)]
 
 mod admin_port;
 mod bad_input;

@@ -3,5 +3,9 @@
 //! Run one feature with `cargo test -p smoke-test --test it -- MODULE::`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "these tests time real processes and servers on the wall clock; none pauses tokio's"
+)]
 
 mod grpc;
