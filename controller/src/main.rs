@@ -1,5 +1,12 @@
 //! `rollout-controller`: the command line of the slim ManifestWorkReplicaSet
 //! controller. It parses flags and calls the library; nothing else.
+#![cfg_attr(
+    test,
+    allow(
+        clippy::too_many_lines,
+        reason = "the function-size limit holds outside tests (CONTRIBUTING.md)"
+    )
+)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
