@@ -7,10 +7,10 @@ file is no longer over it (or is gone).
 Usage: file-size.py
 
 Non-test lines: every line of the file (blank and comment lines too) before
-its `#[cfg(test)] mod tests {`. Files under a `tests/` directory and child
-`tests.rs` files are tests and are not counted; `target/` and hidden
-directories are skipped. The list has one file a line, `path: reason`, and
-`#` comments.
+its `#[cfg(test)] mod tests {` (or `pub(crate) mod tests {`). Files under a
+`tests/` directory and child `tests.rs` files are tests and are not
+counted; `target/` and hidden directories are skipped. The list has one
+file a line, `path: reason`, and `#` comments.
 """
 
 import os
@@ -20,7 +20,10 @@ import sys
 LIMIT = 600
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIST = os.path.join(".ci", "long-files.txt")
-TESTS = re.compile(r"^#\[cfg\(test\)\]\s*\n(?:#\[[^\n]*\]\s*\n|\s*#!?\[[\s\S]*?\]\s*\n)*?mod tests\s*\{", re.M)
+TESTS = re.compile(
+    r"^#\[cfg\(test\)\]\s*\n(?:#\[[^\n]*\]\s*\n|\s*#!?\[[\s\S]*?\]\s*\n)*?(?:pub(?:\([^)]*\))?\s+)?mod tests\s*\{",
+    re.M,
+)
 
 
 def non_test_lines(text):

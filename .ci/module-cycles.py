@@ -32,7 +32,7 @@ import sys
 
 COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 STRING = re.compile(r'"(?:\\.|[^"\\])*"')
-TESTS = re.compile(r"#\[cfg\(test\)\]\s*mod\s+tests\s*\{")
+TESTS = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+tests\s*\{")
 PATH = re.compile(r"\b(crate|super)((?:\s*::\s*(?:\w+|\{))+)")
 
 
