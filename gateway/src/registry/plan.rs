@@ -334,10 +334,19 @@ mod tests {
         out
     }
 
+    /// One row: what it is, the files the live snapshot loaded, the new
+    /// files (`None`: a source with no valid config yet), the plan.
+    type Row = (
+        &'static str,
+        &'static [&'static str],
+        Vec<Option<String>>,
+        Planned,
+    );
+
     #[tokio::test]
     async fn the_plan_of_a_reload_against_the_live_snapshot() {
         let shared = || Some(SHARED.to_string());
-        let rows: Vec<(&str, &[&str], Vec<Option<String>>, Planned)> = vec![
+        let rows: Vec<Row> = vec![
             (
                 "a first load adds every plugin and pipeline",
                 &[],

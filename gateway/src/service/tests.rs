@@ -235,13 +235,14 @@ async fn h2_call(
 
 const GRPC: (&str, &str) = ("content-type", "application/grpc");
 
-fn receive_layer(
-    receive_timeout: Duration,
-) -> (
+/// Receive over a mock, the mock's handle, and the metrics it counts in.
+type ReceiveOverMock = (
     receive::Receive<Below<Received, Answer, CallFailure>>,
     mock::Handle<Received, Answer>,
     Arc<Metrics>,
-) {
+);
+
+fn receive_layer(receive_timeout: Duration) -> ReceiveOverMock {
     let metrics = Arc::new(Metrics::new(None));
     let limits = ReceiveLimits {
         max_message_bytes: 1024,
@@ -275,16 +276,21 @@ async fn receive_passes_the_whole_message_on_with_the_callers_deadline() {
 
 /// What Receive refuses is answered there, counted by reason, and never
 /// reaches the layer below.
+/// A call Receive refuses: what it is, its headers, its body (and whether
+/// the stream ends after it), the answer (an HTTP status or a gRPC code),
+/// and the reason it is counted under.
+type Refusal = (
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    Bytes,
+    bool,
+    Result<StatusCode, Code>,
+    &'static str,
+);
+
 #[tokio::test(start_paused = true)]
 async fn receive_refuses_what_it_cannot_receive() {
-    let rows: Vec<(
-        &str,
-        Vec<(&'static str, &str)>,
-        Bytes,
-        bool,
-        Result<StatusCode, Code>,
-        &str,
-    )> = vec![
+    let rows: Vec<Refusal> = vec![
         (
             "not gRPC: HTTP 415",
             vec![("content-type", "application/json")],
@@ -453,16 +459,19 @@ fn hook_call(registry: &Registry, target: Option<&str>, hub: Option<&str>) -> Ho
     }
 }
 
+/// What it is, the registry file (`None`: none loaded), the target header,
+/// the caller's hub, and the target passed on or the code answered.
+type ResolveRow = (
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<&'static str>,
+    Result<&'static str, Code>,
+);
+
 #[tokio::test]
 async fn resolve_passes_on_what_the_caller_may_call_and_answers_the_rest() {
-    // (row, registry, target header, caller's hub, passed on as / answered with)
-    let rows: Vec<(
-        &str,
-        Option<&str>,
-        Option<&str>,
-        Option<&str>,
-        Result<&str, Code>,
-    )> = vec![
+    let rows: Vec<ResolveRow> = vec![
         (
             "no registry loaded yet",
             None,
