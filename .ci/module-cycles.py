@@ -1,15 +1,26 @@
 #!/usr/bin/env python3
-"""Fails when the modules of a crate import each other in a cycle.
+"""Fails when the modules of a crate import each other in a cycle, or against
+the layers CONTRIBUTING.md states for the crate.
 
 Usage: module-cycles.py CRATE_SRC [CRATE_SRC ...]
 
 For each crate source directory, every `.rs` file is a module (`mod.rs`,
-`lib.rs` and `main.rs` name their directory). A module depends on another
-when its code (comments, strings and its `#[cfg(test)] mod tests` left out)
-names a path `crate::a::b` or `super::...` that lands in it, `use` trees with
-braces included. Dependencies are then folded onto top-level modules (the
-first path segment), and the strongly connected parts of that graph with
-more than one module are cycles: printed, and the exit status is 1.
+`lib.rs` and `main.rs` name their directory; `src/bin/`, whose files are
+crate roots of their own, is left out). A module depends on another when its
+code (comments, strings and its `#[cfg(test)] mod tests` left out) names a
+path `crate::a::b` or `super::...` that lands in it, `use` trees with braces
+included. Dependencies are then folded onto top-level modules (the first
+path segment), and the strongly connected parts of that graph with more than
+one module are cycles: printed, and the exit status is 1.
+
+The layers: CONTRIBUTING.md's list between `<!-- module layers -->` and
+`<!-- end of module layers -->` has one bullet per crate,
+``- **name** (`dir/src`): `a`, `b` → `c` → `d`.``, bottom layer first. Text
+in parentheses is a remark, and the order ends at the bullet's first
+sentence. Every crate of the list is checked, named on the command line or
+not. It fails when a module imports one of its own layer or a higher one,
+when the crate has a top-level module the list does not name, or when the
+list names one it does not have.
 
 A reader of paths, not a compiler: a path spelled in a macro counts, one
 built by `$crate` does not.
@@ -21,7 +32,7 @@ import sys
 
 COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 STRING = re.compile(r'"(?:\\.|[^"\\])*"')
-TESTS = re.compile(r"#\[cfg\(test\)\]\s*mod\s+tests\s*\{")
+TESTS = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+tests\s*\{")
 PATH = re.compile(r"\b(crate|super)((?:\s*::\s*(?:\w+|\{))+)")
 
 
@@ -154,15 +165,53 @@ def cycles(graph):
     return parts
 
 
-def check(src):
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAYERS_FILE = os.path.join(ROOT, "CONTRIBUTING.md")
+BULLET = re.compile(r"^- \*\*([\w-]+)\*\* \(`([^`]+)`[^)]*\):(.*)$")
+NAME = re.compile(r"`(\w+)`")
+
+
+def stated_layers(text):
+    """{crate source dir: [set of modules per layer, bottom first]} as stated."""
+    try:
+        body = text.split("<!-- module layers -->", 1)[1]
+        body = body.split("<!-- end of module layers -->", 1)[0]
+    except IndexError:
+        raise SystemExit("CONTRIBUTING.md: no <!-- module layers --> list")
+    bullets = []
+    for line in body.splitlines():
+        if line.startswith("- "):
+            bullets.append(line)
+        elif line.startswith("  ") and bullets:
+            bullets[-1] += " " + line.strip()
+    stated = {}
+    for bullet in bullets:
+        found = BULLET.match(bullet)
+        if not found:
+            raise SystemExit(
+                "CONTRIBUTING.md: a layers bullet not of the form "
+                f"- **name** (`dir/src`): ...: {bullet}"
+            )
+        order = re.sub(r"\([^()]*\)", "", found.group(3))
+        order = re.split(r"\.(?:\s|$)", order, maxsplit=1)[0]
+        stated[os.path.normpath(found.group(2))] = [
+            set(NAME.findall(layer)) for layer in order.split("→")
+        ]
+    return stated
+
+
+def graph_of(src):
+    """{top-level module: the top-level modules it imports} of a crate."""
     files = {}
-    for root, _, names in os.walk(src):
+    for root, dirs, names in os.walk(src):
+        if os.path.normpath(root) == os.path.normpath(src) and "bin" in dirs:
+            dirs.remove("bin")
         for name in names:
             if name.endswith(".rs") and name != "tests.rs":
                 path = os.path.join(root, name)
                 files[module_of(src, path)] = path
     modules = set(files)
-    graph = {}
+    graph = {here[0]: set() for here in files if here}
     for here, path in files.items():
         with open(path, encoding="utf-8") as f:
             code = strip(f.read())
@@ -171,10 +220,11 @@ def check(src):
             there = target(modules, here, anchor, segs)
             if not there or not here or there[0] == top:
                 continue
-            graph.setdefault(top, set()).add(there[0])
-    for deps in list(graph.values()):
-        for d in deps:
-            graph.setdefault(d, set())
+            graph[top].add(there[0])
+    return graph
+
+
+def check_cycles(src, graph):
     found = cycles(graph)
     for part in found:
         print(f"{src}: modules that import each other in a cycle: {', '.join(part)}")
@@ -184,11 +234,52 @@ def check(src):
     return not found
 
 
+def check_layers(src, graph, layers):
+    """Every import runs down the stated layers; every module is in one."""
+    where = {}
+    for n, layer in enumerate(layers):
+        for module in layer:
+            where[module] = n
+    problems = []
+    for module in sorted(set(graph) - set(where)):
+        problems.append(f"`{module}` is in no layer of CONTRIBUTING.md's list")
+    for module in sorted(set(where) - set(graph)):
+        problems.append(f"CONTRIBUTING.md's list names `{module}`, which is no module")
+    for a in sorted(graph):
+        for b in sorted(graph[a]):
+            if a in where and b in where and where[b] >= where[a]:
+                up = "its own layer" if where[b] == where[a] else "a higher layer"
+                problems.append(
+                    f"`{a}` (layer {where[a] + 1}) imports `{b}`, of {up} ({where[b] + 1})"
+                )
+    for problem in problems:
+        print(f"{src}: {problem}")
+    return not problems
+
+
+def check(src, stated):
+    graph = graph_of(src)
+    ok = check_cycles(src, graph)
+    layers = stated.get(os.path.normpath(os.path.relpath(src, ROOT)))
+    if layers is not None:
+        ok = check_layers(src, graph, layers) and ok
+    return ok
+
+
 def main(args):
     if not args:
-        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        print(__doc__.strip().splitlines()[3], file=sys.stderr)
         return 2
-    ok = all([check(src) for src in args])
+    with open(LAYERS_FILE, encoding="utf-8") as f:
+        stated = stated_layers(f.read())
+    missing = [d for d in stated if not os.path.isdir(os.path.join(ROOT, d))]
+    for d in missing:
+        print(f"CONTRIBUTING.md: the layers of `{d}`, which is no directory")
+    given = {os.path.normpath(os.path.relpath(src, ROOT)) for src in args}
+    sources = list(args) + [
+        os.path.join(ROOT, d) for d in stated if d not in given and d not in missing
+    ]
+    ok = all([check(src, stated) for src in sources]) and not missing
     return 0 if ok else 1
 
 

@@ -11,7 +11,9 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use h2::client::SendRequest;

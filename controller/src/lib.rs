@@ -66,6 +66,13 @@
 //! Everything else is `pub(crate)`, and the modules below these are
 //! private or crate-private.
 
+#![cfg_attr(
+    test,
+    allow(
+        clippy::too_many_lines,
+        reason = "the function-size limit holds outside tests (CONTRIBUTING.md)"
+    )
+)]
 // A `pub` item must be reachable from the crate root, and a type a caller
 // can get must be one it can name; anything else is `pub(crate)`.
 #![warn(unreachable_pub, unnameable_types)]

@@ -4,6 +4,13 @@
 //! processes on loopback (port 0), each stopped when its guard is dropped,
 //! and the rollout's `simulate` arguments, with smoke-test's parameters as
 //! the rollout's plugin configuration ([`RolloutParams`]).
+#![cfg_attr(
+    test,
+    allow(
+        clippy::too_many_lines,
+        reason = "the function-size limit holds outside tests (CONTRIBUTING.md)"
+    )
+)]
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

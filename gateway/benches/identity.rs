@@ -8,6 +8,11 @@
 //!
 //! `cargo bench -p rollout-gateway --bench identity`
 
+#![allow(
+    clippy::too_many_lines,
+    reason = "the function-size limit holds outside tests (CONTRIBUTING.md)"
+)]
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use rollout_gateway::manifest;
 use serde_json::{Value, json};

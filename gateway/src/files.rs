@@ -273,7 +273,7 @@ mod tests {
             .status()
             .expect("mkfifo");
         assert!(made.success());
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let e = read(&fifo, limits, None).await.expect_err("a FIFO");
         assert!(e.to_string().contains("not a regular file (a FIFO)"), "{e}");
         assert!(e.to_string().contains("fifo"), "names the file: {e}");

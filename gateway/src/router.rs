@@ -398,7 +398,7 @@ fn judge_failure<T>(plugin: &Plugin, kind: HookKind, started: Instant, f: Failur
             // Once a minute per plugin and hook: the fail-open counter
             // has every one.
             let key = format!("{}/{}", plugin.name, kind.as_str());
-            if let Some(left_out) = FAILED_OPEN_LOG.admit(&key, std::time::Instant::now()) {
+            if let Some(left_out) = FAILED_OPEN_LOG.admit(&key, Instant::now().into_std()) {
                 tracing::warn!(plugin = %plugin.name, hook = kind.as_str(), code = ?f.code, message = %f.message, left_out, "plugin failed; skipped (failurePolicy: Ignore)");
             }
             Outcome::FailedOpen(f)
@@ -428,4 +428,435 @@ fn narrow<T>(
             name: m.name,
         })
         .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    //! The router against fake plugins: each member's stack is a function,
+    //! not a connection, so a test sees what each member was sent, in which
+    //! order, and what the router makes of the answers.
+
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use futures::FutureExt as _;
+    use futures::future::BoxFuture;
+    use rollout_proto::v1alpha1::{MutateManifestWorkResponse, ValidateResponse};
+    use tonic::Status;
+    use tower::util::BoxCloneSyncService;
+
+    use super::*;
+    use crate::error::CallError;
+    use crate::registry::{Registry, SourceInfo};
+    use crate::upstream::ChannelSettings;
+
+    /// One call a fake plugin received.
+    #[derive(Debug, Clone, PartialEq)]
+    pub(crate) struct Seen {
+        pub(crate) plugin: String,
+        pub(crate) hook: HookKind,
+        /// The ManifestWork of a MutateManifestWork, as text.
+        pub(crate) work: Option<String>,
+    }
+
+    /// How the fake plugins answer: given the plugin's name and the request.
+    pub(crate) type Answering = Arc<
+        dyn Fn(&str, HookRequest) -> BoxFuture<'static, Result<HookResponse, CallError>>
+            + Send
+            + Sync,
+    >;
+
+    /// The plugins of one registry file, each calling `answering` instead
+    /// of its endpoint, and every call they received, in order.
+    pub(crate) struct Fakes {
+        pub(crate) plugins: Vec<Arc<Plugin>>,
+        pub(crate) seen: Arc<Mutex<Vec<Seen>>>,
+    }
+
+    impl Fakes {
+        /// The registry file `text`'s plugins (its policies included), faked.
+        pub(crate) fn new(text: &str, answering: Answering) -> Fakes {
+            let registry = Registry::new(
+                vec![SourceInfo {
+                    label: "file0".into(),
+                }],
+                ChannelSettings::default(),
+            );
+            registry.apply(0, text).expect("a valid registry");
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let plugins = registry
+                .load()
+                .expect("loaded")
+                .plugins
+                .iter()
+                .map(|p| fake(p, answering.clone(), seen.clone()))
+                .collect();
+            Fakes { plugins, seen }
+        }
+
+        pub(crate) fn plugin(&self, name: &str) -> Target {
+            Target::Plugin(self.get(name))
+        }
+
+        pub(crate) fn pipeline(&self, name: &str, members: &[&str]) -> Target {
+            Target::Pipeline {
+                name: name.into(),
+                members: members.iter().map(|m| self.get(m)).collect(),
+            }
+        }
+
+        fn get(&self, name: &str) -> Arc<Plugin> {
+            self.plugins
+                .iter()
+                .find(|p| p.name == name)
+                .cloned()
+                .expect("a plugin of the file")
+        }
+
+        /// The calls of `hook` the plugins received, in order.
+        pub(crate) fn seen(&self, hook: HookKind) -> Vec<Seen> {
+            let seen = self.seen.lock().expect("lock");
+            seen.iter().filter(|s| s.hook == hook).cloned().collect()
+        }
+    }
+
+    /// `plugin` with its stack replaced by `answering`.
+    fn fake(plugin: &Plugin, answering: Answering, seen: Arc<Mutex<Vec<Seen>>>) -> Arc<Plugin> {
+        let name = plugin.name.clone();
+        let stack = BoxCloneSyncService::new(tower::service_fn(move |call: PluginCall| {
+            let work = match &call.request {
+                HookRequest::MutateManifestWork(m) => {
+                    Some(String::from_utf8_lossy(&m.manifest_work).into_owned())
+                }
+                _ => None,
+            };
+            seen.lock().expect("lock").push(Seen {
+                plugin: name.clone(),
+                hook: call.request.kind(),
+                work,
+            });
+            answering(&name, call.request)
+        }));
+        Arc::new(Plugin {
+            name: plugin.name.clone(),
+            hub: plugin.hub.clone(),
+            endpoint: plugin.endpoint.clone(),
+            policy: plugin.policy.clone(),
+            hubs: plugin.hubs.clone(),
+            upstream: plugin.upstream.clone(),
+            stack,
+            metrics: plugin.metrics.clone(),
+            certificate_files: plugin.certificate_files.clone(),
+        })
+    }
+
+    /// Answers with `f`'s result at once; Initialize always succeeds (the
+    /// router sends it first to a plugin not loaded).
+    pub(crate) fn answering(
+        f: impl Fn(&str, HookRequest) -> Result<HookResponse, CallError> + Send + Sync + 'static,
+    ) -> Answering {
+        Arc::new(move |name, request| {
+            let answer = match request {
+                HookRequest::Initialize(_) => {
+                    Ok(HookResponse::Initialize(InitializeResponse::default()))
+                }
+                request => f(name, request),
+            };
+            std::future::ready(answer).boxed()
+        })
+    }
+
+    /// Three plugins; `b` fails open (`failurePolicy: Ignore`).
+    pub(crate) const REGISTRY: &str = "plugins:\n  - name: a\n    endpoint: 127.0.0.1:7001\n    insecure: true\n  - name: b\n    endpoint: 127.0.0.1:7002\n    insecure: true\n    failurePolicy: Ignore\n  - name: c\n    endpoint: 127.0.0.1:7003\n    insecure: true\n";
+
+    pub(crate) const WORK: &str = r#"{"apiVersion":"work.open-cluster-management.io/v1","kind":"ManifestWork","metadata":{"name":"w","namespace":"c1"},"spec":{}}"#;
+
+    /// `WORK` with the label `name: "1"` added by each of `names`.
+    pub(crate) fn labelled(names: &[&str]) -> String {
+        let labels: Vec<String> = names.iter().map(|n| format!("\"{n}\":\"1\"")).collect();
+        format!(
+            r#"{{"apiVersion":"work.open-cluster-management.io/v1","kind":"ManifestWork","metadata":{{"name":"w","namespace":"c1","labels":{{{}}}}},"spec":{{}}}}"#,
+            labels.join(",")
+        )
+    }
+
+    fn mutated(work: impl Into<Bytes>) -> Result<HookResponse, CallError> {
+        Ok(HookResponse::MutateManifestWork(
+            MutateManifestWorkResponse {
+                manifest_work: work.into(),
+            },
+        ))
+    }
+
+    fn validated(result: ValidationResult, message: &str) -> Result<HookResponse, CallError> {
+        Ok(HookResponse::ValidateRolloutCompletion(ValidateResponse {
+            result: result as i32,
+            message: message.into(),
+            recheck_after: None,
+        }))
+    }
+
+    fn context(target: &Target) -> CallContext<'_> {
+        CallContext {
+            target,
+            deadline: Some(Instant::now() + Duration::from_secs(5)),
+            forward: Arc::new(HeaderMap::new()),
+            parent: SpanContext::empty_context(),
+            hub: None,
+        }
+    }
+
+    fn step(work: &str) -> MutateStep {
+        MutateStep {
+            rollout: None,
+            fields: None,
+            manifest_work: Bytes::from(work.to_owned()),
+        }
+    }
+
+    fn forwarded() -> Forwarded {
+        Forwarded {
+            message: Bytes::new(),
+            rollout: None,
+        }
+    }
+
+    /// The work of the MutateManifestWork calls `fakes` saw, by plugin.
+    fn chain(fakes: &Fakes) -> Vec<(String, String)> {
+        fakes
+            .seen(HookKind::MutateManifestWork)
+            .into_iter()
+            .map(|s| (s.plugin, s.work.unwrap_or_default()))
+            .collect()
+    }
+
+    /// Each member gets the work as the one before it left it; one that
+    /// echoes it or answers empty changed nothing and is not named.
+    #[tokio::test]
+    async fn a_mutate_chain_runs_in_order_each_member_on_the_previous_output() {
+        let fakes = Fakes::new(
+            REGISTRY,
+            answering(|name, request| {
+                let HookRequest::MutateManifestWork(step) = request else {
+                    return Err(CallError::Unreachable("not a mutate call".into()));
+                };
+                match name {
+                    "a" => mutated(labelled(&["a"])),
+                    // Echoes its input: unchanged.
+                    "b" => mutated(step.manifest_work),
+                    // Empty: unchanged.
+                    _ => mutated(Bytes::new()),
+                }
+            }),
+        );
+        let target = fakes.pipeline("p", &["a", "b", "c"]);
+        let m = context(&target).mutate(step(WORK)).await.expect("mutated");
+        assert_eq!(
+            chain(&fakes),
+            vec![
+                ("a".into(), WORK.into()),
+                ("b".into(), labelled(&["a"])),
+                ("c".into(), labelled(&["a"])),
+            ]
+        );
+        assert_eq!(m.manifest_work, labelled(&["a"]).as_bytes());
+        assert_eq!(m.mutated_by, ["a"]);
+        assert!(m.failed_open.is_empty());
+        // Each member was loaded first: its Initialize before its call.
+        let initialized: Vec<String> = fakes
+            .seen(HookKind::Initialize)
+            .into_iter()
+            .map(|s| s.plugin)
+            .collect();
+        assert_eq!(initialized, ["a", "b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn every_member_changing_the_work_is_named_in_order() {
+        let fakes = Fakes::new(
+            REGISTRY,
+            answering(|name, _| match name {
+                "a" => mutated(labelled(&["a"])),
+                "c" => mutated(labelled(&["a", "c"])),
+                _ => mutated(Bytes::new()),
+            }),
+        );
+        let target = fakes.pipeline("p", &["c", "b", "a"]);
+        let m = context(&target).mutate(step(WORK)).await.expect("mutated");
+        // c first (adds a and c), then a (leaves only a): both changed it.
+        assert_eq!(m.mutated_by, ["c", "a"]);
+        assert_eq!(m.manifest_work, labelled(&["a"]).as_bytes());
+    }
+
+    /// A member that fails under `failurePolicy: Fail` stops the chain: the
+    /// members after it are not called, and the error names it.
+    #[tokio::test]
+    async fn a_failing_step_stops_the_chain_and_names_the_member() {
+        let fakes = Fakes::new(
+            REGISTRY,
+            answering(|name, _| match name {
+                "a" => mutated(labelled(&["a"])),
+                _ => Err(CallError::Plugin(Status::permission_denied("not today"))),
+            }),
+        );
+        let target = fakes.pipeline("p", &["a", "c", "b"]);
+        let (error, failed_open) = context(&target)
+            .mutate(step(WORK))
+            .await
+            .expect_err("c fails");
+        assert_eq!(
+            error.code(),
+            Code::PermissionDenied,
+            "the member's own code"
+        );
+        assert!(error.to_string().contains("\"c\""), "{error}");
+        assert!(error.to_string().contains("not today"), "{error}");
+        assert!(failed_open.is_empty());
+        let called: Vec<String> = chain(&fakes).into_iter().map(|(p, _)| p).collect();
+        assert_eq!(called, ["a", "c"], "b after the failure is never called");
+    }
+
+    /// A member that fails under `failurePolicy: Ignore` is left out: the
+    /// next one gets the work as it was before it, and it is named failed
+    /// open.
+    #[tokio::test]
+    async fn a_step_failing_open_is_skipped_and_named() {
+        let fakes = Fakes::new(
+            REGISTRY,
+            answering(|name, _| match name {
+                "a" => mutated(labelled(&["a"])),
+                "b" => Err(CallError::Unreachable("connection refused".into())),
+                _ => mutated(labelled(&["a", "c"])),
+            }),
+        );
+        let target = fakes.pipeline("p", &["a", "b", "c"]);
+        let m = context(&target).mutate(step(WORK)).await.expect("mutated");
+        assert_eq!(m.failed_open, ["b"]);
+        assert_eq!(m.mutated_by, ["a", "c"]);
+        assert_eq!(chain(&fakes)[2], ("c".into(), labelled(&["a"])));
+    }
+
+    /// A member whose answer breaks the contract (another work's identity,
+    /// not an object) fails as INTERNAL: the caller's work is not replaced.
+    #[tokio::test]
+    async fn a_step_answering_a_bad_work_fails_as_internal() {
+        for (answer, why) in [
+            ("[]".to_string(), "is a JSON array, not an object"),
+            (WORK.replace("\"w\"", "\"other\""), "changes metadata.name"),
+        ] {
+            let fakes = Fakes::new(REGISTRY, answering(move |_, _| mutated(answer.clone())));
+            let target = fakes.plugin("a");
+            let (error, _) = context(&target)
+                .mutate(step(WORK))
+                .await
+                .expect_err("a bad answer");
+            assert_eq!(error.code(), Code::Internal, "{error}");
+            assert!(error.to_string().contains(why), "{why}: {error}");
+        }
+    }
+
+    /// The caller's own work that is no object is the caller's fault: not
+    /// counted against the member that received it.
+    #[tokio::test]
+    async fn a_callers_bad_work_is_invalid_argument() {
+        let fakes = Fakes::new(REGISTRY, answering(|_, _| mutated(labelled(&["a"]))));
+        let target = fakes.plugin("a");
+        let (error, _) = context(&target)
+            .mutate(step(r#"{"kind": "ManifestWork", "metadata": {"name": "w""#))
+            .await
+            .expect_err("the input is not JSON");
+        assert_eq!(error.code(), Code::InvalidArgument, "{error}");
+    }
+
+    /// A fan-out calls its members at once (here each waits for the other)
+    /// and merges their answers in member order: one FAILED fails the
+    /// whole, and says who.
+    #[tokio::test]
+    async fn a_fan_out_calls_every_member_at_once_and_merges_in_order() {
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let answering: Answering = Arc::new(move |name, request| {
+            let barrier = barrier.clone();
+            let name = name.to_string();
+            async move {
+                match request {
+                    HookRequest::Initialize(_) => {
+                        Ok(HookResponse::Initialize(InitializeResponse::default()))
+                    }
+                    _ => {
+                        barrier.wait().await;
+                        match name.as_str() {
+                            "a" => validated(ValidationResult::Succeeded, "a is fine"),
+                            _ => validated(ValidationResult::Failed, "c is not"),
+                        }
+                    }
+                }
+            }
+            .boxed()
+        });
+        let fakes = Fakes::new(REGISTRY, answering);
+        let target = fakes.pipeline("p", &["a", "c"]);
+        let ctx = context(&target);
+        let (merged, failed_by) =
+            tokio::time::timeout(Duration::from_secs(5), ctx.validate(forwarded()))
+                .await
+                .expect("the members were called at once, not one after the other")
+                .expect("merged");
+        assert_eq!(merged.value.result, ValidationResult::Failed as i32);
+        assert_eq!(failed_by, ["c"]);
+        let (a, c) = (
+            merged.value.message.find("a is fine"),
+            merged.value.message.find("c is not"),
+        );
+        assert!(
+            a.is_some() && a < c,
+            "in member order: {}",
+            merged.value.message
+        );
+    }
+
+    /// Of a fan-out, a member failing open is named and left out of the
+    /// merge; one failing under `Fail` fails the call with its code.
+    #[tokio::test]
+    async fn a_fan_out_leaves_out_a_member_failing_open_and_fails_on_one_that_may_not() {
+        let fakes = Fakes::new(
+            REGISTRY,
+            answering(|name, _| match name {
+                "a" => Ok(HookResponse::Empty),
+                "b" => Err(CallError::Plugin(Status::unavailable("b is down"))),
+                _ => Err(CallError::Plugin(Status::failed_precondition("c refuses"))),
+            }),
+        );
+        let open = fakes.pipeline("p", &["a", "b"]);
+        let merged = context(&open)
+            .ack(HookKind::BeginRollout, forwarded())
+            .await
+            .expect("b fails open");
+        assert_eq!(merged.failed_open, ["b"]);
+        let failing = fakes.pipeline("q", &["a", "b", "c"]);
+        let error = context(&failing)
+            .ack(HookKind::ProgressRollout, forwarded())
+            .await
+            .expect_err("c fails the call");
+        assert_eq!(error.code(), Code::FailedPrecondition);
+        assert!(error.to_string().contains("c refuses"), "{error}");
+        let called: Vec<String> = fakes
+            .seen(HookKind::ProgressRollout)
+            .into_iter()
+            .map(|s| s.plugin)
+            .collect();
+        assert_eq!(called.len(), 3, "a fan-out calls every member: {called:?}");
+    }
+
+    /// A member answering with another hook's message is its failure.
+    #[tokio::test]
+    async fn a_member_answering_the_wrong_message_fails() {
+        let fakes = Fakes::new(REGISTRY, answering(|_, _| Ok(HookResponse::Empty)));
+        let target = fakes.plugin("a");
+        let error = context(&target)
+            .validate(forwarded())
+            .await
+            .expect_err("Empty is no ValidateResponse");
+        assert_eq!(error.code(), Code::Internal);
+        assert!(error.to_string().contains("wrong message type"), "{error}");
+    }
 }

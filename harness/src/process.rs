@@ -3,6 +3,11 @@
 //! then SIGKILL) when their guard is dropped, whether the run ends, fails or
 //! is interrupted.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a child process is waited for on the wall clock; nothing here pauses tokio's"
+)]
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

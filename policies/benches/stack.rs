@@ -4,6 +4,15 @@
 //! same process. The difference is the policies' overhead per call, to set
 //! against the gateway's added latency (docs/performance.md).
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "criterion's iter_custom wants the wall-clock time of the iterations"
+)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "the function-size limit holds outside tests (CONTRIBUTING.md)"
+)]
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

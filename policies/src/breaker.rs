@@ -255,6 +255,10 @@ fn jittered(wait: Duration, random: f64) -> Duration {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "an arbitrary origin for a state machine handed its `now`; nothing waits on the clock"
+)]
 mod tests {
     use super::*;
 

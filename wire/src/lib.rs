@@ -35,6 +35,13 @@
 //!   log fields), and [`cut_to`], the one cut of a long text to a bound,
 //!   marked with the bytes it left out.
 
+#![cfg_attr(
+    test,
+    allow(
+        clippy::too_many_lines,
+        reason = "the function-size limit holds outside tests (CONTRIBUTING.md)"
+    )
+)]
 // A `pub` item must be reachable from the crate root; anything else is
 // `pub(crate)`.
 #![warn(unreachable_pub)]

@@ -191,6 +191,72 @@ async fn done<H: Hooks + ?Sized>(
     }
 }
 
+/// For tests: a [`Hooks`] written as one method per hook. A hook a test
+/// does not script fails the test when called.
+#[cfg(test)]
+pub(crate) trait PerHook: Send + Sync {
+    fn initialize(
+        &self,
+        _: InitializeRequest,
+    ) -> impl Future<Output = Result<InitializeResponse, HookError>> + Send {
+        async { Ok(InitializeResponse::default()) }
+    }
+
+    fn begin_rollout(
+        &self,
+        _: RolloutRequest,
+    ) -> impl Future<Output = Result<(), HookError>> + Send {
+        async { unreachable!("BeginRollout is not scripted") }
+    }
+
+    fn progress_rollout(
+        &self,
+        _: RolloutRequest,
+    ) -> impl Future<Output = Result<(), HookError>> + Send {
+        async { unreachable!("ProgressRollout is not scripted") }
+    }
+
+    fn validate_rollout_completion(
+        &self,
+        _: RolloutRequest,
+    ) -> impl Future<Output = Result<ValidateResponse, HookError>> + Send {
+        async { unreachable!("ValidateRolloutCompletion is not scripted") }
+    }
+
+    fn mutate_manifest_work(
+        &self,
+        _: RolloutRequest,
+        _: Bytes,
+    ) -> impl Future<Output = Result<Mutation, HookError>> + Send {
+        async { unreachable!("MutateManifestWork is not scripted") }
+    }
+}
+
+#[cfg(test)]
+impl<T: PerHook> Hooks for T {
+    async fn call(&self, _: Call<'_>, request: HookRequest) -> Result<HookAnswer, HookError> {
+        Ok(match request {
+            HookRequest::Initialize(r) => {
+                HookAnswer::Initialized(PerHook::initialize(self, r).await?)
+            }
+            HookRequest::BeginRollout(r) => {
+                PerHook::begin_rollout(self, r).await?;
+                HookAnswer::Done
+            }
+            HookRequest::ProgressRollout(r) => {
+                PerHook::progress_rollout(self, r).await?;
+                HookAnswer::Done
+            }
+            HookRequest::ValidateRolloutCompletion(r) => {
+                HookAnswer::Validated(PerHook::validate_rollout_completion(self, r).await?)
+            }
+            HookRequest::MutateManifestWork(r, work) => {
+                HookAnswer::Mutated(PerHook::mutate_manifest_work(self, r, work).await?)
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,71 +321,5 @@ mod tests {
         let mutated = HookAnswer::Mutated(Mutation::default());
         assert!(mutated.answers(HookKind::MutateManifestWork));
         assert!(!mutated.answers(HookKind::Initialize));
-    }
-}
-
-/// For tests: a [`Hooks`] written as one method per hook. A hook a test
-/// does not script fails the test when called.
-#[cfg(test)]
-pub(crate) trait PerHook: Send + Sync {
-    fn initialize(
-        &self,
-        _: InitializeRequest,
-    ) -> impl Future<Output = Result<InitializeResponse, HookError>> + Send {
-        async { Ok(InitializeResponse::default()) }
-    }
-
-    fn begin_rollout(
-        &self,
-        _: RolloutRequest,
-    ) -> impl Future<Output = Result<(), HookError>> + Send {
-        async { unreachable!("BeginRollout is not scripted") }
-    }
-
-    fn progress_rollout(
-        &self,
-        _: RolloutRequest,
-    ) -> impl Future<Output = Result<(), HookError>> + Send {
-        async { unreachable!("ProgressRollout is not scripted") }
-    }
-
-    fn validate_rollout_completion(
-        &self,
-        _: RolloutRequest,
-    ) -> impl Future<Output = Result<ValidateResponse, HookError>> + Send {
-        async { unreachable!("ValidateRolloutCompletion is not scripted") }
-    }
-
-    fn mutate_manifest_work(
-        &self,
-        _: RolloutRequest,
-        _: Bytes,
-    ) -> impl Future<Output = Result<Mutation, HookError>> + Send {
-        async { unreachable!("MutateManifestWork is not scripted") }
-    }
-}
-
-#[cfg(test)]
-impl<T: PerHook> Hooks for T {
-    async fn call(&self, _: Call<'_>, request: HookRequest) -> Result<HookAnswer, HookError> {
-        Ok(match request {
-            HookRequest::Initialize(r) => {
-                HookAnswer::Initialized(PerHook::initialize(self, r).await?)
-            }
-            HookRequest::BeginRollout(r) => {
-                PerHook::begin_rollout(self, r).await?;
-                HookAnswer::Done
-            }
-            HookRequest::ProgressRollout(r) => {
-                PerHook::progress_rollout(self, r).await?;
-                HookAnswer::Done
-            }
-            HookRequest::ValidateRolloutCompletion(r) => {
-                HookAnswer::Validated(PerHook::validate_rollout_completion(self, r).await?)
-            }
-            HookRequest::MutateManifestWork(r, work) => {
-                HookAnswer::Mutated(PerHook::mutate_manifest_work(self, r, work).await?)
-            }
-        })
     }
 }

@@ -2,7 +2,7 @@
 //! [`ControllerMetrics`].
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use super::ControllerMetrics;
 use crate::hooks::{Call, HookAnswer, HookError, HookRequest, Hooks};

@@ -46,7 +46,7 @@ pub(crate) mod world;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -60,6 +60,7 @@ use opentelemetry::trace::TraceContextExt;
 use rollout_proto::v1alpha1::InitializeRequest;
 use serde_json::json;
 use thiserror::Error;
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::api::additions::ocm_status;
@@ -328,7 +329,7 @@ pub async fn reconcile(
         trace_id = %context.trace_id(),
         span_id = %context.span_id()
     );
-    let start = std::time::Instant::now();
+    let start = Instant::now();
     let metrics = ctx.metrics.clone();
     let result = reconcile_traced(mwrs, ctx, trace).instrument(span).await;
     metrics.record_reconcile(start.elapsed(), result.as_ref().err().map(Error::kind));
@@ -552,7 +553,7 @@ impl<'r> Pass<'r> {
         let waiting = self
             .ctx
             .backoffs
-            .waiting(&self.key, generations, Instant::now());
+            .waiting(&self.key, generations, Instant::now().into_std());
         if let Some(wait) = waiting {
             tracing::debug!(mwrs = %self.name, namespace = %self.namespace, ?wait, "backing off after a permanent hook error");
             return Ok(Bind::BackingOff(wait));
@@ -877,7 +878,7 @@ impl<'r> Pass<'r> {
             bound.generations,
             permanent,
             ctx.options.settings.error_requeue,
-            Instant::now(),
+            Instant::now().into_std(),
         ) {
             tracing::warn!(mwrs = %self.name, namespace = %self.namespace, ?wait, "a plugin refused this input; retrying after a backoff, or at once when the ManifestWorkReplicaSet changes");
             requeue = Some(wait);

@@ -78,6 +78,10 @@ pub(crate) struct Clock {
     slept: Duration,
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "`wall` and `slept` are the real time of a run, reported beside the simulated time"
+)]
 impl Clock {
     /// A clock at `start`.
     pub(crate) fn new(start: Timestamp) -> Clock {

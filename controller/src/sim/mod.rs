@@ -720,7 +720,7 @@ impl<H: Hooks> Simulation<'_, H> {
         now: Timestamp,
         trace: &opentelemetry::Context,
     ) -> Result<DeployOutcome, SimError> {
-        let began = std::time::Instant::now();
+        let began = tokio::time::Instant::now();
         let works = self.world.list_works(config::OWNER_LABEL).await?;
         // As `run` does: the spec and the revisions as the API server
         // gives them back.

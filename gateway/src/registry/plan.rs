@@ -215,3 +215,235 @@ fn clash(defined: &HashMap<ScopedName, String>, name: &ScopedName, at: &str) -> 
         ),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The plan as a table, in vector's config-diff manner: a live snapshot
+    //! (the files it was loaded from) and the new files go in, what the
+    //! plan adds, updates, removes and finds wrong comes out.
+
+    use super::*;
+    use crate::config;
+    use crate::registry::{Registry, SourceInfo};
+    use crate::upstream::ChannelSettings;
+
+    /// Two shared plugins and a pipeline of both.
+    const SHARED: &str = "plugins:\n  - name: a\n    endpoint: 127.0.0.1:7001\n    insecure: true\n  - name: b\n    endpoint: 127.0.0.1:7002\n    insecure: true\npipelines:\n  - name: p\n    plugins: [a, b]\n";
+    /// hub-a's own plugin `a` (beside the shared one) and a pipeline of
+    /// its plugin and a shared one.
+    const HUB_A: &str = "hub: hub-a\nplugins:\n  - name: a\n    endpoint: 127.0.0.1:7003\n    insecure: true\npipelines:\n  - name: q\n    plugins: [a, b]\n";
+
+    /// What a plan says, names as `hub/name` (`name` when shared).
+    #[derive(Debug, PartialEq, Default)]
+    struct Planned {
+        added: Vec<String>,
+        /// Updates handed the live snapshot's upstream of the same name.
+        updated: Vec<String>,
+        removed: Vec<String>,
+        pipelines: Vec<String>,
+        /// The paths of the problems.
+        problems: Vec<String>,
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn want(
+        added: &[&str],
+        updated: &[&str],
+        removed: &[&str],
+        pipelines: &[&str],
+        problems: &[&str],
+    ) -> Planned {
+        Planned {
+            added: names(added),
+            updated: names(updated),
+            removed: names(removed),
+            pipelines: names(pipelines),
+            problems: names(problems),
+        }
+    }
+
+    fn scoped(hub: &Option<String>, name: &str) -> String {
+        match hub {
+            Some(hub) => format!("{hub}/{name}"),
+            None => name.to_string(),
+        }
+    }
+
+    /// The live snapshot of a registry that loaded `files` (source i is
+    /// `file{i}`), or none when no file is given.
+    fn live(files: &[&str]) -> Option<Arc<Snapshot>> {
+        let registry = Registry::new(
+            (0..files.len())
+                .map(|i| SourceInfo {
+                    label: format!("file{i}"),
+                })
+                .collect(),
+            ChannelSettings::default(),
+        );
+        for (i, text) in files.iter().enumerate() {
+            registry.apply(i, text).expect("a live file loads");
+        }
+        registry.load()
+    }
+
+    fn planned(live: Option<&Snapshot>, files: &[Option<String>]) -> Planned {
+        let parsed: Vec<Option<Config>> = files
+            .iter()
+            .map(|f| {
+                f.as_deref()
+                    .map(|t| config::parse(t).expect("a valid file"))
+            })
+            .collect();
+        let configs: Vec<Option<&Config>> = parsed.iter().map(Option::as_ref).collect();
+        let labels: Vec<String> = (0..files.len()).map(|i| format!("file{i}")).collect();
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        let plan = plan(&configs, &labels, live);
+        let mut out = Planned::default();
+        for source in &plan.sources {
+            for p in &source.plugins {
+                let name = scoped(&source.config.hub, &p.config.name);
+                match &p.change {
+                    Change::Add => out.added.push(name),
+                    Change::Update(upstream) => {
+                        let same = live.is_some_and(|snap| {
+                            snap.plugins.iter().any(|l| {
+                                scoped(&l.hub, &l.name) == name
+                                    && Arc::ptr_eq(&l.upstream, upstream)
+                            })
+                        });
+                        assert!(same, "{name}: an update carries the live plugin's upstream");
+                        out.updated.push(name);
+                    }
+                }
+            }
+        }
+        out.removed = plan
+            .removed
+            .iter()
+            .map(|p| scoped(&p.hub, &p.name))
+            .collect();
+        out.pipelines = plan
+            .pipelines
+            .iter()
+            .map(|p| scoped(&p.hub, &p.config.name))
+            .collect();
+        out.problems = plan.problems.iter().map(|p| p.path.clone()).collect();
+        out
+    }
+
+    /// One row: what it is, the files the live snapshot loaded, the new
+    /// files (`None`: a source with no valid config yet), the plan.
+    type Row = (
+        &'static str,
+        &'static [&'static str],
+        Vec<Option<String>>,
+        Planned,
+    );
+
+    #[tokio::test]
+    async fn the_plan_of_a_reload_against_the_live_snapshot() {
+        let shared = || Some(SHARED.to_string());
+        let rows: Vec<Row> = vec![
+            (
+                "a first load adds every plugin and pipeline",
+                &[],
+                vec![shared()],
+                want(&["a", "b"], &[], &[], &["p"], &[]),
+            ),
+            (
+                "the same file again updates each plugin with its live upstream",
+                &[SHARED],
+                vec![shared()],
+                want(&[], &["a", "b"], &[], &["p"], &[]),
+            ),
+            (
+                "a changed endpoint is an update too: the build, which reads the TLS files, decides to replace the upstream",
+                &[SHARED],
+                vec![Some(SHARED.replace("127.0.0.1:7002", "127.0.0.1:7009"))],
+                want(&[], &["a", "b"], &[], &["p"], &[]),
+            ),
+            (
+                "a plugin left out of the file is removed",
+                &[SHARED],
+                vec![Some(
+                    "plugins:\n  - name: a\n    endpoint: 127.0.0.1:7001\n    insecure: true\n"
+                        .into(),
+                )],
+                want(&[], &["a"], &["b"], &[], &[]),
+            ),
+            (
+                "a renamed plugin is one removed and one added",
+                &[SHARED],
+                vec![Some(SHARED.replace("name: b", "name: c").replace("[a, b]", "[a, c]"))],
+                want(&["c"], &["a"], &["b"], &["p"], &[]),
+            ),
+            (
+                "a plugin replaced by a pipeline of its name is removed",
+                &[SHARED],
+                vec![Some(
+                    "plugins:\n  - name: a\n    endpoint: 127.0.0.1:7001\n    insecure: true\npipelines:\n  - name: b\n    plugins: [a]\n"
+                        .into(),
+                )],
+                want(&[], &["a"], &["b"], &["b"], &[]),
+            ),
+            (
+                "a hub's plugin may share a shared plugin's name; its pipeline may use shared plugins",
+                &[SHARED],
+                vec![shared(), Some(HUB_A.into())],
+                want(&["hub-a/a"], &["a", "b"], &[], &["p", "hub-a/q"], &[]),
+            ),
+            (
+                "a name two files define for one hub: the first file keeps it, the second's is a problem",
+                &[SHARED],
+                vec![shared(), shared()],
+                want(
+                    &[],
+                    &["a", "b"],
+                    &[],
+                    &["p"],
+                    &["file1: plugins[0] (a)", "file1: plugins[1] (b)", "file1: pipelines[0] (p)"],
+                ),
+            ),
+            (
+                "a hub's pipeline naming a shared plugin that no file defines is a problem",
+                &[],
+                vec![Some(HUB_A.into())],
+                want(&["hub-a/a"], &[], &[], &["hub-a/q"], &["file0: pipelines[0] (q).plugins[1]"]),
+            ),
+            (
+                "a hub's pipeline cannot name another hub's plugin",
+                &[],
+                vec![
+                    Some(HUB_A.replace("[a, b]", "[a]")),
+                    Some(HUB_A.replace("hub-a", "hub-b").replace("7003", "7004").replace("[a, b]", "[a]").replace("name: q", "name: r")),
+                    Some("hub: hub-c\npipelines:\n  - name: s\n    plugins: [a]\n".into()),
+                ],
+                want(
+                    &["hub-a/a", "hub-b/a"],
+                    &[],
+                    &[],
+                    &["hub-a/q", "hub-b/r", "hub-c/s"],
+                    &["file2: pipelines[0] (s).plugins[0]"],
+                ),
+            ),
+            (
+                "a source with no valid config yet plans nothing, and the live plugins only it had are removed",
+                &[SHARED, HUB_A],
+                vec![None, Some(HUB_A.into())],
+                want(&[], &["hub-a/a"], &["a", "b"], &["hub-a/q"], &["file1: pipelines[0] (q).plugins[1]"]),
+            ),
+        ];
+        let mut failed = Vec::new();
+        for (name, before, files, expected) in rows {
+            let snapshot = live(before);
+            let got = planned(snapshot.as_deref(), &files);
+            if got != expected {
+                failed.push(format!("{name}:\n  got  {got:?}\n  want {expected:?}"));
+            }
+        }
+        assert!(failed.is_empty(), "{}", failed.join("\n"));
+    }
+}

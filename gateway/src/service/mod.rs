@@ -26,6 +26,8 @@ pub(crate) mod health;
 mod receive;
 mod resolve;
 mod route;
+#[cfg(test)]
+mod tests;
 
 use std::convert::Infallible;
 use std::sync::Arc;

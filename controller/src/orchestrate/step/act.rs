@@ -316,7 +316,9 @@ impl<H: Hooks, W: World> PlacementStep<'_, '_, H, W> {
         if !mutation.failed_open.is_empty() {
             let failed_open = mutation.failed_open.join(",");
             // Once a minute per set of plugins, however many clusters.
-            if let Some(left_out) = FAILED_OPEN_LOG.admit(&failed_open, std::time::Instant::now()) {
+            if let Some(left_out) =
+                FAILED_OPEN_LOG.admit(&failed_open, tokio::time::Instant::now().into_std())
+            {
                 tracing::warn!(
                     cluster,
                     failed_open,
