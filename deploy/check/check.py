@@ -31,7 +31,8 @@ object is valid, and the deployments are what docs/deploy.md says they are.
    among them that no kustomization but the bare-cluster stand-in for OCM
    renders a CRD, a namespace or (for an overlay) an object of OCM's, so
    that `kubectl delete -k` removes the project's objects only. It runs
-   the gateway and the plugins with each container's own arguments and
+   the gateway and the plugins with each container's own arguments (their
+   `$(NAME)` references to its env expanded, as the kubelet does) and
    mounted files (from target/debug, or $CARGO_TARGET_DIR/debug; built if
    missing) until they listen and the gateway is ready, and checks that the
    controller knows its flags.
