@@ -11,7 +11,8 @@ What may differ, and nothing else (docs/deploy.md, "With Helm"):
   namespace` with the Pod Security labels, or `--create-namespace`).
 - The labels the chart adds to each object's metadata (RELEASE_LABELS).
 - A registry file (a ConfigMap's `*.yaml` data) is compared as YAML: the
-  overlays' files carry comments, and Helm's toYaml orders the keys.
+  overlays' files carry comments, and Helm's toYaml orders the keys; a
+  `*.json` file (prometheus-analysis's checks) as JSON.
 - The tracing overlay's Jaeger and OpenTelemetry Collector (deploy/tracing):
   the chart exports to the collector `tracing.otlpEndpoint` names, and
   deploys none.
@@ -88,7 +89,8 @@ def combinations(overlays: Path) -> dict[str, dict]:
                                                       "key": read(plugins / "gateway-client.key")}},
                             "examplePlugins": {"enabled": True, "clientCA": read(plugins / "ca.crt"), "certs": {
                                 name: {"cert": read(plugins / f"{name}.crt"), "key": read(plugins / f"{name}.key")}
-                                for name in ("traffic-weights", "smoke-test", "rollback-mutator")}}},
+                                for name in ("traffic-weights", "smoke-test", "rollback-mutator",
+                                             "prometheus-analysis")}}},
     }
 
 
@@ -108,7 +110,8 @@ def comparable(objects: list[dict]) -> dict[str, dict]:
         if meta.get("annotations") == {}:
             del meta["annotations"]
         if obj.get("kind") == "ConfigMap":
-            obj["data"] = {k: yaml.safe_load(v) if k.endswith(".yaml") else v for k, v in (obj.get("data") or {}).items()}
+            obj["data"] = {k: yaml.safe_load(v) if k.endswith(".yaml") else json.loads(v) if k.endswith(".json") else v
+                           for k, v in (obj.get("data") or {}).items()}
         if obj.get("kind") == "Secret":
             obj["data"] = {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
         pod = pod_spec(obj)

@@ -31,7 +31,8 @@ object is valid, and the deployments are what docs/deploy.md says they are.
    among them that no kustomization but the bare-cluster stand-in for OCM
    renders a CRD, a namespace or (for an overlay) an object of OCM's, so
    that `kubectl delete -k` removes the project's objects only. It runs
-   the gateway and the plugins with each container's own arguments and
+   the gateway and the plugins with each container's own arguments (their
+   `$(NAME)` references to its env expanded, as the kubelet does) and
    mounted files (from target/debug, or $CARGO_TARGET_DIR/debug; built if
    missing) until they listen and the gateway is ready, and checks that the
    controller knows its flags.
@@ -58,8 +59,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from manifests import (CONTROLLER, GATEWAY, POD_TEMPLATE_KINDS, PROJECT_NAMESPACE, container, containers, find,
-                       flag_values, flags_of, ident, pod_spec, port_of, probe_port, selects)
+from manifests import (CONTROLLER, GATEWAY, POD_TEMPLATE_KINDS, PROJECT_NAMESPACE, container, containers, environment,
+                       expand, find, flag_values, flags_of, ident, pod_spec, port_of, probe_port, selects)
 
 HERE = Path(__file__).resolve().parent
 DEPLOY = HERE.parent
@@ -98,6 +99,7 @@ OWN_NAMESPACES = {
     PROJECT_NAMESPACE: "the controller, the gateway, the registry (deploy/base)",
     "rollout-plugins": "the example plugins (overlay example-plugins)",
     "rollout-demo": "the example rollout's Placement and ManifestWorkReplicaSet (examples/hello-rollout)",
+    "rollout-analysis-demo": "the analysed example rollout's Placement and ManifestWorkReplicaSet (examples/analysed-rollout)",
 }
 # The project's own API group (the carrier kind ManifestWorkReplicaSetRollout):
 # the only group whose CRDs an overlay for a hub may bring.
@@ -750,6 +752,21 @@ def check_pod_security(report: Report, objects: list[dict]) -> tuple[int, int]:
     return pods, n_containers
 
 
+def check_env_references(report: Report, objects: list[dict]) -> None:
+    """Every variable a container reads from a ConfigMap or Secret key
+    (configMapKeyRef, secretKeyRef) finds that key in the render, unless
+    optional: the kubelet starts no container without it
+    (CreateContainerConfigError)."""
+    for obj in objects:
+        pod = pod_spec(obj)
+        if pod is None:
+            continue
+        for c in containers(pod):
+            _, problems = environment(objects, (obj.get("metadata") or {}).get("namespace", ""), c)
+            report.check(not problems, f"{ident(obj)} container {c.get('name')}: every variable from a ConfigMap "
+                         "or Secret finds its key" + "".join(f"\n      {p}" for p in problems))
+
+
 def check_token_mounts(report: Report, objects: list[dict]) -> None:
     """A projected service account token reaches the controller container
     only."""
@@ -1053,7 +1070,8 @@ def check_central_certs(report: Report, objects: list[dict], tls_dir: Path, tmp:
 # The binaries, run with each container's arguments
 # ---------------------------------------------------------------------------
 
-BINARIES = ("rollout-gateway", "rollout-controller", "traffic-weights", "smoke-test", "rollback-mutator")
+BINARIES = ("rollout-gateway", "rollout-controller", "traffic-weights", "smoke-test", "rollback-mutator",
+            "prometheus-analysis")
 
 
 def binaries(report: Report) -> Path | None:
@@ -1072,7 +1090,8 @@ def binaries(report: Report) -> Path | None:
 def materialize(objects: list[dict], namespace: str, pod: dict, c: dict, root: Path) -> list[str]:
     """Writes the files of `c`'s configMap/secret/projected mounts under
     `root` (mountPath kept), rewrites the mount paths in its arguments and in
-    the files to point there, and returns the arguments."""
+    the files to point there, and returns the arguments, their `$(NAME)`
+    references to its environment expanded as the kubelet expands them."""
     mount_paths = sorted((m["mountPath"].rstrip("/") for m in c.get("volumeMounts") or []), key=len, reverse=True)
 
     def rewrite(text: str) -> str:
@@ -1091,7 +1110,8 @@ def materialize(objects: list[dict], namespace: str, pod: dict, c: dict, root: P
             except UnicodeDecodeError:
                 pass
             path.write_bytes(data)
-    return [rewrite(a) for a in c.get("args") or []]
+    env, _ = environment(objects, namespace, c)
+    return [rewrite(expand(a, env)) for a in c.get("args") or []]
 
 
 def replace_flag(args: list[str], flag: str, value: str) -> list[str]:
@@ -1626,6 +1646,7 @@ def main() -> int:
             carriers = check_carriers(report, objects)
             pods, n_containers = check_pod_security(report, objects)
             check_token_mounts(report, objects)
+            check_env_references(report, objects)
             check_controller_replicas(report, objects)
             check_controller_rbac(report, objects)
             check_images(report, objects)

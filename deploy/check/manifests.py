@@ -1,11 +1,13 @@
 """The names and the small readers of rendered manifests that the deploy
 check's modules share (check.py, exposure.py): the project's namespace and
-workload names, pod templates, containers, flags, ports, label selectors.
+workload names, pod templates, containers, flags, ports, label selectors,
+a container's environment and the kubelet's `$(NAME)` expansion.
 Standard library only: check.py imports it before its packages are
 installed."""
 
 from __future__ import annotations
 
+import base64
 import re
 
 # The controller's namespace, its own: no namespace of Open Cluster
@@ -94,3 +96,49 @@ def selects(selector: dict | None, labels: dict | None) -> bool:
             return False
         selector = selector.get("matchLabels") or {}
     return bool(selector) and all((labels or {}).get(k) == v for k, v in selector.items())
+
+
+# What the kubelet replaces in a container's command, args and env values:
+# `$$` is a `$`; `$(NAME)` is NAME's value when NAME is defined before it,
+# else left as it is (Kubernetes' third_party/forked/golang/expansion).
+_REFERENCE = re.compile(r"\$\$|\$\(([^)]*)\)")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """`text` with the `$(NAME)` references to `env` replaced, as the
+    kubelet expands a container's args."""
+    def one(match: re.Match) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        return env.get(match.group(1), match.group(0))
+    return _REFERENCE.sub(one, text)
+
+
+def environment(objects: list[dict], namespace: str, c: dict) -> tuple[dict[str, str], list[str]]:
+    """The variables container `c` gets from its `env`, in order, each value
+    expanded from those before it, a `configMapKeyRef` or `secretKeyRef`
+    read from the rendered object; and the problems: a reference to an
+    object or key not rendered, which the kubelet would not start the
+    container with (unless `optional: true`). Other sources (fieldRef,
+    resourceFieldRef) are left out."""
+    env: dict[str, str] = {}
+    problems: list[str] = []
+    for var in c.get("env") or []:
+        name = var.get("name", "")
+        if "value" in var:
+            env[name] = expand(str(var["value"]), env)
+            continue
+        source = var.get("valueFrom") or {}
+        for field, kind in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
+            ref = source.get(field)
+            if ref is None:
+                continue
+            obj = find(objects, kind, ref.get("name", ""), namespace)
+            data = (obj or {}).get("data") or {}
+            if ref.get("key") in data:
+                value = data[ref["key"]]
+                env[name] = base64.b64decode(value).decode() if kind == "Secret" else value
+            elif not ref.get("optional"):
+                problems.append(f"env {name}: {kind} {namespace}/{ref.get('name')} has no key {ref.get('key')!r}"
+                                f"{'' if obj else ' (not rendered)'}")
+    return env, problems

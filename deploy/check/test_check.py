@@ -117,6 +117,48 @@ def pod_of(objects: list[dict], name: str) -> dict:
     return check.pod_spec(check.find(objects, "Deployment", name))
 
 
+def env_objects(env: list[dict], data: dict | None) -> list[dict]:
+    """A plugin whose args name $(URL), and the ConfigMap `settings` holding
+    `data` (none when None)."""
+    plugin = {"name": "p", "image": "localhost/p:0.1.0", "env": env,
+              "args": ["--url", "$(URL)", "--literal", "$$(URL)", "--unknown", "$(NOPE)"]}
+    objects = [deployment("p", {"containers": [plugin]})]
+    if data is not None:
+        objects.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": NS},
+                        "data": data})
+    return objects
+
+
+FROM_SETTINGS = [{"name": "URL", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "url"}}}]
+
+
+class Environment(unittest.TestCase):
+    def test_args_are_expanded_as_the_kubelet_expands_them(self):
+        objects = env_objects(FROM_SETTINGS, {"url": "http://prometheus:9090"})
+        pod = pod_of(objects, "p")
+        with tempfile.TemporaryDirectory() as tmp:
+            args = check.materialize(objects, NS, pod, pod["containers"][0], Path(tmp))
+        self.assertEqual(args, ["--url", "http://prometheus:9090", "--literal", "$(URL)", "--unknown", "$(NOPE)"])
+
+    def test_a_value_is_expanded_from_the_variables_before_it(self):
+        env = [{"name": "HOST", "value": "p"}, {"name": "URL", "value": "http://$(HOST):1 $(LATER)"},
+               {"name": "LATER", "value": "x"}]
+        got, problems = check.environment([], NS, {"env": env})
+        self.assertEqual((got["URL"], problems), ("http://p:1 $(LATER)", []))
+
+    def test_a_key_the_render_has_passes(self):
+        self.assertEqual(failures(check.check_env_references, env_objects(FROM_SETTINGS, {"url": "u"})), [])
+
+    def test_a_missing_key_or_configmap_is_caught(self):
+        self.assertNotEqual(failures(check.check_env_references, env_objects(FROM_SETTINGS, {"uri": "u"})), [])
+        self.assertNotEqual(failures(check.check_env_references, env_objects(FROM_SETTINGS, None)), [])
+
+    def test_an_optional_reference_may_be_missing(self):
+        optional = [{"name": "URL", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "url",
+                                                                      "optional": True}}}]
+        self.assertEqual(failures(check.check_env_references, env_objects(optional, None)), [])
+
+
 class Flags(unittest.TestCase):
     def test_both_spellings(self):
         self.assertEqual(check.flag_values(["--config", "a", "--config=b", "--x"], "--config"), ["a", "b"])
@@ -1001,3 +1043,12 @@ class ChartAgainstOverlay(unittest.TestCase):
         self.assertEqual(chart.differences(overlay + [extra], objects, [extra]), [])
         self.assertEqual(len(chart.differences(overlay + [extra], objects, [])), 1)
         self.assertEqual(len(chart.differences(overlay, objects + [extra], [])), 1)
+
+    def test_a_json_file_is_compared_as_json(self):
+        import chart
+        overlay, objects = self.overlay(), self.chart()
+        overlay[1]["data"]["checks.json"] = '{\n  "deadline": "10m",\n  "checks": []\n}\n'
+        objects[0]["data"]["checks.json"] = '{"checks": [], "deadline": "10m"}'
+        self.assertEqual(chart.differences(overlay, objects, []), [])
+        objects[0]["data"]["checks.json"] = '{"checks": [], "deadline": "5m"}'
+        self.assertEqual(len(chart.differences(overlay, objects, [])), 1)
