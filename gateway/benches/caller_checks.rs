@@ -17,10 +17,10 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use prost::Message;
 use rollout_gateway::manifest;
+use rollout_proto::partial::{self, ValidateView};
 use rollout_proto::v1alpha1::{
     ClusterRolloutStatus, RolloutPluginRequest, RolloutState, ValidateCompletionRequest,
 };
-use rollout_proto::partial::{self, ValidateView};
 use std::hint::black_box;
 
 /// A validation request for a placement of `clusters` clusters, all

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use prost::Message as _;
+use rollout_proto::partial::{self, MutateParts, RolloutFields, ValidateView};
 use rollout_proto::v1alpha1::{
     InitializeRequest, InitializeResponse, MutateManifestWorkResponse, RolloutPluginRequest,
     RolloutStateDetail, ValidateResponse,
 };
-use rollout_proto::partial::{self, MutateParts, RolloutFields, ValidateView};
 
 use http::HeaderMap;
 use opentelemetry::trace::SpanContext;

@@ -13,8 +13,8 @@ use http::HeaderValue;
 use opentelemetry::trace::{Span as _, SpanContext, SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::Span;
-use rollout_proto::v1alpha1::ValidateResponse;
 use rollout_proto::partial::RolloutFields;
+use rollout_proto::v1alpha1::ValidateResponse;
 use rollout_telemetry::outcome::{self, VALIDATION_FAILED_BY};
 use rollout_telemetry::{
     Tracer, TracingError, TracingOptions, finish_span, parse_traceparent, rollout_attributes,

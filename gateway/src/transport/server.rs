@@ -657,3 +657,6 @@ enum ConnectionError {
 async fn wait_true(mut flag: watch::Receiver<bool>) {
     let _ = flag.wait_for(|d| *d).await;
 }
+
+#[cfg(test)]
+mod tests;
