@@ -25,8 +25,8 @@ pub mod v1alpha1 {
 
 pub mod declaration;
 pub mod duration;
-pub mod verdict;
 pub mod partial;
+pub mod verdict;
 
 /// Request metadata key naming the plugin or pipeline a gateway call targets.
 pub const PLUGIN_METADATA_KEY: &str = "ocm-rollout-plugin";

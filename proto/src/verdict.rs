@@ -7,8 +7,8 @@
 use bytes::Bytes;
 use prost::Message;
 
-use crate::v1alpha1::{ValidateResponse, ValidationResult};
 use crate::partial::{WireError, varint_occurrences};
+use crate::v1alpha1::{ValidateResponse, ValidationResult};
 
 /// `ValidateResponse.result`'s field number.
 const RESULT_FIELD: u32 = 1;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use opentelemetry::trace::{Span as _, SpanContext, SpanKind, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
+use rollout_proto::partial::RolloutFields;
 use rollout_proto::v1alpha1::rollout_plugin_service_server::{
     RolloutPluginService, RolloutPluginServiceServer,
 };
@@ -14,7 +15,6 @@ use rollout_proto::v1alpha1::{
     InitializeRequest, InitializeResponse, MutateManifestWorkRequest, MutateManifestWorkResponse,
     RolloutPluginRequest, ValidateCompletionRequest, ValidateResponse,
 };
-use rollout_proto::partial::RolloutFields;
 use rollout_proto::{IDENTITY_FIELDS, SERVICE_NAME};
 use rollout_telemetry::Tracer;
 use serde_json::Value;
