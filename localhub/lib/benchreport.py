@@ -48,6 +48,16 @@ def watch_events(r: dict) -> float:
     return sent - sum(v for k, v in r["reporter"].items() if k.startswith("watch ") and k != "watch bytes")
 
 
+def watch_by_resource(r: dict) -> Counter:
+    """Watch events of the resources a ManifestWorkReplicaSet controller
+    watches (more than 10 in the rollout), ManifestWorks less the reporter's."""
+    sent = Counter({k: v for k, v in r["metrics"]["apiserver_watch_events_total"].items() if v > 10})
+    mine = sum(v for k, v in r["reporter"].items() if k.startswith("watch ") and k != "watch bytes")
+    if "manifestworks" in sent:
+        sent["manifestworks"] -= mine
+    return sent
+
+
 def summary(rounds: list[dict], controller: str) -> dict:
     mine = [r for r in rounds if r["controller"] == controller]
     if not mine:
@@ -71,6 +81,13 @@ def summary(rounds: list[dict], controller: str) -> dict:
                        for k in sorted(set().union(*(rollout_requests(r) for r in mine)))},
         "written_by_request": {k: median([written(r)[k] for r in mine]) / units
                                for k in sorted(set().union(*(written(r) for r in mine)))},
+        "by_request_total": {k: median([rollout_requests(r)[k] for r in mine])
+                             for k in sorted(set().union(*(rollout_requests(r) for r in mine)))},
+        "watch_by_resource": {k: median([watch_by_resource(r)[k] for r in mine])
+                              for k in sorted(set().union(*(watch_by_resource(r) for r in mine)))},
+        "start_by_request": {k: median([Counter(r["audit"]["controller"]["requests"]["start"])[k] for r in mine])
+                             for k in sorted(set().union(*(r["audit"]["controller"]["requests"]["start"]
+                                                            for r in mine)))},
         "helpers": {name: {"cpu_s": median([r["helpers"][name]["cpu_s"] for r in mine]),
                            "peak_rss_mib": median([r["helpers"][name]["peak_rss_kib"] / 1024 for r in mine])}
                     for name in mine[0]["helpers"]},
@@ -95,7 +112,7 @@ def extra_requests(ours: dict, ocm: dict) -> list[tuple[str, float, float]]:
     """The requests ours makes more of than OCM's, per cluster rolled out."""
     keys = set(ours.get("by_request", {})) | set(ocm.get("by_request", {}))
     rows = [(k, ours["by_request"].get(k, 0.0), ocm["by_request"].get(k, 0.0)) for k in keys]
-    return sorted([r for r in rows if r[1] > r[2]], key=lambda r: r[2] - r[1])
+    return sorted([r for r in rows if r[1] - r[2] >= 0.0005], key=lambda r: r[2] - r[1])
 
 
 def markdown(rounds: list[dict], host: dict, args) -> str:
@@ -125,11 +142,21 @@ def markdown(rounds: list[dict], host: dict, args) -> str:
     for name in s["ours"].get("helpers", {}) if s["ours"] else []:
         lines.append(f"| {name} beside it: CPU, peak RSS | {s['ours']['helpers'][name]['cpu_s']:.2f} s, "
                      f"{s['ours']['helpers'][name]['peak_rss_mib']:.1f} MiB |" + " – |" * (len(present) - 1))
-    lines += ["", "Requests per cluster rolled out (clusters × revisions), by verb and resource:", "",
+    lines += ["", "Requests during the rollout by verb and resource: the count, and per cluster rolled out "
+              "(clusters × revisions):", "",
               "| request | " + " | ".join(NAMES[c] for c in present) + " |", "|---|" + "--:|" * len(present)]
     keys = sorted(set().union(*(s[c]["by_request"] for c in present)))
     for k in keys:
-        lines.append(f"| `{k}` | " + " | ".join(f"{s[c]['by_request'].get(k, 0):.2f}" for c in present) + " |")
+        lines.append(f"| `{k}` | " + " | ".join(
+            f"{s[c]['by_request_total'].get(k, 0):.0f} ({s[c]['by_request'].get(k, 0):.3f})" for c in present) + " |")
+    lines += ["", "Watch events sent during the rollout, by resource (ManifestWorks less the reporter's own):", "",
+              "| resource | " + " | ".join(NAMES[c] for c in present) + " |", "|---|" + "--:|" * len(present)]
+    for k in sorted(set().union(*(s[c]["watch_by_resource"] for c in present))):
+        lines.append(f"| `{k}` | " + " | ".join(f"{s[c]['watch_by_resource'].get(k, 0):.0f}" for c in present) + " |")
+    lines += ["", "Requests while starting (lists and watches):", "",
+              "| request | " + " | ".join(NAMES[c] for c in present) + " |", "|---|" + "--:|" * len(present)]
+    for k in sorted(set().union(*(s[c]["start_by_request"] for c in present))):
+        lines.append(f"| `{k}` | " + " | ".join(f"{s[c]['start_by_request'].get(k, 0):.0f}" for c in present) + " |")
     if s["ours"] and s["ocm"]:
         lines += ["", "| goal | rollout-controller | OCM's controller | result |", "|---|--:|--:|---|"]
         for goal, mine, theirs, met in goals(s["ours"], s["ocm"]):
@@ -137,7 +164,7 @@ def markdown(rounds: list[dict], host: dict, args) -> str:
         extra = extra_requests(s["ours"], s["ocm"])
         if extra:
             lines += ["", "Requests rollout-controller makes more of, per cluster rolled out: " + "; ".join(
-                f"`{k}` {a:.2f} vs {b:.2f}" for k, a, b in extra) + "."]
+                f"`{k}` {a:.3f} vs {b:.3f}" for k, a, b in extra) + "."]
     for c in present:
         if s[c]["errors"]:
             lines += ["", f"Status reporter errors in the {NAMES[c]} rounds: {s[c]['errors']}"]

@@ -114,6 +114,8 @@ class Reporter:
         self.delay_s = delay_s
         self.latest: dict[tuple[str, str], dict] = {}
         self.reported: dict[tuple[str, str], int] = {}
+        # The last write made for each work: (generation, done).
+        self.written: dict[tuple[str, str], tuple[int, bool]] = {}
         self.queue: list[tuple[float, int, tuple[str, str], int, bool]] = []
         self.sequence = 0
         self.lock = threading.Condition()
@@ -164,6 +166,7 @@ class Reporter:
                         with self.lock:
                             self.latest.pop(key, None)
                             self.reported.pop(key, None)
+                            self.written.pop(key, None)
                         continue
                     self._seen(event["object"])
             except (ApiError, OSError) as error:
@@ -194,20 +197,29 @@ class Reporter:
                 _, _, key, generation, done = heapq.heappop(self.queue)
             self.pool.submit(self._write, key, generation, done)
 
-    def _retry(self, key: tuple[str, str], generation: int, done: bool) -> None:
-        """A failed write once more a moment later, as an agent retries."""
+    def _retry(self, key: tuple[str, str], generation: int, done: bool, after_s: float = 0.5) -> None:
+        """A write once more a moment later: one that failed, as an agent
+        retries, or a Progressing False whose Applied is not written yet."""
         with self.lock:
             self.sequence += 1
-            heapq.heappush(self.queue, (time.monotonic() + 0.5, self.sequence, key, generation, done))
+            heapq.heappush(self.queue, (time.monotonic() + after_s, self.sequence, key, generation, done))
             self.lock.notify_all()
 
     def _write(self, key: tuple[str, str], generation: int, done: bool) -> None:
         with self.lock:
             work = self.latest.get(key)
+            # The two writes of a generation in order, as one agent makes
+            # them: the pool's threads may otherwise finish them the other way.
+            waiting = done and self.written.get(key) != (generation, False)
         if work is None or work["metadata"].get("generation", 1) != generation:
             return  # deleted, or a newer generation has its own writes queued
+        if waiting:
+            self._retry(key, generation, done, 0.1)
+            return
         try:
             self._client().merge_patch(work_path(*key) + "/status", {"status": work_status(work, generation, done)})
+            with self.lock:
+                self.written[key] = (generation, done)
             self.counts["status writes"] += 1
         except (ApiError, OSError) as error:
             self.errors.append(f"{key}: {error}")

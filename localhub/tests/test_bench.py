@@ -1,8 +1,8 @@
-"""localhub/bench end to end at a small size: both controllers roll the
-same ManifestWorkReplicaSet out on their own hub-only bed, with the status
-reporter standing in for the agents, and the API server's audit log
-attributes each one's requests to it (docs/performance.md, "On a real
-hub")."""
+"""localhub/bench end to end at a small size (one controller, to stay
+short): this project's controller rolls the set out on a hub-only bed, with
+the status reporter standing in for the agents, and the API server's audit
+log attributes its requests to its own user (docs/performance.md, "On a
+real hub")."""
 
 from __future__ import annotations
 
@@ -13,28 +13,24 @@ import sys
 from tests.conftest import ROOT, TARGET, binary
 
 
-def test_both_controllers_roll_out_and_their_requests_are_counted(tmp_path):
+def test_a_rollout_on_a_hub_only_bed_is_measured_from_the_audit_log(tmp_path):
     for name in ("rollout-controller", "rollout-gateway", "echo-plugin"):
         binary(name)
     out = tmp_path / "bench.md"
     result = subprocess.run([sys.executable, str(ROOT / "localhub" / "bench"), "--clusters", "5", "--rounds", "1",
                              "--revisions", "1", "--max-concurrency", "100%", "--delay", "0.2", "--timeout", "60",
-                             "--target", str(TARGET), "--dir", str(tmp_path / "beds"), "--out", str(out)],
-                            capture_output=True, text=True, timeout=240)
+                             "--controllers", "ours", "--target", str(TARGET), "--dir", str(tmp_path / "beds"),
+                             "--out", str(out)], capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
-    rounds = {r["controller"]: r for r in json.loads(out.with_suffix(".json").read_text())["rounds"]}
-    assert set(rounds) == {"ours", "ocm"}
-    for controller, r in rounds.items():
-        assert len(r["walls"]) == 1 and r["walls"][0] > 0, r
-        assert r["peak_rss_kib"] > 0 and r["cpu_s"] > 0, r
-        assert r["reporter"]["status writes"] >= 10, r["reporter"]
-        assert not r["reporter"]["errors"], r["reporter"]
-    # Each controller's own writes, as its own user in the audit log: OCM's
-    # creates the works, this project's applies them server-side (a patch).
-    ours = rounds["ours"]["audit"]["controller"]["requests"]["rollout"]
-    ocm = rounds["ocm"]["audit"]["controller"]["requests"]["rollout"]
-    assert ocm.get("create manifestworks") == 5, ocm
-    assert ours.get("patch manifestworks", 0) >= 5 and "create manifestworks" not in ours, ours
-    assert rounds["ours"]["audit"]["controller"]["written"]["rollout"]["patch manifestworks"] > 0
-    text = out.read_text()
-    assert "| goal |" in text and "API requests per cluster rolled out" in text, text
+    [ours] = json.loads(out.with_suffix(".json").read_text())["rounds"]
+    assert ours["controller"] == "ours" and len(ours["walls"]) == 1 and ours["walls"][0] > 0, ours
+    assert ours["peak_rss_kib"] > 0 and ours["cpu_s"] > 0, ours
+    # Two writes per work (Applied, then Progressing False), none failed.
+    assert ours["reporter"]["status writes"] == 10 and not ours["reporter"]["errors"], ours["reporter"]
+    # The controller's own writes, as its own user: each work applied
+    # server-side (a patch) and its plugin's verdict recorded (a patch).
+    requests = ours["audit"]["controller"]["requests"]["rollout"]
+    assert requests.get("patch manifestworks") == 10 and "create manifestworks" not in requests, requests
+    assert ours["audit"]["controller"]["written"]["rollout"]["patch manifestworks"] > 0
+    assert ours["metrics"]["apiserver_watch_events_total"].get("manifestworks", 0) > 0
+    assert "| API requests during the rollout |" in out.read_text()
