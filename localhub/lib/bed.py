@@ -8,6 +8,11 @@ controller on the hub; OCM's work agent for each managed cluster; optionally
 OCM's hub work controller with its ManifestWorkReplicaSet controller on; and
 localhub-spoke-status for the workloads (see docs/localhub.md).
 Everything listens on 127.0.0.1 only.
+
+A hub-only bed (`hub_only`) is the hub's API server and OCM's placement
+controller with N registered clusters and nothing behind them: no cluster API
+servers, agents or kube-controller-manager. Something else reports the works'
+status there (localhub/bench's status reporter).
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ class Bed:
     dir: Path
     bins: Path
     clusters: list[str]
+    hub_only: bool = False
+    audit_policy: Path | None = None
     processes: list[dict] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
 
@@ -69,16 +76,20 @@ class Bed:
 
     def save(self) -> None:
         state = {"dir": str(self.dir), "bins": str(self.bins), "clusters": self.clusters,
-                 "ports": self.ports, "processes": self.processes, "versions": parts.versions()}
+                 "hub_only": self.hub_only, "ports": self.ports, "processes": self.processes, "versions": parts.versions()}
         (self.dir / STATE).write_text(json.dumps(state, indent=2) + "\n")
 
 
-def up(dir: Path, clusters: int, mwrs_controller: bool, say) -> Bed:
+def up(dir: Path, clusters: int, mwrs_controller: bool, say, hub_only: bool = False,
+       audit_policy: Path | None = None) -> Bed:
+    """Starts a bed; `audit_policy` turns the hub's audit log on
+    (DIR/logs/hub-audit.log, JSON lines) with that policy file."""
     if (dir / STATE).exists():
         raise BedError(f"{dir} holds a bed already: `localhub down --dir {dir}` first")
     bins = parts.bin_dir()
     dir.mkdir(parents=True, exist_ok=True)
-    bed = Bed(dir=dir.resolve(), bins=bins, clusters=[f"cluster{i}" for i in range(1, clusters + 1)])
+    bed = Bed(dir=dir.resolve(), bins=bins, clusters=[f"cluster{i}" for i in range(1, clusters + 1)],
+              hub_only=hub_only, audit_policy=audit_policy)
     started = time.monotonic()
     try:
         subprocess.run([str(bins / "localhub-pki"), str(bed.pki)], check=True)
@@ -90,8 +101,8 @@ def up(dir: Path, clusters: int, mwrs_controller: bool, say) -> Bed:
             f"{bed.dir / 'logs'})")
         down(bed.dir, say=lambda *_: None)
         raise
-    say(f"ready in {time.monotonic() - started:.1f} s: {bed.kubeconfig('hub')} "
-        f"and {', '.join(str(bed.kubeconfig(c)) for c in bed.clusters)}")
+    spokes = "" if hub_only else f" and {', '.join(str(bed.kubeconfig(c)) for c in bed.clusters)}"
+    say(f"ready in {time.monotonic() - started:.1f} s: {bed.kubeconfig('hub')}{spokes}")
     return bed
 
 
@@ -108,7 +119,7 @@ def start_api_servers(bed: Bed, say) -> None:
                      "--unsafe-no-fsync", "--listen-metrics-urls", f"http://127.0.0.1:{free_port()}")
     say(f"etcd on 127.0.0.1:{etcd_port}")
     servers = []
-    for name in ["hub", *bed.clusters]:
+    for name in ["hub"] if bed.hub_only else ["hub", *bed.clusters]:
         port = free_port()
         bed.ports[name] = port
         servers.append((name, port, bed.start(f"kube-apiserver-{name}", "kube-apiserver",
@@ -149,18 +160,22 @@ def api_server_args(bed: Bed, name: str, port: int, etcd_port: int) -> list[str]
         "--endpoint-reconciler-type", "none",
         "--enable-priority-and-fairness=false", "--profiling=false",
         "--service-cluster-ip-range", "10.96.0.0/16",
-    ]
+    ] + audit_args(bed, name)
+
+
+def audit_args(bed: Bed, name: str) -> list[str]:
+    if name != "hub" or bed.audit_policy is None:
+        return []
+    return ["--audit-policy-file", str(bed.audit_policy),
+            "--audit-log-path", str(bed.dir / "logs" / "hub-audit.log"), "--audit-log-format", "json",
+            "--audit-log-maxsize", "0", "--audit-log-maxbackup", "0"]
 
 
 def start_ocm(bed: Bed, mwrs_controller: bool, say) -> None:
     hub = str(bed.kubeconfig("hub"))
     waits = []
-    port = free_port()
-    waits.append(("kube-controller-manager", port, bed.start(
-        "kube-controller-manager", "kube-controller-manager", "--kubeconfig", hub,
-        "--controllers", "garbage-collector-controller,namespace-controller,clusterrole-aggregation-controller",
-        "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", str(port),
-        "--authentication-kubeconfig", hub, "--authorization-kubeconfig", hub)))
+    if not bed.hub_only:
+        start_controller_manager(bed, waits)
     port = free_port()
     waits.append(("OCM's placement controller", port, bed.start(
         "placement", "placement", "controller", "--kubeconfig", hub, "--namespace",
@@ -171,7 +186,7 @@ def start_ocm(bed: Bed, mwrs_controller: bool, say) -> None:
             "work-manager", "work", "manager", "--kubeconfig", hub, "--namespace", objects.HUB_NAMESPACE,
             "--listen", f"127.0.0.1:{port}", "--disable-leader-election",
             "--feature-gates", "ManifestWorkReplicaSet=true")))
-    for cluster in bed.clusters:
+    for cluster in [] if bed.hub_only else bed.clusters:
         spoke = str(bed.kubeconfig(cluster))
         port = free_port()
         waits.append((f"OCM's work agent of {cluster}", port, bed.start(
@@ -184,13 +199,24 @@ def start_ocm(bed: Bed, mwrs_controller: bool, say) -> None:
             # How often the agent reads the applied objects' status and
             # evaluates the condition rules (10 s by default).
             "--status-sync-interval", "1s")))
-    bed.start("spoke-status", "localhub-spoke-status", "--rollout-time", "1s",
-              *[str(bed.kubeconfig(c)) for c in bed.clusters])
+    if not bed.hub_only:
+        bed.start("spoke-status", "localhub-spoke-status", "--rollout-time", "1s",
+                  *[str(bed.kubeconfig(c)) for c in bed.clusters])
     deadline = time.monotonic() + READY_TIMEOUT_S
     for what, port, process in waits:
         kube.wait_http(f"https://127.0.0.1:{port}/healthz", deadline, lambda p=process: p.poll() is None, what)
         say(f"{what} serving on 127.0.0.1:{port}")
     objects.wait_placement_ready(bed, deadline)
+
+
+def start_controller_manager(bed: Bed, waits: list) -> None:
+    hub = str(bed.kubeconfig("hub"))
+    port = free_port()
+    waits.append(("kube-controller-manager", port, bed.start(
+        "kube-controller-manager", "kube-controller-manager", "--kubeconfig", hub,
+        "--controllers", "garbage-collector-controller,namespace-controller,clusterrole-aggregation-controller",
+        "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", str(port),
+        "--authentication-kubeconfig", hub, "--authorization-kubeconfig", hub)))
 
 
 def alive(pid: int, dir: Path) -> bool:
@@ -203,19 +229,21 @@ def alive(pid: int, dir: Path) -> bool:
 
 
 def down(dir: Path, say) -> int:
-    """Stops every process of the bed in dir: SIGTERM, then SIGKILL after 10 s.
-    Returns how many were running."""
+    """Stops every process of the bed in dir: SIGTERM, then SIGKILL after 10 s;
+    etcd last, once the API servers on it have stopped (an API server whose
+    etcd is gone does not finish its shutdown). Returns how many were running."""
     state_file = dir / STATE
     if not state_file.exists():
         raise BedError(f"no bed in {dir} (no {STATE})")
     state = json.loads(state_file.read_text())
     root = Path(state["dir"])
     running = [p for p in state["processes"] if alive(p["pid"], root)]
-    for process in reversed(running):
-        os.kill(process["pid"], signal.SIGTERM)
     deadline = time.monotonic() + 10
-    while any(alive(p["pid"], root) for p in running) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    for group in ([p for p in running if p["name"] != "etcd"], [p for p in running if p["name"] == "etcd"]):
+        for process in reversed(group):
+            os.kill(process["pid"], signal.SIGTERM)
+        while any(alive(p["pid"], root) for p in group) and time.monotonic() < deadline:
+            time.sleep(0.1)
     for process in running:
         if alive(process["pid"], root):
             say(f"{process['name']} (pid {process['pid']}) did not stop on SIGTERM: killed")
