@@ -1,22 +1,36 @@
-//! The demo's rollout traced into a real Jaeger v2 (in-memory storage,
-//! OTLP receivers, on loopback), and found again as a user finds it: by
-//! Jaeger's own query API, the HTTP API its UI uses.
+//! The demo's rollouts traced into a real Jaeger v2 (in-memory storage,
+//! OTLP receivers, on loopback), and found again as a user finds them: by
+//! Jaeger's own query API, the HTTP API its UI uses, and by its UI in a
+//! real Chromium.
+//!
+//! - `rollout`: the demo's rollout (20 clusters, the abort): one trace per
+//!   step joining every process, no orphan, the abort, the FAILED
+//!   validation, the slowest plugin call, the RPC conventions' attributes,
+//!   and the abort's trace page in Jaeger's UI.
+//! - `fail_open`: a plugin with `failurePolicy: Ignore` that fails, found
+//!   by its tags.
+//! - `fleet`: 1,000 clusters, every span the processes made held by Jaeger.
 //!
 //! Needs the built Jaeger: `ROLLOUT_HOOKS_JAEGER=$(test-support/jaeger/build)`.
 //! Skipped without it, unless `ROLLOUT_HOOKS_E2E=1` (then it fails).
-//! `ROLLOUT_HOOKS_JAEGER_UI` may name a built Jaeger UI for Jaeger to
-//! serve (the Go module has only a placeholder page).
+//! `ROLLOUT_HOOKS_JAEGER_UI` names a built Jaeger UI for Jaeger to serve
+//! (`test-support/jaeger/ui`; the Go module has only a placeholder page).
 
-use std::collections::{BTreeSet, HashSet};
-use std::path::PathBuf;
-use std::time::Duration;
+mod fail_open;
+mod fleet;
+mod rollout;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use rollout_demo::jaeger::{self, Jaeger};
 use rollout_demo::{RolloutParams, Stack, StackOptions, simulate_args};
 use serde_json::Value;
 
-use crate::e2e::{binaries, tempdir};
+use crate::e2e::binaries;
 
+/// Every process of the demo, by its `service.name`.
 const SERVICES: [&str; 5] = [
     "rollout-controller",
     "rollout-gateway",
@@ -24,6 +38,12 @@ const SERVICES: [&str; 5] = [
     "smoke-test",
     "rollback-mutator",
 ];
+
+/// The example plugins' services.
+const PLUGIN_SERVICES: [&str; 3] = ["traffic-weights", "smoke-test", "rollback-mutator"];
+
+/// The name of the controller's span of one reconcile (one step).
+const RECONCILE: &str = "reconcile ManifestWorkReplicaSet";
 
 fn jaeger_binary() -> Option<PathBuf> {
     let found = jaeger::binary_from_env();
@@ -67,17 +87,94 @@ fn service(trace: &Value, span: &Value) -> String {
         .to_owned()
 }
 
-/// Waits until Jaeger has every service and its span count stops growing.
-async fn settled(jaeger: &Jaeger) -> Vec<Value> {
-    let mut last = 0;
-    for _ in 0..60 {
+fn span_id(span: &Value) -> &str {
+    span["spanID"].as_str().unwrap_or_default()
+}
+
+/// The id of `span`'s parent, if it has one.
+fn parent_id(span: &Value) -> Option<&str> {
+    span["references"]
+        .as_array()?
+        .iter()
+        .find(|r| r["refType"] == "CHILD_OF")
+        .and_then(|r| r["spanID"].as_str())
+}
+
+/// Whether Jaeger marks `span` as an error (`error=true`).
+fn is_error(span: &Value) -> bool {
+    tag(span, "error").as_deref() == Some("true")
+}
+
+/// One trace's spans by id, with their service, and each span's children.
+struct Tree<'a> {
+    spans: Vec<(String, &'a Value)>,
+    children: HashMap<&'a str, Vec<usize>>,
+}
+
+impl<'a> Tree<'a> {
+    fn of(trace: &'a Value) -> Tree<'a> {
+        let spans: Vec<(String, &Value)> = spans(trace)
+            .iter()
+            .map(|s| (service(trace, s), s))
+            .collect();
+        let mut children: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, (_, span)) in spans.iter().enumerate() {
+            if let Some(parent) = parent_id(span) {
+                children.entry(parent).or_default().push(i);
+            }
+        }
+        Tree { spans, children }
+    }
+
+    /// The children of `span`, with their services.
+    fn children(&self, span: &Value) -> Vec<(&str, &'a Value)> {
+        self.children
+            .get(span_id(span))
+            .into_iter()
+            .flatten()
+            .map(|&i| (self.spans[i].0.as_str(), self.spans[i].1))
+            .collect()
+    }
+
+    /// Panics naming the first span whose parent is not in the trace.
+    fn assert_no_orphan(&self) {
+        let ids: BTreeSet<&str> = self.spans.iter().map(|(_, s)| span_id(s)).collect();
+        for (service, span) in &self.spans {
+            for reference in span["references"].as_array().into_iter().flatten() {
+                let parent = reference["spanID"].as_str().unwrap_or_default();
+                assert!(
+                    ids.contains(parent),
+                    "orphan span of {service}: {} (parent {parent} missing)",
+                    span["operationName"]
+                );
+            }
+        }
+    }
+
+    /// The spans of `service`, of kind `kind` (`span.kind`).
+    fn of_kind(&self, service: &str, kind: &str) -> Vec<&'a Value> {
+        self.spans
+            .iter()
+            .filter(|(s, span)| s == service && tag(span, "span.kind").as_deref() == Some(kind))
+            .map(|(_, span)| *span)
+            .collect()
+    }
+}
+
+/// Waits until Jaeger has each of `services` and the span count of
+/// `service`'s traces stops growing (two reads 500 ms apart agree), for up
+/// to `limit`; returns those traces.
+async fn settled(jaeger: &Jaeger, services: &[&str], limit: Duration) -> Vec<Value> {
+    let deadline = Instant::now() + limit;
+    let mut last = usize::MAX;
+    while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let services = jaeger.get("/api/services").await.expect("services");
-        let names: Vec<&str> = services
+        let known = jaeger.get("/api/services").await.expect("services");
+        let names: Vec<&str> = known
             .as_array()
             .map(|a| a.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
-        if !SERVICES.iter().all(|s| names.contains(s)) {
+        if !services.iter().all(|s| names.contains(s)) {
             continue;
         }
         let traces = jaeger
@@ -90,29 +187,63 @@ async fn settled(jaeger: &Jaeger) -> Vec<Value> {
         }
         last = count;
     }
-    panic!("Jaeger never had every service: {SERVICES:?}")
+    panic!("Jaeger's traces never settled with every service: {services:?}")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_abort_the_failed_validation_and_the_slow_plugin_are_found_in_jaeger() {
-    let Some(binary) = jaeger_binary() else {
-        return;
-    };
+/// A rollout through the demo's processes, every one exporting to a
+/// Jaeger of its own.
+struct Traced {
+    jaeger: Jaeger,
+    /// `simulate --json`'s lines: one per step, then the summary.
+    steps: Vec<Value>,
+    summary: Value,
+    /// The gateway's `host:port`.
+    gateway: String,
+    /// Each plugin's `host:port`.
+    plugins: HashMap<String, String>,
+    /// The gateway's `/metrics` as the rollout left it.
+    metrics: String,
+    /// How long the rollout took, from the first hook to the summary.
+    took: Duration,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts Jaeger (serving `ui` when given), the plugins and the gateway
+/// with `options`' extra registry entries, and runs `simulate --json` over
+/// `clusters` clusters with `params` and `extra` arguments (flag-value
+/// pairs, replacing the demo's value of a flag it sets); stops the
+/// plugins and the gateway (which export what they hold as they stop).
+async fn traced_rollout(
+    binary: &Path,
+    ui: Option<&Path>,
+    options: StackOptions,
+    clusters: usize,
+    params: &RolloutParams,
+    extra: &[&str],
+) -> Traced {
     let bins = binaries();
-    let dir = tempdir();
-    let ui = std::env::var_os("ROLLOUT_HOOKS_JAEGER_UI").map(PathBuf::from);
-    let jaeger = Jaeger::start(&binary, dir.path(), ui.as_deref())
+    let dir = crate::e2e::tempdir();
+    let jaeger = Jaeger::start(binary, dir.path(), ui)
         .await
         .expect("Jaeger starts");
     let options = StackOptions {
         otlp_endpoint: Some(jaeger.otlp_grpc.clone()),
-        ..StackOptions::default()
+        ..options
     };
     let stack = Stack::start(&bins, dir.path(), &options)
         .await
         .expect("the plugins and the gateway start");
-    let mut args = simulate_args(&stack.gateway_url(), 20, &RolloutParams::default());
+    let mut args = simulate_args(&stack.gateway_url(), clusters, params);
     args.push("--json".into());
+    // `extra` is flag-value pairs: a flag the demo's arguments have
+    // already gets the new value.
+    for pair in extra.chunks(2) {
+        match args.iter().position(|a| a == pair[0]) {
+            Some(at) => args[at + 1] = pair[1].to_owned(),
+            None => args.extend(pair.iter().map(|a| a.to_string())),
+        }
+    }
+    let started = Instant::now();
     let output = tokio::process::Command::new(bins.path("rollout-controller").unwrap())
         .args(&args)
         .env("RUST_LOG", "warn")
@@ -120,106 +251,34 @@ async fn the_abort_the_failed_validation_and_the_slow_plugin_are_found_in_jaeger
         .output()
         .await
         .expect("simulate runs");
+    let took = started.elapsed();
     assert!(output.status.success(), "{output:?}");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    let abort_trace = summary["abort"]["traceId"]
-        .as_str()
-        .expect("the abort's trace")
-        .to_owned();
-    // The gateway and the plugins export what they hold as they stop.
-    drop(stack);
-    let traces = settled(&jaeger).await;
-
-    // One trace per step, each joining controller → gateway → plugins,
-    // with no span whose parent is missing.
-    let steps = stdout.lines().count() - 1;
-    // A trace per step at least (a run may carry one more, of its own).
-    assert!(
-        traces.len() >= steps,
-        "{} traces, {steps} steps",
-        traces.len()
-    );
-    let mut joined = 0;
-    for trace in &traces {
-        let ids: HashSet<&str> = spans(trace)
-            .iter()
-            .filter_map(|s| s["spanID"].as_str())
-            .collect();
-        for span in spans(trace) {
-            for reference in span["references"].as_array().into_iter().flatten() {
-                let parent = reference["spanID"].as_str().unwrap_or_default();
-                assert!(ids.contains(parent), "orphan {span}");
-            }
-        }
-        let services: BTreeSet<String> = spans(trace).iter().map(|s| service(trace, s)).collect();
-        if services.contains("traffic-weights") {
-            assert!(services.contains("rollout-gateway"), "{services:?}");
-            joined += 1;
-        }
-    }
-    assert!(
-        joined > 0,
-        "a step that called the mutators joins every process"
-    );
-
-    // The abort, by `ocm.rollout.aborted=true`.
-    let aborted = jaeger
-        .search(
-            "rollout-controller",
-            r#"{"ocm.rollout.aborted":"true"}"#,
-            "",
-        )
-        .await
-        .unwrap();
-    let [abort] = &aborted[..] else {
-        panic!("one trace aborted: {}", aborted.len())
-    };
-    assert_eq!(abort["traceID"], abort_trace.as_str());
-
-    // The FAILED validation names the plugin and the cluster.
-    let failed = jaeger
-        .search(
-            "rollout-controller",
-            r#"{"ocm.rollout.validation.result":"FAILED"}"#,
-            "",
-        )
-        .await
-        .unwrap();
-    let failing: Vec<&Value> = failed
-        .iter()
-        .flat_map(|t| spans(t).iter().map(move |s| (t, s)))
-        // The controller's span names the pipeline it called.
-        .filter(|(t, s)| service(t, s) == "rollout-controller")
-        .map(|(_, s)| s)
-        .filter(|s| tag(s, "ocm.rollout.validation.result").as_deref() == Some("FAILED"))
+    let mut steps: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
-    assert!(!failing.is_empty());
-    for span in failing {
-        assert_eq!(tag(span, "ocm.cluster").as_deref(), Some("cluster-008"));
-        assert_eq!(
-            tag(span, "ocm.rollout.plugin").as_deref(),
-            Some("safe-rollout")
-        );
-        assert_eq!(tag(span, "otel.status_code").as_deref(), Some("ERROR"));
-    }
-
-    // The slowest plugin call: minDuration finds its trace and no faster one.
-    let (slowest, trace_of_slowest) = traces
-        .iter()
-        .flat_map(|t| spans(t).iter().map(move |s| (t, s)))
-        .filter(|(t, s)| service(t, s) == "smoke-test")
-        .map(|(t, s)| (s["duration"].as_u64().unwrap_or(0), t["traceID"].clone()))
-        .max_by_key(|(d, _)| *d)
-        .expect("smoke-test was called");
-    let slow = jaeger
-        .search("smoke-test", "{}", &format!("&minDuration={slowest}us"))
+    let summary = steps.pop().expect("the summary");
+    let metrics = jaeger::http_get(&stack.admin, "/metrics")
         .await
-        .unwrap();
-    assert!(
-        slow.iter().any(|t| t["traceID"] == trace_of_slowest),
-        "{slowest} us"
-    );
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .expect("the gateway's metrics");
+    let gateway = stack.gateway.grpc.clone();
+    let plugins = stack
+        .plugins
+        .iter()
+        .map(|(name, s)| (name.clone(), s.grpc.clone()))
+        .collect();
+    drop(stack);
+    Traced {
+        jaeger,
+        steps,
+        summary,
+        gateway,
+        plugins,
+        metrics,
+        took,
+        _dir: dir,
+    }
 }
 
 /// `demo --jaeger`: the demo starts the Jaeger, every process exports to
