@@ -17,7 +17,7 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::Span;
 use rollout_proto::partial::RolloutFields;
 use rollout_proto::v1alpha1::ValidateResponse;
-use rollout_telemetry::{Tracer, finish_span, outcome, rollout_attributes};
+use rollout_telemetry::{Tracer, finish_span, outcome, rollout_attributes, semconv};
 
 pub use rollout_telemetry::{TracingError, TracingOptions};
 
@@ -25,6 +25,9 @@ use rollout_proto::HookKind;
 
 /// The default `service.name`.
 pub(crate) const DEFAULT_SERVICE_NAME: &str = "rollout-controller";
+
+/// The gateway's default `service.name`: the hook spans' `peer.service`.
+const GATEWAY_SERVICE_NAME: &str = "rollout-gateway";
 
 /// The controller's tracer. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -77,13 +80,14 @@ impl Telemetry {
         Context::new().with_span(span)
     }
 
-    /// Starts the client span of one hook call to `plugin`, a child of the
-    /// span in `parent`.
+    /// Starts the client span of one hook call to `plugin` through the
+    /// gateway at `gateway` (its URL), a child of the span in `parent`.
     pub(crate) fn hook_span(
         &self,
         parent: &Context,
         hook: HookKind,
         plugin: &str,
+        gateway: &str,
         rollout: Option<&RolloutFields>,
     ) -> HookSpan {
         let mut attributes = vec![
@@ -92,6 +96,7 @@ impl Telemetry {
             KeyValue::new("rpc.method", hook.as_str()),
             KeyValue::new("ocm.rollout.plugin", plugin.to_owned()),
         ];
+        semconv::peer_attributes(&mut attributes, GATEWAY_SERVICE_NAME, gateway);
         if let Some(r) = rollout {
             rollout_attributes(&mut attributes, r);
         }
@@ -161,8 +166,13 @@ mod tests {
             cluster_name: "c1".into(),
             ..RolloutFields::default()
         };
-        let hook =
-            telemetry.hook_span(&reconcile, HookKind::BeginRollout, "canary", Some(&request));
+        let hook = telemetry.hook_span(
+            &reconcile,
+            HookKind::BeginRollout,
+            "canary",
+            "http://127.0.0.1:1",
+            Some(&request),
+        );
         assert_eq!(hook.context().trace_id(), parent.trace_id());
         assert_ne!(hook.context().span_id(), parent.span_id());
         let header = hook.traceparent();

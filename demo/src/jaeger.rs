@@ -1,6 +1,6 @@
 //! A real Jaeger v2 (`cmd/jaeger`, built from the version pinned in
 //! `test-support/jaeger/go.mod` by `test-support/jaeger/build`) on loopback:
-//! in-memory storage, OTLP/gRPC and OTLP/HTTP receivers, its query API and
+//! Badger storage in memory, OTLP/gRPC and OTLP/HTTP receivers, its query API and
 //! UI, from a config file written here. And a reader of that query API (the
 //! HTTP API Jaeger's UI uses).
 
@@ -46,9 +46,15 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-/// Jaeger's config: OTLP receivers into one in-memory store, its query
-/// API and UI on `query`, no metrics endpoint of its own; `ui_assets`
+/// Jaeger's config: OTLP receivers into one store held in memory, its
+/// query API and UI on `query`, no metrics endpoint of its own; `ui_assets`
 /// serves a built Jaeger UI from a directory (the Go module has none).
+///
+/// The store is Badger's ephemeral (in-memory) one rather than Jaeger's
+/// `memory` store: in this Jaeger version the `memory` store reads the
+/// `error` filter of the query API (a string, `error=true`, as the UI
+/// sends it) as a boolean false, so `error=true` finds no span at all;
+/// Badger's index has the `error` tag as the query API means it.
 fn config(grpc: u16, http: u16, query: u16, ui_assets: Option<&Path>) -> String {
     let assets = ui_assets
         .map(|dir| format!("    ui:\n      assets_path: {}\n", dir.display()))
@@ -59,7 +65,8 @@ fn config(grpc: u16, http: u16, query: u16, ui_assets: Option<&Path>) -> String 
          \x20 telemetry:\n    metrics:\n      level: none\n    logs:\n      level: warn\n\
          extensions:\n  jaeger_query:\n    storage:\n      traces: memstore\n{assets}\
          \x20   http:\n      endpoint: 127.0.0.1:{query}\n    grpc:\n      endpoint: 127.0.0.1:{}\n\
-         \x20 jaeger_storage:\n    backends:\n      memstore:\n        memory:\n          max_traces: 100000\n\
+         \x20 jaeger_storage:\n    backends:\n      memstore:\n        badger:\n          ephemeral: true\n\
+         \x20         ttl:\n            spans: 2h\n\
          receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{grpc}\n\
          \x20     http:\n        endpoint: 127.0.0.1:{http}\n\
          processors:\n  batch:\nexporters:\n  jaeger_storage_exporter:\n    trace_storage: memstore\n",

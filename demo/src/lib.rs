@@ -217,6 +217,11 @@ pub struct StackOptions {
     /// Where the plugins and the gateway export their spans
     /// (`OTEL_EXPORTER_OTLP_ENDPOINT`), besides what they inherit.
     pub otlp_endpoint: Option<String>,
+    /// More plugins for the registry (YAML list items), after the three.
+    pub extra_plugins: String,
+    /// More pipelines for the registry (YAML list items), after
+    /// [`PIPELINE`].
+    pub extra_pipelines: String,
 }
 
 impl StackOptions {
@@ -234,6 +239,8 @@ impl Default for StackOptions {
         StackOptions {
             gateway_listen: "127.0.0.1:0".into(),
             otlp_endpoint: None,
+            extra_plugins: String::new(),
+            extra_pipelines: String::new(),
         }
     }
 }
@@ -308,7 +315,8 @@ impl Stack {
             .iter()
             .map(|(name, s)| (name.as_str(), s.grpc.as_str()))
             .collect();
-        std::fs::write(&config, registry(&endpoints, "", ""))
+        let yaml = registry(&endpoints, &options.extra_plugins, &options.extra_pipelines);
+        std::fs::write(&config, yaml)
             .with_context(|| format!("cannot write {}", config.display()))?;
         let config_arg = config.to_string_lossy().to_string();
         let mut gateway = start_with_env(

@@ -144,6 +144,7 @@ async fn run(flags: &Flags, dir: &Path, lingering: &AtomicBool) -> anyhow::Resul
     let options = StackOptions {
         gateway_listen: flags.gateway_listen.clone(),
         otlp_endpoint: jaeger.as_ref().map(|j| j.otlp_grpc.clone()),
+        ..StackOptions::default()
     };
     let params = RolloutParams {
         soak: flags.soak.clone(),

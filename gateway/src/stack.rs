@@ -30,14 +30,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use rollout_policies::Policy;
 use rollout_policies::layer::{CircuitBreakerLayer, RetryLayer, RetryObserver};
+use rollout_policies::{FailurePolicy, Policy};
 use tower::ServiceBuilder;
 use tower::util::BoxCloneSyncService;
 
 use crate::error::CallError;
 use crate::hooks::{HookResponse, PluginCall};
 use crate::telemetry::attempt::AttemptTelemetryLayer;
+use crate::telemetry::trace::Peer;
 use crate::telemetry::{PluginMetrics, Telemetry};
 use crate::upstream::Upstream;
 
@@ -97,7 +98,7 @@ pub(crate) fn build(
         // the breaker, so a refused attempt shows in the trace too.
         .layer(AttemptTelemetryLayer::new(
             telemetry.tracing.clone(),
-            name,
+            peer(name, policy, upstream),
             metrics.clone(),
         ))
         // Per attempt: fail fast while open; every attempt's outcome counts.
@@ -111,6 +112,15 @@ pub(crate) fn build(
         )
         .service(UpstreamService(upstream.clone()));
     BoxCloneSyncService::new(service)
+}
+
+/// What each attempt's span says of the plugin: its name, endpoint and
+/// failure policy per hook.
+fn peer(name: &str, policy: &Policy, upstream: &Upstream) -> Peer {
+    let endpoint = &upstream.key().endpoint;
+    Peer::new(name, &endpoint.host, endpoint.port, |hook| {
+        policy.failure_policy_for(hook.proto_hook()) == FailurePolicy::Ignore
+    })
 }
 
 /// Counts the retries a plugin's budget refused.

@@ -137,10 +137,10 @@ impl<P: RolloutPlugin> PluginService<P> {
                         validation,
                     );
                 }
-                rollout_telemetry::finish_span(&mut span, tonic::Code::Ok, "")
+                rollout_telemetry::finish_server_span(&mut span, tonic::Code::Ok, "")
             }
             Err(status) => {
-                rollout_telemetry::finish_span(&mut span, status.code(), status.message())
+                rollout_telemetry::finish_server_span(&mut span, status.code(), status.message())
             }
         }
         result

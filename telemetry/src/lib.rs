@@ -3,7 +3,9 @@
 //! ([`TracingOptions`], [`Tracer`]), the W3C `traceparent` they pass along
 //! ([`traceparent`], [`parse_traceparent`]), the span attributes of a rollout
 //! request ([`rollout_attributes`]), what a span says about a hook's
-//! outcome ([`outcome`]: codes, verdicts, fail-opens), log set-up whose JSON
+//! outcome ([`outcome`]: codes, verdicts, fail-opens), the remote side of a
+//! client span and the server-span error rule of OpenTelemetry's RPC
+//! conventions ([`semconv`]), log set-up whose JSON
 //! lines carry the trace ids ([`logs`]), and the `/metrics` exposition,
 //! negotiated between OpenMetrics and the Prometheus text, with the
 //! `process_*` and `*_build_info` series ([`metrics`]), and a [`throttle`]
@@ -35,9 +37,10 @@ pub mod logs;
 pub mod metrics;
 mod otlp;
 pub mod outcome;
+pub mod semconv;
 pub mod throttle;
 
-pub use outcome::finish_span;
+pub use outcome::{finish_server_span, finish_span};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -11,7 +11,11 @@
 //!   the call itself succeeded;
 //! - the members skipped under `failurePolicy: Ignore` as
 //!   `ocm.rollout.failed_open`: the call succeeded without their verdict,
-//!   so the status is left as it is (unset, not an error).
+//!   so the status is left as it is (unset, not an error); each attempt's
+//!   span has the plugin's policy for the hook (`ocm.rollout.failure_policy`)
+//!   and, when it failed under `Ignore`, `ocm.rollout.failure_ignored`;
+//! - a server span is an error only for the codes that say the server
+//!   failed ([`finish_server_span`], OpenTelemetry's RPC conventions).
 //!
 //! Every description is at most [`MAX_DESCRIPTION_BYTES`] long.
 
@@ -31,6 +35,16 @@ pub const VALIDATION_FAILED_BY: &str = "ocm.rollout.validation.failed_by";
 
 /// The attribute naming the plugins that failed open (comma-separated).
 pub const FAILED_OPEN: &str = "ocm.rollout.failed_open";
+
+/// The attribute of an attempt's span holding the plugin's
+/// `failurePolicy` for the hook: `Fail` or `Ignore`.
+pub const FAILURE_POLICY: &str = "ocm.rollout.failure_policy";
+
+/// The attribute, `true`, of a failed attempt's span whose plugin's
+/// `failurePolicy` for the hook is `Ignore`: the span is an error, and this
+/// says the error fails no call (the call's span names the plugin in
+/// [`FAILED_OPEN`] when its last attempt failed).
+pub const FAILURE_IGNORED: &str = "ocm.rollout.failure_ignored";
 
 /// The longest status description a span gets, in bytes: enough for the
 /// plugin's name and the first lines of its message; Jaeger shows it whole.
@@ -92,12 +106,25 @@ pub fn record_failed_open(span: &mut impl Span, plugins: &[&str]) {
     }
 }
 
-/// Records a gRPC outcome on `span` (`rpc.grpc.status_code`, and when not
-/// OK an error status `CODE_NAME: message`) and ends it. An error status
-/// set before (a FAILED validation) stays when the code is OK.
+/// Records a gRPC outcome on a client span (`rpc.grpc.status_code`, and
+/// when not OK an error status `CODE_NAME: message`) and ends it. An error
+/// status set before (a FAILED validation) stays when the code is OK.
 pub fn finish_span(span: &mut impl Span, code: tonic::Code, message: &str) {
     span.set_attribute(KeyValue::new("rpc.grpc.status_code", code as i64));
     if code != tonic::Code::Ok {
+        span.set_status(Status::error(error_description(code, message)));
+    }
+    span.end();
+}
+
+/// Records a gRPC outcome on a server span and ends it: as
+/// [`finish_span`], except that only the codes that say the server failed
+/// ([`crate::semconv::is_server_error`]) make it an error; any other code
+/// is in `rpc.grpc.status_code` only, as OpenTelemetry's RPC conventions
+/// say. An error status set before (a FAILED validation) stays.
+pub fn finish_server_span(span: &mut impl Span, code: tonic::Code, message: &str) {
+    span.set_attribute(KeyValue::new("rpc.grpc.status_code", code as i64));
+    if crate::semconv::is_server_error(code) {
         span.set_status(Status::error(error_description(code, message)));
     }
     span.end();
@@ -228,6 +255,26 @@ mod tests {
         assert_eq!(span.status, Status::Unset);
         let span = recorded(|s| record_failed_open(s, &[]));
         assert_eq!(attribute(&span, FAILED_OPEN), None);
+    }
+
+    #[test]
+    fn a_server_span_is_an_error_only_for_the_servers_own_failures() {
+        let span = recorded(|s| finish_server_span(s, tonic::Code::NotFound, "no plugin \"x\""));
+        assert_eq!(span.status, Status::Unset);
+        assert_eq!(
+            attribute(&span, "rpc.grpc.status_code").as_deref(),
+            Some("5")
+        );
+        let span = recorded(|s| finish_server_span(s, tonic::Code::Unavailable, "refused"));
+        assert_eq!(span.status, Status::error("UNAVAILABLE: refused"));
+        let span = recorded(|s| {
+            record_validation(s, &["smoke"], &answer(ValidationResult::Failed, ""));
+            finish_server_span(s, tonic::Code::Ok, "");
+        });
+        assert_eq!(
+            span.status,
+            Status::error("ValidateRolloutCompletion FAILED by plugin \"smoke\"")
+        );
     }
 
     #[test]

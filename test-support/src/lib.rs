@@ -16,6 +16,8 @@
 //!   named after it.
 //! - [`prometheus`]: a real Prometheus server from Debian's package, on
 //!   127.0.0.1, scraping the targets a test serves.
+//! - [`chromium`]: a real headless Chromium from Debian's package, one
+//!   page driven over the DevTools protocol on a pipe.
 //! - [`ocm_api`]: OCM's own CRDs, from the `open-cluster-management.io/api`
 //!   Go module at the version `localhub/parts/go.mod` pins.
 #![cfg_attr(
@@ -26,6 +28,7 @@
     )
 )]
 
+pub mod chromium;
 pub mod flags;
 pub mod h2_peer;
 pub mod log_colour;

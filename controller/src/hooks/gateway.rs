@@ -208,6 +208,9 @@ pub fn check_gateway_url(url: &str) -> Result<(), GatewayError> {
 #[derive(Debug, Clone)]
 pub struct GatewayHooks {
     client: tonic::client::Grpc<Channel>,
+    /// The gateway's address, for the hook spans' `server.address` and
+    /// `server.port`.
+    url: Arc<str>,
     timeout: Duration,
     telemetry: Telemetry,
     counters: Arc<HookCounters>,
@@ -258,6 +261,7 @@ impl GatewayHooks {
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(GatewayHooks {
             client,
+            url: Arc::from(options.url.as_str()),
             timeout,
             telemetry,
             counters: Arc::new(HookCounters::default()),
@@ -316,7 +320,7 @@ impl GatewayHooks {
         self.counters.record(hook);
         let mut span = self
             .telemetry
-            .hook_span(call.trace, hook, call.plugin, rollout);
+            .hook_span(call.trace, hook, call.plugin, &self.url, rollout);
         let result = match self.request(call, message, &span.traceparent()) {
             Ok(request) => self.send::<_, Resp>(hook, request).await,
             Err(status) => Err(status),

@@ -18,7 +18,7 @@ use tonic::Code;
 use tower::{Layer, Service};
 
 use super::metrics::PluginMetrics;
-use super::trace::{ClientSpan, Tracing, traceparent};
+use super::trace::{ClientSpan, Peer, Tracing, traceparent};
 use crate::error::CallError;
 use crate::hooks::{HookKind, HookResponse, PluginCall};
 
@@ -26,15 +26,15 @@ use crate::hooks::{HookKind, HookResponse, PluginCall};
 #[derive(Debug, Clone)]
 pub(crate) struct AttemptTelemetryLayer {
     tracing: Tracing,
-    plugin: Arc<str>,
+    plugin: Peer,
     metrics: Arc<PluginMetrics>,
 }
 
 impl AttemptTelemetryLayer {
-    pub(crate) fn new(tracing: Tracing, plugin: &str, metrics: Arc<PluginMetrics>) -> Self {
+    pub(crate) fn new(tracing: Tracing, plugin: Peer, metrics: Arc<PluginMetrics>) -> Self {
         AttemptTelemetryLayer {
             tracing,
-            plugin: Arc::from(plugin),
+            plugin,
             metrics,
         }
     }
@@ -107,7 +107,7 @@ pin_project! {
         #[pin]
         inner: F,
         span: Option<ClientSpan>,
-        plugin: Arc<str>,
+        plugin: Peer,
         metrics: Arc<PluginMetrics>,
         hook: HookKind,
         attempt: u32,
@@ -115,8 +115,9 @@ pin_project! {
 
     impl<F> PinnedDrop for ResponseFuture<F> {
         fn drop(this: Pin<&mut Self>) {
-            if let Some(span) = this.project().span.take() {
-                span.finish(Code::Cancelled, "the attempt was abandoned", false);
+            let this = this.project();
+            if let Some(span) = this.span.take() {
+                span.finish(this.plugin, *this.hook, Code::Cancelled, "the attempt was abandoned", false);
             }
         }
     }
@@ -146,9 +147,9 @@ where
         }
         if let Some(mut span) = this.span.take() {
             if let Ok(HookResponse::ValidateRolloutCompletion(answer)) = &result {
-                span.set_validation(this.plugin, answer);
+                span.set_validation(this.plugin.name(), answer);
             }
-            span.finish(code, &message, rejected);
+            span.finish(this.plugin, *this.hook, code, &message, rejected);
         }
         Poll::Ready(result)
     }

@@ -15,9 +15,10 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::Span;
 use rollout_proto::partial::RolloutFields;
 use rollout_proto::v1alpha1::ValidateResponse;
-use rollout_telemetry::outcome::{self, VALIDATION_FAILED_BY};
+use rollout_telemetry::outcome::{self, FAILURE_IGNORED, FAILURE_POLICY, VALIDATION_FAILED_BY};
 use rollout_telemetry::{
-    Tracer, TracingError, TracingOptions, finish_span, parse_traceparent, rollout_attributes,
+    Tracer, TracingError, TracingOptions, finish_server_span, finish_span, parse_traceparent,
+    rollout_attributes, semconv,
 };
 use tonic::Code;
 
@@ -67,12 +68,12 @@ impl Tracing {
         ServerSpan { span }
     }
 
-    /// Starts the client span of one attempt at `plugin`, a child of `parent`
-    /// (the server span's context).
+    /// Starts the client span of one attempt at `plugin.name`, a child of
+    /// `parent` (the server span's context).
     pub(crate) fn client_span(
         &self,
         parent: &SpanContext,
-        plugin: &Arc<str>,
+        plugin: &Peer,
         hook: HookKind,
         attempt: u32,
         rollout: Option<&RolloutFields>,
@@ -89,16 +90,20 @@ impl Tracing {
             KeyValue::new("rpc.system", "grpc"),
             KeyValue::new("rpc.service", rollout_proto::SERVICE_NAME),
             KeyValue::new("rpc.method", hook.as_str()),
-            // Shared with the layer: a reference count, not a copy.
-            KeyValue::new("ocm.rollout.plugin", Arc::clone(plugin)),
+            // Shared with the layer: reference counts, not copies.
+            KeyValue::new("ocm.rollout.plugin", Arc::clone(&plugin.name)),
             KeyValue::new("ocm.rollout.attempt", i64::from(attempt)),
+            KeyValue::new(FAILURE_POLICY, plugin.failure_policy(hook)),
+            KeyValue::new(semconv::PEER_SERVICE, Arc::clone(&plugin.name)),
+            KeyValue::new(semconv::SERVER_ADDRESS, Arc::clone(&plugin.host)),
+            KeyValue::new(semconv::SERVER_PORT, i64::from(plugin.port)),
         ]);
         if let Some(r) = rollout {
             rollout_attributes(&mut attributes, r);
         }
-        let mut name = String::with_capacity(8 + plugin.len() + hook.as_str().len());
+        let mut name = String::with_capacity(8 + plugin.name.len() + hook.as_str().len());
         name.push_str("plugin ");
-        name.push_str(plugin);
+        name.push_str(&plugin.name);
         name.push(' ');
         name.push_str(hook.as_str());
         let mut span = self
@@ -124,10 +129,56 @@ impl Tracing {
 /// `ocm.rollout.validation.result` and `ocm.rollout.validation.failed_by`.
 const SERVER_ATTRIBUTES: usize = 13;
 
-/// The most attributes a client span carries: five set at its start, the
-/// four rollout attributes, `rpc.grpc.status_code` and
-/// `ocm.rollout.validation.result`.
-const CLIENT_ATTRIBUTES: usize = 11;
+/// The most attributes a client span carries: nine set at its start, the
+/// four rollout attributes, `rpc.grpc.status_code`,
+/// `ocm.rollout.validation.result` and `ocm.rollout.failure_ignored`.
+const CLIENT_ATTRIBUTES: usize = 16;
+
+/// The plugin an attempt's span names: its name (`ocm.rollout.plugin`,
+/// `peer.service`), its endpoint (`server.address`, `server.port`) and its
+/// `failurePolicy` for each hook (`ocm.rollout.failure_policy`).
+#[derive(Debug, Clone)]
+pub(crate) struct Peer {
+    name: Arc<str>,
+    host: Arc<str>,
+    port: u16,
+    /// By [`HookKind::ALL`]'s order: whether the hook's policy is `Ignore`.
+    ignore: [bool; HookKind::ALL.len()],
+}
+
+impl Peer {
+    /// The plugin `name` at `host:port`; `ignores(hook)` says whether its
+    /// `failurePolicy` for that hook is `Ignore`.
+    pub(crate) fn new(
+        name: &str,
+        host: &str,
+        port: u16,
+        ignores: impl Fn(HookKind) -> bool,
+    ) -> Peer {
+        Peer {
+            name: Arc::from(name),
+            host: Arc::from(host),
+            port,
+            ignore: HookKind::ALL.map(ignores),
+        }
+    }
+
+    /// The plugin's name.
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn ignores(&self, hook: HookKind) -> bool {
+        HookKind::ALL
+            .iter()
+            .position(|k| *k == hook)
+            .is_some_and(|i| self.ignore[i])
+    }
+
+    fn failure_policy(&self, hook: HookKind) -> &'static str {
+        if self.ignores(hook) { "Ignore" } else { "Fail" }
+    }
+}
 
 /// The attributes a server span starts with, in a vector with room for all
 /// it may get later, so that setting them never reallocates it.
@@ -220,7 +271,7 @@ impl ServerSpan {
             );
         }
         outcome::record_failed_open(&mut self.span, failed_open);
-        finish_span(&mut self.span, code, message);
+        finish_server_span(&mut self.span, code, message);
     }
 }
 
@@ -243,10 +294,23 @@ impl ClientSpan {
     }
 
     /// Ends the span with the attempt's status. An attempt refused by the
-    /// open circuit (nothing was sent) carries a `circuit open` event.
-    pub(crate) fn finish(mut self, code: Code, message: &str, circuit_open: bool) {
+    /// open circuit (nothing was sent) carries a `circuit open` event; a
+    /// failed one of a plugin whose policy for `hook` is `Ignore` says the
+    /// failure was ignored.
+    pub(crate) fn finish(
+        mut self,
+        peer: &Peer,
+        hook: HookKind,
+        code: Code,
+        message: &str,
+        circuit_open: bool,
+    ) {
         if circuit_open {
             self.span.add_event("circuit open", Vec::new());
+        }
+        if code != Code::Ok && peer.ignores(hook) {
+            self.span
+                .set_attribute(KeyValue::new(FAILURE_IGNORED, true));
         }
         finish_span(&mut self.span, code, message);
     }
@@ -268,10 +332,11 @@ mod tests {
             format!("{:032x}", parent.trace_id()),
             "4bf92f3577b34da6a3ce929d0e0e4736"
         );
-        let client = tracing.client_span(&parent, &Arc::from("p"), HookKind::BeginRollout, 1, None);
+        let peer = Peer::new("p", "127.0.0.1", 7001, |_| false);
+        let client = tracing.client_span(&parent, &peer, HookKind::BeginRollout, 1, None);
         assert_eq!(client.context().trace_id(), parent.trace_id());
         assert_ne!(client.context().span_id(), parent.span_id());
-        client.finish(Code::Ok, "", false);
+        client.finish(&peer, HookKind::BeginRollout, Code::Ok, "", false);
         server.finish(Code::Ok, "", &[]);
     }
 }
