@@ -839,6 +839,73 @@ mod unread_answers {
         eventually("the answers' bytes are given back", || pool.used() == 0).await;
         gw.stop().await;
     }
+
+    /// A plugin's answer the caller's connection has no room for is the
+    /// caller's failure, whatever the plugin's failure policy: refused
+    /// RESOURCE_EXHAUSTED naming the connection (never skipped as failed
+    /// open, which would pass the work on unmutated), and never counted
+    /// against the plugin's circuit.
+    #[tokio::test]
+    async fn an_answer_with_no_room_fails_the_call_and_not_the_plugin() {
+        let p = plugin(Behaviour::new("p")).await;
+        p.set(|b| b.mutate = Mutation::Fixed(work(4 * MIB)));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        let entry = insecure_plugin(
+            "p",
+            &p,
+            "    failurePolicy: Ignore\n    circuitBreaker:\n      consecutiveFailures: 2\n      openFor: 1m\n",
+        );
+        std::fs::write(&path, format!("plugins:\n{entry}")).unwrap();
+        let gw = gateway_with(dir, path, |o: &mut Options| {
+            o.max_message_bytes = 5 * MIB;
+            o.max_pending_request_bytes_per_connection = 16 * MIB;
+            o.max_pending_request_bytes = 64 * MIB;
+        })
+        .await;
+        let pool = gw.running.as_ref().unwrap().pending_requests.clone();
+        let (send, conn) = connect_from("127.0.0.1", gw.grpc, 0).await;
+        let request = framed(&MutateManifestWorkRequest {
+            rollout: Some(rollout("c1")),
+            manifest_work: work(1024),
+        });
+        // One after another: three answers wait unread, holding the
+        // connection's 16 MiB; the plugin's next answers have no room.
+        let (mut waiting, mut refused) = (Vec::new(), 0);
+        for _ in 0..6 {
+            let mut send = send.clone().ready().await.unwrap();
+            let (answer, mut body) = send
+                .send_request(grpc_request(MUTATE, Some("p")), false)
+                .unwrap();
+            body.send_data(request.clone(), true).unwrap();
+            let answer = tokio::time::timeout(Duration::from_secs(5), answer)
+                .await
+                .expect("headers come")
+                .unwrap();
+            match answer.headers().get("grpc-status") {
+                Some(code) => {
+                    assert_eq!(code, "8", "{answer:?}");
+                    let message = answer.headers()["grpc-message"].to_str().unwrap();
+                    assert!(message.contains("this connection"), "{message}");
+                    refused += 1;
+                }
+                None => waiting.push(answer),
+            }
+        }
+        assert_eq!((waiting.len(), refused), (3, 3));
+        let debug = gw.debug().await;
+        assert_eq!(debug["plugins"][0]["circuit"], "closed", "{debug}");
+        assert_eq!(debug["plugins"][0]["consecutiveFailures"], 0, "{debug}");
+        conn.abort();
+        eventually("the answers' bytes are given back", || pool.used() == 0).await;
+        // With its bytes back, the caller's next call is answered.
+        let mut client = gw.client().await;
+        client
+            .mutate_manifest_work(to("p", mutate_request("c1", work(1024))))
+            .await
+            .expect("answered once the bytes are back");
+        gw.stop().await;
+    }
 }
 
 mod connections {
