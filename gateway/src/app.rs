@@ -66,7 +66,8 @@ pub struct Options {
     /// closed the grace later (`--max-connection-age-grace`).
     pub max_connection_age: Duration,
     pub max_connection_age_grace: Duration,
-    /// Bytes of requests still arriving, held at once by the whole gateway
+    /// Bytes the calls hold (each from its request's first byte until its
+    /// answer is written), at once by the whole gateway
     /// (`--max-pending-request-bytes`) and by one connection
     /// (`--max-pending-request-bytes-per-connection`).
     pub max_pending_request_bytes: usize,
@@ -147,7 +148,7 @@ pub struct Running {
     pub grpc_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub registry: Arc<Registry>,
-    /// The gateway-wide pool of bytes of requests still arriving.
+    /// The gateway-wide pool of the bytes calls hold.
     pub pending_requests: Arc<Pool>,
     stop: watch::Sender<bool>,
     grpc: JoinHandle<()>,

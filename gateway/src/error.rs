@@ -101,6 +101,12 @@ pub enum CallError {
         "answer too large: {0}; the request itself was within {CALLER_HEADROOM_BYTES} bytes of the message limit (--max-message-bytes): send a smaller one"
     )]
     CallerTooLarge(String),
+    /// Holding the plugin's answer for the caller would go over a
+    /// pending-bytes pool (the caller's connection's or the gateway's): the
+    /// calls of the caller hold too many bytes already. Not the plugin's
+    /// fault: never counted against it, never retried.
+    #[error("{0}")]
+    PendingBytes(PendingExceeded),
     /// The plugin is not loaded: its Initialize answered, and the answer
     /// says the server is no rollout plugin (UNIMPLEMENTED, or a declaration
     /// naming a value that is not a hook). Never a skip.
@@ -117,7 +123,8 @@ impl CallError {
             CallError::CircuitOpen { .. } | CallError::Unreachable(_) => Code::Unavailable,
             CallError::Overloaded { .. }
             | CallError::TooLarge(_)
-            | CallError::CallerTooLarge(_) => Code::ResourceExhausted,
+            | CallError::CallerTooLarge(_)
+            | CallError::PendingBytes(_) => Code::ResourceExhausted,
             CallError::DeadlineBeforeCall | CallError::Expired { .. } => Code::DeadlineExceeded,
             CallError::Undecodable(_) => Code::Internal,
             CallError::NotAPlugin(_) => Code::FailedPrecondition,
@@ -172,7 +179,8 @@ impl PolicyError for CallError {
             CallError::CircuitOpen { .. }
             | CallError::Overloaded { .. }
             | CallError::DeadlineBeforeCall
-            | CallError::CallerTooLarge(_) => None,
+            | CallError::CallerTooLarge(_)
+            | CallError::PendingBytes(_) => None,
             other => Some(other.code()),
         }
     }
@@ -200,7 +208,8 @@ impl PolicyError for CallError {
             | CallError::CircuitOpen { .. }
             | CallError::Overloaded { .. }
             | CallError::DeadlineBeforeCall
-            | CallError::CallerTooLarge(_) => CallOutcome::Neutral,
+            | CallError::CallerTooLarge(_)
+            | CallError::PendingBytes(_) => CallOutcome::Neutral,
         }
     }
 }
@@ -245,7 +254,8 @@ pub(crate) enum GatewayError {
         waited: std::time::Duration,
         by_caller: bool,
     },
-    /// Buffering the request would go over a pending-bytes limit.
+    /// Holding the request's bytes, or a plugin's answer to it, would go
+    /// over a pending-bytes limit.
     #[error("{0}")]
     PendingBytes(PendingExceeded),
     /// The request's message is malformed, too large or undecodable, or its
@@ -541,6 +551,7 @@ mod tests {
                 CallError::NotAPlugin("UNIMPLEMENTED".into()),
                 CallOutcome::Failure,
             ),
+            (CallError::PendingBytes(exceeded()), CallOutcome::Neutral),
             (
                 CallError::Plugin(Status::unavailable("down")),
                 CallOutcome::Failure,
@@ -557,6 +568,21 @@ mod tests {
         // The gateway's own UNIMPLEMENTED-looking failures are not a skip.
         assert!(!CallError::Undecodable("compressed".into()).is_unimplemented());
         assert_eq!(CallError::DeadlineBeforeCall.retry_code(), None);
+        // The caller's calls holding too much is never retried.
+        assert_eq!(CallError::PendingBytes(exceeded()).retry_code(), None);
+        assert_eq!(
+            CallError::PendingBytes(exceeded()).code(),
+            Code::ResourceExhausted
+        );
+    }
+
+    fn exceeded() -> PendingExceeded {
+        PendingExceeded {
+            scope: crate::transport::pending::Scope::Connection,
+            limit: 10,
+            used: 8,
+            wanted: 4,
+        }
     }
 
     /// Rescue at its own level: over an inner service that answers

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::error::DeadlineOwner;
 use crate::transport::grpc::{self, FrameError};
+use crate::transport::pending::CallBytes;
 
 pub use rollout_proto::HookKind;
 
@@ -41,6 +42,9 @@ pub(crate) struct PluginCall {
     /// The calling hub (central mode: the one its certificate names), whose
     /// declaration the plugin's Initialize answer is recorded under.
     pub(crate) hub: Option<Arc<str>>,
+    /// The bytes the caller's call holds, which the plugin's answer joins
+    /// while it lives (none: a call of the gateway's own).
+    pub(crate) held: Option<CallBytes>,
 }
 
 impl PolicyRequest for PluginCall {

@@ -32,10 +32,11 @@ use tower::ServiceExt;
 
 use rollout_proto::declaration::Decision;
 
-use crate::error::{DeadlineOwner, GatewayError};
+use crate::error::{CallError, DeadlineOwner, GatewayError};
 use crate::hooks::{Forwarded, HookKind, HookRequest, HookResponse, MutateStep, PluginCall};
 use crate::manifest;
 use crate::registry::{Plugin, Target};
+use crate::transport::pending::{CallBytes, PendingExceeded};
 
 /// What every member call of one gateway call shares.
 #[derive(Debug)]
@@ -51,6 +52,11 @@ pub(crate) struct CallContext<'a> {
     /// plugins' declarations are learned and read per hub, and the
     /// `hub_name` a plugin's Initialize carries is this one.
     pub(crate) hub: Option<Arc<str>>,
+    /// The bytes the call holds, which each member's answer joins while it
+    /// lives; with no room for one, the call fails `RESOURCE_EXHAUSTED`
+    /// whatever the member's failure policy (the caller's calls hold too
+    /// much: neither the member's failure nor one to skip).
+    pub(crate) held: Option<CallBytes>,
 }
 
 /// The result of a mutate chain.
@@ -64,10 +70,15 @@ pub(crate) struct Mutated {
 }
 
 impl CallContext<'_> {
-    /// Calls one member and classifies its answer.
-    async fn call(&self, plugin: &Plugin, request: HookRequest) -> Outcome<HookResponse> {
+    /// Calls one member and classifies its answer; fails when its answer
+    /// could not be held.
+    async fn call(
+        &self,
+        plugin: &Plugin,
+        request: HookRequest,
+    ) -> Result<Outcome<HookResponse>, GatewayError> {
         let kind = request.kind();
-        match self.send(plugin, request).await {
+        Ok(match self.send(plugin, request).await {
             Sent::Skipped => Outcome::Skipped,
             Sent::Done(started, Ok(answer)) => {
                 plugin
@@ -76,7 +87,8 @@ impl CallContext<'_> {
                 Outcome::Answered(answer)
             }
             Sent::Done(started, Err(f)) => judge_failure(plugin, kind, started, f),
-        }
+            Sent::Held(started, exceeded) => return Err(not_held(plugin, kind, started, exceeded)),
+        })
     }
 
     /// Sends one member its request through its stack, unless its
@@ -101,6 +113,9 @@ impl CallContext<'_> {
                     .oneshot(self.plugin_call(initialize, deadline, owner))
             });
             if let Err(error) = load.await {
+                if let CallError::PendingBytes(exceeded) = error {
+                    return Sent::Held(started, exceeded);
+                }
                 let failure = Failure {
                     code: error.code(),
                     message: format!(
@@ -128,6 +143,7 @@ impl CallContext<'_> {
         let call = self.plugin_call(request, deadline, owner);
         match plugin.stack.clone().oneshot(call).await {
             Ok(answer) => Sent::Done(started, Ok(answer)),
+            Err(CallError::PendingBytes(exceeded)) => Sent::Held(started, exceeded),
             Err(error) if unimplemented_skips && error.is_unimplemented() => Sent::Skipped,
             Err(error) => Sent::Done(started, Err(error.failure())),
         }
@@ -147,6 +163,7 @@ impl CallContext<'_> {
             parent: self.parent.clone(),
             attempt: 1,
             hub: self.hub.clone(),
+            held: self.held.clone(),
         }
     }
 
@@ -159,26 +176,30 @@ impl CallContext<'_> {
         }
     }
 
-    /// Sends the same request to every member concurrently; results in member order.
-    async fn fan_out(&self, request: HookRequest) -> Vec<Member<HookResponse>> {
+    /// Sends the same request to every member concurrently; results in
+    /// member order. Fails when a member's answer could not be held.
+    async fn fan_out(
+        &self,
+        request: HookRequest,
+    ) -> Result<Vec<Member<HookResponse>>, GatewayError> {
         let members = self.target.members();
         if let [only] = members {
-            let outcome = self.call(only, request).await;
-            return vec![Member {
+            let outcome = self.call(only, request).await?;
+            return Ok(vec![Member {
                 name: only.name.clone(),
                 outcome,
-            }];
+            }]);
         }
         let calls = members.iter().map(|p| {
             let request = request.clone();
             async move {
-                Member {
+                Ok(Member {
                     name: p.name.clone(),
-                    outcome: self.call(p, request).await,
-                }
+                    outcome: self.call(p, request).await?,
+                })
             }
         });
-        join_all(calls).await
+        join_all(calls).await.into_iter().collect()
     }
 
     /// Initialize: every member; learns each member's hooks for the caller's
@@ -191,7 +212,7 @@ impl CallContext<'_> {
         if let Some(hub) = &self.hub {
             request.hub_name = hub.to_string();
         }
-        let members = self.fan_out(HookRequest::Initialize(request)).await;
+        let members = self.fan_out(HookRequest::Initialize(request)).await?;
         let members = narrow(members, |r| match r {
             HookResponse::Initialize(i) => Some(i),
             _ => None,
@@ -213,7 +234,7 @@ impl CallContext<'_> {
             HookKind::BeginRollout => HookRequest::BeginRollout(request),
             _ => HookRequest::ProgressRollout(request),
         };
-        let members = self.fan_out(request).await;
+        let members = self.fan_out(request).await?;
         let members = narrow(members, |r| match r {
             HookResponse::Empty => Some(()),
             _ => None,
@@ -229,7 +250,7 @@ impl CallContext<'_> {
     ) -> Result<(Merged<ValidateResponse>, Vec<String>), GatewayError> {
         let members = self
             .fan_out(HookRequest::ValidateRolloutCompletion(request))
-            .await;
+            .await?;
         let members = narrow(members, |r| match r {
             HookResponse::ValidateRolloutCompletion(v) => Some(v),
             _ => None,
@@ -273,6 +294,9 @@ impl CallContext<'_> {
             let kind = HookKind::MutateManifestWork;
             let outcome: Outcome<()> = match self.send(plugin, step).await {
                 Sent::Skipped => Outcome::Skipped,
+                Sent::Held(started, exceeded) => {
+                    return Err((not_held(plugin, kind, started, exceeded), failed_open));
+                }
                 Sent::Done(started, Err(f)) => judge_failure(plugin, kind, started, f),
                 Sent::Done(started, Ok(HookResponse::MutateManifestWork(answer))) => {
                     let output = answer.manifest_work;
@@ -377,10 +401,27 @@ fn wrong_answer() -> Failure {
 }
 
 /// What [`CallContext::send`] got: nothing (the member does not implement
-/// the hook), or an answer or a failure, with the time the call started.
+/// the hook), an answer or a failure, or an answer the call had no room to
+/// hold, with the time the call started.
 enum Sent {
     Skipped,
     Done(Instant, Result<HookResponse, Failure>),
+    Held(Instant, PendingExceeded),
+}
+
+/// A member's answer the call had no room to hold: counted as the member's
+/// `RESOURCE_EXHAUSTED` in its request metrics, and the call's failure.
+fn not_held(
+    plugin: &Plugin,
+    kind: HookKind,
+    started: Instant,
+    exceeded: PendingExceeded,
+) -> GatewayError {
+    plugin
+        .metrics
+        .record_request(kind, Code::ResourceExhausted, started.elapsed());
+    tracing::warn!(plugin = %plugin.name, hook = kind.as_str(), error = %exceeded, "plugin's answer refused: too many bytes held for the caller's calls");
+    GatewayError::PendingBytes(exceeded)
 }
 
 /// The fail-open warnings, per plugin and hook.
@@ -603,6 +644,7 @@ pub(crate) mod tests {
             forward: Arc::new(HeaderMap::new()),
             parent: SpanContext::empty_context(),
             hub: None,
+            held: None,
         }
     }
 

@@ -62,12 +62,13 @@ impl tower::Service<PluginCall> for UpstreamService {
         let upstream = self.0.clone();
         Box::pin(async move {
             upstream
-                .call(
+                .call_held(
                     call.request,
                     call.deadline,
                     call.owner,
                     &call.forward,
                     call.hub.as_deref(),
+                    call.held.as_ref(),
                 )
                 .await
         })

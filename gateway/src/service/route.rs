@@ -23,6 +23,7 @@ use crate::manifest;
 use crate::router::{CallContext, OFF_THREAD_BYTES};
 use crate::telemetry::trace::ServerSpan;
 use crate::transport::grpc::{self, Payload};
+use crate::transport::pending::CallBytes;
 use crate::transport::send::Answer;
 
 /// See the module doc.
@@ -114,6 +115,8 @@ async fn route(
         // The hub its certificate names: whatever `hub_name` the caller
         // writes, plugins are loaded, asked and answered for this one.
         hub: call.peer.identity.as_deref().map(Arc::from),
+        // The plugins' answers are held with the call's request.
+        held: call.head.extensions.get::<CallBytes>().cloned(),
     };
     let data = grpc::message(call.message.clone(), limit)?;
     // Whether a plugin of the target gets the clusters' states (the others

@@ -270,6 +270,35 @@ pub(crate) async fn collect_reserved(
     collected
 }
 
+/// [`collect`], the message counted in a new part of the call's `held`
+/// (none: not counted) for as long as its buffer lives: a plugin's answer,
+/// read for the call. Refused with [`ReceiveError::Held`] as soon as the
+/// bytes buffered cannot grow; a failed read holds nothing.
+pub(crate) async fn collect_counted(
+    body: &mut h2::RecvStream,
+    limit: usize,
+    held: Option<&CallBytes>,
+) -> Result<(Bytes, Option<HeaderMap>), ReceiveError> {
+    let Some(held) = held else {
+        return collect(body, limit).await;
+    };
+    let mut part = held.part();
+    let (message, trailers) =
+        rollout_wire::collect_held(body, limit, |bytes| part.hold(bytes)).await?;
+    Ok((part.counted(message), trailers))
+}
+
+/// `payload`, each of its parts passed through `f`.
+pub(crate) fn try_map_parts<E>(
+    payload: Payload,
+    mut f: impl FnMut(Bytes) -> Result<Bytes, E>,
+) -> Result<Payload, E> {
+    let (heads, tails) = payload.into_inner();
+    let (a, b) = heads.into_inner();
+    let (c, d) = tails.into_inner();
+    Ok(self::payload(f(a)?, f(b)?, f(c)?, f(d)?))
+}
+
 /// Why a message body could not be received: malformed or too large, the
 /// stream failed, or holding its bytes was refused.
 pub(crate) type ReceiveError = rollout_wire::ReceiveError<PendingExceeded>;

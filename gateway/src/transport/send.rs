@@ -3,15 +3,18 @@
 //! An answer the peer's flow-control windows take whole is queued at once —
 //! headers, message and trailers — so it leaves in one write and wakes the
 //! peer once. One they do not take waits here, not in h2's unbounded send
-//! buffer: handed on only as the peer grants window, its unsent bytes held
-//! against the connection's and the gateway's pending-bytes pools (over
-//! either, the stream is reset with ENHANCE_YOUR_CALM, which gRPC clients
-//! read as RESOURCE_EXHAUSTED), and a peer that grants nothing for the send
-//! timeout is cut off. So a caller that never reads its answers holds at most
-//! its connection's budget, and not for long. The answer's bytes are held in
-//! the call's own [`CallBytes`], which held its request's until then: a call
-//! counts against the pools from its request's first byte until its answer
-//! is taken.
+//! buffer: handed on only as the peer grants window, and a peer that grants
+//! nothing for the send timeout is cut off. Either way the message is held
+//! against the connection's and the gateway's pending-bytes pools, in the
+//! call's own [`CallBytes`] (which held its request's bytes and its plugins'
+//! answers until then), from the moment the call settles until the last of
+//! it is written to the socket: each of its buffers counts for as long as it
+//! lives, in this sender or in h2's send buffer (where a peer that grants
+//! windows and does not read its socket leaves it). Over either pool, the
+//! stream is reset with ENHANCE_YOUR_CALM, which gRPC clients read as
+//! RESOURCE_EXHAUSTED. So a caller that never reads its answers holds at
+//! most its connection's budget, and not for long; a call counts against
+//! the pools from its request's first byte until its answer is taken.
 
 use std::convert::Infallible;
 use std::future::{Future, poll_fn};
@@ -109,6 +112,9 @@ where
         },
         _ = poll_fn(|cx| respond.poll_reset(cx)) => return Sent::Done,
     };
+    // The call's work is over (its request and its plugins' answers are
+    // dropped, or live on in the answer): from here it holds its answer.
+    held.settle();
     match answer {
         Answer::Message { message, trailers } => {
             let Ok(mut stream) = respond.send_response(grpc_head(), false) else {
@@ -127,40 +133,41 @@ where
             Sent::Done
         }
         Answer::Http(code) => {
-            let mut head = http::Response::new(());
-            *head.status_mut() = code;
-            head.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            // The reason in a body, for a person trying the port with curl.
-            let reason = code.canonical_reason().unwrap_or("refused");
-            let body =
-                bytes::Bytes::from(format!("{} {reason}: this is a gRPC port\n", code.as_u16()));
-            if let Ok(mut stream) = respond.send_response(head, false) {
-                let _ = stream.send_data(grpc::raw(body), true);
-            }
+            send_http(&mut respond, code);
             Sent::Done
         }
         Answer::Stream(items) => match respond.send_response(grpc_head(), false) {
-            Ok(stream) => {
-                // The request is done with; each item holds its own bytes.
-                let _ = held.hold(0);
-                Sent::Lasting(Box::pin(send_items(
-                    stream,
-                    items,
-                    peer,
-                    held,
-                    send_timeout,
-                )))
-            }
+            // Each item holds its own bytes.
+            Ok(stream) => Sent::Lasting(Box::pin(send_items(
+                stream,
+                items,
+                peer,
+                held,
+                send_timeout,
+            ))),
             Err(_) => Sent::Done,
         },
     }
 }
 
-/// Sends one message (see the module doc), its bytes not yet taken held in
-/// `held` (given back once all are).
+/// An HTTP answer that is not gRPC: `code`, with the reason in a body for a
+/// person trying the port with curl.
+fn send_http(respond: &mut SendResponse<Payload>, code: StatusCode) {
+    let mut head = http::Response::new(());
+    *head.status_mut() = code;
+    head.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    let reason = code.canonical_reason().unwrap_or("refused");
+    let body = bytes::Bytes::from(format!("{} {reason}: this is a gRPC port\n", code.as_u16()));
+    if let Ok(mut stream) = respond.send_response(head, false) {
+        let _ = stream.send_data(grpc::raw(body), true);
+    }
+}
+
+/// Sends one message (see the module doc), each of its buffers held in
+/// `held` until it is written and dropped, here or in h2's send buffer.
 async fn send_message(
     stream: &mut SendStream<Payload>,
     message: Payload,
@@ -168,17 +175,19 @@ async fn send_message(
     held: &CallBytes,
     send_timeout: Duration,
 ) -> Sent {
+    let message = match grpc::try_map_parts(message, |part| held.counted(part)) {
+        Ok(message) => message,
+        Err(exceeded) => {
+            tracing::warn!(peer = %peer.addr, error = %exceeded, "answer refused: too many bytes held for the peer's calls");
+            stream.send_reset(Reason::ENHANCE_YOUR_CALM);
+            return Sent::Done;
+        }
+    };
     let len = message.remaining();
     stream.reserve_capacity(len);
     if stream.capacity() >= len {
         // The common case: the windows take it all; one write.
         let _ = stream.send_data(message, false);
-        let _ = held.hold(0);
-        return Sent::Done;
-    }
-    if let Err(exceeded) = held.hold(len) {
-        tracing::warn!(peer = %peer.addr, error = %exceeded, "answer refused: too many bytes of answers the peer has not read");
-        stream.send_reset(Reason::ENHANCE_YOUR_CALM);
         return Sent::Done;
     }
     let mut rest = message;
@@ -186,7 +195,7 @@ async fn send_message(
     while rest.has_remaining() {
         stream.reserve_capacity(rest.remaining());
         let granted = poll_fn(|cx| stream.poll_capacity(cx));
-        let granted = match tokio::time::timeout_at(progress + send_timeout, granted).await {
+        let mut granted = match tokio::time::timeout_at(progress + send_timeout, granted).await {
             Ok(Some(Ok(n))) => n.min(rest.remaining()),
             // The stream or the connection ended.
             Ok(Some(Err(_)) | None) => return Sent::Done,
@@ -196,16 +205,18 @@ async fn send_message(
                 return Sent::Stalled;
             }
         };
-        if granted == 0 {
-            continue;
+        if granted > 0 {
+            progress = Instant::now();
         }
-        let chunk = rest.copy_to_bytes(granted);
-        if stream.send_data(grpc::raw(chunk), false).is_err() {
-            return Sent::Done;
+        while granted > 0 {
+            // Within one of the message's buffers: a slice of it, which
+            // keeps it counted, and no copy.
+            let piece = rest.copy_to_bytes(granted.min(rest.chunk().len()));
+            granted -= piece.len();
+            if stream.send_data(grpc::raw(piece), false).is_err() {
+                return Sent::Done;
+            }
         }
-        progress = Instant::now();
-        // Shrinking cannot fail.
-        let _ = held.hold(rest.remaining());
     }
     Sent::Done
 }

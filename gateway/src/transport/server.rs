@@ -75,8 +75,8 @@ pub(crate) struct ServerSettings {
     /// how long a revoked one keeps working (zero: never).
     pub(crate) max_connection_age: Duration,
     pub(crate) max_connection_age_grace: Duration,
-    /// Bytes of requests still arriving, and of answers the peer has not
-    /// taken yet, that one connection may hold.
+    /// Bytes one connection's calls may hold, from each request's first
+    /// byte until its answer is written to the socket ([`CallBytes`]).
     pub(crate) max_pending_bytes_per_connection: usize,
     /// A peer that takes none of an answer (or of the connection's writes)
     /// for this long is cut off: its connection is closed.
@@ -119,7 +119,9 @@ pub(crate) struct Call {
     pub(crate) body: h2::RecvStream,
     pub(crate) peer: Arc<Peer>,
     /// The bytes the call holds, until its answer is taken: the request's
-    /// as it arrives and while the call runs, then the answer's.
+    /// as it arrives and while the call runs, the plugins' answers while
+    /// they live, then its own answer's (see [`CallBytes`]). Also in the
+    /// head's extensions, for the layers that read those answers.
     pub(crate) held: CallBytes,
 }
 
@@ -512,8 +514,11 @@ impl<S: CallService> Serving<S> {
             None => return Next::End(Ok(())),
         };
         self.used = true;
-        let (head, body) = request.into_parts();
+        let (mut head, body) = request.into_parts();
         let held = CallBytes::new(self.peer.budget.clone());
+        // For whatever reads messages for the call further down (the
+        // plugins' answers), so that they are held with it.
+        head.extensions.insert(held.clone());
         let call = Call {
             head,
             body,

@@ -14,6 +14,7 @@ use crate::error::CallError;
 use crate::hooks::HookKind;
 use crate::transport::client::PluginConnection;
 use crate::transport::grpc::{self, Payload};
+use crate::transport::pending::CallBytes;
 
 impl Upstream {
     /// One unary call; the answer's message, uncompressed, not decoded.
@@ -36,12 +37,13 @@ impl Upstream {
         payload: &(dyn Fn() -> Payload + Sync),
         deadline: Instant,
         forward: &HeaderMap,
+        held: Option<&CallBytes>,
     ) -> Result<Bytes, Failed> {
         let mut resent = 0;
         loop {
             let conn = self.connection(deadline).await?;
             let error = match self
-                .exchange(&conn, method, payload(), deadline, forward)
+                .exchange(&conn, method, payload(), deadline, forward, held)
                 .await
             {
                 Ok(message) => return Ok(message),
@@ -112,7 +114,7 @@ impl Upstream {
         request
     }
 
-    /// One stream on `conn`.
+    /// One stream on `conn`; the answer held in `held`.
     async fn exchange(
         &self,
         conn: &PluginConnection,
@@ -120,6 +122,7 @@ impl Upstream {
         payload: Payload,
         deadline: Instant,
         forward: &HeaderMap,
+        held: Option<&CallBytes>,
     ) -> Result<Bytes, Exchange> {
         let sender = conn.sender();
         let unavailable = |e: h2::Error| {
@@ -146,7 +149,7 @@ impl Upstream {
         let response = response.await.map_err(unavailable)?;
         conn.answered();
         let (parts, body) = response.into_parts();
-        self.read_answer(parts, body)
+        self.read_answer(parts, body, held)
             .await
             .map_err(Exchange::Failed)
     }
@@ -155,10 +158,14 @@ impl Upstream {
     /// client (grpc-go, grpcio's C core, grpc-java) would read it, or
     /// refused as the plugin's failure where one of them could read another
     /// message or status (docs/security.md, "Reading a plugin's answer").
+    /// Its bytes join those `held` holds for as long as they live (its
+    /// buffer, and the one it is inflated to); with no room for them, the
+    /// answer is refused, the caller's failure.
     async fn read_answer(
         &self,
         parts: http::response::Parts,
         mut body: h2::RecvStream,
+        held: Option<&CallBytes>,
     ) -> Result<Bytes, Failed> {
         if parts.status != http::StatusCode::OK {
             return Err(not_ok(parts.status, &parts.headers));
@@ -180,14 +187,16 @@ impl Upstream {
             });
         }
         let limit = self.settings.max_message_bytes;
-        let (data, trailers) = grpc::collect(&mut body, limit).await.map_err(|e| match e {
+        let collected = grpc::collect_counted(&mut body, limit, held).await;
+        let (data, trailers) = collected.map_err(|e| match e {
             grpc::ReceiveError::Stream { .. } => {
                 Failed::Call(CallError::Unreachable(e.to_string()))
             }
             grpc::ReceiveError::Frame(grpc::FrameError::TooLarge { .. }) => {
                 Failed::Call(CallError::TooLarge(e.to_string()))
             }
-            _ => undecodable(e.to_string()),
+            grpc::ReceiveError::Held(exceeded) => Failed::Call(CallError::PendingBytes(exceeded)),
+            grpc::ReceiveError::Frame(_) => undecodable(e.to_string()),
         })?;
         let status = match trailers.as_ref().map(grpc::status_from_headers) {
             Some(Ok(status)) => status,
@@ -201,7 +210,7 @@ impl Upstream {
                     .headers
                     .get(grpc::GRPC_ENCODING)
                     .map(|v| v.to_str().unwrap_or("(not text)").to_string());
-                inflate(data, encoding, limit).await
+                inflate(data, encoding, limit, held).await
             }
             Some(status) => Err(Failed::Plugin(status)),
             None => Err(undecodable("answer ended without a grpc-status".into())),
@@ -212,8 +221,14 @@ impl Upstream {
 /// [`grpc::uncompressed`]; a compressed answer is inflated on the blocking
 /// pool: a few KiB of gzip can take tens of milliseconds of CPU to inflate
 /// to the message limit, which on the runtime's thread would stall every
-/// other call it drives. An uncompressed answer (the common case) stays.
-async fn inflate(data: Bytes, encoding: Option<String>, limit: usize) -> Result<Bytes, Failed> {
+/// other call it drives. An uncompressed answer (the common case) stays;
+/// an inflated one is held in `held` as the answer it came in was.
+async fn inflate(
+    data: Bytes,
+    encoding: Option<String>,
+    limit: usize,
+    held: Option<&CallBytes>,
+) -> Result<Bytes, Failed> {
     // The first byte of the 5-byte prefix is the compression flag.
     let compressed = data.first() == Some(&1);
     let read = move || grpc::uncompressed(data, encoding.as_deref(), limit);
@@ -224,10 +239,16 @@ async fn inflate(data: Bytes, encoding: Option<String>, limit: usize) -> Result<
     } else {
         read()
     };
-    result.map_err(|e| match e {
+    let message = result.map_err(|e| match e {
         grpc::Unreadable::TooLarge(why) => Failed::Call(CallError::TooLarge(why)),
         grpc::Unreadable::Invalid(why) => undecodable(why),
-    })
+    })?;
+    match held {
+        Some(held) if compressed => held
+            .counted(message)
+            .map_err(|exceeded| Failed::Call(CallError::PendingBytes(exceeded))),
+        _ => Ok(message),
+    }
 }
 
 /// An answer with an HTTP status other than 200: grpc-go and grpc-java

@@ -31,6 +31,7 @@ use rollout_policies::{BudgetPolicy, Policy};
 use crate::error::{CALLER_HEADROOM_BYTES, CallError, DeadlineOwner};
 use crate::transport::client::PluginConnection;
 use crate::transport::grpc::{self, Payload};
+use crate::transport::pending::CallBytes;
 
 use crate::hooks::{HookKind, HookRequest, HookResponse};
 
@@ -341,6 +342,22 @@ impl Upstream {
         forward: &HeaderMap,
         hub: Option<&str>,
     ) -> Result<HookResponse, CallError> {
+        self.call_held(request, deadline, owner, forward, hub, None)
+            .await
+    }
+
+    /// [`Upstream::call`] for a caller's call: the plugin's answer is held
+    /// in `held`, the bytes the call holds, while it lives;
+    /// [`CallError::PendingBytes`] when they have no room for it.
+    pub(crate) async fn call_held(
+        &self,
+        request: HookRequest,
+        deadline: Instant,
+        owner: DeadlineOwner,
+        forward: &HeaderMap,
+        hub: Option<&str>,
+        held: Option<&CallBytes>,
+    ) -> Result<HookResponse, CallError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return Err(CallError::DeadlineBeforeCall);
@@ -359,21 +376,23 @@ impl Upstream {
             let payload = &|| request.payload_for(detail);
             match kind {
                 HookKind::Initialize => self
-                    .unary::<InitializeResponse>(kind, payload, deadline, forward)
+                    .unary::<InitializeResponse>(kind, payload, deadline, forward, held)
                     .await
                     .map(HookResponse::Initialize),
                 HookKind::BeginRollout | HookKind::ProgressRollout => self
-                    .unary::<()>(kind, payload, deadline, forward)
+                    .unary::<()>(kind, payload, deadline, forward, held)
                     .await
                     .map(|()| HookResponse::Empty),
                 HookKind::ValidateRolloutCompletion => {
-                    let message = self.unary_raw(kind, payload, deadline, forward).await?;
+                    let message = self
+                        .unary_raw(kind, payload, deadline, forward, held)
+                        .await?;
                     verdict::read_validate(message)
                         .map(HookResponse::ValidateRolloutCompletion)
                         .map_err(|e| undecodable(e.to_string()))
                 }
                 HookKind::MutateManifestWork => self
-                    .unary::<MutateManifestWorkResponse>(kind, payload, deadline, forward)
+                    .unary::<MutateManifestWorkResponse>(kind, payload, deadline, forward, held)
                     .await
                     .map(HookResponse::MutateManifestWork),
             }
@@ -402,7 +421,10 @@ impl Upstream {
             {
                 Err(CallError::CallerTooLarge(why))
             }
-            Err(error) if is_initialize => Err(self.not_loaded(hub, error)),
+            // The caller's calls holding too much says nothing of the plugin.
+            Err(error) if is_initialize && !matches!(error, CallError::PendingBytes(_)) => {
+                Err(self.not_loaded(hub, error))
+            }
             other => other,
         }
     }
@@ -446,8 +468,11 @@ impl Upstream {
         payload: &(dyn Fn() -> Payload + Sync),
         deadline: Instant,
         forward: &HeaderMap,
+        held: Option<&CallBytes>,
     ) -> Result<Resp, Failed> {
-        let message = self.unary_raw(method, payload, deadline, forward).await?;
+        let message = self
+            .unary_raw(method, payload, deadline, forward, held)
+            .await?;
         grpc::decode_message(message).map_err(|e| undecodable(e.to_string()))
     }
 

@@ -140,6 +140,14 @@ mod memory {
         kib / 1024
     }
 
+    /// The gateway's pool with the default limits, and what the process
+    /// may hold over it: the process itself at rest (about 22 MiB, debug
+    /// build), what HTTP/2 buffers before the gateway reads it (a window of
+    /// 8 MiB a connection, the plugin's and the callers') and the
+    /// allocator's slack.
+    const POOL_MIB: usize = 256;
+    const OVERHEAD_MIB: usize = 64;
+
     /// 200 plugins naming one 3.8 MiB `caFile` (one CA certificate, 7,300
     /// times): the gateway reads, holds and parses it once, so its peak
     /// resident memory at start-up stays far below 200 copies (760 MiB of
@@ -302,10 +310,11 @@ mod memory {
     }
 
     /// Requests that have arrived whole and wait for a slow plugin count
-    /// against the pools until their answers are taken: 4 connections × 15
-    /// MutateManifestWork calls of 15.9 MiB, one after another on each, to
-    /// a plugin that answers after 8 s, with the default limits. The calls beyond the pools are refused
-    /// `RESOURCE_EXHAUSTED` while they arrive.
+    /// against the pools until their answers are taken, with the plugin's
+    /// answers beside them: 4 connections × 15 MutateManifestWork calls of
+    /// 15.9 MiB, one after another on each, to a plugin that answers after
+    /// 8 s, with the default limits. The calls beyond the pools are refused
+    /// `RESOURCE_EXHAUSTED` while they arrive, or when their answers come.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn requests_waiting_for_a_slow_plugin_stay_within_the_pools() {
         let p = plugin(Behaviour::new("p")).await;
@@ -346,12 +355,10 @@ mod memory {
             "slow plugin, 4 connections x 15 calls of 15.9 MiB: peak RSS {peak} MiB; {answered} answered, {refused} refused"
         );
         assert!(answered > 0);
-        // The 256 MiB pool holds the requests while the plugin works; a
-        // plugin's answer arriving while its request is still alive (kept
-        // for a retry) is not counted apart, so up to the pool again; and
-        // the process itself and what HTTP/2 buffers before the gateway
-        // reads it (an 8 MiB window a connection): 64 MiB.
-        assert!(peak < 2 * 256 + 64, "peak resident memory {peak} MiB");
+        assert!(
+            peak < POOL_MIB + OVERHEAD_MIB,
+            "peak resident memory {peak} MiB"
+        );
     }
 
     /// A socket whose reads stop (for good) once `paused` is set.
@@ -453,7 +460,10 @@ mod memory {
             h.abort();
         }
         eprintln!("answers to sockets never read, 2 connections x 20: peak RSS {peak} MiB");
-        assert!(peak < 2 * 256 + 64, "peak resident memory {peak} MiB");
+        assert!(
+            peak < POOL_MIB + OVERHEAD_MIB,
+            "peak resident memory {peak} MiB"
+        );
     }
 
     /// Answers a caller never reads stay within the pools on any number of
@@ -465,10 +475,230 @@ mod memory {
         eprintln!(
             "unread answers, 2 connections x 20: peak RSS {peak} MiB; {waiting} waiting, {refused} refused"
         );
-        // The margin over the 256 MiB pool: the process itself, what HTTP/2
-        // buffers, and answers arriving from the plugin (see the test of
-        // slow plugins).
-        assert!(peak < 2 * 256 + 64, "peak resident memory {peak} MiB");
+        assert!(
+            peak < POOL_MIB + OVERHEAD_MIB,
+            "peak resident memory {peak} MiB"
+        );
+    }
+
+    /// The framed 15.9 MiB MutateManifestWork request these attacks send.
+    fn large_mutate() -> Bytes {
+        use rollout_proto::v1alpha1::MutateManifestWorkRequest;
+        framed(&MutateManifestWorkRequest {
+            rollout: Some(rollout("c1")),
+            manifest_work: work(15 * MIB + 900 * 1024),
+        })
+    }
+
+    /// Once an attack is over, `n` calls of 15.9 MiB at once, each on a
+    /// connection of its own, are all answered within 15 s: the pools have
+    /// room for their requests and answers again (and the plugin's circuit
+    /// stayed closed).
+    async fn later_calls_succeed(addr: SocketAddr, n: usize) {
+        let work = work(15 * MIB + 900 * 1024);
+        let started = Instant::now();
+        loop {
+            let calls = (0..n).map(|_| {
+                let work = work.clone();
+                async move {
+                    let mut c = client(addr).await;
+                    c.mutate_manifest_work(to("p", mutate_request("c1", work)))
+                        .await
+                        .map(drop)
+                }
+            });
+            let failed: Vec<_> = futures::future::join_all(calls)
+                .await
+                .into_iter()
+                .filter_map(Result::err)
+                .collect();
+            let Some(first) = failed.first() else {
+                return;
+            };
+            assert_eq!(first.code(), tonic::Code::ResourceExhausted, "{first:?}");
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "the attack's bytes are not given back: {} of {n} later calls refused ({})",
+                failed.len(),
+                first.message()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Requests that have arrived whole and wait for a slow plugin count
+    /// against the pools together with the plugin's answers, which arrive
+    /// while the requests are still held: 8 connections × 2
+    /// MutateManifestWork calls of 15.9 MiB, all at once, to a plugin that
+    /// answers after 3 s, with the default limits. The 16 requests take the
+    /// gateway's pool; an answer with no room beside them is refused
+    /// `RESOURCE_EXHAUSTED` (and its request given back), not counted
+    /// against the plugin. Before answers were held, all 16 answers
+    /// arrived beside their 16 requests: twice the pool.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answers_arriving_beside_waiting_requests_stay_within_the_pools() {
+        let p = plugin(Behaviour::new("p")).await;
+        p.set(|b| b.delay = Duration::from_secs(3));
+        let (_registry, gw, addr) = spawn_over(&p, &[]);
+        let pid = gw.0.id();
+        let before = rss_mib(pid);
+        let work = work(15 * MIB + 900 * 1024);
+        let clients = futures::future::join_all((0..8).map(|_| client(addr))).await;
+        let mut calls = Vec::new();
+        for client in &clients {
+            for _ in 0..2 {
+                let mut client = client.clone();
+                let work = work.clone();
+                calls.push(tokio::spawn(async move {
+                    client
+                        .mutate_manifest_work(to("p", mutate_request("c1", work)))
+                        .await
+                        .map(drop)
+                        .map_err(|e| e.code())
+                }));
+            }
+        }
+        let (mut answered, mut refused) = (0, 0);
+        for call in calls {
+            match call.await.unwrap() {
+                Ok(()) => answered += 1,
+                Err(tonic::Code::ResourceExhausted) => refused += 1,
+                Err(code) => panic!("{code:?}"),
+            }
+        }
+        let peak = peak_mib(pid);
+        eprintln!(
+            "slow plugin, 8 connections x 2 calls of 15.9 MiB at once: RSS {before} MiB before, peak {peak} MiB; {answered} answered, {refused} refused"
+        );
+        assert!(answered > 0, "{refused} refused");
+        assert!(
+            peak < POOL_MIB + OVERHEAD_MIB,
+            "peak resident memory {peak} MiB"
+        );
+        later_calls_succeed(addr, 7).await;
+    }
+
+    /// Answers callers never read, on many connections, stay within the
+    /// pools, with the plugin's answers that become them: 8 connections
+    /// whose stream window is 0 each make 2 calls of 15.9 MiB at once, to a
+    /// plugin that answers after 2 s, with the default limits. Once the
+    /// callers leave, everything is given back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unread_answers_on_many_connections_stay_within_the_pools() {
+        let p = plugin(Behaviour::new("p")).await;
+        p.set(|b| b.delay = Duration::from_secs(2));
+        let (_registry, gw, addr) = spawn_over(&p, &[]);
+        let pid = gw.0.id();
+        let request = large_mutate();
+        let mut callers = Vec::new();
+        for _ in 0..8 {
+            let (send, conn) = connect_from("127.0.0.1", addr, 0).await;
+            let mut answers = Vec::new();
+            for _ in 0..2 {
+                let mut send = send.clone().ready().await.unwrap();
+                let (answer, mut body) = send
+                    .send_request(grpc_request(MUTATE, Some("p")), false)
+                    .unwrap();
+                body.send_data(request.clone(), true).unwrap();
+                answers.push(tokio::spawn(answer));
+            }
+            callers.push((send, conn, answers));
+        }
+        let (mut waiting, mut refused) = (0, 0);
+        let mut kept = Vec::new();
+        for (_, _, answers) in &mut callers {
+            for answer in answers.drain(..) {
+                match tokio::time::timeout(Duration::from_secs(10), answer).await {
+                    Ok(Ok(Ok(answer))) if !answer.headers().contains_key("grpc-status") => {
+                        waiting += 1;
+                        kept.push(answer);
+                    }
+                    _ => refused += 1,
+                }
+            }
+        }
+        // The answers wait unread (their bytes held) a while.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let peak = peak_mib(pid);
+        eprintln!(
+            "unread answers, 8 connections of window 0 x 2 calls at once: peak RSS {peak} MiB; {waiting} waiting, {refused} refused"
+        );
+        assert!(waiting > 0, "{refused} refused");
+        assert!(
+            peak < POOL_MIB + OVERHEAD_MIB,
+            "peak resident memory {peak} MiB"
+        );
+        for (_, conn, _) in callers {
+            conn.abort();
+        }
+        drop(kept);
+        later_calls_succeed(addr, 7).await;
+    }
+
+    /// Answers queued in HTTP/2's send buffer for callers that grant every
+    /// window and never read their sockets stay counted until written:
+    /// 10 connections, opened 1.2 s apart, each make 3 calls of 15.9 MiB
+    /// to a plugin that answers after 2 s, and stop reading 1.2 s after
+    /// their first call (small socket buffers, so the kernel takes little
+    /// of them). With the default limits (a 30 s send timeout): before the
+    /// queued answers were counted, each connection's answers left the
+    /// pools once queued, and every connection added its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answers_queued_for_sockets_never_read_stay_within_the_pools() {
+        let p = plugin(Behaviour::new("p")).await;
+        p.set(|b| b.delay = Duration::from_secs(2));
+        let (_registry, gw, addr) = spawn_over(&p, &[]);
+        let pid = gw.0.id();
+        let request = large_mutate();
+        let mut held = Vec::new();
+        for _ in 0..10 {
+            let socket = TcpSocket::new_v4().unwrap();
+            socket.set_recv_buffer_size(64 * 1024).unwrap();
+            let paused = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let io = Pausable {
+                tcp: socket.connect(addr).await.unwrap(),
+                paused: paused.clone(),
+            };
+            let (send, conn) = h2::client::Builder::new()
+                .initial_window_size(i32::MAX as u32)
+                .initial_connection_window_size(i32::MAX as u32)
+                .handshake::<_, Bytes>(io)
+                .await
+                .unwrap();
+            held.push(tokio::spawn(async move {
+                let _ = conn.await;
+            }));
+            let request = request.clone();
+            held.push(tokio::spawn(async move {
+                let mut streams = Vec::new();
+                for _ in 0..3 {
+                    let Ok(mut send) = send.clone().ready().await else {
+                        break;
+                    };
+                    let (answer, mut body) = send
+                        .send_request(grpc_request(MUTATE, Some("p")), false)
+                        .unwrap();
+                    let _ = body.send_data(request.clone(), true);
+                    streams.push((answer, body));
+                }
+                // Kept: the streams stay open.
+                std::future::pending::<()>().await;
+                drop(streams);
+            }));
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            paused.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let peak = peak_mib(pid);
+        eprintln!("answers queued for sockets never read, 10 connections x 3: peak RSS {peak} MiB");
+        assert!(
+            peak < POOL_MIB + OVERHEAD_MIB,
+            "peak resident memory {peak} MiB"
+        );
+        for h in held {
+            h.abort();
+        }
+        later_calls_succeed(addr, 7).await;
     }
 }
 
@@ -546,8 +776,9 @@ mod unread_answers {
 
     /// Answers larger than what is left of the connection's budget, to
     /// small requests (a plugin that grows the work): the answer that would
-    /// go over is dropped and its stream reset with ENHANCE_YOUR_CALM,
-    /// which gRPC clients read as RESOURCE_EXHAUSTED.
+    /// go over is refused RESOURCE_EXHAUSTED as it arrives from the plugin,
+    /// or dropped and its stream reset with ENHANCE_YOUR_CALM (which gRPC
+    /// clients read as RESOURCE_EXHAUSTED) when it is to be sent.
     #[tokio::test]
     async fn an_answer_over_the_connections_budget_is_refused() {
         let p = plugin(Behaviour::new("p")).await;
@@ -576,29 +807,103 @@ mod unread_answers {
             body.send_data(request.clone(), true).unwrap();
             answers.push(tokio::spawn(async move {
                 // The reset may come before the headers are written.
-                let mut body = match answer.await {
-                    Ok(answer) => answer.into_body(),
-                    Err(e) => return e.reason(),
+                let answer = match answer.await {
+                    Ok(answer) => answer,
+                    Err(e) => return e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM),
                 };
+                // Refused as the plugin's answer arrived: RESOURCE_EXHAUSTED.
+                if let Some(code) = answer.headers().get("grpc-status") {
+                    return code == "8";
+                }
+                let mut body = answer.into_body();
                 tokio::time::timeout(Duration::from_secs(3), body.data())
                     .await
                     .ok()
                     .flatten()
                     .and_then(|d| d.err())
                     .and_then(|e| e.reason())
+                    == Some(h2::Reason::ENHANCE_YOUR_CALM)
             }));
         }
         let mut refused = 0;
         for a in answers {
-            if a.await.unwrap() == Some(h2::Reason::ENHANCE_YOUR_CALM) {
+            if a.await.unwrap() {
                 refused += 1;
             }
         }
-        // Three 4 MiB answers fit in 16 MiB: the others are refused.
+        // Three 4 MiB answers fit in 16 MiB: the others are refused, as
+        // they arrive from the plugin or as they are to be sent.
         assert_eq!(refused, 3, "{refused} of 6 refused");
         assert!(pool.used() <= 16 * MIB, "{}", pool.used());
         conn.abort();
         eventually("the answers' bytes are given back", || pool.used() == 0).await;
+        gw.stop().await;
+    }
+
+    /// A plugin's answer the caller's connection has no room for is the
+    /// caller's failure, whatever the plugin's failure policy: refused
+    /// RESOURCE_EXHAUSTED naming the connection (never skipped as failed
+    /// open, which would pass the work on unmutated), and never counted
+    /// against the plugin's circuit.
+    #[tokio::test]
+    async fn an_answer_with_no_room_fails_the_call_and_not_the_plugin() {
+        let p = plugin(Behaviour::new("p")).await;
+        p.set(|b| b.mutate = Mutation::Fixed(work(4 * MIB)));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        let entry = insecure_plugin(
+            "p",
+            &p,
+            "    failurePolicy: Ignore\n    circuitBreaker:\n      consecutiveFailures: 2\n      openFor: 1m\n",
+        );
+        std::fs::write(&path, format!("plugins:\n{entry}")).unwrap();
+        let gw = gateway_with(dir, path, |o: &mut Options| {
+            o.max_message_bytes = 5 * MIB;
+            o.max_pending_request_bytes_per_connection = 16 * MIB;
+            o.max_pending_request_bytes = 64 * MIB;
+        })
+        .await;
+        let pool = gw.running.as_ref().unwrap().pending_requests.clone();
+        let (send, conn) = connect_from("127.0.0.1", gw.grpc, 0).await;
+        let request = framed(&MutateManifestWorkRequest {
+            rollout: Some(rollout("c1")),
+            manifest_work: work(1024),
+        });
+        // One after another: three answers wait unread, holding the
+        // connection's 16 MiB; the plugin's next answers have no room.
+        let (mut waiting, mut refused) = (Vec::new(), 0);
+        for _ in 0..6 {
+            let mut send = send.clone().ready().await.unwrap();
+            let (answer, mut body) = send
+                .send_request(grpc_request(MUTATE, Some("p")), false)
+                .unwrap();
+            body.send_data(request.clone(), true).unwrap();
+            let answer = tokio::time::timeout(Duration::from_secs(5), answer)
+                .await
+                .expect("headers come")
+                .unwrap();
+            match answer.headers().get("grpc-status") {
+                Some(code) => {
+                    assert_eq!(code, "8", "{answer:?}");
+                    let message = answer.headers()["grpc-message"].to_str().unwrap();
+                    assert!(message.contains("this connection"), "{message}");
+                    refused += 1;
+                }
+                None => waiting.push(answer),
+            }
+        }
+        assert_eq!((waiting.len(), refused), (3, 3));
+        let debug = gw.debug().await;
+        assert_eq!(debug["plugins"][0]["circuit"], "closed", "{debug}");
+        assert_eq!(debug["plugins"][0]["consecutiveFailures"], 0, "{debug}");
+        conn.abort();
+        eventually("the answers' bytes are given back", || pool.used() == 0).await;
+        // With its bytes back, the caller's next call is answered.
+        let mut client = gw.client().await;
+        client
+            .mutate_manifest_work(to("p", mutate_request("c1", work(1024))))
+            .await
+            .expect("answered once the bytes are back");
         gw.stop().await;
     }
 }
