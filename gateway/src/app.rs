@@ -123,14 +123,21 @@ pub enum StartError {
     Config(Vec<String>),
     /// `--configmap` was given but no Kubernetes client could be configured.
     #[error("--configmap: no Kubernetes API client: {0}")]
-    Kubernetes(String),
+    Kubernetes(#[source] kube::Error),
     /// The listener's certificate, key or client CA is unusable.
     #[error("{0}")]
     Tls(#[from] TlsError),
     /// The limits contradict each other (a message of the largest size
     /// could never be received).
-    #[error("{0}")]
-    Limits(String),
+    #[error(
+        "--max-pending-request-bytes ({total}) must be at least --max-pending-request-bytes-per-connection \
+         ({per_connection}), which must be at least --max-message-bytes ({message}) plus 5"
+    )]
+    Limits {
+        total: usize,
+        per_connection: usize,
+        message: usize,
+    },
     /// The OTLP exporter could not be built.
     #[error("{0}")]
     Tracing(#[from] TracingError),
@@ -198,7 +205,7 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
         Some(
             kube::Client::try_default()
                 .await
-                .map_err(|e| StartError::Kubernetes(e.to_string()))?,
+                .map_err(StartError::Kubernetes)?,
         )
     };
     let tls = match options.tls.clone() {
@@ -268,13 +275,11 @@ fn check_limits(options: &Options) -> Result<(), StartError> {
     if options.max_pending_request_bytes_per_connection < largest
         || options.max_pending_request_bytes < options.max_pending_request_bytes_per_connection
     {
-        return Err(StartError::Limits(format!(
-            "--max-pending-request-bytes ({}) must be at least --max-pending-request-bytes-per-connection ({}), \
-             which must be at least --max-message-bytes ({}) plus 5",
-            options.max_pending_request_bytes,
-            options.max_pending_request_bytes_per_connection,
-            options.max_message_bytes
-        )));
+        return Err(StartError::Limits {
+            total: options.max_pending_request_bytes,
+            per_connection: options.max_pending_request_bytes_per_connection,
+            message: options.max_message_bytes,
+        });
     }
     Ok(())
 }

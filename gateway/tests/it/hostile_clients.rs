@@ -444,7 +444,7 @@ async fn limits_that_could_never_receive_the_largest_message_are_refused_at_star
         .await
         .expect_err("contradictory limits");
         assert!(
-            matches!(e, rollout_gateway::app::StartError::Limits(_)),
+            matches!(e, rollout_gateway::app::StartError::Limits { .. }),
             "{e}"
         );
         assert!(e.to_string().contains("--max-message-bytes"), "{e}");
