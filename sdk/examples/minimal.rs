@@ -4,11 +4,6 @@
 //!
 //! Run it with `cargo run -p rollout-plugin-sdk --example minimal -- 127.0.0.1:7000`.
 
-#![allow(
-    clippy::too_many_lines,
-    reason = "the function-size limit holds outside tests (CONTRIBUTING.md)"
-)]
-
 use rollout_plugin_sdk::prelude::*;
 
 struct Stamp {
