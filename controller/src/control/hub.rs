@@ -74,20 +74,10 @@ pub struct ControlOptions {
 /// Why a request could not be written.
 #[derive(Debug, Error)]
 pub enum ControlError {
-    /// No client, or no answer from the API server.
+    /// No client, no answer from the API server, or no such
+    /// ManifestWorkReplicaSet: as `get` says it.
     #[error(transparent)]
     Connect(#[from] GetError),
-    /// The ManifestWorkReplicaSet does not exist.
-    #[error(
-        "ManifestWorkReplicaSet {name:?} not found in namespace {namespace:?} \
-         (kubectl get manifestworkreplicasets -n {namespace} lists them; -n picks another namespace)"
-    )]
-    NotFound {
-        /// Its namespace.
-        namespace: String,
-        /// Its name.
-        name: String,
-    },
     /// No carrier binds to it (yet).
     #[error(
         "no ManifestWorkReplicaSetRollout binds to ManifestWorkReplicaSet {namespace}/{name}{why} \
@@ -226,10 +216,10 @@ async fn bound_carrier(
             source: kube::Error::Api(status),
             ..
         }) if status.code == 404 => {
-            return Err(ControlError::NotFound {
+            return Err(ControlError::Connect(GetError::NotFound {
                 namespace: namespace.to_owned(),
                 name: name.to_owned(),
-            });
+            }));
         }
         // A tenant whose role covers the carriers and not OCM's kind (OCM
         // aggregates no role for it): the carrier alone says which set.
