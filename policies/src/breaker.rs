@@ -61,7 +61,8 @@ pub enum CallOutcome {
 impl CallOutcome {
     /// The outcome of a call that ended with `result`: `Ok` is a success, an
     /// error a failure when [`is_failure`] says so and neutral otherwise.
-    pub fn of<T>(result: &Result<T, tonic::Status>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn of<T>(result: &Result<T, tonic::Status>) -> Self {
         match result {
             Ok(_) => CallOutcome::Success,
             Err(status) if is_failure(status.code()) => CallOutcome::Failure,

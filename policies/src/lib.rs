@@ -53,6 +53,6 @@ pub use budget::RetryBudget;
 pub use layer::lock;
 pub use layer::{
     CircuitBreakerLayer, ConcurrencyLimitLayer, NoopRetryObserver, PolicyError, PolicyRequest,
-    RetryLayer, RetryObserver, is_circuit_rejection,
+    RetryLayer, RetryObserver,
 };
 pub use policy::{BreakerPolicy, BudgetPolicy, FailurePolicy, Policy, RetryPolicy};

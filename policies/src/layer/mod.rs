@@ -14,9 +14,7 @@
 //!    open, and records the outcome of every attempt it lets through. It
 //!    makes its refusals with [`PolicyError::circuit_open`], and the retry
 //!    layer does not retry them because their [`PolicyError::retry_code`] is
-//!    `None`: the gateway's typed error has a variant of its own for them;
-//!    in the [`tonic::Status`] form they are marked with
-//!    [`CIRCUIT_METADATA_KEY`] ([`is_circuit_rejection`]).
+//!    `None`: the gateway's typed error has a variant of its own for them.
 //! 4. The upstream call itself, which bounds itself by the request's deadline
 //!    and sends the time left on to the plugin as its `grpc-timeout`. That is
 //!    why there is no deadline layer: the deadline travels in the request
@@ -26,8 +24,8 @@
 //! [`PolicyError`]: the layers make their own refusals with it (open circuit,
 //! too many calls in flight) and ask it, never its message, whether an error
 //! may be retried and whether it counts against the plugin. The gateway's
-//! typed call error implements it; so does [`tonic::Status`], classified by
-//! its code alone.
+//! typed call error implements it; so does `tonic::Status` in this crate's
+//! own tests, classified by its code alone.
 
 mod circuit;
 mod limit;
@@ -44,8 +42,9 @@ pub use retry::{
 };
 
 /// The metadata key that marks a refusal by an open circuit, in the
-/// [`tonic::Status`] form of the errors.
-pub const CIRCUIT_METADATA_KEY: &str = "ocm-rollout-circuit";
+/// [`tonic::Status`] form of the errors the tests use.
+#[cfg(test)]
+pub(crate) const CIRCUIT_METADATA_KEY: &str = "ocm-rollout-circuit";
 
 /// The error of the calls the policy layers guard: how the layers make their
 /// own refusals, and what they need to know of every other error. The answers
@@ -73,9 +72,11 @@ pub trait PolicyError: Sized + Send + 'static {
     }
 }
 
-/// `Status` as a policy error: an open circuit's refusal is UNAVAILABLE marked
+/// For the layers' own tests, `Status` as a policy error (the gateway's calls
+/// use its typed `CallError`): an open circuit's refusal is UNAVAILABLE marked
 /// with [`CIRCUIT_METADATA_KEY`], an overload RESOURCE_EXHAUSTED; every other
 /// status is classified by its code ([`crate::breaker::is_failure`]).
+#[cfg(test)]
 impl PolicyError for tonic::Status {
     fn circuit_open(plugin: &str, rejected: Rejected) -> Self {
         let mut status = tonic::Status::unavailable(circuit_message(plugin, rejected));
@@ -141,7 +142,8 @@ pub trait PolicyRequest: Clone + Send + 'static {
 
 /// Whether `status` is a refusal by an open circuit (made by
 /// [`CircuitBreakerLayer`]) rather than an answer of the plugin.
-pub fn is_circuit_rejection(status: &tonic::Status) -> bool {
+#[cfg(test)]
+pub(crate) fn is_circuit_rejection(status: &tonic::Status) -> bool {
     status
         .metadata()
         .get(CIRCUIT_METADATA_KEY)

@@ -1,6 +1,7 @@
 //! What the resilience stack costs a call that succeeds: the gateway's
 //! per-plugin stack (concurrency bound, retry with budget, circuit breaker)
-//! around a service that answers at once, against that service alone, in the
+//! over the error calls have in production (`CallError`), around a service
+//! that answers at once, against that service alone, in the
 //! same process. The difference is the policies' overhead per call, to set
 //! against the gateway's added latency (docs/performance.md).
 
@@ -21,7 +22,7 @@ use rollout_policies::layer::{
     CircuitBreakerLayer, ConcurrencyLimitLayer, PolicyRequest, RetryLayer,
 };
 use rollout_policies::{Breaker, Policy, RetryBudget};
-use tonic::Status;
+use rollout_gateway::error::CallError;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 #[derive(Clone)]
@@ -43,7 +44,7 @@ impl PolicyRequest for Call {
 /// the calls alone.
 fn drive<S>(rt: &tokio::runtime::Runtime, svc: S, iters: u64) -> Duration
 where
-    S: Service<Call, Response = u32, Error = Status> + Clone,
+    S: Service<Call, Response = u32, Error = CallError> + Clone,
 {
     rt.block_on(async move {
         let call = Call {
@@ -64,7 +65,7 @@ fn stack(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let bare = tower::service_fn(|call: Call| async move { Ok::<u32, Status>(call.attempt) });
+    let bare = tower::service_fn(|call: Call| async move { Ok::<u32, CallError>(call.attempt) });
     let policy = Policy::default();
     let budget = Arc::new(Mutex::new(RetryBudget::new(
         &policy.retry_budget,
