@@ -18,11 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use rollout_gateway::error::CallError;
 use rollout_policies::layer::{
     CircuitBreakerLayer, ConcurrencyLimitLayer, PolicyRequest, RetryLayer,
 };
 use rollout_policies::{Breaker, Policy, RetryBudget};
-use rollout_gateway::error::CallError;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 #[derive(Clone)]
