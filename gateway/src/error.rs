@@ -90,6 +90,15 @@ pub enum CallError {
     /// several messages on a unary call, OK without a message, no status).
     #[error("undecodable answer: {0}")]
     Undecodable(String),
+    /// The plugin's answer decodes but breaks the contract: another
+    /// message type than the hook's, or a ManifestWork that may not be
+    /// applied (renamed, moved, its executor changed…). The plugin's fault.
+    #[error("{0}")]
+    BadAnswer(String),
+    /// The gateway could not finish checking an answer (its checking task
+    /// failed). Fails the call closed; not the plugin's fault.
+    #[error("{0}")]
+    Unchecked(String),
     /// The plugin's answer is over the gateway's message limit.
     #[error("answer too large: {0}")]
     TooLarge(String),
@@ -126,7 +135,9 @@ impl CallError {
             | CallError::CallerTooLarge(_)
             | CallError::PendingBytes(_) => Code::ResourceExhausted,
             CallError::DeadlineBeforeCall | CallError::Expired { .. } => Code::DeadlineExceeded,
-            CallError::Undecodable(_) => Code::Internal,
+            CallError::Undecodable(_) | CallError::BadAnswer(_) | CallError::Unchecked(_) => {
+                Code::Internal
+            }
             CallError::NotAPlugin(_) => Code::FailedPrecondition,
         }
     }
@@ -199,6 +210,7 @@ impl PolicyError for CallError {
             }
             | CallError::Unreachable(_)
             | CallError::Undecodable(_)
+            | CallError::BadAnswer(_)
             | CallError::TooLarge(_)
             | CallError::NotAPlugin(_) => CallOutcome::Failure,
             CallError::Expired {
@@ -209,6 +221,7 @@ impl PolicyError for CallError {
             | CallError::Overloaded { .. }
             | CallError::DeadlineBeforeCall
             | CallError::CallerTooLarge(_)
+            | CallError::Unchecked(_)
             | CallError::PendingBytes(_) => CallOutcome::Neutral,
         }
     }
@@ -552,6 +565,11 @@ mod tests {
                 CallOutcome::Failure,
             ),
             (CallError::PendingBytes(exceeded()), CallOutcome::Neutral),
+            (CallError::BadAnswer("renamed".into()), CallOutcome::Failure),
+            (
+                CallError::Unchecked("panicked".into()),
+                CallOutcome::Neutral,
+            ),
             (
                 CallError::Plugin(Status::unavailable("down")),
                 CallOutcome::Failure,
@@ -573,6 +591,16 @@ mod tests {
         assert_eq!(
             CallError::PendingBytes(exceeded()).code(),
             Code::ResourceExhausted
+        );
+        // An answer that breaks the contract, or one the gateway could not
+        // check, fails the call closed.
+        assert_eq!(
+            CallError::BadAnswer("renamed".into()).code(),
+            Code::Internal
+        );
+        assert_eq!(
+            CallError::Unchecked("panicked".into()).code(),
+            Code::Internal
         );
     }
 

@@ -368,10 +368,9 @@ async fn check_mutation_off_thread(input: Bytes, output: Bytes) -> Result<bool, 
     tokio::task::spawn_blocking(move || check_mutation(&input, &output))
         .await
         .unwrap_or_else(|e| {
-            Err(CheckError::BadAnswer(Failure {
-                code: Code::Internal,
-                message: format!("checking the answer failed: {e}"),
-            }))
+            Err(CheckError::BadAnswer(
+                CallError::Unchecked(format!("checking the answer failed: {e}")).failure(),
+            ))
         })
 }
 
@@ -386,18 +385,14 @@ enum CheckError {
 fn check_mutation(input: &[u8], output: &[u8]) -> Result<bool, CheckError> {
     manifest::check_answer(input, output).map_err(|refused| match refused {
         manifest::Refused::Input(why) => CheckError::BadInput(why),
-        manifest::Refused::Answer(why) => CheckError::BadAnswer(Failure {
-            code: Code::Internal,
-            message: format!("returned a ManifestWork that {why}"),
-        }),
+        manifest::Refused::Answer(why) => CheckError::BadAnswer(
+            CallError::BadAnswer(format!("returned a ManifestWork that {why}")).failure(),
+        ),
     })
 }
 
 fn wrong_answer() -> Failure {
-    Failure {
-        code: Code::Internal,
-        message: "answered with the wrong message type".into(),
-    }
+    CallError::BadAnswer("answered with the wrong message type".into()).failure()
 }
 
 /// What [`CallContext::send`] got: nothing (the member does not implement
@@ -417,11 +412,12 @@ fn not_held(
     started: Instant,
     exceeded: PendingExceeded,
 ) -> GatewayError {
+    tracing::warn!(plugin = %plugin.name, hook = kind.as_str(), error = %exceeded, "plugin's answer refused: too many bytes held for the caller's calls");
+    let error = GatewayError::PendingBytes(exceeded);
     plugin
         .metrics
-        .record_request(kind, Code::ResourceExhausted, started.elapsed());
-    tracing::warn!(plugin = %plugin.name, hook = kind.as_str(), error = %exceeded, "plugin's answer refused: too many bytes held for the caller's calls");
-    GatewayError::PendingBytes(exceeded)
+        .record_request(kind, error.code(), started.elapsed());
+    error
 }
 
 /// The fail-open warnings, per plugin and hook.
