@@ -255,8 +255,8 @@ pub struct Call<'a> {
 /// calls. A decorator (metrics, the simulator's record) wraps another
 /// `Hooks` and forwards this one method.
 pub trait Hooks: Send + Sync {
-    /// One call of `request`'s hook; its answer must be that hook's
-    /// ([`HookAnswer::answers`]), which [`HookCalls`] checks.
+    /// One call of `request`'s hook; its answer must be that hook's, which
+    /// [`HookCalls`] checks.
     fn call(
         &self,
         call: Call<'_>,
