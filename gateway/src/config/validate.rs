@@ -28,7 +28,7 @@ use super::{
 pub(super) struct Problems(Vec<Problem>);
 
 impl Problems {
-    pub(super) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.0.push(Problem {
             path: path.into(),
             message: message.into(),
@@ -85,12 +85,7 @@ impl Problems {
         }
     }
 
-    pub(super) fn duration(
-        &mut self,
-        at: String,
-        text: &Option<String>,
-        default: Duration,
-    ) -> Duration {
+    fn duration(&mut self, at: String, text: &Option<String>, default: Duration) -> Duration {
         match text {
             None => default,
             Some(t) => match parse_duration(t) {
@@ -103,7 +98,7 @@ impl Problems {
         }
     }
 
-    pub(super) fn failure_policy(&mut self, at: String, text: &str) -> Option<FailurePolicy> {
+    fn failure_policy(&mut self, at: String, text: &str) -> Option<FailurePolicy> {
         match text {
             "Fail" => Some(FailurePolicy::Fail),
             "Ignore" => Some(FailurePolicy::Ignore),
@@ -114,7 +109,7 @@ impl Problems {
         }
     }
 
-    pub(super) fn positive_int(
+    fn positive_int(
         &mut self,
         at: String,
         value: Option<i64>,
@@ -224,7 +219,7 @@ impl Problems {
     }
 
     /// The members of the pipeline at `at`.
-    pub(super) fn members(
+    fn members(
         &mut self,
         at: &str,
         members: &[String],
@@ -254,7 +249,7 @@ impl Problems {
 
     /// How the plugin at `at` is reached: plaintext only with `insecure:
     /// true`, else TLS with exactly one CA source.
-    pub(super) fn transport(
+    fn transport(
         &mut self,
         at: &str,
         ca: Option<RawCaCertificate>,
@@ -281,7 +276,7 @@ impl Problems {
     }
 
     /// The plugin's `caCertificate`: a bundle or a file, not both.
-    pub(super) fn ca_source(&mut self, at: &str, ca: RawCaCertificate) -> Option<CaSource> {
+    fn ca_source(&mut self, at: &str, ca: RawCaCertificate) -> Option<CaSource> {
         self.unknown::<RawCaCertificate>(&format!("{at}.caCertificate"), &ca.unknown);
         match (ca.ca_bundle, ca.ca_file) {
             (Some(b64), None) => match decode_ca_bundle(&b64) {
@@ -345,7 +340,7 @@ impl Problems {
 
     /// Per-hook failure policies: the block's entries replace `base`'s for
     /// the same hook.
-    pub(super) fn failure_policy_by_hook(
+    fn failure_policy_by_hook(
         &mut self,
         at: &str,
         raw: &RawPolicy,
@@ -370,12 +365,7 @@ impl Problems {
     }
 
     /// The `retry` block over `base`.
-    pub(super) fn retry(
-        &mut self,
-        at: &str,
-        raw: Option<&RawRetry>,
-        base: &RetryPolicy,
-    ) -> RetryPolicy {
+    fn retry(&mut self, at: &str, raw: Option<&RawRetry>, base: &RetryPolicy) -> RetryPolicy {
         let r = raw.cloned().unwrap_or_default();
         if raw.is_some() {
             self.unknown::<RawRetry>(&field(at, "retry"), &r.unknown);
@@ -428,7 +418,7 @@ impl Problems {
     }
 
     /// `retry.retryableStatusCodes`: gRPC code names, `OK` excluded.
-    pub(super) fn retryable_codes(&mut self, at: &str, codes: &[String]) -> Vec<Code> {
+    fn retryable_codes(&mut self, at: &str, codes: &[String]) -> Vec<Code> {
         codes
             .iter()
             .enumerate()
@@ -446,7 +436,7 @@ impl Problems {
     }
 
     /// The `retryBudget` block over `base`.
-    pub(super) fn retry_budget(
+    fn retry_budget(
         &mut self,
         at: &str,
         raw: Option<&RawBudget>,
@@ -479,7 +469,7 @@ impl Problems {
     }
 
     /// The `circuitBreaker` block over `base`.
-    pub(super) fn circuit_breaker(
+    fn circuit_breaker(
         &mut self,
         at: &str,
         raw: Option<&RawBreaker>,
@@ -520,12 +510,7 @@ impl Problems {
         breaker
     }
 
-    pub(super) fn plugin(
-        &mut self,
-        at: &str,
-        raw: RawPlugin,
-        defaults: &Policy,
-    ) -> Option<PluginConfig> {
+    fn plugin(&mut self, at: &str, raw: RawPlugin, defaults: &Policy) -> Option<PluginConfig> {
         // The flattened policy block also collected the plugin's unknown keys.
         self.unknown::<RawPlugin>(at, &raw.policy.unknown);
         let name = raw.name.unwrap_or_default();
