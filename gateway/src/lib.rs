@@ -10,7 +10,7 @@
 //!   flags into these options ([`files::FileLimits`],
 //!   [`tls::ServerTlsFiles`], [`configmap::ConfigMapRef`]); the controller's
 //!   acceptance tests start a gateway in-process the same way.
-//! - [`check::check_files`] is `rollout-gateway check`: registry files
+//! - [`preflight::check_files`] is `rollout-gateway check`: registry files
 //!   validated offline.
 //! - [`config`] is the registry file: [`config::parse`] into a typed
 //!   [`config::Config`], [`config::json_schema`], and the small parsers the
@@ -41,7 +41,7 @@
 //! or the ordered mutate chain checked by [`manifest`]) and merges the
 //! answers. [`telemetry`] traces every call and attempt and counts them;
 //! [`admin`] serves health, metrics and debug endpoints; [`app`] assembles
-//! everything; [`check`] validates registry files offline.
+//! everything; [`preflight`] validates registry files offline.
 
 #![cfg_attr(
     test,
@@ -60,13 +60,13 @@
 
 pub mod admin;
 pub mod app;
-pub mod check;
 pub mod config;
 pub mod configmap;
 pub mod error;
 pub mod files;
 pub mod hooks;
 pub mod manifest;
+pub mod preflight;
 pub mod registry;
 mod router;
 mod service;

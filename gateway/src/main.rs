@@ -265,7 +265,7 @@ fn check(args: CheckArgs) -> ExitCode {
     } else {
         args.configs
     };
-    let problems = rollout_gateway::check::check_files(&files, args.skip_files);
+    let problems = rollout_gateway::preflight::check_files(&files, args.skip_files);
     let mut out = std::io::stdout().lock();
     // A problem quotes the file's values (names, endpoints, paths): one
     // line each, whatever bytes they hold.
