@@ -23,7 +23,7 @@ RULES = [
  ("call task: route other", r"service::route::|GatewayService::route"),
  ("call task: answer/receive", r"service::receive::|GatewayService::answer|GatewayService::receive|collect_reserved|collect_held"),
  ("send reply", r"service::send\b|transport::send::|SendResponse|send_trailers|send_response"),
- ("caller input checks", r"service::check::"),
+ ("caller input checks", r"service::caller_checks::"),
  ("resolve + observe", r"service::resolve::"),
  ("fail-closed verdict", r"rollout_proto::verdict|rollout_proto::declaration|upstream::learned::"),
  ("json: request check_object", r"check_object|check_work"),

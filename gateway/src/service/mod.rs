@@ -21,7 +21,7 @@
 //! tonic-health made them), and HTTP 415 to a request that is not gRPC
 //! (Receive).
 
-mod check;
+mod caller_checks;
 pub(crate) mod health;
 mod receive;
 mod resolve;

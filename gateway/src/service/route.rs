@@ -16,7 +16,7 @@ use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY};
 use tonic::Code;
 use tower::Service;
 
-use super::{HookCall, Routed, Traced, check};
+use super::{HookCall, Routed, Traced, caller_checks};
 use crate::error::{CallFailure, GatewayError};
 use crate::hooks::{Forwarded, HookKind, MutateStep};
 use crate::manifest;
@@ -138,7 +138,7 @@ async fn route(
             ))
         }
         HookKind::BeginRollout | HookKind::ProgressRollout => {
-            check::rollout_request(&data, state)?;
+            caller_checks::rollout_request(&data, state)?;
             let request = Forwarded::rollout_request(data)?;
             if let Some(rollout) = &request.rollout {
                 span.set_rollout(rollout);
@@ -150,7 +150,7 @@ async fn route(
             ))
         }
         HookKind::ValidateRolloutCompletion => {
-            check::validate_request(&data, state)?;
+            caller_checks::validate_request(&data, state)?;
             let request = Forwarded::validate_request(data)?;
             if let Some(rollout) = &request.rollout {
                 span.set_rollout(rollout);
@@ -173,7 +173,7 @@ async fn mutate(
     state: bool,
     span: &mut ServerSpan,
 ) -> Result<(Payload, HeaderMap), CallFailure> {
-    check::mutate_request(&data, state)?;
+    caller_checks::mutate_request(&data, state)?;
     let request = MutateStep::decode(data)?;
     if let Some(rollout) = &request.fields {
         span.set_rollout(rollout);
