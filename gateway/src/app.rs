@@ -242,7 +242,7 @@ pub async fn start(options: Options) -> Result<Running, StartError> {
     })?;
     let grpc = tokio::spawn(server::serve(
         grpc_listener,
-        grpc_stack(&registry, &options, health_service),
+        server_stack(&registry, &options, health_service),
         server_settings(&options),
         tls.clone().map(|t| t as Arc<dyn Handshake>),
         pending_requests.clone(),
@@ -348,17 +348,17 @@ async fn bind(
     Ok((listener, bound))
 }
 
-/// The stack every call on the gRPC port goes through.
-fn grpc_stack(
+/// The server stack every call on the gRPC port goes through.
+fn server_stack(
     registry: &Arc<Registry>,
     options: &Options,
     health: Health,
-) -> service::GatewayStack {
+) -> service::ServerStack {
     let limits = ReceiveLimits {
         max_message_bytes: options.max_message_bytes,
         receive_timeout: options.request_receive_timeout,
     };
-    service::stack(registry.clone(), limits, health)
+    service::server_stack(registry.clone(), limits, health)
 }
 
 /// The gRPC server's settings, from the flags.

@@ -36,7 +36,7 @@
 //! plugin's status passes through as data); [`registry`] resolves
 //! names in the current snapshot (hot-reloaded from [`config`] files by
 //! [`watch`], read through [`files`]); [`router`] calls the plugins through
-//! their resilience [`stack`] (concurrency bound, retries with a budget,
+//! their resilience [`plugin_stack`] (concurrency bound, retries with a budget,
 //! circuit breaker) and [`upstream`] connections (one, a concurrent fan-out,
 //! or the ordered mutate chain checked by [`manifest`]) and merges the
 //! answers. [`telemetry`] traces every call and attempt and counts them;
@@ -66,11 +66,11 @@ pub mod error;
 pub mod files;
 pub mod hooks;
 pub mod manifest;
+mod plugin_stack;
 pub mod preflight;
 pub mod registry;
 mod router;
 mod service;
-mod stack;
 pub mod telemetry;
 pub mod tls;
 pub mod transport;

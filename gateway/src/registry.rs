@@ -40,7 +40,7 @@ use build::{Built, FileCache};
 use crate::config::{self, Config, ConfigError, Endpoint, PipelineConfig};
 pub(crate) use crate::error::ResolveError;
 use crate::files::FileLimits;
-use crate::stack::PluginStack;
+use crate::plugin_stack::PluginStack;
 use crate::telemetry::{LastReload, PluginMetrics, RegistryState, Telemetry};
 use crate::upstream::{ChannelSettings, Upstream};
 

@@ -13,7 +13,7 @@ use rollout_policies::Policy;
 
 use crate::config::{self, CaSource, ClientCertificate, ConfigError, Problem, Transport};
 use crate::files::{self, FileError};
-use crate::stack;
+use crate::plugin_stack;
 use crate::upstream::{CaBundle, Channel, ClientIdentity, Upstream, UpstreamKey};
 
 use super::plan::{Change, Plan, PluginPlan, SourcePlan};
@@ -237,7 +237,7 @@ impl Builder<'_, '_> {
             endpoint: pc.endpoint.clone(),
             policy: pc.policy.clone(),
             hubs: pc.hubs.clone(),
-            stack: stack::build(&pc.name, &pc.policy, &upstream, telemetry, &metrics),
+            stack: plugin_stack::build(&pc.name, &pc.policy, &upstream, telemetry, &metrics),
             upstream,
             metrics,
             certificate_files,

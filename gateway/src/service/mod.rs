@@ -1,5 +1,5 @@
 //! The gateway's server side: every call on the gRPC port goes down one
-//! stack of layers, built in [`stack`], health checks included.
+//! stack of layers, built in [`server_stack`], health checks included.
 //!
 //! ```text
 //! Rescue     (error.rs) the one place a failure becomes a gRPC status: the
@@ -51,7 +51,7 @@ pub(crate) use health::Health;
 pub(crate) use receive::ReceiveLimits;
 
 /// The server's whole stack: a cheap-to-clone service the transport drives.
-pub(crate) type GatewayStack = BoxCloneSyncService<Call, Answer, Infallible>;
+pub(crate) type ServerStack = BoxCloneSyncService<Call, Answer, Infallible>;
 
 /// The path prefix of every method of the plugin service.
 const PATH_PREFIX: &str = "/ocm.rolloutplugin.v1alpha1.RolloutPluginService/";
@@ -93,11 +93,11 @@ pub(crate) struct Traced {
 }
 
 /// Builds the stack every call on the gRPC port goes through, top to bottom.
-pub(crate) fn stack(
+pub(crate) fn server_stack(
     registry: Arc<Registry>,
     limits: ReceiveLimits,
     health: Health,
-) -> GatewayStack {
+) -> ServerStack {
     let plugins = ServiceBuilder::new()
         // A span and metrics per hook call; outside resolution, so that an
         // unknown name or a refused header is traced and counted too.
