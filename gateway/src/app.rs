@@ -444,7 +444,7 @@ fn initialize_fresh(registry: &Registry) {
                     return;
                 };
                 let request = HookRequest::Initialize(InitializeRequest {
-                    controller_version: crate::router::GATEWAY_VERSION.to_string(),
+                    controller_version: crate::fanout::GATEWAY_VERSION.to_string(),
                     hub_name: hub.clone().unwrap_or_default(),
                 });
                 let deadline = Instant::now() + Duration::from_secs(5);

@@ -35,7 +35,7 @@
 //! layer, the one place the gateway's own failures become gRPC statuses (a
 //! plugin's status passes through as data); [`registry`] resolves
 //! names in the current snapshot (hot-reloaded from [`config`] files by
-//! [`watch`], read through [`files`]); [`router`] calls the plugins through
+//! [`watch`], read through [`files`]); [`fanout`] calls the plugins through
 //! their resilience [`plugin_stack`] (concurrency bound, retries with a budget,
 //! circuit breaker) and [`upstream`] connections (one, a concurrent fan-out,
 //! or the ordered mutate chain checked by [`manifest`]) and merges the
@@ -63,13 +63,13 @@ pub mod app;
 pub mod config;
 pub mod configmap;
 pub mod error;
+mod fanout;
 pub mod files;
 pub mod hooks;
 pub mod manifest;
 mod plugin_stack;
 pub mod preflight;
 pub mod registry;
-mod router;
 mod service;
 pub mod telemetry;
 pub mod tls;

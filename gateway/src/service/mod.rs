@@ -12,7 +12,7 @@
 //! Resolve    the target header and the caller's hub, resolved in one
 //!            registry snapshot
 //! Route      the caller's request checked and decoded, then the plugins
-//!            called through the router
+//!            called through the fan-out
 //! ```
 //!
 //! The transport ([`crate::transport::server`]) drives the stack per HTTP/2

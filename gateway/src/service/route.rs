@@ -1,6 +1,6 @@
 //! Routing, the bottom of the plugin service: the caller's request is
 //! checked and decoded (only the few fields spans need, never
-//! `rollout_status`), the router calls the target's plugins, and their
+//! `rollout_status`), the fan-out calls the target's plugins, and their
 //! merged answer goes back with its trailers (`grpc-status`,
 //! `ocm-rollout-mutated-by`, `ocm-rollout-failed-open`).
 
@@ -18,9 +18,9 @@ use tower::Service;
 
 use super::{HookCall, Routed, Traced, caller_checks};
 use crate::error::{CallFailure, GatewayError};
+use crate::fanout::{CallContext, OFF_THREAD_BYTES};
 use crate::hooks::{Forwarded, HookKind, MutateStep};
 use crate::manifest;
-use crate::router::{CallContext, OFF_THREAD_BYTES};
 use crate::telemetry::trace::ServerSpan;
 use crate::transport::grpc::{self, Payload};
 use crate::transport::pending::CallBytes;

@@ -381,7 +381,7 @@ enum CheckError {
     BadAnswer(Failure),
 }
 
-/// [`manifest::check_answer`], its refusals as the router classifies them.
+/// [`manifest::check_answer`], its refusals as the fan-out classifies them.
 fn check_mutation(input: &[u8], output: &[u8]) -> Result<bool, CheckError> {
     manifest::check_answer(input, output).map_err(|refused| match refused {
         manifest::Refused::Input(why) => CheckError::BadInput(why),
@@ -469,9 +469,9 @@ fn narrow<T>(
 
 #[cfg(test)]
 pub(crate) mod tests {
-    //! The router against fake plugins: each member's stack is a function,
+    //! The fan-out against fake plugins: each member's stack is a function,
     //! not a connection, so a test sees what each member was sent, in which
-    //! order, and what the router makes of the answers.
+    //! order, and what the fan-out makes of the answers.
 
     use std::sync::Mutex;
     use std::time::Duration;
@@ -588,7 +588,7 @@ pub(crate) mod tests {
     }
 
     /// Answers with `f`'s result at once; Initialize always succeeds (the
-    /// router sends it first to a plugin not loaded).
+    /// fan-out sends it first to a plugin not loaded).
     pub(crate) fn answering(
         f: impl Fn(&str, HookRequest) -> Result<HookResponse, CallError> + Send + Sync + 'static,
     ) -> Answering {
