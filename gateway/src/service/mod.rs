@@ -23,6 +23,7 @@
 
 mod caller_checks;
 pub(crate) mod health;
+mod observe;
 mod receive;
 mod resolve;
 mod route;
@@ -84,7 +85,7 @@ pub(crate) struct Routed {
     target: Target,
 }
 
-/// What comes back up to [`resolve::Observe`]: the outcome, the span to
+/// What comes back up to [`observe::Observe`]: the outcome, the span to
 /// finish, and the name the call resolved to (a metric label).
 pub(crate) struct Traced {
     outcome: Result<Answer, CallFailure>,
@@ -101,7 +102,7 @@ pub(crate) fn server_stack(
     let plugins = ServiceBuilder::new()
         // A span and metrics per hook call; outside resolution, so that an
         // unknown name or a refused header is traced and counted too.
-        .layer(resolve::ObserveLayer::new(registry.clone()))
+        .layer(observe::ObserveLayer::new(registry.clone()))
         // One registry snapshot per call (calls in flight finish on theirs).
         .layer(resolve::ResolveLayer::new(registry.clone()))
         .service(route::Route::new(limits.max_message_bytes));

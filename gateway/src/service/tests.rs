@@ -380,7 +380,7 @@ async fn observe_counts_every_hook_call_by_resolved_target_and_code() {
     let registry = registry(None);
     let metrics = registry.telemetry().metrics.clone();
     let (inner, mut handle) = below::<HookCall, Traced, _>(never);
-    let mut observe = resolve::ObserveLayer::new(registry.clone()).layer(inner);
+    let mut observe = observe::ObserveLayer::new(registry.clone()).layer(inner);
 
     // A hook call: passed on as its hook, its answer passed back up.
     let path = hook_path(HookKind::ValidateRolloutCompletion);
