@@ -31,9 +31,9 @@
 //! service it drives), speaks gRPC's wire format ([`transport::grpc`]) and
 //! sends answers within bounds ([`transport::send`]); [`service`] is the one
 //! stack every call on the port goes through (receive limits and deadline,
-//! the health service or resolution and routing), under [`error`]'s rescue
-//! layer, the one place the gateway's own failures become gRPC statuses (a
-//! plugin's status passes through as data); [`registry`] resolves
+//! the health service or resolution and routing), under its rescue layer,
+//! the one place the gateway's own failures ([`error`]) become gRPC
+//! statuses (a plugin's status passes through as data); [`registry`] resolves
 //! names in the current snapshot (hot-reloaded from [`config`] files by
 //! [`watch`], read through [`files`]); [`fanout`] calls the plugins through
 //! their resilience [`plugin_stack`] (concurrency bound, retries with a budget,

@@ -2,7 +2,7 @@
 //! stack of layers, built in [`server_stack`], health checks included.
 //!
 //! ```text
-//! Rescue     (error.rs) the one place a failure becomes a gRPC status: the
+//! Rescue     the one place a failure becomes a gRPC status: the
 //!            failure of any layer below becomes a trailers-only answer
 //! Receive    receive limits and deadline: the caller's grpc-timeout, the
 //!            message whole within it, its bytes held against the pools;
@@ -25,6 +25,7 @@ mod caller_checks;
 pub(crate) mod health;
 mod observe;
 mod receive;
+mod rescue;
 mod resolve;
 mod route;
 #[cfg(test)]
@@ -41,7 +42,7 @@ use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder};
 
-use crate::error::{CallFailure, GatewayError, RescueLayer};
+use crate::error::{CallFailure, GatewayError};
 use crate::hooks::HookKind;
 use crate::registry::{Registry, Target};
 use crate::telemetry::trace::ServerSpan;
@@ -108,7 +109,7 @@ pub(crate) fn server_stack(
         .service(route::Route::new(limits.max_message_bytes));
     let service = ServiceBuilder::new()
         // Outermost: whatever fails below is answered with a status made here.
-        .layer(RescueLayer)
+        .layer(rescue::RescueLayer)
         // Before anything reads a request: every service on the port, health
         // included, gets its message whole within the limits, or not at all.
         .layer(receive::ReceiveLayer::new(

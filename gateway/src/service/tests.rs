@@ -1,7 +1,7 @@
 //! Each layer of the server's stack at its own level, over a mock of the
 //! layer below it (`tower_test`): what it passes on, what it answers
 //! itself, and with which status. The whole stack is tested through the
-//! process in `tests/it`; Rescue's own tests are in `error.rs`.
+//! process in `tests/it`; Rescue's own tests are in `rescue.rs`.
 
 use std::convert::Infallible;
 use std::time::Duration;
