@@ -20,18 +20,38 @@ use crate::transport::grpc::{FrameError, ReceiveError};
 use crate::transport::pending::PendingExceeded;
 
 /// Why a name could not be resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
-    NotFound {
-        name: String,
-        hub: Option<String>,
-    },
+    #[error("plugin \"{name}\" is not registered{}", for_hub(hub))]
+    NotFound { name: String, hub: Option<String> },
     /// The caller's hub may not call `plugin` (the target or a member of it).
+    #[error("{}", denied_message(name, plugin, hub))]
     PermissionDenied {
         name: String,
         plugin: String,
         hub: Option<String>,
     },
+}
+
+/// ` for hub "HUB"`, when the caller's hub is known.
+fn for_hub(hub: &Option<String>) -> String {
+    match hub {
+        Some(h) => format!(" for hub \"{h}\""),
+        None => String::new(),
+    }
+}
+
+/// [`ResolveError::PermissionDenied`]'s message: the plugin named, or the
+/// pipeline and its member.
+fn denied_message(name: &str, plugin: &str, hub: &Option<String>) -> String {
+    if name == plugin {
+        format!("plugin \"{name}\" may not be called{}", for_hub(hub))
+    } else {
+        format!(
+            "pipeline \"{name}\" uses plugin \"{plugin}\", which may not be called{}",
+            for_hub(hub)
+        )
+    }
 }
 
 /// Whose deadline bounded a call to a plugin: the sooner of the caller's
@@ -246,8 +266,8 @@ pub(crate) enum GatewayError {
     InvalidTarget(String),
     #[error("no plugin registry is loaded yet")]
     NotReady,
-    #[error("{0}")]
-    Resolve(ResolveErrorDisplay),
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
     /// One or more members failed (their names and messages inside).
     #[error("{0}")]
     Members(MergeError),
@@ -306,48 +326,6 @@ fn receive_timeout_message(waited: std::time::Duration, by_caller: bool) -> Stri
     }
 }
 
-/// [`ResolveError`] with its message.
-#[derive(Debug)]
-pub(crate) struct ResolveErrorDisplay(pub(crate) ResolveError);
-
-impl std::fmt::Display for ResolveErrorDisplay {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let hub = |h: &Option<String>| match h {
-            Some(h) => format!(" for hub \"{h}\""),
-            None => String::new(),
-        };
-        match &self.0 {
-            ResolveError::NotFound { name, hub: h } => {
-                write!(f, "plugin \"{name}\" is not registered{}", hub(h))
-            }
-            ResolveError::PermissionDenied {
-                name,
-                plugin,
-                hub: h,
-            } if name == plugin => {
-                write!(f, "plugin \"{name}\" may not be called{}", hub(h))
-            }
-            ResolveError::PermissionDenied {
-                name,
-                plugin,
-                hub: h,
-            } => {
-                write!(
-                    f,
-                    "pipeline \"{name}\" uses plugin \"{plugin}\", which may not be called{}",
-                    hub(h)
-                )
-            }
-        }
-    }
-}
-
-impl From<ResolveError> for GatewayError {
-    fn from(e: ResolveError) -> Self {
-        GatewayError::Resolve(ResolveErrorDisplay(e))
-    }
-}
-
 impl From<MergeError> for GatewayError {
     fn from(e: MergeError) -> Self {
         GatewayError::Members(e)
@@ -376,12 +354,8 @@ impl GatewayError {
             GatewayError::NotReady => Code::Unavailable,
             GatewayError::ReceiveTimeout { .. } => Code::DeadlineExceeded,
             GatewayError::PendingBytes(_) => Code::ResourceExhausted,
-            GatewayError::Resolve(ResolveErrorDisplay(ResolveError::NotFound { .. })) => {
-                Code::NotFound
-            }
-            GatewayError::Resolve(ResolveErrorDisplay(ResolveError::PermissionDenied {
-                ..
-            })) => Code::PermissionDenied,
+            GatewayError::Resolve(ResolveError::NotFound { .. }) => Code::NotFound,
+            GatewayError::Resolve(ResolveError::PermissionDenied { .. }) => Code::PermissionDenied,
             GatewayError::Members(m) => m.code(),
         }
     }
