@@ -9,6 +9,7 @@
 //! what it is.
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use rollout_policies::breaker::{CallOutcome, Rejected, is_failure};
 use rollout_policies::layer::{PolicyError, circuit_message};
@@ -16,6 +17,9 @@ use rollout_policies::merge::{Failure, MergeError};
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
+use crate::config::Endpoint;
+pub use crate::transport::client::DialError;
+pub use crate::transport::grpc::OverLimit;
 use crate::transport::grpc::{FrameError, ReceiveError};
 use crate::transport::pending::PendingExceeded;
 
@@ -98,7 +102,7 @@ pub enum CallError {
     /// The plugin could not be reached, or the connection failed during the
     /// call (refused, TLS verification, reset…).
     #[error("{0}")]
-    Unreachable(String),
+    Unreachable(#[source] Unreachable),
     /// The plugin's answer could not be read: a message the gateway cannot
     /// decode (bad compression flag, unknown `grpc-encoding`, bad protobuf,
     /// several messages on a unary call, OK without a message, no status).
@@ -115,7 +119,7 @@ pub enum CallError {
     Unchecked(String),
     /// The plugin's answer is over the gateway's message limit.
     #[error("answer too large: {0}")]
-    TooLarge(String),
+    TooLarge(#[source] OverLimit),
     /// The plugin's answer is over the message limit, and the request was
     /// already within [`CALLER_HEADROOM_BYTES`] of it: the caller's own
     /// message left the plugin no room (a work near the limit that a plugin
@@ -123,7 +127,7 @@ pub enum CallError {
     #[error(
         "answer too large: {0}; the request itself was within {CALLER_HEADROOM_BYTES} bytes of the message limit (--max-message-bytes): send a smaller one"
     )]
-    CallerTooLarge(String),
+    CallerTooLarge(#[source] OverLimit),
     /// Holding the plugin's answer for the caller would go over a
     /// pending-bytes pool (the caller's connection's or the gateway's): the
     /// calls of the caller hold too many bytes already. Not the plugin's
@@ -135,6 +139,67 @@ pub enum CallError {
     /// naming a value that is not a hook). Never a skip.
     #[error("not loaded: {0}")]
     NotAPlugin(String),
+}
+
+/// Why a plugin could not be reached, or its connection failed during a
+/// call; each names the plugin's endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreachable {
+    /// The dial failed: TCP, TLS or the HTTP/2 handshake.
+    #[error(transparent)]
+    Dial(#[from] DialError),
+    /// No connection within the plugin's connect timeout.
+    #[error("connecting to {endpoint} timed out")]
+    DialTimeout { endpoint: Endpoint },
+    /// The plugin's last connections each ended without it answering a
+    /// stream, and the wait before the next dial outlasts the call's
+    /// deadline.
+    #[error(
+        "{endpoint} ended {in_a_row} connection(s) in a row without answering a stream; the next dial waits {} ms",
+        .wait.as_millis()
+    )]
+    NotAnswering {
+        endpoint: Endpoint,
+        in_a_row: u32,
+        wait: Duration,
+    },
+    /// The plugin reset the stream with REFUSED_STREAM each time it was
+    /// sent, at most `max_resends` times again, each from its retry budget.
+    #[error(
+        "{endpoint} refused the stream (REFUSED_STREAM) {times} times; not sent again (at most {max_resends} times, each from the retry budget)"
+    )]
+    StreamRefused {
+        endpoint: Endpoint,
+        times: u32,
+        max_resends: u32,
+        #[source]
+        source: h2::Error,
+    },
+    /// The plugin went away without processing the stream each time it was
+    /// sent (its connections' GOAWAY), as often as a stream is sent again,
+    /// or while it answered nothing on its last connections.
+    #[error("request to {endpoint} refused {times} times: {source}")]
+    Unprocessed {
+        endpoint: Endpoint,
+        times: u32,
+        #[source]
+        source: h2::Error,
+    },
+    /// The stream failed once the request was sent.
+    #[error("request to {endpoint} failed: {source}")]
+    Request {
+        endpoint: Endpoint,
+        #[source]
+        source: h2::Error,
+    },
+    /// The stream failed while the answer arrived.
+    #[error("reading the {part} from {endpoint}: {source}")]
+    Reading {
+        endpoint: Endpoint,
+        part: &'static str,
+        #[source]
+        source: h2::Error,
+    },
 }
 
 impl CallError {
@@ -452,19 +517,13 @@ mod tests {
             (expired(DeadlineOwner::Plugin), CallOutcome::Failure),
             (CallError::DeadlineBeforeCall, CallOutcome::Neutral),
             (CallError::Overloaded { max: 1 }, CallOutcome::Neutral),
-            (
-                CallError::Unreachable("refused".into()),
-                CallOutcome::Failure,
-            ),
+            (CallError::Unreachable(refused()), CallOutcome::Failure),
             (
                 CallError::Undecodable("flag 1".into()),
                 CallOutcome::Failure,
             ),
-            (CallError::TooLarge("big".into()), CallOutcome::Failure),
-            (
-                CallError::CallerTooLarge("big".into()),
-                CallOutcome::Neutral,
-            ),
+            (CallError::TooLarge(big()), CallOutcome::Failure),
+            (CallError::CallerTooLarge(big()), CallOutcome::Neutral),
             (
                 CallError::NotAPlugin("UNIMPLEMENTED".into()),
                 CallOutcome::Failure,
@@ -506,6 +565,63 @@ mod tests {
         assert_eq!(
             CallError::Unchecked("panicked".into()).code(),
             Code::Internal
+        );
+    }
+
+    fn refused() -> Unreachable {
+        Unreachable::Dial(DialError::Connect {
+            endpoint: "127.0.0.1:1".into(),
+            source: std::io::ErrorKind::ConnectionRefused.into(),
+        })
+    }
+
+    fn big() -> OverLimit {
+        OverLimit::Declared {
+            len: 2_000,
+            limit: 1_000,
+        }
+    }
+
+    /// The causes the gateway holds typed still say, on the wire, what
+    /// failed and where.
+    #[test]
+    fn typed_causes_keep_their_messages_and_sources() {
+        use std::error::Error as _;
+        let unreachable = CallError::Unreachable(refused());
+        assert_eq!(
+            unreachable.to_string(),
+            "cannot connect to 127.0.0.1:1: connection refused"
+        );
+        assert_eq!(unreachable.code(), Code::Unavailable);
+        assert!(
+            unreachable.source().is_some_and(|s| s.is::<Unreachable>()),
+            "{unreachable:?}"
+        );
+        let too_large = CallError::TooLarge(big());
+        assert_eq!(
+            too_large.to_string(),
+            "answer too large: message of 2000 bytes is larger than the limit of 1000 bytes"
+        );
+        assert!(too_large.source().is_some_and(|s| s.is::<OverLimit>()));
+        let callers = CallError::CallerTooLarge(OverLimit::Inflated { limit: 1_000 });
+        assert!(
+            callers.to_string().starts_with(
+                "answer too large: message larger than the limit of 1000 bytes once decompressed; the request itself"
+            ),
+            "{callers}"
+        );
+        assert_eq!(callers.code(), Code::ResourceExhausted);
+        let not_answering = Unreachable::NotAnswering {
+            endpoint: Endpoint {
+                host: "::1".into(),
+                port: 9,
+            },
+            in_a_row: 2,
+            wait: Duration::from_millis(200),
+        };
+        assert_eq!(
+            not_answering.to_string(),
+            "[::1]:9 ended 2 connection(s) in a row without answering a stream; the next dial waits 200 ms"
         );
     }
 

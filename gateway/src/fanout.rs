@@ -483,7 +483,7 @@ pub(crate) mod tests {
     use tower::util::BoxCloneSyncService;
 
     use super::*;
-    use crate::error::CallError;
+    use crate::error::{CallError, DialError, Unreachable};
     use crate::registry::{Registry, SourceInfo};
     use crate::upstream::ChannelSettings;
 
@@ -676,7 +676,7 @@ pub(crate) mod tests {
             REGISTRY,
             answering(|name, request| {
                 let HookRequest::MutateManifestWork(step) = request else {
-                    return Err(CallError::Unreachable("not a mutate call".into()));
+                    return Err(CallError::BadAnswer("not a mutate call".into()));
                 };
                 match name {
                     "a" => mutated(labelled(&["a"])),
@@ -763,7 +763,12 @@ pub(crate) mod tests {
             REGISTRY,
             answering(|name, _| match name {
                 "a" => mutated(labelled(&["a"])),
-                "b" => Err(CallError::Unreachable("connection refused".into())),
+                "b" => Err(CallError::Unreachable(Unreachable::Dial(
+                    DialError::Connect {
+                        endpoint: "b:1".into(),
+                        source: std::io::ErrorKind::ConnectionRefused.into(),
+                    },
+                ))),
                 _ => mutated(labelled(&["a", "c"])),
             }),
         );

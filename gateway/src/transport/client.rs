@@ -82,7 +82,7 @@ impl PluginConnection {
 
 /// Why a plugin could not be dialled; each names the endpoint.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum DialError {
+pub enum DialError {
     #[error("cannot connect to {endpoint}: {source}")]
     Connect {
         endpoint: String,

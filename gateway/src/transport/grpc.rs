@@ -66,10 +66,32 @@ pub(crate) fn frame_mutate(rollout: Option<Bytes>, manifest_work: Bytes) -> Payl
 /// Why a plugin's answer could not be taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Unreadable {
-    /// Over the message limit once decompressed.
-    TooLarge(String),
+    /// Over the message limit, as its prefix says or once decompressed.
+    TooLarge(OverLimit),
     /// Not a readable gRPC message.
     Invalid(String),
+}
+
+/// A message over the message limit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OverLimit {
+    /// Its 5-byte prefix declares more bytes than the limit.
+    #[error("message of {len} bytes is larger than the limit of {limit} bytes")]
+    Declared { len: usize, limit: usize },
+    /// It is compressed, and inflates past the limit.
+    #[error("message larger than the limit of {limit} bytes once decompressed")]
+    Inflated { limit: usize },
+}
+
+impl OverLimit {
+    /// The limit a framing error says a message is over, if that is the
+    /// error.
+    pub(crate) fn of_frame(e: &FrameError) -> Option<OverLimit> {
+        match *e {
+            FrameError::TooLarge { len, limit } => Some(OverLimit::Declared { len, limit }),
+            _ => None,
+        }
+    }
 }
 
 /// How an answer's messages are compressed, by its `grpc-encoding`.
@@ -110,9 +132,9 @@ pub(crate) fn uncompressed(
     limit: usize,
 ) -> Result<Bytes, Unreadable> {
     let codec = Codec::of(encoding)?;
-    let len = rollout_wire::frame_len(&body, limit).map_err(|e| match e {
-        FrameError::TooLarge { .. } => Unreadable::TooLarge(e.to_string()),
-        _ => Unreadable::Invalid(e.to_string()),
+    let len = rollout_wire::frame_len(&body, limit).map_err(|e| match OverLimit::of_frame(&e) {
+        Some(over) => Unreadable::TooLarge(over),
+        None => Unreadable::Invalid(e.to_string()),
     })?;
     let compressed = body[0] == 1;
     body.advance(rollout_wire::PREFIX_LEN);
@@ -170,9 +192,7 @@ fn inflate<'a>(
     std::io::Read::read_to_end(&mut bounded, &mut out)
         .map_err(|e| Unreadable::Invalid(format!("cannot decompress the {name} message: {e}")))?;
     if out.len() > limit {
-        return Err(Unreadable::TooLarge(format!(
-            "message larger than the limit of {limit} bytes once decompressed"
-        )));
+        return Err(Unreadable::TooLarge(OverLimit::Inflated { limit }));
     }
     match decoder.rest().len() {
         0 => Ok(Bytes::from(out)),

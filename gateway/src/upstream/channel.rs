@@ -24,6 +24,7 @@ use rustls_pki_types::ServerName;
 use tokio::time::Instant;
 
 use crate::config::Endpoint;
+use crate::error::Unreachable;
 use crate::transport::client::{self, PluginConnection};
 
 /// How long after a graceful GOAWAY a refused dial is taken for a plugin
@@ -70,8 +71,8 @@ impl std::fmt::Debug for Channel {
 pub(crate) enum NoConnection {
     /// The call's deadline passed first.
     Deadline,
-    /// The dial failed; the message says how, naming the endpoint.
-    Unreachable(String),
+    /// The dial failed, or the plugin is not answering.
+    Unreachable(Unreachable),
 }
 
 impl Channel {
@@ -120,9 +121,11 @@ impl Channel {
                     self.conn.store(Some(conn.clone()));
                     return Ok(conn);
                 }
-                Ok(Err(e)) => e.to_string(),
+                Ok(Err(e)) => Unreachable::Dial(e),
                 Err(_) if Instant::now() >= deadline => return Err(NoConnection::Deadline),
-                Err(_) => format!("connecting to {endpoint} timed out"),
+                Err(_) => Unreachable::DialTimeout {
+                    endpoint: endpoint.clone(),
+                },
             };
             // A plugin that stopped gracefully a moment ago is most likely
             // restarting: wait for it, within the call's deadline.
@@ -167,11 +170,11 @@ impl Channel {
             return Ok(());
         }
         if until >= deadline {
-            return Err(NoConnection::Unreachable(format!(
-                "{endpoint} ended {} connection(s) in a row without answering a stream; the next dial waits {} ms",
-                in_a_row + 1,
-                wait.as_millis()
-            )));
+            return Err(NoConnection::Unreachable(Unreachable::NotAnswering {
+                endpoint: endpoint.clone(),
+                in_a_row: in_a_row + 1,
+                wait,
+            }));
         }
         tokio::time::sleep_until(until).await;
         Ok(())

@@ -10,7 +10,7 @@ use tonic::Code;
 use rollout_policies::lock;
 
 use super::{Failed, USER_AGENT, Upstream, undecodable};
-use crate::error::CallError;
+use crate::error::{CallError, Unreachable};
 use crate::hooks::HookKind;
 use crate::transport::client::PluginConnection;
 use crate::transport::grpc::{self, Payload};
@@ -54,11 +54,14 @@ impl Upstream {
                         resent += 1;
                         continue;
                     }
-                    return Err(Failed::Call(CallError::Unreachable(format!(
-                        "{} refused the stream (REFUSED_STREAM) {} times; not sent again (at most {MAX_RESENDS} times, each from the retry budget)",
-                        self.key.endpoint,
-                        resent + 1
-                    ))));
+                    return Err(Failed::Call(CallError::Unreachable(
+                        Unreachable::StreamRefused {
+                            endpoint: self.key.endpoint.clone(),
+                            times: resent + 1,
+                            max_resends: MAX_RESENDS,
+                            source: error,
+                        },
+                    )));
                 }
                 Err(Exchange::Unprocessed(error)) => error,
             };
@@ -68,11 +71,13 @@ impl Upstream {
             // answering anything (a GOAWAY with last stream id 0 each time).
             let refusing = !conn.has_answered() && !self.channel.was_answering();
             if resent == MAX_RESENDS || refusing {
-                return Err(Failed::Call(CallError::Unreachable(format!(
-                    "request to {} refused {} times: {error}",
-                    self.key.endpoint,
-                    resent + 1
-                ))));
+                return Err(Failed::Call(CallError::Unreachable(
+                    Unreachable::Unprocessed {
+                        endpoint: self.key.endpoint.clone(),
+                        times: resent + 1,
+                        source: error,
+                    },
+                )));
             }
             tracing::debug!(endpoint = %self.key.endpoint, %error, "stream not processed by the plugin; sending it on a new connection");
             resent += 1;
@@ -131,10 +136,10 @@ impl Upstream {
             } else if going_away(&e) {
                 Exchange::Unprocessed(e)
             } else {
-                Exchange::Failed(Failed::Call(CallError::Unreachable(format!(
-                    "request to {} failed: {e}",
-                    self.key.endpoint
-                ))))
+                Exchange::Failed(Failed::Call(CallError::Unreachable(Unreachable::Request {
+                    endpoint: self.key.endpoint.clone(),
+                    source: e,
+                })))
             }
         };
         // Waits while the plugin's stream limit is reached. An error here
@@ -189,14 +194,18 @@ impl Upstream {
         let limit = self.settings.max_message_bytes;
         let collected = grpc::collect_counted(&mut body, limit, held).await;
         let (data, trailers) = collected.map_err(|e| match e {
-            grpc::ReceiveError::Stream { .. } => {
-                Failed::Call(CallError::Unreachable(e.to_string()))
-            }
-            grpc::ReceiveError::Frame(grpc::FrameError::TooLarge { .. }) => {
-                Failed::Call(CallError::TooLarge(e.to_string()))
+            grpc::ReceiveError::Stream { part, source } => {
+                Failed::Call(CallError::Unreachable(Unreachable::Reading {
+                    endpoint: self.key.endpoint.clone(),
+                    part,
+                    source,
+                }))
             }
             grpc::ReceiveError::Held(exceeded) => Failed::Call(CallError::PendingBytes(exceeded)),
-            grpc::ReceiveError::Frame(_) => undecodable(e.to_string()),
+            grpc::ReceiveError::Frame(e) => match grpc::OverLimit::of_frame(&e) {
+                Some(over) => Failed::Call(CallError::TooLarge(over)),
+                None => undecodable(e.to_string()),
+            },
         })?;
         let status = match trailers.as_ref().map(grpc::status_from_headers) {
             Some(Ok(status)) => status,
@@ -240,7 +249,7 @@ async fn inflate(
         read()
     };
     let message = result.map_err(|e| match e {
-        grpc::Unreadable::TooLarge(why) => Failed::Call(CallError::TooLarge(why)),
+        grpc::Unreadable::TooLarge(over) => Failed::Call(CallError::TooLarge(over)),
         grpc::Unreadable::Invalid(why) => undecodable(why),
     })?;
     match held {

@@ -416,10 +416,10 @@ impl Upstream {
         };
         match result {
             Ok(HookResponse::Initialize(init)) => self.loaded(hub, init),
-            Err(CallError::TooLarge(why))
+            Err(CallError::TooLarge(over))
                 if request_bytes + CALLER_HEADROOM_BYTES > self.settings.max_message_bytes =>
             {
-                Err(CallError::CallerTooLarge(why))
+                Err(CallError::CallerTooLarge(over))
             }
             // The caller's calls holding too much says nothing of the plugin.
             Err(error) if is_initialize && !matches!(error, CallError::PendingBytes(_)) => {
@@ -494,8 +494,8 @@ impl Upstream {
                     owner: DeadlineOwner::Caller,
                     message: "no connection".into(),
                 }),
-                channel::NoConnection::Unreachable(why) => {
-                    Failed::Call(CallError::Unreachable(why))
+                channel::NoConnection::Unreachable(cause) => {
+                    Failed::Call(CallError::Unreachable(cause))
                 }
             })
     }
