@@ -2,11 +2,13 @@
 //!
 //! Two levels: [`CallError`] is why one call to one plugin failed, made by the
 //! layers of its stack and its connection, each kind its own variant;
-//! [`GatewayError`] is why a gateway call failed. The server stack's Rescue
-//! layer (`service/rescue.rs`) is the one place a failure becomes a gRPC
-//! status: from a [`CallFailure`] that any layer below returned, through
-//! [`GatewayError::into_status`]. Nothing reads an error's message to decide
-//! what it is.
+//! [`GatewayError`] is why a gateway call failed. Each kind's gRPC code is
+//! decided here, once: [`CallError::code`], and [`GatewayError::code`] for
+//! the gateway's own refusals (a failed member's code is its
+//! [`CallError::code`], or the plugin's own status passed through as data).
+//! The server stack's Rescue layer (`service/rescue.rs`) is the one place a
+//! failure becomes a gRPC status, from the [`CallFailure`] any layer below
+//! returned. Nothing reads an error's message to decide what it is.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -14,7 +16,6 @@ use std::time::Duration;
 use rollout_policies::breaker::{CallOutcome, Rejected, is_failure};
 use rollout_policies::layer::{PolicyError, circuit_message};
 use rollout_policies::merge::{Failure, MergeError};
-use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
 use crate::config::Endpoint;
@@ -233,8 +234,8 @@ impl CallError {
     }
 
     /// The failure of one member, as the merge rules take it. The message is
-    /// not cut here: [`GatewayError::into_status`] cuts the whole once, so
-    /// the `[N bytes cut]` count is the bytes the caller did not get. (A
+    /// not cut here: the Rescue layer cuts the whole once, so the
+    /// `[N bytes cut]` count is the bytes the caller did not get. (A
     /// plugin's own message is at most its header block, 64 KiB.)
     pub(crate) fn failure(&self) -> Failure {
         Failure {
@@ -430,21 +431,6 @@ impl GatewayError {
         GatewayError::Members(MergeError {
             failures: vec![(name.to_string(), failure)],
         })
-    }
-
-    /// The status sent to the caller, its message bounded ([`bounded`]);
-    /// `failed_open` names members skipped under `failurePolicy: Ignore`
-    /// before the failure (the trailer).
-    pub(crate) fn into_status(self, failed_open: &[String]) -> Status {
-        let mut status = Status::new(self.code(), bounded(&self.to_string()));
-        if !failed_open.is_empty()
-            && let Ok(v) = MetadataValue::try_from(failed_open.join(","))
-        {
-            status
-                .metadata_mut()
-                .insert(rollout_proto::FAILED_OPEN_METADATA_KEY, v);
-        }
-        status
     }
 }
 

@@ -1,33 +1,36 @@
 //! The Rescue layer, the top of the server stack: the one place a failure
 //! becomes a gRPC status. The failure any layer below returns (a
-//! [`CallFailure`]) is answered trailers-only, its code and message from
-//! [`crate::error::GatewayError::into_status`]; what the layers below
-//! answered themselves passes through untouched.
+//! [`CallFailure`]) is answered trailers-only, with the code its kind has
+//! ([`CallFailure::code`]) and its message; what the layers below answered
+//! themselves passes through untouched.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use rollout_proto::FAILED_OPEN_METADATA_KEY;
 
-use crate::error::CallFailure;
+use crate::error::{CallFailure, bounded};
 use crate::transport::grpc;
 use crate::transport::send::Answer;
 
-/// The status of a failed call as the headers of a trailers-only answer.
-fn status_headers(failure: CallFailure) -> HeaderMap {
-    let status = failure.error.into_status(&failure.failed_open);
-    let mut headers = HeaderMap::with_capacity(2 + status.metadata().len());
-    grpc::put_status(&mut headers, status.code(), status.message());
-    for kv in status.metadata().iter() {
-        if let tonic::metadata::KeyAndValueRef::Ascii(k, v) = kv
-            && let (Ok(k), Ok(v)) = (
-                http::HeaderName::from_bytes(k.as_str().as_bytes()),
-                HeaderValue::from_bytes(v.as_encoded_bytes()),
-            )
-        {
-            headers.insert(k, v);
-        }
+/// The status of a failed call as the headers of a trailers-only answer:
+/// `grpc-status` its code, `grpc-message` why, bounded ([`bounded`]: the
+/// `[N bytes cut]` count is what the caller did not get), and
+/// `ocm-rollout-failed-open` naming the members skipped under
+/// `failurePolicy: Ignore` before it failed.
+fn status_headers(failure: &CallFailure) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(3);
+    grpc::put_status(
+        &mut headers,
+        failure.code(),
+        &bounded(&failure.error.to_string()),
+    );
+    if !failure.failed_open.is_empty()
+        && let Ok(names) = HeaderValue::from_str(&failure.failed_open.join(","))
+    {
+        headers.insert(HeaderName::from_static(FAILED_OPEN_METADATA_KEY), names);
     }
     headers
 }
@@ -71,7 +74,7 @@ where
         Box::pin(async move {
             Ok(match answering.await {
                 Ok(answer) => answer,
-                Err(failure) => Answer::TrailersOnly(status_headers(failure)),
+                Err(failure) => Answer::TrailersOnly(status_headers(&failure)),
             })
         })
     }
