@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use http::HeaderMap;
 use tokio::time::Instant;
 use tower::util::BoxCloneSyncService;
 use tower::{Service, ServiceBuilder};
@@ -46,6 +47,7 @@ use crate::error::{CallFailure, GatewayError};
 use crate::hooks::HookKind;
 use crate::registry::{Registry, Target};
 use crate::telemetry::trace::ServerSpan;
+use crate::transport::grpc::Payload;
 use crate::transport::send::Answer;
 use crate::transport::server::{Call, Peer};
 
@@ -86,10 +88,18 @@ pub(crate) struct Routed {
     target: Target,
 }
 
+/// A hook call's successful answer: its message, and the trailers that carry
+/// its OK status.
+#[derive(Debug)]
+pub(crate) struct Answered {
+    message: Payload,
+    trailers: HeaderMap,
+}
+
 /// What comes back up to [`observe::Observe`]: the outcome, the span to
 /// finish, and the name the call resolved to (a metric label).
 pub(crate) struct Traced {
-    outcome: Result<Answer, CallFailure>,
+    outcome: Result<Answered, CallFailure>,
     span: ServerSpan,
     target: Option<String>,
 }

@@ -12,7 +12,7 @@ use tonic::Code;
 use tower::Service;
 use tracing::Instrument;
 
-use super::{HookCall, PATH_PREFIX, Received, Traced};
+use super::{Answered, HookCall, PATH_PREFIX, Received, Traced};
 use crate::error::{CallFailure, GatewayError};
 use crate::hooks::HookKind;
 use crate::registry::Registry;
@@ -109,7 +109,7 @@ where
                     failed_open.split(',').collect()
                 };
                 span.finish(code, &message, &names);
-                outcome
+                outcome.map(|Answered { message, trailers }| Answer::Message { message, trailers })
             }
             .instrument(log_span),
         )
@@ -117,9 +117,9 @@ where
 }
 
 /// The code, message and failed-open members of an outcome.
-fn summary(outcome: &Result<Answer, CallFailure>) -> (Code, String, Option<String>) {
+fn summary(outcome: &Result<Answered, CallFailure>) -> (Code, String, Option<String>) {
     match outcome {
-        Ok(Answer::Message { trailers, .. }) => (
+        Ok(Answered { trailers, .. }) => (
             Code::Ok,
             String::new(),
             trailers
@@ -127,7 +127,6 @@ fn summary(outcome: &Result<Answer, CallFailure>) -> (Code, String, Option<Strin
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
         ),
-        Ok(_) => (Code::Unknown, String::new(), None),
         Err(failure) => (
             failure.code(),
             crate::error::bounded(&failure.error.to_string()).into_owned(),

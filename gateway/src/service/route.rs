@@ -16,7 +16,7 @@ use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY};
 use tonic::Code;
 use tower::Service;
 
-use super::{HookCall, Routed, Traced, caller_checks};
+use super::{Answered, HookCall, Routed, Traced, caller_checks};
 use crate::error::{CallFailure, GatewayError};
 use crate::fanout::{CallContext, OFF_THREAD_BYTES};
 use crate::hooks::{Forwarded, HookKind, MutateStep};
@@ -24,7 +24,6 @@ use crate::manifest;
 use crate::telemetry::trace::ServerSpan;
 use crate::transport::grpc::{self, Payload};
 use crate::transport::pending::CallBytes;
-use crate::transport::send::Answer;
 
 /// See the module doc.
 #[derive(Debug, Clone)]
@@ -62,7 +61,7 @@ impl Service<Routed> for Route {
             let name = target.name().to_string();
             let outcome = route(hook, &call, &target, limit, &mut span)
                 .await
-                .map(|(message, trailers)| Answer::Message { message, trailers });
+                .map(|(message, trailers)| Answered { message, trailers });
             Ok(Traced {
                 outcome,
                 span,

@@ -390,7 +390,7 @@ async fn observe_counts_every_hook_call_by_resolved_target_and_code() {
     let mut trailers = HeaderMap::new();
     grpc::put_status(&mut trailers, Code::Ok, "");
     respond.send_response(Traced {
-        outcome: Ok(Answer::Message {
+        outcome: Ok(Answered {
             message: grpc::raw(frame(b"")),
             trailers,
         }),
@@ -525,15 +525,25 @@ async fn resolve_passes_on_what_the_caller_may_call_and_answers_the_rest() {
             Ok(resolved) => {
                 let (passed, respond) = handle.next_request().await.expect("passed on");
                 assert_eq!(passed.target.name(), resolved, "{name}");
+                let mut trailers = HeaderMap::new();
+                trailers.insert("x-answered-by", resolved.parse().expect("value"));
                 respond.send_response(Traced {
-                    outcome: Ok(Answer::Http(StatusCode::IM_A_TEAPOT)),
+                    outcome: Ok(Answered {
+                        message: grpc::raw(frame(b"")),
+                        trailers,
+                    }),
                     span: passed.call.span,
                     target: Some(resolved.into()),
                 });
                 let Ok(traced) = answering.await.expect("joined");
                 assert_eq!(traced.target.as_deref(), Some(resolved), "{name}");
-                assert!(
-                    matches!(traced.outcome, Ok(Answer::Http(StatusCode::IM_A_TEAPOT))),
+                let answered = traced.outcome.expect("passed up");
+                assert_eq!(
+                    answered
+                        .trailers
+                        .get("x-answered-by")
+                        .and_then(|v| v.to_str().ok()),
+                    Some(resolved),
                     "{name}"
                 );
             }
@@ -597,10 +607,7 @@ async fn route_answers_with_the_merged_answer_and_its_trailers() {
     );
     let Ok(traced) = Route::new(1 << 20).call(request).await;
     assert_eq!(traced.target.as_deref(), Some("p"));
-    let answer = traced.outcome.expect("OK");
-    let Answer::Message { trailers, .. } = answer else {
-        panic!("not a message: {answer:?}");
-    };
+    let Answered { trailers, .. } = traced.outcome.expect("OK");
     assert_eq!(status(&trailers), Some("0"));
     assert_eq!(
         trailers
