@@ -302,7 +302,7 @@ pub fn debug_json(registry: &Registry) -> Value {
 /// `pluginsTotal` and `nextOffset` (`null` on the last page).
 pub(crate) fn debug_page(registry: &Registry, page: Page) -> Value {
     let snapshot = registry.load();
-    let (success, failure) = registry.reload_counts();
+    let reloads = registry.reload_counts();
     let total = snapshot.as_ref().map_or(0, |s| s.plugins.len());
     let end = page.offset.saturating_add(page.limit).min(total);
     let plugins: Vec<Value> = snapshot
@@ -311,13 +311,13 @@ pub(crate) fn debug_page(registry: &Registry, page: Page) -> Value {
         .skip(page.offset)
         .take(page.limit)
         .map(|p| {
-            let (circuit, failures) = p.upstream.circuit();
+            let circuit = p.upstream.circuit();
             json!({
                 "name": p.name,
                 "endpoint": p.endpoint.to_string(),
                 "hub": p.hub,
-                "circuit": circuit.as_str(),
-                "consecutiveFailures": failures,
+                "circuit": circuit.state.as_str(),
+                "consecutiveFailures": circuit.consecutive_failures,
                 // Central mode: other hubs' circuits, each its own.
                 "circuitByHub": p.upstream.circuits_by_hub().into_iter()
                     .map(|(hub, state)| (hub, Value::from(state.as_str())))
@@ -356,7 +356,7 @@ pub(crate) fn debug_page(registry: &Registry, page: Page) -> Value {
     let pipelines: Vec<Value> = snapshot
         .iter()
         .flat_map(|s| s.pipelines.iter())
-        .map(|(hub, p)| json!({"name": p.name, "hub": hub, "plugins": p.plugins}))
+        .map(|p| json!({"name": p.config.name, "hub": p.hub, "plugins": p.config.plugins}))
         .collect();
     json!({
         "generation": snapshot.as_ref().map_or(0, |s| s.generation),
@@ -366,7 +366,7 @@ pub(crate) fn debug_page(registry: &Registry, page: Page) -> Value {
         "nextOffset": (end < total).then_some(end),
         "pipelines": pipelines,
         "lastReloadError": registry.last_error(),
-        "reloads": {"success": success, "failure": failure},
+        "reloads": {"success": reloads.success, "failure": reloads.failure},
         "sources": registry.source_labels(),
     })
 }

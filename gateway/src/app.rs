@@ -16,7 +16,7 @@ use crate::configmap::{self, ConfigMapRef};
 use crate::error::{CallError, DeadlineOwner};
 use crate::files::{self, FileLimits};
 use crate::hooks::HookRequest;
-use crate::registry::{Registry, SourceInfo};
+use crate::registry::{FreshUpstream, Registry, SourceInfo};
 use crate::service::{self, Health, ReceiveLimits};
 use crate::telemetry::{Telemetry, Tracing, TracingError, TracingOptions};
 use crate::tls::{ServerTls, ServerTlsFiles, TlsError};
@@ -290,9 +290,7 @@ fn new_registry(options: &Options, tracing: Tracing) -> Arc<Registry> {
     let sources: Vec<SourceInfo> = options
         .configs
         .iter()
-        .map(|p| SourceInfo {
-            label: p.display().to_string(),
-        })
+        .map(|p| SourceInfo::file(p))
         .chain(options.configmaps.iter().map(|cm| SourceInfo {
             label: cm.source_label(),
         }))
@@ -301,24 +299,22 @@ fn new_registry(options: &Options, tracing: Tracing) -> Arc<Registry> {
         max_message_bytes: options.max_message_bytes,
         ..ChannelSettings::default()
     };
-    // The metrics read the registry's state at scrape time, through a weak
-    // reference to the registry that owns them.
-    Arc::new_cyclic(|weak: &std::sync::Weak<Registry>| {
-        let state: std::sync::Weak<dyn crate::telemetry::RegistryState> = weak.clone();
-        Registry::with_telemetry(sources, settings, Telemetry::new(tracing, state))
-            .with_file_limits(options.file_limits)
-    })
+    Arc::new(
+        Registry::with_telemetry(sources, settings, Telemetry::new(tracing))
+            .with_file_limits(options.file_limits),
+    )
 }
 
 /// The first load of every registry file: an invalid one is a start-up
 /// error, one that cannot be read yet is waited for.
 async fn load_files(registry: &Registry, options: &Options) -> Result<(), StartError> {
     let mut problems = Vec::new();
-    for (i, path) in options.configs.iter().enumerate() {
+    for path in &options.configs {
+        let source = SourceInfo::file(path).label;
         let read = files::read(path, options.file_limits, None).await;
         match read.map(|r| r.map(|(bytes, _)| String::from_utf8(bytes))) {
             Ok(Some(Ok(text))) => {
-                if let Err(e) = registry.apply(i, &text) {
+                if let Err(e) = registry.apply(&source, &text) {
                     problems.push(e.to_string());
                 }
             }
@@ -326,7 +322,7 @@ async fn load_files(registry: &Registry, options: &Options) -> Result<(), StartE
             Ok(None) => {}
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "registry file not readable; waiting for it");
-                registry.source_failed(i, format!("cannot read: {e}"));
+                registry.source_failed(&source, format!("cannot read: {e}"));
             }
         }
     }
@@ -388,16 +384,11 @@ fn watch_configmaps(
     options
         .configmaps
         .iter()
-        .enumerate()
-        .map(|(i, cm)| {
+        .map(|cm| {
             let r = registry.clone();
-            configmap::spawn(
-                client.clone(),
-                registry.clone(),
-                options.configs.len() + i,
-                cm.clone(),
-                move || initialize_fresh(&r),
-            )
+            configmap::spawn(client.clone(), registry.clone(), cm.clone(), move || {
+                initialize_fresh(&r)
+            })
         })
         .collect()
 }
@@ -431,7 +422,7 @@ async fn wait_for(mut stopped: watch::Receiver<bool>) {
 /// that needs it (its Initialize first); one that answers it is no plugin
 /// stays not loaded, and its hooks fail under its failure policy.
 fn initialize_fresh(registry: &Registry) {
-    for (hub, upstream) in registry.take_fresh_upstreams() {
+    for FreshUpstream { hub, upstream } in registry.take_fresh_upstreams() {
         let weak = Arc::downgrade(&upstream);
         // Taken before the task runs: a call that arrives first waits for
         // this Initialize rather than sending its own.

@@ -118,8 +118,8 @@ fn check_dns_label(name: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Watches `cm` and feeds its `config.yaml` to `registry` as source
-/// `source`, until the returned task is aborted.
+/// Watches `cm` and feeds its `config.yaml` to `registry` as the source
+/// named [`ConfigMapRef::source_label`], until the returned task is aborted.
 ///
 /// Each change of the ConfigMap is applied with [`Registry::apply`];
 /// `on_loaded` runs after every new snapshot. A missing key, a deleted or
@@ -131,13 +131,12 @@ fn check_dns_label(name: &str) -> Result<(), &'static str> {
 pub fn spawn(
     client: Client,
     registry: Arc<Registry>,
-    source: usize,
     cm: ConfigMapRef,
     on_loaded: impl Fn() + Send + Sync + 'static,
 ) -> tokio::task::JoinHandle<()> {
     let api: Api<ConfigMap> = Api::namespaced(client, &cm.namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={}", cm.name));
-    let mut feed = Feed::new(registry, source, cm);
+    let mut feed = Feed::new(registry, cm);
     tokio::spawn(async move {
         // The backoff sits outside the watcher rather than on its stream
         // (`WatchStreamExt::default_backoff`): the stream variant resets on
@@ -174,7 +173,8 @@ pub fn spawn(
 /// [`spawn`].
 struct Feed {
     registry: Arc<Registry>,
-    source: usize,
+    /// The name of the source it feeds.
+    source: String,
     cm: ConfigMapRef,
     /// Whether the ConfigMap was listed since the last `Init`.
     listed: bool,
@@ -185,10 +185,10 @@ struct Feed {
 }
 
 impl Feed {
-    fn new(registry: Arc<Registry>, source: usize, cm: ConfigMapRef) -> Feed {
+    fn new(registry: Arc<Registry>, cm: ConfigMapRef) -> Feed {
         Feed {
             registry,
-            source,
+            source: cm.source_label(),
             cm,
             listed: false,
             existed: false,
@@ -244,7 +244,7 @@ impl Feed {
         self.last_failure = None;
         match self
             .registry
-            .apply_blocking(self.source, text.clone())
+            .apply_blocking(&self.source, text.clone())
             .await
         {
             Ok(Applied::Loaded(generation)) => {
@@ -281,7 +281,7 @@ impl Feed {
             return;
         }
         tracing::warn!(configmap = %self.cm, error = %message, "configmap not applied; keeping the loaded registry");
-        self.registry.source_failed(self.source, message.clone());
+        self.registry.source_failed(&self.source, message.clone());
         self.last_failure = Some(message);
     }
 }
@@ -325,7 +325,7 @@ mod tests {
     use kube::core::Status;
 
     use super::*;
-    use crate::registry::SourceInfo;
+    use crate::registry::{ReloadCounts, SourceInfo};
     use crate::upstream::ChannelSettings;
 
     #[test]
@@ -383,7 +383,7 @@ mod tests {
             }],
             ChannelSettings::default(),
         ));
-        Feed::new(registry, 0, "ns/cfg".parse().unwrap())
+        Feed::new(registry, "ns/cfg".parse().unwrap())
     }
 
     fn object(name: &str, text: Option<&str>) -> ConfigMap {
@@ -417,7 +417,13 @@ mod tests {
         f.event(Event::Init).await;
         assert!(!f.event(Event::InitApply(object("cfg", Some(VALID)))).await);
         f.event(Event::InitDone).await;
-        assert_eq!(f.registry.reload_counts(), (1, 0));
+        assert_eq!(
+            f.registry.reload_counts(),
+            ReloadCounts {
+                success: 1,
+                failure: 0
+            }
+        );
         // Another object (never let through by the selector) is ignored.
         assert!(
             !f.event(Event::Apply(object("other", Some("plugins: ["))))
@@ -450,7 +456,13 @@ mod tests {
         // The relist that follows finds nothing: same failure, not counted again.
         f.event(Event::Init).await;
         f.event(Event::InitDone).await;
-        assert_eq!(f.registry.reload_counts(), (1, 3));
+        assert_eq!(
+            f.registry.reload_counts(),
+            ReloadCounts {
+                success: 1,
+                failure: 3
+            }
+        );
         assert!(f.registry.load().is_some(), "the snapshot stays");
         // Recreated with the same text: loads again, clearing the error.
         assert!(f.event(Event::Apply(object("cfg", Some(VALID)))).await);
@@ -472,12 +484,24 @@ mod tests {
             error.starts_with("configmap ns/cfg: cannot watch: ") && error.contains("forbidden"),
             "{error}"
         );
-        assert_eq!(f.registry.reload_counts(), (0, 1));
+        assert_eq!(
+            f.registry.reload_counts(),
+            ReloadCounts {
+                success: 0,
+                failure: 1
+            }
+        );
         // Once the API answers, the list loads and clears the error.
         f.event(Event::Init).await;
         assert!(f.event(Event::InitApply(object("cfg", Some(VALID)))).await);
         assert!(f.registry.last_error().is_none());
         f.watch_failed(&forbidden());
-        assert_eq!(f.registry.reload_counts(), (1, 2));
+        assert_eq!(
+            f.registry.reload_counts(),
+            ReloadCounts {
+                success: 1,
+                failure: 2
+            }
+        );
     }
 }

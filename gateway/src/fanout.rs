@@ -519,7 +519,7 @@ pub(crate) mod tests {
                 }],
                 ChannelSettings::default(),
             );
-            registry.apply(0, text).expect("a valid registry");
+            registry.apply("file0", text).expect("a valid registry");
             let seen = Arc::new(Mutex::new(Vec::new()));
             let plugins = registry
                 .load()

@@ -37,7 +37,7 @@ pub fn check_files(files: &[PathBuf], skip_files: bool) -> Vec<String> {
         registry = registry.skipping_files();
     }
     let mut lines = Vec::new();
-    for (i, (path, label)) in files.iter().zip(&labels).enumerate() {
+    for (path, label) in files.iter().zip(&labels) {
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(e) => {
@@ -58,7 +58,7 @@ pub fn check_files(files: &[PathBuf], skip_files: bool) -> Vec<String> {
         }
         // Then with the files before it, as a reload plans it: these
         // problems' paths already name their file.
-        if let Err(e) = registry.apply(i, &text) {
+        if let Err(e) = registry.apply(label, &text) {
             lines.extend(e.error.problems.iter().map(ToString::to_string));
         }
     }

@@ -25,7 +25,7 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 use crate::files::{self, FileLimits, Stamp};
-use crate::registry::{Applied, Registry};
+use crate::registry::{Applied, Registry, SourceInfo};
 
 /// How long to wait after an event for the rest of a burst (an editor's save,
 /// the kubelet's swap) before reading.
@@ -45,10 +45,10 @@ pub(crate) struct FileState {
 /// must not stall the calls). Returns whether a new snapshot was loaded.
 pub(crate) async fn reload_file(
     registry: &Arc<Registry>,
-    index: usize,
     path: &Path,
     state: &mut FileState,
 ) -> bool {
+    let source = SourceInfo::file(path).label;
     let read = files::read(path, registry.file_limits(), state.stamp).await;
     let text = match read.map(|r| r.map(|(bytes, stamp)| (String::from_utf8(bytes), stamp))) {
         Ok(None) => return false,
@@ -60,7 +60,7 @@ pub(crate) async fn reload_file(
         Ok(Some((Err(_), stamp))) => {
             state.stamp = Some(stamp);
             let message = format!("{}: not UTF-8 text", path.display());
-            report_read_error(registry, index, path, state, message);
+            report_read_error(registry, &source, path, state, message);
             return false;
         }
         Err(error) => {
@@ -71,11 +71,11 @@ pub(crate) async fn reload_file(
             } else {
                 error.to_string()
             };
-            report_read_error(registry, index, path, state, message);
+            report_read_error(registry, &source, path, state, message);
             return false;
         }
     };
-    match registry.apply_blocking(index, text).await {
+    match registry.apply_blocking(&source, text).await {
         Ok(Applied::Loaded(generation)) => {
             tracing::info!(path = %path.display(), generation, "registry loaded");
             true
@@ -96,14 +96,14 @@ pub(crate) async fn reload_file(
 /// (the loaded registry stays), once per distinct error.
 fn report_read_error(
     registry: &Registry,
-    index: usize,
+    source: &str,
     path: &Path,
     state: &mut FileState,
     message: String,
 ) {
     if state.last_read_error.as_deref() != Some(&message) {
         tracing::warn!(path = %path.display(), error = %message, "cannot read registry file; keeping the loaded registry");
-        registry.source_failed(index, message.clone());
+        registry.source_failed(source, message.clone());
         state.last_read_error = Some(message);
     }
 }
@@ -263,7 +263,7 @@ impl Watched {
     }
 }
 
-/// Watches `files` (index = registry source), and the certificate files the
+/// Watches `files` (each the registry source [`SourceInfo::file`] names), and the certificate files the
 /// live registry names, and reloads on change, until the returned task is
 /// aborted. `on_loaded` runs after each new snapshot.
 pub(crate) fn spawn(
@@ -328,8 +328,8 @@ pub(crate) fn spawn(
                 _ = poll.tick() => {}
             }
             let mut loaded = false;
-            for (i, path) in files.iter().enumerate() {
-                loaded |= reload_file(&registry, i, path, &mut states[i]).await;
+            for (path, state) in files.iter().zip(states.iter_mut()) {
+                loaded |= reload_file(&registry, path, state).await;
             }
             // The snapshot may name other certificate files now, and a
             // refused text may wait on some: watch them before reading them,

@@ -14,20 +14,49 @@ use rollout_policies::Policy;
 use crate::config::{self, CaSource, ClientCertificate, ConfigError, Problem, Transport};
 use crate::files::{self, FileError};
 use crate::plugin_stack;
-use crate::upstream::{CaBundle, Channel, ClientIdentity, Upstream, UpstreamKey};
+use crate::telemetry::Telemetry;
+use crate::upstream::{CaBundle, Channel, ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
 
 use super::plan::{Change, Plan, PluginPlan, SourcePlan};
-use super::{Plugin, Registry, Snapshot, Target};
+use super::snapshot::{Plugin, ScopedPipeline, Snapshot, Target};
+
+/// What every build of one registry is made with.
+#[derive(Debug)]
+pub(super) struct BuildSettings {
+    /// The settings of every upstream made.
+    pub(super) channel: ChannelSettings,
+    /// Where the plugins' stacks report.
+    pub(super) telemetry: Telemetry,
+    /// Read no certificate file: a plugin naming one is left unbuilt
+    /// (`check --skip-files`).
+    pub(super) skip_files: bool,
+}
+
+/// An upstream a build made, whose own Initialize (for the hub of the file
+/// defining its plugin, `None`: shared) is pending.
+#[derive(Debug, Clone)]
+pub(crate) struct FreshUpstream {
+    pub(crate) hub: Option<String>,
+    pub(crate) upstream: Arc<Upstream>,
+}
+
+/// A live upstream a build kept, with what it takes on commit.
+pub(super) struct KeptUpstream {
+    pub(super) upstream: Arc<Upstream>,
+    pub(super) policy: Policy,
+    /// The registered hubs that may call it, which share its concurrency
+    /// bound.
+    pub(super) callers: Vec<String>,
+}
 
 /// A registry built and not yet live: committing it stores the snapshot and
 /// applies the kept plugins' new settings.
 pub(super) struct Built {
     pub(super) snapshot: Snapshot,
     /// Upstreams made for it, whose own Initialize is pending.
-    pub(super) fresh: Vec<(Option<String>, Arc<Upstream>)>,
-    /// Kept upstreams, with the policy and the registered hubs that may
-    /// call them, which they take on commit.
-    pub(super) kept: Vec<(Arc<Upstream>, Policy, Vec<String>)>,
+    pub(super) fresh: Vec<FreshUpstream>,
+    /// Kept upstreams, which take their new settings on commit.
+    pub(super) kept: Vec<KeptUpstream>,
     /// The live plugins the new registry no longer has.
     pub(super) removed: usize,
 }
@@ -35,7 +64,7 @@ pub(super) struct Built {
 /// Builds `plan` over the `live` snapshot, reading certificate files
 /// through `files`; every problem, the plan's and the build's, at once.
 pub(super) fn build(
-    registry: &Registry,
+    settings: &BuildSettings,
     plan: Plan<'_>,
     live: Option<&Snapshot>,
     files: &mut FileCache,
@@ -47,7 +76,7 @@ pub(super) fn build(
         problems,
     } = plan;
     let mut b = Builder {
-        registry,
+        settings,
         files,
         channels: live_channels(live),
         snapshot: Snapshot::default(),
@@ -66,9 +95,10 @@ pub(super) fn build(
             .entry(pipeline.hub.clone())
             .or_default()
             .insert(name.clone(), Target::Pipeline { name, members });
-        b.snapshot
-            .pipelines
-            .push((pipeline.hub, pipeline.config.clone()));
+        b.snapshot.pipelines.push(ScopedPipeline {
+            hub: pipeline.hub,
+            config: pipeline.config.clone(),
+        });
     }
     if !b.problems.is_empty() {
         return Err(ConfigError {
@@ -93,16 +123,22 @@ fn live_channels(live: Option<&Snapshot>) -> HashMap<UpstreamKey, Arc<Channel>> 
 }
 
 struct Builder<'r, 'f> {
-    registry: &'r Registry,
+    settings: &'r BuildSettings,
     /// Each certificate file is read once a build: every plugin naming it
     /// sees the same bytes.
     files: &'f mut FileCache,
     channels: HashMap<UpstreamKey, Arc<Channel>>,
     /// The snapshot so far (its generation is set on commit).
     snapshot: Snapshot,
-    fresh: Vec<(Option<String>, Arc<Upstream>)>,
-    kept: Vec<(Arc<Upstream>, Policy, Vec<String>)>,
+    fresh: Vec<FreshUpstream>,
+    kept: Vec<KeptUpstream>,
     problems: Vec<Problem>,
+}
+
+/// A plugin's CA bundle (`None`: plaintext), and the files it came from.
+struct CaMaterial {
+    bundle: Option<CaBundle>,
+    files: Vec<PathBuf>,
 }
 
 impl Builder<'_, '_> {
@@ -113,7 +149,7 @@ impl Builder<'_, '_> {
         let config = source.config;
         let identity = match &config.client_certificate {
             None => None,
-            Some(_) if self.registry.skip_files => return,
+            Some(_) if self.settings.skip_files => return,
             Some(cc) => match read_identity(cc, self.files) {
                 Ok(id) => Some(id),
                 Err(e) => {
@@ -133,13 +169,17 @@ impl Builder<'_, '_> {
             .flat_map(|cc| [PathBuf::from(&cc.cert_file), PathBuf::from(&cc.key_file)])
             .collect();
         for plugin in &source.plugins {
-            let Some((ca_bundle, mut certificate_files)) = self.ca_bundle(plugin) else {
+            let Some(CaMaterial {
+                bundle,
+                files: mut certificate_files,
+            }) = self.ca_bundle(plugin)
+            else {
                 continue;
             };
             certificate_files.extend(identity_files.iter().cloned());
             let key = UpstreamKey {
                 endpoint: plugin.config.endpoint.clone(),
-                ca_bundle,
+                ca_bundle: bundle,
                 client_identity: identity.clone(),
             };
             let hub = config.hub.as_ref();
@@ -149,22 +189,34 @@ impl Builder<'_, '_> {
         }
     }
 
-    /// The plugin's CA bundle (`None` inside: plaintext) and the files it
-    /// came from; `None` when it is not built (its `caFile` skipped, or
-    /// unusable: a problem).
-    fn ca_bundle(&mut self, plugin: &PluginPlan<'_>) -> Option<(Option<CaBundle>, Vec<PathBuf>)> {
+    /// The plugin's CA material; `None` when it is not built (its `caFile`
+    /// skipped, or unusable: a problem).
+    fn ca_bundle(&mut self, plugin: &PluginPlan<'_>) -> Option<CaMaterial> {
         let path = match &plugin.config.transport {
-            Transport::Plaintext => return Some((None, Vec::new())),
+            Transport::Plaintext => {
+                return Some(CaMaterial {
+                    bundle: None,
+                    files: Vec::new(),
+                });
+            }
             Transport::Tls {
                 ca: CaSource::Bundle { pem },
-            } => return Some((Some(CaBundle::new(pem.as_slice().into())), Vec::new())),
-            Transport::Tls { .. } if self.registry.skip_files => return None,
+            } => {
+                return Some(CaMaterial {
+                    bundle: Some(CaBundle::new(pem.as_slice().into())),
+                    files: Vec::new(),
+                });
+            }
+            Transport::Tls { .. } if self.settings.skip_files => return None,
             Transport::Tls {
                 ca: CaSource::File { path },
             } => path,
         };
         match read_ca_bundle(self.files, path) {
-            Ok(bundle) => Some((Some(bundle), vec![PathBuf::from(path)])),
+            Ok(bundle) => Some(CaMaterial {
+                bundle: Some(bundle),
+                files: vec![PathBuf::from(path)],
+            }),
             Err(e) => {
                 self.problems.push(Problem {
                     path: format!("{}.caCertificate.caFile", plugin.at),
@@ -188,17 +240,23 @@ impl Builder<'_, '_> {
         if let Change::Update(live) = &plugin.change
             && *live.key() == key
         {
-            self.kept
-                .push((live.clone(), policy.clone(), plugin.hubs.clone()));
+            self.kept.push(KeptUpstream {
+                upstream: live.clone(),
+                policy: policy.clone(),
+                callers: plugin.hubs.clone(),
+            });
             return Some(live.clone());
         }
         let channel = self.channels.entry(key.clone()).or_default().clone();
-        let settings = &self.registry.settings;
+        let settings = &self.settings.channel;
         match Upstream::sharing(key, settings, policy, channel, hub.map(String::as_str)) {
             Ok(u) => {
                 u.set_callers(&plugin.hubs);
                 let u = Arc::new(u);
-                self.fresh.push((hub.cloned(), u.clone()));
+                self.fresh.push(FreshUpstream {
+                    hub: hub.cloned(),
+                    upstream: u.clone(),
+                });
                 Some(u)
             }
             Err(e) => {
@@ -229,7 +287,7 @@ impl Builder<'_, '_> {
         certificate_files: Vec<PathBuf>,
     ) {
         let pc = plugin.config;
-        let telemetry = &self.registry.telemetry;
+        let telemetry = &self.settings.telemetry;
         let metrics = telemetry.metrics.plugin(&pc.name, hub.map(String::as_str));
         let plugin = Arc::new(Plugin {
             name: pc.name.clone(),

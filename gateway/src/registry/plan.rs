@@ -11,10 +11,24 @@ use std::sync::Arc;
 use crate::config::{Config, PipelineConfig, PluginConfig, Problem};
 use crate::upstream::Upstream;
 
-use super::{Plugin, Snapshot, Target};
+use super::snapshot::{Plugin, Snapshot, Target};
+use super::sources::SourceConfig;
 
-/// A name in one hub's scope (`None`: the shared scope).
-pub(super) type ScopedName = (Option<String>, String);
+/// A name in one hub's scope (`hub`: `None` for the shared scope).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct ScopedName {
+    pub(super) hub: Option<String>,
+    pub(super) name: String,
+}
+
+impl ScopedName {
+    fn new(hub: &Option<String>, name: &str) -> ScopedName {
+        ScopedName {
+            hub: hub.clone(),
+            name: name.to_string(),
+        }
+    }
+}
 
 /// What a reload changes. Whether an updated plugin keeps its connection
 /// depends on the bytes of its certificate files, which only the build reads.
@@ -63,23 +77,19 @@ pub(super) struct PipelinePlan<'a> {
     pub(super) config: &'a PipelineConfig,
 }
 
-/// Plans the registry that combines `configs` (`None`: a source with no
-/// valid config yet; `labels` name each source) against the `live` snapshot.
-pub(super) fn plan<'a>(
-    configs: &[Option<&'a Config>],
-    labels: &[&'a str],
-    live: Option<&Snapshot>,
-) -> Plan<'a> {
+/// Plans the registry that combines the `sources`' configs against the
+/// `live` snapshot.
+pub(super) fn plan<'a>(sources: &[SourceConfig<'a>], live: Option<&Snapshot>) -> Plan<'a> {
     let mut problems = Vec::new();
     // The file defining each name of a scope, for a clash's message.
     let mut defined: HashMap<ScopedName, String> = HashMap::new();
-    let sources = plan_plugins(configs, labels, live, &mut defined, &mut problems);
+    let sources = plan_plugins(sources, live, &mut defined, &mut problems);
     // Before the pipelines take their names: a plugin replaced by a
     // pipeline of the same name is removed.
     let removed = live
         .iter()
         .flat_map(|snap| snap.plugins.iter())
-        .filter(|p| !defined.contains_key(&(p.hub.clone(), p.name.clone())))
+        .filter(|p| !defined.contains_key(&ScopedName::new(&p.hub, &p.name)))
         .cloned()
         .collect();
     let pipelines = plan_pipelines(&sources, &mut defined, &mut problems);
@@ -94,27 +104,25 @@ pub(super) fn plan<'a>(
 /// The plugins of every source, in order: the first file to define a name
 /// for a hub has it, a later one is a problem.
 fn plan_plugins<'a>(
-    configs: &[Option<&'a Config>],
-    labels: &[&'a str],
+    sources: &[SourceConfig<'a>],
     live: Option<&Snapshot>,
     defined: &mut HashMap<ScopedName, String>,
     problems: &mut Vec<Problem>,
 ) -> Vec<SourcePlan<'a>> {
     // The hubs of central mode, each named by its registry file.
-    let all_hubs: Vec<String> = configs
+    let all_hubs: Vec<String> = sources
         .iter()
-        .flatten()
-        .filter_map(|c| c.hub.clone())
+        .filter_map(|s| s.config?.hub.clone())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
-    let mut sources = Vec::new();
-    for (config, label) in configs.iter().zip(labels) {
-        let Some(config) = *config else { continue };
+    let mut planned = Vec::new();
+    for &SourceConfig { label, config } in sources {
+        let Some(config) = config else { continue };
         let mut plugins = Vec::new();
         for (pi, pc) in config.plugins.iter().enumerate() {
             let at = format!("{label}: plugins[{pi}] ({})", pc.name);
-            let name = (config.hub.clone(), pc.name.clone());
+            let name = ScopedName::new(&config.hub, &pc.name);
             if let Some(problem) = clash(defined, &name, &at) {
                 problems.push(problem);
                 continue;
@@ -136,13 +144,13 @@ fn plan_plugins<'a>(
                 change,
             });
         }
-        sources.push(SourcePlan {
+        planned.push(SourcePlan {
             label,
             config,
             plugins,
         });
     }
-    sources
+    planned
 }
 
 /// The plugin the live snapshot has under `name` in `hub`'s scope.
@@ -151,7 +159,7 @@ fn live_plugin<'s>(
     hub: &Option<String>,
     name: &str,
 ) -> Option<&'s Arc<Plugin>> {
-    match live?.scopes.get(hub)?.get(name)? {
+    match live?.in_scope(hub, name)? {
         Target::Plugin(p) => Some(p),
         Target::Pipeline { .. } => None,
     }
@@ -172,7 +180,7 @@ fn plan_pipelines<'a>(
             let at = format!("{}: pipelines[{pi}] ({})", source.label, pl.name);
             for (mi, member) in pl.plugins.iter().enumerate() {
                 let declared =
-                    |scope: &Option<String>| defined.contains_key(&(scope.clone(), member.clone()));
+                    |scope: &Option<String>| defined.contains_key(&ScopedName::new(scope, member));
                 if declared(hub) || (hub.is_some() && declared(&None)) {
                     continue;
                 }
@@ -186,14 +194,25 @@ fn plan_pipelines<'a>(
                     },
                 });
             }
-            named.push((source.label, hub.clone(), pl, at));
+            named.push(NamedPipeline {
+                label: source.label,
+                hub: hub.clone(),
+                config: pl,
+                at,
+            });
         }
     }
     // Names after members: a pipeline's members are plugins, never another
     // pipeline, whatever the order of the files.
     let mut pipelines = Vec::new();
-    for (label, hub, config, at) in named {
-        let key = (hub.clone(), config.name.clone());
+    for NamedPipeline {
+        label,
+        hub,
+        config,
+        at,
+    } in named
+    {
+        let key = ScopedName::new(&hub, &config.name);
         if let Some(problem) = clash(defined, &key, &at) {
             problems.push(problem);
             continue;
@@ -204,6 +223,15 @@ fn plan_pipelines<'a>(
     pipelines
 }
 
+/// A pipeline whose members were checked, waiting for its name to be.
+struct NamedPipeline<'a> {
+    label: &'a str,
+    hub: Option<String>,
+    config: &'a PipelineConfig,
+    /// Where its entry is, for problems.
+    at: String,
+}
+
 /// The problem of `name` at `at` when a file already defines it for the
 /// same hub, naming that file.
 fn clash(defined: &HashMap<ScopedName, String>, name: &ScopedName, at: &str) -> Option<Problem> {
@@ -211,7 +239,7 @@ fn clash(defined: &HashMap<ScopedName, String>, name: &ScopedName, at: &str) -> 
         path: at.to_owned(),
         message: format!(
             "\"{}\" is already defined by {file} for the same hub",
-            name.1
+            name.name
         ),
     })
 }
@@ -284,7 +312,9 @@ mod tests {
             ChannelSettings::default(),
         );
         for (i, text) in files.iter().enumerate() {
-            registry.apply(i, text).expect("a live file loads");
+            registry
+                .apply(&format!("file{i}"), text)
+                .expect("a live file loads");
         }
         registry.load()
     }
@@ -297,10 +327,16 @@ mod tests {
                     .map(|t| config::parse(t).expect("a valid file"))
             })
             .collect();
-        let configs: Vec<Option<&Config>> = parsed.iter().map(Option::as_ref).collect();
         let labels: Vec<String> = (0..files.len()).map(|i| format!("file{i}")).collect();
-        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
-        let plan = plan(&configs, &labels, live);
+        let sources: Vec<SourceConfig<'_>> = labels
+            .iter()
+            .zip(&parsed)
+            .map(|(label, config)| SourceConfig {
+                label,
+                config: config.as_ref(),
+            })
+            .collect();
+        let plan = plan(&sources, live);
         let mut out = Planned::default();
         for source in &plan.sources {
             for p in &source.plugins {

@@ -243,7 +243,7 @@ type ReceiveOverMock = (
 );
 
 fn receive_layer(receive_timeout: Duration) -> ReceiveOverMock {
-    let metrics = Arc::new(Metrics::new(None));
+    let metrics = Arc::new(Metrics::new());
     let limits = ReceiveLimits {
         max_message_bytes: 1024,
         receive_timeout,
@@ -370,7 +370,7 @@ fn registry(text: Option<&str>) -> Arc<Registry> {
         ChannelSettings::default(),
     );
     if let Some(text) = text {
-        registry.apply(0, text).expect("a valid registry");
+        registry.apply("file0", text).expect("a valid registry");
     }
     Arc::new(registry)
 }

@@ -11,24 +11,21 @@
 //! are `rollout_telemetry::metrics`'.
 
 use std::fmt;
-use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeLabelSet, EncodeMetric, LabelSetEncoder,
-};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use arc_swap::ArcSwap;
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry as MetricRegistry, Unit};
-use rollout_policies::BreakerState;
 use rollout_telemetry::metrics::{self as exposition, ProcessCollector};
 use tonic::Code;
 
 use crate::hooks::HookKind;
+
+use super::registry_state::{RegistryCollector, RegistryState};
 
 /// Bucket bounds of the duration histograms, in seconds: hook calls take from
 /// about a millisecond (a local plugin) to the 30 s contract limit.
@@ -206,6 +203,9 @@ pub struct Metrics {
     calls: Family<TargetCodeLabels, Counter>,
     call_duration: HistogramFamily<TargetLabels>,
     calls_refused: Family<ReasonLabels, Counter>,
+    /// The registry's state as its last change published it, read at
+    /// scrape time.
+    registry_state: Arc<ArcSwap<RegistryState>>,
 }
 
 /// A counter family registered in `r` as `name` (`_total` added).
@@ -243,11 +243,12 @@ where
 }
 
 impl Metrics {
-    /// The metric families, and collectors reading `registry` (weakly: the
-    /// metrics never keep a registry alive; `None`: no registry metrics) and
-    /// this process at scrape time.
-    pub(crate) fn new(registry: Option<Weak<dyn RegistryState>>) -> Metrics {
+    /// The metric families, and collectors reading the registry's state
+    /// ([`Metrics::publish`]; before anything is published: no plugin,
+    /// no reload, generation 0) and this process at scrape time.
+    pub(crate) fn new() -> Metrics {
         let mut r = MetricRegistry::default();
+        let registry_state = Arc::new(ArcSwap::from_pointee(RegistryState::default()));
         let families = Metrics {
             registry: MetricRegistry::default(),
             hook_requests: counter(
@@ -300,8 +301,9 @@ impl Metrics {
                 "rollout_gateway_calls_refused",
                 "Calls refused while their request was being received, before any service saw them, by reason",
             ),
+            registry_state: registry_state.clone(),
         };
-        r.register_collector(Box::new(RegistryCollector(registry)));
+        r.register_collector(Box::new(RegistryCollector(registry_state)));
         r.register_collector(Box::new(ProcessCollector));
         rollout_telemetry::metrics::register_build_info(
             &mut r,
@@ -313,6 +315,13 @@ impl Metrics {
             registry: r,
             ..families
         }
+    }
+
+    /// Replaces the registry's state the metrics export: the registry
+    /// publishes it at each change (a commit, a rejected change, an
+    /// unreadable source), and a scrape reads the latest.
+    pub(crate) fn publish(&self, state: RegistryState) {
+        self.registry_state.store(Arc::new(state));
     }
 
     /// The OpenMetrics text of every metric.
@@ -482,173 +491,6 @@ impl PluginMetrics {
             })
             .inc();
     }
-}
-
-/// What the metrics read of the plugin registry at scrape time. The registry
-/// implements it; the metrics hold it weakly and never import the registry.
-pub(crate) trait RegistryState: Send + Sync {
-    /// Each plugin of the current snapshot: its name, its hub (`None` for the
-    /// shared scope) and the state of its circuit.
-    fn circuits(&self) -> Vec<(String, Option<String>, BreakerState)>;
-
-    /// Each plugin of the current snapshot: its name, its hub, and whether
-    /// it is loaded (its own Initialize for that hub answered OK with a
-    /// valid declaration).
-    fn loaded(&self) -> Vec<(String, Option<String>, bool)>;
-
-    /// Counts of successful and failed reloads.
-    fn reload_counts(&self) -> (u64, u64);
-
-    /// The generation of the current snapshot (0 before the first load).
-    fn generation(&self) -> u64;
-
-    /// The result of the last reload.
-    fn last_reload(&self) -> LastReload;
-}
-
-/// The result of the last reload, as `/debug/plugins` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LastReload {
-    /// No rejected change is pending: the registry in use is what the
-    /// sources hold (`lastReloadError` is null). False from a rejected
-    /// change (or an unreadable source) until a later one loads.
-    pub(crate) successful: bool,
-    /// When a registry was last loaded (`None`: never).
-    pub(crate) success_at: Option<SystemTime>,
-}
-
-/// Every state a circuit may be in, each a series of
-/// `rollout_gateway_circuit_breaker_state`.
-const BREAKER_STATES: [BreakerState; 3] = [
-    BreakerState::Closed,
-    BreakerState::Open,
-    BreakerState::HalfOpen,
-];
-
-/// The registry's state at scrape time: circuit states, reloads, generation.
-struct RegistryCollector(Option<Weak<dyn RegistryState>>);
-
-impl fmt::Debug for RegistryCollector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("RegistryCollector")
-    }
-}
-
-impl Collector for RegistryCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        let Some(registry) = self.0.as_ref().and_then(Weak::upgrade) else {
-            return Ok(());
-        };
-        encode_circuits(&mut encoder, &registry.circuits())?;
-        encode_loaded(&mut encoder, &registry.loaded())?;
-        encode_reloads(&mut encoder, &*registry)
-    }
-}
-
-/// Labels `{plugin, hub}` of a plugin; a plugin name may repeat across hubs
-/// (central mode): the hub label keeps the series apart ("" for the shared
-/// scope).
-fn plugin_labels<'a>(plugin: &'a str, hub: Option<&'a str>) -> [(&'static str, &'a str); 2] {
-    [("plugin", plugin), ("hub", hub.unwrap_or(""))]
-}
-
-/// The circuits, twice: as the 0/1/2 gauge kept for the dashboards and
-/// alerts written against it, and as one series per state, 1 for the state
-/// the circuit is in.
-fn encode_circuits(
-    encoder: &mut DescriptorEncoder,
-    circuits: &[(String, Option<String>, BreakerState)],
-) -> fmt::Result {
-    let mut metric = encoder.encode_descriptor(
-        "rollout_gateway_circuit_state",
-        "State of each plugin's circuit breaker: 0 closed, 1 open, 2 half-open (rollout_gateway_circuit_breaker_state has one series per state)",
-        None,
-        MetricType::Gauge,
-    )?;
-    for (plugin, hub, state) in circuits {
-        let value: i64 = match state {
-            BreakerState::Closed => 0,
-            BreakerState::Open => 1,
-            BreakerState::HalfOpen => 2,
-        };
-        let labels = plugin_labels(plugin, hub.as_deref());
-        ConstGauge::new(value).encode(metric.encode_family(&labels)?)?;
-    }
-    let mut metric = encoder.encode_descriptor(
-        "rollout_gateway_circuit_breaker_state",
-        "Whether each plugin's circuit breaker is in the state of the state label (closed, open, half-open): 1 for the one it is in, 0 for the others",
-        None,
-        MetricType::Gauge,
-    )?;
-    for (plugin, hub, state) in circuits {
-        for each in BREAKER_STATES {
-            let [plugin, hub] = plugin_labels(plugin, hub.as_deref());
-            let labels = [plugin, hub, ("state", each.as_str())];
-            ConstGauge::new(i64::from(each == *state)).encode(metric.encode_family(&labels)?)?;
-        }
-    }
-    Ok(())
-}
-
-fn encode_loaded(
-    encoder: &mut DescriptorEncoder,
-    loaded: &[(String, Option<String>, bool)],
-) -> fmt::Result {
-    let mut metric = encoder.encode_descriptor(
-        "rollout_gateway_plugin_loaded",
-        "Whether each plugin is loaded (1): its Initialize answered OK with a valid declaration; 0 until then, and while its server refuses",
-        None,
-        MetricType::Gauge,
-    )?;
-    for (plugin, hub, loaded) in loaded {
-        let labels = plugin_labels(plugin, hub.as_deref());
-        ConstGauge::new(i64::from(*loaded)).encode(metric.encode_family(&labels)?)?;
-    }
-    Ok(())
-}
-
-/// Reload counts, the last reload's result, and the generation.
-fn encode_reloads(encoder: &mut DescriptorEncoder, registry: &dyn RegistryState) -> fmt::Result {
-    let (success, failure) = registry.reload_counts();
-    let mut metric = encoder.encode_descriptor(
-        "rollout_gateway_config_reloads",
-        "Registry loads, by result (the first load included)",
-        None,
-        MetricType::Counter,
-    )?;
-    ConstCounter::new(success).encode(metric.encode_family(&[("result", "success")])?)?;
-    ConstCounter::new(failure).encode(metric.encode_family(&[("result", "failure")])?)?;
-
-    let last = registry.last_reload();
-    let metric = encoder.encode_descriptor(
-        "rollout_gateway_config_last_reload_successful",
-        "1 while the registry in use is the sources' latest; 0 from a rejected change or an unreadable source until a later change loads",
-        None,
-        MetricType::Gauge,
-    )?;
-    ConstGauge::new(i64::from(last.successful)).encode(metric)?;
-    if let Some(at) = last.success_at {
-        let seconds = at
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64();
-        let metric = encoder.encode_descriptor(
-            "rollout_gateway_config_last_reload_success_timestamp",
-            "When a registry was last loaded, since the Unix epoch",
-            Some(&Unit::Seconds),
-            MetricType::Gauge,
-        )?;
-        ConstGauge::new(seconds).encode(metric)?;
-    }
-
-    let generation = registry.generation();
-    let metric = encoder.encode_descriptor(
-        "rollout_gateway_config_generation",
-        "Generation of the registry snapshot in use (0 before the first load)",
-        None,
-        MetricType::Gauge,
-    )?;
-    ConstGauge::new(i64::try_from(generation).unwrap_or(i64::MAX)).encode(metric)
 }
 
 #[cfg(test)]

@@ -1,15 +1,19 @@
 //! What an operator sees of the gateway: OpenTelemetry spans ([`trace`], with
-//! the per-attempt layer in [`attempt`]) and Prometheus metrics ([`metrics`]).
+//! the per-attempt layer in [`attempt`]) and Prometheus metrics ([`metrics`],
+//! with the registry's state they export in [`registry_state`]).
 //! The exporter set-up and the JSON logs with trace ids are shared with the
 //! controller, in `rollout_telemetry`.
 
 pub(crate) mod attempt;
 pub mod metrics;
+pub(crate) mod registry_state;
 pub(crate) mod trace;
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
-pub(crate) use metrics::{LastReload, Metrics, PluginMetrics, RegistryState};
+pub(crate) use metrics::{Metrics, PluginMetrics};
+pub use registry_state::ReloadCounts;
+pub(crate) use registry_state::{LastReload, PluginState, RegistryState};
 pub use rollout_telemetry::{TracingError, TracingOptions};
 pub(crate) use trace::Tracing;
 
@@ -21,20 +25,17 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// Telemetry whose registry-state metrics (circuits, reloads, generation)
-    /// read `registry` at scrape time.
-    pub(crate) fn new(tracing: Tracing, registry: Weak<dyn RegistryState>) -> Telemetry {
+    /// Telemetry exporting spans through `tracing`, with metrics of its own.
+    pub(crate) fn new(tracing: Tracing) -> Telemetry {
         Telemetry {
             tracing,
-            metrics: Arc::new(Metrics::new(Some(registry))),
+            metrics: Arc::new(Metrics::new()),
         }
     }
 
-    /// No export and no registry: for registries built outside [`crate::app`].
+    /// No export, and metrics nobody scrapes: for registries built outside
+    /// [`crate::app`].
     pub(crate) fn disabled() -> Telemetry {
-        Telemetry {
-            tracing: Tracing::disabled(),
-            metrics: Arc::new(Metrics::new(None)),
-        }
+        Telemetry::new(Tracing::disabled())
     }
 }

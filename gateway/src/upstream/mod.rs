@@ -103,6 +103,24 @@ impl std::fmt::Debug for Upstream {
     }
 }
 
+/// A circuit breaker's state at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Circuit {
+    pub(crate) state: BreakerState,
+    /// The failures in a row so far.
+    pub(crate) consecutive_failures: u32,
+}
+
+/// The settings an upstream keeps across reloads, for tests: its
+/// concurrency bound, and its breaker's and budget's policies.
+#[cfg(test)]
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct KeptSettings {
+    pub(crate) max_concurrent_calls: usize,
+    pub(crate) breaker: rollout_policies::BreakerPolicy,
+    pub(crate) budget: BudgetPolicy,
+}
+
 /// An upstream could not be set up (bad TLS material).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -179,15 +197,14 @@ impl Upstream {
         self.limit.clone()
     }
 
-    /// The settings of the state kept across reloads, for tests: the
-    /// concurrency bound, and the breaker's and budget's policies.
+    /// The settings of the state kept across reloads, for tests.
     #[cfg(test)]
-    pub(crate) fn kept_settings(&self) -> (usize, rollout_policies::BreakerPolicy, BudgetPolicy) {
-        (
-            self.limit.max(),
-            lock(&self.breaker).policy().clone(),
-            lock(&self.budget_policy).clone(),
-        )
+    pub(crate) fn kept_settings(&self) -> KeptSettings {
+        KeptSettings {
+            max_concurrent_calls: self.limit.max(),
+            breaker: lock(&self.breaker).policy().clone(),
+            budget: lock(&self.budget_policy).clone(),
+        }
     }
 
     /// The plugin's circuit breaker (shared with its stack).
@@ -238,10 +255,13 @@ impl Upstream {
             .map_err(|share| CallError::Overloaded { max: share })
     }
 
-    /// The circuit's state now, and the failures in a row so far.
-    pub(crate) fn circuit(&self) -> (BreakerState, u32) {
+    /// The plugin's own circuit now.
+    pub(crate) fn circuit(&self) -> Circuit {
         let breaker = lock(&self.breaker);
-        (breaker.state(now()), breaker.consecutive_failures())
+        Circuit {
+            state: breaker.state(now()),
+            consecutive_failures: breaker.consecutive_failures(),
+        }
     }
 
     pub(crate) fn key(&self) -> &UpstreamKey {

@@ -20,7 +20,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use rollout_gateway::configmap::{self, ConfigMapRef};
-use rollout_gateway::registry::{Registry, SourceInfo, Target};
+use rollout_gateway::registry::{Registry, ReloadCounts, SourceInfo, Target};
 use rollout_gateway::upstream::ChannelSettings;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -173,7 +173,7 @@ async fn configmap_changes_reload_the_registry() {
         let registry = new_registry();
         let loads = Arc::new(AtomicUsize::new(0));
         let counted = loads.clone();
-        let task = configmap::spawn(client, registry.clone(), 0, cm_ref(), move || {
+        let task = configmap::spawn(client, registry.clone(), cm_ref(), move || {
             counted.fetch_add(1, Ordering::SeqCst);
         });
 
@@ -263,7 +263,7 @@ async fn a_configmap_created_later_is_picked_up() {
         let (service, mut api) = mock::pair::<ApiRequest, Response<MockBody>>();
         let client = kube::Client::new(service, "default");
         let registry = new_registry();
-        let task = configmap::spawn(client, registry.clone(), 0, cm_ref(), || {});
+        let task = configmap::spawn(client, registry.clone(), cm_ref(), || {});
 
         let (_, reply) = next_request(&mut api, false).await;
         reply.send_response(json_response(StatusCode::OK, &list("7", vec![])));
@@ -307,7 +307,7 @@ async fn api_errors_are_recorded_and_the_watch_retries() {
         let (service, mut api) = mock::pair::<ApiRequest, Response<MockBody>>();
         let client = kube::Client::new(service, "default");
         let registry = new_registry();
-        let task = configmap::spawn(client, registry.clone(), 0, cm_ref(), || {});
+        let task = configmap::spawn(client, registry.clone(), cm_ref(), || {});
 
         // No RBAC for the list.
         let (_, reply) = next_request(&mut api, false).await;
@@ -322,12 +322,24 @@ async fn api_errors_are_recorded_and_the_watch_retries() {
             "{error}"
         );
         assert!(error.ends_with("(403 Forbidden)"), "{error}");
-        assert_eq!(registry.reload_counts(), (0, 1));
+        assert_eq!(
+            registry.reload_counts(),
+            ReloadCounts {
+                success: 0,
+                failure: 1
+            }
+        );
 
         // The same error again is not recorded again.
         reply.send_response(json_response(StatusCode::FORBIDDEN, &forbidden()));
         let (_, reply) = next_request(&mut api, false).await;
-        assert_eq!(registry.reload_counts(), (0, 1));
+        assert_eq!(
+            registry.reload_counts(),
+            ReloadCounts {
+                success: 0,
+                failure: 1
+            }
+        );
 
         // The API server unreachable: a new error, recorded.
         reply.send_error(std::io::Error::new(
@@ -342,7 +354,13 @@ async fn api_errors_are_recorded_and_the_watch_retries() {
                  ServiceError: connection refused"
             )
         );
-        assert_eq!(registry.reload_counts(), (0, 2));
+        assert_eq!(
+            registry.reload_counts(),
+            ReloadCounts {
+                success: 0,
+                failure: 2
+            }
+        );
 
         // The API answers again: the registry loads and the error clears.
         reply.send_response(json_response(
@@ -366,7 +384,7 @@ async fn an_expired_watch_lists_again_without_reloading() {
         let client = kube::Client::new(service, "default");
         let registry = new_registry();
         let text = registry_text("alpha");
-        let task = configmap::spawn(client, registry.clone(), 0, cm_ref(), || {});
+        let task = configmap::spawn(client, registry.clone(), cm_ref(), || {});
 
         let (_, reply) = next_request(&mut api, false).await;
         reply.send_response(json_response(
@@ -400,7 +418,13 @@ async fn an_expired_watch_lists_again_without_reloading() {
         let (_, _watch) = next_request(&mut api, true).await;
         assert_eq!(generation(&registry), 1, "same text: no new snapshot");
         assert!(registry.last_error().is_none());
-        assert_eq!(registry.reload_counts(), (1, 0));
+        assert_eq!(
+            registry.reload_counts(),
+            ReloadCounts {
+                success: 1,
+                failure: 0
+            }
+        );
 
         task.abort();
     })
