@@ -320,7 +320,7 @@ pub(crate) fn debug_page(registry: &Registry, page: Page) -> Value {
                 "consecutiveFailures": circuit.consecutive_failures,
                 // Central mode: other hubs' circuits, each its own.
                 "circuitByHub": p.upstream.circuits_by_hub().into_iter()
-                    .map(|(hub, state)| (hub, Value::from(state.as_str())))
+                    .map(|(hub, state)| (hub.to_string(), Value::from(state.as_str())))
                     .collect::<serde_json::Map<String, Value>>(),
                 "transport": match p.upstream.key().ca_bundle {
                     None => "plaintext",
@@ -336,14 +336,14 @@ pub(crate) fn debug_page(registry: &Registry, page: Page) -> Value {
                     .map(|(hook, policy)| (rollout_proto::v1alpha1::Hook::name(*hook).to_string(), Value::from(policy.as_str())))
                     .collect::<serde_json::Map<String, Value>>(),
                 "hubs": p.hubs,
-                "hooks": p.upstream.known_hooks(p.hub.as_deref()),
+                "hooks": p.upstream.known_hooks(p.hub.as_ref()),
                 // What its requests carry: "counts" once it declared so.
-                "stateDetail": match p.upstream.state_detail(p.hub.as_deref()) {
+                "stateDetail": match p.upstream.state_detail(p.hub.as_ref()) {
                     RolloutStateDetail::Counts => "counts",
                     _ => "full",
                 },
-                "loaded": matches!(p.upstream.load_state(p.hub.as_deref()), Load::Loaded { .. }),
-                "initializeError": initialize_error(&p.upstream.load_state(p.hub.as_deref())),
+                "loaded": matches!(p.upstream.load_state(p.hub.as_ref()), Load::Loaded { .. }),
+                "initializeError": initialize_error(&p.upstream.load_state(p.hub.as_ref())),
                 "byHub": p.upstream.load_states().into_iter().map(|(hub, load)| {
                     (hub, json!({
                         "loaded": matches!(load, Load::Loaded { .. }),

@@ -16,6 +16,7 @@ use crate::configmap::{self, ConfigMapRef};
 use crate::error::{CallError, DeadlineOwner};
 use crate::files::{self, FileLimits};
 use crate::hooks::HookRequest;
+use crate::hub;
 use crate::registry::{FreshUpstream, Registry, SourceInfo};
 use crate::service::{self, Health, ReceiveLimits};
 use crate::telemetry::{Telemetry, Tracing, TracingError, TracingOptions};
@@ -436,7 +437,7 @@ fn initialize_fresh(registry: &Registry) {
                 };
                 let request = HookRequest::Initialize(InitializeRequest {
                     controller_version: crate::fanout::GATEWAY_VERSION.to_string(),
-                    hub_name: hub.clone().unwrap_or_default(),
+                    hub_name: hub::label(hub.as_ref()).to_owned(),
                 });
                 let deadline = Instant::now() + Duration::from_secs(5);
                 // Calls that need the plugin meanwhile wait for this
@@ -448,7 +449,7 @@ fn initialize_fresh(registry: &Registry) {
                         deadline,
                         DeadlineOwner::Caller,
                         &no_headers,
-                        hub.as_deref(),
+                        hub.as_ref(),
                     )
                 };
                 let result = match first.take() {
@@ -460,7 +461,7 @@ fn initialize_fresh(registry: &Registry) {
                     None => {
                         upstream
                             .ensure_loaded(
-                                hub.as_deref(),
+                                hub.as_ref(),
                                 deadline,
                                 DeadlineOwner::Caller,
                                 initialize,
@@ -470,7 +471,7 @@ fn initialize_fresh(registry: &Registry) {
                 };
                 match result {
                     Ok(_) => {
-                        tracing::debug!(endpoint = %upstream.key().endpoint, hooks = ?upstream.known_hooks(hub.as_deref()), "plugin initialized");
+                        tracing::debug!(endpoint = %upstream.key().endpoint, hooks = ?upstream.known_hooks(hub.as_ref()), "plugin initialized");
                         return;
                     }
                     Err(error) => {

@@ -19,6 +19,7 @@ use rollout_policies::merge::{Failure, MergeError};
 use tonic::{Code, Status};
 
 use crate::config::Endpoint;
+use crate::hub::Hub;
 pub use crate::transport::client::DialError;
 pub use crate::transport::grpc::OverLimit;
 use crate::transport::grpc::{FrameError, ReceiveError};
@@ -28,18 +29,18 @@ use crate::transport::pending::PendingExceeded;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
     #[error("plugin \"{name}\" is not registered{}", for_hub(hub))]
-    NotFound { name: String, hub: Option<String> },
+    NotFound { name: String, hub: Option<Hub> },
     /// The caller's hub may not call `plugin` (the target or a member of it).
     #[error("{}", denied_message(name, plugin, hub))]
     PermissionDenied {
         name: String,
         plugin: String,
-        hub: Option<String>,
+        hub: Option<Hub>,
     },
 }
 
 /// ` for hub "HUB"`, when the caller's hub is known.
-fn for_hub(hub: &Option<String>) -> String {
+fn for_hub(hub: &Option<Hub>) -> String {
     match hub {
         Some(h) => format!(" for hub \"{h}\""),
         None => String::new(),
@@ -48,7 +49,7 @@ fn for_hub(hub: &Option<String>) -> String {
 
 /// [`ResolveError::PermissionDenied`]'s message: the plugin named, or the
 /// pipeline and its member.
-fn denied_message(name: &str, plugin: &str, hub: &Option<String>) -> String {
+fn denied_message(name: &str, plugin: &str, hub: &Option<Hub>) -> String {
     if name == plugin {
         format!("plugin \"{name}\" may not be called{}", for_hub(hub))
     } else {

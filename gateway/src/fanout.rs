@@ -34,6 +34,7 @@ use rollout_proto::declaration::Decision;
 
 use crate::error::{CallError, DeadlineOwner, GatewayError};
 use crate::hooks::{Forwarded, HookKind, HookRequest, HookResponse, MutateStep, PluginCall};
+use crate::hub::{self, Hub};
 use crate::manifest;
 use crate::registry::{Plugin, Target};
 use crate::transport::pending::{CallBytes, PendingExceeded};
@@ -51,7 +52,7 @@ pub(crate) struct CallContext<'a> {
     /// The caller's hub (central mode: the one its certificate names): the
     /// plugins' declarations are learned and read per hub, and the
     /// `hub_name` a plugin's Initialize carries is this one.
-    pub(crate) hub: Option<Arc<str>>,
+    pub(crate) hub: Option<Hub>,
     /// The bytes the call holds, which each member's answer joins while it
     /// lives; with no room for one, the call fails `RESOURCE_EXHAUSTED`
     /// whatever the member's failure policy (the caller's calls hold too
@@ -96,7 +97,7 @@ impl CallContext<'_> {
     /// loaded for this hub is sent its Initialize first.
     async fn send(&self, plugin: &Plugin, request: HookRequest) -> Sent {
         let kind = request.kind();
-        let hub = self.hub.as_deref();
+        let hub = self.hub.as_ref();
         let started = Instant::now();
         let own = started + plugin.policy.timeout;
         let (deadline, owner) = match self.deadline {
@@ -172,7 +173,7 @@ impl CallContext<'_> {
     fn own_initialize(&self) -> InitializeRequest {
         InitializeRequest {
             controller_version: GATEWAY_VERSION.to_string(),
-            hub_name: self.hub.as_deref().unwrap_or_default().to_string(),
+            hub_name: hub::label(self.hub.as_ref()).to_owned(),
         }
     }
 

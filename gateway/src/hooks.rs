@@ -17,6 +17,7 @@ use rollout_policies::layer::PolicyRequest;
 use tokio::time::Instant;
 
 use crate::error::DeadlineOwner;
+use crate::hub::Hub;
 use crate::transport::grpc::{self, FrameError};
 use crate::transport::pending::CallBytes;
 
@@ -41,7 +42,7 @@ pub(crate) struct PluginCall {
     pub(crate) attempt: u32,
     /// The calling hub (central mode: the one its certificate names), whose
     /// declaration the plugin's Initialize answer is recorded under.
-    pub(crate) hub: Option<Arc<str>>,
+    pub(crate) hub: Option<Hub>,
     /// The bytes the caller's call holds, which the plugin's answer joins
     /// while it lives (none: a call of the gateway's own).
     pub(crate) held: Option<CallBytes>,
@@ -57,7 +58,7 @@ impl PolicyRequest for PluginCall {
     }
 
     fn scope(&self) -> Option<&str> {
-        self.hub.as_deref()
+        self.hub.as_ref().map(Hub::as_str)
     }
 }
 

@@ -66,6 +66,7 @@ pub mod error;
 mod fanout;
 pub mod files;
 pub mod hooks;
+pub mod hub;
 pub mod manifest;
 mod plugin_stack;
 pub mod preflight;

@@ -67,7 +67,7 @@ impl tower::Service<PluginCall> for UpstreamService {
                     call.deadline,
                     call.owner,
                     &call.forward,
-                    call.hub.as_deref(),
+                    call.hub.as_ref(),
                     call.held.as_ref(),
                 )
                 .await

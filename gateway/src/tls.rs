@@ -18,6 +18,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
 use crate::files::{self, FileLimits, Stamp};
+use crate::hub::Hub;
 use crate::transport::server::Handshake;
 
 /// The files the listener's TLS comes from.
@@ -181,7 +182,7 @@ impl Handshake for ServerTls {
 
     /// The calling hub. A verified certificate that names no hub can call
     /// only shared plugins without `hubs:`.
-    fn identify(&self, certificates: Option<&[CertificateDer<'static>]>) -> Option<String> {
+    fn identify(&self, certificates: Option<&[CertificateDer<'static>]>) -> Option<Hub> {
         if !self.requires_client_certificate() {
             return None;
         }
@@ -191,22 +192,14 @@ impl Handshake for ServerTls {
 
 /// The hub a client certificate names: its first DNS subject-alternative
 /// name, else its subject's common name; normalised as a DNS name is
-/// compared ([`normalise_hub`]).
-pub fn hub_of(cert: &CertificateDer<'_>) -> Option<String> {
+/// compared ([`Hub::normalised`]).
+pub fn hub_of(cert: &CertificateDer<'_>) -> Option<Hub> {
     let parsed = webpki::EndEntityCert::try_from(cert).ok()?;
     let name = match parsed.valid_dns_names().next() {
         Some(name) => name.to_string(),
         None => common_name(parsed.subject())?,
     };
-    normalise_hub(&name)
-}
-
-/// A hub name as DNS compares it: case-insensitive, a trailing dot the
-/// same name (`HUB-A` and `hub-a.` are `hub-a`, the spelling a registry
-/// file's `hub:` must have). `None` when nothing is left.
-fn normalise_hub(name: &str) -> Option<String> {
-    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
-    (!name.is_empty()).then_some(name)
+    Hub::normalised(&name)
 }
 
 /// The common name (OID 2.5.4.3) in a DER-encoded X.501 name, if any.
@@ -249,18 +242,32 @@ mod tests {
     #[test]
     fn the_hub_is_the_first_dns_san_else_the_cn() {
         assert_eq!(
-            hub_of(&cert(&["hub-a", "other"], Some("ignored"))).as_deref(),
+            hub_of(&cert(&["hub-a", "other"], Some("ignored")))
+                .as_ref()
+                .map(Hub::as_str),
             Some("hub-a")
         );
-        assert_eq!(hub_of(&cert(&[], Some("hub-b"))).as_deref(), Some("hub-b"));
+        assert_eq!(
+            hub_of(&cert(&[], Some("hub-b"))).as_ref().map(Hub::as_str),
+            Some("hub-b")
+        );
         assert_eq!(hub_of(&cert(&[], None)), None);
     }
 
     #[test]
     fn a_hub_name_is_compared_as_dns_compares_it() {
-        assert_eq!(hub_of(&cert(&["HUB-A"], None)).as_deref(), Some("hub-a"));
-        assert_eq!(hub_of(&cert(&["hub-a."], None)).as_deref(), Some("hub-a"));
-        assert_eq!(hub_of(&cert(&[], Some("Hub-B."))).as_deref(), Some("hub-b"));
+        assert_eq!(
+            hub_of(&cert(&["HUB-A"], None)).as_ref().map(Hub::as_str),
+            Some("hub-a")
+        );
+        assert_eq!(
+            hub_of(&cert(&["hub-a."], None)).as_ref().map(Hub::as_str),
+            Some("hub-a")
+        );
+        assert_eq!(
+            hub_of(&cert(&[], Some("Hub-B."))).as_ref().map(Hub::as_str),
+            Some("hub-b")
+        );
         assert_eq!(hub_of(&cert(&[], Some("."))), None);
     }
 }

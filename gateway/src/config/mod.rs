@@ -19,6 +19,8 @@ use std::fmt;
 
 use rollout_policies::Policy;
 
+use crate::hub::Hub;
+
 /// One problem found in a registry file: where, and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -84,7 +86,7 @@ use validate::Problems;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Every name in this file belongs to this hub (central mode); `None` = shared.
-    pub hub: Option<String>,
+    pub hub: Option<Hub>,
     pub(crate) client_certificate: Option<ClientCertificate>,
     pub plugins: Vec<PluginConfig>,
     pub pipelines: Vec<PipelineConfig>,
@@ -153,7 +155,7 @@ pub struct PluginConfig {
     pub transport: Transport,
     pub policy: Policy,
     /// Hubs allowed to call it (central mode); `None` = every hub.
-    pub hubs: Option<Vec<String>>,
+    pub hubs: Option<Vec<Hub>>,
 }
 
 /// An ordered list of plugins behind one name.
@@ -207,7 +209,7 @@ pub(crate) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     p.unknown::<RawConfig>("", &raw.unknown);
     let hub = raw.hub.and_then(|h| {
         p.check_name("hub", &h);
-        (!h.is_empty()).then_some(h)
+        (!h.is_empty()).then(|| Hub::new(&h))
     });
     let client_certificate = raw.client_certificate.and_then(|c| p.client_certificate(c));
     let defaults_raw = raw.defaults.unwrap_or_default();

@@ -67,7 +67,7 @@ pipelines:
     plugins: [traffic-weights, smoke-test]
 "#;
     let cfg = parse(text).expect("valid");
-    assert_eq!(cfg.hub.as_deref(), Some("hub-a"));
+    assert_eq!(cfg.hub, Some(Hub::new("hub-a")));
     let smoke = &cfg.plugins[0];
     assert_eq!(smoke.policy.timeout, Duration::from_secs(5));
     assert_eq!(smoke.policy.failure_policy, FailurePolicy::Ignore);
@@ -80,7 +80,7 @@ pipelines:
     );
     assert_eq!(
         smoke.hubs.as_deref(),
-        Some(&["hub-a".to_string(), "hub-b".to_string()][..])
+        Some(&[Hub::new("hub-a"), Hub::new("hub-b")][..])
     );
     assert_eq!(
         cfg.pipelines[0].plugins,

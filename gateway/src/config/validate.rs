@@ -11,6 +11,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 use tonic::Code;
 
+use crate::hub::Hub;
+
 use super::parse::{
     check_dns_subdomain, decode_ca_bundle, field, known_fields, nearest_field, parse_code,
     parse_duration, parse_endpoint,
@@ -534,7 +536,7 @@ impl Problems {
         };
         let transport = self.transport(at, raw.ca_certificate, raw.insecure.unwrap_or(false));
         let policy = self.policy(at, &raw.policy, defaults);
-        let hubs = raw.hubs.inspect(|hubs| {
+        let hubs = raw.hubs.map(|hubs| {
             if hubs.is_empty() {
                 self.push(
                     format!("{at}.hubs"),
@@ -544,6 +546,7 @@ impl Problems {
             for (i, h) in hubs.iter().enumerate() {
                 self.check_name(&format!("{at}.hubs[{i}]"), h);
             }
+            hubs.iter().map(|h| Hub::new(h)).collect()
         });
         Some(PluginConfig {
             name,

@@ -13,6 +13,7 @@ use rollout_policies::Policy;
 
 use crate::config::{self, CaSource, ClientCertificate, ConfigError, Problem, Transport};
 use crate::files::{self, FileError};
+use crate::hub::Hub;
 use crate::plugin_stack;
 use crate::telemetry::Telemetry;
 use crate::upstream::{CaBundle, Channel, ChannelSettings, ClientIdentity, Upstream, UpstreamKey};
@@ -36,7 +37,7 @@ pub(super) struct BuildSettings {
 /// defining its plugin, `None`: shared) is pending.
 #[derive(Debug, Clone)]
 pub(crate) struct FreshUpstream {
-    pub(crate) hub: Option<String>,
+    pub(crate) hub: Option<Hub>,
     pub(crate) upstream: Arc<Upstream>,
 }
 
@@ -46,7 +47,7 @@ pub(super) struct KeptUpstream {
     pub(super) policy: Policy,
     /// The registered hubs that may call it, which share its concurrency
     /// bound.
-    pub(super) callers: Vec<String>,
+    pub(super) callers: Vec<Hub>,
 }
 
 /// A registry built and not yet live: committing it stores the snapshot and
@@ -88,12 +89,11 @@ pub(super) fn build(
         b.source(source);
     }
     for pipeline in pipelines {
-        let members = b.members(&pipeline.hub, &pipeline.config.plugins);
+        let members = b.members(pipeline.hub.as_ref(), &pipeline.config.plugins);
         let name = pipeline.config.name.clone();
         b.snapshot
             .scopes
-            .entry(pipeline.hub.clone())
-            .or_default()
+            .get_mut(pipeline.hub.as_ref())
             .insert(name.clone(), Target::Pipeline { name, members });
         b.snapshot.pipelines.push(ScopedPipeline {
             hub: pipeline.hub,
@@ -232,7 +232,7 @@ impl Builder<'_, '_> {
     fn upstream(
         &mut self,
         plugin: &PluginPlan<'_>,
-        hub: Option<&String>,
+        hub: Option<&Hub>,
         key: UpstreamKey,
         certificate_files: &[PathBuf],
     ) -> Option<Arc<Upstream>> {
@@ -249,7 +249,7 @@ impl Builder<'_, '_> {
         }
         let channel = self.channels.entry(key.clone()).or_default().clone();
         let settings = &self.settings.channel;
-        match Upstream::sharing(key, settings, policy, channel, hub.map(String::as_str)) {
+        match Upstream::sharing(key, settings, policy, channel, hub) {
             Ok(u) => {
                 u.set_callers(&plugin.hubs);
                 let u = Arc::new(u);
@@ -282,13 +282,13 @@ impl Builder<'_, '_> {
     fn add(
         &mut self,
         plugin: &PluginPlan<'_>,
-        hub: Option<&String>,
+        hub: Option<&Hub>,
         upstream: Arc<Upstream>,
         certificate_files: Vec<PathBuf>,
     ) {
         let pc = plugin.config;
         let telemetry = &self.settings.telemetry;
-        let metrics = telemetry.metrics.plugin(&pc.name, hub.map(String::as_str));
+        let metrics = telemetry.metrics.plugin(&pc.name, hub);
         let plugin = Arc::new(Plugin {
             name: pc.name.clone(),
             hub: hub.cloned(),
@@ -302,8 +302,7 @@ impl Builder<'_, '_> {
         });
         self.snapshot
             .scopes
-            .entry(hub.cloned())
-            .or_default()
+            .get_mut(hub)
             .insert(pc.name.clone(), Target::Plugin(plugin.clone()));
         self.snapshot.plugins.push(plugin);
     }
@@ -311,16 +310,13 @@ impl Builder<'_, '_> {
     /// A pipeline's members as built, in order: each of its hub's scope,
     /// else shared. A member left unbuilt is left out (its own problem is
     /// reported, or its files were skipped).
-    fn members(&self, hub: &Option<String>, names: &[String]) -> Vec<Arc<Plugin>> {
-        let scopes = &self.snapshot.scopes;
+    fn members(&self, hub: Option<&Hub>, names: &[String]) -> Vec<Arc<Plugin>> {
+        let snapshot = &self.snapshot;
         names
             .iter()
             .filter_map(|member| {
-                let own = scopes.get(hub).and_then(|s| s.get(member));
-                let found = own.or_else(|| {
-                    hub.as_ref()
-                        .and_then(|_| scopes.get(&None).and_then(|s| s.get(member)))
-                });
+                let own = snapshot.in_scope(hub, member);
+                let found = own.or_else(|| hub.and_then(|_| snapshot.in_scope(None, member)));
                 match found {
                     Some(Target::Plugin(p)) => Some(p.clone()),
                     _ => None,

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::config::{Config, PipelineConfig, PluginConfig, Problem};
+use crate::hub::Hub;
 use crate::upstream::Upstream;
 
 use super::snapshot::{Plugin, Snapshot, Target};
@@ -17,14 +18,14 @@ use super::sources::SourceConfig;
 /// A name in one hub's scope (`hub`: `None` for the shared scope).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct ScopedName {
-    pub(super) hub: Option<String>,
+    pub(super) hub: Option<Hub>,
     pub(super) name: String,
 }
 
 impl ScopedName {
-    fn new(hub: &Option<String>, name: &str) -> ScopedName {
+    fn new(hub: Option<&Hub>, name: &str) -> ScopedName {
         ScopedName {
-            hub: hub.clone(),
+            hub: hub.cloned(),
             name: name.to_string(),
         }
     }
@@ -58,7 +59,7 @@ pub(super) struct PluginPlan<'a> {
     pub(super) at: String,
     /// The registered hubs that may call it, which share its concurrency
     /// bound.
-    pub(super) hubs: Vec<String>,
+    pub(super) hubs: Vec<Hub>,
     pub(super) change: Change,
 }
 
@@ -73,7 +74,7 @@ pub(super) enum Change {
 
 /// One pipeline of the new registry.
 pub(super) struct PipelinePlan<'a> {
-    pub(super) hub: Option<String>,
+    pub(super) hub: Option<Hub>,
     pub(super) config: &'a PipelineConfig,
 }
 
@@ -89,7 +90,7 @@ pub(super) fn plan<'a>(sources: &[SourceConfig<'a>], live: Option<&Snapshot>) ->
     let removed = live
         .iter()
         .flat_map(|snap| snap.plugins.iter())
-        .filter(|p| !defined.contains_key(&ScopedName::new(&p.hub, &p.name)))
+        .filter(|p| !defined.contains_key(&ScopedName::new(p.hub.as_ref(), &p.name)))
         .cloned()
         .collect();
     let pipelines = plan_pipelines(&sources, &mut defined, &mut problems);
@@ -110,7 +111,7 @@ fn plan_plugins<'a>(
     problems: &mut Vec<Problem>,
 ) -> Vec<SourcePlan<'a>> {
     // The hubs of central mode, each named by its registry file.
-    let all_hubs: Vec<String> = sources
+    let all_hubs: Vec<Hub> = sources
         .iter()
         .filter_map(|s| s.config?.hub.clone())
         .collect::<std::collections::BTreeSet<_>>()
@@ -122,7 +123,7 @@ fn plan_plugins<'a>(
         let mut plugins = Vec::new();
         for (pi, pc) in config.plugins.iter().enumerate() {
             let at = format!("{label}: plugins[{pi}] ({})", pc.name);
-            let name = ScopedName::new(&config.hub, &pc.name);
+            let name = ScopedName::new(config.hub.as_ref(), &pc.name);
             if let Some(problem) = clash(defined, &name, &at) {
                 problems.push(problem);
                 continue;
@@ -133,7 +134,7 @@ fn plan_plugins<'a>(
                 (None, Some(hub)) => vec![hub.clone()],
                 (None, None) => all_hubs.clone(),
             };
-            let change = match live_plugin(live, &config.hub, &pc.name) {
+            let change = match live_plugin(live, config.hub.as_ref(), &pc.name) {
                 Some(p) => Change::Update(p.upstream.clone()),
                 None => Change::Add,
             };
@@ -156,7 +157,7 @@ fn plan_plugins<'a>(
 /// The plugin the live snapshot has under `name` in `hub`'s scope.
 fn live_plugin<'s>(
     live: Option<&'s Snapshot>,
-    hub: &Option<String>,
+    hub: Option<&Hub>,
     name: &str,
 ) -> Option<&'s Arc<Plugin>> {
     match live?.in_scope(hub, name)? {
@@ -175,13 +176,13 @@ fn plan_pipelines<'a>(
 ) -> Vec<PipelinePlan<'a>> {
     let mut named = Vec::new();
     for source in sources {
-        let hub = &source.config.hub;
+        let hub = source.config.hub.as_ref();
         for (pi, pl) in source.config.pipelines.iter().enumerate() {
             let at = format!("{}: pipelines[{pi}] ({})", source.label, pl.name);
             for (mi, member) in pl.plugins.iter().enumerate() {
                 let declared =
-                    |scope: &Option<String>| defined.contains_key(&ScopedName::new(scope, member));
-                if declared(hub) || (hub.is_some() && declared(&None)) {
+                    |scope: Option<&Hub>| defined.contains_key(&ScopedName::new(scope, member));
+                if declared(hub) || (hub.is_some() && declared(None)) {
                     continue;
                 }
                 problems.push(Problem {
@@ -196,7 +197,7 @@ fn plan_pipelines<'a>(
             }
             named.push(NamedPipeline {
                 label: source.label,
-                hub: hub.clone(),
+                hub: hub.cloned(),
                 config: pl,
                 at,
             });
@@ -212,7 +213,7 @@ fn plan_pipelines<'a>(
         at,
     } in named
     {
-        let key = ScopedName::new(&hub, &config.name);
+        let key = ScopedName::new(hub.as_ref(), &config.name);
         if let Some(problem) = clash(defined, &key, &at) {
             problems.push(problem);
             continue;
@@ -226,7 +227,7 @@ fn plan_pipelines<'a>(
 /// A pipeline whose members were checked, waiting for its name to be.
 struct NamedPipeline<'a> {
     label: &'a str,
-    hub: Option<String>,
+    hub: Option<Hub>,
     config: &'a PipelineConfig,
     /// Where its entry is, for problems.
     at: String,
@@ -293,7 +294,7 @@ mod tests {
         }
     }
 
-    fn scoped(hub: &Option<String>, name: &str) -> String {
+    fn scoped(hub: Option<&Hub>, name: &str) -> String {
         match hub {
             Some(hub) => format!("{hub}/{name}"),
             None => name.to_string(),
@@ -340,13 +341,13 @@ mod tests {
         let mut out = Planned::default();
         for source in &plan.sources {
             for p in &source.plugins {
-                let name = scoped(&source.config.hub, &p.config.name);
+                let name = scoped(source.config.hub.as_ref(), &p.config.name);
                 match &p.change {
                     Change::Add => out.added.push(name),
                     Change::Update(upstream) => {
                         let same = live.is_some_and(|snap| {
                             snap.plugins.iter().any(|l| {
-                                scoped(&l.hub, &l.name) == name
+                                scoped(l.hub.as_ref(), &l.name) == name
                                     && Arc::ptr_eq(&l.upstream, upstream)
                             })
                         });
@@ -359,12 +360,12 @@ mod tests {
         out.removed = plan
             .removed
             .iter()
-            .map(|p| scoped(&p.hub, &p.name))
+            .map(|p| scoped(p.hub.as_ref(), &p.name))
             .collect();
         out.pipelines = plan
             .pipelines
             .iter()
-            .map(|p| scoped(&p.hub, &p.config.name))
+            .map(|p| scoped(p.hub.as_ref(), &p.config.name))
             .collect();
         out.problems = plan.problems.iter().map(|p| p.path.clone()).collect();
         out

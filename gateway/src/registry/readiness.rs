@@ -65,7 +65,7 @@ pub(super) fn refused_plugins(snapshot: &Snapshot) -> Vec<String> {
     snapshot
         .plugins
         .iter()
-        .filter_map(|p| match p.upstream.load_state(p.hub.as_deref()) {
+        .filter_map(|p| match p.upstream.load_state(p.hub.as_ref()) {
             Load::NotLoaded {
                 why: Some(why),
                 refused: true,

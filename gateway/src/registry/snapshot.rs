@@ -11,6 +11,7 @@ use rollout_policies::Policy;
 
 use crate::config::{Endpoint, PipelineConfig};
 use crate::error::ResolveError;
+use crate::hub::Hub;
 use crate::plugin_stack::PluginStack;
 use crate::telemetry::PluginMetrics;
 use crate::upstream::Upstream;
@@ -19,10 +20,10 @@ use crate::upstream::Upstream;
 pub struct Plugin {
     pub(crate) name: String,
     /// The hub whose file defines it; `None` = shared.
-    pub(crate) hub: Option<String>,
+    pub(crate) hub: Option<Hub>,
     pub(crate) endpoint: Endpoint,
     pub(crate) policy: Policy,
-    pub(crate) hubs: Option<Vec<String>>,
+    pub(crate) hubs: Option<Vec<Hub>>,
     pub upstream: Arc<Upstream>,
     /// The resilience stack every call to the plugin goes through.
     pub(crate) stack: PluginStack,
@@ -47,7 +48,7 @@ impl std::fmt::Debug for Plugin {
 impl Plugin {
     /// Whether `caller` (the calling hub, `None` when the caller has no hub
     /// identity) may call this plugin.
-    pub(crate) fn allows(&self, caller: Option<&str>) -> bool {
+    pub(crate) fn allows(&self, caller: Option<&Hub>) -> bool {
         match (&self.hubs, caller) {
             (None, _) => true,
             (Some(hubs), Some(c)) => hubs.iter().any(|h| h == c),
@@ -92,16 +93,41 @@ impl Target {
 /// (`None`: shared), for listing.
 #[derive(Debug, Clone)]
 pub(crate) struct ScopedPipeline {
-    pub(crate) hub: Option<String>,
+    pub(crate) hub: Option<Hub>,
     pub(crate) config: PipelineConfig,
+}
+
+/// The names of a snapshot by scope: the shared scope and each hub's.
+#[derive(Debug, Default)]
+pub(super) struct Scopes {
+    shared: HashMap<String, Target>,
+    hubs: HashMap<Hub, HashMap<String, Target>>,
+}
+
+impl Scopes {
+    /// The names of `hub`'s scope (`None`: the shared one), if it has any.
+    pub(super) fn get(&self, hub: Option<&Hub>) -> Option<&HashMap<String, Target>> {
+        match hub {
+            None => Some(&self.shared),
+            Some(hub) => self.hubs.get(hub),
+        }
+    }
+
+    /// The names of `hub`'s scope, to add to.
+    pub(super) fn get_mut(&mut self, hub: Option<&Hub>) -> &mut HashMap<String, Target> {
+        match hub {
+            None => &mut self.shared,
+            Some(hub) => self.hubs.entry(hub.clone()).or_default(),
+        }
+    }
 }
 
 /// One immutable view of the registry.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     pub generation: u64,
-    /// Scope (hub, or `None` for shared) → name → target.
-    pub(super) scopes: HashMap<Option<String>, HashMap<String, Target>>,
+    /// Scope (hub, or shared) → name → target.
+    pub(super) scopes: Scopes,
     /// Every plugin, in file order, for listing.
     pub(crate) plugins: Vec<Arc<Plugin>>,
     /// Every pipeline with its scope, for listing.
@@ -120,26 +146,26 @@ impl Snapshot {
 
     /// The target `name` stands for in the scope of `hub` (`None`: the
     /// shared scope) alone.
-    pub(super) fn in_scope(&self, hub: &Option<String>, name: &str) -> Option<&Target> {
+    pub(super) fn in_scope(&self, hub: Option<&Hub>, name: &str) -> Option<&Target> {
         self.scopes.get(hub)?.get(name)
     }
 
     /// Resolves `name` for a caller: in the caller's hub scope first, then the
     /// shared one; then checks that the caller's hub may call every plugin
     /// behind the name.
-    pub fn resolve(&self, caller: Option<&str>, name: &str) -> Result<&Target, ResolveError> {
-        let own = caller.and_then(|hub| self.in_scope(&Some(hub.to_string()), name));
+    pub fn resolve(&self, caller: Option<&Hub>, name: &str) -> Result<&Target, ResolveError> {
+        let own = caller.and_then(|hub| self.in_scope(Some(hub), name));
         let target =
-            own.or_else(|| self.in_scope(&None, name))
+            own.or_else(|| self.in_scope(None, name))
                 .ok_or_else(|| ResolveError::NotFound {
                     name: name.to_string(),
-                    hub: caller.map(str::to_string),
+                    hub: caller.cloned(),
                 })?;
         if let Some(denied) = target.members().iter().find(|p| !p.allows(caller)) {
             return Err(ResolveError::PermissionDenied {
                 name: name.to_string(),
                 plugin: denied.name.clone(),
-                hub: caller.map(str::to_string),
+                hub: caller.cloned(),
             });
         }
         Ok(target)

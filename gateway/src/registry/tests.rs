@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::snapshot::affected_plugins;
 use super::*;
 use crate::error::ResolveError;
+use crate::hub::Hub;
 
 fn registry(n: usize) -> Registry {
     Registry::new(
@@ -32,26 +33,27 @@ async fn hub_scopes_resolve_own_first_then_shared() {
     let snap = r.load().expect("loaded");
     assert_eq!(snap.generation, 2);
     assert!(matches!(
-        snap.resolve(Some("hub-a"), "mine"),
+        snap.resolve(Some(&Hub::new("hub-a")), "mine"),
         Ok(Target::Plugin(_))
     ));
     assert_eq!(
-        snap.resolve(Some("hub-a"), "p").map(|t| t.members().len()),
+        snap.resolve(Some(&Hub::new("hub-a")), "p")
+            .map(|t| t.members().len()),
         Ok(2)
     );
-    assert!(snap.resolve(Some("hub-a"), "a").is_ok());
+    assert!(snap.resolve(Some(&Hub::new("hub-a")), "a").is_ok());
     assert_eq!(
-        snap.resolve(Some("hub-b"), "mine").map(|_| ()),
+        snap.resolve(Some(&Hub::new("hub-b")), "mine").map(|_| ()),
         Err(ResolveError::NotFound {
             name: "mine".into(),
             hub: Some("hub-b".into())
         })
     );
     assert!(matches!(
-        snap.resolve(Some("hub-a"), "b"),
+        snap.resolve(Some(&Hub::new("hub-a")), "b"),
         Err(ResolveError::PermissionDenied { .. })
     ));
-    assert!(snap.resolve(Some("hub-b"), "b").is_ok());
+    assert!(snap.resolve(Some(&Hub::new("hub-b")), "b").is_ok());
     // No hub identity: only shared names, and `hubs:` plugins are denied.
     assert!(matches!(
         snap.resolve(None, "mine"),
@@ -96,7 +98,7 @@ async fn unchanged_endpoints_keep_their_upstream() {
     let changed = SHARED.replace("127.0.0.1:7002", "127.0.0.1:7009");
     r.apply("file0", &changed).expect("ok");
     let s2 = r.load().expect("loaded");
-    let up = |s: &Snapshot, n: &str| match s.resolve(Some("hub-b"), n) {
+    let up = |s: &Snapshot, n: &str| match s.resolve(Some(&Hub::new("hub-b")), n) {
         Ok(Target::Plugin(p)) => p.upstream.clone(),
         other => panic!("{other:?}"),
     };

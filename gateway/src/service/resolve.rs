@@ -64,7 +64,7 @@ where
         let resolved = (|| {
             let name = target_name(&call.call.head.headers)?;
             call.span.set_target(&name);
-            let hub = call.call.peer.identity.as_deref();
+            let hub = call.call.peer.identity.as_ref();
             if let Some(hub) = hub {
                 call.span.set_hub(hub);
             }

@@ -113,7 +113,7 @@ async fn route(
         parent: span.context(),
         // The hub its certificate names: whatever `hub_name` the caller
         // writes, plugins are loaded, asked and answered for this one.
-        hub: call.peer.identity.as_deref().map(Arc::from),
+        hub: call.peer.identity.clone(),
         // The plugins' answers are held with the call's request.
         held: call.head.extensions.get::<CallBytes>().cloned(),
     };
@@ -121,7 +121,7 @@ async fn route(
     // Whether a plugin of the target gets the clusters' states (the others
     // get the counts): only then are they checked. What each asked for is
     // kept per hub, so it is read for the caller's.
-    let hub = ctx.hub.as_deref();
+    let hub = ctx.hub.as_ref();
     let state = target
         .members()
         .iter()

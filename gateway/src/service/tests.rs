@@ -17,6 +17,7 @@ use super::route::Route;
 use super::*;
 use crate::error::{GatewayError, ResolveError};
 use crate::fanout::tests::{Fakes, REGISTRY, WORK, answering, labelled};
+use crate::hub::Hub;
 use crate::registry::SourceInfo;
 use crate::telemetry::Metrics;
 use crate::transport::grpc;
@@ -80,7 +81,7 @@ fn below<Req, Resp, E>(error: fn(BoxError) -> E) -> (Below<Req, Resp, E>, mock::
 fn peer(identity: Option<&str>) -> Arc<Peer> {
     Arc::new(Peer {
         addr: ([127, 0, 0, 1], 1).into(),
-        identity: identity.map(str::to_owned),
+        identity: identity.map(Hub::new),
         budget: PendingBudget {
             connection: Arc::new(Pool::new(1 << 20, Scope::Connection)),
             gateway: Arc::new(Pool::new(1 << 20, Scope::Gateway)),

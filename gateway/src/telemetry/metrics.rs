@@ -24,6 +24,7 @@ use rollout_telemetry::metrics::{self as exposition, ProcessCollector};
 use tonic::Code;
 
 use crate::hooks::HookKind;
+use crate::hub::{self, Hub};
 
 use super::registry_state::{RegistryCollector, RegistryState};
 
@@ -339,10 +340,10 @@ impl Metrics {
     /// Handles for one plugin of `hub` (`None`: a shared plugin, labelled
     /// `hub=""`), resolved once per registry snapshot. Series are created on
     /// first use, so a plugin shows only what it did.
-    pub(crate) fn plugin(self: &Arc<Self>, name: &str, hub: Option<&str>) -> Arc<PluginMetrics> {
+    pub(crate) fn plugin(self: &Arc<Self>, name: &str, hub: Option<&Hub>) -> Arc<PluginMetrics> {
         Arc::new(PluginMetrics {
             name: Arc::from(name),
-            hub: Arc::from(hub.unwrap_or_default()),
+            hub: Arc::from(hub::label(hub)),
             metrics: self.clone(),
             requests: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),
             attempts: std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())),

@@ -19,6 +19,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Unit;
 use rollout_policies::BreakerState;
 
+use crate::hub::{self, Hub};
 use crate::upstream::{Load, Upstream};
 
 /// What the registry hands the metrics at each change of what they export.
@@ -38,7 +39,7 @@ pub(crate) struct RegistryState {
 pub(crate) struct PluginState {
     pub(crate) name: String,
     /// The hub whose file defines it (`None`: shared, labelled `hub=""`).
-    pub(crate) hub: Option<String>,
+    pub(crate) hub: Option<Hub>,
     pub(crate) upstream: Arc<Upstream>,
 }
 
@@ -47,7 +48,7 @@ impl PluginState {
     /// with a valid declaration.
     fn loaded(&self) -> bool {
         matches!(
-            self.upstream.load_state(self.hub.as_deref()),
+            self.upstream.load_state(self.hub.as_ref()),
             Load::Loaded { .. }
         )
     }
@@ -115,7 +116,7 @@ impl Collector for RegistryCollector {
 fn plugin_labels(plugin: &PluginState) -> [(&'static str, &str); 2] {
     [
         ("plugin", &plugin.name),
-        ("hub", plugin.hub.as_deref().unwrap_or("")),
+        ("hub", hub::label(plugin.hub.as_ref())),
     ]
 }
 
@@ -287,7 +288,7 @@ mod tests {
                 },
                 PluginState {
                     name: "a".into(),
-                    hub: Some("hub-a".into()),
+                    hub: Some(Hub::new("hub-a")),
                     upstream: upstream(),
                 },
             ]),

@@ -23,6 +23,7 @@ use rollout_telemetry::{
 use tonic::Code;
 
 use crate::hooks::HookKind;
+use crate::hub::Hub;
 
 /// The gateway's tracer. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -235,7 +236,7 @@ impl ServerSpan {
     }
 
     /// Adds the hub of a central-mode caller.
-    pub(crate) fn set_hub(&mut self, hub: &str) {
+    pub(crate) fn set_hub(&mut self, hub: &Hub) {
         self.span
             .set_attribute(KeyValue::new("ocm.hub", hub.to_string()));
     }

@@ -36,6 +36,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::hub::Hub;
+
 use super::accept::{self, Accepted};
 use super::admission::{Admission, Bound, Established, Place};
 use super::grpc::Payload;
@@ -107,7 +109,7 @@ impl Default for ServerSettings {
 pub(crate) struct Peer {
     pub(crate) addr: SocketAddr,
     /// The identity its verified client certificate names ([`Handshake::identify`]).
-    pub(crate) identity: Option<String>,
+    pub(crate) identity: Option<Hub>,
     /// The pools the connection's buffered bytes are held against.
     pub(crate) budget: PendingBudget,
 }
@@ -132,7 +134,7 @@ pub(crate) trait Handshake: Send + Sync + 'static {
     fn acceptor(&self) -> tokio_rustls::TlsAcceptor;
     /// The identity a connection's verified client certificates name, if
     /// client certificates are required.
-    fn identify(&self, certificates: Option<&[CertificateDer<'static>]>) -> Option<String>;
+    fn identify(&self, certificates: Option<&[CertificateDer<'static>]>) -> Option<Hub>;
 }
 
 /// The service every call on the listener goes through. It must always be
@@ -329,7 +331,7 @@ impl Connection {
     async fn admitted<T, S>(
         self,
         io: T,
-        identity: Option<String>,
+        identity: Option<Hub>,
         place: Place,
         accepted: Instant,
         service: S,
@@ -369,7 +371,7 @@ impl Connection {
 
     /// The connection's [`Peer`]: its address, identity and budget of
     /// pending bytes (its own pool, and the gateway's).
-    fn peer(&self, identity: Option<String>) -> Arc<Peer> {
+    fn peer(&self, identity: Option<Hub>) -> Arc<Peer> {
         Arc::new(Peer {
             addr: self.peer,
             identity,
@@ -389,7 +391,7 @@ impl Connection {
     async fn serve_h2<T, S>(
         self,
         mut conn: H2Connection<T>,
-        identity: Option<String>,
+        identity: Option<Hub>,
         accepted: Instant,
         service: S,
     ) -> Result<(), ConnectionError>

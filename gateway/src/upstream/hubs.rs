@@ -22,6 +22,8 @@ use std::sync::{Arc, Mutex};
 use rollout_policies::BreakerPolicy;
 use rollout_policies::breaker::{Breaker, BreakerState};
 
+use crate::hub::Hub;
+
 /// Breakers kept per plugin; past this, a new hub shares the plugin's own
 /// breaker (hubs are named by certificates the client CA signed: this
 /// bounds a misconfiguration, not an attack). Shares of the concurrency
@@ -32,10 +34,10 @@ const MAX_HUBS: usize = 1024;
 #[derive(Debug)]
 pub(crate) struct Hubs {
     /// The hub of the registry file defining the plugin (`None`: shared).
-    home: Option<String>,
-    breakers: Mutex<HashMap<String, Arc<Mutex<Breaker>>>>,
+    home: Option<Hub>,
+    breakers: Mutex<HashMap<Hub, Arc<Mutex<Breaker>>>>,
     /// The calls in flight of each registered hub other than `home`.
-    in_flight: Mutex<HashMap<String, Arc<AtomicUsize>>>,
+    in_flight: Mutex<HashMap<Hub, Arc<AtomicUsize>>>,
     /// The calls in flight of every other caller, together.
     others: Arc<AtomicUsize>,
 }
@@ -51,7 +53,7 @@ impl Drop for HubPlace {
 }
 
 impl Hubs {
-    pub(crate) fn new(home: Option<String>) -> Hubs {
+    pub(crate) fn new(home: Option<Hub>) -> Hubs {
         Hubs {
             home,
             breakers: Mutex::default(),
@@ -62,12 +64,12 @@ impl Hubs {
 
     /// Whether `hub` is one kept apart: a hub other than the plugin's own.
     fn apart<'a>(&self, hub: Option<&'a str>) -> Option<&'a str> {
-        hub.filter(|h| self.home.as_deref() != Some(*h))
+        hub.filter(|h| self.home.as_ref().is_none_or(|home| home != h))
     }
 
     /// Sets the registered hubs that may call the plugin; each other than
     /// its own holds a share (the calls in flight of those kept are kept).
-    pub(crate) fn set_callers(&self, hubs: &[String]) {
+    pub(crate) fn set_callers(&self, hubs: &[Hub]) {
         let mut in_flight = lock(&self.in_flight);
         let mut kept = std::mem::take(&mut *in_flight);
         for hub in hubs.iter().filter(|h| self.home.as_ref() != Some(*h)) {
@@ -78,7 +80,8 @@ impl Hubs {
 
     /// The breaker `hub`'s calls meet: its own, made with `policy` on first
     /// use; `None` for the plugin's own hub, callers without one, and past
-    /// [`MAX_HUBS`].
+    /// [`MAX_HUBS`]. The hub is the breaker layer's scope, a `str`
+    /// ([`rollout_policies::layer::PolicyRequest::scope`]).
     pub(crate) fn breaker(&self, hub: &str, policy: &BreakerPolicy) -> Option<Arc<Mutex<Breaker>>> {
         self.apart(Some(hub))?;
         let mut breakers = lock(&self.breakers);
@@ -89,7 +92,7 @@ impl Hubs {
             return None;
         }
         let b = Arc::new(Mutex::new(Breaker::new(policy)));
-        breakers.insert(hub.to_string(), b.clone());
+        breakers.insert(Hub::new(hub), b.clone());
         Some(b)
     }
 
@@ -101,8 +104,8 @@ impl Hubs {
     }
 
     /// Each hub's circuit now, by hub.
-    pub(crate) fn circuits(&self, now: std::time::Instant) -> Vec<(String, BreakerState)> {
-        let mut out: Vec<(String, BreakerState)> = lock(&self.breakers)
+    pub(crate) fn circuits(&self, now: std::time::Instant) -> Vec<(Hub, BreakerState)> {
+        let mut out: Vec<(Hub, BreakerState)> = lock(&self.breakers)
             .iter()
             .map(|(h, b)| (h.clone(), lock(b).state(now)))
             .collect();
@@ -114,7 +117,8 @@ impl Hubs {
     /// among the registered hubs other than the plugin's own, and one share
     /// for every other caller together. `Ok(None)` for the plugin's own hub
     /// and when no hub is kept apart; `Err(share)` when the share is taken.
-    pub(crate) fn place(&self, hub: Option<&str>, max: usize) -> Result<Option<HubPlace>, usize> {
+    pub(crate) fn place(&self, hub: Option<&Hub>, max: usize) -> Result<Option<HubPlace>, usize> {
+        let hub = hub.map(Hub::as_str);
         if hub.is_some() && self.apart(hub).is_none() {
             return Ok(None);
         }
@@ -142,8 +146,8 @@ impl Hubs {
 mod tests {
     use super::*;
 
-    fn names(hubs: &[&str]) -> Vec<String> {
-        hubs.iter().map(|h| h.to_string()).collect()
+    fn names(hubs: &[&str]) -> Vec<Hub> {
+        hubs.iter().map(|h| Hub::new(h)).collect()
     }
 
     #[test]
@@ -152,16 +156,20 @@ mod tests {
         hubs.set_callers(&names(&["hub-a", "hub-b"]));
         let a: Vec<HubPlace> = (0..4)
             .map(|_| {
-                hubs.place(Some("hub-a"), 12)
+                hubs.place(Some(&Hub::new("hub-a")), 12)
                     .expect("in share")
                     .expect("kept apart")
             })
             .collect();
-        assert_eq!(hubs.place(Some("hub-a"), 12).map(|_| ()), Err(4));
+        assert_eq!(hubs.place(Some(&Hub::new("hub-a")), 12).map(|_| ()), Err(4));
         // Hub B's share is its own.
-        assert!(hubs.place(Some("hub-b"), 12).expect("in share").is_some());
+        assert!(
+            hubs.place(Some(&Hub::new("hub-b")), 12)
+                .expect("in share")
+                .is_some()
+        );
         drop(a);
-        assert!(hubs.place(Some("hub-a"), 12).is_ok());
+        assert!(hubs.place(Some(&Hub::new("hub-a")), 12).is_ok());
     }
 
     #[test]
@@ -173,27 +181,39 @@ mod tests {
         let others: Vec<HubPlace> = (0..4)
             .map(|i| {
                 let hub = (i % 2 == 0).then(|| format!("stranger-{i}"));
-                hubs.place(hub.as_deref(), 12)
+                hubs.place(hub.map(|h| Hub::new(&h)).as_ref(), 12)
                     .expect("in share")
                     .expect("apart")
             })
             .collect();
-        assert_eq!(hubs.place(Some("stranger-9"), 12).map(|_| ()), Err(4));
+        assert_eq!(
+            hubs.place(Some(&Hub::new("stranger-9")), 12).map(|_| ()),
+            Err(4)
+        );
         assert_eq!(hubs.place(None, 12).map(|_| ()), Err(4));
         // The registered hubs' shares are whole: 4 + 4 + 4 = 12.
-        let a: Vec<_> = (0..4).map(|_| hubs.place(Some("hub-a"), 12)).collect();
-        let b: Vec<_> = (0..4).map(|_| hubs.place(Some("hub-b"), 12)).collect();
+        let a: Vec<_> = (0..4)
+            .map(|_| hubs.place(Some(&Hub::new("hub-a")), 12))
+            .collect();
+        let b: Vec<_> = (0..4)
+            .map(|_| hubs.place(Some(&Hub::new("hub-b")), 12))
+            .collect();
         assert!(a.iter().chain(&b).all(|p| matches!(p, Ok(Some(_)))));
         drop(others);
         // A registry that names no hub (the sidecar): the whole bound.
         let sidecar = Hubs::new(None);
         assert!(sidecar.place(None, 12).expect("not apart").is_none());
-        assert!(sidecar.place(Some("x"), 12).expect("not apart").is_none());
+        assert!(
+            sidecar
+                .place(Some(&Hub::new("x")), 12)
+                .expect("not apart")
+                .is_none()
+        );
     }
 
     #[test]
     fn the_plugins_own_hub_uses_the_plugins_breaker() {
-        let hubs = Hubs::new(Some("hub-a".into()));
+        let hubs = Hubs::new(Some(Hub::new("hub-a")));
         hubs.set_callers(&names(&["hub-a", "hub-b"]));
         let policy = BreakerPolicy::default();
         assert!(hubs.breaker("hub-a", &policy).is_none());
@@ -202,6 +222,10 @@ mod tests {
             &b,
             &hubs.breaker("hub-b", &policy).expect("kept")
         ));
-        assert!(hubs.place(Some("hub-a"), 1).expect("not apart").is_none());
+        assert!(
+            hubs.place(Some(&Hub::new("hub-a")), 1)
+                .expect("not apart")
+                .is_none()
+        );
     }
 }

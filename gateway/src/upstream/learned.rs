@@ -14,6 +14,8 @@ use rollout_proto::HookKind;
 use rollout_proto::declaration::{self, Decision, Declaration, DeclarationError};
 use rollout_proto::v1alpha1::{InitializeResponse, RolloutStateDetail};
 
+use crate::hub::{self, Hub};
+
 /// What is known of a plugin for one hub.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Load {
@@ -52,13 +54,13 @@ pub(crate) struct Learned {
     by_hub: ArcSwap<HashMap<Box<str>, Load>>,
 }
 
-fn key(hub: Option<&str>) -> &str {
-    hub.unwrap_or("")
+fn key(hub: Option<&Hub>) -> &str {
+    hub::label(hub)
 }
 
 impl Learned {
     /// What is known for `hub`.
-    pub(crate) fn load(&self, hub: Option<&str>) -> Load {
+    pub(crate) fn load(&self, hub: Option<&Hub>) -> Load {
         self.by_hub
             .load()
             .get(key(hub))
@@ -79,7 +81,7 @@ impl Learned {
     }
 
     /// The decision for a call of `kind` from `hub`.
-    pub(crate) fn decide(&self, hub: Option<&str>, kind: HookKind) -> Decision {
+    pub(crate) fn decide(&self, hub: Option<&Hub>, kind: HookKind) -> Decision {
         let map = self.by_hub.load();
         let declaration = match map.get(key(hub)) {
             Some(Load::Loaded { declaration, .. }) => Some(declaration),
@@ -89,7 +91,7 @@ impl Learned {
     }
 
     /// Whether the plugin declared, for `hub`, that it wants the counts only.
-    pub(crate) fn counts_only(&self, hub: Option<&str>) -> bool {
+    pub(crate) fn counts_only(&self, hub: Option<&Hub>) -> bool {
         matches!(
             self.by_hub.load().get(key(hub)),
             Some(Load::Loaded {
@@ -104,7 +106,7 @@ impl Learned {
     /// invalid.
     pub(crate) fn learn(
         &self,
-        hub: Option<&str>,
+        hub: Option<&Hub>,
         answer: &InitializeResponse,
     ) -> Result<Declaration, DeclarationError> {
         let parsed = Declaration::of(answer);
@@ -125,7 +127,7 @@ impl Learned {
     /// Records a failed Initialize from `hub`. A plugin refused (`refused`)
     /// is not loaded any more; a transient failure (unreachable, timed out)
     /// keeps a plugin loaded that was, and is recorded otherwise.
-    pub(crate) fn failed(&self, hub: Option<&str>, why: &str, refused: bool) {
+    pub(crate) fn failed(&self, hub: Option<&Hub>, why: &str, refused: bool) {
         let why: Arc<str> = Arc::from(why);
         self.store(hub, |current| match current {
             Some(Load::Loaded { .. }) if !refused => None,
@@ -137,7 +139,7 @@ impl Learned {
     }
 
     /// Replaces `hub`'s entry with `change(current)`, when it gives one.
-    fn store(&self, hub: Option<&str>, change: impl Fn(Option<&Load>) -> Option<Load>) {
+    fn store(&self, hub: Option<&Hub>, change: impl Fn(Option<&Load>) -> Option<Load>) {
         let key = key(hub);
         self.by_hub.rcu(|map| {
             let mut map = HashMap::clone(map);
@@ -168,23 +170,29 @@ mod tests {
     fn each_hub_keeps_its_own_declaration() {
         let learned = Learned::default();
         let v = HookKind::ValidateRolloutCompletion;
-        assert_eq!(learned.decide(Some("hub-b"), v), Decision::InitializeFirst);
+        assert_eq!(
+            learned.decide(Some(&Hub::new("hub-b")), v),
+            Decision::InitializeFirst
+        );
         learned
             .learn(
-                Some("hub-b"),
+                Some(&Hub::new("hub-b")),
                 &declaring(&[Hook::ValidateRolloutCompletion]),
             )
             .expect("valid");
         learned
-            .learn(Some("hub-a"), &declaring(&[Hook::MutateManifestWork]))
+            .learn(
+                Some(&Hub::new("hub-a")),
+                &declaring(&[Hook::MutateManifestWork]),
+            )
             .expect("valid");
         assert_eq!(
-            learned.decide(Some("hub-b"), v),
+            learned.decide(Some(&Hub::new("hub-b")), v),
             Decision::Call {
                 unimplemented_skips: false
             }
         );
-        assert_eq!(learned.decide(Some("hub-a"), v), Decision::Skip);
+        assert_eq!(learned.decide(Some(&Hub::new("hub-a")), v), Decision::Skip);
         assert_eq!(learned.decide(None, v), Decision::InitializeFirst);
     }
 

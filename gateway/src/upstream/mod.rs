@@ -29,6 +29,7 @@ use rollout_policies::layer::ConcurrencyLimitLayer;
 use rollout_policies::{BudgetPolicy, Policy};
 
 use crate::error::{CALLER_HEADROOM_BYTES, CallError, DeadlineOwner};
+use crate::hub::Hub;
 use crate::transport::client::PluginConnection;
 use crate::transport::grpc::{self, Payload};
 use crate::transport::pending::CallBytes;
@@ -137,7 +138,7 @@ impl Upstream {
         settings: &ChannelSettings,
         policy: &Policy,
         channel: Arc<Channel>,
-        home_hub: Option<&str>,
+        home_hub: Option<&Hub>,
     ) -> Result<Upstream, UpstreamError> {
         let tls = match &key.ca_bundle {
             None => None,
@@ -167,7 +168,7 @@ impl Upstream {
             tls,
             channel,
             learned: Learned::default(),
-            hubs: Hubs::new(home_hub.map(str::to_string)),
+            hubs: Hubs::new(home_hub.cloned()),
             loading: Arc::default(),
             limit: ConcurrencyLimitLayer::new(policy.max_concurrent_calls),
             breaker: Arc::new(Mutex::new(Breaker::new(&policy.circuit_breaker))),
@@ -234,14 +235,14 @@ impl Upstream {
     }
 
     /// Each other hub's circuit now, for `/debug/plugins`.
-    pub(crate) fn circuits_by_hub(&self) -> Vec<(String, BreakerState)> {
+    pub(crate) fn circuits_by_hub(&self) -> Vec<(Hub, BreakerState)> {
         self.hubs.circuits(now())
     }
 
     /// Sets the registered hubs that may call the plugin: each other than
     /// its own, and every other caller together, may hold at most a share
     /// of the concurrency bound (`hubs`' module doc).
-    pub(crate) fn set_callers(&self, hubs: &[String]) {
+    pub(crate) fn set_callers(&self, hubs: &[Hub]) {
         self.hubs.set_callers(hubs);
     }
 
@@ -249,7 +250,7 @@ impl Upstream {
     /// whole call (`None` when the hub is not kept apart); refused with
     /// [`CallError::Overloaded`] when the hub's share is taken, whatever
     /// other hubs hold.
-    pub(crate) fn hub_place(&self, hub: Option<&str>) -> Result<Option<HubPlace>, CallError> {
+    pub(crate) fn hub_place(&self, hub: Option<&Hub>) -> Result<Option<HubPlace>, CallError> {
         self.hubs
             .place(hub, self.limit.max())
             .map_err(|share| CallError::Overloaded { max: share })
@@ -271,13 +272,13 @@ impl Upstream {
     /// What to do with a call of `kind` from `hub` (`None`: a caller without
     /// a hub): the shared rule of [`rollout_proto::declaration`] over what
     /// this hub's Initialize answers said.
-    pub(crate) fn decide(&self, hub: Option<&str>, kind: HookKind) -> Decision {
+    pub(crate) fn decide(&self, hub: Option<&Hub>, kind: HookKind) -> Decision {
         self.learned.decide(hub, kind)
     }
 
     /// What is known of the plugin for `hub`: loaded with its declaration,
     /// or not loaded and why.
-    pub(crate) fn load_state(&self, hub: Option<&str>) -> Load {
+    pub(crate) fn load_state(&self, hub: Option<&Hub>) -> Load {
         self.learned.load(hub)
     }
 
@@ -289,7 +290,7 @@ impl Upstream {
     /// The rollout state the plugin wants from `hub`'s calls: `Counts` once
     /// its latest `InitializeResponse` for that hub declared it; `Full`
     /// otherwise.
-    pub(crate) fn state_detail(&self, hub: Option<&str>) -> RolloutStateDetail {
+    pub(crate) fn state_detail(&self, hub: Option<&Hub>) -> RolloutStateDetail {
         if self.learned.counts_only(hub) {
             RolloutStateDetail::Counts
         } else {
@@ -299,7 +300,7 @@ impl Upstream {
 
     /// The hooks `hub`'s calls may reach, by name; `None` when the plugin is
     /// not loaded for it.
-    pub(crate) fn known_hooks(&self, hub: Option<&str>) -> Option<Vec<&'static str>> {
+    pub(crate) fn known_hooks(&self, hub: Option<&Hub>) -> Option<Vec<&'static str>> {
         match self.learned.load(hub) {
             Load::Loaded { declaration, .. } => {
                 Some(declaration.hooks().into_iter().map(Hook::name).collect())
@@ -320,7 +321,7 @@ impl Upstream {
     /// `deadline`. Calls that waited for another's Initialize use its result.
     pub(crate) async fn ensure_loaded<F, Fut>(
         &self,
-        hub: Option<&str>,
+        hub: Option<&Hub>,
         deadline: Instant,
         owner: DeadlineOwner,
         initialize: F,
@@ -360,7 +361,7 @@ impl Upstream {
         deadline: Instant,
         owner: DeadlineOwner,
         forward: &HeaderMap,
-        hub: Option<&str>,
+        hub: Option<&Hub>,
     ) -> Result<HookResponse, CallError> {
         self.call_held(request, deadline, owner, forward, hub, None)
             .await
@@ -375,7 +376,7 @@ impl Upstream {
         deadline: Instant,
         owner: DeadlineOwner,
         forward: &HeaderMap,
-        hub: Option<&str>,
+        hub: Option<&Hub>,
         held: Option<&CallBytes>,
     ) -> Result<HookResponse, CallError> {
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -453,7 +454,7 @@ impl Upstream {
     /// for that hub, unless its declaration is invalid.
     fn loaded(
         &self,
-        hub: Option<&str>,
+        hub: Option<&Hub>,
         init: InitializeResponse,
     ) -> Result<HookResponse, CallError> {
         match self.learned.learn(hub, &init) {
@@ -467,7 +468,7 @@ impl Upstream {
     /// A failed Initialize from `hub`: the plugin is not loaded. UNIMPLEMENTED
     /// means the server is not a rollout plugin (a wrong endpoint): the
     /// plugin's failure, never a skip.
-    fn not_loaded(&self, hub: Option<&str>, error: CallError) -> CallError {
+    fn not_loaded(&self, hub: Option<&Hub>, error: CallError) -> CallError {
         let error = if error.is_unimplemented() {
             CallError::NotAPlugin(format!(
                 "its Initialize answered UNIMPLEMENTED: {} does not serve {} (is the registry entry's endpoint right?)",

@@ -174,6 +174,7 @@ impl TlsPlugin {
                             .peer_certificates()
                             .and_then(|c| c.first())
                             .and_then(rollout_gateway::tls::hub_of)
+                            .map(|hub| hub.to_string())
                             .unwrap_or_default();
                         handshakes.lock().unwrap().push((label, client));
                         let _ = tx.send(Ok::<_, std::io::Error>(tls)).await;

@@ -1015,12 +1015,15 @@ fn check_config_invariants(cfg: &Config) -> TestCaseResult {
         if let Some(hubs) = &p.hubs {
             prop_assert!(!hubs.is_empty());
             for h in hubs {
-                prop_assert!(config::check_dns_subdomain(h).is_ok(), "hub {h:?}");
+                prop_assert!(config::check_dns_subdomain(h.as_str()).is_ok(), "hub {h:?}");
             }
         }
     }
     if let Some(hub) = &cfg.hub {
-        prop_assert!(config::check_dns_subdomain(hub).is_ok(), "hub {hub:?}");
+        prop_assert!(
+            config::check_dns_subdomain(hub.as_str()).is_ok(),
+            "hub {hub:?}"
+        );
     }
     let mut pipeline_names = HashSet::new();
     for pl in &cfg.pipelines {
@@ -1092,7 +1095,15 @@ fn check_good_doc(doc: &GoodDoc) -> TestCaseResult {
         prop_assert_eq!(&got.endpoint.host, &want.host);
         prop_assert_eq!(got.endpoint.port, want.port);
         prop_assert_eq!(&got.transport, &Transport::Plaintext);
-        prop_assert_eq!(&got.hubs, &want.hubs);
+        let hubs: Option<Vec<&str>> = got
+            .hubs
+            .as_ref()
+            .map(|h| h.iter().map(|h| h.as_str()).collect());
+        let wanted: Option<Vec<&str>> = want
+            .hubs
+            .as_ref()
+            .map(|h| h.iter().map(String::as_str).collect());
+        prop_assert_eq!(hubs, wanted);
         let policy = want.policy.over(&defaults);
         let (g, w) = (&got.policy, &policy);
         prop_assert_eq!(g.timeout, w.timeout);

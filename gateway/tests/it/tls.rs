@@ -144,7 +144,8 @@ async fn the_gateway_presents_its_client_certificate_when_configured() {
     // entry lives in hub "other"'s file; resolve it as that hub would.)
     let registry = gw.running.as_ref().unwrap().registry.clone();
     let snapshot = registry.load().unwrap();
-    let plugin = match snapshot.resolve(Some("other"), "no-cert").unwrap() {
+    let other = rollout_gateway::hub::Hub::new("other");
+    let plugin = match snapshot.resolve(Some(&other), "no-cert").unwrap() {
         rollout_gateway::registry::Target::Plugin(p) => p.clone(),
         other => panic!("{other:?}"),
     };
@@ -155,7 +156,7 @@ async fn the_gateway_presents_its_client_certificate_when_configured() {
             tokio::time::Instant::now() + Duration::from_secs(5),
             rollout_gateway::error::DeadlineOwner::Plugin,
             &http::HeaderMap::new(),
-            Some("other"),
+            Some(&other),
         )
         .await
         .unwrap_err();
