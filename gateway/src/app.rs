@@ -51,7 +51,7 @@ pub struct Options {
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
     /// gRPC connections still in their TLS and HTTP/2 handshakes, in all
-    /// (`--max-handshakes`: a newcomer over it takes the oldest one's place)
+    /// (`--max-handshakes`: a newcomer over it takes another's place)
     /// and from one IP address (`--max-handshakes-per-ip`); they must be
     /// done within `--handshake-timeout`, and do not count against
     /// `--max-connections`.

@@ -113,9 +113,9 @@ struct Flags {
     )]
     max_connections_per_ip: usize,
     /// gRPC connections still in their TLS and HTTP/2 handshakes at once; a
-    /// newcomer over it takes the place of the oldest, which is closed, so
-    /// peers that say nothing cannot keep out one that completes its
-    /// handshake.
+    /// newcomer over it takes the place of another, which is closed (the
+    /// oldest silent one of the address holding the most), so peers that
+    /// say nothing cannot keep out one that completes its handshake.
     #[arg(long, env = "ROLLOUT_GATEWAY_MAX_HANDSHAKES", default_value_t = 256)]
     max_handshakes: usize,
     /// gRPC connections still in their handshakes from one IP address; one

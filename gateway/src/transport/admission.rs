@@ -9,14 +9,17 @@
 //! handshake (a hub with a valid certificate). So these places are their own
 //! bound, apart from the established connections': at most `per_ip` from one
 //! address (one more is refused), and at most `max` in all, where a newcomer
-//! over `max` takes the place of the **oldest** one (which is told to end,
-//! [`Place::evicted`]) rather than being refused: the oldest that has sent
-//! nothing yet, if there is one ([`Place::spoke`]), else the oldest. A peer
-//! that starts its handshake at once and completes it in milliseconds then
-//! gets through however many addresses keep silent connections open: to
-//! push it out, they would have to fill every place with connections that
-//! speak, and open `max` new ones within its handshake.
+//! over `max` takes the place of another (which is told to end,
+//! [`Place::evicted`]) rather than being refused. The place taken is the
+//! oldest of those that have sent nothing yet, if there are any
+//! ([`Place::spoke`]), **from the address holding the most places**. A
+//! peer that starts its handshake at once then gets through however many
+//! connections other addresses keep open and however fast they reopen them,
+//! even on a loaded machine where the gateway reads its first bytes late:
+//! its address holds one place while theirs hold many. To push it out they
+//! would need about as many addresses as there are places.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -66,7 +69,8 @@ impl Admission {
     }
 
     /// A place for a connection from `ip`, or `None` when that address
-    /// holds `per_ip` already. Over `max`, the oldest place is taken back.
+    /// holds `per_ip` already. Over `max`, a place is taken back
+    /// ([`State::victim`]).
     pub(crate) fn admit(&self, ip: IpAddr) -> Option<Place> {
         let mut state = self.lock();
         let from_ip = state.per_ip.get(&ip).copied().unwrap_or(0);
@@ -74,17 +78,12 @@ impl Admission {
             return None;
         }
         while state.held.len() >= self.max {
-            let silent = state.held.iter().find(|(_, h)| !h.spoke).map(|(id, _)| *id);
-            let oldest = match silent {
-                Some(id) => state.held.remove(&id),
-                None => state.held.pop_first().map(|(_, held)| held),
-            };
-            let Some(oldest) = oldest else {
+            let Some(victim) = state.victim().and_then(|id| state.held.remove(&id)) else {
                 break;
             };
-            state.release(oldest.ip);
+            state.release(victim.ip);
             // Stored if the connection is not waiting yet.
-            oldest.evicted.notify_one();
+            victim.evicted.notify_one();
         }
         let id = state.next;
         state.next += 1;
@@ -117,6 +116,16 @@ impl Admission {
 }
 
 impl State {
+    /// The place a newcomer takes: silent ones before those that spoke,
+    /// then the address holding the most places, then the oldest.
+    fn victim(&self) -> Option<u64> {
+        let held_by = |ip: &IpAddr| self.per_ip.get(ip).copied().unwrap_or(0);
+        self.held
+            .iter()
+            .max_by_key(|(id, h)| (!h.spoke, held_by(&h.ip), Reverse(**id)))
+            .map(|(id, _)| *id)
+    }
+
     fn release(&mut self, ip: IpAddr) {
         if let Some(n) = self.per_ip.get_mut(&ip) {
             *n -= 1;
@@ -270,5 +279,31 @@ mod tests {
             .expect("the silent one goes, though younger");
         let told = tokio::time::timeout(Duration::from_millis(50), speaking.evicted()).await;
         assert!(told.is_err(), "the one that spoke keeps its place");
+    }
+
+    /// A hub whose first bytes the gateway has not read yet is as silent as
+    /// the peers flooding it; it keeps its place because its address holds
+    /// fewer than theirs, however many of them arrive after it.
+    #[tokio::test]
+    async fn the_address_holding_the_most_places_gives_one_up() {
+        let a = Admission::new(4, 8);
+        let flood: Vec<Place> = (0..3).map(|_| a.admit(ip(2)).expect("room")).collect();
+        let hub = a.admit(ip(1)).expect("room");
+        let mut newcomers = Vec::new();
+        // Two addresses for four places: one of them always holds two.
+        for n in 0..40 {
+            newcomers.push(a.admit(ip(2 + n % 2)).expect("a place is taken back"));
+        }
+        assert_eq!(a.held(), 4);
+        let told = tokio::time::timeout(Duration::from_millis(50), hub.evicted()).await;
+        assert!(
+            told.is_err(),
+            "the hub keeps its place, though the oldest but three"
+        );
+        for place in &flood {
+            tokio::time::timeout(Duration::from_secs(1), place.evicted())
+                .await
+                .expect("the flooding address's oldest go first");
+        }
     }
 }

@@ -283,15 +283,18 @@ impl Connection {
     ) -> Result<(), ConnectionError> {
         let accepted = Instant::now();
         // Its first byte moves it behind the silent connections in the
-        // order they give way (see `Admission`).
-        if self
-            .in_handshake(&place, accepted, stream.readable())
+        // order they give way (see `Admission`). A byte seen, not the
+        // socket's readiness: `readable()` may resolve with nothing to
+        // read, which would let a silent peer pass for one that spoke.
+        let mut first = [0u8; 1];
+        match self
+            .in_handshake(&place, accepted, stream.peek(&mut first))
             .await
-            .is_none()
         {
-            return Ok(());
+            Some(Ok(n)) if n > 0 => place.spoke(),
+            // Out of time or place, closed before a byte, or a socket error.
+            _ => return Ok(()),
         }
-        place.spoke();
         let Some(tls) = self.tls.clone() else {
             return self.admitted(stream, None, place, accepted, service).await;
         };
