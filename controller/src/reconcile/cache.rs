@@ -17,6 +17,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
+use super::changes::WorkChanges;
 use super::{Error, KubeWorld};
 use crate::api::labels::{MWRS_OWNER_LABEL, PLACEMENT_LABEL};
 use crate::api::placement::DecisionGroupError;
@@ -108,6 +109,8 @@ impl Stores {
 pub(super) struct Cache {
     stores: Stores,
     writers: Mutex<Option<StoreWriters>>,
+    /// The works' changes as triggers, from the works' store watch.
+    pub(super) changes: WorkChanges,
 }
 
 impl Cache {
@@ -116,6 +119,7 @@ impl Cache {
         Cache {
             stores,
             writers: Mutex::new(Some(writers)),
+            changes: WorkChanges::new(),
         }
     }
 
@@ -133,14 +137,19 @@ impl Cache {
 /// Runs one watch per store, feeding it (with the watcher's default
 /// backoff), until aborted (or the runtime ends, if the handles are
 /// dropped).
-pub(crate) fn spawn_reflectors(client: &Client, writers: StoreWriters) -> Vec<JoinHandle<()>> {
+pub(super) fn spawn_reflectors(
+    client: &Client,
+    writers: StoreWriters,
+    changes: &WorkChanges,
+) -> Vec<JoinHandle<()>> {
     let labelled = |label: &str| watcher::Config::default().labels(label).any_semantic();
+    let works = reflector::reflector(
+        writers.works,
+        watcher(Api::all(client.clone()), labelled(MWRS_OWNER_LABEL)),
+    )
+    .default_backoff();
     vec![
-        feed(
-            Api::all(client.clone()),
-            labelled(MWRS_OWNER_LABEL),
-            writers.works,
-        ),
+        drain::<ManifestWork>(changes.clone().forward(works, super::owner_of_work)),
         feed(
             Api::all(client.clone()),
             watcher::Config::default().any_semantic(),
@@ -174,9 +183,18 @@ where
         + Sync
         + 'static,
 {
+    drain::<K>(reflector::reflector(writer, watcher(api, config)).default_backoff())
+}
+
+/// Runs a store's watch, logging its failures (it retries on its own).
+fn drain<K>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+) -> JoinHandle<()>
+where
+    K: Resource<DynamicType = ()> + Send + 'static,
+{
     tokio::spawn(async move {
-        reflector::reflector(writer, watcher(api, config))
-            .default_backoff()
+        events
             .for_each(|event| async move {
                 if let Err(error) = event {
                     tracing::warn!(kind = %K::kind(&()), %error, "watch failed; retrying");

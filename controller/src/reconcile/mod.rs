@@ -37,6 +37,7 @@ pub(crate) mod backoff;
 mod binding;
 pub(crate) mod cache;
 pub(crate) mod carrier;
+mod changes;
 pub(crate) mod plugins;
 pub(crate) mod revisions;
 mod shared;
@@ -887,11 +888,10 @@ impl<'r> Pass<'r> {
             requeue = soonest(requeue, Some(ctx.plugins.retry_after()));
         }
         // A cluster waiting for its work agent's report is looked at again
-        // within STORE_LAG_RECHECK: the stores a reconcile reads are fed by
-        // watches of their own, and the report that triggered this
-        // reconcile may have reached the trigger's watch before the store
-        // (a real API server shows it: the report read stale, the cluster
-        // then waited for its progress deadline).
+        // within STORE_LAG_RECHECK. The works' triggers come from their
+        // store once it holds each change (`changes`), so a report is not
+        // read stale; the recheck bounds the wait should one be missed
+        // (a trigger sent while no run listened, a watch re-listing).
         let waiting_for_agent = outcome.placements.iter().any(|p| {
             p.clusters
                 .iter()
@@ -1009,7 +1009,7 @@ pub(crate) type Stop = futures::future::Shared<futures::future::BoxFuture<'stati
 
 /// Runs the controller until `stop` fires: watches
 /// ManifestWorkReplicaSets, the ManifestWorks they own (by owner label, in
-/// every namespace), PlacementDecisions and Placements (mapped to the
+/// every namespace: the store's watch, [`changes`]), PlacementDecisions and Placements (mapped to the
 /// ManifestWorkReplicaSets referencing them), and reconciles. `readiness`
 /// turns true once the ManifestWorkReplicaSets are listed, false on
 /// shutdown. Reconciles in flight finish before it returns (the caller
@@ -1019,17 +1019,15 @@ pub(crate) async fn run(ctx: Arc<Context>, readiness: Readiness, stop: Stop) {
     // The stores' watches start with the first run and outlive it, so a
     // replica that loses the lease and leads again reads warm stores.
     if let Some(writers) = ctx.take_store_writers() {
-        cache::spawn_reflectors(&client, writers);
+        cache::spawn_reflectors(&client, writers, &ctx.cache.changes);
     }
     let controller = mwrs_controller(&client, &readiness);
     let (by_decision, by_placement) = (controller.store(), controller.store());
     let _ = ctx.sets.set(controller.store());
     controller
-        .watches(
-            Api::<ManifestWork>::all(client.clone()),
-            watcher::Config::default().labels(MWRS_OWNER_LABEL),
-            |work| owner_of_work(&work),
-        )
+        // The works' changes come from the works' store, once it holds
+        // them (`changes`): not from a watch of their own.
+        .reconcile_on(ctx.cache.changes.triggers())
         .watches(
             Api::<PlacementDecision>::all(client.clone()),
             watcher::Config::default().labels(PLACEMENT_LABEL),
