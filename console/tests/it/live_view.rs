@@ -1,4 +1,4 @@
-//! `rollout-controller get` against the fake hub ([`common::fake_hub`]:
+//! `rollout-controller get` against the fake hub ([`fake_hub`]:
 //! the mock-service pattern, objects stored as a real hub stores them,
 //! watches held open until the test changes an object). A rollout mid-way, mid-validation and aborted; not found;
 //! an unreachable API server and the kubectl plugin name through the real
@@ -10,7 +10,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::fake_hub::*;
+use crate::fake_hub::*;
 use rollout_controller::view::hub::{self, GetError, Output, Target};
 use rollout_controller::view::{build, render};
 use serde_json::{Value, json};
@@ -316,7 +316,7 @@ async fn get_watch_draws_then_exits_0_on_sigterm() {
     assert!(drawn.contains("Name:       hello"), "{drawn}");
     // Let the watches start, then stop it as a kubelet or Ctrl-C would.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let status = common::terminate(&mut child, "").await;
+    let status = crate::child::terminate(&mut child, "").await;
     assert_eq!(status.code(), Some(0));
 }
 

@@ -1,5 +1,5 @@
 //! `rollout-controller dashboard` against the fake hub
-//! ([`common::fake_hub`]), over real HTTP on 127.0.0.1: the list and a
+//! ([`fake_hub`]), over real HTTP on 127.0.0.1: the list and a
 //! set's view as JSON (the view `get -o json` prints), the page and its
 //! assets, the security headers on every answer, a foreign host name
 //! refused, the event stream sending the view and then each change on the
@@ -12,7 +12,7 @@ use crate::common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::fake_hub::*;
+use crate::fake_hub::*;
 use rollout_controller::dashboard::{self, Limits};
 use rollout_controller::view::{build, hub};
 use serde_json::{Value, json};
@@ -508,6 +508,6 @@ async fn the_binary_serves_the_page_until_sigterm() {
     assert_eq!(cluster(&view, "cluster-002")["status"], "Validating");
     let mut events = Events::open(served, "/api/events/default/hello").await;
     assert!(events.next().await.is_some());
-    let status = common::terminate(&mut child, ", a page open").await;
+    let status = crate::child::terminate(&mut child, ", a page open").await;
     assert_eq!(status.code(), Some(0));
 }

@@ -16,7 +16,7 @@ use kube::client::Body;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{Hub, api_status};
+use crate::common::{Hub, api_status};
 
 pub const NS: &str = "default";
 pub const NAME: &str = "hello";

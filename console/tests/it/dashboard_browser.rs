@@ -17,8 +17,8 @@ use std::time::Duration;
 use rollout_test_support::chromium::{self, Browser};
 use serde_json::{Value, json};
 
-use crate::common::fake_hub::*;
 use crate::dashboard::Served;
+use crate::fake_hub::*;
 
 /// A plugin's message full of markup.
 const MARKUP: &str =

@@ -28,8 +28,14 @@ use simulate::{SimulateArgs, simulate_command};
 /// Exit status for input the command cannot use (bad file, JSON or strategy).
 pub(crate) const EXIT_BAD_INPUT: u8 = 2;
 
+// The about line is the controller's, spelled out: clap's default would be
+// this package's description.
 #[derive(Debug, Parser)]
-#[command(name = "rollout-controller", version, about)]
+#[command(
+    name = "rollout-controller",
+    version,
+    about = "A slim ManifestWorkReplicaSet controller that runs OCM rollout semantics and calls the rollout gateway."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -10,7 +10,7 @@ use rollout_controller::api;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rollout-controller");
 
-const REGENERATE: &str = "run `cargo run -p rollout-controller -- crd --out deploy/crds` to regenerate them, and commit the result";
+const REGENERATE: &str = "run `cargo run -p rollout-console -- crd --out deploy/crds` to regenerate them, and commit the result";
 
 fn committed_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
