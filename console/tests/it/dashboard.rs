@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::fake_hub::*;
-use rollout_controller::dashboard::{self, Limits};
-use rollout_controller::view::{build, hub};
+use rollout_console::dashboard::{self, Limits};
+use rollout_console::view::{build, hub};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;

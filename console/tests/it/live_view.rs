@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::fake_hub::*;
-use rollout_controller::view::hub::{self, GetError, Output, Target};
-use rollout_controller::view::{build, render};
+use rollout_console::view::hub::{self, GetError, Output, Target};
+use rollout_console::view::{build, render};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 

@@ -35,3 +35,4 @@ mod signals;
 mod simulate_cli;
 mod simulate_logs;
 mod simulate_template;
+mod traces;

@@ -76,7 +76,7 @@ pub enum CrdShape {
 /// The CRDs of OCM's kinds in `shape`, in a fixed order:
 /// ManifestWorkReplicaSet, ManifestWork, Placement, PlacementDecision,
 /// ClusterManager.
-pub(crate) fn ocm_kinds(shape: CrdShape) -> Vec<CustomResourceDefinition> {
+pub fn ocm_kinds(shape: CrdShape) -> Vec<CustomResourceDefinition> {
     let design = [
         ManifestWorkReplicaSet::crd(),
         ManifestWork::crd(),
@@ -91,7 +91,7 @@ pub(crate) fn ocm_kinds(shape: CrdShape) -> Vec<CustomResourceDefinition> {
 }
 
 /// The project's own CRDs: ManifestWorkReplicaSetRollout.
-pub(crate) fn own_kinds() -> Vec<CustomResourceDefinition> {
+pub fn own_kinds() -> Vec<CustomResourceDefinition> {
     vec![ManifestWorkReplicaSetRollout::crd()]
 }
 

@@ -36,11 +36,11 @@ mod aside;
 pub(crate) mod backoff;
 mod binding;
 pub(crate) mod cache;
-pub(crate) mod carrier;
+pub mod carrier;
 pub(crate) mod plugins;
 pub(crate) mod revisions;
 mod shared;
-pub(crate) mod status;
+pub mod status;
 mod triggers;
 pub(crate) mod world;
 

@@ -26,4 +26,3 @@ mod other_controller;
 mod readiness;
 mod reads;
 mod reconcile;
-mod traces;

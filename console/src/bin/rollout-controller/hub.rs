@@ -4,9 +4,10 @@
 use crate::{EXIT_BAD_INPUT, parse_duration};
 use anyhow::Context;
 use clap::Args;
+use rollout_console::format::error_chain;
+use rollout_console::{dashboard, view};
 use rollout_controller::app::{self};
-use rollout_controller::format::error_chain;
-use rollout_controller::{control, dashboard, view};
+use rollout_controller::control;
 use rollout_wire::escaped;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use rollout_controller::format::error_chain;
-use rollout_controller::{control, view};
+use rollout_console::format::error_chain;
+use rollout_console::view;
+use rollout_controller::control;
 use rollout_proto::duration::{self, DurationError, Rules};
 use rollout_wire::escaped;
 

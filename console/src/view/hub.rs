@@ -31,13 +31,15 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
+use rollout_controller::hub::{ConnectError, NotFound, connect};
+
 use super::{Snapshot, View, build, render};
-use crate::api::labels::{MWRS_OWNER_LABEL, PLACEMENT_LABEL};
-use crate::api::manifestworkreplicasetrollout::{Choice, choose};
-use crate::api::{
+use crate::format::{duration, write_line};
+use rollout_controller::api::labels::{MWRS_OWNER_LABEL, PLACEMENT_LABEL};
+use rollout_controller::api::manifestworkreplicasetrollout::{Choice, choose};
+use rollout_controller::api::{
     ManifestWork, ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout, PlacementDecision,
 };
-use crate::format::write_line;
 
 /// The most frames [`watch`] draws in a second.
 pub(crate) const MAX_FRAMES_PER_SECOND: u32 = 4;
@@ -56,16 +58,8 @@ const FRAME_SEPARATOR: &str = "────────────────�
 #[derive(Debug, Error)]
 pub enum GetError {
     /// The ManifestWorkReplicaSet does not exist.
-    #[error(
-        "ManifestWorkReplicaSet {name:?} not found in namespace {namespace:?} \
-         (kubectl get manifestworkreplicasets -n {namespace} lists them; -n picks another namespace)"
-    )]
-    NotFound {
-        /// Its namespace.
-        namespace: String,
-        /// Its name.
-        name: String,
-    },
+    #[error(transparent)]
+    NotFound(#[from] NotFound),
     /// No answer from the API server.
     #[error(
         "cannot reach the Kubernetes API server{at} (check --kubeconfig and the cluster's address)"
@@ -96,31 +90,9 @@ pub enum GetError {
         #[source]
         source: kube::Error,
     },
-    /// No client configuration (kubeconfig, in-cluster) could be read.
-    #[error("no Kubernetes client configuration: {source}")]
-    Config {
-        /// Why.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// The kubeconfig file could not be read.
-    #[error("no Kubernetes client configuration: reading {}: {source}", path.display())]
-    KubeconfigRead {
-        /// The file.
-        path: std::path::PathBuf,
-        /// Why.
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
-    /// The kubeconfig file does not make a client configuration.
-    #[error("no Kubernetes client configuration: {}: {source}", path.display())]
-    Kubeconfig {
-        /// The file.
-        path: std::path::PathBuf,
-        /// Why.
-        #[source]
-        source: kube::config::KubeconfigError,
-    },
+    /// No client configuration (kubeconfig, in-cluster) could be used.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
     /// The output could not be written.
     #[error("writing the view: {0}")]
     Output(#[from] io::Error),
@@ -217,37 +189,6 @@ pub async fn get(options: &GetOptions, stop: impl Future<Output = ()>) -> Result
     Ok(())
 }
 
-/// A client from `kubeconfig` (default: in-cluster, else $KUBECONFIG or
-/// ~/.kube/config), the API server's address, and the context's namespace.
-pub(crate) async fn connect(
-    kubeconfig: Option<&std::path::Path>,
-) -> Result<(Client, String, String), GetError> {
-    let boxed = |e: Box<dyn std::error::Error + Send + Sync>| GetError::Config { source: e };
-    let config = match kubeconfig {
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| boxed(Box::new(e)))?,
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path).map_err(|source| {
-                GetError::KubeconfigRead {
-                    path: path.to_owned(),
-                    source,
-                }
-            })?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|source| GetError::Kubeconfig {
-                    path: path.to_owned(),
-                    source,
-                })?
-        }
-    };
-    let server = config.cluster_url.to_string();
-    let namespace = config.default_namespace.clone();
-    let client = Client::try_from(config).map_err(|e| boxed(Box::new(e)))?;
-    Ok((client, server, namespace))
-}
-
 fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }
@@ -313,10 +254,10 @@ pub(crate) async fn snapshot(client: &Client, target: &Target) -> Result<Snapsho
         .await
         .map_err(|e| {
             if is_not_found(&e) {
-                GetError::NotFound {
+                GetError::NotFound(NotFound {
                     namespace: ns.to_owned(),
                     name: target.name.clone(),
-                }
+                })
             } else {
                 target.error("the ManifestWorkReplicaSet", e)
             }
@@ -368,7 +309,7 @@ pub async fn first_snapshot(client: &Client, target: &Target) -> Result<Snapshot
         .unwrap_or_else(|_| {
             Err(GetError::Timeout {
                 at: target.at(),
-                after: crate::format::duration(target.request_timeout),
+                after: duration(target.request_timeout),
             })
         })
 }

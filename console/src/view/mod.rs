@@ -30,17 +30,17 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use serde::Serialize;
 
-use crate::api::conditions::{PLACEMENT_VERIFIED, PLUGIN_LOADED, PROGRESSING};
-use crate::api::labels::PLACEMENT_LABEL;
-use crate::api::manifestworkreplicasetrollout::bind;
-use crate::api::{
+use crate::format::describe_strategy;
+use rollout_controller::api::conditions::{PLACEMENT_VERIFIED, PLUGIN_LOADED, PROGRESSING};
+use rollout_controller::api::labels::PLACEMENT_LABEL;
+use rollout_controller::api::manifestworkreplicasetrollout::bind;
+use rollout_controller::api::{
     ClusterCounts, ClusterRolloutSummary, ManifestWork, ManifestWorkReplicaSet,
     ManifestWorkReplicaSetRollout, PlacementDecision, decision_groups,
 };
-use crate::format::describe_strategy;
-use crate::orchestrate::observe::{self, work_revision};
-use crate::rollout::RolloutStatus;
-use crate::rollout::work_status::Validation;
+use rollout_controller::orchestrate::observe::{self, work_revision};
+use rollout_controller::rollout::RolloutStatus;
+use rollout_controller::rollout::work_status::Validation;
 
 pub use render::render;
 
@@ -377,7 +377,7 @@ struct Reported {
 /// else from the ManifestWorkReplicaSet's own status.
 fn placement_status(
     snapshot: &Snapshot,
-    status: &crate::api::ManifestWorkReplicaSetStatus,
+    status: &rollout_controller::api::ManifestWorkReplicaSetStatus,
     name: &str,
 ) -> Option<Reported> {
     let carried = snapshot
@@ -424,7 +424,7 @@ impl Roles<'_> {
 }
 
 fn placement_view(
-    reference: &crate::api::LocalPlacementReference,
+    reference: &rollout_controller::api::LocalPlacementReference,
     reported: Option<Reported>,
     snapshot: &Snapshot,
     roles: &Roles<'_>,
@@ -463,7 +463,9 @@ fn placement_view(
         .works
         .iter()
         .filter(|w| {
-            w.labels().get(crate::api::labels::PLACEMENT_NAME_LABEL) == Some(&reference.name)
+            w.labels()
+                .get(rollout_controller::api::labels::PLACEMENT_NAME_LABEL)
+                == Some(&reference.name)
         })
         .map(|w| (w.namespace().unwrap_or_default(), w))
         .collect();

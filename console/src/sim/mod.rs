@@ -48,30 +48,31 @@ use std::time::Duration;
 use jiff::Timestamp;
 use kube::ResourceExt;
 use opentelemetry::trace::TraceContextExt;
+use rollout_proto::code_name;
 use rollout_proto::v1alpha1::{InitializeRequest, ValidationResult};
 use thiserror::Error;
 
-use crate::api::ManifestWork;
-use crate::api::annotations::VALIDATION_ANNOTATION;
-use crate::hooks::{
-    Call, HookCalls, HookCounts, HookError, HookKind, Hooks, Origin, Persistence, StateDetail,
-    TlsFailure, code_name,
-};
-use crate::orchestrate::observe::{self, Verdict};
-use crate::orchestrate::{
-    self, AbortReport, DeployInput, DeployOutcome, ManualControl, Owner, PlacementOutcome,
-    PlacementTarget, World, WorldError,
-};
-use crate::revision::{AbortAction, Revision, RevisionStatus};
-use crate::rollout::work_status::ValidationResult as Decided;
-use crate::rollout::{RolloutStatus, Strategy};
-use crate::telemetry::Telemetry;
 pub use command::{SimulateError, SimulateOptions, simulate};
 pub use config::{Config, ConfigError, StrategyFlags};
 pub(crate) use fleet::FleetWorld;
 pub use record::Recorder;
 use record::{Record, Recorded};
 pub use report::{JsonLines, Outcome, Plan, Report, StepReport, Summary};
+use rollout_controller::api::ManifestWork;
+use rollout_controller::api::annotations::VALIDATION_ANNOTATION;
+use rollout_controller::hooks::{
+    Call, HookCalls, HookCounts, HookError, HookKind, Hooks, Origin, Persistence, StateDetail,
+    TlsFailure,
+};
+use rollout_controller::orchestrate::observe::{self, Verdict};
+use rollout_controller::orchestrate::{
+    self, AbortReport, DeployInput, DeployOutcome, ManualControl, Owner, PlacementOutcome,
+    PlacementTarget, World, WorldError,
+};
+use rollout_controller::revision::{AbortAction, Revision, RevisionStatus};
+use rollout_controller::rollout::work_status::ValidationResult as Decided;
+use rollout_controller::rollout::{RolloutStatus, Strategy};
+use rollout_controller::telemetry::Telemetry;
 
 /// Why a simulation could not run to its end.
 #[derive(Debug, Error)]
@@ -362,7 +363,7 @@ struct Simulation<'a, H> {
     telemetry: &'a Telemetry,
     world: FleetWorld,
     clusters: Vec<String>,
-    groups: Vec<crate::rollout::ClusterGroup>,
+    groups: Vec<rollout_controller::rollout::ClusterGroup>,
     index: HashMap<String, usize>,
     update: Revision,
     previous: Revision,
@@ -407,7 +408,7 @@ pub async fn run<H: Hooks>(
         None => config.strategy.clone(),
     };
     // Each cluster's cluster_index: its place in the engine's order.
-    let order = crate::orchestrate::request::RolloutOrder::new(&strategy, &groups);
+    let order = rollout_controller::orchestrate::request::RolloutOrder::new(&strategy, &groups);
     let index = order
         .clusters()
         .iter()
@@ -770,8 +771,8 @@ impl<H: Hooks> Simulation<'_, H> {
         if let Some(api) = &mut self.api {
             let old = api.bound()?.status.unwrap_or_default();
             let summary = outcome.placements.first().map(|p| {
-                let mut summary = crate::reconcile::status::placement_summary(p);
-                crate::reconcile::status::set_abort_failures(
+                let mut summary = rollout_controller::reconcile::status::placement_summary(p);
+                rollout_controller::reconcile::status::set_abort_failures(
                     &mut summary,
                     outcome.abort.as_ref(),
                     old.placements_summary.first(),

@@ -3,7 +3,7 @@
 //! ManifestWorkReplicaSetRollout as a hub would, pruned against the CRDs
 //! of DIR (the project's own kinds against the project's own CRDs), and
 //! each step reads them back, as `run` does, through
-//! [`bind`](crate::api::manifestworkreplicasetrollout::bind).
+//! [`bind`](rollout_controller::api::manifestworkreplicasetrollout::bind).
 //!
 //! A kind DIR has no CRD for is refused, as an API server answers 404 for
 //! a resource it does not serve. Each field the pruning drops is kept as a
@@ -22,16 +22,18 @@ use serde_json::{Value, json};
 use thiserror::Error;
 
 use super::config;
-use crate::api::additions::ocm_status;
-use crate::api::manifestworkreplicasetrollout::{bind, carrier_status};
-use crate::api::prune::Schemas;
-use crate::api::{
+use rollout_controller::api::additions::ocm_status;
+use rollout_controller::api::manifestworkreplicasetrollout::{bind, carrier_status};
+use rollout_controller::api::prune::Schemas;
+use rollout_controller::api::{
     ClusterRolloutSummary, ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout,
     ManifestWorkReplicaSetStatus, PlacementSummary, crd,
 };
-use crate::reconcile::carrier::empty_carrier;
-use crate::revision::RevisionStatus;
-use crate::rollout::{InvalidStrategy, RawAdditions, RawStrategy, RolloutStatus, Strategy};
+use rollout_controller::reconcile::carrier::empty_carrier;
+use rollout_controller::revision::RevisionStatus;
+use rollout_controller::rollout::{
+    InvalidStrategy, RawAdditions, RawStrategy, RolloutStatus, Strategy,
+};
 
 /// Where the design's additions are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -302,7 +304,7 @@ mod tests {
     use jiff::Timestamp;
 
     use super::*;
-    use crate::api::CrdShape;
+    use rollout_controller::api::CrdShape;
 
     fn at(text: &str) -> Timestamp {
         text.parse().expect("a timestamp")

@@ -8,9 +8,8 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::io;
-use std::time::Duration;
 
-use crate::rollout::{RolloutKind, Strategy, Threshold};
+use rollout_controller::rollout::{RolloutKind, Strategy, Threshold};
 
 /// `err` and its causes on one line, each cause only when its text is not
 /// already in the line: most errors repeat their source in their own text,
@@ -31,30 +30,9 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// A duration as Go writes it, shortened: `300ms`, `30s`, `30.3s`,
-/// `1m30s`, `2h5m0s`.
-pub(crate) fn duration(d: Duration) -> String {
-    let millis = d.as_millis();
-    if millis == 0 {
-        return "0s".to_owned();
-    }
-    if millis < 1000 {
-        return format!("{millis}ms");
-    }
-    let tenths = (millis + 50) / 100;
-    let (hours, rest) = (tenths / 36_000, tenths % 36_000);
-    let (minutes, tenths) = (rest / 600, rest % 600);
-    let seconds = if tenths % 10 == 0 {
-        format!("{}s", tenths / 10)
-    } else {
-        format!("{}.{}s", tenths / 10, tenths % 10)
-    };
-    match (hours, minutes) {
-        (0, 0) => seconds,
-        (0, m) => format!("{m}m{seconds}"),
-        (h, m) => format!("{h}h{m}m{seconds}"),
-    }
-}
+/// A duration as Go writes it, shortened (the controller's, which says
+/// durations in its own errors too).
+pub(crate) use rollout_controller::rollout::format_go_duration as duration;
 
 /// Cluster names with runs of consecutive numbers shortened:
 /// `cluster-001 … cluster-005, cluster-008`. Past `max` runs, the rest are
@@ -226,22 +204,6 @@ mod tests {
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn durations_read_like_go() {
-        let table = [
-            (Duration::from_millis(300), "300ms"),
-            (Duration::from_secs(30), "30s"),
-            (Duration::from_millis(30_320), "30.3s"),
-            (Duration::from_secs(90), "1m30s"),
-            (Duration::from_millis(90_300), "1m30.3s"),
-            (Duration::from_secs(7500), "2h5m0s"),
-            (Duration::ZERO, "0s"),
-        ];
-        for (d, want) in table {
-            assert_eq!(duration(d), want, "{d:?}");
-        }
     }
 
     #[test]

@@ -36,7 +36,9 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
-use crate::view::hub::{GetError, Target, connect};
+use rollout_controller::hub::connect;
+
+use crate::view::hub::{GetError, Target};
 use feed::{Feed, Scope};
 pub use routes::Limits;
 
@@ -111,7 +113,9 @@ pub async fn dashboard(
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DashboardError> {
     check_listen(options.listen, options.allow_remote)?;
-    let (client, server, _) = connect(options.kubeconfig.as_deref()).await?;
+    let (client, server, _) = connect(options.kubeconfig.as_deref())
+        .await
+        .map_err(GetError::from)?;
     let target = Target {
         namespace: options.namespace.clone().unwrap_or_default(),
         name: String::new(),

@@ -6,8 +6,8 @@
 use jiff::Timestamp;
 use serde::Serialize;
 
-use crate::api::ManifestWorkReplicaSetRollout;
-use crate::api::control::{Acknowledged, ControlRequest, who};
+use rollout_controller::api::ManifestWorkReplicaSetRollout;
+use rollout_controller::api::control::{Acknowledged, ControlRequest, who};
 
 /// The pause the rollout is held for.
 #[derive(Debug, Clone, PartialEq, Serialize)]

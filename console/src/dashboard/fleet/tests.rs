@@ -18,7 +18,7 @@ fn moved(mut snapshot: Snapshot, namespace: &str) -> Snapshot {
     }
     for work in &mut snapshot.works {
         work.labels_mut().insert(
-            crate::api::labels::MWRS_OWNER_LABEL.to_owned(),
+            rollout_controller::api::labels::MWRS_OWNER_LABEL.to_owned(),
             format!("{namespace}.hello"),
         );
     }

@@ -16,7 +16,7 @@ use std::path::Path;
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::api::ManifestWorkSpec;
+use rollout_controller::api::ManifestWorkSpec;
 
 /// A template and where it came from.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,8 +6,8 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::rollout::Strategy;
 use bytes::Bytes;
+use rollout_controller::rollout::Strategy;
 use rollout_proto::v1alpha1::{
     InitializeRequest, InitializeResponse, ValidateResponse, ValidationResult,
 };
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::report::{Event, Plan};
 use super::*;
-use crate::hooks::{Mutation, PerHook, RolloutRequest};
+use rollout_controller::hooks::{Call, HookAnswer, HookRequest, Mutation, RolloutRequest};
 
 /// A plugin in memory: validation INPROGRESS on the first ask of each
 /// cluster and revision (recheck after `recheck`), then SUCCEEDED, FAILED
@@ -68,14 +68,37 @@ impl Scripted {
     }
 }
 
-impl PerHook for Scripted {
+impl Hooks for Scripted {
+    async fn call(&self, _: Call<'_>, request: HookRequest) -> Result<HookAnswer, HookError> {
+        Ok(match request {
+            HookRequest::Initialize(r) => HookAnswer::Initialized(self.initialize(r).await?),
+            HookRequest::BeginRollout(r) => {
+                self.begin_rollout(r).await?;
+                HookAnswer::Done
+            }
+            HookRequest::ProgressRollout(r) => {
+                self.progress_rollout(r).await?;
+                HookAnswer::Done
+            }
+            HookRequest::ValidateRolloutCompletion(r) => {
+                HookAnswer::Validated(self.validate_rollout_completion(r).await?)
+            }
+            HookRequest::MutateManifestWork(r, work) => {
+                HookAnswer::Mutated(self.mutate_manifest_work(r, work).await?)
+            }
+        })
+    }
+}
+
+/// One method per hook.
+impl Scripted {
     async fn initialize(&self, _: InitializeRequest) -> Result<InitializeResponse, HookError> {
         if self.down {
             return Err(HookError {
                 hook: HookKind::Initialize,
                 code: tonic::Code::Unavailable,
                 message: "tcp connect error: Connection refused".into(),
-                origin: crate::hooks::Origin::Transport,
+                origin: rollout_controller::hooks::Origin::Transport,
             });
         }
         Ok(InitializeResponse {
@@ -93,7 +116,7 @@ impl PerHook for Scripted {
                 hook: HookKind::BeginRollout,
                 code,
                 message: "pluginConfig.weight: expected a number".into(),
-                origin: crate::hooks::Origin::Answer,
+                origin: rollout_controller::hooks::Origin::Answer,
             }),
             None => Ok(()),
         }
@@ -330,7 +353,7 @@ async fn a_rollback_at_the_strategy_pace_restores_two_clusters_per_step() {
     // The strategy as given has no pace: only the carrier's can set it.
     carried.strategy = Strategy::default();
     carried.api = Some(api_config_of(
-        crate::api::CrdShape::Ocm,
+        rollout_controller::api::CrdShape::Ocm,
         api::ObjectsShape::Carrier,
         flags,
     ));
@@ -420,15 +443,22 @@ async fn per_group_within_max_failures_does_not_abort() {
     assert_eq!(summary.applies, 6);
 }
 
-/// `/metrics` scraped over HTTP after a simulated rollout with an abort:
+/// `/metrics` (the text the controller serves there) after a simulated rollout with an abort:
 /// the hook calls, the abort and the rollouts in progress match the
 /// rollout's own summary.
 #[tokio::test]
 async fn metrics_scraped_after_an_abort_match_the_rollout() {
     use std::sync::Arc;
 
-    use crate::health::{self, Readiness};
-    use crate::metrics::{ControllerMetrics, Metered, sample};
+    use rollout_controller::metrics::{ControllerMetrics, Metered};
+
+    /// The value of `series` (its name and labels as encoded) in `text`.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .filter_map(|line| line.strip_prefix(series))
+            .filter_map(|rest| rest.strip_prefix(' '))
+            .find_map(|value| value.split(' ').next()?.parse().ok())
+    }
 
     let metrics = Arc::new(ControllerMetrics::new());
     let mut config = config(8, strategy("Progressive", Some("25%"), true, true));
@@ -449,15 +479,8 @@ async fn metrics_scraped_after_an_abort_match_the_rollout() {
     .expect("runs");
     assert_eq!(summary.result, Outcome::Aborted);
 
-    let addr = health::serve(
-        "127.0.0.1:0".parse().expect("addr"),
-        Readiness::default(),
-        metrics,
-    )
-    .await
-    .expect("binds");
-    let text = health::tests::get(addr, "/metrics").await;
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    // What `/metrics` answers (the controller's tests serve it over HTTP).
+    let text = metrics.encode();
     let calls = |hook: &str| {
         sample(
             &text,
@@ -883,7 +906,10 @@ async fn a_fixed_tick_moves_the_clock_evenly() {
 
 /// The CRDs of `shape`, with the project's own, as `--crds` gives them,
 /// and a Progressive strategy (2 at a time) with a plugin and the abort.
-fn api_config(shape: crate::api::CrdShape, objects: api::ObjectsShape) -> api::ApiConfig {
+fn api_config(
+    shape: rollout_controller::api::CrdShape,
+    objects: api::ObjectsShape,
+) -> api::ApiConfig {
     api_config_of(
         shape,
         objects,
@@ -899,17 +925,17 @@ fn api_config(shape: crate::api::CrdShape, objects: api::ObjectsShape) -> api::A
 
 /// [`api_config`] with the strategy of `flags`.
 fn api_config_of(
-    shape: crate::api::CrdShape,
+    shape: rollout_controller::api::CrdShape,
     objects: api::ObjectsShape,
     flags: StrategyFlags,
 ) -> api::ApiConfig {
-    let crds: Vec<Value> = crate::api::crd::ocm_kinds(shape)
+    let crds: Vec<Value> = rollout_controller::api::crd::ocm_kinds(shape)
         .iter()
         .map(|c| serde_json::to_value(c).expect("a CRD"))
         .collect();
     api::ApiConfig {
         schemas: Arc::new(api::ApiConfig::schemas(
-            crate::api::prune::Schemas::from_crds(&crds),
+            rollout_controller::api::prune::Schemas::from_crds(&crds),
         )),
         strategy: flags.raw().expect("valid"),
         shape: objects,
@@ -950,7 +976,7 @@ async fn under_ocm_crds_the_carrier_keeps_the_abort_and_rollback_with_a_plugin()
         .expect("runs");
     let mut pruned = base.clone();
     pruned.api = Some(api_config(
-        crate::api::CrdShape::Ocm,
+        rollout_controller::api::CrdShape::Ocm,
         api::ObjectsShape::Carrier,
     ));
     let c = simulate(&pruned, Scripted::new(&["cluster-003"]))
@@ -999,7 +1025,7 @@ async fn under_ocm_crds_the_carrier_keeps_the_abort_and_rollback_with_a_plugin()
 async fn under_ocm_crds_the_design_fields_on_the_mwrs_are_pruned_and_no_plugin_is_called() {
     let mut pruned = config(6, strategy("Progressive", Some("2"), true, true));
     pruned.api = Some(api_config(
-        crate::api::CrdShape::Ocm,
+        rollout_controller::api::CrdShape::Ocm,
         api::ObjectsShape::DesignApi,
     ));
     let c = simulate(&pruned, Scripted::new(&["cluster-003"]))
@@ -1029,7 +1055,7 @@ async fn under_design_crds_the_mwrs_alone_works() {
         .expect("runs");
     let mut design = base.clone();
     design.api = Some(api_config(
-        crate::api::CrdShape::Design,
+        rollout_controller::api::CrdShape::Design,
         api::ObjectsShape::DesignApi,
     ));
     let c = simulate(&design, Scripted::new(&["cluster-003"]))

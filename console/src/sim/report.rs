@@ -29,8 +29,8 @@ use std::io::{self, Write};
 use jiff::Timestamp;
 use serde::Serialize;
 
-use crate::hooks::HookCounts;
-use crate::rollout::RolloutStatus;
+use rollout_controller::hooks::HookCounts;
+use rollout_controller::rollout::RolloutStatus;
 
 /// The clusters per status (docs/plugin-api.md §5's `clusters` object).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -255,7 +255,7 @@ pub struct StepReport {
     /// With `--crds`: the failed and timed-out clusters as the stored
     /// ManifestWorkReplicaSetRollout status lists them after the step.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) status_clusters: Vec<crate::api::ClusterRolloutSummary>,
+    pub(crate) status_clusters: Vec<rollout_controller::api::ClusterRolloutSummary>,
 }
 
 impl StepReport {

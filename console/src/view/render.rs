@@ -10,7 +10,7 @@ use jiff::Timestamp;
 
 use super::{ClusterView, GroupView, Phase, PlacementView, RevisionRole, View};
 use crate::format::{duration, push_line, ranges, table};
-use crate::rollout::RolloutStatus;
+use rollout_controller::rollout::RolloutStatus;
 
 /// A group of more clusters than this lists only those not succeeded (at
 /// most this many), and sums up the rest.
@@ -137,7 +137,7 @@ fn header(view: &View, out: &mut String) {
             "Paused:".to_owned(),
             format!(
                 "{} at {} ({} ago)",
-                crate::api::control::who(pause.by.as_deref(), pause.reason.as_deref()),
+                rollout_controller::api::control::who(pause.by.as_deref(), pause.reason.as_deref()),
                 pause.time,
                 age(view.now, Some(pause.time))
             ),

@@ -8,11 +8,11 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 
 use super::{ClusterView, PlacementView, View, find};
-use crate::api::conditions::{
+use crate::format::{duration, ranges};
+use rollout_controller::api::conditions::{
     PLACEMENT_VERIFIED, PLUGIN_LOADED, PROGRESSING, REASON_PLUGIN_CALL_FAILED,
 };
-use crate::format::{duration, ranges};
-use crate::rollout::RolloutStatus;
+use rollout_controller::rollout::RolloutStatus;
 
 /// How many clusters of one kind get a line each; the rest are summed up.
 const MAX_LINES_PER_KIND: usize = 5;
@@ -70,7 +70,8 @@ pub(crate) fn lines(view: &View) -> Vec<String> {
 /// nothing.
 fn control_lines(view: &View, lines: &mut Vec<String>) {
     if let Some(pause) = &view.paused {
-        let who = crate::api::control::who(pause.by.as_deref(), pause.reason.as_deref());
+        let who =
+            rollout_controller::api::control::who(pause.by.as_deref(), pause.reason.as_deref());
         let read = if pause.observed {
             ""
         } else {

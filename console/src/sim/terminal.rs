@@ -72,7 +72,7 @@ pub(crate) struct Terminal<W> {
     diffs: bool,
     previous: Option<(String, String)>,
     /// The failed clusters of the stored status last printed.
-    status_clusters: Vec<crate::api::ClusterRolloutSummary>,
+    status_clusters: Vec<rollout_controller::api::ClusterRolloutSummary>,
 }
 
 impl<W: Write> Terminal<W> {
@@ -384,7 +384,7 @@ impl<W: Write> Terminal<W> {
             let first = step
                 .verdicts
                 .iter()
-                .find(|v| v.result == crate::rollout::RolloutStatus::Succeeded);
+                .find(|v| v.result == rollout_controller::rollout::RolloutStatus::Succeeded);
             let example = first.map_or(String::new(), |v| {
                 if v.message.is_empty() {
                     String::new()

@@ -9,9 +9,11 @@ use std::sync::Arc;
 use thiserror::Error;
 
 use super::{Config, JsonLines, Recorder, Report, SimError, Summary, run, terminal::Terminal};
-use crate::hooks::{GatewayError, GatewayHooks, GatewayOptions};
-use crate::metrics::{ControllerMetrics, Metered};
-use crate::telemetry::{DEFAULT_SERVICE_NAME, Telemetry, TracingError, TracingOptions};
+use rollout_controller::hooks::{GatewayError, GatewayHooks, GatewayOptions};
+use rollout_controller::metrics::{ControllerMetrics, Metered};
+use rollout_controller::telemetry::{
+    DEFAULT_SERVICE_NAME, Telemetry, TracingError, TracingOptions,
+};
 
 /// One `rollout-controller simulate`.
 #[derive(Debug)]

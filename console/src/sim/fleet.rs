@@ -26,13 +26,13 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
-use crate::api::ManifestWork;
-use crate::api::labels::{CONTROLLER_HASH_LABEL, fnv1a64};
-use crate::api::manifestwork::{CONDITION_AVAILABLE, ManifestWorkStatus};
-use crate::orchestrate::memory::MemoryWorld;
-use crate::orchestrate::{World, WorldError};
-use crate::rollout::ClusterGroup;
-use crate::rollout::work_status::{APPLIED, DEGRADED, PROGRESSING};
+use rollout_controller::api::ManifestWork;
+use rollout_controller::api::labels::{CONTROLLER_HASH_LABEL, fnv1a64};
+use rollout_controller::api::manifestwork::{CONDITION_AVAILABLE, ManifestWorkStatus};
+use rollout_controller::orchestrate::memory::MemoryWorld;
+use rollout_controller::orchestrate::{World, WorldError};
+use rollout_controller::rollout::ClusterGroup;
+use rollout_controller::rollout::work_status::{APPLIED, DEGRADED, PROGRESSING};
 
 /// The names of a fleet of `n` clusters: `cluster-001` … with at least 3
 /// digits, as many as `n` has when more.
@@ -394,9 +394,9 @@ impl World for FleetWorld {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::ManifestWorkSpec;
-    use crate::rollout::RolloutStatus;
-    use crate::rollout::work_status::{self, Validation};
+    use rollout_controller::api::ManifestWorkSpec;
+    use rollout_controller::rollout::RolloutStatus;
+    use rollout_controller::rollout::work_status::{self, Validation};
 
     fn at(secs: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + secs).expect("time")

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rollout_proto::v1alpha1::ValidationResult;
 
-use crate::hooks::{
+use rollout_controller::hooks::{
     Call, HookAnswer, HookCounters, HookCounts, HookError, HookKind, HookRequest, Hooks,
     RolloutRequest,
 };
@@ -202,7 +202,7 @@ impl<H: Hooks> Hooks for Recorder<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::HookCalls;
+    use rollout_controller::hooks::HookCalls;
 
     /// Answers every call; fails BeginRollout for `bad`.
     struct Fixed;
@@ -216,7 +216,7 @@ mod tests {
                         hook: HookKind::BeginRollout,
                         code: tonic::Code::Unavailable,
                         message: "plugin \"p\": down".into(),
-                        origin: crate::hooks::Origin::Answer,
+                        origin: rollout_controller::hooks::Origin::Answer,
                     });
                 }
                 HookRequest::BeginRollout(_) | HookRequest::ProgressRollout(_) => HookAnswer::Done,
@@ -231,7 +231,7 @@ mod tests {
                     })
                 }
                 HookRequest::MutateManifestWork(..) => {
-                    HookAnswer::Mutated(crate::hooks::Mutation {
+                    HookAnswer::Mutated(rollout_controller::hooks::Mutation {
                         work: None,
                         mutated_by: vec!["traffic-weights".into()],
                         failed_open: Vec::new(),

@@ -12,9 +12,9 @@ use serde_json::{Map, Value, json};
 use thiserror::Error;
 
 use super::fleet::cluster_names;
-use crate::api::ManifestWorkSpec;
-use crate::orchestrate::Settings;
-use crate::rollout::{InvalidStrategy, RawStrategy, Strategy};
+use rollout_controller::api::ManifestWorkSpec;
+use rollout_controller::orchestrate::Settings;
+use rollout_controller::rollout::{InvalidStrategy, RawStrategy, Strategy};
 
 /// The simulated ManifestWorkReplicaSet's namespace.
 pub(crate) const NAMESPACE: &str = "default";
@@ -252,8 +252,8 @@ pub struct Config {
     pub(crate) start: Timestamp,
     /// Where each step's abort and rollout phase are counted, as `run`
     /// counts them (with the hooks wrapped in
-    /// [`Metered`](crate::metrics::Metered), the hook calls too).
-    pub(crate) metrics: Option<std::sync::Arc<crate::metrics::ControllerMetrics>>,
+    /// [`Metered`](rollout_controller::metrics::Metered), the hook calls too).
+    pub(crate) metrics: Option<std::sync::Arc<rollout_controller::metrics::ControllerMetrics>>,
     /// `--crds`: store the ManifestWorkReplicaSet and its carrier in a
     /// simulated API server that prunes them, and read them back each step;
     /// `None`: use [`Config::strategy`] as given.
@@ -329,7 +329,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollout::{RolloutKind, Threshold};
+    use rollout_controller::rollout::{RolloutKind, Threshold};
 
     fn flags(kind: &str) -> StrategyFlags {
         StrategyFlags {

@@ -24,13 +24,13 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use super::fleet::{Fleet, Key, Objects};
-use crate::api::labels::PLACEMENT_LABEL;
-use crate::api::{
-    ManifestWork, ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout, PlacementDecision,
-};
 use crate::view::hub::{
     ALL_WORKS_SELECTOR, Change, Changes, GetError, MAX_FRAMES_PER_SECOND, Target,
     all_events_selector, owned, watched,
+};
+use rollout_controller::api::labels::PLACEMENT_LABEL;
+use rollout_controller::api::{
+    ManifestWork, ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout, PlacementDecision,
 };
 
 /// How often the fleet is built again without a change, so that the

@@ -12,12 +12,12 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use serde::Serialize;
 
-use crate::api::{
+use crate::view::hub::{bound_carrier, is_about, owner_of, owner_of_works};
+use crate::view::{Phase, Snapshot, View, build};
+use rollout_controller::api::{
     ClusterCounts, ManifestWork, ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout,
     PlacementDecision,
 };
-use crate::view::hub::{bound_carrier, is_about, owner_of, owner_of_works};
-use crate::view::{Phase, Snapshot, View, build};
 
 /// Everything the dashboard reads from the hub, of its namespace or of all.
 #[derive(Debug, Clone, Default)]
