@@ -7,7 +7,7 @@
 //! clusters, through the controller's own rollout step and the real gateway
 //! and plugins. [`view`] draws one ManifestWorkReplicaSet's rollout live
 //! from the hub (`rollout-controller get`, `kubectl mwrs get`), with the
-//! text formatting it shares with the simulator in [`format`].
+//! text formatting it shares with the simulator in [`format`](mod@format).
 //! [`dashboard`] serves every set's view on a web page, updated live
 //! (`rollout-controller dashboard`). The binary parses the flags of every
 //! command and calls these, or the controller's library for `run`, `plan`,

@@ -3,7 +3,7 @@
 //! ManifestWorkReplicaSetRollout as a hub would, pruned against the CRDs
 //! of DIR (the project's own kinds against the project's own CRDs), and
 //! each step reads them back, as `run` does, through
-//! [`bind`](rollout_controller::api::manifestworkreplicasetrollout::bind).
+//! [`bind`].
 //!
 //! A kind DIR has no CRD for is refused, as an API server answers 404 for
 //! a resource it does not serve. Each field the pruning drops is kept as a
