@@ -19,50 +19,41 @@
 //! simulator), and [`reconcile`] the kube-rs controller around it.
 //! [`metrics`] counts what it does for Prometheus, [`leader`] elects the
 //! replica that reconciles, and [`app`] assembles `rollout-controller run`
-//! from all of these. [`view`] draws one ManifestWorkReplicaSet's rollout
-//! live from the hub (`rollout-controller get`, `kubectl mwrs get`), with
-//! the text formatting it shares with the simulator in [`format`].
-//! [`dashboard`] serves every set's view on a web page, updated live
-//! (`rollout-controller dashboard`).
+//! from all of these.
 //! [`control`] is an operator's manual control of a rollout (`abort`,
 //! `retry`, `pause`, `resume`, `promote`): which requests of the carrier's
 //! `spec.control` a reconcile acts on, and the command line's write of one.
+//! [`hub`] is a person's command on the hub: its client from a kubeconfig.
+//!
+//! The command line (`rollout-controller`), the simulator, the live view
+//! and the dashboard are the `rollout-console` crate, on top of this one.
 //!
 //! # Entry points
 //!
-//! The binary only parses flags, turns them into options and calls one of
-//! these:
+//! The `rollout-controller` binary (in `rollout-console`) calls these:
 //!
 //! - `run`: [`app::client`], then [`app::run`] with [`app::RunOptions`];
-//! - `simulate`: [`sim::simulate`] with [`sim::SimulateOptions`] (the
-//!   rollout itself is [`sim::run`], for tests with scripted hooks);
-//! - `get`: [`view::hub::get`] with [`view::hub::GetOptions`];
-//! - `dashboard`: [`dashboard::dashboard`] with
-//!   [`dashboard::DashboardOptions`] (tests bring their own client and
-//!   listener to [`dashboard::serve`]);
 //! - `plan`: [`plan::run`];
 //! - `crd`: [`api::crds_yaml`], or [`api::write_crd_files`] for `--out`;
 //! - `abort`, `retry`, `pause`, `resume`, `promote`:
 //!   [`control::hub::request`] with [`control::hub::ControlOptions`] and a
 //!   [`control::hub::Verb`].
 //!
-//! Errors are typed; [`format::error_chain`] says one and its causes on one
-//! line.
-//!
 //! # Public surface
 //!
 //! An item is `pub` only when something outside the library names it: the
-//! binary, the integration tests (`tests/it`), the engine benchmark or the
-//! demo crate. Besides the entry points above, the tests drive the parts
+//! console (its binary, simulator, live view and dashboard), the
+//! integration tests (`tests/it`), the engine benchmark or the demo crate.
+//! Besides the entry points above, the tests drive the parts
 //! one layer down: the kube-rs reconcile ([`reconcile::reconcile`] with a
 //! [`reconcile::Context`]), the gateway client ([`hooks::GatewayHooks`]
 //! behind the [`hooks::Hooks`] trait), one rollout step over ManifestWorks
 //! held in memory ([`orchestrate::deploy`] with
 //! [`orchestrate::memory::MemoryWorld`]), leader election
-//! ([`leader::LeaderElection`], [`leader::run_when_leading`]), Events
-//! ([`events::Events`]), the live view ([`view::build`], [`view::render`],
-//! [`view::hub::watch`]) and the simulator's steps ([`sim::run`] with a
-//! [`sim::Report`]); the benchmark calls the engine ([`rollout::decide`]).
+//! ([`leader::LeaderElection`], [`leader::run_when_leading`]) and Events
+//! ([`events::Events`]); the benchmark calls the engine
+//! ([`rollout::decide`]). The console's simulator runs the same rollout
+//! step over its own world, and its views read the same resources.
 //! Everything else is `pub(crate)`, and the modules below these are
 //! private or crate-private.
 
@@ -84,12 +75,11 @@
 pub mod api;
 pub mod app;
 pub mod control;
-pub mod dashboard;
 pub mod events;
-pub mod format;
 pub mod guard;
 pub mod health;
 pub mod hooks;
+pub mod hub;
 pub mod leader;
 pub mod metrics;
 pub mod orchestrate;
@@ -98,6 +88,4 @@ pub mod reconcile;
 pub mod registration;
 pub mod revision;
 pub mod rollout;
-pub mod sim;
 pub mod telemetry;
-pub mod view;

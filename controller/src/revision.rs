@@ -41,7 +41,7 @@ pub(crate) const MAX_NAME_LEN: usize = 253;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Revision {
     /// The hash, as in the `controller-hash` label and the status.
-    pub(crate) hash: String,
+    pub hash: String,
     /// The ManifestWork spec of this revision.
     pub(crate) template: ManifestWorkSpec,
 }
@@ -338,20 +338,20 @@ pub(crate) fn controller_revision(
 
 /// The status fields about revisions after one reconcile.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct RevisionStatus {
+pub struct RevisionStatus {
     /// The last revision rolled out everywhere.
-    pub(crate) current: Option<String>,
+    pub current: Option<String>,
     /// The current template's revision.
-    pub(crate) update: Option<String>,
+    pub update: Option<String>,
     /// When the rollout of `update` was aborted.
-    pub(crate) aborted_time: Option<Timestamp>,
+    pub aborted_time: Option<Timestamp>,
 }
 
 impl RevisionStatus {
     /// The status at the start of a reconcile whose template hashes to
     /// `update`: a new update revision clears an abort (a new template
     /// starts a new rollout).
-    pub(crate) fn begin(previous: &RevisionStatus, update: &str) -> RevisionStatus {
+    pub fn begin(previous: &RevisionStatus, update: &str) -> RevisionStatus {
         let changed = previous.update.as_deref() != Some(update);
         RevisionStatus {
             current: previous.current.clone(),
@@ -361,7 +361,7 @@ impl RevisionStatus {
     }
 
     /// Whether an abort is under way.
-    pub(crate) fn is_aborted(&self) -> bool {
+    pub fn is_aborted(&self) -> bool {
         self.aborted_time.is_some()
     }
 
@@ -369,7 +369,7 @@ impl RevisionStatus {
     /// abort started; `currentRevision` becomes the update revision once
     /// every cluster of every placement succeeded with it (never while
     /// aborted).
-    pub(crate) fn finish(
+    pub fn finish(
         mut self,
         aborted_at: Option<Timestamp>,
         update_complete: bool,
@@ -386,7 +386,7 @@ impl RevisionStatus {
 
 /// What an abort request leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AbortAction {
+pub enum AbortAction {
     /// No abort: roll out the update revision.
     Proceed,
     /// Roll the updated clusters back to the current revision.

@@ -24,7 +24,7 @@ pub use rollout_telemetry::{TracingError, TracingOptions};
 use rollout_proto::HookKind;
 
 /// The default `service.name`.
-pub(crate) const DEFAULT_SERVICE_NAME: &str = "rollout-controller";
+pub const DEFAULT_SERVICE_NAME: &str = "rollout-controller";
 
 /// The gateway's default `service.name`: the hook spans' `peer.service`.
 const GATEWAY_SERVICE_NAME: &str = "rollout-gateway";
@@ -53,7 +53,7 @@ impl Telemetry {
     }
 
     /// Whether spans leave the process.
-    pub(crate) fn is_exporting(&self) -> bool {
+    pub fn is_exporting(&self) -> bool {
         self.tracer.is_exporting()
     }
 

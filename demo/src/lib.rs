@@ -175,7 +175,7 @@ pub fn check_fleet(clusters: usize, fail: &[String]) -> anyhow::Result<()> {
     if clusters == 0 {
         bail!("--clusters must be at least 1");
     }
-    let names = rollout_controller::sim::fleet::cluster_names(clusters);
+    let names = rollout_console::sim::fleet::cluster_names(clusters);
     if let Some(unknown) = fail.iter().find(|c| !names.contains(c)) {
         let first = names.first().map_or("", String::as_str);
         let last = names.last().map_or("", String::as_str);

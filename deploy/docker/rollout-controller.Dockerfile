@@ -21,7 +21,7 @@ ARG ROLLOUT_HOOKS_REVISION=""
 # The caches make rebuilds incremental; the binary is copied out of them.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p rollout-controller --bin rollout-controller \
+    cargo build --release --locked -p rollout-console --bin rollout-controller \
     && install -D target/release/rollout-controller /out/rollout-controller
 
 FROM gcr.io/distroless/cc-debian12:nonroot

@@ -134,7 +134,7 @@ static OCM_MWRS_SCHEMA: LazyLock<Value> = LazyLock::new(|| {
 /// (conditions, summary, placementSummary without the additions), as JSON:
 /// what the controller writes to a ManifestWorkReplicaSet's status, and
 /// what it compares with the status read back.
-pub(crate) fn ocm_status(status: &ManifestWorkReplicaSetStatus) -> Value {
+pub fn ocm_status(status: &ManifestWorkReplicaSetStatus) -> Value {
     let mut value = serde_json::to_value(status).unwrap_or(Value::Object(Map::new()));
     prune::prune(&mut value, &OCM_MWRS_SCHEMA["properties"]["status"]);
     value

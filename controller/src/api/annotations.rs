@@ -23,7 +23,7 @@ pub(crate) const OWNER_ANNOTATION: &str = "rollout.open-cluster-management.io/ow
 pub(crate) const SPEC_HASH_ANNOTATION: &str = "rollout.open-cluster-management.io/spec-hash";
 
 /// On a ManifestWork: the validation verdict, `Succeeded` or `Failed`.
-pub(crate) const VALIDATION_ANNOTATION: &str = "rollout.open-cluster-management.io/validation";
+pub const VALIDATION_ANNOTATION: &str = "rollout.open-cluster-management.io/validation";
 
 /// On a ManifestWork: the plugin's message with the verdict.
 pub(crate) const VALIDATION_MESSAGE_ANNOTATION: &str =

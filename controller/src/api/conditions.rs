@@ -10,7 +10,7 @@
 /// Whether each placement of `spec.placementRefs` exists and has decisions.
 /// Reasons: [`REASON_AS_EXPECTED`], [`REASON_PLACEMENT_DECISION_NOT_FOUND`],
 /// [`REASON_PLACEMENT_DECISION_EMPTY`], [`REASON_NOT_AS_EXPECTED`].
-pub(crate) const PLACEMENT_VERIFIED: &str = "PlacementVerified";
+pub const PLACEMENT_VERIFIED: &str = "PlacementVerified";
 
 /// Whether the rollout strategy has run to its end on every placement.
 /// Reasons: [`REASON_PROGRESSING`], [`REASON_COMPLETE`],
@@ -26,7 +26,7 @@ pub(crate) const MANIFESTWORK_APPLIED: &str = "ManifestworkApplied";
 /// `Initialize` (design). Reasons: [`REASON_AVAILABLE`] (True) with
 /// [`plugin_available_message`], [`REASON_FAILED`] (False) with
 /// [`plugin_failed_message`].
-pub(crate) const PLUGIN_LOADED: &str = "PluginLoaded";
+pub const PLUGIN_LOADED: &str = "PluginLoaded";
 
 /// The progress of the current revision's rollout (rollback design); False
 /// with the plugin's error as message when a hook call fails. Reasons:
@@ -34,7 +34,7 @@ pub(crate) const PLUGIN_LOADED: &str = "PluginLoaded";
 /// [`REASON_NEW_MANIFEST_WORK_AVAILABLE`], [`REASON_ROLLOUT_ABORTED`],
 /// [`REASON_PROGRESS_DEADLINE_EXCEEDED`], [`REASON_PLUGIN_CALL_FAILED`],
 /// [`REASON_ROLLOUT_PAUSED`].
-pub(crate) const PROGRESSING: &str = "Progressing";
+pub const PROGRESSING: &str = "Progressing";
 
 /// A condition the controller never sets and removes wherever it finds
 /// it: an owner label value over 63 characters is not hashed to fit; the
@@ -107,7 +107,7 @@ pub(crate) const REASON_ROLLOUT_PAUSED: &str = "RolloutPaused";
 pub(crate) const REASON_PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 /// Progressing: a rollout plugin hook returned an error (its message is the
 /// condition's message). An addition of this project.
-pub(crate) const REASON_PLUGIN_CALL_FAILED: &str = "PluginCallFailed";
+pub const REASON_PLUGIN_CALL_FAILED: &str = "PluginCallFailed";
 
 /// The detail of [`plugin_failed_message`] when the plugin's server cannot
 /// be reached (gRPC `UNAVAILABLE`), in the design's words.

@@ -24,54 +24,54 @@ use serde::{Deserialize, Serialize};
 /// `spec.control`: what an operator asks of the rollout.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Control {
+pub struct Control {
     /// While set, no new cluster starts rolling out (clusters in flight go
     /// on, their validations included; a rollback under way goes on).
     /// Removing it resumes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) paused: Option<Pause>,
+    pub paused: Option<Pause>,
     /// Abort the rollout of the update revision: every updated cluster is
     /// restored to the current revision, as after a plugin's FAILED.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) abort: Option<ControlRequest>,
+    pub abort: Option<ControlRequest>,
     /// Start an aborted rollout of the update revision again, without a
     /// template change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) retry: Option<ControlRequest>,
+    pub retry: Option<ControlRequest>,
     /// Skip the current wait (a soak, an INPROGRESS validation) of the
     /// clusters named, or of every cluster. Never turns a FAILED verdict
     /// into a success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) promote: Option<Promote>,
+    pub promote: Option<Promote>,
 }
 
 /// Who paused the rollout, when and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Pause {
+pub struct Pause {
     /// When it was paused.
-    pub(crate) time: Time,
+    pub time: Time,
     /// Who paused it (the user as the API server knows them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) by: Option<String>,
+    pub by: Option<String>,
     /// Why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) reason: Option<String>,
+    pub reason: Option<String>,
 }
 
 /// One request of an operator: acts once, when the controller first reads
 /// it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct ControlRequest {
+pub struct ControlRequest {
     /// When it was made; a new request has a later time than the last.
-    pub(crate) requested_time: Time,
+    pub requested_time: Time,
     /// Who made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) by: Option<String>,
+    pub by: Option<String>,
     /// Why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) reason: Option<String>,
+    pub reason: Option<String>,
     /// The update revision it is about (`status.updateRevision` when it was
     /// made); another revision makes it stale. Without it, it is about the
     /// revision being rolled out when the controller reads it.
@@ -82,9 +82,11 @@ pub(crate) struct ControlRequest {
 /// A promotion: a request and the clusters it is for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Promote {
+pub struct Promote {
+    // The request itself, its fields inline. (Not a doc comment: that would
+    // be a description in the CRD's schema.)
     #[serde(flatten)]
-    pub(crate) request: ControlRequest,
+    pub request: ControlRequest,
     /// The clusters to promote; empty: every cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) clusters: Vec<String>,
@@ -93,50 +95,50 @@ pub(crate) struct Promote {
 /// `status.control`: what the controller made of `spec.control`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct ControlStatus {
+pub struct ControlStatus {
     /// When the controller started rolling out the update revision: a
     /// request without a revision made before then is stale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) revision_start_time: Option<Time>,
     /// The pause the rollout is held for, as read from `spec.control`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) paused: Option<Pause>,
+    pub paused: Option<Pause>,
     /// The latest abort request read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) abort: Option<Acknowledged>,
+    pub abort: Option<Acknowledged>,
     /// The latest retry request read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) retry: Option<Acknowledged>,
+    pub retry: Option<Acknowledged>,
     /// The latest promotion read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) promote: Option<Acknowledged>,
+    pub promote: Option<Acknowledged>,
 }
 
 /// A request the controller read, and what came of it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Acknowledged {
+pub struct Acknowledged {
     /// The request's `requestedTime`.
-    pub(crate) requested_time: Time,
+    pub requested_time: Time,
     /// The request's `by`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) by: Option<String>,
+    pub by: Option<String>,
     /// The request's `reason`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) reason: Option<String>,
+    pub reason: Option<String>,
     /// When the controller read it.
     pub(crate) observed_time: Time,
     /// The update revision then.
-    pub(crate) revision: String,
+    pub revision: String,
     /// What came of it.
-    pub(crate) result: RequestResult,
+    pub result: RequestResult,
     /// What came of it, for a person.
-    pub(crate) message: String,
+    pub message: String,
 }
 
 /// What came of a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub(crate) enum RequestResult {
+pub enum RequestResult {
     /// It acted.
     Acted,
     /// There was nothing for it to do (an abort of a rollout already
@@ -149,7 +151,7 @@ pub(crate) enum RequestResult {
 
 impl RequestResult {
     /// As written in the status.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             RequestResult::Acted => "Acted",
             RequestResult::Unneeded => "Unneeded",
@@ -173,7 +175,7 @@ impl Pause {
 }
 
 /// `by alice (why)`, `by alice`, `(why)` or `by an operator`.
-pub(crate) fn who(by: Option<&str>, reason: Option<&str>) -> String {
+pub fn who(by: Option<&str>, reason: Option<&str>) -> String {
     let by = by.filter(|b| !b.is_empty());
     let reason = reason.filter(|r| !r.is_empty());
     match (by, reason) {

@@ -14,21 +14,21 @@ use std::fmt;
 /// On a ManifestWork: the owning ManifestWorkReplicaSet, as
 /// `<namespace>.<name>` (never longer than a label value: a set whose value
 /// would be gets no works, see [`owner_label_value`]).
-pub(crate) const MWRS_OWNER_LABEL: &str = "work.open-cluster-management.io/manifestworkreplicaset";
+pub const MWRS_OWNER_LABEL: &str = "work.open-cluster-management.io/manifestworkreplicaset";
 
 /// On a ManifestWork: the placement that selected its cluster.
-pub(crate) const PLACEMENT_NAME_LABEL: &str = "work.open-cluster-management.io/placementname";
+pub const PLACEMENT_NAME_LABEL: &str = "work.open-cluster-management.io/placementname";
 
 /// On a ManifestWork and a ControllerRevision: the hash of the template
 /// revision (rollback design).
-pub(crate) const CONTROLLER_HASH_LABEL: &str = "work.open-cluster-management.io/controller-hash";
+pub const CONTROLLER_HASH_LABEL: &str = "work.open-cluster-management.io/controller-hash";
 
 /// On a ManifestWorkReplicaSet: kept until its ManifestWorks are cleaned up.
 pub(crate) const MANIFEST_WORK_CLEANUP_FINALIZER: &str =
     "work.open-cluster-management.io/manifest-work-cleanup";
 
 /// On a PlacementDecision: its placement's name.
-pub(crate) const PLACEMENT_LABEL: &str = "cluster.open-cluster-management.io/placement";
+pub const PLACEMENT_LABEL: &str = "cluster.open-cluster-management.io/placement";
 
 /// On a PlacementDecision: the index of its decision group (an int32).
 pub(crate) const DECISION_GROUP_INDEX_LABEL: &str =
@@ -46,7 +46,7 @@ const HASH_LEN: usize = 16;
 
 /// A label value that had to be replaced by a hashed one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HashedLabelValue {
+pub struct HashedLabelValue {
     /// The value as it would have been.
     pub(crate) original: String,
     /// The value used instead.
@@ -135,7 +135,7 @@ fn is_label_char(c: char) -> bool {
 }
 
 /// FNV-1a, 64 bits.
-pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     bytes

@@ -24,7 +24,7 @@ use crate::rollout::work_status;
 /// ManifestWork condition type `Available`: every resource exists on the
 /// managed cluster. (The types the rollout reads, `Applied`, `Progressing`
 /// and `Degraded`, are in [`work_status`].)
-pub(crate) const CONDITION_AVAILABLE: &str = "Available";
+pub const CONDITION_AVAILABLE: &str = "Available";
 
 /// The desired state of a ManifestWork, also the template of a
 /// ManifestWorkReplicaSet.
@@ -43,7 +43,7 @@ pub(crate) const CONDITION_AVAILABLE: &str = "Available";
 pub struct ManifestWorkSpec {
     /// The resources to deploy on the managed cluster.
     #[serde(default, skip_serializing_if = "schema::is_default")]
-    pub(crate) workload: ManifestsTemplate,
+    pub workload: ManifestsTemplate,
     /// How the work agent deletes the resources when the work is deleted
     /// (Foreground when not set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,25 +52,25 @@ pub struct ManifestWorkSpec {
     /// conditionRules, updateStrategy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::any_objects")]
-    pub(crate) manifest_configs: Vec<Value>,
+    pub manifest_configs: Vec<Value>,
     /// The identity the work agent applies the resources as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::any_object")]
     pub(crate) executor: Option<Value>,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
-    pub(crate) extra: BTreeMap<String, Value>,
+    pub extra: BTreeMap<String, Value>,
 }
 
 /// `workload`: the manifests of a ManifestWork.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct ManifestsTemplate {
+pub struct ManifestsTemplate {
     /// Complete Kubernetes objects (apiVersion, kind, metadata, ...), as
     /// raw JSON.
     #[serde(default, skip_serializing_if = "Manifests::is_empty")]
     #[schemars(schema_with = "schema::embedded_resources")]
-    pub(crate) manifests: Manifests,
+    pub manifests: Manifests,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
     pub(crate) extra: BTreeMap<String, Value>,
@@ -82,7 +82,7 @@ pub(crate) struct ManifestsTemplate {
 /// `Deref`; a change (`DerefMut`) copies the list first if it is shared.
 /// Serialized as the plain list.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Manifests(Arc<Vec<Map<String, Value>>>);
+pub struct Manifests(Arc<Vec<Map<String, Value>>>);
 
 impl Manifests {
     /// Whether `self` and `other` are the same shared list (not merely
@@ -161,20 +161,20 @@ pub(crate) struct DeleteOption {
 pub struct ManifestWorkStatus {
     /// Applied, Available, Progressing, Degraded and others.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) conditions: Vec<Condition>,
+    pub conditions: Vec<Condition>,
     /// The status of each manifest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::any_object")]
-    pub(crate) resource_status: Option<Value>,
+    pub resource_status: Option<Value>,
     /// Upstream fields this crate does not model, kept as read.
     #[serde(flatten)]
-    pub(crate) extra: BTreeMap<String, Value>,
+    pub extra: BTreeMap<String, Value>,
 }
 
 impl ManifestWork {
     /// The work's conditions in the form the rollout engine reads
     /// ([`work_status::derive`]); empty when the agent has reported none.
-    pub(crate) fn rollout_conditions(&self) -> Vec<work_status::Condition> {
+    pub fn rollout_conditions(&self) -> Vec<work_status::Condition> {
         self.status
             .iter()
             .flat_map(|status| &status.conditions)

@@ -104,7 +104,7 @@ pub struct ManifestWorkReplicaSetSpec {
     /// The placements (in this namespace) whose decisions receive the
     /// ManifestWork, each with its rollout strategy.
     #[schemars(length(min = 1))]
-    pub(crate) placement_refs: Vec<LocalPlacementReference>,
+    pub placement_refs: Vec<LocalPlacementReference>,
     /// Background: the ManifestWorkReplicaSet is deleted without waiting for
     /// its ManifestWorks to be gone. Foreground: it is deleted only after
     /// they are gone. Default Background.
@@ -140,7 +140,7 @@ impl ManifestWorkReplicaSet {
     /// The value of the owner label on this ManifestWorkReplicaSet's works:
     /// `<namespace>.<name>`, or its hash when that does not fit a label value
     /// (with the reason, to show in the status).
-    pub(crate) fn owner_label_value(&self) -> (String, Option<HashedLabelValue>) {
+    pub fn owner_label_value(&self) -> (String, Option<HashedLabelValue>) {
         owner_label_value(&self.namespace().unwrap_or_default(), &self.name_any())
     }
 }
@@ -159,10 +159,10 @@ pub(crate) enum CascadeDeletionPolicy {
 /// to its clusters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct LocalPlacementReference {
+pub struct LocalPlacementReference {
     /// The Placement's name.
     #[schemars(length(min = 1))]
-    pub(crate) name: String,
+    pub name: String,
     /// How to roll out to the placement's clusters. Absent means type All.
     #[serde(default, skip_serializing_if = "schema::is_default")]
     #[schemars(schema_with = "rollout_strategy_schema")]
@@ -171,7 +171,7 @@ pub(crate) struct LocalPlacementReference {
 
 impl LocalPlacementReference {
     /// The validated rollout strategy, or every problem with it.
-    pub(crate) fn strategy(&self) -> Result<Strategy, InvalidStrategy> {
+    pub fn strategy(&self) -> Result<Strategy, InvalidStrategy> {
         Strategy::from_raw(&self.rollout_strategy)
     }
 }
@@ -186,28 +186,28 @@ pub struct ManifestWorkReplicaSetStatus {
     /// plugin calls).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub(crate) conditions: Vec<Condition>,
+    pub conditions: Vec<Condition>,
     /// Totals over all placements.
     #[serde(default)]
-    pub(crate) summary: ManifestWorkReplicaSetSummary,
+    pub summary: ManifestWorkReplicaSetSummary,
     /// One entry per placement reference.
     #[serde(default, rename = "placementSummary")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
-    pub(crate) placements_summary: Vec<PlacementSummary>,
+    pub placements_summary: Vec<PlacementSummary>,
     /// The revision (template hash) known good: rolled out everywhere, and
     /// the one an abort restores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) current_revision: Option<String>,
+    pub current_revision: Option<String>,
     /// The revision of the current template, being rolled out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) update_revision: Option<String>,
+    pub update_revision: Option<String>,
     /// When the current rollout was aborted; set while the current revision
     /// is being restored, cleared when a new revision starts rolling out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) aborted_time: Option<Time>,
+    pub aborted_time: Option<Time>,
     /// Bumped when two templates hash to the same revision name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) collision_count: Option<i32>,
+    pub collision_count: Option<i32>,
 }
 
 impl ManifestWorkReplicaSetStatus {
@@ -222,7 +222,7 @@ impl ManifestWorkReplicaSetStatus {
 /// placement) by state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct ManifestWorkReplicaSetSummary {
+pub struct ManifestWorkReplicaSetSummary {
     /// ManifestWorks owned.
     #[serde(default)]
     pub(crate) total: i32,
@@ -250,9 +250,9 @@ pub(crate) struct ManifestWorkReplicaSetSummary {
 /// The rollout on one placement.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct PlacementSummary {
+pub struct PlacementSummary {
     /// The placement's name.
-    pub(crate) name: String,
+    pub name: String,
     /// Decision groups whose clusters all have available ManifestWorks, of
     /// all groups, such as `2/4`.
     #[serde(default)]
@@ -263,17 +263,17 @@ pub(crate) struct PlacementSummary {
     /// Whether more clusters failed or timed out than `maxFailures` allows,
     /// which stops new clusters from being rolled out.
     #[serde(default)]
-    pub(crate) max_failure_breach: bool,
+    pub max_failure_breach: bool,
     /// How many of the placement's clusters are in each rollout status.
     #[serde(default)]
-    pub(crate) cluster_counts: ClusterCounts,
+    pub cluster_counts: ClusterCounts,
     /// Clusters that need attention, the most urgent first (timed out and
     /// failed before validating, progressing and to apply); at most 100.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) clusters: Vec<ClusterRolloutSummary>,
+    pub clusters: Vec<ClusterRolloutSummary>,
     /// Clusters left out of `clusters` to keep the status small.
     #[serde(default, skip_serializing_if = "schema::is_default")]
-    pub(crate) omitted_clusters: i32,
+    pub omitted_clusters: i32,
     /// The failed and timed-out clusters that aborted the rollout, with
     /// why; kept while the abort lasts (`abortedTime` set).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -283,33 +283,33 @@ pub(crate) struct PlacementSummary {
 /// The number of clusters in each rollout status.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct ClusterCounts {
+pub struct ClusterCounts {
     /// Clusters whose ManifestWork is still to apply or not yet observed.
     #[serde(default)]
-    pub(crate) to_apply: i32,
+    pub to_apply: i32,
     /// Clusters whose ManifestWork is progressing.
     #[serde(default)]
-    pub(crate) progressing: i32,
+    pub progressing: i32,
     /// Clusters the rollout plugin is validating.
     #[serde(default)]
-    pub(crate) validating: i32,
+    pub validating: i32,
     /// Clusters where the rollout succeeded.
     #[serde(default)]
-    pub(crate) succeeded: i32,
+    pub succeeded: i32,
     /// Clusters where the rollout failed.
     #[serde(default)]
-    pub(crate) failed: i32,
+    pub failed: i32,
     /// Clusters that did not finish within progressDeadline.
     #[serde(default)]
-    pub(crate) time_out: i32,
+    pub time_out: i32,
     /// Clusters skipped.
     #[serde(default)]
-    pub(crate) skip: i32,
+    pub skip: i32,
 }
 
 impl ClusterCounts {
     /// Counts one more cluster in `status`, saturating.
-    pub(crate) fn add(&mut self, status: RolloutStatus) {
+    pub fn add(&mut self, status: RolloutStatus) {
         let slot = match status {
             RolloutStatus::ToApply => &mut self.to_apply,
             RolloutStatus::Progressing => &mut self.progressing,
@@ -326,12 +326,12 @@ impl ClusterCounts {
 /// One cluster's rollout, as reported in the status.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct ClusterRolloutSummary {
+pub struct ClusterRolloutSummary {
     /// The managed cluster.
-    pub(crate) cluster_name: String,
+    pub cluster_name: String,
     /// ToApply, Progressing, Validating, Succeeded, Failed, TimeOut or Skip.
     #[schemars(schema_with = "schema::rollout_status")]
-    pub(crate) rollout_status: RolloutStatus,
+    pub rollout_status: RolloutStatus,
     /// The decision group's index.
     #[serde(default)]
     pub(crate) group_index: i32,
@@ -340,13 +340,13 @@ pub(crate) struct ClusterRolloutSummary {
     pub(crate) group_name: String,
     /// When the status began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) last_transition_time: Option<Time>,
+    pub last_transition_time: Option<Time>,
     /// The revision (template hash) of the cluster's ManifestWork.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) revision: Option<String>,
+    pub revision: Option<String>,
     /// Why: the validation plugin's message, or the error of a hook call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) message: Option<String>,
+    pub message: Option<String>,
 }
 
 impl From<&ClusterRolloutStatus> for ClusterRolloutSummary {

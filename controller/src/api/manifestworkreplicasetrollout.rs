@@ -109,11 +109,11 @@ pub struct ManifestWorkReplicaSetRolloutSpec {
     /// name of the ManifestWorkReplicaSet's placement reference.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "placements_schema")]
-    pub(crate) placements: Vec<PlacementRollout>,
+    pub placements: Vec<PlacementRollout>,
     /// Manual control of the rollout: pause, abort, retry, promote
     /// (`rollout-controller abort|retry|pause|resume|promote` writes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) control: Option<Control>,
+    pub control: Option<Control>,
 }
 
 /// The ManifestWorkReplicaSet a ManifestWorkReplicaSetRollout belongs to.
@@ -136,7 +136,7 @@ pub(crate) struct TargetRef {
 /// The design's additions to one placement's rollout strategy.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct PlacementRollout {
+pub struct PlacementRollout {
     /// The ManifestWorkReplicaSet's placement reference.
     pub(crate) name: String,
     /// plugin, pluginConfig, abortOnFailure, failureStrategy, rollbackPace.
@@ -173,7 +173,7 @@ pub struct ManifestWorkReplicaSetRolloutStatus {
     /// Per placement: the clusters' rollout statuses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
-    pub(crate) placements: Vec<PlacementRolloutStatus>,
+    pub placements: Vec<PlacementRolloutStatus>,
     /// What the controller says about this object itself: `OtherController`
     /// while another ManifestWorkReplicaSet controller (OCM's own) is found
     /// at work and this one reconciles nothing.
@@ -183,32 +183,32 @@ pub struct ManifestWorkReplicaSetRolloutStatus {
     /// What the controller made of `spec.control`: the pause it holds the
     /// rollout for, and the latest request of each kind it read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) control: Option<ControlStatus>,
+    pub control: Option<ControlStatus>,
 }
 
 /// The rollout on one placement, beyond OCM's placementSummary.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct PlacementRolloutStatus {
+pub struct PlacementRolloutStatus {
     /// The placement's name.
-    pub(crate) name: String,
+    pub name: String,
     /// Whether more clusters failed or timed out than `maxFailures` allows,
     /// which stops new clusters from being rolled out.
     #[serde(default)]
-    pub(crate) max_failure_breach: bool,
+    pub max_failure_breach: bool,
     /// How many of the placement's clusters are in each rollout status.
     #[serde(default)]
-    pub(crate) cluster_counts: ClusterCounts,
+    pub cluster_counts: ClusterCounts,
     /// Clusters that need attention, the most urgent first; at most 100.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) clusters: Vec<ClusterRolloutSummary>,
+    pub clusters: Vec<ClusterRolloutSummary>,
     /// Clusters left out of `clusters` to keep the status small.
     #[serde(default, skip_serializing_if = "schema::is_default")]
-    pub(crate) omitted_clusters: i32,
+    pub omitted_clusters: i32,
     /// The failed and timed-out clusters that aborted the rollout, with
     /// why; kept while the abort lasts (`abortedTime` set).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) abort_failures: Vec<ClusterRolloutSummary>,
+    pub abort_failures: Vec<ClusterRolloutSummary>,
 }
 
 /// The schema of `spec.placements`: a list keyed by name, each entry the
@@ -242,7 +242,7 @@ struct PlacementRolloutSchema {
 /// design field it does not set taken from `carrier` (per placement, by
 /// name), and the status additions from the carrier's status when it has
 /// one.
-pub(crate) fn bind(
+pub fn bind(
     mwrs: &ManifestWorkReplicaSet,
     carrier: Option<&ManifestWorkReplicaSetRollout>,
 ) -> ManifestWorkReplicaSet {
@@ -290,7 +290,7 @@ pub(crate) fn target_of(carrier: &ManifestWorkReplicaSetRollout) -> &str {
 
 /// How a set found its carrier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Found {
+pub enum Found {
     /// Its `spec.targetRef` names the set.
     TargetRef,
     /// It has the set's name and no `targetRef`.
@@ -300,7 +300,7 @@ pub(crate) enum Found {
 /// The carrier of the set named `set`, among the carriers of its
 /// namespace (see the module documentation).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Choice<'a> {
+pub enum Choice<'a> {
     Bound(&'a ManifestWorkReplicaSetRollout, Found),
     /// None binds to the set.
     None,
@@ -309,7 +309,7 @@ pub(crate) enum Choice<'a> {
 }
 
 /// Which of `carriers` (one namespace's) binds to the set named `set`.
-pub(crate) fn choose<'a>(
+pub fn choose<'a>(
     set: &str,
     carriers: impl IntoIterator<Item = &'a ManifestWorkReplicaSetRollout>,
 ) -> Choice<'a> {
@@ -356,7 +356,7 @@ fn merge_status(
 /// The part of `status` written to the carrier: the revisions, the abort
 /// and the per-placement details, with the UID of the set it belongs to
 /// and the carrier's `generation`.
-pub(crate) fn carrier_status(
+pub fn carrier_status(
     status: &ManifestWorkReplicaSetStatus,
     set_uid: Option<String>,
     generation: Option<i64>,

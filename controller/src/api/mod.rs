@@ -23,17 +23,17 @@
 //! [`additions`] lists the design's additions to OCM's CRDs, and [`prune`]
 //! prunes objects against CRD schemas as an API server does.
 
-pub(crate) mod additions;
-pub(crate) mod annotations;
+pub mod additions;
+pub mod annotations;
 pub(crate) mod clustermanager;
-pub(crate) mod conditions;
-pub(crate) mod control;
+pub mod conditions;
+pub mod control;
 pub mod crd;
 pub(crate) mod defaults;
-pub(crate) mod labels;
-pub(crate) mod manifestwork;
+pub mod labels;
+pub mod manifestwork;
 pub(crate) mod manifestworkreplicaset;
-pub(crate) mod manifestworkreplicasetrollout;
+pub mod manifestworkreplicasetrollout;
 pub(crate) mod placement;
 pub mod prune;
 mod schema;
@@ -44,18 +44,17 @@ pub(crate) use clustermanager::{
 pub use crd::{CrdShape, crd_files, crds, crds_yaml, write_crd_files};
 pub(crate) use labels::HashedLabelValue;
 pub use manifestwork::{ManifestWork, ManifestWorkSpec, ManifestWorkStatus};
-pub(crate) use manifestworkreplicaset::{
-    CascadeDeletionPolicy, ClusterCounts, ClusterRolloutSummary, LocalPlacementReference,
-    ManifestWorkReplicaSetSummary, PlacementSummary,
-};
+pub(crate) use manifestworkreplicaset::CascadeDeletionPolicy;
 pub use manifestworkreplicaset::{
-    ManifestWorkReplicaSet, ManifestWorkReplicaSetSpec, ManifestWorkReplicaSetStatus,
+    ClusterCounts, ClusterRolloutSummary, LocalPlacementReference, ManifestWorkReplicaSet,
+    ManifestWorkReplicaSetSpec, ManifestWorkReplicaSetStatus, ManifestWorkReplicaSetSummary,
+    PlacementSummary,
 };
 pub use manifestworkreplicasetrollout::{
     ManifestWorkReplicaSetRollout, ManifestWorkReplicaSetRolloutSpec,
     ManifestWorkReplicaSetRolloutStatus,
 };
-pub(crate) use placement::decision_groups;
+pub use placement::{DecisionGroupError, decision_groups};
 pub use placement::{
     Placement, PlacementDecision, PlacementDecisionFields, PlacementDecisionStatus, PlacementSpec,
     PlacementStatus,

@@ -161,7 +161,7 @@ pub(crate) struct ClusterDecision {
 
 /// A PlacementDecision whose group labels cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub(crate) enum DecisionGroupError {
+pub enum DecisionGroupError {
     /// The `decision-group-index` label is absent.
     #[error("PlacementDecision {decision}: label {DECISION_GROUP_INDEX_LABEL} is missing")]
     MissingIndex {
@@ -187,7 +187,7 @@ pub(crate) enum DecisionGroupError {
 /// of its decisions' clusters, sorted, without empty names. Groups come out
 /// ordered by index, then name. Fails on the first decision whose
 /// `decision-group-index` label is missing or not a number, as OCM does.
-pub(crate) fn decision_groups(
+pub fn decision_groups(
     decisions: &[PlacementDecision],
 ) -> Result<Vec<ClusterGroup>, DecisionGroupError> {
     let mut groups: BTreeMap<(i32, String), BTreeSet<String>> = BTreeMap::new();

@@ -269,7 +269,7 @@ impl Schemas {
 
     /// The same, with every schema of `other` added (replacing the same
     /// kinds').
-    pub(crate) fn with(mut self, other: &Schemas) -> Schemas {
+    pub fn with(mut self, other: &Schemas) -> Schemas {
         for (key, schema) in &other.by_kind {
             self.by_kind.insert(key.clone(), schema.clone());
         }
@@ -291,7 +291,7 @@ impl Schemas {
     }
 
     /// The kinds served, as `apiVersion kind`.
-    pub(crate) fn kinds(&self) -> Vec<String> {
+    pub fn kinds(&self) -> Vec<String> {
         self.by_kind
             .keys()
             .map(|(v, k)| format!("{v} {k}"))

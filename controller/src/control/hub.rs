@@ -21,7 +21,8 @@ use thiserror::Error;
 use crate::api::control::{Control, ControlRequest, Pause, Promote};
 use crate::api::manifestworkreplicasetrollout::{Choice, choose};
 use crate::api::{ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout};
-use crate::view::hub::{GetError, connect};
+use crate::hub::{ConnectError, NotFound, connect};
+use crate::rollout::format_go_duration;
 
 /// The field manager of the command line's writes.
 pub const CLI_FIELD_MANAGER: &str = "rollout-controller-cli";
@@ -74,10 +75,12 @@ pub struct ControlOptions {
 /// Why a request could not be written.
 #[derive(Debug, Error)]
 pub enum ControlError {
-    /// No client, no answer from the API server, or no such
-    /// ManifestWorkReplicaSet: as `get` says it.
+    /// No client configuration could be used: as `get` says it.
     #[error(transparent)]
-    Connect(#[from] GetError),
+    Connect(#[from] ConnectError),
+    /// No such ManifestWorkReplicaSet: as `get` says it.
+    #[error(transparent)]
+    NotFound(#[from] NotFound),
     /// No carrier binds to it (yet).
     #[error(
         "no ManifestWorkReplicaSetRollout binds to ManifestWorkReplicaSet {namespace}/{name}{why} \
@@ -216,7 +219,7 @@ async fn bound_carrier(
             source: kube::Error::Api(status),
             ..
         }) if status.code == 404 => {
-            return Err(ControlError::Connect(GetError::NotFound {
+            return Err(ControlError::NotFound(NotFound {
                 namespace: namespace.to_owned(),
                 name: name.to_owned(),
             }));
@@ -376,7 +379,7 @@ async fn bounded<T>(
         Ok(Err(source)) => Err(ControlError::Api { what, source }),
         Err(_) => Err(ControlError::Timeout {
             what,
-            after: crate::format::duration(timeout),
+            after: format_go_duration(timeout),
         }),
     }
 }

@@ -32,7 +32,7 @@ pub use call::{HookAnswer, HookCalls, HookRequest};
 pub use request::{RolloutRequest, encode_state};
 pub use rollout_proto::HookKind;
 pub(crate) use rollout_proto::code_name;
-pub(crate) use tls::TlsFailure;
+pub use tls::TlsFailure;
 
 /// Whether a plugin answered `Initialize`, for the `PluginLoaded` condition
 /// and its Event.
@@ -68,12 +68,12 @@ pub struct HookError {
     /// The status message.
     pub message: String,
     /// Whether the gateway answered, or the call never got an answer.
-    pub(crate) origin: Origin,
+    pub origin: Origin,
 }
 
 /// Where a failed hook call's status comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Origin {
+pub enum Origin {
     /// An answer: the gateway's own status, a plugin's passed through, or
     /// one the controller made of an answer it cannot use.
     Answer,
@@ -87,7 +87,7 @@ pub(crate) enum Origin {
 
 impl Origin {
     /// Whether the gateway answered: the status is one it sent.
-    pub(crate) fn answered(self) -> bool {
+    pub fn answered(self) -> bool {
         self == Origin::Answer
     }
 }
@@ -150,7 +150,7 @@ impl HookError {
     }
 
     /// Whether calling again with the same input gives the same error.
-    pub(crate) fn persistence(&self) -> Persistence {
+    pub fn persistence(&self) -> Persistence {
         Persistence::of(self.code)
     }
 }
@@ -158,7 +158,7 @@ impl HookError {
 /// Whether a failed hook call can succeed when retried unchanged: the one
 /// classification of gRPC codes the retry policy uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Persistence {
+pub enum Persistence {
     /// The plugin refused the input or is not able to handle it
     /// (`INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `PERMISSION_DENIED`,
     /// `UNAUTHENTICATED`, `NOT_FOUND`, `UNIMPLEMENTED`, `OUT_OF_RANGE`,
@@ -213,7 +213,7 @@ pub enum StateDetail {
 impl StateDetail {
     /// What `response` declares; an unknown value is read as FULL (sending
     /// more than asked is safe, less is not).
-    pub(crate) fn of(response: &InitializeResponse) -> StateDetail {
+    pub fn of(response: &InitializeResponse) -> StateDetail {
         match RolloutStateDetail::try_from(response.state_detail) {
             Ok(RolloutStateDetail::Counts) => StateDetail::Counts,
             _ => StateDetail::Full,
@@ -278,10 +278,10 @@ pub struct HookCounts {
     pub progress_rollout: u64,
     /// `ValidateRolloutCompletion` calls.
     #[serde(rename = "ValidateRolloutCompletion")]
-    pub(crate) validate_rollout_completion: u64,
+    pub validate_rollout_completion: u64,
     /// `MutateManifestWork` calls.
     #[serde(rename = "MutateManifestWork")]
-    pub(crate) mutate_manifest_work: u64,
+    pub mutate_manifest_work: u64,
 }
 
 impl HookCounts {
@@ -299,7 +299,7 @@ impl HookCounts {
 
 /// Thread-safe per-hook call counters.
 #[derive(Debug, Default)]
-pub(crate) struct HookCounters {
+pub struct HookCounters {
     counts: [AtomicU64; 5],
 }
 
@@ -315,12 +315,12 @@ impl HookCounters {
     }
 
     /// Counts one call of `hook`.
-    pub(crate) fn record(&self, hook: HookKind) {
+    pub fn record(&self, hook: HookKind) {
         self.counts[Self::slot(hook)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The counts so far.
-    pub(crate) fn snapshot(&self) -> HookCounts {
+    pub fn snapshot(&self) -> HookCounts {
         let get = |hook| self.counts[Self::slot(hook)].load(Ordering::Relaxed);
         HookCounts {
             initialize: get(HookKind::Initialize),

@@ -6,7 +6,7 @@ use std::error::Error;
 
 /// How the TLS handshake with the gateway failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TlsFailure {
+pub enum TlsFailure {
     /// What came back was not TLS (a plaintext gateway, reached with an
     /// `https://` URL, answers with HTTP/2 frames).
     NotTls,

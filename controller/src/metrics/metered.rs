@@ -10,14 +10,14 @@ use crate::hooks::{Call, HookAnswer, HookError, HookRequest, Hooks};
 /// `inner`'s hook calls, each recorded (hook, target, gRPC code, duration)
 /// when it ends. A call dropped before it ends is not recorded.
 #[derive(Debug, Clone)]
-pub(crate) struct Metered<H> {
+pub struct Metered<H> {
     inner: H,
     metrics: Arc<ControllerMetrics>,
 }
 
 impl<H> Metered<H> {
     /// `inner`, counted in `metrics`.
-    pub(crate) fn new(inner: H, metrics: Arc<ControllerMetrics>) -> Metered<H> {
+    pub fn new(inner: H, metrics: Arc<ControllerMetrics>) -> Metered<H> {
         Metered { inner, metrics }
     }
 }

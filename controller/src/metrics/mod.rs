@@ -45,7 +45,7 @@ use prometheus_client::registry::{Registry, Unit};
 use rollout_proto::{HookKind, code_name};
 use rollout_telemetry::metrics::{self as exposition, ProcessCollector};
 
-pub(crate) use metered::Metered;
+pub use metered::Metered;
 
 use crate::hooks::HookError;
 use crate::orchestrate::DeployOutcome;
@@ -65,7 +65,7 @@ pub(crate) const RECONCILE_BUCKETS: [f64; 12] = [
 
 /// Why a reconcile failed, as the `error` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum ReconcileErrorKind {
+pub enum ReconcileErrorKind {
     /// A Kubernetes API call of the reconcile failed (`kube`).
     Kube,
     /// Listing or writing a ManifestWork failed (`manifestwork`).
@@ -291,7 +291,7 @@ impl ControllerMetrics {
     }
 
     /// One reconcile ended after `elapsed`, failed with `error` if any.
-    pub(crate) fn record_reconcile(&self, elapsed: Duration, error: Option<ReconcileErrorKind>) {
+    pub fn record_reconcile(&self, elapsed: Duration, error: Option<ReconcileErrorKind>) {
         let result = if error.is_some() { "error" } else { "success" };
         self.reconciles.get_or_create(&One("result", result)).inc();
         self.reconcile_duration.observe(elapsed.as_secs_f64());
@@ -332,7 +332,7 @@ impl ControllerMetrics {
     /// One rollout step of the ManifestWorkReplicaSet `key`
     /// (`namespace/name`): counts the abort it started, if any, and its
     /// phase afterwards.
-    pub(crate) fn record_rollout(&self, key: &str, outcome: &DeployOutcome) {
+    pub fn record_rollout(&self, key: &str, outcome: &DeployOutcome) {
         if let Some(abort) = &outcome.abort {
             let action = match abort.action {
                 AbortAction::Stop => "Stop",

@@ -46,7 +46,7 @@ impl MemoryWorld {
 
     /// Puts `work` in as it is (status included), as if another party wrote
     /// it.
-    pub(crate) fn insert(&self, work: ManifestWork) {
+    pub fn insert(&self, work: ManifestWork) {
         let key = (work.namespace().unwrap_or_default(), work.name_any());
         if let Ok(mut works) = self.works.lock() {
             works.insert(key, Arc::new(work));
@@ -54,7 +54,7 @@ impl MemoryWorld {
     }
 
     /// The work `namespace/name`.
-    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<ManifestWork> {
+    pub fn get(&self, namespace: &str, name: &str) -> Option<ManifestWork> {
         let works = self.works.lock().ok()?;
         works
             .get(&(namespace.to_owned(), name.to_owned()))

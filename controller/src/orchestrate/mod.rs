@@ -65,9 +65,9 @@ mod clock;
 pub(crate) mod conflict;
 mod input;
 pub mod memory;
-pub(crate) mod observe;
+pub mod observe;
 mod report;
-pub(crate) mod request;
+pub mod request;
 mod settings;
 mod splice;
 mod step;
@@ -87,15 +87,17 @@ pub(crate) use clock::SystemClock;
 pub(crate) use conflict::FIELD_MANAGER;
 pub(crate) use input::Promotion;
 pub use input::{DeployInput, ManualControl, Owner, PlacementTarget};
+pub use report::AbortReport;
+pub use report::ClusterReport;
 pub(crate) use report::soonest;
-pub(crate) use report::{AbortReport, ClusterReport};
 pub use report::{DeployOutcome, HookFailure, PlacementOutcome};
 // Tests across the crate build reports by hand.
 #[cfg(test)]
 pub(crate) use report::WorkCounts;
 pub use settings::{DEFAULT_HOOK_CONCURRENCY, Settings};
 pub use works::work_name;
-pub(crate) use works::{desired_work, finish_work, is_deleting, placement_of};
+pub use works::{desired_work, finish_work};
+pub(crate) use works::{is_deleting, placement_of};
 pub use world::{World, WorldError};
 pub(crate) use world::{WorldAction, WorldErrorKind};
 

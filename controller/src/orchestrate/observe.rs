@@ -24,21 +24,21 @@ const MAX_MESSAGE_LEN: usize = 1024;
 
 /// The plugin's decided verdict on one revision and generation of a work.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Verdict {
+pub struct Verdict {
     /// [`ValidationResult::Succeeded`] or [`ValidationResult::Failed`].
-    pub(crate) result: ValidationResult,
+    pub result: ValidationResult,
     /// The plugin's message.
-    pub(crate) message: String,
+    pub message: String,
 }
 
 /// What a work says about its cluster, for the desired revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Observed {
+pub struct Observed {
     /// The status, with a persisted verdict folded in.
-    pub(crate) status: WorkStatus,
+    pub status: WorkStatus,
     /// The persisted verdict, when there is one for this revision and
     /// generation.
-    pub(crate) verdict: Option<Verdict>,
+    pub verdict: Option<Verdict>,
 }
 
 /// The specs hashed last, with their hash: the works of a revision share
@@ -79,7 +79,7 @@ pub(crate) fn spec_hash_of(spec: &ManifestWorkSpec) -> String {
 
 /// The revision (template hash) a work carries in its `controller-hash`
 /// label.
-pub(crate) fn work_revision(work: &ManifestWork) -> Option<&str> {
+pub fn work_revision(work: &ManifestWork) -> Option<&str> {
     work.labels().get(CONTROLLER_HASH_LABEL).map(String::as_str)
 }
 
@@ -131,7 +131,7 @@ pub(crate) fn verdict_of(work: &ManifestWork, desired_revision: &str) -> Option<
 /// work does not count ([`is_current`] is false). With a plugin
 /// (`validation`), a work done progressing is `Validating` unless a verdict
 /// for this revision and generation was persisted.
-pub(crate) fn observe(
+pub fn observe(
     work: &ManifestWork,
     desired_revision: &str,
     validation: Validation,
@@ -171,7 +171,7 @@ pub(crate) fn observe(
 
 /// The annotations that persist `verdict` for `revision` at the work's
 /// `generation`. The message is cut to 1024 bytes.
-pub(crate) fn verdict_annotations(
+pub fn verdict_annotations(
     verdict: &Verdict,
     revision: &str,
     generation: i64,

@@ -18,9 +18,9 @@ use crate::rollout::{RolloutResult, RolloutStatus};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookFailure {
     /// The cluster, for a per-cluster hook.
-    pub(crate) cluster: Option<String>,
+    pub cluster: Option<String>,
     /// The error.
-    pub(crate) error: HookError,
+    pub error: HookError,
 }
 
 impl fmt::Display for HookFailure {
@@ -34,12 +34,12 @@ impl fmt::Display for HookFailure {
 
 /// One cluster of a placement after a step.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ClusterReport {
+pub struct ClusterReport {
     /// The cluster.
-    pub(crate) cluster: String,
+    pub cluster: String,
     /// Its status for the desired revision (`TimeOut` once its deadline
     /// passed; `ToApply` when it has no work of that revision).
-    pub(crate) status: RolloutStatus,
+    pub status: RolloutStatus,
     /// Its decision group's index.
     pub(crate) group_index: i32,
     /// Its decision group's name.
@@ -49,7 +49,7 @@ pub(crate) struct ClusterReport {
     /// The revision its work carries, if it has one.
     pub(crate) revision: Option<String>,
     /// The validation message, or the error of a hook call about it.
-    pub(crate) message: Option<String>,
+    pub message: Option<String>,
 }
 
 /// Counts of a placement's works by condition.
@@ -69,13 +69,13 @@ pub(crate) struct WorkCounts {
 
 /// Why a rollout was aborted in this step.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct AbortReport {
+pub struct AbortReport {
     /// The placement where it happened.
     pub(crate) placement: String,
     /// What follows: [`AbortAction::RollBack`] or [`AbortAction::Stop`].
-    pub(crate) action: AbortAction,
+    pub action: AbortAction,
     /// The failed and timed-out clusters of the update revision.
-    pub(crate) failures: Vec<ClusterReport>,
+    pub failures: Vec<ClusterReport>,
     /// Who asked for it and why (`by alice (why)`), when an operator did
     /// (`spec.control.abort`); `None` for an abort a failure started.
     pub(crate) requested: Option<String>,
@@ -101,24 +101,24 @@ pub struct PlacementOutcome {
     /// The placement.
     pub(crate) name: String,
     /// The revision rolled out in this step.
-    pub(crate) desired_revision: String,
+    pub desired_revision: String,
     /// Whether it is a rollback (or a stopped rollout).
-    pub(crate) aborting: bool,
+    pub aborting: bool,
     /// Whether the rollout is stopped (aborted with nothing to go back to).
-    pub(crate) stopped: bool,
+    pub stopped: bool,
     /// Whether the placement was on hold.
     pub(crate) held: bool,
     /// Every cluster of the placement, in rollout order.
-    pub(crate) clusters: Vec<ClusterReport>,
+    pub clusters: Vec<ClusterReport>,
     /// The engine's decision (after any abort).
-    pub(crate) result: RolloutResult,
+    pub result: RolloutResult,
     /// The placement's works after this step, by condition.
     pub(crate) works: WorkCounts,
     /// Clusters whose work of the update revision succeeded.
     pub(crate) updated: usize,
     /// Clusters with a work of the update revision (the rollback design's
     /// "already updated").
-    pub(crate) at_update: usize,
+    pub at_update: usize,
     /// Hook calls that failed.
     pub hook_errors: Vec<HookFailure>,
     /// Writes that failed.
@@ -160,15 +160,15 @@ pub struct DeployOutcome {
     /// One per [`DeployInput::placements`], in order.
     pub placements: Vec<PlacementOutcome>,
     /// When an abort started in this step.
-    pub(crate) aborted_at: Option<Timestamp>,
+    pub aborted_at: Option<Timestamp>,
     /// Why it started.
-    pub(crate) abort: Option<AbortReport>,
+    pub abort: Option<AbortReport>,
     /// Works of placements no longer in the spec, deleted.
     pub(crate) deleted_stale: Vec<(String, String)>,
     /// Writes outside any placement that failed.
     pub(crate) world_errors: Vec<WorldError>,
     /// When to look again: the soonest of the placements'.
-    pub(crate) requeue_after: Option<Duration>,
+    pub requeue_after: Option<Duration>,
 }
 
 impl DeployOutcome {

@@ -61,7 +61,7 @@ pub(crate) struct Position {
 /// The rollout order of a placement's clusters (see the module
 /// documentation).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct RolloutOrder {
+pub struct RolloutOrder {
     clusters: Vec<String>,
     positions: HashMap<String, Position>,
 }
@@ -69,7 +69,7 @@ pub(crate) struct RolloutOrder {
 impl RolloutOrder {
     /// The order in which `strategy` rolls out `groups`' clusters
     /// ([`rollout::rollout_order`]); empty names are ignored.
-    pub(crate) fn new(strategy: &Strategy, groups: &[ClusterGroup]) -> RolloutOrder {
+    pub fn new(strategy: &Strategy, groups: &[ClusterGroup]) -> RolloutOrder {
         let mut order = RolloutOrder::default();
         for placed in rollout::rollout_order(strategy, groups) {
             order.clusters.push(placed.name.to_owned());
@@ -91,7 +91,7 @@ impl RolloutOrder {
     }
 
     /// The clusters, in order.
-    pub(crate) fn clusters(&self) -> &[String] {
+    pub fn clusters(&self) -> &[String] {
         &self.clusters
     }
 

@@ -38,7 +38,7 @@ pub fn work_name(owner_namespace: &str, owner_name: &str, placement: &str) -> St
 /// The ManifestWork of `revision` for `cluster`: named `name`, labelled
 /// with the owner's labels, the owner label, the placement and the revision
 /// hash, annotated with the owner; its spec the revision's template.
-pub(crate) fn desired_work(
+pub fn desired_work(
     owner: &Owner<'_>,
     placement: &str,
     cluster: &str,
@@ -70,7 +70,7 @@ fn required_labels(owner: &Owner<'_>, placement: &str, hash: &str) -> [(String, 
 /// spec, with the identity, the controller's labels and annotations put
 /// back, and [`SPEC_HASH_ANNOTATION`] set; nothing else of the metadata,
 /// and no status.
-pub(crate) fn finish_work(
+pub fn finish_work(
     desired: &ManifestWork,
     mutated: Option<ManifestWork>,
     owner: &Owner<'_>,

@@ -33,7 +33,7 @@ use crate::events::binding_event;
 
 /// The carrier `mwrs` binds to when it has none: empty, of the same
 /// namespace and name, owned by `mwrs` so that it goes with it.
-pub(crate) fn empty_carrier(mwrs: &ManifestWorkReplicaSet) -> ManifestWorkReplicaSetRollout {
+pub fn empty_carrier(mwrs: &ManifestWorkReplicaSet) -> ManifestWorkReplicaSetRollout {
     let mut carrier = ManifestWorkReplicaSetRollout::new(
         &mwrs.name_any(),
         ManifestWorkReplicaSetRolloutSpec::default(),

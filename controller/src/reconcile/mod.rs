@@ -36,12 +36,12 @@ mod aside;
 pub(crate) mod backoff;
 mod binding;
 pub(crate) mod cache;
-pub(crate) mod carrier;
+pub mod carrier;
 mod changes;
 pub(crate) mod plugins;
 pub(crate) mod revisions;
 mod shared;
-pub(crate) mod status;
+pub mod status;
 mod triggers;
 pub(crate) mod world;
 

@@ -214,7 +214,7 @@ fn cluster_summary(report: &ClusterReport) -> ClusterRolloutSummary {
 }
 
 /// The summary of one placement rolled out.
-pub(crate) fn placement_summary(outcome: &PlacementOutcome) -> PlacementSummary {
+pub fn placement_summary(outcome: &PlacementOutcome) -> PlacementSummary {
     let mut counts = ClusterCounts::default();
     for cluster in &outcome.clusters {
         counts.add(cluster.status);
@@ -265,7 +265,7 @@ pub(crate) fn placement_summary(outcome: &PlacementOutcome) -> PlacementSummary 
 /// Sets `summary.abort_failures`: the failures of `abort` when it aborted
 /// this placement, else those of `old` while the abort lasts (`aborted`),
 /// else none.
-pub(crate) fn set_abort_failures(
+pub fn set_abort_failures(
     summary: &mut PlacementSummary,
     abort: Option<&AbortReport>,
     old: Option<&PlacementSummary>,

@@ -13,6 +13,9 @@
 //!   do not;
 //! - `""` and `None` mean "no deadline"; `0s` is a deadline that has already
 //!   passed.
+//!
+//! [`format_go_duration`] writes a duration back for a person, the way Go
+//! prints one, shortened.
 
 use jiff::SignedDuration;
 use thiserror::Error;
@@ -61,6 +64,32 @@ fn matches_deadline_pattern(input: &str) -> bool {
     let digits = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
     let first_branch = digits > 0 && matches!(bytes.get(digits), Some(b'h' | b'|' | b'm' | b's'));
     first_branch || input.ends_with("None")
+}
+
+/// A duration as Go writes it, shortened: `300ms`, `30s`, `30.3s`,
+/// `1m30s`, `2h5m0s`. For a person: the errors of the control verbs, the
+/// strategy's phrase and the command line's views.
+pub fn format_go_duration(d: std::time::Duration) -> String {
+    let millis = d.as_millis();
+    if millis == 0 {
+        return "0s".to_owned();
+    }
+    if millis < 1000 {
+        return format!("{millis}ms");
+    }
+    let tenths = (millis + 50) / 100;
+    let (hours, rest) = (tenths / 36_000, tenths % 36_000);
+    let (minutes, tenths) = (rest / 600, rest % 600);
+    let seconds = if tenths % 10 == 0 {
+        format!("{}s", tenths / 10)
+    } else {
+        format!("{}.{}s", tenths / 10, tenths % 10)
+    };
+    match (hours, minutes) {
+        (0, 0) => seconds,
+        (0, m) => format!("{m}m{seconds}"),
+        (h, m) => format!("{h}h{m}m{seconds}"),
+    }
 }
 
 #[cfg(test)]
@@ -183,6 +212,23 @@ mod tests {
         ];
         for (input, want) in cases {
             assert_eq!(&parse_progress_deadline(input), want, "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn durations_are_written_like_go() {
+        use std::time::Duration;
+        let table = [
+            (Duration::from_millis(300), "300ms"),
+            (Duration::from_secs(30), "30s"),
+            (Duration::from_millis(30_320), "30.3s"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_millis(90_300), "1m30.3s"),
+            (Duration::from_secs(7500), "2h5m0s"),
+            (Duration::ZERO, "0s"),
+        ];
+        for (d, want) in table {
+            assert_eq!(format_go_duration(d), want, "{d:?}");
         }
     }
 }

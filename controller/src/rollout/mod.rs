@@ -12,22 +12,25 @@
 //! Nothing here does I/O or reads the clock: the current time is an argument,
 //! so a decision is a function of its inputs. [`work_status`] derives a
 //! cluster's status from its ManifestWork conditions; [`strategy`] parses and
-//! validates the `rolloutStrategy` field; [`duration`] reads Go durations.
+//! validates the `rolloutStrategy` field; [`duration`] reads Go durations
+//! (and [`format_go_duration`] writes one for a person).
 
 pub(crate) mod duration;
 mod engine;
 pub(crate) mod strategy;
-pub(crate) mod work_status;
+pub mod work_status;
 
 use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+pub use duration::format_go_duration;
 pub use engine::decide;
 pub(crate) use engine::rollout_order;
+pub(crate) use strategy::RollbackPace;
 pub use strategy::{InvalidStrategy, RawStrategy, Strategy};
-pub(crate) use strategy::{RawAdditions, RollbackPace, RolloutKind, Threshold};
+pub use strategy::{MandatoryGroup, RawAdditions, RolloutConfig, RolloutKind, Threshold};
 
 /// A cluster's rollout status. Spelled on the wire as the variant names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -70,7 +73,7 @@ pub struct ClusterGroup {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterRolloutStatus {
     /// The managed cluster (the ManifestWork's namespace).
-    pub(crate) cluster_name: String,
+    pub cluster_name: String,
     /// Its status.
     pub(crate) status: RolloutStatus,
     /// When the status began: the start of soak and deadline windows. `None`
@@ -124,7 +127,7 @@ pub struct RolloutResult {
     /// succeeded but still soaking), in rollout order.
     pub(crate) clusters_to_rollout: Vec<ClusterRolloutStatus>,
     /// Clusters whose deadline passed in this decision, now `TimeOut`.
-    pub(crate) clusters_timeout: Vec<ClusterRolloutStatus>,
+    pub clusters_timeout: Vec<ClusterRolloutStatus>,
     /// Existing statuses of clusters that are in no current group.
     pub(crate) clusters_removed: Vec<ClusterRolloutStatus>,
     /// Whether failures exceeded `maxFailures`, which stops new clusters.

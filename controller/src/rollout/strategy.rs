@@ -106,7 +106,7 @@ pub struct RawStrategy {
     pub(crate) progressive_per_group: Option<RawProgressivePerGroup>,
     /// The design's additions: the plugin, its settings and the abort.
     #[serde(flatten)]
-    pub(crate) additions: RawAdditions,
+    pub additions: RawAdditions,
 }
 
 /// The design's additions to a placement's `rolloutStrategy`, which OCM's
@@ -115,7 +115,7 @@ pub struct RawStrategy {
 /// (`crate::api::manifestworkreplicasetrollout`), with the same spelling.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct RawAdditions {
+pub struct RawAdditions {
     /// The design's rollout plugin (or gateway pipeline) name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) plugin: Option<String>,
@@ -213,7 +213,7 @@ pub(crate) struct RawProgressivePerGroup {
 
 /// A validated count-or-percentage (`maxFailures`, `maxConcurrency`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Threshold {
+pub enum Threshold {
     /// An absolute number of clusters (may be zero or negative, which
     /// [`Threshold::size`] turns into the default).
     Count(i32),
@@ -246,7 +246,7 @@ impl Threshold {
 
 /// A mandatory decision group, by name or by index.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum MandatoryGroup {
+pub enum MandatoryGroup {
     /// Every decision group with this name.
     Name(String),
     /// The decision group with this index.
@@ -255,18 +255,18 @@ pub(crate) enum MandatoryGroup {
 
 /// The validated `RolloutConfig`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct RolloutConfig {
+pub struct RolloutConfig {
     /// Soak time after success (ignored by `All`).
-    pub(crate) min_success_time: SignedDuration,
+    pub min_success_time: SignedDuration,
     /// How long a cluster may stay in flight; `None` waits for ever.
-    pub(crate) progress_deadline: Option<SignedDuration>,
+    pub progress_deadline: Option<SignedDuration>,
     /// Failures tolerated (ignored by `All`).
-    pub(crate) max_failures: Threshold,
+    pub max_failures: Threshold,
 }
 
 /// The strategy type with its settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RolloutKind {
+pub enum RolloutKind {
     /// Every cluster at once.
     All(RolloutConfig),
     /// Cluster by cluster, `max_concurrency` at a time.
@@ -292,17 +292,17 @@ pub(crate) enum RolloutKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Strategy {
     /// The type and its settings.
-    pub(crate) kind: RolloutKind,
+    pub kind: RolloutKind,
     /// The rollout plugin to call, if any (never empty).
-    pub(crate) plugin: Option<String>,
+    pub plugin: Option<String>,
     /// `pluginConfig` as compact JSON text, at most
     /// [`MAX_PLUGIN_CONFIG_BYTES`]: encoded once when the strategy is
     /// validated, then shared (a reference count) by every hook request of
     /// the rollout. `None` when the strategy has none.
-    pub(crate) plugin_config: Option<Bytes>,
+    pub plugin_config: Option<Bytes>,
     /// Whether a failure aborts the rollout (`abortOnFailure: true` or
     /// `failureStrategy: AbortAll`).
-    pub(crate) abort_on_failure: bool,
+    pub abort_on_failure: bool,
     /// How an abort restores the updated clusters.
     pub(crate) rollback_pace: RollbackPace,
 }
@@ -447,7 +447,7 @@ impl Strategy {
     }
 
     /// The settings shared by every type.
-    pub(crate) fn config(&self) -> &RolloutConfig {
+    pub fn config(&self) -> &RolloutConfig {
         match &self.kind {
             RolloutKind::All(config)
             | RolloutKind::Progressive { config, .. }
@@ -456,7 +456,7 @@ impl Strategy {
     }
 
     /// The type as Kubernetes spells it.
-    pub(crate) fn type_name(&self) -> &'static str {
+    pub fn type_name(&self) -> &'static str {
         match self.kind {
             RolloutKind::All(_) => "All",
             RolloutKind::Progressive { .. } => "Progressive",

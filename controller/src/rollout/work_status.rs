@@ -18,11 +18,11 @@ use serde::{Deserialize, Serialize};
 use super::RolloutStatus;
 
 /// ManifestWork condition type `Applied`.
-pub(crate) const APPLIED: &str = "Applied";
+pub const APPLIED: &str = "Applied";
 /// ManifestWork condition type `Progressing`.
-pub(crate) const PROGRESSING: &str = "Progressing";
+pub const PROGRESSING: &str = "Progressing";
 /// ManifestWork condition type `Degraded`.
-pub(crate) const DEGRADED: &str = "Degraded";
+pub const DEGRADED: &str = "Degraded";
 
 /// A condition's status. Anything other than `True` or `False` reads as
 /// `Unknown`.
@@ -42,10 +42,10 @@ pub(crate) enum ConditionStatus {
 /// deserializes from a full condition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Condition {
+pub struct Condition {
     /// Condition type, such as `Progressing`.
     #[serde(rename = "type")]
-    pub(crate) kind: String,
+    pub kind: String,
     /// `True`, `False` or `Unknown`.
     #[serde(default)]
     pub(crate) status: ConditionStatus,
@@ -54,7 +54,7 @@ pub(crate) struct Condition {
     pub(crate) observed_generation: i64,
     /// When the status last changed.
     #[serde(default)]
-    pub(crate) last_transition_time: Option<Timestamp>,
+    pub last_transition_time: Option<Timestamp>,
 }
 
 impl Condition {
@@ -77,7 +77,7 @@ impl Condition {
 
 /// Whether the MWRS's placement uses a rollout plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Validation {
+pub enum Validation {
     /// No plugin: upstream OCM behaviour.
     None,
     /// A plugin validates each cluster after it stops progressing.
@@ -86,18 +86,18 @@ pub(crate) enum Validation {
 
 /// A status derived from a ManifestWork, with the time it began.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct WorkStatus {
+pub struct WorkStatus {
     /// The rollout status.
-    pub(crate) status: RolloutStatus,
+    pub status: RolloutStatus,
     /// From the condition that decided it (`Degraded` for `Failed`,
     /// `Progressing` otherwise); `None` for `ToApply`.
-    pub(crate) last_transition_time: Option<Timestamp>,
+    pub last_transition_time: Option<Timestamp>,
 }
 
 /// A decided answer of `ValidateRolloutCompletion` (an `INPROGRESS`
 /// answer decides nothing and changes no status).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ValidationResult {
+pub enum ValidationResult {
     /// Validation passed.
     Succeeded,
     /// Validation failed.
@@ -136,11 +136,7 @@ fn find<'c>(conditions: &'c [Condition], kind: &str) -> Option<&'c Condition> {
 /// The row before it is not in the design: OCM ignores `Degraded` once
 /// progress stops, but with a plugin a degraded work must not reach
 /// validation as if healthy, so it fails.
-pub(crate) fn derive(
-    generation: i64,
-    conditions: &[Condition],
-    validation: Validation,
-) -> WorkStatus {
+pub fn derive(generation: i64, conditions: &[Condition], validation: Validation) -> WorkStatus {
     let applied = find(conditions, APPLIED);
     let progressing = find(conditions, PROGRESSING);
     let degraded = find(conditions, DEGRADED);

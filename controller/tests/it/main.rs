@@ -1,6 +1,7 @@
 //! The controller's integration tests, one module per feature: the
-//! reconcile against kube's mock API and a real in-process gateway, and the
-//! `rollout-controller` binary as a user runs it.
+//! reconcile against kube's mock API and a real in-process gateway. The
+//! `rollout-controller` binary as a user runs it is tested in
+//! `console/tests/it`, over the same fixtures (`common`).
 //!
 //! Run one feature with `cargo test -p rollout-controller --test it -- MODULE::`.
 
@@ -18,23 +19,10 @@ mod binding;
 mod common;
 mod concurrency;
 mod control;
-mod crd;
-mod dashboard;
-mod dashboard_browser;
 mod events;
-mod foreign_text;
 mod hooks;
 mod leader;
-mod live_view;
 mod other_controller;
-mod plan_cli;
 mod readiness;
 mod reads;
 mod reconcile;
-mod refused_mutations;
-mod run_cli;
-mod signals;
-mod simulate_cli;
-mod simulate_logs;
-mod simulate_template;
-mod traces;

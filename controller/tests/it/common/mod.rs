@@ -9,7 +9,6 @@
 //! managedFields and answers 409 Conflict as an API server does
 //! ([`fields`], the hub's `works`).
 
-pub mod fake_hub;
 pub mod fields;
 
 use std::collections::{BTreeMap, HashMap};
@@ -667,21 +666,6 @@ impl Hub {
 
 /// The group and version of the ManifestWorkReplicaSetRollouts.
 pub const CARRIERS: &str = "/apis/rollout-hooks.io/v1alpha1";
-
-/// SIGTERM to `child` (as a kubelet stops it), and its exit status, which
-/// must come within 5 s (`what` says what was going on, for the failure).
-pub async fn terminate(child: &mut tokio::process::Child, what: &str) -> std::process::ExitStatus {
-    let pid = child.id().unwrap().to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    tokio::time::timeout(Duration::from_secs(5), child.wait())
-        .await
-        .unwrap_or_else(|_| panic!("it exits promptly on SIGTERM{what}"))
-        .unwrap()
-}
 
 /// A Kubernetes `Status` answer.
 pub fn api_status(code: u16, reason: &str) -> Value {
