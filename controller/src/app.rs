@@ -16,13 +16,13 @@ use thiserror::Error;
 
 use crate::events::{EventGate, Events};
 use crate::guard;
-use crate::health::{self, Readiness};
 use crate::hooks::{GatewayError, GatewayHooks, GatewayOptions};
 use crate::leader::{self, LeaderElection, LeaseConfig};
 use crate::metrics::ControllerMetrics;
-use crate::reconcile::{self, Context, Options, Stop};
+use crate::probes::{self, Readiness};
+use crate::reconcile::{self, Context, Stop, Tunables};
 use crate::registration;
-use crate::telemetry::{DEFAULT_SERVICE_NAME, Telemetry, TracingError, TracingOptions};
+use crate::telemetry::{DEFAULT_SERVICE_NAME, Tracing, TracingError, TracingOptions};
 
 /// Everything `run` is told.
 #[derive(Debug, Clone)]
@@ -30,7 +30,7 @@ pub struct RunOptions {
     /// The gateway and how to reach it.
     pub gateway: GatewayOptions,
     /// The reconcile's tunables (and `InitializeRequest.hub_name`).
-    pub reconcile: Options,
+    pub reconcile: Tunables,
     /// Also keep the gateway's registry ConfigMap in this namespace up to
     /// date.
     pub register_plugins_namespace: Option<String>,
@@ -125,7 +125,7 @@ pub async fn run(
     started: impl FnOnce(&Running),
 ) -> Result<(), RunError> {
     let stop: Stop = shutdown.boxed().shared();
-    let telemetry = Telemetry::new(&TracingOptions::from_env(DEFAULT_SERVICE_NAME))?;
+    let telemetry = Tracing::new(&TracingOptions::from_env(DEFAULT_SERVICE_NAME))?;
     let hooks = GatewayHooks::new(&options.gateway, telemetry.clone())?;
     let readiness = Readiness::default();
     let metrics = Arc::new(ControllerMetrics::new());
@@ -182,7 +182,7 @@ async fn serve_health(
     let Some(addr) = listen else {
         return Ok(None);
     };
-    let bound = health::serve(addr, readiness.clone(), metrics.clone())
+    let bound = probes::serve(addr, readiness.clone(), metrics.clone())
         .await
         .map_err(|source| RunError::Health { addr, source })?;
     tracing::info!(%bound, "serving /healthz, /readyz and /metrics");
@@ -194,7 +194,7 @@ async fn serve_health(
 fn context(
     client: &Client,
     hooks: GatewayHooks,
-    telemetry: &Telemetry,
+    telemetry: &Tracing,
     options: &RunOptions,
     metrics: &Arc<ControllerMetrics>,
 ) -> Context {

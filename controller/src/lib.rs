@@ -23,7 +23,7 @@
 //! [`control`] is an operator's manual control of a rollout (`abort`,
 //! `retry`, `pause`, `resume`, `promote`): which requests of the carrier's
 //! `spec.control` a reconcile acts on, and the command line's write of one.
-//! [`hub`] is a person's command on the hub: its client from a kubeconfig.
+//! [`kubeconfig`] is a person's command on the hub: its client from a kubeconfig.
 //!
 //! The command line (`rollout-controller`), the simulator, the live view
 //! and the dashboard are the `rollout-console` crate, on top of this one.
@@ -77,13 +77,13 @@ pub mod app;
 pub mod control;
 pub mod events;
 pub mod guard;
-pub mod health;
 pub mod hooks;
-pub mod hub;
+pub mod kubeconfig;
 pub mod leader;
 pub mod metrics;
 pub mod orchestrate;
 pub mod plan;
+pub mod probes;
 pub mod reconcile;
 pub mod registration;
 pub mod revision;

@@ -31,23 +31,23 @@ const GATEWAY_SERVICE_NAME: &str = "rollout-gateway";
 
 /// The controller's tracer. Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Telemetry {
+pub struct Tracing {
     tracer: Tracer,
 }
 
-impl Telemetry {
+impl Tracing {
     /// A tracer exporting as `options` say ([`TracingOptions::from_env`]
     /// with [`DEFAULT_SERVICE_NAME`] in the binary).
-    pub fn new(options: &TracingOptions) -> Result<Telemetry, TracingError> {
-        Ok(Telemetry {
+    pub fn new(options: &TracingOptions) -> Result<Tracing, TracingError> {
+        Ok(Tracing {
             tracer: Tracer::new(DEFAULT_SERVICE_NAME, options)?,
         })
     }
 
     /// A tracer that exports nothing (spans are still made, for
     /// propagation).
-    pub fn disabled() -> Telemetry {
-        Telemetry {
+    pub fn disabled() -> Tracing {
+        Tracing {
             tracer: Tracer::disabled(DEFAULT_SERVICE_NAME),
         }
     }
@@ -155,7 +155,7 @@ mod tests {
 
     #[test]
     fn a_hook_span_is_a_child_of_the_reconcile_span() {
-        let telemetry = Telemetry::disabled();
+        let telemetry = Tracing::disabled();
         let reconcile = telemetry.reconcile_span("default", "hello");
         let parent = reconcile.span().span_context().clone();
         assert!(parent.is_valid());

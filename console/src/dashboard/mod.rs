@@ -36,7 +36,7 @@ use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
-use rollout_controller::hub::connect;
+use rollout_controller::kubeconfig::connect;
 
 use crate::view::hub::{GetError, Target};
 use feed::{Feed, Scope};

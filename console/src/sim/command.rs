@@ -11,9 +11,7 @@ use thiserror::Error;
 use super::{Config, JsonLines, Recorder, Report, SimError, Summary, run, terminal::Terminal};
 use rollout_controller::hooks::{GatewayError, GatewayHooks, GatewayOptions};
 use rollout_controller::metrics::{ControllerMetrics, Metered};
-use rollout_controller::telemetry::{
-    DEFAULT_SERVICE_NAME, Telemetry, TracingError, TracingOptions,
-};
+use rollout_controller::telemetry::{DEFAULT_SERVICE_NAME, Tracing, TracingError, TracingOptions};
 
 /// One `rollout-controller simulate`.
 #[derive(Debug)]
@@ -69,7 +67,7 @@ pub enum SimulateError {
 /// (see [`super::run`]), and writes the files asked for. Call it inside a
 /// Tokio runtime; trace export is flushed before it returns.
 pub async fn simulate(options: SimulateOptions) -> Result<Summary, SimulateError> {
-    let telemetry = Telemetry::new(&TracingOptions::from_env(DEFAULT_SERVICE_NAME))?;
+    let telemetry = Tracing::new(&TracingOptions::from_env(DEFAULT_SERVICE_NAME))?;
     let gateway =
         GatewayHooks::new(&options.gateway, telemetry.clone()).map_err(SimulateError::Gateway)?;
     let metrics = Arc::new(ControllerMetrics::new());

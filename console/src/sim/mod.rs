@@ -72,7 +72,7 @@ use rollout_controller::orchestrate::{
 use rollout_controller::revision::{AbortAction, Revision, RevisionStatus};
 use rollout_controller::rollout::work_status::ValidationResult as Decided;
 use rollout_controller::rollout::{RolloutStatus, Strategy};
-use rollout_controller::telemetry::Telemetry;
+use rollout_controller::telemetry::Tracing;
 
 /// Why a simulation could not run to its end.
 #[derive(Debug, Error)]
@@ -360,7 +360,7 @@ impl<'r> Tally<'r> {
 struct Simulation<'a, H> {
     config: &'a Config,
     hooks: &'a Recorder<H>,
-    telemetry: &'a Telemetry,
+    telemetry: &'a Tracing,
     world: FleetWorld,
     clusters: Vec<String>,
     groups: Vec<rollout_controller::rollout::ClusterGroup>,
@@ -396,7 +396,7 @@ struct Simulation<'a, H> {
 pub async fn run<H: Hooks>(
     config: &Config,
     hooks: &Recorder<H>,
-    telemetry: &Telemetry,
+    telemetry: &Tracing,
     gateway: Option<&str>,
     report: &mut dyn Report,
 ) -> Result<Summary, SimError> {

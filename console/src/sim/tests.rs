@@ -227,7 +227,7 @@ async fn simulate(config: &Config, hooks: Scripted) -> Result<Collect, SimError>
     run(
         config,
         &recorder,
-        &Telemetry::disabled(),
+        &Tracing::disabled(),
         Some("http://gateway"),
         &mut collect,
     )
@@ -471,7 +471,7 @@ async fn metrics_scraped_after_an_abort_match_the_rollout() {
     let summary = run(
         &config,
         &recorder,
-        &Telemetry::disabled(),
+        &Tracing::disabled(),
         Some("http://gateway"),
         &mut collect,
     )
@@ -841,7 +841,7 @@ async fn a_permanent_hook_error_ends_the_run_at_the_step_that_got_it() {
     let configs = hooks.configs.clone();
     let recorder = Recorder::new(hooks);
     let mut collect = Collect::default();
-    let telemetry = Telemetry::disabled();
+    let telemetry = Tracing::disabled();
     let err = run(
         &config,
         &recorder,

@@ -31,7 +31,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 
-use rollout_controller::hub::{ConnectError, NotFound, connect};
+use rollout_controller::kubeconfig::{ConnectError, NotFound, connect};
 
 use super::{Snapshot, View, build, render};
 use crate::format::{duration, write_line};

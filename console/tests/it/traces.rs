@@ -9,14 +9,14 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use rollout_console::sim::{self, Config, Recorder, StrategyFlags};
 use rollout_controller::hooks::{Call, GatewayHooks, GatewayOptions, HookCalls};
-use rollout_controller::telemetry::{Telemetry, TracingOptions};
+use rollout_controller::telemetry::{Tracing, TracingOptions};
 use rollout_gateway::app;
 use rollout_proto::v1alpha1::{InitializeRequest, ValidationResult};
 use rollout_test_support::otlp::{attribute, event_attribute, receiver, status};
 
 /// A controller tracer exporting to `receiver` at once.
-fn exporting(receiver: std::net::SocketAddr) -> Telemetry {
-    Telemetry::new(&TracingOptions {
+fn exporting(receiver: std::net::SocketAddr) -> Tracing {
+    Tracing::new(&TracingOptions {
         otlp_endpoint: Some(format!("http://{receiver}")),
         schedule_delay: Some(Duration::from_millis(50)),
         ..TracingOptions::new("controller-under-test")
@@ -25,7 +25,7 @@ fn exporting(receiver: std::net::SocketAddr) -> Telemetry {
 }
 
 /// Exports what is queued and stops the exporter.
-async fn flush(telemetry: Telemetry) {
+async fn flush(telemetry: Tracing) {
     tokio::task::spawn_blocking(move || telemetry.shutdown())
         .await
         .unwrap();

@@ -21,7 +21,7 @@ use thiserror::Error;
 use crate::api::control::{Control, ControlRequest, Pause, Promote};
 use crate::api::manifestworkreplicasetrollout::{Choice, choose};
 use crate::api::{ManifestWorkReplicaSet, ManifestWorkReplicaSetRollout};
-use crate::hub::{ConnectError, NotFound, connect};
+use crate::kubeconfig::{ConnectError, NotFound, connect};
 use crate::rollout::format_go_duration;
 
 /// The field manager of the command line's writes.

@@ -18,7 +18,7 @@ use super::request::{MutateWire, RolloutRequest, ValidateWire};
 use super::{
     Call, HookAnswer, HookCounters, HookCounts, HookError, HookKind, HookRequest, Hooks, Mutation,
 };
-use crate::telemetry::Telemetry;
+use crate::telemetry::Tracing;
 
 /// `--gateway` when not given: the gateway's default listen address.
 pub const DEFAULT_GATEWAY_URL: &str = "http://127.0.0.1:10843";
@@ -212,7 +212,7 @@ pub struct GatewayHooks {
     /// `server.port`.
     url: Arc<str>,
     timeout: Duration,
-    telemetry: Telemetry,
+    telemetry: Tracing,
     counters: Arc<HookCounters>,
 }
 
@@ -220,10 +220,7 @@ impl GatewayHooks {
     /// A client of the gateway at `options.url`. Does not connect: the
     /// first call does. Must be called inside a Tokio runtime. Fails only on
     /// a malformed URL.
-    pub fn new(
-        options: &GatewayOptions,
-        telemetry: Telemetry,
-    ) -> Result<GatewayHooks, GatewayError> {
+    pub fn new(options: &GatewayOptions, telemetry: Tracing) -> Result<GatewayHooks, GatewayError> {
         let timeout = options.timeout.min(DEFAULT_HOOK_TIMEOUT);
         let invalid = |e: tonic::transport::Error| GatewayError {
             url: options.url.clone(),
@@ -528,13 +525,13 @@ mod tests {
             timeout: Duration::from_secs(120),
             tls: None,
         };
-        let hooks = GatewayHooks::new(&options, Telemetry::disabled()).expect("valid URL");
+        let hooks = GatewayHooks::new(&options, Tracing::disabled()).expect("valid URL");
         assert_eq!(hooks.timeout(), Duration::from_secs(30));
         let bad = GatewayOptions {
             url: "not a url".into(),
             ..GatewayOptions::default()
         };
-        let err = GatewayHooks::new(&bad, Telemetry::disabled()).expect_err("invalid");
+        let err = GatewayHooks::new(&bad, Tracing::disabled()).expect_err("invalid");
         assert!(err.to_string().contains("not a url"), "{err}");
     }
 }

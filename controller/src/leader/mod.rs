@@ -41,8 +41,8 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use thiserror::Error;
 
-use crate::health::Readiness;
 use crate::metrics::ControllerMetrics;
+use crate::probes::Readiness;
 use lease::{Decision, LeaseRecord};
 
 /// The timings of the election.

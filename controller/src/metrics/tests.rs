@@ -228,7 +228,7 @@ async fn names_the_gateway_did_not_resolve_make_one_series() {
     use std::sync::Arc;
 
     use crate::hooks::{Call, GatewayHooks, GatewayOptions, HookCalls};
-    use crate::telemetry::Telemetry;
+    use crate::telemetry::Tracing;
 
     let plugin = rollout_plugin_sdk::testing::spawn(Hello)
         .await
@@ -257,7 +257,7 @@ async fn names_the_gateway_did_not_resolve_make_one_series() {
             timeout: Duration::from_secs(5),
             tls: None,
         },
-        Telemetry::disabled(),
+        Tracing::disabled(),
     )
     .expect("a client");
     let metrics = Arc::new(ControllerMetrics::new());

@@ -75,16 +75,16 @@ use crate::api::{
 use crate::control;
 use crate::events::{self, Events};
 use crate::guard::Guard;
-use crate::health::Readiness;
 use crate::hooks::{Call, GatewayHooks, Hooks, StateDetail};
 use crate::metrics::{ControllerMetrics, Metered, ReconcileErrorKind};
 use crate::orchestrate::{
     self, DeployInput, DeployOutcome, Owner, PlacementTarget, Settings, SystemClock, World,
     WorldError, soonest,
 };
+use crate::probes::Readiness;
 use crate::revision::RevisionStatus;
 use crate::rollout::{ClusterGroup, Strategy};
-use crate::telemetry::Telemetry;
+use crate::telemetry::Tracing;
 pub use cache::StoreWriters;
 use plugins::PluginCache;
 pub use plugins::PluginCacheTtl;
@@ -133,7 +133,7 @@ impl Error {
 
 /// Tunables of the reconcile.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct Tunables {
     /// The orchestration's.
     pub settings: Settings,
     /// How long `Initialize` answers are reused.
@@ -150,9 +150,9 @@ pub struct Options {
     pub other_writer_quiet: Duration,
 }
 
-impl Default for Options {
+impl Default for Tunables {
     fn default() -> Self {
-        Options {
+        Tunables {
             settings: Settings::default(),
             plugin_ttl: PluginCacheTtl::default(),
             hub_name: String::new(),
@@ -170,9 +170,9 @@ pub struct Context {
     /// The gateway.
     pub hooks: GatewayHooks,
     /// Traces.
-    pub(crate) telemetry: Telemetry,
+    pub(crate) telemetry: Tracing,
     /// Tunables.
-    pub(crate) options: Options,
+    pub(crate) options: Tunables,
     /// The metrics every reconcile records (`/metrics`).
     pub(crate) metrics: Arc<ControllerMetrics>,
     /// Where the Events on the ManifestWorkReplicaSets go; none by default.
@@ -193,8 +193,8 @@ impl Context {
     pub fn new(
         client: Client,
         hooks: GatewayHooks,
-        telemetry: Telemetry,
-        options: Options,
+        telemetry: Tracing,
+        options: Tunables,
     ) -> Context {
         Context {
             plugins: PluginCache::new(options.plugin_ttl),
@@ -278,7 +278,7 @@ async fn finalize<W: World>(
     world: &W,
     mwrs: &ManifestWorkReplicaSet,
     owner_label: &str,
-    options: &Options,
+    options: &Tunables,
 ) -> Result<Action, Error> {
     if !has_finalizer(mwrs) {
         return Ok(Action::await_change());
@@ -940,7 +940,7 @@ async fn refuse_invalid_owner_label(
     Ok(Action::await_change())
 }
 
-/// Retries a failed reconcile after [`Options::error_requeue`].
+/// Retries a failed reconcile after [`Tunables::error_requeue`].
 pub(crate) fn error_policy(
     mwrs: Arc<ManifestWorkReplicaSet>,
     error: &Error,

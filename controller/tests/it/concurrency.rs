@@ -22,7 +22,7 @@ use rollout_controller::orchestrate::{
 };
 use rollout_controller::revision::Revision;
 use rollout_controller::rollout::{ClusterGroup, RawStrategy, Strategy};
-use rollout_controller::telemetry::Telemetry;
+use rollout_controller::telemetry::Tracing;
 use rollout_proto::v1alpha1::rollout_plugin_service_server::{
     RolloutPluginService, RolloutPluginServiceServer,
 };
@@ -213,7 +213,7 @@ async fn rig(concurrency: usize) -> Rig {
             timeout: Duration::from_secs(20),
             tls: None,
         },
-        Telemetry::disabled(),
+        Tracing::disabled(),
     )
     .unwrap();
     let raw: RawStrategy =

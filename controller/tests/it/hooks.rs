@@ -13,7 +13,7 @@ use rollout_controller::hooks::{
     Call, GatewayHooks, GatewayOptions, GatewayTls, HookCalls, HookKind, RolloutRequest,
     encode_state,
 };
-use rollout_controller::telemetry::Telemetry;
+use rollout_controller::telemetry::Tracing;
 use rollout_proto::v1alpha1::*;
 use serde_json::json;
 
@@ -51,7 +51,7 @@ async fn every_hook_through_the_gateway() {
     let (plugin, addr) = plugin().await;
     plugin.answer("c1", ValidationResult::Inprogress, "soaking", Some(7));
     let gw = gateway(&[("canary", addr)]).await;
-    let telemetry = Telemetry::disabled();
+    let telemetry = Tracing::disabled();
     let hooks = GatewayHooks::new(
         &GatewayOptions {
             url: gw.url.clone(),
@@ -156,7 +156,7 @@ async fn every_hook_through_the_gateway() {
 #[tokio::test]
 async fn errors_carry_the_grpc_code_and_message() {
     let gw = gateway(&[]).await;
-    let telemetry = Telemetry::disabled();
+    let telemetry = Tracing::disabled();
     let hooks = GatewayHooks::new(
         &GatewayOptions {
             url: gw.url.clone(),
@@ -194,7 +194,7 @@ async fn errors_carry_the_grpc_code_and_message() {
             timeout: Duration::from_secs(2),
             tls: None,
         },
-        Telemetry::disabled(),
+        Tracing::disabled(),
     )
     .unwrap();
     let err = hooks
@@ -228,7 +228,7 @@ async fn a_gateway_that_never_answers_is_deadline_exceeded() {
             timeout: Duration::from_secs(1),
             tls: None,
         },
-        Telemetry::disabled(),
+        Tracing::disabled(),
     )
     .unwrap();
     let trace = opentelemetry::Context::new();
@@ -311,7 +311,7 @@ async fn a_central_gateway_over_mutual_tls() {
             timeout: Duration::from_secs(5),
             tls: Some(tls.clone()),
         },
-        Telemetry::disabled(),
+        Tracing::disabled(),
     )
     .unwrap();
     hooks
@@ -333,7 +333,7 @@ async fn a_central_gateway_over_mutual_tls() {
                 ..tls
             }),
         },
-        Telemetry::disabled(),
+        Tracing::disabled(),
     )
     .unwrap();
     let before = plugin.calls().len();
@@ -381,7 +381,7 @@ async fn a_failed_tls_handshake_says_why() {
                     domain: None,
                 }),
             },
-            Telemetry::disabled(),
+            Tracing::disabled(),
         )
         .unwrap()
     };

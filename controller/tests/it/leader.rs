@@ -13,11 +13,11 @@ use common::*;
 use http::{Method, Request, Response, StatusCode};
 use jiff::Timestamp;
 use kube::client::Body;
-use rollout_controller::health::Readiness;
 use rollout_controller::leader::{
     Attempt, LeaderElection, LeaseConfig, LeaseTimings, run_when_leading,
 };
 use rollout_controller::metrics::ControllerMetrics;
+use rollout_controller::probes::Readiness;
 use serde_json::{Value, json};
 
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/hub/leases";

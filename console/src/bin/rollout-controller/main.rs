@@ -155,7 +155,7 @@ mod tests {
         let mut cli = super::Cli::command();
         let run = cli.find_subcommand_mut("run").expect("run");
         let help = run.render_long_help().to_string();
-        for path in rollout_controller::health::ENDPOINTS {
+        for path in rollout_controller::probes::ENDPOINTS {
             assert!(help.contains(path), "{path} in {help}");
         }
     }

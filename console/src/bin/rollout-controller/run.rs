@@ -10,7 +10,7 @@ use rollout_controller::hooks::{
 };
 use rollout_controller::leader::{self, LeaseConfig, LeaseTimings};
 use rollout_controller::orchestrate::{DEFAULT_HOOK_CONCURRENCY, Settings};
-use rollout_controller::reconcile::Options;
+use rollout_controller::reconcile::Tunables;
 use std::path::PathBuf;
 use std::process::ExitCode;
 #[derive(Debug, Args)]
@@ -217,7 +217,7 @@ pub(crate) async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
     rollout_telemetry::logs::init(args.log_format);
     let options = RunOptions {
         gateway: args.gateway.options(args.hook_timeout)?,
-        reconcile: Options {
+        reconcile: Tunables {
             hub_name: args.hub_name.clone(),
             settings: Settings {
                 hook_concurrency: args.hook_concurrency,
@@ -225,7 +225,7 @@ pub(crate) async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
                 ..Settings::default()
             },
             other_writer_quiet: args.other_writer_quiet,
-            ..Options::default()
+            ..Tunables::default()
         },
         register_plugins_namespace: args.registration_namespace(),
         health_listen: args.health_listen,

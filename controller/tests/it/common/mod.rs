@@ -21,8 +21,8 @@ use kube::client::Body;
 use rollout_controller::api::prune::Schemas;
 use rollout_controller::api::{CrdShape, crds};
 use rollout_controller::hooks::{GatewayHooks, GatewayOptions, HookKind};
-use rollout_controller::reconcile::{Context, Options};
-use rollout_controller::telemetry::Telemetry;
+use rollout_controller::reconcile::{Context, Tunables};
+use rollout_controller::telemetry::Tracing;
 use rollout_gateway::app::{self, Running};
 use rollout_proto::v1alpha1::rollout_plugin_service_server::{
     RolloutPluginService, RolloutPluginServiceServer,
@@ -334,7 +334,7 @@ pub async fn gateway(plugins: &[(&str, SocketAddr)]) -> Gateway {
 
 /// The controller's context over `client` and the gateway at `url`.
 pub fn context(client: kube::Client, url: &str) -> Arc<Context> {
-    let telemetry = Telemetry::disabled();
+    let telemetry = Tracing::disabled();
     let hooks = GatewayHooks::new(
         &GatewayOptions {
             url: url.into(),
@@ -344,7 +344,7 @@ pub fn context(client: kube::Client, url: &str) -> Arc<Context> {
         telemetry.clone(),
     )
     .unwrap();
-    let mut options = Options::default();
+    let mut options = Tunables::default();
     // The scripted API server answers requests in a fixed order, so these
     // tests roll out one cluster at a time; tests/concurrency.rs covers the
     // calls in flight together.
@@ -908,7 +908,7 @@ pub async fn start_controller(
             timeout: Duration::from_secs(1),
             tls: None,
         },
-        reconcile: Options::default(),
+        reconcile: Tunables::default(),
         register_plugins_namespace: register,
         health_listen: Some("127.0.0.1:0".parse().unwrap()),
         leader_election,
