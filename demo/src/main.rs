@@ -31,8 +31,9 @@ use rollout_demo::{
     Binaries, PIPELINE, PLUGINS, RolloutParams, Stack, StackOptions, WorkDir, check_fleet,
     simulate_args,
 };
-use rollout_harness::load::{self, Hook, LoadConfig, Stop};
+use rollout_harness::load::{self, LoadConfig, Stop};
 use rollout_harness::manifest::manifest_work_json;
+use rollout_proto::HookKind;
 use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
 use rollout_proto::v1alpha1::{MutateManifestWorkRequest, RolloutPluginRequest};
 use rollout_proto::{FAILED_OPEN_METADATA_KEY, MUTATED_BY_METADATA_KEY, PLUGIN_METADATA_KEY};
@@ -507,7 +508,7 @@ async fn overhead(stack: &Stack) -> anyhow::Result<()> {
     );
     let measure = |target: &str, through: Option<&str>| LoadConfig {
         target: format!("http://{target}"),
-        hook: Hook::Mutate,
+        hook: HookKind::MutateManifestWork,
         concurrency: 1,
         connections: 1,
         work_bytes: 4096,

@@ -30,6 +30,7 @@ use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use rollout_proto::HookKind;
 use rollout_proto::PLUGIN_METADATA_KEY;
 use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
 use rollout_proto::v1alpha1::{
@@ -56,31 +57,63 @@ const CLIENT_GRACE: Duration = Duration::from_secs(1);
 /// Distinct error messages kept for the report.
 const ERROR_SAMPLES: usize = 5;
 
-/// The hook a run calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Hook {
-    /// `MutateManifestWork`, with a ManifestWork of `work_bytes`.
-    Mutate,
-    /// `ValidateRolloutCompletion`.
-    Validate,
-    /// `BeginRollout`.
-    Begin,
-    /// `ProgressRollout`.
-    Progress,
-    /// `Initialize`.
-    Initialize,
-}
+/// A hook as the load generator spells it: on the command line (`--hook
+/// mutate`) and in a run's JSON (`"hook": "mutate"`), the plugin API's
+/// calls ([`HookKind`]) by short names.
+pub mod hook_flag {
+    use rollout_proto::HookKind;
+    use serde::{Deserialize, Deserializer, Serializer};
 
-impl Hook {
-    /// The flag spelling (`mutate`, `validate`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Hook::Mutate => "mutate",
-            Hook::Validate => "validate",
-            Hook::Begin => "begin",
-            Hook::Progress => "progress",
-            Hook::Initialize => "initialize",
+    /// Each call's short name.
+    const NAMES: [(HookKind, &str); 5] = [
+        (HookKind::MutateManifestWork, "mutate"),
+        (HookKind::ValidateRolloutCompletion, "validate"),
+        (HookKind::BeginRollout, "begin"),
+        (HookKind::ProgressRollout, "progress"),
+        (HookKind::Initialize, "initialize"),
+    ];
+
+    /// `hook`'s short name (`mutate`, `validate`, ...).
+    pub fn name(hook: HookKind) -> &'static str {
+        NAMES
+            .iter()
+            .find(|(kind, _)| *kind == hook)
+            .map_or("", |(_, name)| name)
+    }
+
+    /// The call a short name names: clap's value parser for `--hook`.
+    pub fn parse(text: &str) -> Result<HookKind, String> {
+        NAMES
+            .iter()
+            .find(|(_, name)| *name == text)
+            .map(|(kind, _)| *kind)
+            .ok_or_else(|| {
+                let names: Vec<&str> = NAMES.iter().map(|(_, name)| *name).collect();
+                format!("\"{text}\" is not a hook: one of {}", names.join(", "))
+            })
+    }
+
+    /// Serde's `with` for a [`HookKind`] written by its short name.
+    pub fn serialize<S: Serializer>(hook: &HookKind, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(name(*hook))
+    }
+
+    /// Serde's `with` for a [`HookKind`] read by its short name.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<HookKind, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        parse(&text).map_err(serde::de::Error::custom)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn every_call_has_one_short_name_that_parses_back() {
+            for kind in HookKind::ALL {
+                assert_eq!(parse(name(kind)), Ok(kind), "{kind}");
+            }
+            assert!(parse("Mutate").is_err());
         }
     }
 }
@@ -100,7 +133,7 @@ pub struct LoadConfig {
     /// `http://HOST:PORT` of the plugin, gateway or proxy.
     pub target: String,
     /// The hook to call.
-    pub hook: Hook,
+    pub hook: HookKind,
     /// Calls in flight at any time.
     pub concurrency: usize,
     /// Separate HTTP/2 connections; calls are spread over them round-robin.
@@ -129,7 +162,8 @@ pub struct Report {
     /// The target URL.
     pub target: String,
     /// The hook called.
-    pub hook: Hook,
+    #[serde(with = "hook_flag")]
+    pub hook: HookKind,
     /// Calls in flight.
     pub concurrency: usize,
     /// HTTP/2 connections.
@@ -387,16 +421,16 @@ impl Call {
             })
             .transpose()?;
         let message = match config.hook {
-            Hook::Initialize => Message::Initialize(InitializeRequest {
+            HookKind::Initialize => Message::Initialize(InitializeRequest {
                 controller_version: "hookbench".to_owned(),
                 hub_name: "bench-hub".to_owned(),
             }),
-            Hook::Begin => Message::Begin(rollout_request()),
-            Hook::Progress => Message::Progress(rollout_request()),
-            Hook::Validate => Message::Validate(ValidateCompletionRequest {
+            HookKind::BeginRollout => Message::Begin(rollout_request()),
+            HookKind::ProgressRollout => Message::Progress(rollout_request()),
+            HookKind::ValidateRolloutCompletion => Message::Validate(ValidateCompletionRequest {
                 rollout: Some(rollout_request()),
             }),
-            Hook::Mutate => Message::Mutate(MutateManifestWorkRequest {
+            HookKind::MutateManifestWork => Message::Mutate(MutateManifestWorkRequest {
                 rollout: Some(rollout_request()),
                 manifest_work: Bytes::from(manifest_work_json(config.work_bytes)),
             }),

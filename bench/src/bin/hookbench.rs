@@ -10,7 +10,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use rollout_bench::units::{parse_duration, parse_size};
-use rollout_harness::load::{self, Hook, LoadConfig, Report, Stop};
+use rollout_harness::load::{self, LoadConfig, Report, Stop, hook_flag};
+use rollout_proto::HookKind;
 
 /// Load generator for rollout plugins and the rollout-plugin gateway.
 #[derive(Debug, Parser)]
@@ -20,8 +21,8 @@ struct Args {
     #[arg(long)]
     target: String,
     /// The hook to call.
-    #[arg(long, value_enum, default_value_t = Hook::Mutate)]
-    hook: Hook,
+    #[arg(long, value_parser = hook_flag::parse, default_value = "mutate")]
+    hook: HookKind,
     /// Calls in flight at any time.
     #[arg(long, default_value_t = 1)]
     concurrency: usize,
@@ -113,7 +114,7 @@ fn print_report(report: &Report, json: bool) {
     let latency = &report.latency_micros;
     println!(
         "hookbench {} -> {} (concurrency {}, {} connection(s), {} byte work)",
-        report.hook.as_str(),
+        hook_flag::name(report.hook),
         report.target,
         report.concurrency,
         report.connections,

@@ -11,9 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use super::machine::LoadAverage;
 use super::{Scenario, TargetKind};
-use rollout_harness::load::{Hook, Report};
+use rollout_harness::load::{Report, hook_flag};
 use rollout_harness::procfs::Memory;
 use rollout_harness::stats::{median, round_to_tenth};
+use rollout_proto::HookKind;
 
 /// One `hookbench` run: one round of one scenario against one target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -810,7 +811,8 @@ fn goals_markdown(goals: &[Goal], out: &mut String) {
 #[serde(rename_all = "camelCase")]
 pub struct Settings {
     /// The hook called.
-    pub hook: Hook,
+    #[serde(with = "hook_flag")]
+    pub hook: HookKind,
     /// Rounds per scenario and target.
     pub rounds: usize,
     /// Measured seconds per `hookbench` run.
@@ -983,7 +985,7 @@ fn settings_markdown(results: &BenchResults, out: &mut String) {
          within each round; {} HTTP/2 connection(s); {} plugins registered in the gateway; {} CPUs{tools}. \
          Figures are medians over the rounds; \"added\" is the difference to calling the plugin directly; \
          scenarios ending in `-mut` call the mutating plugin.{commit}\n",
-        settings.hook.as_str(),
+        hook_flag::name(settings.hook),
         settings.rounds,
         settings.duration_seconds,
         settings.warmup_seconds,
@@ -1203,7 +1205,7 @@ mod tests {
             target,
             report: Report {
                 target: "http://127.0.0.1:1".to_owned(),
-                hook: Hook::Mutate,
+                hook: HookKind::MutateManifestWork,
                 concurrency: 1,
                 connections: 1,
                 work_bytes: 4096,
@@ -1260,7 +1262,7 @@ mod tests {
 
         let results = BenchResults {
             settings: Settings {
-                hook: Hook::Mutate,
+                hook: HookKind::MutateManifestWork,
                 rounds: 3,
                 duration_seconds: 3.0,
                 warmup_seconds: 0.5,
@@ -1376,7 +1378,7 @@ mod tests {
 
         let results = BenchResults {
             settings: Settings {
-                hook: Hook::Mutate,
+                hook: HookKind::MutateManifestWork,
                 rounds: 2,
                 duration_seconds: 3.0,
                 warmup_seconds: 0.5,
@@ -1482,7 +1484,7 @@ mod tests {
         // The table carries the warning too.
         let results = BenchResults {
             settings: Settings {
-                hook: Hook::Mutate,
+                hook: HookKind::MutateManifestWork,
                 rounds: 1,
                 duration_seconds: 1.0,
                 warmup_seconds: 0.0,
@@ -1570,7 +1572,7 @@ mod tests {
         let targets = [Direct, Gateway, GatewayTraced, Nginx, Haproxy];
         let mut results = BenchResults {
             settings: Settings {
-                hook: Hook::Mutate,
+                hook: HookKind::MutateManifestWork,
                 rounds: 1,
                 duration_seconds: 3.0,
                 warmup_seconds: 0.5,

@@ -6,8 +6,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use rollout_bench::echo::{self, EchoMode};
-use rollout_harness::load::{self, Hook, LoadConfig, Stop};
+use rollout_harness::load::{self, LoadConfig, Stop};
 use rollout_harness::manifest::manifest_work_json;
+use rollout_proto::HookKind;
 use rollout_proto::v1alpha1::MutateManifestWorkRequest;
 use rollout_proto::v1alpha1::rollout_plugin_service_client::RolloutPluginServiceClient;
 use tokio::net::TcpListener;
@@ -24,7 +25,7 @@ async fn start_plugin(mode: EchoMode) -> anyhow::Result<(SocketAddr, oneshot::Se
     Ok((address, stop))
 }
 
-fn config(address: SocketAddr, hook: Hook) -> LoadConfig {
+fn config(address: SocketAddr, hook: HookKind) -> LoadConfig {
     LoadConfig {
         target: format!("http://{address}"),
         hook,
@@ -42,7 +43,7 @@ fn config(address: SocketAddr, hook: Hook) -> LoadConfig {
 #[tokio::test]
 async fn two_hundred_mutations_at_concurrency_four() -> anyhow::Result<()> {
     let (address, _stop) = start_plugin(EchoMode::Echo).await?;
-    let report = load::run(&config(address, Hook::Mutate)).await?;
+    let report = load::run(&config(address, HookKind::MutateManifestWork)).await?;
 
     assert_eq!(report.requests, 200);
     assert_eq!(report.errors, 0, "{:?}", report.error_samples);
@@ -84,11 +85,11 @@ async fn two_hundred_mutations_at_concurrency_four() -> anyhow::Result<()> {
 async fn every_hook_succeeds() -> anyhow::Result<()> {
     let (address, _stop) = start_plugin(EchoMode::Empty).await?;
     for hook in [
-        Hook::Validate,
-        Hook::Begin,
-        Hook::Progress,
-        Hook::Initialize,
-        Hook::Mutate,
+        HookKind::ValidateRolloutCompletion,
+        HookKind::BeginRollout,
+        HookKind::ProgressRollout,
+        HookKind::Initialize,
+        HookKind::MutateManifestWork,
     ] {
         let mut config = config(address, hook);
         config.stop = Stop::Requests(20);
@@ -162,7 +163,7 @@ async fn the_mutating_plugin_changes_the_work_and_keeps_its_identity() -> anyhow
     );
 
     // Under load every call succeeds.
-    let report = load::run(&config(address, Hook::Mutate)).await?;
+    let report = load::run(&config(address, HookKind::MutateManifestWork)).await?;
     assert_eq!(report.errors, 0, "{:?}", report.error_samples);
 
     // A work that is not JSON is refused, naming why.
@@ -182,7 +183,7 @@ async fn the_mutating_plugin_changes_the_work_and_keeps_its_identity() -> anyhow
 async fn a_dead_target_fails_to_start() -> anyhow::Result<()> {
     // Bind and drop to get a port with nothing behind it.
     let address = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
-    let result = load::run(&config(address, Hook::Mutate)).await;
+    let result = load::run(&config(address, HookKind::MutateManifestWork)).await;
     assert!(
         matches!(result, Err(load::LoadError::Connect { .. })),
         "{result:?}"

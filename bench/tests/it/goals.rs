@@ -10,8 +10,9 @@ use rollout_bench::compare::summary::{
     goals, markdown, summarize,
 };
 use rollout_bench::compare::{Scenario, TargetKind};
-use rollout_harness::load::{Hook, Report};
+use rollout_harness::load::Report;
 use rollout_harness::stats::LatencySummary;
+use rollout_proto::HookKind;
 
 /// One round of `scenario` against `target`, costing `cpu` µs per call.
 fn record(scenario: &str, target: TargetKind, cpu: Option<f64>) -> RoundRecord {
@@ -21,7 +22,7 @@ fn record(scenario: &str, target: TargetKind, cpu: Option<f64>) -> RoundRecord {
         target,
         report: Report {
             target: "http://127.0.0.1:1".to_owned(),
-            hook: Hook::Mutate,
+            hook: HookKind::MutateManifestWork,
             concurrency: 1,
             connections: 1,
             work_bytes: 4096,
@@ -76,7 +77,7 @@ fn run(scenarios: &[&str], cpu: &[(TargetKind, f64)]) -> BenchResults {
         .collect::<BTreeMap<_, _>>();
     BenchResults {
         settings: Settings {
-            hook: Hook::Mutate,
+            hook: HookKind::MutateManifestWork,
             rounds: 1,
             duration_seconds: 1.0,
             warmup_seconds: 0.1,

@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rollout_harness::load::{self, Hook, LoadConfig, Stop};
+use rollout_harness::load::{self, LoadConfig, Stop};
+use rollout_proto::HookKind;
 use rollout_test_support::h2_peer;
 
 /// Serves gRPC-looking answers: an empty message (valid for every hook's
@@ -44,7 +45,7 @@ async fn answer(
 fn config(address: SocketAddr) -> LoadConfig {
     LoadConfig {
         target: format!("http://{address}"),
-        hook: Hook::Mutate,
+        hook: HookKind::MutateManifestWork,
         concurrency: 2,
         connections: 1,
         work_bytes: 4096,

@@ -249,7 +249,7 @@ async fn the_forwarders_carry_a_short_load_without_errors() -> anyhow::Result<()
         wait_for_port(&mut proxy, route.listen).await?;
         let config = rollout_harness::load::LoadConfig {
             target: format!("http://{}", route.listen),
-            hook: rollout_harness::load::Hook::Mutate,
+            hook: rollout_proto::HookKind::MutateManifestWork,
             concurrency: 4,
             connections: 1,
             work_bytes: 4096,

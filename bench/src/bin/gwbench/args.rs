@@ -6,7 +6,8 @@ use std::time::Duration;
 use clap::Parser;
 use rollout_bench::compare::{DEFAULT_SCENARIOS, DEFAULT_TRACED_SCENARIOS};
 use rollout_bench::units::parse_duration;
-use rollout_harness::load::Hook;
+use rollout_harness::load::hook_flag;
+use rollout_proto::HookKind;
 
 /// Compare a plugin called directly, through rollout-gateway (without and
 /// with exported tracing), and through yardsticks: a minimal h2 forwarder, a
@@ -32,8 +33,8 @@ pub(crate) struct Args {
     #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     pub(crate) warmup: Duration,
     /// The hook to call.
-    #[arg(long, value_enum, default_value_t = Hook::Mutate)]
-    pub(crate) hook: Hook,
+    #[arg(long, value_parser = hook_flag::parse, default_value = "mutate")]
+    pub(crate) hook: HookKind,
     /// HTTP/2 connections per hookbench run.
     #[arg(long, default_value_t = 1)]
     pub(crate) connections: usize,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use rollout_bench::compare::summary::{RoundRecord, cpu_micros_per_call};
 use rollout_bench::compare::{Scenario, TargetKind};
-use rollout_harness::load::Report;
+use rollout_harness::load::{Report, hook_flag};
 use rollout_harness::process as processes;
 use rollout_harness::procfs;
 use tokio::process::Command;
@@ -115,7 +115,7 @@ pub(crate) async fn run_round(
     let mut command = Command::new(&plan.hookbench);
     command
         .args(["--target", url])
-        .args(["--hook", args.hook.as_str()])
+        .args(["--hook", hook_flag::name(args.hook)])
         .args(["--concurrency", &scenario.concurrency.to_string()])
         .args(["--connections", &args.connections.to_string()])
         .args(["--work-bytes", &scenario.work_bytes.to_string()])
