@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::api::ListParams;
 use kube::runtime::reflector::{self, Store, store::Writer};
@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 
 use super::changes::WorkChanges;
+use super::written::OwnWrites;
 use super::{Error, KubeWorld};
 use crate::api::labels::{MWRS_OWNER_LABEL, PLACEMENT_LABEL};
 use crate::api::placement::DecisionGroupError;
@@ -111,6 +112,8 @@ pub(super) struct Cache {
     writers: Mutex<Option<StoreWriters>>,
     /// The works' changes as triggers, from the works' store watch.
     pub(super) changes: WorkChanges,
+    /// The works this controller wrote, until the store shows them.
+    pub(super) written: Arc<OwnWrites>,
 }
 
 impl Cache {
@@ -120,6 +123,7 @@ impl Cache {
             stores,
             writers: Mutex::new(Some(writers)),
             changes: WorkChanges::new(),
+            written: Arc::default(),
         }
     }
 
@@ -141,13 +145,16 @@ pub(super) fn spawn_reflectors(
     client: &Client,
     writers: StoreWriters,
     changes: &WorkChanges,
+    written: &Arc<OwnWrites>,
 ) -> Vec<JoinHandle<()>> {
     let labelled = |label: &str| watcher::Config::default().labels(label).any_semantic();
+    let written = Arc::clone(written);
     let works = reflector::reflector(
         writers.works,
         watcher(Api::all(client.clone()), labelled(MWRS_OWNER_LABEL)),
     )
-    .default_backoff();
+    .default_backoff()
+    .inspect_ok(move |event| written.seen(event));
     vec![
         drain::<ManifestWork>(changes.clone().forward(works, super::owner_of_work)),
         feed(
@@ -210,6 +217,7 @@ pub(super) struct Reads<'a> {
     pub(super) client: &'a Client,
     pub(super) world: &'a KubeWorld,
     pub(super) stores: Option<&'a Stores>,
+    pub(super) written: &'a OwnWrites,
 }
 
 fn has_label<K: ResourceExt>(object: &K, key: &str, value: &str) -> bool {
@@ -217,12 +225,14 @@ fn has_label<K: ResourceExt>(object: &K, key: &str, value: &str) -> bool {
 }
 
 impl Reads<'_> {
-    /// The ManifestWorks labelled with `owner_label`.
+    /// The ManifestWorks labelled with `owner_label`; from the store, with
+    /// this controller's writes it does not show yet ([`OwnWrites`]).
     pub(super) async fn works(&self, owner_label: &str) -> Result<Vec<Arc<ManifestWork>>, Error> {
+        let belongs = |w: &ManifestWork| has_label(w, MWRS_OWNER_LABEL, owner_label);
         match self.stores {
-            Some(stores) => Ok(stores
-                .works
-                .state_filter(|w| has_label(w, MWRS_OWNER_LABEL, owner_label))),
+            Some(stores) => Ok(self
+                .written
+                .overlay(stores.works.state_filter(belongs), belongs)),
             None => Ok(self.world.list_works(owner_label).await?),
         }
     }

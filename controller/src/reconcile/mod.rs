@@ -44,6 +44,7 @@ mod shared;
 pub mod status;
 mod triggers;
 pub(crate) mod world;
+mod written;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -343,7 +344,7 @@ async fn reconcile_traced(
     ctx: Arc<Context>,
     trace: opentelemetry::Context,
 ) -> Result<Action, Error> {
-    let world = KubeWorld::new(ctx.client.clone());
+    let world = KubeWorld::new(ctx.client.clone(), Arc::clone(&ctx.cache.written));
     let pass = Pass::new(&ctx, &mwrs, &world, &trace)?;
     if mwrs.meta().deletion_timestamp.is_some() {
         return pass.finalize(&mwrs).await;
@@ -479,6 +480,7 @@ impl<'r> Pass<'r> {
                 client: &ctx.client,
                 world,
                 stores: ctx.cache.synced(),
+                written: &ctx.cache.written,
             },
             key: format!("{namespace}/{name}"),
             now: Timestamp::now(),
@@ -1019,7 +1021,7 @@ pub(crate) async fn run(ctx: Arc<Context>, readiness: Readiness, stop: Stop) {
     // The stores' watches start with the first run and outlive it, so a
     // replica that loses the lease and leads again reads warm stores.
     if let Some(writers) = ctx.take_store_writers() {
-        cache::spawn_reflectors(&client, writers, &ctx.cache.changes);
+        cache::spawn_reflectors(&client, writers, &ctx.cache.changes, &ctx.cache.written);
     }
     let controller = mwrs_controller(&client, &readiness);
     let (by_decision, by_placement) = (controller.store(), controller.store());

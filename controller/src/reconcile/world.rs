@@ -7,6 +7,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
+use super::written::OwnWrites;
 use crate::api::ManifestWork;
 use crate::api::labels::MWRS_OWNER_LABEL;
 pub(crate) use crate::orchestrate::FIELD_MANAGER;
@@ -17,16 +18,18 @@ use crate::orchestrate::{World, WorldAction, WorldError};
 /// [`FIELD_MANAGER`] (forcing ownership only when asked to take a work
 /// over, so that another writer's change is refused with 409 rather than
 /// overwritten), annotated with a JSON merge patch under the same field
-/// manager, deleted with the default propagation.
+/// manager, deleted with the default propagation. Each write's answer is
+/// remembered in [`OwnWrites`] until the store shows it.
 #[derive(Clone)]
 pub(crate) struct KubeWorld {
     client: Client,
+    written: Arc<OwnWrites>,
 }
 
 impl KubeWorld {
-    /// The world of `client`'s cluster.
-    pub(crate) fn new(client: Client) -> KubeWorld {
-        KubeWorld { client }
+    /// The world of `client`'s cluster, its writes remembered in `written`.
+    pub(crate) fn new(client: Client, written: Arc<OwnWrites>) -> KubeWorld {
+        KubeWorld { client, written }
     }
 
     fn api(&self, namespace: &str) -> Api<ManifestWork> {
@@ -53,10 +56,13 @@ impl World for KubeWorld {
         let name = work.name_any();
         let mut params = PatchParams::apply(FIELD_MANAGER);
         params.force = force;
-        self.api(&namespace)
+        let applied = self
+            .api(&namespace)
             .patch(&name, &params, &Patch::Apply(&work))
             .await
-            .map_err(|e| WorldError::kube(WorldAction::Applying, namespace, name, e))
+            .map_err(|e| WorldError::kube(WorldAction::Applying, namespace, name, e))?;
+        self.written.record(applied.clone());
+        Ok(applied)
     }
 
     async fn annotate_work(
@@ -76,11 +82,12 @@ impl World for KubeWorld {
                 &Patch::Merge(&patch),
             )
             .await
-            .map(|_| ())
+            .map(|annotated| self.written.record(annotated))
             .map_err(|e| WorldError::kube(WorldAction::Annotating, namespace, name, e))
     }
 
     async fn delete_work(&self, namespace: &str, name: &str) -> Result<(), WorldError> {
+        self.written.forget(namespace, name);
         match self
             .api(namespace)
             .delete(name, &DeleteParams::default())

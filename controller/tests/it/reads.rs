@@ -80,3 +80,60 @@ async fn a_reconcile_over_synced_stores_reads_nothing_from_the_api() {
         "the carrier is read from its store: {carrier_requests:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_reconcile_before_the_store_shows_its_own_writes_does_not_write_them_again() {
+    let v2 = template("v2");
+    let name = work_name(NS, MWRS, PLACEMENT);
+    let clusters = ["cluster1", "cluster2", "cluster3"];
+    let obj = mwrs(v2, json!({"type": "All"}), Value::Null);
+    let hub = Hub::ocm().with_carrier(json!([{"name": PLACEMENT}]), Value::Null);
+    // The revision's body, kept to play its watch event.
+    let revision = Arc::new(std::sync::Mutex::new(Value::Null));
+    let kept = Arc::clone(&revision);
+    let (client, server) = api_server_on(
+        hub.clone(),
+        vec![
+            Expect::new(Method::POST, revisions_path(), move |body| {
+                let mut stored = body.clone();
+                stored["metadata"]["resourceVersion"] = json!("99");
+                *kept.lock().unwrap() = stored.clone();
+                (http::StatusCode::CREATED, stored)
+            }),
+            Expect::echo(Method::PATCH, work_path("cluster1", &name)),
+            Expect::echo(Method::PATCH, work_path("cluster2", &name)),
+            Expect::echo(Method::PATCH, work_path("cluster3", &name)),
+            Expect::status(&obj),
+            // The second reconcile: its status, and no work again.
+            Expect::status(&obj),
+        ],
+    );
+    let ctx = context(client, &format!("http://{}", closed_port().await));
+    let mut writers = ctx.take_store_writers().expect("the writers, once");
+    listed::<ManifestWork>(&mut writers.works, vec![]);
+    listed::<Placement>(&mut writers.placements, vec![placement()]);
+    let decisions = decisions(&clusters)["items"].as_array().unwrap().clone();
+    listed::<PlacementDecision>(&mut writers.decisions, decisions);
+    listed::<ControllerRevision>(&mut writers.revisions, vec![]);
+    listed::<ManifestWorkReplicaSetRollout>(&mut writers.carriers, vec![hub.carrier().unwrap()]);
+
+    let object: Arc<ManifestWorkReplicaSet> = Arc::new(serde_json::from_value(obj).unwrap());
+    reconcile(Arc::clone(&object), ctx.clone())
+        .await
+        .expect("reconciled");
+    // The revision's event came; the works' have not yet.
+    let stored = revision.lock().unwrap().clone();
+    writers
+        .revisions
+        .apply_watcher_event(&Event::Apply(serde_json::from_value(stored).unwrap()));
+    reconcile(object, ctx.clone())
+        .await
+        .expect("reconciled again");
+    drop(ctx);
+    let requests = server.await.unwrap();
+    let works = requests
+        .iter()
+        .filter(|r| r.path.contains("/manifestworks/"))
+        .count();
+    assert_eq!(works, 3, "each work written once: {requests:#?}");
+}
