@@ -17,7 +17,7 @@ use rollout_controller::api::{
     PlacementDecision,
 };
 use rollout_controller::orchestrate::work_name;
-use rollout_controller::reconcile::reconcile;
+use rollout_controller::reconcile::{StoreWriters, reconcile};
 use serde_json::{Value, json};
 
 /// Plays a watch's first list into `writer`.
@@ -30,6 +30,17 @@ where
         writer.apply_watcher_event(&Event::InitApply(serde_json::from_value(item).unwrap()));
     }
     writer.apply_watcher_event(&Event::InitDone);
+}
+
+/// Plays every store's first list: no works and no revisions yet, the
+/// placement deciding `clusters`, and `hub`'s carrier.
+fn synced(writers: &mut StoreWriters, hub: &Hub, clusters: &[&str]) {
+    listed::<ManifestWork>(&mut writers.works, vec![]);
+    listed::<Placement>(&mut writers.placements, vec![placement()]);
+    let decisions = decisions(clusters)["items"].as_array().unwrap().clone();
+    listed::<PlacementDecision>(&mut writers.decisions, decisions);
+    listed::<ControllerRevision>(&mut writers.revisions, vec![]);
+    listed::<ManifestWorkReplicaSetRollout>(&mut writers.carriers, vec![hub.carrier().unwrap()]);
 }
 
 #[tokio::test]
@@ -54,12 +65,7 @@ async fn a_reconcile_over_synced_stores_reads_nothing_from_the_api() {
     let ctx = context(client, &format!("http://{}", closed_port().await));
     let mut writers = ctx.take_store_writers().expect("the writers, once");
     assert!(ctx.take_store_writers().is_none());
-    listed::<ManifestWork>(&mut writers.works, vec![]);
-    listed::<Placement>(&mut writers.placements, vec![placement()]);
-    let decisions = decisions(&clusters)["items"].as_array().unwrap().clone();
-    listed::<PlacementDecision>(&mut writers.decisions, decisions);
-    listed::<ControllerRevision>(&mut writers.revisions, vec![]);
-    listed::<ManifestWorkReplicaSetRollout>(&mut writers.carriers, vec![hub.carrier().unwrap()]);
+    synced(&mut writers, &hub, &clusters);
 
     let object: Arc<ManifestWorkReplicaSet> = Arc::new(serde_json::from_value(obj).unwrap());
     reconcile(object, ctx.clone()).await.expect("reconciled");
@@ -110,12 +116,7 @@ async fn a_reconcile_before_the_store_shows_its_own_writes_does_not_write_them_a
     );
     let ctx = context(client, &format!("http://{}", closed_port().await));
     let mut writers = ctx.take_store_writers().expect("the writers, once");
-    listed::<ManifestWork>(&mut writers.works, vec![]);
-    listed::<Placement>(&mut writers.placements, vec![placement()]);
-    let decisions = decisions(&clusters)["items"].as_array().unwrap().clone();
-    listed::<PlacementDecision>(&mut writers.decisions, decisions);
-    listed::<ControllerRevision>(&mut writers.revisions, vec![]);
-    listed::<ManifestWorkReplicaSetRollout>(&mut writers.carriers, vec![hub.carrier().unwrap()]);
+    synced(&mut writers, &hub, &clusters);
 
     let object: Arc<ManifestWorkReplicaSet> = Arc::new(serde_json::from_value(obj).unwrap());
     reconcile(Arc::clone(&object), ctx.clone())
