@@ -1,6 +1,7 @@
 //! The check on a changed MutateManifestWork answer (`manifest::check_answer`:
 //! a JSON object keeping the identity fields, and whether it changed as a
-//! value), on a 4 KiB and a 64 KiB ManifestWork and the same work with one
+//! value; `check_answer_to` with the input summarised on arrival, as the
+//! gateway calls it), on a 4 KiB and a 64 KiB ManifestWork and the same work with one
 //! annotation added (what a mutating plugin answers), and on the same value
 //! spelled otherwise (where the full comparison runs); beside the two
 //! borrowed trees and the `serde_json::Value` trees of earlier versions, and
@@ -84,6 +85,16 @@ fn bench(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("check answer {label}"));
         group.bench_function("one-pass digests of both (check_answer)", |b| {
             b.iter(|| manifest::check_answer(black_box(&input), black_box(&output)))
+        });
+        // As the gateway calls it: the input summarised on arrival, only
+        // the answer read per check.
+        let read = manifest::summarise(&input).expect("an object");
+        group.bench_function(
+            "the answer's digest, input summarised (check_answer_to)",
+            |b| b.iter(|| manifest::check_answer_to(black_box(&input), &read, black_box(&output))),
+        );
+        group.bench_function("summarising a work (summarise, once per call)", |b| {
+            b.iter(|| manifest::summarise(black_box(&input)))
         });
         // The same value spelled otherwise: the digests cannot decide, and
         // the full comparison runs after them.

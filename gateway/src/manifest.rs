@@ -40,6 +40,23 @@ pub enum Json<'a> {
 }
 
 impl<'a> Json<'a> {
+    /// The same value, owning its text.
+    pub(crate) fn into_owned(self) -> Json<'static> {
+        match self {
+            Json::Null => Json::Null,
+            Json::Bool(b) => Json::Bool(b),
+            Json::Number(n) => Json::Number(n),
+            Json::String(s) => Json::String(Cow::Owned(s.into_owned())),
+            Json::Array(items) => Json::Array(items.into_iter().map(Json::into_owned).collect()),
+            Json::Object(members) => Json::Object(
+                members
+                    .into_iter()
+                    .map(|(k, v)| (Cow::Owned(k.into_owned()), v.into_owned()))
+                    .collect(),
+            ),
+        }
+    }
+
     /// The member `key` of an object.
     pub(crate) fn get(&self, key: &str) -> Option<&Json<'a>> {
         match self {
@@ -145,6 +162,34 @@ pub enum Refused {
     Answer(String),
 }
 
+/// What checking an answer needs of a work, read once ([`summarise`]) and
+/// kept beside it while it is passed on: the caller's work is read on
+/// arrival, and each accepted answer's summary is the next member's input
+/// one, so no work of a chain is read twice.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    hash: u64,
+    /// No object in the work repeats a key.
+    decisive: bool,
+    identity: IdentityValues<'static>,
+}
+
+/// Reads `bytes`, which must be one JSON object (the errors read as
+/// [`parse_object`]'s), into its [`Summary`].
+pub fn summarise(bytes: &[u8]) -> Result<Summary, NotAnObject> {
+    digest::digest(bytes).map(Summary::of)
+}
+
+impl Summary {
+    fn of(digest: digest::Digest<'_>) -> Summary {
+        Summary {
+            hash: digest.hash,
+            decisive: digest.decisive,
+            identity: digest.identity.map(|v| v.map(Json::into_owned)),
+        }
+    }
+}
+
 /// Checks a member's answer `output` to the work `input`, when the bytes
 /// differ: it must be a JSON object keeping the identity fields. Returns
 /// whether it differs from the input as a JSON value.
@@ -154,10 +199,32 @@ pub enum Refused {
 /// hashes prove the values differ, the common case of a plugin that changed
 /// something. Only when the hashes cannot decide (equal, or a repeated key)
 /// are the two compared in full: the answer parsed into a tree and the input
-/// read against it ([`Against`]).
+/// read against it ([`Against`]). [`check_answer_to`] is the same with the
+/// input already summarised.
 pub fn check_answer(input: &[u8], output: &[u8]) -> Result<bool, Refused> {
     let out = digest::digest(output).map_err(|e| Refused::Answer(e.to_string()))?;
-    let read = digest::digest(input).map_err(|e| Refused::Input(e.to_string()))?;
+    let read = summarise(input).map_err(|e| Refused::Input(e.to_string()))?;
+    judge(input, &read, output, &out)
+}
+
+/// [`check_answer`] of `output` to `input`, whose summary is `read`; with
+/// the answer's summary, for the next member.
+pub fn check_answer_to(
+    input: &[u8],
+    read: &Summary,
+    output: &[u8],
+) -> Result<(bool, Summary), Refused> {
+    let out = digest::digest(output).map_err(|e| Refused::Answer(e.to_string()))?;
+    let changed = judge(input, read, output, &out)?;
+    Ok((changed, Summary::of(out)))
+}
+
+fn judge(
+    input: &[u8],
+    read: &Summary,
+    output: &[u8],
+    out: &digest::Digest<'_>,
+) -> Result<bool, Refused> {
     if let Some((field, before, after)) = IDENTITY_FIELDS
         .iter()
         .zip(read.identity.iter().zip(out.identity.iter()))
@@ -525,6 +592,30 @@ mod tests {
         }
     }
 
+    /// What the route reads of a caller's work on arrival refuses exactly
+    /// what parsing does, numbers out of range included (a syntax pass
+    /// alone takes them).
+    #[test]
+    fn a_summary_refuses_what_parsing_refuses() {
+        for text in [
+            &br#"{"kind":"ManifestWork"}"#[..],
+            b"[1]",
+            b"{not json",
+            b"{} {}",
+            b"",
+            b"{\"n\": 1e400}",
+            b"{\"a\": \"\xff\"}",
+        ] {
+            assert_eq!(
+                summarise(text).map(drop).map_err(|e| e.to_string()),
+                parse_object(text).map(drop).map_err(|e| e.to_string()),
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
+        assert!(check_object(b"{\"n\": 1e400}").is_ok());
+    }
+
     #[test]
     fn identity_changes_are_found_field_by_field() {
         let base = json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
@@ -690,6 +781,18 @@ mod tests {
                 check_answer(wa.as_bytes(), wb.as_bytes()),
                 Ok(va != vb),
                 "{} vs {}", a, b
+            );
+            // The same with the input summarised beforehand, and the
+            // answer's summary judging the next answer (back to `a`) as a
+            // fresh read would.
+            let read = summarise(wa.as_bytes()).expect("an object");
+            let (changed, next) =
+                check_answer_to(wa.as_bytes(), &read, wb.as_bytes()).expect("checked");
+            proptest::prop_assert_eq!(changed, va != vb, "{} vs {}", a, b);
+            proptest::prop_assert_eq!(
+                check_answer_to(wb.as_bytes(), &next, wa.as_bytes()).map(|(c, _)| c),
+                Ok(va != vb),
+                "{} vs {}", b, a
             );
             // Equal values always hash alike.
             let (da, db) = (

@@ -178,11 +178,12 @@ async fn mutate(
         span.set_rollout(rollout);
     }
     // The caller's ManifestWork must be a JSON object before any plugin sees
-    // it: a plugin is not blamed for the caller's bytes.
-    check_work(&request.manifest_work)
+    // it: a plugin is not blamed for the caller's bytes. What checking the
+    // answers needs of it is read in the same pass.
+    let summary = check_work(&request.manifest_work)
         .await
         .map_err(|why| GatewayError::InvalidRequest(format!("the ManifestWork to mutate {why}")))?;
-    match ctx.mutate(request).await {
+    match ctx.mutate(request, summary).await {
         Ok(m) => {
             let mut trailers = vec![(MUTATED_BY_METADATA_KEY, m.mutated_by.join(","))];
             trailers.extend(failed_open(&m.failed_open));
@@ -204,14 +205,14 @@ fn failed_open(names: &[String]) -> Vec<(&'static str, String)> {
     }
 }
 
-/// [`manifest::check_object`], on the blocking pool for large works so a
-/// syntax pass over megabytes does not stall other calls.
-async fn check_work(work: &Bytes) -> Result<(), WorkError> {
+/// [`manifest::summarise`], on the blocking pool for large works so a
+/// multi-MiB work does not stall every other call.
+async fn check_work(work: &Bytes) -> Result<manifest::Summary, WorkError> {
     if work.len() < OFF_THREAD_BYTES {
-        return Ok(manifest::check_object(work)?);
+        return Ok(manifest::summarise(work)?);
     }
     let work = work.clone();
-    tokio::task::spawn_blocking(move || manifest::check_object(&work))
+    tokio::task::spawn_blocking(move || manifest::summarise(&work))
         .await
         .map_err(WorkError::Unchecked)?
         .map_err(WorkError::Invalid)

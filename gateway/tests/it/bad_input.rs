@@ -191,6 +191,8 @@ async fn a_caller_work_that_is_not_a_json_object_is_invalid_argument_and_no_plug
         (b"[1, 2]", "is a JSON array, not an object"),
         (b"", "is not JSON"),
         (b"{} trailing", "is not JSON"),
+        // Syntax alone would pass it: the answer's check could not read it.
+        (b"{\"n\": 1e400}", "is not JSON"),
     ] {
         let e = gw
             .client()
