@@ -44,7 +44,14 @@ struct Entry {
 /// The written copies, shared by the reconciles and the works' watch.
 #[derive(Default)]
 pub(crate) struct OwnWrites {
-    entries: Mutex<HashMap<Key, Entry>>,
+    entries: Mutex<Entries>,
+}
+
+/// The copies by work, and when those past [`TTL`] were last dropped.
+#[derive(Default)]
+struct Entries {
+    by_work: HashMap<Key, Entry>,
+    swept: Option<Instant>,
 }
 
 fn key(work: &ManifestWork) -> Key {
@@ -56,22 +63,32 @@ fn version(work: &ManifestWork) -> Option<u64> {
 }
 
 impl OwnWrites {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
         // A panic while holding the lock left a map, which is still one.
         self.entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Remembers `work` as a write answered it; entries past [`TTL`] go.
+    /// Remembers `work` as a write answered it; entries past [`TTL`] go,
+    /// looked for at most every quarter of it (a wave of writes does not
+    /// walk the map once per write).
     pub(crate) fn record(&self, work: ManifestWork) {
         let Some(version) = version(&work) else {
             return;
         };
         let now = Instant::now();
         let mut entries = self.entries();
-        entries.retain(|_, entry| now.duration_since(entry.at) < TTL);
-        entries.insert(
+        if entries
+            .swept
+            .is_none_or(|swept| now.duration_since(swept) >= TTL / 4)
+        {
+            entries
+                .by_work
+                .retain(|_, entry| now.duration_since(entry.at) < TTL);
+            entries.swept = Some(now);
+        }
+        entries.by_work.insert(
             key(&work),
             Entry {
                 work: Arc::new(work),
@@ -84,6 +101,7 @@ impl OwnWrites {
     /// Forgets the work `namespace/name` (this controller deleted it).
     pub(crate) fn forget(&self, namespace: &str, name: &str) {
         self.entries()
+            .by_work
             .remove(&(namespace.to_owned(), name.to_owned()));
     }
 
@@ -92,10 +110,10 @@ impl OwnWrites {
     pub(super) fn seen(&self, event: &watcher::Event<ManifestWork>) {
         match event {
             watcher::Event::Delete(work) => {
-                self.entries().remove(&key(work));
+                self.entries().by_work.remove(&key(work));
             }
             watcher::Event::Apply(work) | watcher::Event::InitApply(work) => {
-                let mut entries = self.entries();
+                let entries = &mut self.entries().by_work;
                 let key = key(work);
                 if entries
                     .get(&key)
@@ -117,7 +135,8 @@ impl OwnWrites {
         belongs: impl Fn(&ManifestWork) -> bool,
     ) -> Vec<Arc<ManifestWork>> {
         let now = Instant::now();
-        let entries = self.entries();
+        let guard = self.entries();
+        let entries = &guard.by_work;
         let live = |entry: &&Entry| now.duration_since(entry.at) < TTL;
         let mut seen = std::collections::HashSet::new();
         let mut works: Vec<Arc<ManifestWork>> = stored
@@ -145,7 +164,7 @@ impl OwnWrites {
     /// How many written copies are remembered.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.entries().len()
+        self.entries().by_work.len()
     }
 }
 
@@ -236,6 +255,29 @@ mod tests {
             1,
             "the expired copy went with the next write"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wave_of_writes_sweeps_once_and_an_unswept_copy_past_the_ttl_is_not_read() {
+        let written = OwnWrites::default();
+        written.record(work("a", "12", "set"));
+        tokio::time::advance(TTL - Duration::from_secs(1)).await;
+        written.record(work("b", "13", "set"));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        written.record(work("c", "14", "set"));
+        assert_eq!(written.len(), 3, "no sweep two seconds after the last");
+        let stale = written.overlay(vec![Arc::new(work("a", "9", "set"))], owned_by("set"));
+        assert_eq!(
+            versions(&stale),
+            [
+                ("a".into(), "9".into()),
+                ("b".into(), "13".into()),
+                ("c".into(), "14".into())
+            ]
+        );
+        tokio::time::advance(TTL / 4).await;
+        written.record(work("d", "15", "set"));
+        assert_eq!(written.len(), 3, "a went with the next sweep");
     }
 
     #[tokio::test]
