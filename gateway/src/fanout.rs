@@ -274,7 +274,7 @@ impl CallContext<'_> {
     pub(crate) async fn mutate(
         &self,
         request: MutateStep,
-        summary: manifest::Summary,
+        mut summary: manifest::Summary,
     ) -> Result<Mutated, (GatewayError, Vec<String>)> {
         let MutateStep {
             rollout,
@@ -282,7 +282,6 @@ impl CallContext<'_> {
             manifest_work,
         } = request;
         let mut current = manifest_work;
-        let mut summary = Arc::new(summary);
         let mut answered = false;
         let mut mutated_by = Vec::new();
         let mut failed_open = Vec::new();
@@ -327,7 +326,7 @@ impl CallContext<'_> {
                                 mutated_by.push(plugin.name.clone());
                             }
                             current = output;
-                            summary = Arc::new(read);
+                            summary = read;
                             continue;
                         }
                         Err(CheckError::BadInput(why)) => {
@@ -371,13 +370,15 @@ pub(crate) const OFF_THREAD_BYTES: usize = 256 * 1024;
 /// [`check_mutation`], on the blocking pool for large works.
 async fn check_mutation_off_thread(
     input: Bytes,
-    read: &Arc<manifest::Summary>,
+    read: &manifest::Summary,
     output: Bytes,
 ) -> Result<(bool, manifest::Summary), CheckError> {
     if input.len().max(output.len()) < OFF_THREAD_BYTES {
         return check_mutation(&input, read, &output);
     }
-    let read = Arc::clone(read);
+    // A copy for the blocking pool: its identity fields only, beside a
+    // digest of a work this large.
+    let read = read.clone();
     tokio::task::spawn_blocking(move || check_mutation(&input, &read, &output))
         .await
         .unwrap_or_else(|e| {
