@@ -114,6 +114,9 @@ impl OwnWrites {
             }
             watcher::Event::Apply(work) | watcher::Event::InitApply(work) => {
                 let entries = &mut self.entries().by_work;
+                if entries.is_empty() {
+                    return;
+                }
                 let key = key(work);
                 if entries
                     .get(&key)
@@ -137,24 +140,31 @@ impl OwnWrites {
         let now = Instant::now();
         let guard = self.entries();
         let entries = &guard.by_work;
+        // Between waves nothing is remembered: the store as it is, no key
+        // made per work.
+        if entries.is_empty() {
+            return stored;
+        }
         let live = |entry: &&Entry| now.duration_since(entry.at) < TTL;
-        let mut seen = std::collections::HashSet::new();
+        // The remembered works the store holds (older or not).
+        let mut held = std::collections::HashSet::new();
         let mut works: Vec<Arc<ManifestWork>> = stored
             .into_iter()
             .map(|work| {
                 let key = key(&work);
-                let written = entries
-                    .get(&key)
-                    .filter(live)
-                    .filter(|entry| version(&work).is_some_and(|stored| stored < entry.version));
-                seen.insert(key);
-                written.map_or(work, |entry| Arc::clone(&entry.work))
+                let Some(entry) = entries.get(&key) else {
+                    return work;
+                };
+                held.insert(key);
+                let newer =
+                    live(&entry) && version(&work).is_some_and(|stored| stored < entry.version);
+                if newer { Arc::clone(&entry.work) } else { work }
             })
             .collect();
         works.extend(
             entries
                 .iter()
-                .filter(|(key, entry)| !seen.contains(*key) && live(entry))
+                .filter(|(key, entry)| !held.contains(*key) && live(entry))
                 .filter(|(_, entry)| belongs(&entry.work))
                 .map(|(_, entry)| Arc::clone(&entry.work)),
         );
