@@ -4,7 +4,11 @@
 //! different JSON value, not different bytes.
 //!
 //! An answer is first read in one pass per work into a digest ([`digest`]):
-//! its identity fields and a hash of its value, with no tree built. A changed
+//! its identity fields and a hash of its value, with no tree built. The pass
+//! is a byte scanner ([`scan`]) for the plain JSON works are made of, and
+//! `serde_json`'s visitor for what the scanner leaves to it (floats,
+//! surrogate escapes, errors), so what is accepted and each error's wording
+//! stay `serde_json`'s. A changed
 //! work (the common answer that is not the input's own bytes) differs in
 //! hash, which decides. Otherwise a work is parsed into [`Json`], a tree that
 //! borrows its strings from the bytes (only a string with escapes is copied)
@@ -20,6 +24,8 @@ use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Number;
 
 mod digest;
+mod scan;
+mod visit;
 
 /// The fields a plugin may not change (the plugin API's table).
 pub use rollout_proto::IDENTITY_FIELDS;
@@ -151,6 +157,18 @@ pub fn identity_change(input: &Json, output: &Json) -> Option<(&'static str, Str
     })
 }
 
+/// Reads `bytes`, which must be one JSON object, into its digest: by the
+/// byte scanner, or through `serde_json` for what the scanner leaves to it.
+/// Accepts and refuses exactly what [`parse_object`] does, with the same
+/// errors.
+fn digest_of(bytes: &[u8]) -> Result<digest::Digest<'_>, NotAnObject> {
+    let text = text(bytes)?;
+    match scan::digest(text) {
+        Some(digest) => Ok(digest),
+        None => visit::through_serde(bytes, text),
+    }
+}
+
 /// Why a member's changed ManifestWork cannot be taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
@@ -177,7 +195,7 @@ pub struct Summary {
 /// Reads `bytes`, which must be one JSON object (the errors read as
 /// [`parse_object`]'s), into its [`Summary`].
 pub fn summarise(bytes: &[u8]) -> Result<Summary, NotAnObject> {
-    digest::digest(bytes).map(Summary::of)
+    digest_of(bytes).map(Summary::of)
 }
 
 impl Summary {
@@ -202,7 +220,7 @@ impl Summary {
 /// read against it ([`Against`]). [`check_answer_to`] is the same with the
 /// input already summarised.
 pub fn check_answer(input: &[u8], output: &[u8]) -> Result<bool, Refused> {
-    let out = digest::digest(output).map_err(|e| Refused::Answer(e.to_string()))?;
+    let out = digest_of(output).map_err(|e| Refused::Answer(e.to_string()))?;
     let read = summarise(input).map_err(|e| Refused::Input(e.to_string()))?;
     judge(input, &read, output, &out)
 }
@@ -214,7 +232,7 @@ pub fn check_answer_to(
     read: &Summary,
     output: &[u8],
 ) -> Result<(bool, Summary), Refused> {
-    let out = digest::digest(output).map_err(|e| Refused::Answer(e.to_string()))?;
+    let out = digest_of(output).map_err(|e| Refused::Answer(e.to_string()))?;
     let changed = judge(input, read, output, &out)?;
     Ok((changed, Summary::of(out)))
 }
@@ -681,7 +699,7 @@ mod tests {
     /// JSON texts for the equality property: small alphabets, so that equal
     /// values (and repeated keys) come up often, spelled with escapes,
     /// spaces and keys in any order.
-    fn json_text() -> impl Strategy<Value = String> {
+    pub(super) fn json_text() -> impl Strategy<Value = String> {
         let leaf = prop_oneof![
             Just("null".to_string()),
             Just("true".to_string()),
@@ -733,7 +751,7 @@ mod tests {
 
     /// A work's `metadata` for the identity property: anything, or an
     /// object with (maybe repeated) `name` and `namespace` members.
-    fn metadata_text() -> impl Strategy<Value = String> {
+    pub(super) fn metadata_text() -> impl Strategy<Value = String> {
         prop_oneof![
             json_text(),
             prop::collection::vec(
@@ -796,8 +814,8 @@ mod tests {
             );
             // Equal values always hash alike.
             let (da, db) = (
-                digest::digest(wa.as_bytes()).expect("an object"),
-                digest::digest(wb.as_bytes()).expect("an object"),
+                digest_of(wa.as_bytes()).expect("an object"),
+                digest_of(wb.as_bytes()).expect("an object"),
             );
             if va == vb {
                 proptest::prop_assert_eq!(da.hash == db.hash || !da.decisive || !db.decisive, true);
@@ -829,7 +847,7 @@ mod tests {
                 r#"{{"kind": {kind}, "v": {other}, "apiVersion": {api}, "metadata": {meta}{second}}}"#
             );
             let equal = read_against(input.as_bytes(), &tree).expect("an object");
-            let digested = digest::digest(input.as_bytes()).expect("an object");
+            let digested = digest_of(input.as_bytes()).expect("an object");
             for (i, (_, path)) in IDENTITY_FIELDS.iter().enumerate() {
                 proptest::prop_assert_eq!(digested.identity[i].as_ref(), tree.at(path), "{}", input);
             }
