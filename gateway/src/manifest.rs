@@ -165,7 +165,7 @@ fn digest_of(bytes: &[u8]) -> Result<digest::Digest<'_>, NotAnObject> {
     let text = text(bytes)?;
     match scan::digest(text) {
         Some(digest) => Ok(digest),
-        None => visit::through_serde(bytes, text),
+        None => visit::through_serde(text),
     }
 }
 

@@ -26,6 +26,79 @@ pub(crate) struct Digest<'a> {
     pub(crate) identity: IdentityValues<'a>,
 }
 
+/// The state of one pass, kept the same way by both readers: the identity
+/// fields found so far, the key hashes of the objects being read (one
+/// stack, so no object allocates its own), and whether a repeated key was
+/// seen.
+pub(super) struct Pass<'a> {
+    identity: IdentityValues<'a>,
+    keys: Vec<u64>,
+    decisive: bool,
+}
+
+impl<'a> Pass<'a> {
+    pub(super) fn new() -> Pass<'a> {
+        Pass {
+            identity: [const { None }; IDENTITY_FIELDS.len()],
+            keys: Vec::new(),
+            decisive: true,
+        }
+    }
+
+    /// Where the members of an object about to be read start on the stack.
+    pub(super) fn open(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// A member of the object being read: its key's hash and its value's;
+    /// what it adds to the object's sum.
+    pub(super) fn member(&mut self, key: u64, value: u64) -> u64 {
+        self.keys.push(key);
+        member(key, value)
+    }
+
+    /// The end of the object opened at `start`, whose members' hashes sum to
+    /// `sum`: its hash. A key seen twice in it makes the digest not
+    /// decisive.
+    pub(super) fn close(&mut self, start: usize, sum: u64) -> u64 {
+        let keys = &mut self.keys[start..];
+        let count = keys.len() as u64;
+        keys.sort_unstable();
+        if keys.windows(2).any(|w| w[0] == w[1]) {
+            self.decisive = false;
+        }
+        self.keys.truncate(start);
+        object(sum, count)
+    }
+
+    /// Before the value at `level` is read: of a repeated `metadata` (or
+    /// `spec`) the last one counts, whole, so what an earlier one held goes.
+    pub(super) fn entering(&mut self, level: Level) {
+        if let Level::Parent(_) = level {
+            for slot in level.slots() {
+                self.identity[slot] = None;
+            }
+        }
+    }
+
+    /// An identity field's value, taken whole (to compare with the other
+    /// work's and to show): its hash.
+    pub(super) fn identity(&mut self, slot: usize, value: Json<'a>) -> u64 {
+        let hash = value_hash(&value);
+        self.identity[slot] = Some(value);
+        hash
+    }
+
+    /// The digest of a work whose root object hashes to `hash`.
+    pub(super) fn finish(self, hash: u64) -> Digest<'a> {
+        Digest {
+            hash,
+            decisive: self.decisive,
+            identity: self.identity,
+        }
+    }
+}
+
 /// Where in the work a value is: the identity fields are members of the
 /// root object and of some of its members (`metadata`, `spec`:
 /// [`IDENTITY_FIELDS`]' paths).
@@ -55,7 +128,7 @@ impl Level {
     }
 
     /// The slots of the identity fields that are members at this level.
-    pub(super) fn slots(self) -> impl Iterator<Item = usize> {
+    fn slots(self) -> impl Iterator<Item = usize> {
         (0..IDENTITY_FIELDS.len()).filter(move |&i| self.holds(IDENTITY_FIELDS[i].1))
     }
 
@@ -73,7 +146,7 @@ impl Level {
 
 /// The hash of a value already parsed, the same as reading its text gives
 /// (a parsed object has each key once, so its hash is decisive).
-pub(super) fn value_hash(value: &Json<'_>) -> u64 {
+fn value_hash(value: &Json<'_>) -> u64 {
     match value {
         Json::Null => NULL,
         Json::Bool(true) => TRUE,
@@ -128,13 +201,13 @@ pub(super) fn array(hash: u64, count: u64) -> u64 {
 }
 
 /// An object of `count` members, from the sum of their [`member`] hashes.
-pub(super) fn object(sum: u64, count: u64) -> u64 {
+fn object(sum: u64, count: u64) -> u64 {
     mix(OBJECT ^ sum ^ count.wrapping_mul(K2))
 }
 
 /// A member of an object: the key and the value bound together, so that
 /// moving a value to another key changes the object's sum.
-pub(super) fn member(key: u64, value: u64) -> u64 {
+fn member(key: u64, value: u64) -> u64 {
     mix(key ^ value.rotate_left(31).wrapping_mul(K1))
 }
 

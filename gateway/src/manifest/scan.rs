@@ -12,8 +12,8 @@
 //! accepted, what is refused and every error's wording stay `serde_json`'s;
 //! the tests compare the two readings on every text the properties make.
 
-use super::digest::{self, Digest, Level};
-use super::{IDENTITY_FIELDS, Json};
+use super::Json;
+use super::digest::{self, Digest, Level, Pass};
 
 /// Nesting deeper than this is left to `serde_json` (whose limit is 128).
 const MAX_DEPTH: usize = 100;
@@ -25,9 +25,7 @@ pub(super) fn digest(text: &str) -> Option<Digest<'_>> {
         text,
         bytes: text.as_bytes(),
         at: 0,
-        identity: [const { None }; IDENTITY_FIELDS.len()],
-        keys: Vec::new(),
-        decisive: true,
+        pass: Pass::new(),
         scratch: String::new(),
     };
     scan.blank();
@@ -39,21 +37,14 @@ pub(super) fn digest(text: &str) -> Option<Digest<'_>> {
     if scan.at != scan.bytes.len() {
         return None;
     }
-    Some(Digest {
-        hash,
-        decisive: scan.decisive,
-        identity: scan.identity,
-    })
+    Some(scan.pass.finish(hash))
 }
 
 struct Scan<'a> {
     text: &'a str,
     bytes: &'a [u8],
     at: usize,
-    identity: super::IdentityValues<'a>,
-    /// The key hashes of the objects being read, one stack for all.
-    keys: Vec<u64>,
-    decisive: bool,
+    pass: Pass<'a>,
     /// A string with escapes, decoded.
     scratch: String,
 }
@@ -86,10 +77,7 @@ impl<'a> Scan<'a> {
         match self.peek()? {
             b'{' => self.object(level, depth + 1),
             b'[' => self.array(depth + 1),
-            b'"' => {
-                let hash = digest::string(self.string()?);
-                Some(hash)
-            }
+            b'"' => self.string().map(digest::string),
             b't' => self.literal(b"true", digest::TRUE),
             b'f' => self.literal(b"false", digest::FALSE),
             b'n' => self.literal(b"null", digest::NULL),
@@ -111,14 +99,8 @@ impl<'a> Scan<'a> {
                 self.blank();
                 hash = digest::array_item(hash, self.value(Level::Other, depth)?);
                 count += 1;
-                self.blank();
-                match self.peek()? {
-                    b',' => self.at += 1,
-                    b']' => {
-                        self.at += 1;
-                        break;
-                    }
-                    _ => return None,
+                if !self.more(b']')? {
+                    break;
                 }
             }
         }
@@ -131,38 +113,35 @@ impl<'a> Scan<'a> {
         }
         self.at += 1;
         self.blank();
-        let start = self.keys.len();
+        let start = self.pass.open();
         let mut sum: u64 = 0;
         if self.eat(b'}').is_none() {
             loop {
                 self.blank();
                 let key = self.key()?;
-                let key_hash = digest::string(key.as_ref());
                 self.blank();
                 self.eat(b':')?;
                 self.blank();
                 let value = self.member(level, &key, depth)?;
-                self.keys.push(key_hash);
-                sum = sum.wrapping_add(digest::member(key_hash, value));
-                self.blank();
-                match self.peek()? {
-                    b',' => self.at += 1,
-                    b'}' => {
-                        self.at += 1;
-                        break;
-                    }
-                    _ => return None,
+                sum = sum.wrapping_add(self.pass.member(digest::string(key.as_ref()), value));
+                if !self.more(b'}')? {
+                    break;
                 }
             }
         }
-        let keys = &mut self.keys[start..];
-        let count = keys.len() as u64;
-        keys.sort_unstable();
-        if keys.windows(2).any(|w| w[0] == w[1]) {
-            self.decisive = false;
-        }
-        self.keys.truncate(start);
-        Some(digest::object(sum, count))
+        Some(self.pass.close(start, sum))
+    }
+
+    /// After an item or a member: `true` past a comma, `false` past `close`.
+    fn more(&mut self, close: u8) -> Option<bool> {
+        self.blank();
+        let more = match self.peek()? {
+            b',' => true,
+            b if b == close => false,
+            _ => return None,
+        };
+        self.at += 1;
+        Some(more)
     }
 
     /// A key: borrowed from the text, or decoded (a key with escapes).
@@ -188,23 +167,24 @@ impl<'a> Scan<'a> {
             return self.value(Level::Other, depth);
         }
         if let Some(slot) = level.identity_slot(key.as_ref()) {
-            let (start, decisive) = (self.at, self.decisive);
-            self.value(Level::Other, depth)?;
-            // Its repeated keys, if any, are the parsed value's business.
-            self.decisive = decisive;
+            let start = self.at;
+            self.skip(depth)?;
             let value: Json<'a> = serde_json::from_str(&self.text[start..self.at]).ok()?;
-            let hash = digest::value_hash(&value);
-            self.identity[slot] = Some(value);
-            return Some(hash);
+            return Some(self.pass.identity(slot, value));
         }
         let child = level.child(key.as_ref());
-        if let Level::Parent(_) = child {
-            // Of a repeated `metadata` (or `spec`) the last one counts, whole.
-            for slot in child.slots() {
-                self.identity[slot] = None;
-            }
-        }
+        self.pass.entering(child);
         self.value(child, depth)
+    }
+
+    /// Past the value at the cursor, leaving this pass as it was: an
+    /// identity field's value is parsed whole afterwards, and its own
+    /// repeated keys, if any, are the parsed value's business.
+    fn skip(&mut self, depth: usize) -> Option<()> {
+        let outer = std::mem::replace(&mut self.pass, Pass::new());
+        let read = self.value(Level::Other, depth);
+        self.pass = outer;
+        read.map(drop)
     }
 
     /// A string value's decoded text.
@@ -359,7 +339,7 @@ mod tests {
             return false;
         };
         let scanned = super::digest(utf8);
-        let parsed = through_serde(text, utf8);
+        let parsed = through_serde(utf8);
         match (&scanned, &parsed) {
             (Some(s), Ok(p)) => assert_eq!(s, p, "{utf8}"),
             (Some(s), Err(e)) => panic!("scanned {s:?} where serde_json refuses ({e}): {utf8}"),

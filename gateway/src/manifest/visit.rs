@@ -7,20 +7,15 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Number;
 
 use super::digest::{
-    ARRAY, Digest, FALSE, Level, NULL, TRUE, array, array_item, member, number, object, string,
-    value_hash,
+    ARRAY, Digest, FALSE, Level, NULL, Pass, TRUE, array, array_item, number, string,
 };
-use super::{IDENTITY_FIELDS, IdentityValues, Json, Key, NotAnObject, not_an_object};
+use super::{Json, Key, NotAnObject, not_an_object};
 
-/// Reads `text`, the UTF-8 of `bytes`, into its [`Digest`], as
-/// `super::parse_object` accepts and refuses, with its errors.
-pub(super) fn through_serde<'a>(bytes: &'a [u8], text: &'a str) -> Result<Digest<'a>, NotAnObject> {
+/// Reads `text` into its [`Digest`], as `super::parse_object` accepts and
+/// refuses, with its errors.
+pub(super) fn through_serde(text: &str) -> Result<Digest<'_>, NotAnObject> {
     let mut de = serde_json::Deserializer::from_str(text);
-    let mut pass = Pass {
-        identity: [const { None }; IDENTITY_FIELDS.len()],
-        keys: Vec::new(),
-        decisive: true,
-    };
+    let mut pass = Pass::new();
     let hash = Seed {
         level: Level::Root,
         pass: &mut pass,
@@ -28,23 +23,10 @@ pub(super) fn through_serde<'a>(bytes: &'a [u8], text: &'a str) -> Result<Digest
     .deserialize(&mut de)
     .and_then(|hash| de.end().map(|()| hash))
     .map_err(NotAnObject::Syntax)?;
-    if let Some(kind) = not_an_object(bytes) {
+    if let Some(kind) = not_an_object(text.as_bytes()) {
         return Err(NotAnObject::Kind(kind));
     }
-    Ok(Digest {
-        hash,
-        decisive: pass.decisive,
-        identity: pass.identity,
-    })
-}
-
-/// The state of one pass: the identity fields found so far, the key hashes
-/// of the objects being read (one stack, so no object allocates its own),
-/// and whether a repeated key was seen.
-struct Pass<'de> {
-    identity: IdentityValues<'de>,
-    keys: Vec<u64>,
-    decisive: bool,
+    Ok(pass.finish(hash))
 }
 
 /// Reads one value at `level`, giving its hash.
@@ -114,40 +96,22 @@ impl<'de> Visitor<'de> for Seed<'_, 'de> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
-        let start = self.pass.keys.len();
+        let start = self.pass.open();
         let mut sum: u64 = 0;
         while let Some(Key(key)) = map.next_key()? {
             let value = if let Some(slot) = self.level.identity_slot(&key) {
-                // Taken whole, to compare with the other work's and to show.
                 let value: Json<'de> = map.next_value()?;
-                let hash = value_hash(&value);
-                self.pass.identity[slot] = Some(value);
-                hash
+                self.pass.identity(slot, value)
             } else {
                 let level = self.level.child(&key);
-                if let Level::Parent(_) = level {
-                    // Of a repeated `metadata` (or `spec`) the last one
-                    // counts, whole.
-                    for slot in level.slots() {
-                        self.pass.identity[slot] = None;
-                    }
-                }
+                self.pass.entering(level);
                 map.next_value_seed(Seed {
                     level,
                     pass: &mut *self.pass,
                 })?
             };
-            let key = string(&key);
-            self.pass.keys.push(key);
-            sum = sum.wrapping_add(member(key, value));
+            sum = sum.wrapping_add(self.pass.member(string(&key), value));
         }
-        let keys = &mut self.pass.keys[start..];
-        let count = keys.len() as u64;
-        keys.sort_unstable();
-        if keys.windows(2).any(|w| w[0] == w[1]) {
-            self.pass.decisive = false;
-        }
-        self.pass.keys.truncate(start);
-        Ok(object(sum, count))
+        Ok(self.pass.close(start, sum))
     }
 }
